@@ -1,0 +1,57 @@
+//! The command line: one file per subcommand. Arguments are validated into the
+//! library's settings before anything opens a socket.
+
+pub mod output;
+pub mod ping;
+pub mod progress;
+pub mod rr;
+pub mod serve;
+pub mod values;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  rttlab rr                                  TCP_RR against an in-process server on loopback, 10 s
+  rttlab rr -t UDP_RR -r 64,64 -l 5 -o P50_LATENCY,P99_LATENCY,THROUGHPUT
+  rttlab serve                               serve tests on port 12866 (IPv4 and IPv6)
+  rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
+  rttlab ping ::1 -c 100 -i 10ms --histogram
+  rttlab completions bash > /etc/bash_completion.d/rttlab";
+
+/// Round-trip time at every layer: ICMP, request/response, the kernel's TCP estimator.
+#[derive(Parser, Debug)]
+#[command(name = "rttlab", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Request/response round trips (netperf TCP_RR, UDP_RR, TCP_CRR).
+    Rr(rr::RrArgs),
+    /// Serve request/response tests to `rttlab rr` clients.
+    Serve(serve::ServeArgs),
+    /// ICMP echo round trips, timed by the kernel's receive timestamps.
+    Ping(ping::PingArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Run the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Rr(a) => rr::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Ping(a) => ping::run(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}

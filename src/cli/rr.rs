@@ -1,0 +1,241 @@
+//! `rttlab rr`.
+
+use super::output::{self, OutputArgs};
+use super::progress::{on_interrupt, ProgressLine};
+use super::values;
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use rttlab::probe::control::{Limits, TestKind, DEFAULT_CONTROL_PORT};
+use rttlab::probe::pacing::{PaceMode, Schedule};
+use rttlab::probe::rr::{self, OpenLoop, RrSettings, RunControl};
+use rttlab::probe::server::{Server, ServerConfig};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TestArg {
+    TcpRr,
+    UdpRr,
+    TcpCrr,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PaceArg {
+    Sleep,
+    Spin,
+    Hybrid,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ScheduleArg {
+    Fixed,
+    Poisson,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab rr                                   1-byte TCP_RR for 10 s against an in-process server
+  rttlab rr -n 10000 -T 0,0                   10000 transactions, both ends on CPU 0
+  rttlab rr -t UDP_RR -r 64,64 --timeout 50ms
+  rttlab rr -t TCP_CRR -l 5                   connection per transaction; connect time reported apart
+  rttlab rr -w 10ms --pace hybrid -b 4        4 back-to-back transactions every 10 ms
+  rttlab rr --rate 2000/s --schedule poisson  open loop: service time and time from intended send
+  rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT")]
+pub struct RrArgs {
+    /// Server running `rttlab serve`; without it an in-process server on loopback is used.
+    #[arg(short = 'H', long = "host")]
+    pub host: Option<String>,
+    /// Server control port.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_CONTROL_PORT)]
+    pub port: u16,
+    /// Use IPv4 only / IPv6 only when resolving the host.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Test type.
+    #[arg(short = 't', long = "test", value_enum, default_value = "TCP_RR", ignore_case = true)]
+    pub test: TestArg,
+    /// Request and response sizes in bytes, REQ,RESP.
+    #[arg(short = 'r', long = "sizes", value_name = "REQ,RESP", default_value = "1,1", value_parser = values::sizes)]
+    pub sizes: (u32, u32),
+    /// Run length (a bare number is seconds). Default 10 s unless -n is given.
+    #[arg(short = 'l', long = "length", value_parser = values::seconds)]
+    pub length: Option<Duration>,
+    /// Number of transactions in all (split over the streams).
+    #[arg(short = 'n', long = "count")]
+    pub count: Option<u64>,
+    /// Wait between a response and the next request (e.g. 10ms, 250us).
+    #[arg(short = 'w', long = "wait", value_name = "INTERVAL", default_value = "0", value_parser = values::duration)]
+    pub wait: Duration,
+    /// Busy-wait the interval (same as --pace spin).
+    #[arg(long, conflicts_with = "pace")]
+    pub spin: bool,
+    /// How to wait: sleep, spin, or hybrid (sleep, then spin the last 200 µs).
+    #[arg(long, value_enum)]
+    pub pace: Option<PaceArg>,
+    /// Transactions back to back per interval.
+    #[arg(short = 'b', long = "burst", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub burst: u32,
+    /// Parallel connections.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub streams: u32,
+    /// Fixed server data port (the seed's blackout drops one port).
+    #[arg(short = 'P', long = "data-port", default_value_t = 0)]
+    pub data_port: u16,
+    /// Turn on thin-stream linear timeouts on both ends' data sockets.
+    #[arg(long)]
+    pub thin_linear_timeouts: bool,
+    /// Congestion control for both ends' data sockets (e.g. cubic).
+    #[arg(long = "cc")]
+    pub congestion: Option<String>,
+    /// Pin client and server to CPUs: LCPU,RCPU (either may be empty).
+    #[arg(short = 'T', value_name = "LCPU,RCPU", value_parser = values::cpu_pair)]
+    pub cpus: Option<(Option<usize>, Option<usize>)>,
+    /// UDP: a request with no reply after this is lost.
+    #[arg(long, default_value = "1s", value_parser = values::duration)]
+    pub timeout: Duration,
+    /// Open loop: send at this rate per stream whatever the replies do (e.g. 1000/s).
+    #[arg(long, value_parser = values::rate)]
+    pub rate: Option<f64>,
+    /// Open-loop arrival schedule.
+    #[arg(long, value_enum, default_value = "fixed", requires = "rate")]
+    pub schedule: ScheduleArg,
+    /// Open loop: most requests without a reply before the sender waits.
+    #[arg(long, default_value_t = 1000, requires = "rate")]
+    pub max_outstanding: u32,
+    /// Sample the client's tcp_info this often during the run (e.g. 10ms).
+    #[arg(long, value_parser = values::duration)]
+    pub tcpinfo_interval: Option<Duration>,
+    /// Ask the server to drop one UDP request in N (to check loss accounting), e.g. 1/10.
+    #[arg(long, value_parser = values::one_in, value_name = "1/N")]
+    pub udp_drop: Option<u32>,
+    /// Shared secret for a server started with --secret.
+    #[arg(long, env = "RTTLAB_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Resolve `host:port`, honouring -4/-6.
+pub fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> anyhow::Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve host {host:?}: check the name or use an address"))?
+        .collect();
+    addrs
+        .iter()
+        .copied()
+        .find(|a| (!v4 || a.is_ipv4()) && (!v6 || a.is_ipv6()))
+        .with_context(|| format!("host {host:?} has no {} address", if v4 { "IPv4" } else { "IPv6" }))
+}
+
+impl RrArgs {
+    fn settings(&self, server: SocketAddr) -> anyhow::Result<RrSettings> {
+        let mut s = RrSettings::new(server);
+        s.test = match self.test {
+            TestArg::TcpRr => TestKind::TcpRr,
+            TestArg::UdpRr => TestKind::UdpRr,
+            TestArg::TcpCrr => TestKind::TcpCrr,
+        };
+        (s.request_size, s.response_size) = self.sizes;
+        let limits = Limits::default();
+        for v in [s.request_size, s.response_size] {
+            if v > limits.max_payload {
+                bail!("size {v} bytes is over the limit of {} bytes", limits.max_payload);
+            }
+        }
+        if s.test == TestKind::UdpRr && (s.request_size > 65_507 || s.response_size > 65_507) {
+            bail!("UDP_RR sizes must fit one datagram (at most 65507 bytes)");
+        }
+        s.duration = match (self.length, self.count) {
+            (Some(l), _) => Some(l),
+            (None, Some(_)) => None,
+            (None, None) => Some(Duration::from_secs(10)),
+        };
+        if s.duration.is_some_and(|d| d.is_zero() || d > rr::MAX_RUN) {
+            bail!("run length must be more than 0 and at most {} s", rr::MAX_RUN.as_secs());
+        }
+        if self.count == Some(0) {
+            bail!("-n must be at least 1");
+        }
+        s.count = self.count;
+        s.interval = self.wait;
+        s.pace = match (self.spin, self.pace) {
+            (true, _) | (false, Some(PaceArg::Spin)) => PaceMode::Spin,
+            (false, Some(PaceArg::Hybrid)) => PaceMode::Hybrid { margin: PaceMode::HYBRID_MARGIN },
+            _ => PaceMode::Sleep,
+        };
+        s.burst = self.burst;
+        s.streams = self.streams;
+        s.data_port = self.data_port;
+        s.thin_linear_timeouts = self.thin_linear_timeouts;
+        s.congestion = self.congestion.clone();
+        if let Some((l, r)) = self.cpus {
+            let n = std::thread::available_parallelism().map_or(1, usize::from);
+            if let Some(c) = l.filter(|&c| c >= n) {
+                bail!("CPU {c} does not exist here (this machine has {n})");
+            }
+            (s.local_cpu, s.remote_cpu) = (l, r);
+        }
+        if self.timeout.is_zero() {
+            bail!("--timeout must be more than 0");
+        }
+        s.timeout = self.timeout;
+        s.open_loop = self.rate.map(|rate_per_s| OpenLoop {
+            rate_per_s,
+            schedule: match self.schedule {
+                ScheduleArg::Fixed => Schedule::Fixed,
+                ScheduleArg::Poisson => Schedule::Poisson,
+            },
+            max_outstanding: self.max_outstanding.max(1),
+        });
+        if s.open_loop.is_some() && s.test == TestKind::TcpCrr {
+            bail!("--rate (open loop) works with TCP_RR and UDP_RR, not TCP_CRR");
+        }
+        if self.tcpinfo_interval.is_some_and(|d| d < Duration::from_millis(1)) {
+            bail!("--tcpinfo-interval must be at least 1ms");
+        }
+        s.tcpinfo_interval = self.tcpinfo_interval;
+        s.udp_drop_one_in = self.udp_drop;
+        s.percentiles = self.out.percentiles()?;
+        s.hdr_log = self.out.hdr_log.clone();
+        s.secret = self.secret.clone().map(String::into_bytes);
+        Ok(s)
+    }
+}
+
+pub fn run(a: RrArgs) -> anyhow::Result<()> {
+    let format = a.out.format()?;
+    // Validate everything against a placeholder address before touching the network.
+    a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))?;
+    let (server_addr, local_server) = match &a.host {
+        Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6)?, None),
+        None => {
+            let ip: std::net::IpAddr = if a.ipv6 { "::1".parse()? } else { "127.0.0.1".parse()? };
+            let server = Server::bind(ServerConfig { listen: vec![SocketAddr::new(ip, 0)], ..ServerConfig::default() })?;
+            let handle = server.spawn().context("starting the in-process server")?;
+            (handle.addrs()[0], Some(handle))
+        }
+    };
+    let settings = a.settings(server_addr)?;
+    let ctl = Arc::new(RunControl::default());
+    let c = Arc::clone(&ctl);
+    on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
+    let c = Arc::clone(&ctl);
+    let progress = ProgressLine::start(move || c.transactions.load(Ordering::Relaxed), "transactions", settings.duration);
+    let result = rr::run(&settings, &ctl);
+    drop(progress);
+    drop(local_server);
+    let mut result = result?;
+    result.brand = a.out.brand.clone();
+    output::print(&result, &format)?;
+    if let Some(e) = &result.error {
+        bail!("{e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! Host facts recorded with every result: a latency without its kernel and machine is
+//! not comparable with another.
+
+use serde::{Deserialize, Serialize};
+
+/// What a result says about the machine it ran on.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostFacts {
+    pub hostname: String,
+    pub kernel_release: String,
+    pub machine: String,
+    pub cpus: usize,
+}
+
+fn field(raw: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+impl HostFacts {
+    /// Read them from `uname(2)` and the scheduler.
+    pub fn collect() -> Self {
+        // SAFETY: utsname is plain data filled by the kernel.
+        let uts = unsafe {
+            let mut u: libc::utsname = std::mem::zeroed();
+            libc::uname(&mut u);
+            u
+        };
+        Self {
+            hostname: field(&uts.nodename),
+            kernel_release: field(&uts.release),
+            machine: field(&uts.machine),
+            cpus: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_release_matches_proc() {
+        let facts = super::HostFacts::collect();
+        let proc = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        assert_eq!(facts.kernel_release, proc.trim());
+        assert!(facts.cpus >= 1);
+    }
+}

@@ -1,0 +1,415 @@
+//! `rttlab ping`: ICMP echo for IPv4 and IPv6 (the seeds' `ping` layer).
+//!
+//! Uses an unprivileged ICMP datagram socket where `net.ipv4.ping_group_range` allows
+//! it, a raw socket otherwise. Replies are timed by the kernel's receive timestamp
+//! (`SO_TIMESTAMPNS`), so the time user space takes to wake up is not counted — ping's
+//! wake-up on an idle vCPU costs tens of µs here. The send time is read just before
+//! `sendto()`, on the same clock (CLOCK_REALTIME, which the kernel stamps with).
+//!
+//! Requests go out on a fixed schedule (`-i`) whatever the replies do, as ping does;
+//! `-i 0` sends the next request as soon as the previous reply (or its timeout) is in.
+
+use super::pacing::{self, PaceMode};
+use crate::kernel::host::HostFacts;
+use crate::stats::{LatencyHistogram, Percentile, Summary};
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Sequence numbers remembered for duplicate detection and send times (one u16 cycle).
+const SEQ_SPACE: usize = 1 << 16;
+
+/// Which socket carries the echoes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SocketKind {
+    /// Try datagram, fall back to raw.
+    Auto,
+    /// `socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)`: no privilege, needs ping_group_range.
+    Dgram,
+    /// `SOCK_RAW`: needs CAP_NET_RAW.
+    Raw,
+}
+
+/// Everything that shapes a ping run.
+#[derive(Clone, Debug)]
+pub struct PingSettings {
+    pub target: IpAddr,
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    pub interval: Duration,
+    pub pace: PaceMode,
+    /// ICMP payload bytes (ping's -s; default 56).
+    pub size: usize,
+    /// A request without a reply after this is lost.
+    pub timeout: Duration,
+    pub socket: SocketKind,
+    pub percentiles: Vec<Percentile>,
+}
+
+impl PingSettings {
+    /// ping's defaults: 1 s interval, 56 bytes, 5 requests.
+    pub fn new(target: IpAddr) -> Self {
+        Self {
+            target,
+            count: Some(5),
+            duration: None,
+            interval: Duration::from_secs(1),
+            pace: PaceMode::Sleep,
+            size: 56,
+            timeout: Duration::from_secs(2),
+            socket: SocketKind::Auto,
+            percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
+        }
+    }
+}
+
+/// Errors before any echo was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    /// No ICMP socket could be opened.
+    #[error("cannot open an ICMP socket: {0} (run as root, grant CAP_NET_RAW, or widen net.ipv4.ping_group_range to include your group)")]
+    Socket(#[source] io::Error),
+    /// The socket option for kernel timestamps was refused.
+    #[error("cannot enable kernel receive timestamps: {0}")]
+    Timestamps(#[source] io::Error),
+    /// Payload too large for one packet.
+    #[error("payload of {0} bytes is too large (at most 65000)")]
+    Size(usize),
+}
+
+/// Settings as the result reports them.
+#[derive(Clone, Debug, Serialize)]
+pub struct PingReportSettings {
+    pub target: IpAddr,
+    pub interval_us: f64,
+    pub pacing: &'static str,
+    pub size: usize,
+    pub count_limit: Option<u64>,
+    pub duration_limit_s: Option<f64>,
+    pub timeout_ms: f64,
+    pub socket: SocketKind,
+    pub timestamps: &'static str,
+}
+
+/// What a ping run measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct PingResult {
+    pub settings: PingReportSettings,
+    pub local_host: HostFacts,
+    pub elapsed_s: f64,
+    pub sent: u64,
+    pub received: u64,
+    pub lost: u64,
+    pub duplicates: u64,
+    pub reordered: u64,
+    /// Replies whose payload did not match what was sent.
+    pub corrupted: u64,
+    pub rtt: Summary,
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
+    pub error: Option<String>,
+}
+
+/// Shared with a watcher (progress, Ctrl-C).
+#[derive(Debug, Default)]
+pub struct PingControl {
+    pub stop: AtomicBool,
+    pub received: AtomicU64,
+}
+
+fn open(settings: &PingSettings) -> Result<(Socket, SocketKind), PingError> {
+    let (domain, proto) = match settings.target {
+        IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
+        IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
+    };
+    let try_kind = |kind: SocketKind| {
+        let ty = if kind == SocketKind::Dgram { Type::DGRAM } else { Type::RAW };
+        Socket::new(domain, ty, Some(proto)).map(|s| (s, kind))
+    };
+    let r = match settings.socket {
+        SocketKind::Auto => try_kind(SocketKind::Dgram).or_else(|_| try_kind(SocketKind::Raw)),
+        k => try_kind(k),
+    };
+    r.map_err(PingError::Socket)
+}
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum = 0u32;
+    for c in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Payload byte `i` of request `seq`: a pattern the reply must carry back intact.
+fn pattern(seq: u16, i: usize) -> u8 {
+    (i as u8).wrapping_add(seq as u8)
+}
+
+/// One received datagram: bytes, and the kernel's receive time.
+fn recv_with_ts(fd: i32, buf: &mut [u8], nonblocking: bool) -> io::Result<(usize, Option<u64>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
+    // SAFETY: msg is fully initialised and its buffers are valid.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut ts = None;
+    // SAFETY: walking the control buffer the kernel filled, with the libc macros.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, ts))
+}
+
+/// An echo reply found in a received datagram.
+struct Reply {
+    seq: u16,
+    intact: bool,
+}
+
+fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> Option<Reply> {
+    let icmp = if !v6 && raw {
+        let ihl = usize::from(buf.first()? & 0x0f) * 4;
+        buf.get(ihl..)?
+    } else {
+        buf
+    };
+    let (reply_type, _) = if v6 { (129u8, 0u8) } else { (0u8, 0u8) };
+    if icmp.len() < 8 || icmp[0] != reply_type || icmp[1] != 0 {
+        return None;
+    }
+    // Datagram sockets: the kernel owns the identifier and filters replies for us.
+    if raw && u16::from_be_bytes([icmp[4], icmp[5]]) != ident {
+        return None;
+    }
+    let seq = u16::from_be_bytes([icmp[6], icmp[7]]);
+    let payload = &icmp[8..];
+    let intact = payload.len() == size && payload.iter().enumerate().all(|(i, &b)| b == pattern(seq, i));
+    Some(Reply { seq, intact })
+}
+
+/// Run ping.
+///
+/// # Errors
+/// No socket could be opened; failures after the first send are in
+/// [`PingResult::error`].
+pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, PingError> {
+    if settings.size > 65_000 {
+        return Err(PingError::Size(settings.size));
+    }
+    let (sock, kind) = open(settings)?;
+    let fd = sock.as_raw_fd();
+    let one: libc::c_int = 1;
+    // SAFETY: passing a pointer to a live c_int.
+    let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, (&one as *const libc::c_int).cast(), 4) };
+    if rc != 0 {
+        return Err(PingError::Timestamps(io::Error::last_os_error()));
+    }
+    let v6 = settings.target.is_ipv6();
+    let raw = kind == SocketKind::Raw;
+    let ident = (std::process::id() as u16) ^ 0x5254;
+    let dest = SockAddr::from(SocketAddr::new(settings.target, 0));
+    pacing::tighten_timer_slack();
+
+    let mut pkt = vec![0u8; 8 + settings.size];
+    pkt[0] = if v6 { 128 } else { 8 };
+    pkt[4..6].copy_from_slice(&ident.to_be_bytes());
+    let mut rbuf = vec![0u8; 65_536 + 60];
+    let mut sent_at = vec![0u64; SEQ_SPACE];
+    let mut answered = vec![false; SEQ_SPACE];
+    let mut hist = LatencyHistogram::new();
+    let (mut sent, mut received, mut dups, mut reordered, mut corrupted) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut highest: Option<u64> = None;
+    let mut error = None;
+    let start = Instant::now();
+    let deadline = settings.duration.map(|d| start + d);
+    let count = settings.count.unwrap_or(u64::MAX);
+    let spin = settings.pace != PaceMode::Sleep;
+    let mut next_send = start;
+    let mut last_send = start;
+    let wants_more = |sent: u64, now: Instant| sent < count && deadline.is_none_or(|d| now < d) && !ctl.stop.load(Ordering::Relaxed);
+
+    loop {
+        let now = Instant::now();
+        let outstanding = sent - (received - dups).min(sent);
+        let can_send = wants_more(sent, now) && now >= next_send && (!settings.interval.is_zero() || outstanding == 0 || now - last_send >= settings.timeout);
+        if can_send {
+            let seq = sent as u16;
+            pkt[6..8].copy_from_slice(&seq.to_be_bytes());
+            for (i, b) in pkt[8..].iter_mut().enumerate() {
+                *b = pattern(seq, i);
+            }
+            pkt[2] = 0;
+            pkt[3] = 0;
+            if !v6 {
+                let c = checksum(&pkt);
+                pkt[2..4].copy_from_slice(&c.to_be_bytes());
+            }
+            let slot = usize::from(seq);
+            sent_at[slot] = realtime_ns();
+            answered[slot] = false;
+            if let Err(e) = sock.send_to(&pkt, &dest) {
+                error = Some(format!("sending echo request {sent}: {e}"));
+                break;
+            }
+            last_send = Instant::now();
+            sent += 1;
+            next_send += settings.interval;
+            if next_send < now {
+                next_send = now;
+            }
+        }
+        // Finished: nothing more to send and the last request has had its timeout.
+        let outstanding = sent - (received - dups).min(sent);
+        if !wants_more(sent, Instant::now()) && (outstanding == 0 || last_send.elapsed() >= settings.timeout || ctl.stop.load(Ordering::Relaxed)) {
+            break;
+        }
+        // Wait for a reply until the next send (or the timeout of the last one).
+        let wait_until = if wants_more(sent, Instant::now()) && !settings.interval.is_zero() { next_send } else { last_send + settings.timeout };
+        let got = if spin {
+            match recv_with_ts(fd, &mut rbuf, true) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= wait_until {
+                        continue;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                }
+                r => r,
+            }
+        } else {
+            let ms = wait_until.saturating_duration_since(Instant::now()).as_micros().div_ceil(1000).min(100) as i32;
+            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if ready <= 0 {
+                continue;
+            }
+            recv_with_ts(fd, &mut rbuf, true)
+        };
+        let (n, ts) = match got {
+            Ok(x) => x,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
+            Err(e) => {
+                error = Some(format!("receiving: {e}"));
+                break;
+            }
+        };
+        let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else { continue };
+        let rx_ns = ts.unwrap_or_else(realtime_ns);
+        // Reconstruct the full sequence number nearest below what was sent.
+        let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq);
+        if full >= sent {
+            if full < 0x1_0000 {
+                continue;
+            }
+            full -= 0x1_0000;
+        }
+        let slot = usize::from(reply.seq);
+        received += 1;
+        if answered[slot] {
+            dups += 1;
+            continue;
+        }
+        answered[slot] = true;
+        if !reply.intact {
+            corrupted += 1;
+        }
+        if highest.is_some_and(|h| full < h) {
+            reordered += 1;
+        }
+        highest = Some(highest.map_or(full, |h| h.max(full)));
+        let rtt = rx_ns.saturating_sub(sent_at[slot]);
+        if rtt > settings.timeout.as_nanos() as u64 {
+            // Arrived after its timeout: counted as lost, like ping -W.
+            received -= 1;
+            continue;
+        }
+        hist.record_ns(rtt);
+        ctl.received.fetch_add(1, Ordering::Relaxed);
+    }
+    let unique = received - dups;
+    Ok(PingResult {
+        settings: PingReportSettings {
+            target: settings.target,
+            interval_us: settings.interval.as_secs_f64() * 1e6,
+            pacing: settings.pace.name(),
+            size: settings.size,
+            count_limit: settings.count,
+            duration_limit_s: settings.duration.map(|d| d.as_secs_f64()),
+            timeout_ms: settings.timeout.as_secs_f64() * 1e3,
+            socket: kind,
+            timestamps: "kernel receive (SO_TIMESTAMPNS), user-space send",
+        },
+        local_host: HostFacts::collect(),
+        elapsed_s: start.elapsed().as_secs_f64(),
+        sent,
+        received: unique,
+        lost: sent.saturating_sub(unique),
+        duplicates: dups,
+        reordered,
+        corrupted,
+        rtt: Summary::from_histogram(&hist, &settings.percentiles),
+        histogram: hist,
+        error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_matches_rfc1071_example() {
+        // RFC 1071 §3 example words 0001 f203 f4f5 f6f7 sum to ddf2, complement 220d.
+        assert_eq!(checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), 0x220d);
+    }
+
+    #[test]
+    fn parses_raw_ipv4_reply_and_rejects_others() {
+        let mut p = vec![0x45u8];
+        p.extend_from_slice(&[0; 19]);
+        let mut icmp = vec![0u8, 0, 0, 0, 0x12, 0x34, 0, 7];
+        icmp.extend((0..4).map(|i| pattern(7, i)));
+        p.extend_from_slice(&icmp);
+        let r = parse_reply(&p, false, true, 0x1234, 4).unwrap();
+        assert_eq!((r.seq, r.intact), (7, true));
+        assert!(parse_reply(&p, false, true, 0x9999, 4).is_none(), "other identifier");
+        p[20] = 8;
+        assert!(parse_reply(&p, false, true, 0x1234, 4).is_none(), "our own request");
+        assert!(parse_reply(&p[..22], false, true, 0x1234, 4).is_none(), "truncated");
+        assert!(parse_reply(&[], false, true, 0x1234, 4).is_none());
+    }
+}

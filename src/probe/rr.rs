@@ -1,0 +1,920 @@
+//! `rttlab rr`: application round-trip time, as netperf's TCP_RR, UDP_RR and TCP_CRR
+//! measure it (seeds 000, 001, 004).
+//!
+//! A transaction is timed from just before the request's `send()` to just after the
+//! last byte of the response is read. Waits between transactions (`-w`) are never part
+//! of a transaction's time, so paced runs report the latency of the transactions, not
+//! elapsed/transactions (netperf's RT_LATENCY counts the wait when pacing).
+//!
+//! Open-loop mode sends on a schedule whatever the replies do and records each
+//! transaction twice: service time (actual send → response) and response time
+//! (intended send → response). A slow reply delays the next sends in a closed loop and
+//! hides its own effect (coordinated omission); the response time shows it.
+
+use super::control::{self, ClientMsg, ControlError, Limits, ServerMsg, ServerReport, TestKind, TestSpec, MAGIC, PROTOCOL_VERSION};
+use super::io::{read_full, write_full, ReadEnd};
+use super::pacing::{self, Arrivals, PaceMode, Schedule};
+use crate::kernel::cpu::{self, CpuTracker, Placement};
+use crate::kernel::host::HostFacts;
+use crate::kernel::sockopt;
+use crate::kernel::tcp_info::TcpInfo;
+use crate::stats::{HdrLogWriter, IntervalRecorder, LatencyHistogram, Percentile, Summary};
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a blocked socket call wakes up to look at the stop flag and deadline.
+const POLL_TICK: Duration = Duration::from_millis(100);
+/// Time allowed to connect the control and data connections.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a transaction in flight at the end of the run may still complete.
+const IN_FLIGHT_GRACE: Duration = Duration::from_secs(5);
+/// A run bounded only by count still ends after this.
+pub const MAX_RUN: Duration = Duration::from_secs(3600);
+/// Cap on the `--tcpinfo-interval` series kept in memory.
+const MAX_TCPINFO_SAMPLES: usize = 100_000;
+
+/// Open-loop settings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct OpenLoop {
+    /// Requests per second per stream.
+    pub rate_per_s: f64,
+    pub schedule: Schedule,
+    /// Requests without a reply after which the sender waits (the intended times keep
+    /// their schedule, so the wait shows in the response time).
+    pub max_outstanding: u32,
+}
+
+/// Everything that shapes an rr run.
+#[derive(Clone, Debug)]
+pub struct RrSettings {
+    /// The server's control address.
+    pub server: SocketAddr,
+    pub secret: Option<Vec<u8>>,
+    pub test: TestKind,
+    pub request_size: u32,
+    pub response_size: u32,
+    /// `-l`: run this long.
+    pub duration: Option<Duration>,
+    /// `-n`: run this many transactions in all (split across streams).
+    pub count: Option<u64>,
+    /// `-w`: wait between receipt of a response and the next request.
+    pub interval: Duration,
+    pub pace: PaceMode,
+    /// `-b`: transactions back to back per interval.
+    pub burst: u32,
+    pub streams: u32,
+    /// `-P`: fixed server data port (0: any).
+    pub data_port: u16,
+    pub thin_linear_timeouts: bool,
+    pub congestion: Option<String>,
+    pub local_cpu: Option<usize>,
+    pub remote_cpu: Option<usize>,
+    /// UDP: a request without a reply after this is lost.
+    pub timeout: Duration,
+    pub open_loop: Option<OpenLoop>,
+    pub tcpinfo_interval: Option<Duration>,
+    /// Tell the server to drop one UDP request in N (tests loss accounting).
+    pub udp_drop_one_in: Option<u32>,
+    pub percentiles: Vec<Percentile>,
+    pub hdr_log: Option<PathBuf>,
+}
+
+impl RrSettings {
+    /// netperf's defaults: TCP_RR, 1-byte request and response, 10 s, one stream.
+    pub fn new(server: SocketAddr) -> Self {
+        Self {
+            server,
+            secret: None,
+            test: TestKind::TcpRr,
+            request_size: 1,
+            response_size: 1,
+            duration: Some(Duration::from_secs(10)),
+            count: None,
+            interval: Duration::ZERO,
+            pace: PaceMode::Sleep,
+            burst: 1,
+            streams: 1,
+            data_port: 0,
+            thin_linear_timeouts: false,
+            congestion: None,
+            local_cpu: None,
+            remote_cpu: None,
+            timeout: Duration::from_secs(1),
+            open_loop: None,
+            tcpinfo_interval: None,
+            udp_drop_one_in: None,
+            percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
+            hdr_log: None,
+        }
+    }
+}
+
+/// Shared between a run and whoever watches it (progress line, Ctrl-C).
+#[derive(Debug, Default)]
+pub struct RunControl {
+    /// Set to end the run early; what was measured is kept.
+    pub stop: AtomicBool,
+    /// Transactions completed so far.
+    pub transactions: AtomicU64,
+}
+
+/// Errors that end a run before anything was measured.
+#[derive(Debug, thiserror::Error)]
+pub enum RrError {
+    /// The control connection could not be made.
+    #[error("cannot reach the rttlab server at {addr}: {source} (is `rttlab serve` running there?)")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The control conversation failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The server wants a secret and we have none.
+    #[error("the server requires a secret: pass --secret or set RTTLAB_SECRET")]
+    SecretRequired,
+    /// The data connections could not be set up.
+    #[error("data connection to port {port}: {source}")]
+    Data {
+        port: u16,
+        #[source]
+        source: io::Error,
+    },
+    /// A setting the server's limits forbid, caught before asking.
+    #[error("{0}")]
+    Limit(String),
+}
+
+/// A client's control connection.
+pub struct ControlClient {
+    stream: TcpStream,
+    /// The server's host facts.
+    pub server_host: HostFacts,
+    /// The server's limits.
+    pub limits: Limits,
+}
+
+impl ControlClient {
+    /// Connect, check the version, answer the challenge if any.
+    ///
+    /// # Errors
+    /// Unreachable, not rttlab, another version, authentication refused.
+    pub fn connect(addr: SocketAddr, secret: Option<&[u8]>) -> Result<Self, RrError> {
+        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| RrError::Connect { addr, source })?;
+        let _ = stream.set_nodelay(true);
+        stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(ControlError::Io)?;
+        control::write_msg(&mut stream, &ClientMsg::Hello { magic: MAGIC.into(), version: PROTOCOL_VERSION })?;
+        let mut msg: ServerMsg = control::read_msg(&mut stream)?;
+        if let ServerMsg::Challenge { nonce_hex } = &msg {
+            let secret = secret.ok_or(RrError::SecretRequired)?;
+            let nonce = control::from_hex(nonce_hex).ok_or_else(|| ControlError::Malformed("bad nonce".into()))?;
+            let mac_hex = control::to_hex(&control::auth_mac(secret, &nonce));
+            control::write_msg(&mut stream, &ClientMsg::Auth { mac_hex })?;
+            msg = control::read_msg(&mut stream)?;
+        }
+        match msg {
+            ServerMsg::Welcome { version, host, limits } => {
+                if version != PROTOCOL_VERSION {
+                    return Err(ControlError::Version { ours: PROTOCOL_VERSION, theirs: version }.into());
+                }
+                Ok(Self { stream, server_host: host, limits })
+            }
+            ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
+            other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
+        }
+    }
+
+    /// Ask for a test; returns the data port.
+    ///
+    /// # Errors
+    /// The server refused the test or the connection failed.
+    pub fn start(&mut self, spec: &TestSpec) -> Result<u16, RrError> {
+        control::write_msg(&mut self.stream, &ClientMsg::Start { spec: spec.clone() })?;
+        match control::read_msg(&mut self.stream)? {
+            ServerMsg::Ready { data_port } => Ok(data_port),
+            ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
+            other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
+        }
+    }
+
+    /// Say the test is over and collect the server's report.
+    ///
+    /// # Errors
+    /// The server went away or answered with an error.
+    pub fn finish(&mut self) -> Result<ServerReport, RrError> {
+        control::write_msg(&mut self.stream, &ClientMsg::Done)?;
+        match control::read_msg(&mut self.stream)? {
+            ServerMsg::Result { report } => Ok(*report),
+            ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
+            other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
+        }
+    }
+}
+
+/// The settings as a result reports them.
+#[derive(Clone, Debug, Serialize)]
+pub struct RrReportSettings {
+    pub test: &'static str,
+    pub request_size: u32,
+    pub response_size: u32,
+    pub interval_us: f64,
+    pub burst: u32,
+    pub pacing: &'static str,
+    pub streams: u32,
+    pub duration_limit_s: Option<f64>,
+    pub count_limit: Option<u64>,
+    pub server: SocketAddr,
+    pub local_data_addr: Option<SocketAddr>,
+    pub remote_data_port: u16,
+    pub nodelay: bool,
+    pub thin_linear_timeouts: bool,
+    pub congestion: Option<String>,
+    pub timeout_ms: Option<f64>,
+    pub open_loop: Option<OpenLoop>,
+}
+
+/// Open-loop results.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenLoopStats {
+    /// Intended send time → response: what a user of the schedule saw.
+    pub response_time: Summary,
+    /// Requests with no response at the end.
+    pub unanswered: u64,
+    /// Sends that happened more than 1 ms after their intended time.
+    pub late_sends: u64,
+}
+
+/// UDP_RR results.
+#[derive(Clone, Debug, Serialize)]
+pub struct UdpStats {
+    /// Requests whose reply did not arrive within the timeout.
+    pub lost: u64,
+    /// Replies that arrived after their request had been declared lost.
+    pub late_replies: u64,
+    /// Requests the server dropped on purpose (`--udp-drop-one-in`).
+    pub dropped_by_server: u64,
+}
+
+/// One `--tcpinfo-interval` sample of a client data socket.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpInfoSample {
+    pub t_ms: f64,
+    pub stream: usize,
+    pub info: TcpInfo,
+}
+
+/// Everything an rr run measured, with the settings that shaped it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RrResult {
+    pub settings: RrReportSettings,
+    pub brand: Option<String>,
+    pub local_host: HostFacts,
+    pub remote_host: Option<HostFacts>,
+    pub elapsed_s: f64,
+    pub transactions: u64,
+    pub throughput_tps: f64,
+    /// Round-trip time of each transaction (actual send → last byte of the response).
+    pub latency: Summary,
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
+    /// TCP_CRR: time of the connect() alone.
+    pub connect: Option<Summary>,
+    pub open_loop: Option<OpenLoopStats>,
+    pub udp: Option<UdpStats>,
+    /// Transactions the server counted.
+    pub remote_transactions: Option<u64>,
+    pub local_tcp_info: Vec<TcpInfo>,
+    pub remote_tcp_info: Vec<TcpInfo>,
+    /// Segments retransmitted by the client's data sockets.
+    pub local_retrans: Option<u64>,
+    /// Segments retransmitted by the server's data sockets.
+    pub remote_retrans: Option<u64>,
+    pub local_placement: Placement,
+    pub remote_placement: Option<Placement>,
+    /// CPU time of the client's measuring threads per transaction.
+    pub client_cpu_us_per_transaction: Option<f64>,
+    pub tcpinfo_series: Vec<TcpInfoSample>,
+    /// What cut the run short, if anything; the numbers above are what was measured.
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+struct StreamOutcome {
+    hist: LatencyHistogram,
+    connect: LatencyHistogram,
+    intended: LatencyHistogram,
+    transactions: u64,
+    lost: u64,
+    late_replies: u64,
+    unanswered: u64,
+    late_sends: u64,
+    retrans: u64,
+    info: Option<TcpInfo>,
+    cpus: CpuTracker,
+    cpu_ns: u64,
+    local_addr: Option<SocketAddr>,
+    error: Option<String>,
+}
+
+struct Ctx<'a> {
+    s: &'a RrSettings,
+    data: SocketAddr,
+    ctl: &'a RunControl,
+    start: Instant,
+    deadline: Instant,
+    hard_deadline: Instant,
+    quota: u64,
+}
+
+impl Ctx<'_> {
+    fn keep(&self) -> bool {
+        !self.ctl.stop.load(Ordering::Relaxed) && Instant::now() < self.hard_deadline
+    }
+    fn more(&self, done: u64, now: Instant) -> bool {
+        done < self.quota && now < self.deadline && !self.ctl.stop.load(Ordering::Relaxed)
+    }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn tcp_socket(s: &RrSettings, addr: SocketAddr) -> io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nodelay(true)?;
+    if s.thin_linear_timeouts {
+        sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
+    }
+    if let Some(cc) = &s.congestion {
+        sockopt::set_congestion(&sock, cc).map_err(|e| io::Error::new(e.source.kind(), format!("congestion control {cc}: {}", e.source)))?;
+    }
+    sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
+    sock.set_read_timeout(Some(POLL_TICK))?;
+    sock.set_write_timeout(Some(POLL_TICK))?;
+    Ok(sock.into())
+}
+
+/// Run one rr test against a running server.
+///
+/// # Errors
+/// Nothing could be measured (server unreachable, test refused, data port closed).
+/// Failures after measuring began are reported in [`RrResult::error`] with the partial
+/// numbers.
+pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
+    let mut client = ControlClient::connect(s.server, s.secret.as_deref())?;
+    for (what, v) in [("request size", s.request_size), ("response size", s.response_size)] {
+        if v == 0 || v > client.limits.max_payload {
+            return Err(RrError::Limit(format!("{what} {v} is outside the server's limit 1..={}", client.limits.max_payload)));
+        }
+    }
+    let run_for = s.duration.unwrap_or(MAX_RUN).min(MAX_RUN);
+    let spec = TestSpec {
+        test: s.test,
+        request_size: s.request_size,
+        response_size: s.response_size,
+        // The server adds its own grace for transactions in flight at the end.
+        max_duration_ms: run_for.as_millis() as u64,
+        interval_ms: s.interval.as_millis() as u64 + s.timeout.as_millis() as u64,
+        data_port: s.data_port,
+        streams: s.streams,
+        nodelay: true,
+        thin_linear_timeouts: s.thin_linear_timeouts,
+        congestion: s.congestion.clone(),
+        server_cpu: s.remote_cpu,
+        udp_drop_one_in: s.udp_drop_one_in,
+    };
+    let port = client.start(&spec)?;
+    let data = SocketAddr::new(s.server.ip(), port);
+
+    let mut hdr = match &s.hdr_log {
+        Some(p) => Some(
+            HdrLogWriter::create(p, s.streams as usize, Duration::from_secs(1), &format!("{} -r {},{} -w {:?}", s.test.name(), s.request_size, s.response_size, s.interval))
+                .map_err(|source| RrError::Data { port, source })?,
+        ),
+        None => None,
+    };
+
+    // TCP_RR connects every stream before timing starts, so a refused data port is an
+    // error rather than an empty result.
+    let mut conns: Vec<Option<TcpStream>> = Vec::new();
+    if s.test == TestKind::TcpRr {
+        for _ in 0..s.streams {
+            conns.push(Some(tcp_socket(s, data).map_err(|source| RrError::Data { port, source })?));
+        }
+    } else {
+        conns.resize_with(s.streams as usize, || None);
+    }
+    let watched: Vec<TcpStream> = conns.iter().flatten().filter_map(|c| c.try_clone().ok()).collect();
+
+    let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
+    let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (i, conn) in conns.into_iter().enumerate() {
+            let quota = s.count.map_or(u64::MAX, |n| n / u64::from(s.streams) + u64::from((i as u64) < n % u64::from(s.streams)));
+            let barrier = Arc::clone(&barrier);
+            let start_cell = Arc::clone(&start_cell);
+            let recorder = hdr.as_mut().map(HdrLogWriter::recorder);
+            handles.push(scope.spawn(move || {
+                if let Some(c) = s.local_cpu {
+                    let _ = cpu::pin_current_thread(c);
+                }
+                pacing::tighten_timer_slack();
+                barrier.wait();
+                let start = start_cell.lock().map(|g| g.unwrap_or_else(Instant::now)).unwrap_or_else(|_| Instant::now());
+                let cx = Ctx { s, data, ctl, start, deadline: start + run_for, hard_deadline: start + run_for + IN_FLIGHT_GRACE, quota };
+                let cpu0 = thread_cpu_ns();
+                let mut out = match (s.test, s.open_loop) {
+                    (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
+                    (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
+                    (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),
+                    (TestKind::TcpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Tcp(conn), recorder),
+                    (TestKind::UdpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Udp, recorder),
+                };
+                out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+                out
+            }));
+        }
+        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        barrier.wait();
+        let series = sample_tcp_info(s, &watched, ctl, &handles);
+        let outs: Vec<StreamOutcome> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| StreamOutcome { error: Some("a measuring thread panicked".into()), ..Default::default() }))
+            .collect();
+        (outs, series)
+    });
+    let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
+    let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    if let Some(h) = hdr.take() {
+        let _ = h.finish();
+    }
+
+    let mut hist = LatencyHistogram::new();
+    let mut connect = LatencyHistogram::new();
+    let mut intended = LatencyHistogram::new();
+    let mut cpus = CpuTracker::default();
+    let (mut transactions, mut lost, mut late, mut unanswered, mut late_sends, mut retrans, mut cpu_ns) = (0, 0, 0, 0, 0, 0, 0);
+    let mut local_info = Vec::new();
+    let mut error = None;
+    let mut local_addr = None;
+    for o in &outcomes {
+        hist.merge(&o.hist);
+        connect.merge(&o.connect);
+        intended.merge(&o.intended);
+        cpus.merge(&o.cpus);
+        transactions += o.transactions;
+        lost += o.lost;
+        late += o.late_replies;
+        unanswered += o.unanswered;
+        late_sends += o.late_sends;
+        retrans += o.retrans;
+        cpu_ns += o.cpu_ns;
+        local_info.extend(o.info.clone());
+        error = error.or(o.error.clone());
+        local_addr = local_addr.or(o.local_addr);
+    }
+    let server = match client.finish() {
+        Ok(r) => Some(r),
+        Err(e) => {
+            error = error.or(Some(format!("collecting the server's report: {e}")));
+            None
+        }
+    };
+    let tcp = s.test != TestKind::UdpRr;
+    Ok(RrResult {
+        settings: RrReportSettings {
+            test: s.test.name(),
+            request_size: s.request_size,
+            response_size: s.response_size,
+            interval_us: s.interval.as_secs_f64() * 1e6,
+            burst: s.burst,
+            pacing: s.pace.name(),
+            streams: s.streams,
+            duration_limit_s: s.duration.map(|d| d.as_secs_f64()),
+            count_limit: s.count,
+            server: s.server,
+            local_data_addr: local_addr,
+            remote_data_port: port,
+            nodelay: true,
+            thin_linear_timeouts: s.thin_linear_timeouts,
+            congestion: s.congestion.clone().or_else(|| server.as_ref().and_then(|r| r.congestion.clone())),
+            timeout_ms: (s.test == TestKind::UdpRr).then(|| s.timeout.as_secs_f64() * 1e3),
+            open_loop: s.open_loop,
+        },
+        brand: None,
+        local_host: HostFacts::collect(),
+        remote_host: server.as_ref().and_then(|r| r.host.clone()).or(Some(client.server_host.clone())),
+        elapsed_s: elapsed.as_secs_f64(),
+        transactions,
+        throughput_tps: if elapsed.is_zero() { 0.0 } else { transactions as f64 / elapsed.as_secs_f64() },
+        latency: Summary::from_histogram(&hist, &s.percentiles),
+        histogram: hist,
+        connect: (s.test == TestKind::TcpCrr).then(|| Summary::from_histogram(&connect, &s.percentiles)),
+        open_loop: s.open_loop.map(|_| OpenLoopStats { response_time: Summary::from_histogram(&intended, &s.percentiles), unanswered, late_sends }),
+        udp: (s.test == TestKind::UdpRr).then(|| UdpStats { lost, late_replies: late, dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose) }),
+        remote_transactions: server.as_ref().map(|r| r.transactions),
+        local_tcp_info: local_info,
+        remote_tcp_info: server.as_ref().map(|r| r.tcp_info.clone()).unwrap_or_default(),
+        local_retrans: tcp.then_some(retrans),
+        remote_retrans: if tcp { server.as_ref().map(|r| r.total_retrans) } else { None },
+        local_placement: cpus.placement(s.local_cpu),
+        remote_placement: server.as_ref().map(|r| r.placement.clone()),
+        client_cpu_us_per_transaction: (transactions > 0).then(|| cpu_ns as f64 / 1e3 / transactions as f64),
+        tcpinfo_series,
+        error,
+    })
+}
+
+/// Sample the client's data sockets every `--tcpinfo-interval` until the streams end.
+fn sample_tcp_info<T>(s: &RrSettings, socks: &[TcpStream], ctl: &RunControl, handles: &[std::thread::ScopedJoinHandle<'_, T>]) -> Vec<TcpInfoSample> {
+    let mut series = Vec::new();
+    let Some(every) = s.tcpinfo_interval else { return series };
+    if socks.is_empty() {
+        return series;
+    }
+    let t0 = Instant::now();
+    let mut next = t0;
+    while !handles.iter().all(|h| h.is_finished()) {
+        for (stream, sock) in socks.iter().enumerate() {
+            if series.len() >= MAX_TCPINFO_SAMPLES {
+                break;
+            }
+            if let Ok(info) = sockopt::tcp_info(sock) {
+                series.push(TcpInfoSample { t_ms: t0.elapsed().as_secs_f64() * 1e3, stream, info });
+            }
+        }
+        next += every;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep((next - now).min(POLL_TICK));
+        } else {
+            next = now;
+        }
+        if ctl.stop.load(Ordering::Relaxed) && handles.iter().all(|h| h.is_finished()) {
+            break;
+        }
+    }
+    series
+}
+
+#[inline]
+fn record(out: &mut StreamOutcome, rec: &mut Option<IntervalRecorder>, ctl: &RunControl, t0: Instant, t1: Instant) {
+    let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+    out.hist.record_ns(ns);
+    if let Some(r) = rec.as_mut() {
+        r.record(t1, ns);
+    }
+    out.transactions += 1;
+    out.cpus.sample();
+    ctl.transactions.fetch_add(1, Ordering::Relaxed);
+}
+
+fn pause(cx: &Ctx<'_>, after: Instant) {
+    if !cx.s.interval.is_zero() {
+        pacing::wait_until(cx.s.pace, after + cx.s.interval, || !cx.ctl.stop.load(Ordering::Relaxed));
+    }
+}
+
+fn tcp_rr(cx: &Ctx<'_>, conn: Option<TcpStream>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let Some(mut sock) = conn else {
+        out.error = Some("no data connection".into());
+        return out;
+    };
+    out.local_addr = sock.local_addr().ok();
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut now = cx.start;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let t0 = Instant::now();
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {e}"));
+                break 'run;
+            }
+            match read_full(&mut sock, &mut resp, || cx.keep()) {
+                Ok(ReadEnd::Full) => {}
+                Ok(ReadEnd::Stopped { .. }) => break 'run,
+                Ok(ReadEnd::Closed { .. }) => {
+                    out.error = Some("the server closed the data connection mid-test".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {e}"));
+                    break 'run;
+                }
+            }
+            now = Instant::now();
+            record(&mut out, &mut rec, cx.ctl, t0, now);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        pause(cx, now);
+        now = Instant::now();
+    }
+    if let Ok(ti) = sockopt::tcp_info(&sock) {
+        out.retrans = u64::from(ti.total_retrans);
+        out.info = Some(ti);
+    }
+    out
+}
+
+/// Sequence bytes carried at the start of a UDP request and echoed by the server.
+fn seq_len(s: &RrSettings) -> usize {
+    (s.request_size.min(s.response_size) as usize).min(8)
+}
+
+fn put_seq(buf: &mut [u8], seq: u64, k: usize) {
+    buf[..k].copy_from_slice(&seq.to_le_bytes()[..k]);
+}
+
+fn get_seq(buf: &[u8], k: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b[..k].copy_from_slice(&buf[..k]);
+    u64::from_le_bytes(b)
+}
+
+fn udp_socket(cx: &Ctx<'_>) -> io::Result<UdpSocket> {
+    let bind: SocketAddr = if cx.data.is_ipv4() { "0.0.0.0:0".parse().expect("literal") } else { "[::]:0".parse().expect("literal") };
+    let u = UdpSocket::bind(bind)?;
+    u.connect(cx.data)?;
+    u.set_read_timeout(Some(cx.s.timeout.min(POLL_TICK)))?;
+    Ok(u)
+}
+
+fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let u = match udp_socket(cx) {
+        Ok(u) => u,
+        Err(e) => {
+            out.error = Some(format!("UDP data socket: {e}"));
+            return out;
+        }
+    };
+    out.local_addr = u.local_addr().ok();
+    let k = seq_len(cx.s);
+    let mask = if k >= 8 { u64::MAX } else { (1u64 << (8 * k)) - 1 };
+    let mut req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize + 1];
+    let mut seq = 0u64;
+    let mut now = cx.start;
+    'run: while cx.more(out.transactions + out.lost, now) {
+        for _ in 0..cx.s.burst {
+            seq += 1;
+            put_seq(&mut req, seq, k);
+            let t0 = Instant::now();
+            if let Err(e) = u.send(&req) {
+                out.error = Some(format!("sending a request: {e}"));
+                break 'run;
+            }
+            loop {
+                match u.recv(&mut resp) {
+                    Ok(n) if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask => {
+                        now = Instant::now();
+                        record(&mut out, &mut rec, cx.ctl, t0, now);
+                        break;
+                    }
+                    Ok(_) => out.late_replies += 1,
+                    Err(e) if super::io::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                        now = Instant::now();
+                        if now - t0 >= cx.s.timeout {
+                            out.lost += 1;
+                            break;
+                        }
+                        if !cx.keep() {
+                            break 'run;
+                        }
+                    }
+                    Err(e) => {
+                        out.error = Some(format!("receiving a response: {e} (is the server still running?)"));
+                        break 'run;
+                    }
+                }
+            }
+            if !cx.more(out.transactions + out.lost, now) {
+                break 'run;
+            }
+        }
+        pause(cx, now);
+        now = Instant::now();
+    }
+    out
+}
+
+fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut now = cx.start;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let t0 = Instant::now();
+            let mut sock = match tcp_socket(cx.s, cx.data) {
+                Ok(s) => s,
+                Err(e) => {
+                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) { " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)" } else { "" };
+                    out.error = Some(format!("connecting: {e}{hint}"));
+                    break 'run;
+                }
+            };
+            let tc = Instant::now();
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {e}"));
+                break 'run;
+            }
+            match read_full(&mut sock, &mut resp, || cx.keep()) {
+                Ok(ReadEnd::Full) => {}
+                Ok(ReadEnd::Stopped { .. }) => break 'run,
+                Ok(ReadEnd::Closed { .. }) => {
+                    out.error = Some("the server closed the connection before responding".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {e}"));
+                    break 'run;
+                }
+            }
+            now = Instant::now();
+            out.connect.record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+            record(&mut out, &mut rec, cx.ctl, t0, now);
+            if let Ok(ti) = sockopt::tcp_info(&sock) {
+                out.retrans += u64::from(ti.total_retrans);
+                out.info = Some(ti);
+            }
+            out.local_addr = out.local_addr.or(sock.local_addr().ok());
+            drop(sock);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        pause(cx, now);
+        now = Instant::now();
+    }
+    out
+}
+
+enum Endpoint {
+    Tcp(Option<TcpStream>),
+    Udp,
+}
+
+struct Pending {
+    seq: u64,
+    intended: Instant,
+    sent: Instant,
+}
+
+/// Open loop: a sender thread sends on the schedule; this thread receives and matches
+/// replies (TCP: in order; UDP: by the echoed sequence number).
+fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let (mut tx_tcp, mut rx_tcp, udp) = match ep {
+        Endpoint::Tcp(Some(s)) => match s.try_clone() {
+            Ok(c) => (Some(c), Some(s), None),
+            Err(e) => {
+                out.error = Some(format!("data socket: {e}"));
+                return out;
+            }
+        },
+        Endpoint::Tcp(None) => {
+            out.error = Some("no data connection".into());
+            return out;
+        }
+        Endpoint::Udp => match udp_socket(cx) {
+            Ok(u) => (None, None, Some(u)),
+            Err(e) => {
+                out.error = Some(format!("UDP data socket: {e}"));
+                return out;
+            }
+        },
+    };
+    out.local_addr = rx_tcp.as_ref().and_then(|s| s.local_addr().ok()).or(udp.as_ref().and_then(|u| u.local_addr().ok()));
+    let k = seq_len(cx.s);
+    let mask = if k >= 8 { u64::MAX } else { (1u64 << (8 * k)) - 1 };
+    let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
+    let sender_done = AtomicBool::new(false);
+    let send_error: Mutex<Option<String>> = Mutex::new(None);
+    let late_sends = std::thread::scope(|scope| {
+        let sender = scope.spawn(|| {
+            if let Some(c) = cx.s.local_cpu {
+                let _ = cpu::pin_current_thread(c);
+            }
+            pacing::tighten_timer_slack();
+            let mut arrivals = Arrivals::new(ol.rate_per_s, ol.schedule, 0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64);
+            let mut req = vec![0u8; cx.s.request_size as usize];
+            let (mut seq, mut late) = (0u64, 0u64);
+            while seq < cx.quota && !cx.ctl.stop.load(Ordering::Relaxed) {
+                let intended = cx.start + arrivals.next_offset();
+                if intended >= cx.deadline {
+                    break;
+                }
+                if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed)) {
+                    break;
+                }
+                while pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize && cx.keep() {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                seq += 1;
+                put_seq(&mut req, seq, k);
+                let sent = Instant::now();
+                if sent - intended > Duration::from_millis(1) {
+                    late += 1;
+                }
+                if let Ok(mut p) = pending.lock() {
+                    p.push_back(Pending { seq, intended, sent });
+                }
+                let r = match (&mut tx_tcp, &udp) {
+                    (Some(t), _) => write_full(t, &req, || cx.keep()),
+                    (None, Some(u)) => u.send(&req).map(|_| ()),
+                    (None, None) => Ok(()),
+                };
+                if let Err(e) = r {
+                    *send_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("sending a request: {e}"));
+                    break;
+                }
+            }
+            sender_done.store(true, Ordering::Release);
+            late
+        });
+        let mut resp = vec![0u8; cx.s.response_size as usize + 1];
+        let rlen = cx.s.response_size as usize;
+        loop {
+            let idle = sender_done.load(Ordering::Acquire) && pending.lock().map_or(true, |p| p.is_empty());
+            if idle || !cx.keep() {
+                break;
+            }
+            if let Some(s) = rx_tcp.as_mut() {
+                match read_full(s, &mut resp[..rlen], || cx.keep() && !(sender_done.load(Ordering::Acquire) && pending.lock().map_or(true, |p| p.is_empty()))) {
+                    Ok(ReadEnd::Full) => {
+                        let t1 = Instant::now();
+                        let front = pending.lock().ok().and_then(|mut p| p.pop_front());
+                        if let Some(p) = front {
+                            record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                            out.intended.record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+                        }
+                    }
+                    Ok(ReadEnd::Stopped { .. }) => break,
+                    Ok(ReadEnd::Closed { .. }) | Err(_) => {
+                        out.error = Some("the data connection broke mid-test".into());
+                        break;
+                    }
+                }
+            } else if let Some(u) = &udp {
+                match u.recv(&mut resp) {
+                    Ok(n) if n == rlen => {
+                        let t1 = Instant::now();
+                        let got = get_seq(&resp, k);
+                        let matched = pending.lock().ok().and_then(|mut p| p.iter().position(|x| x.seq & mask == got).and_then(|i| p.remove(i)));
+                        match matched {
+                            Some(p) => {
+                                record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                                out.intended.record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+                            }
+                            None => out.late_replies += 1,
+                        }
+                    }
+                    Ok(_) => out.late_replies += 1,
+                    Err(e) if super::io::is_timeout(&e) => {}
+                    Err(e) => {
+                        out.error = Some(format!("receiving a response: {e}"));
+                        break;
+                    }
+                }
+                // Requests older than the timeout are lost.
+                let now = Instant::now();
+                if let Ok(mut p) = pending.lock() {
+                    while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
+                        p.pop_front();
+                        out.lost += 1;
+                    }
+                }
+            }
+        }
+        sender.join().unwrap_or(0)
+    });
+    out.late_sends = late_sends;
+    out.unanswered = pending.lock().map_or(0, |p| p.len() as u64);
+    if out.error.is_none() {
+        out.error = send_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    }
+    if let Some(s) = &rx_tcp {
+        if let Ok(ti) = sockopt::tcp_info(s) {
+            out.retrans = u64::from(ti.total_retrans);
+            out.info = Some(ti);
+        }
+    }
+    out
+}

@@ -1,0 +1,43 @@
+//! Presentation: human tables, JSON, CSV and netperf-style output selectors. Nothing
+//! outside this module formats results.
+
+mod ping;
+mod rr;
+pub mod selectors;
+pub mod table;
+
+pub use selectors::{Selectable, Selector, SelectorError, Value};
+
+use serde::Serialize;
+
+/// How a result is printed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutputFormat {
+    /// Aligned tables for people.
+    Human { histogram: bool },
+    /// One JSON object.
+    Json,
+    /// A line of selector names and a line of values, for every selector the result has.
+    Csv,
+    /// netperf's `-o`: the chosen selectors, names then values.
+    Selectors(Vec<Selector>),
+}
+
+/// A result that can be printed in every format.
+pub trait Report: Serialize + Selectable {
+    /// Tables for people.
+    fn human(&self, histogram: bool) -> String;
+}
+
+/// Render `r` in `format`.
+///
+/// # Errors
+/// A selector does not apply to this kind of result.
+pub fn render<R: Report>(r: &R, format: &OutputFormat) -> Result<String, SelectorError> {
+    match format {
+        OutputFormat::Human { histogram } => Ok(r.human(*histogram)),
+        OutputFormat::Json => Ok(serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")) + "\n"),
+        OutputFormat::Csv => selectors::render_lines(r, &R::all_selectors()),
+        OutputFormat::Selectors(list) => selectors::render_lines(r, list),
+    }
+}

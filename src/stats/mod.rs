@@ -1,0 +1,15 @@
+//! Latency statistics: every sample into an HDR histogram (bounded memory, any
+//! percentile) plus exact min/max/mean/stddev, and the renderings people read.
+//!
+//! Percentile names follow netperf's output selectors (`P50_LATENCY`, …), so the
+//! seeds' command lines (seed 000, 001, 004) translate one to one.
+
+mod histogram;
+mod hdr_log;
+mod loglinear;
+mod summary;
+
+pub use hdr_log::{HdrLogWriter, IntervalRecorder};
+pub use histogram::{LatencyHistogram, MAX_TRACKABLE_NS};
+pub use loglinear::{LogLinear, LogLinearRow};
+pub use summary::{Percentile, Summary, DEFAULT_PERCENTILES};
