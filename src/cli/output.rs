@@ -41,7 +41,9 @@ impl OutputArgs {
         } else if let Some(list) = &self.output {
             OutputFormat::Selectors(Selector::parse_list(list)?)
         } else {
-            OutputFormat::Human { histogram: self.histogram }
+            OutputFormat::Human {
+                histogram: self.histogram,
+            }
         })
     }
 
@@ -52,7 +54,10 @@ impl OutputArgs {
             Some(v) => v
                 .iter()
                 .map(|&p| {
-                    anyhow::ensure!((0.0..=100.0).contains(&p), "percentile {p} is outside 0..100");
+                    anyhow::ensure!(
+                        (0.0..=100.0).contains(&p),
+                        "percentile {p} is outside 0..100"
+                    );
                     Ok(rttlab::stats::Percentile(p))
                 })
                 .collect(),
@@ -64,7 +69,8 @@ impl OutputArgs {
 pub fn print<R: Report>(r: &R, format: &OutputFormat) -> anyhow::Result<()> {
     let text = report::render(r, format)?;
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).context("writing the result")?;
+    out.write_all(text.as_bytes())
+        .context("writing the result")?;
     out.flush().context("writing the result")?;
     Ok(())
 }

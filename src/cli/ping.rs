@@ -82,7 +82,9 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     s.interval = a.interval;
     s.pace = match (a.spin, a.pace) {
         (true, _) | (false, Some(super::rr::PaceArg::Spin)) => PaceMode::Spin,
-        (false, Some(super::rr::PaceArg::Hybrid)) => PaceMode::Hybrid { margin: PaceMode::HYBRID_MARGIN },
+        (false, Some(super::rr::PaceArg::Hybrid)) => PaceMode::Hybrid {
+            margin: PaceMode::HYBRID_MARGIN,
+        },
         _ => PaceMode::Sleep,
     };
     s.size = a.size;
@@ -96,9 +98,16 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     let ctl = Arc::new(PingControl::default());
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
-    let expected = s.duration.or_else(|| s.count.map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32));
+    let expected = s.duration.or_else(|| {
+        s.count
+            .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
+    });
     let c = Arc::clone(&ctl);
-    let progress = ProgressLine::start(move || c.received.load(Ordering::Relaxed), "replies", expected);
+    let progress = ProgressLine::start(
+        move || c.received.load(Ordering::Relaxed),
+        "replies",
+        expected,
+    );
     let result = ping::run(&s, &ctl);
     drop(progress);
     let result = result?;

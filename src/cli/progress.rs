@@ -26,9 +26,14 @@ pub struct ProgressLine {
 
 impl ProgressLine {
     /// Start showing `count()` ("transactions", "replies") against `expected` length.
-    pub fn start(count: impl Fn() -> u64 + Send + 'static, what: &'static str, expected: Option<Duration>) -> Self {
+    pub fn start(
+        count: impl Fn() -> u64 + Send + 'static,
+        what: &'static str,
+        expected: Option<Duration>,
+    ) -> Self {
         let done = Arc::new(AtomicBool::new(false));
-        let show = std::io::stderr().is_terminal() && expected.is_none_or(|d| d > Duration::from_secs(2));
+        let show =
+            std::io::stderr().is_terminal() && expected.is_none_or(|d| d > Duration::from_secs(2));
         let handle = show.then(|| {
             let done = Arc::clone(&done);
             std::thread::spawn(move || {
@@ -37,8 +42,13 @@ impl ProgressLine {
                     std::thread::sleep(Duration::from_millis(250));
                     let n = count();
                     let el = t0.elapsed().as_secs_f64();
-                    let eta = expected.map_or(String::new(), |d| format!(", {:.0} s left", (d.as_secs_f64() - el).max(0.0)));
-                    eprint!("\r{n} {what}, {:.0}/s, {el:.0} s{eta}   ", n as f64 / el.max(1e-9));
+                    let eta = expected.map_or(String::new(), |d| {
+                        format!(", {:.0} s left", (d.as_secs_f64() - el).max(0.0))
+                    });
+                    eprint!(
+                        "\r{n} {what}, {:.0}/s, {el:.0} s{eta}   ",
+                        n as f64 / el.max(1e-9)
+                    );
                 }
                 eprint!("\r\x1b[K");
             })

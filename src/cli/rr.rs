@@ -58,7 +58,13 @@ pub struct RrArgs {
     #[arg(short = '6')]
     pub ipv6: bool,
     /// Test type.
-    #[arg(short = 't', long = "test", value_enum, default_value = "TCP_RR", ignore_case = true)]
+    #[arg(
+        short = 't',
+        long = "test",
+        value_enum,
+        default_value = "TCP_RR",
+        ignore_case = true
+    )]
     pub test: TestArg,
     /// Request and response sizes in bytes, REQ,RESP.
     #[arg(short = 'r', long = "sizes", value_name = "REQ,RESP", default_value = "1,1", value_parser = values::sizes)]
@@ -131,7 +137,12 @@ pub fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> anyhow::Result<Sock
         .iter()
         .copied()
         .find(|a| (!v4 || a.is_ipv4()) && (!v6 || a.is_ipv6()))
-        .with_context(|| format!("host {host:?} has no {} address", if v4 { "IPv4" } else { "IPv6" }))
+        .with_context(|| {
+            format!(
+                "host {host:?} has no {} address",
+                if v4 { "IPv4" } else { "IPv6" }
+            )
+        })
 }
 
 impl RrArgs {
@@ -146,7 +157,10 @@ impl RrArgs {
         let limits = Limits::default();
         for v in [s.request_size, s.response_size] {
             if v > limits.max_payload {
-                bail!("size {v} bytes is over the limit of {} bytes", limits.max_payload);
+                bail!(
+                    "size {v} bytes is over the limit of {} bytes",
+                    limits.max_payload
+                );
             }
         }
         if s.test == TestKind::UdpRr && (s.request_size > 65_507 || s.response_size > 65_507) {
@@ -158,7 +172,10 @@ impl RrArgs {
             (None, None) => Some(Duration::from_secs(10)),
         };
         if s.duration.is_some_and(|d| d.is_zero() || d > rr::MAX_RUN) {
-            bail!("run length must be more than 0 and at most {} s", rr::MAX_RUN.as_secs());
+            bail!(
+                "run length must be more than 0 and at most {} s",
+                rr::MAX_RUN.as_secs()
+            );
         }
         if self.count == Some(0) {
             bail!("-n must be at least 1");
@@ -167,7 +184,9 @@ impl RrArgs {
         s.interval = self.wait;
         s.pace = match (self.spin, self.pace) {
             (true, _) | (false, Some(PaceArg::Spin)) => PaceMode::Spin,
-            (false, Some(PaceArg::Hybrid)) => PaceMode::Hybrid { margin: PaceMode::HYBRID_MARGIN },
+            (false, Some(PaceArg::Hybrid)) => PaceMode::Hybrid {
+                margin: PaceMode::HYBRID_MARGIN,
+            },
             _ => PaceMode::Sleep,
         };
         s.burst = self.burst;
@@ -197,7 +216,10 @@ impl RrArgs {
         if s.open_loop.is_some() && s.test == TestKind::TcpCrr {
             bail!("--rate (open loop) works with TCP_RR and UDP_RR, not TCP_CRR");
         }
-        if self.tcpinfo_interval.is_some_and(|d| d < Duration::from_millis(1)) {
+        if self
+            .tcpinfo_interval
+            .is_some_and(|d| d < Duration::from_millis(1))
+        {
             bail!("--tcpinfo-interval must be at least 1ms");
         }
         s.tcpinfo_interval = self.tcpinfo_interval;
@@ -216,8 +238,15 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     let (server_addr, local_server) = match &a.host {
         Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6)?, None),
         None => {
-            let ip: std::net::IpAddr = if a.ipv6 { "::1".parse()? } else { "127.0.0.1".parse()? };
-            let server = Server::bind(ServerConfig { listen: vec![SocketAddr::new(ip, 0)], ..ServerConfig::default() })?;
+            let ip: std::net::IpAddr = if a.ipv6 {
+                "::1".parse()?
+            } else {
+                "127.0.0.1".parse()?
+            };
+            let server = Server::bind(ServerConfig {
+                listen: vec![SocketAddr::new(ip, 0)],
+                ..ServerConfig::default()
+            })?;
             let handle = server.spawn().context("starting the in-process server")?;
             (handle.addrs()[0], Some(handle))
         }
@@ -227,7 +256,11 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
     let c = Arc::clone(&ctl);
-    let progress = ProgressLine::start(move || c.transactions.load(Ordering::Relaxed), "transactions", settings.duration);
+    let progress = ProgressLine::start(
+        move || c.transactions.load(Ordering::Relaxed),
+        "transactions",
+        settings.duration,
+    );
     let result = rr::run(&settings, &ctl);
     drop(progress);
     drop(local_server);

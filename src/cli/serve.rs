@@ -45,9 +45,19 @@ pub struct ServeArgs {
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let listen = if a.listen.is_empty() { vec![SocketAddr::from(([0u16; 8], DEFAULT_CONTROL_PORT))] } else { a.listen };
-    anyhow::ensure!(a.max_tests >= 1 && a.max_streams >= 1 && a.max_payload >= 1, "limits must be at least 1");
-    anyhow::ensure!(!a.idle_timeout.is_zero(), "--idle-timeout must be more than 0");
+    let listen = if a.listen.is_empty() {
+        vec![SocketAddr::from(([0u16; 8], DEFAULT_CONTROL_PORT))]
+    } else {
+        a.listen
+    };
+    anyhow::ensure!(
+        a.max_tests >= 1 && a.max_streams >= 1 && a.max_payload >= 1,
+        "limits must be at least 1"
+    );
+    anyhow::ensure!(
+        !a.idle_timeout.is_zero(),
+        "--idle-timeout must be more than 0"
+    );
     let config = ServerConfig {
         listen,
         secret: a.secret.map(String::into_bytes),
@@ -62,7 +72,15 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     };
     let secured = config.secret.is_some();
     let server = Server::bind(config)?;
-    let addrs: Vec<String> = server.local_addrs().iter().map(ToString::to_string).collect();
-    eprintln!("rttlab serve: listening on {}{}", addrs.join(", "), if secured { " (secret required)" } else { "" });
+    let addrs: Vec<String> = server
+        .local_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    eprintln!(
+        "rttlab serve: listening on {}{}",
+        addrs.join(", "),
+        if secured { " (secret required)" } else { "" }
+    );
     server.run().context("serving")
 }

@@ -19,7 +19,9 @@ pub fn duration_with(s: &str, bare_unit: Duration) -> Result<Duration, String> {
         }
         return Ok(bare_unit.mul_f64(x));
     }
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let factor_ns: f64 = match unit.trim() {
         "ns" => 1.0,
@@ -28,9 +30,14 @@ pub fn duration_with(s: &str, bare_unit: Duration) -> Result<Duration, String> {
         "s" | "sec" => 1e9,
         "m" | "min" => 60e9,
         "h" => 3600e9,
-        _ => return humantime::parse_duration(t).map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250us, 10ms, 1.5s")),
+        _ => {
+            return humantime::parse_duration(t)
+                .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250us, 10ms, 1.5s"))
+        }
     };
-    let x: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration; use e.g. 250us, 10ms, 1.5s"))?;
+    let x: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration; use e.g. 250us, 10ms, 1.5s"))?;
     Ok(Duration::from_nanos((x * factor_ns).round() as u64))
 }
 
@@ -58,7 +65,13 @@ pub fn duration(s: &str) -> Result<Duration, String> {
 /// # Errors
 /// Not one or two positive integers.
 pub fn sizes(s: &str) -> Result<(u32, u32), String> {
-    let parse = |x: &str| x.trim().parse::<u32>().ok().filter(|&v| v > 0).ok_or_else(|| format!("{x:?} is not a size in bytes (1 or more)"));
+    let parse = |x: &str| {
+        x.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&v| v > 0)
+            .ok_or_else(|| format!("{x:?} is not a size in bytes (1 or more)"))
+    };
     match s.split_once(',') {
         Some((a, b)) => Ok((parse(a)?, parse(b)?)),
         None => parse(s).map(|v| (v, v)),
@@ -75,7 +88,9 @@ pub fn cpu_pair(s: &str) -> Result<(Option<usize>, Option<usize>), String> {
         if x.is_empty() {
             Ok(None)
         } else {
-            x.parse().map(Some).map_err(|_| format!("{x:?} is not a CPU number"))
+            x.parse()
+                .map(Some)
+                .map_err(|_| format!("{x:?} is not a CPU number"))
         }
     };
     match s.split_once(',') {
@@ -107,7 +122,10 @@ pub fn rate(s: &str) -> Result<f64, String> {
 /// Not a positive N.
 pub fn one_in(s: &str) -> Result<u32, String> {
     let t = s.trim().strip_prefix("1/").unwrap_or(s.trim());
-    t.parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| format!("{s:?} is not 1/N with N ≥ 1"))
+    t.parse::<u32>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("{s:?} is not 1/N with N ≥ 1"))
 }
 
 #[cfg(test)]

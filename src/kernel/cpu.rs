@@ -14,7 +14,10 @@ pub fn pin_current_thread(cpu: usize) -> Result<(), SyscallError> {
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if cpu >= libc::CPU_SETSIZE as usize {
-            return Err(SyscallError { call: "sched_setaffinity", source: std::io::Error::from_raw_os_error(libc::EINVAL) });
+            return Err(SyscallError {
+                call: "sched_setaffinity",
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
         }
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
@@ -32,7 +35,9 @@ pub fn current_affinity() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return Vec::new();
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 

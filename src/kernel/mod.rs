@@ -19,6 +19,9 @@ pub struct SyscallError {
 impl SyscallError {
     /// Wrap the current `errno` for `call`.
     pub fn last(call: &'static str) -> Self {
-        Self { call, source: std::io::Error::last_os_error() }
+        Self {
+            call,
+            source: std::io::Error::last_os_error(),
+        }
     }
 }

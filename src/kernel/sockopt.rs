@@ -36,7 +36,13 @@ pub fn tcp_info_fd(fd: RawFd) -> Result<TcpInfo, SockoptError> {
     let mut len = BUF_LEN as libc::socklen_t;
     // SAFETY: buf is valid for `len` bytes and the kernel writes at most `len`.
     let rc = unsafe {
-        libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     };
     if rc != 0 {
         return Err(SyscallError::last("getsockopt(TCP_INFO)").into());
@@ -44,10 +50,22 @@ pub fn tcp_info_fd(fd: RawFd) -> Result<TcpInfo, SockoptError> {
     Ok(TcpInfo::decode(&buf[..(len as usize).min(BUF_LEN)])?)
 }
 
-fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int, call: &'static str) -> Result<(), SyscallError> {
+fn set_int(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: libc::c_int,
+    call: &'static str,
+) -> Result<(), SyscallError> {
     // SAFETY: passing a pointer to a live c_int and its size.
     let rc = unsafe {
-        libc::setsockopt(fd, level, opt, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
     };
     if rc != 0 {
         return Err(SyscallError::last(call));
@@ -61,7 +79,13 @@ fn set_int(fd: RawFd, level: libc::c_int, opt: libc::c_int, v: libc::c_int, call
 /// # Errors
 /// The kernel refused the option.
 pub fn set_thin_linear_timeouts(sock: &impl AsRawFd, on: bool) -> Result<(), SyscallError> {
-    set_int(sock.as_raw_fd(), libc::IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, i32::from(on), "setsockopt(TCP_THIN_LINEAR_TIMEOUTS)")
+    set_int(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        TCP_THIN_LINEAR_TIMEOUTS,
+        i32::from(on),
+        "setsockopt(TCP_THIN_LINEAR_TIMEOUTS)",
+    )
 }
 
 /// Choose the congestion control for one socket (`TCP_CONGESTION`).
@@ -71,7 +95,13 @@ pub fn set_thin_linear_timeouts(sock: &impl AsRawFd, on: bool) -> Result<(), Sys
 pub fn set_congestion(sock: &impl AsRawFd, name: &str) -> Result<(), SyscallError> {
     // SAFETY: the name buffer is valid for its length.
     let rc = unsafe {
-        libc::setsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, name.as_ptr().cast(), name.len() as libc::socklen_t)
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
     };
     if rc != 0 {
         return Err(SyscallError::last("setsockopt(TCP_CONGESTION)"));
@@ -88,7 +118,13 @@ pub fn congestion(sock: &impl AsRawFd) -> Result<String, SyscallError> {
     let mut len = buf.len() as libc::socklen_t;
     // SAFETY: buf is valid for `len` bytes.
     let rc = unsafe {
-        libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len)
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
     };
     if rc != 0 {
         return Err(SyscallError::last("getsockopt(TCP_CONGESTION)"));
@@ -121,7 +157,11 @@ mod tests {
         assert_eq!(ti.state, 1, "ESTABLISHED");
         assert!(ti.rtt_us > 0);
         assert!(ti.rto_us >= 1_000, "rto {}", ti.rto_us);
-        assert!(ti.len >= 232, "this kernel returns a modern tcp_info, got {}", ti.len);
+        assert!(
+            ti.len >= 232,
+            "this kernel returns a modern tcp_info, got {}",
+            ti.len
+        );
         set_thin_linear_timeouts(&c, true).unwrap();
         set_congestion(&c, "cubic").unwrap();
         assert_eq!(congestion(&c).unwrap(), "cubic");

@@ -90,10 +90,14 @@ impl Reader<'_> {
         self.0[off]
     }
     fn u16o(&self, off: usize) -> Option<u16> {
-        self.0.get(off..off + 2).map(|b| u16::from_ne_bytes([b[0], b[1]]))
+        self.0
+            .get(off..off + 2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
     }
     fn u32o(&self, off: usize) -> Option<u32> {
-        self.0.get(off..off + 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        self.0
+            .get(off..off + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
     }
     fn u64o(&self, off: usize) -> Option<u64> {
         self.0
@@ -193,8 +197,14 @@ mod tests {
         put32(&mut b, 148, 31);
         b[240..242].copy_from_slice(&4u16.to_ne_bytes());
         let full = TcpInfo::decode(&b).unwrap();
-        assert_eq!((full.state, full.retransmits, full.rto_us, full.rtt_us), (1, 3, 204_000, 57));
-        assert_eq!((full.rttvar_us, full.total_retrans, full.min_rtt_us), (200_000, 9, Some(31)));
+        assert_eq!(
+            (full.state, full.retransmits, full.rto_us, full.rtt_us),
+            (1, 3, 204_000, 57)
+        );
+        assert_eq!(
+            (full.rttvar_us, full.total_retrans, full.min_rtt_us),
+            (200_000, 9, Some(31))
+        );
         assert_eq!(full.total_rto, Some(4));
 
         // A 4.5-era kernel stops before min_rtt: those fields are absent, not zero.

@@ -113,7 +113,12 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_payload: 1 << 20, max_streams: 256, max_duration_ms: 3_600_000, max_concurrent_tests: 64 }
+        Self {
+            max_payload: 1 << 20,
+            max_streams: 256,
+            max_duration_ms: 3_600_000,
+            max_concurrent_tests: 64,
+        }
     }
 }
 
@@ -131,11 +136,23 @@ pub enum ClientMsg {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
-    Challenge { nonce_hex: String },
-    Welcome { version: u32, host: HostFacts, limits: Limits },
-    Ready { data_port: u16 },
-    Result { report: Box<ServerReport> },
-    Error { message: String },
+    Challenge {
+        nonce_hex: String,
+    },
+    Welcome {
+        version: u32,
+        host: HostFacts,
+        limits: Limits,
+    },
+    Ready {
+        data_port: u16,
+    },
+    Result {
+        report: Box<ServerReport>,
+    },
+    Error {
+        message: String,
+    },
 }
 
 /// Everything that can go wrong on a control connection.
@@ -232,7 +249,10 @@ pub fn from_hex(s: &str) -> Option<Vec<u8>> {
     if s.len() % 2 != 0 || s.len() > 1024 {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -242,7 +262,10 @@ mod tests {
     #[test]
     fn frames_round_trip() {
         let mut buf = Vec::new();
-        let m = ClientMsg::Hello { magic: MAGIC.into(), version: PROTOCOL_VERSION };
+        let m = ClientMsg::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+        };
         write_msg(&mut buf, &m).unwrap();
         assert_eq!(&buf[..4], &((buf.len() - 4) as u32).to_be_bytes());
         let back: ClientMsg = read_msg(&mut &buf[..]).unwrap();
@@ -261,9 +284,18 @@ mod tests {
     fn garbage_and_truncation_are_errors_not_panics() {
         let mut buf = 5u32.to_be_bytes().to_vec();
         buf.extend_from_slice(b"hello");
-        assert!(matches!(read_msg::<_, ClientMsg>(&mut &buf[..]), Err(ControlError::Malformed(_))));
-        assert!(matches!(read_msg::<_, ClientMsg>(&mut &buf[..6]), Err(ControlError::Io(_))));
-        assert!(matches!(read_msg::<_, ClientMsg>(&mut &[0u8, 0][..]), Err(ControlError::Io(_))));
+        assert!(matches!(
+            read_msg::<_, ClientMsg>(&mut &buf[..]),
+            Err(ControlError::Malformed(_))
+        ));
+        assert!(matches!(
+            read_msg::<_, ClientMsg>(&mut &buf[..6]),
+            Err(ControlError::Io(_))
+        ));
+        assert!(matches!(
+            read_msg::<_, ClientMsg>(&mut &[0u8, 0][..]),
+            Err(ControlError::Io(_))
+        ));
     }
 
     #[test]

@@ -20,7 +20,11 @@ pub enum ReadEnd {
 /// # Errors
 /// Any socket error other than a timeout or an interrupted call.
 #[inline]
-pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8], mut keep_going: impl FnMut() -> bool) -> io::Result<ReadEnd> {
+pub fn read_full<R: Read>(
+    r: &mut R,
+    buf: &mut [u8],
+    mut keep_going: impl FnMut() -> bool,
+) -> io::Result<ReadEnd> {
     let mut got = 0;
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
@@ -43,11 +47,20 @@ pub fn read_full<R: Read>(r: &mut R, buf: &mut [u8], mut keep_going: impl FnMut(
 /// # Errors
 /// Any socket error other than a timeout, or `keep_going` gave up.
 #[inline]
-pub fn write_full<W: Write>(w: &mut W, buf: &[u8], mut keep_going: impl FnMut() -> bool) -> io::Result<()> {
+pub fn write_full<W: Write>(
+    w: &mut W,
+    buf: &[u8],
+    mut keep_going: impl FnMut() -> bool,
+) -> io::Result<()> {
     let mut put = 0;
     while put < buf.len() {
         match w.write(&buf[put..]) {
-            Ok(0) => return Err(io::Error::new(ErrorKind::WriteZero, "connection closed while sending")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    ErrorKind::WriteZero,
+                    "connection closed while sending",
+                ))
+            }
             Ok(n) => put += n,
             Err(e) if is_timeout(&e) => {
                 if !keep_going() {
@@ -77,6 +90,9 @@ mod tests {
         let mut b = [0u8; 3];
         assert_eq!(read_full(&mut r, &mut b, || true).unwrap(), ReadEnd::Full);
         assert_eq!(b, [1, 2, 3]);
-        assert_eq!(read_full(&mut r, &mut b, || true).unwrap(), ReadEnd::Closed { got: 2 });
+        assert_eq!(
+            read_full(&mut r, &mut b, || true).unwrap(),
+            ReadEnd::Closed { got: 2 }
+        );
     }
 }

@@ -23,7 +23,9 @@ pub enum PaceMode {
     Sleep,
     Spin,
     /// Sleep until `margin` before the deadline, then spin.
-    Hybrid { margin: Duration },
+    Hybrid {
+        margin: Duration,
+    },
 }
 
 impl PaceMode {
@@ -98,7 +100,12 @@ pub struct Arrivals {
 impl Arrivals {
     /// Arrivals at `rate_per_s` following `schedule`.
     pub fn new(rate_per_s: f64, schedule: Schedule, seed: u64) -> Self {
-        Self { gap_ns: 1e9 / rate_per_s, schedule, next_ns: 0.0, rng: seed | 1 }
+        Self {
+            gap_ns: 1e9 / rate_per_s,
+            schedule,
+            next_ns: 0.0,
+            rng: seed | 1,
+        }
     }
 
     /// Offset of the next intended send from the start.
@@ -111,7 +118,8 @@ impl Arrivals {
                 self.rng ^= self.rng >> 12;
                 self.rng ^= self.rng << 25;
                 self.rng ^= self.rng >> 27;
-                let u = (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64;
+                let u = (self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64
+                    / (1u64 << 53) as f64;
                 -self.gap_ns * (1.0 - u).ln()
             }
         };
@@ -126,7 +134,13 @@ mod tests {
 
     #[test]
     fn spin_and_hybrid_are_not_early() {
-        for mode in [PaceMode::Spin, PaceMode::Hybrid { margin: PaceMode::HYBRID_MARGIN }, PaceMode::Sleep] {
+        for mode in [
+            PaceMode::Spin,
+            PaceMode::Hybrid {
+                margin: PaceMode::HYBRID_MARGIN,
+            },
+            PaceMode::Sleep,
+        ] {
             let start = Instant::now();
             let target = start + Duration::from_millis(2);
             assert!(wait_until(mode, target, || true));
@@ -137,7 +151,11 @@ mod tests {
     #[test]
     fn stop_interrupts_a_long_wait() {
         let start = Instant::now();
-        assert!(!wait_until(PaceMode::Sleep, start + Duration::from_secs(30), || start.elapsed() < Duration::from_millis(50)));
+        assert!(!wait_until(
+            PaceMode::Sleep,
+            start + Duration::from_secs(30),
+            || start.elapsed() < Duration::from_millis(50)
+        ));
         assert!(start.elapsed() < Duration::from_secs(1));
     }
 

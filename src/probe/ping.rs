@@ -129,7 +129,11 @@ fn open(settings: &PingSettings) -> Result<(Socket, SocketKind), PingError> {
         IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
     };
     let try_kind = |kind: SocketKind| {
-        let ty = if kind == SocketKind::Dgram { Type::DGRAM } else { Type::RAW };
+        let ty = if kind == SocketKind::Dgram {
+            Type::DGRAM
+        } else {
+            Type::RAW
+        };
         Socket::new(domain, ty, Some(proto)).map(|s| (s, kind))
     };
     let r = match settings.socket {
@@ -151,7 +155,10 @@ fn checksum(data: &[u8]) -> u16 {
 }
 
 fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -164,7 +171,10 @@ fn pattern(seq: u16, i: usize) -> u8 {
 
 /// One received datagram: bytes, and the kernel's receive time.
 fn recv_with_ts(fd: i32, buf: &mut [u8], nonblocking: bool) -> io::Result<(usize, Option<u64>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     let mut cbuf = [0u64; 16];
     // SAFETY: msghdr is plain data; every pointer set below outlives the call.
     let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -216,7 +226,11 @@ fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> Opti
     }
     let seq = u16::from_be_bytes([icmp[6], icmp[7]]);
     let payload = &icmp[8..];
-    let intact = payload.len() == size && payload.iter().enumerate().all(|(i, &b)| b == pattern(seq, i));
+    let intact = payload.len() == size
+        && payload
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(seq, i));
     Some(Reply { seq, intact })
 }
 
@@ -233,7 +247,15 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     let fd = sock.as_raw_fd();
     let one: libc::c_int = 1;
     // SAFETY: passing a pointer to a live c_int.
-    let rc = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, (&one as *const libc::c_int).cast(), 4) };
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&one as *const libc::c_int).cast(),
+            4,
+        )
+    };
     if rc != 0 {
         return Err(PingError::Timestamps(io::Error::last_os_error()));
     }
@@ -250,7 +272,8 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     let mut sent_at = vec![0u64; SEQ_SPACE];
     let mut answered = vec![false; SEQ_SPACE];
     let mut hist = LatencyHistogram::new();
-    let (mut sent, mut received, mut dups, mut reordered, mut corrupted) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let (mut sent, mut received, mut dups, mut reordered, mut corrupted) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut highest: Option<u64> = None;
     let mut error = None;
     let start = Instant::now();
@@ -259,12 +282,18 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     let spin = settings.pace != PaceMode::Sleep;
     let mut next_send = start;
     let mut last_send = start;
-    let wants_more = |sent: u64, now: Instant| sent < count && deadline.is_none_or(|d| now < d) && !ctl.stop.load(Ordering::Relaxed);
+    let wants_more = |sent: u64, now: Instant| {
+        sent < count && deadline.is_none_or(|d| now < d) && !ctl.stop.load(Ordering::Relaxed)
+    };
 
     loop {
         let now = Instant::now();
         let outstanding = sent - (received - dups).min(sent);
-        let can_send = wants_more(sent, now) && now >= next_send && (!settings.interval.is_zero() || outstanding == 0 || now - last_send >= settings.timeout);
+        let can_send = wants_more(sent, now)
+            && now >= next_send
+            && (!settings.interval.is_zero()
+                || outstanding == 0
+                || now - last_send >= settings.timeout);
         if can_send {
             let seq = sent as u16;
             pkt[6..8].copy_from_slice(&seq.to_be_bytes());
@@ -293,11 +322,19 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         }
         // Finished: nothing more to send and the last request has had its timeout.
         let outstanding = sent - (received - dups).min(sent);
-        if !wants_more(sent, Instant::now()) && (outstanding == 0 || last_send.elapsed() >= settings.timeout || ctl.stop.load(Ordering::Relaxed)) {
+        if !wants_more(sent, Instant::now())
+            && (outstanding == 0
+                || last_send.elapsed() >= settings.timeout
+                || ctl.stop.load(Ordering::Relaxed))
+        {
             break;
         }
         // Wait for a reply until the next send (or the timeout of the last one).
-        let wait_until = if wants_more(sent, Instant::now()) && !settings.interval.is_zero() { next_send } else { last_send + settings.timeout };
+        let wait_until = if wants_more(sent, Instant::now()) && !settings.interval.is_zero() {
+            next_send
+        } else {
+            last_send + settings.timeout
+        };
         let got = if spin {
             match recv_with_ts(fd, &mut rbuf, true) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -310,8 +347,16 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
                 r => r,
             }
         } else {
-            let ms = wait_until.saturating_duration_since(Instant::now()).as_micros().div_ceil(1000).min(100) as i32;
-            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            let ms = wait_until
+                .saturating_duration_since(Instant::now())
+                .as_micros()
+                .div_ceil(1000)
+                .min(100) as i32;
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: one valid pollfd.
             let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
             if ready <= 0 {
@@ -321,13 +366,22 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         };
         let (n, ts) = match got {
             Ok(x) => x,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
                 error = Some(format!("receiving: {e}"));
                 break;
             }
         };
-        let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else { continue };
+        let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else {
+            continue;
+        };
         let rx_ns = ts.unwrap_or_else(realtime_ns);
         // Reconstruct the full sequence number nearest below what was sent.
         let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq);
@@ -394,7 +448,10 @@ mod tests {
     #[test]
     fn checksum_matches_rfc1071_example() {
         // RFC 1071 §3 example words 0001 f203 f4f5 f6f7 sum to ddf2, complement 220d.
-        assert_eq!(checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]), 0x220d);
+        assert_eq!(
+            checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
+            0x220d
+        );
     }
 
     #[test]
@@ -406,10 +463,19 @@ mod tests {
         p.extend_from_slice(&icmp);
         let r = parse_reply(&p, false, true, 0x1234, 4).unwrap();
         assert_eq!((r.seq, r.intact), (7, true));
-        assert!(parse_reply(&p, false, true, 0x9999, 4).is_none(), "other identifier");
+        assert!(
+            parse_reply(&p, false, true, 0x9999, 4).is_none(),
+            "other identifier"
+        );
         p[20] = 8;
-        assert!(parse_reply(&p, false, true, 0x1234, 4).is_none(), "our own request");
-        assert!(parse_reply(&p[..22], false, true, 0x1234, 4).is_none(), "truncated");
+        assert!(
+            parse_reply(&p, false, true, 0x1234, 4).is_none(),
+            "our own request"
+        );
+        assert!(
+            parse_reply(&p[..22], false, true, 0x1234, 4).is_none(),
+            "truncated"
+        );
         assert!(parse_reply(&[], false, true, 0x1234, 4).is_none());
     }
 }

@@ -11,7 +11,10 @@
 //! (intended send → response). A slow reply delays the next sends in a closed loop and
 //! hides its own effect (coordinated omission); the response time shows it.
 
-use super::control::{self, ClientMsg, ControlError, Limits, ServerMsg, ServerReport, TestKind, TestSpec, MAGIC, PROTOCOL_VERSION};
+use super::control::{
+    self, ClientMsg, ControlError, Limits, ServerMsg, ServerReport, TestKind, TestSpec, MAGIC,
+    PROTOCOL_VERSION,
+};
 use super::io::{read_full, write_full, ReadEnd};
 use super::pacing::{self, Arrivals, PaceMode, Schedule};
 use crate::kernel::cpu::{self, CpuTracker, Placement};
@@ -129,7 +132,9 @@ pub struct RunControl {
 #[derive(Debug, thiserror::Error)]
 pub enum RrError {
     /// The control connection could not be made.
-    #[error("cannot reach the rttlab server at {addr}: {source} (is `rttlab serve` running there?)")]
+    #[error(
+        "cannot reach the rttlab server at {addr}: {source} (is `rttlab serve` running there?)"
+    )]
     Connect {
         addr: SocketAddr,
         #[source]
@@ -168,24 +173,46 @@ impl ControlClient {
     /// # Errors
     /// Unreachable, not rttlab, another version, authentication refused.
     pub fn connect(addr: SocketAddr, secret: Option<&[u8]>) -> Result<Self, RrError> {
-        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT).map_err(|source| RrError::Connect { addr, source })?;
+        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+            .map_err(|source| RrError::Connect { addr, source })?;
         let _ = stream.set_nodelay(true);
-        stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(ControlError::Io)?;
-        control::write_msg(&mut stream, &ClientMsg::Hello { magic: MAGIC.into(), version: PROTOCOL_VERSION })?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(ControlError::Io)?;
+        control::write_msg(
+            &mut stream,
+            &ClientMsg::Hello {
+                magic: MAGIC.into(),
+                version: PROTOCOL_VERSION,
+            },
+        )?;
         let mut msg: ServerMsg = control::read_msg(&mut stream)?;
         if let ServerMsg::Challenge { nonce_hex } = &msg {
             let secret = secret.ok_or(RrError::SecretRequired)?;
-            let nonce = control::from_hex(nonce_hex).ok_or_else(|| ControlError::Malformed("bad nonce".into()))?;
+            let nonce = control::from_hex(nonce_hex)
+                .ok_or_else(|| ControlError::Malformed("bad nonce".into()))?;
             let mac_hex = control::to_hex(&control::auth_mac(secret, &nonce));
             control::write_msg(&mut stream, &ClientMsg::Auth { mac_hex })?;
             msg = control::read_msg(&mut stream)?;
         }
         match msg {
-            ServerMsg::Welcome { version, host, limits } => {
+            ServerMsg::Welcome {
+                version,
+                host,
+                limits,
+            } => {
                 if version != PROTOCOL_VERSION {
-                    return Err(ControlError::Version { ours: PROTOCOL_VERSION, theirs: version }.into());
+                    return Err(ControlError::Version {
+                        ours: PROTOCOL_VERSION,
+                        theirs: version,
+                    }
+                    .into());
                 }
-                Ok(Self { stream, server_host: host, limits })
+                Ok(Self {
+                    stream,
+                    server_host: host,
+                    limits,
+                })
             }
             ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
             other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
@@ -344,7 +371,10 @@ impl Ctx<'_> {
 }
 
 fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -357,7 +387,12 @@ fn tcp_socket(s: &RrSettings, addr: SocketAddr) -> io::Result<TcpStream> {
         sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
     }
     if let Some(cc) = &s.congestion {
-        sockopt::set_congestion(&sock, cc).map_err(|e| io::Error::new(e.source.kind(), format!("congestion control {cc}: {}", e.source)))?;
+        sockopt::set_congestion(&sock, cc).map_err(|e| {
+            io::Error::new(
+                e.source.kind(),
+                format!("congestion control {cc}: {}", e.source),
+            )
+        })?;
     }
     sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
     sock.set_read_timeout(Some(POLL_TICK))?;
@@ -373,9 +408,15 @@ fn tcp_socket(s: &RrSettings, addr: SocketAddr) -> io::Result<TcpStream> {
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut client = ControlClient::connect(s.server, s.secret.as_deref())?;
-    for (what, v) in [("request size", s.request_size), ("response size", s.response_size)] {
+    for (what, v) in [
+        ("request size", s.request_size),
+        ("response size", s.response_size),
+    ] {
         if v == 0 || v > client.limits.max_payload {
-            return Err(RrError::Limit(format!("{what} {v} is outside the server's limit 1..={}", client.limits.max_payload)));
+            return Err(RrError::Limit(format!(
+                "{what} {v} is outside the server's limit 1..={}",
+                client.limits.max_payload
+            )));
         }
     }
     let run_for = s.duration.unwrap_or(MAX_RUN).min(MAX_RUN);
@@ -399,8 +440,19 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
 
     let mut hdr = match &s.hdr_log {
         Some(p) => Some(
-            HdrLogWriter::create(p, s.streams as usize, Duration::from_secs(1), &format!("{} -r {},{} -w {:?}", s.test.name(), s.request_size, s.response_size, s.interval))
-                .map_err(|source| RrError::Data { port, source })?,
+            HdrLogWriter::create(
+                p,
+                s.streams as usize,
+                Duration::from_secs(1),
+                &format!(
+                    "{} -r {},{} -w {:?}",
+                    s.test.name(),
+                    s.request_size,
+                    s.response_size,
+                    s.interval
+                ),
+            )
+            .map_err(|source| RrError::Data { port, source })?,
         ),
         None => None,
     };
@@ -410,19 +462,27 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut conns: Vec<Option<TcpStream>> = Vec::new();
     if s.test == TestKind::TcpRr {
         for _ in 0..s.streams {
-            conns.push(Some(tcp_socket(s, data).map_err(|source| RrError::Data { port, source })?));
+            conns.push(Some(
+                tcp_socket(s, data).map_err(|source| RrError::Data { port, source })?,
+            ));
         }
     } else {
         conns.resize_with(s.streams as usize, || None);
     }
-    let watched: Vec<TcpStream> = conns.iter().flatten().filter_map(|c| c.try_clone().ok()).collect();
+    let watched: Vec<TcpStream> = conns
+        .iter()
+        .flatten()
+        .filter_map(|c| c.try_clone().ok())
+        .collect();
 
     let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
     let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for (i, conn) in conns.into_iter().enumerate() {
-            let quota = s.count.map_or(u64::MAX, |n| n / u64::from(s.streams) + u64::from((i as u64) < n % u64::from(s.streams)));
+            let quota = s.count.map_or(u64::MAX, |n| {
+                n / u64::from(s.streams) + u64::from((i as u64) < n % u64::from(s.streams))
+            });
             let barrier = Arc::clone(&barrier);
             let start_cell = Arc::clone(&start_cell);
             let recorder = hdr.as_mut().map(HdrLogWriter::recorder);
@@ -432,14 +492,27 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 }
                 pacing::tighten_timer_slack();
                 barrier.wait();
-                let start = start_cell.lock().map(|g| g.unwrap_or_else(Instant::now)).unwrap_or_else(|_| Instant::now());
-                let cx = Ctx { s, data, ctl, start, deadline: start + run_for, hard_deadline: start + run_for + IN_FLIGHT_GRACE, quota };
+                let start = start_cell
+                    .lock()
+                    .map(|g| g.unwrap_or_else(Instant::now))
+                    .unwrap_or_else(|_| Instant::now());
+                let cx = Ctx {
+                    s,
+                    data,
+                    ctl,
+                    start,
+                    deadline: start + run_for,
+                    hard_deadline: start + run_for + IN_FLIGHT_GRACE,
+                    quota,
+                };
                 let cpu0 = thread_cpu_ns();
                 let mut out = match (s.test, s.open_loop) {
                     (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
                     (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
                     (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),
-                    (TestKind::TcpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Tcp(conn), recorder),
+                    (TestKind::TcpRr, Some(ol)) => {
+                        open_loop(&cx, ol, Endpoint::Tcp(conn), recorder)
+                    }
                     (TestKind::UdpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Udp, recorder),
                 };
                 out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
@@ -451,7 +524,12 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         let series = sample_tcp_info(s, &watched, ctl, &handles);
         let outs: Vec<StreamOutcome> = handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| StreamOutcome { error: Some("a measuring thread panicked".into()), ..Default::default() }))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| StreamOutcome {
+                    error: Some("a measuring thread panicked".into()),
+                    ..Default::default()
+                })
+            })
             .collect();
         (outs, series)
     });
@@ -465,7 +543,15 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut connect = LatencyHistogram::new();
     let mut intended = LatencyHistogram::new();
     let mut cpus = CpuTracker::default();
-    let (mut transactions, mut lost, mut late, mut unanswered, mut late_sends, mut retrans, mut cpu_ns) = (0, 0, 0, 0, 0, 0, 0);
+    let (
+        mut transactions,
+        mut lost,
+        mut late,
+        mut unanswered,
+        mut late_sends,
+        mut retrans,
+        mut cpu_ns,
+    ) = (0, 0, 0, 0, 0, 0, 0);
     let mut local_info = Vec::new();
     let mut error = None;
     let mut local_addr = None;
@@ -509,38 +595,72 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             remote_data_port: port,
             nodelay: true,
             thin_linear_timeouts: s.thin_linear_timeouts,
-            congestion: s.congestion.clone().or_else(|| server.as_ref().and_then(|r| r.congestion.clone())),
+            congestion: s
+                .congestion
+                .clone()
+                .or_else(|| server.as_ref().and_then(|r| r.congestion.clone())),
             timeout_ms: (s.test == TestKind::UdpRr).then(|| s.timeout.as_secs_f64() * 1e3),
             open_loop: s.open_loop,
         },
         brand: None,
         local_host: HostFacts::collect(),
-        remote_host: server.as_ref().and_then(|r| r.host.clone()).or(Some(client.server_host.clone())),
+        remote_host: server
+            .as_ref()
+            .and_then(|r| r.host.clone())
+            .or(Some(client.server_host.clone())),
         elapsed_s: elapsed.as_secs_f64(),
         transactions,
-        throughput_tps: if elapsed.is_zero() { 0.0 } else { transactions as f64 / elapsed.as_secs_f64() },
+        throughput_tps: if elapsed.is_zero() {
+            0.0
+        } else {
+            transactions as f64 / elapsed.as_secs_f64()
+        },
         latency: Summary::from_histogram(&hist, &s.percentiles),
         histogram: hist,
-        connect: (s.test == TestKind::TcpCrr).then(|| Summary::from_histogram(&connect, &s.percentiles)),
-        open_loop: s.open_loop.map(|_| OpenLoopStats { response_time: Summary::from_histogram(&intended, &s.percentiles), unanswered, late_sends }),
-        udp: (s.test == TestKind::UdpRr).then(|| UdpStats { lost, late_replies: late, dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose) }),
+        connect: (s.test == TestKind::TcpCrr)
+            .then(|| Summary::from_histogram(&connect, &s.percentiles)),
+        open_loop: s.open_loop.map(|_| OpenLoopStats {
+            response_time: Summary::from_histogram(&intended, &s.percentiles),
+            unanswered,
+            late_sends,
+        }),
+        udp: (s.test == TestKind::UdpRr).then(|| UdpStats {
+            lost,
+            late_replies: late,
+            dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose),
+        }),
         remote_transactions: server.as_ref().map(|r| r.transactions),
         local_tcp_info: local_info,
-        remote_tcp_info: server.as_ref().map(|r| r.tcp_info.clone()).unwrap_or_default(),
+        remote_tcp_info: server
+            .as_ref()
+            .map(|r| r.tcp_info.clone())
+            .unwrap_or_default(),
         local_retrans: tcp.then_some(retrans),
-        remote_retrans: if tcp { server.as_ref().map(|r| r.total_retrans) } else { None },
+        remote_retrans: if tcp {
+            server.as_ref().map(|r| r.total_retrans)
+        } else {
+            None
+        },
         local_placement: cpus.placement(s.local_cpu),
         remote_placement: server.as_ref().map(|r| r.placement.clone()),
-        client_cpu_us_per_transaction: (transactions > 0).then(|| cpu_ns as f64 / 1e3 / transactions as f64),
+        client_cpu_us_per_transaction: (transactions > 0)
+            .then(|| cpu_ns as f64 / 1e3 / transactions as f64),
         tcpinfo_series,
         error,
     })
 }
 
 /// Sample the client's data sockets every `--tcpinfo-interval` until the streams end.
-fn sample_tcp_info<T>(s: &RrSettings, socks: &[TcpStream], ctl: &RunControl, handles: &[std::thread::ScopedJoinHandle<'_, T>]) -> Vec<TcpInfoSample> {
+fn sample_tcp_info<T>(
+    s: &RrSettings,
+    socks: &[TcpStream],
+    ctl: &RunControl,
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+) -> Vec<TcpInfoSample> {
     let mut series = Vec::new();
-    let Some(every) = s.tcpinfo_interval else { return series };
+    let Some(every) = s.tcpinfo_interval else {
+        return series;
+    };
     if socks.is_empty() {
         return series;
     }
@@ -552,7 +672,11 @@ fn sample_tcp_info<T>(s: &RrSettings, socks: &[TcpStream], ctl: &RunControl, han
                 break;
             }
             if let Ok(info) = sockopt::tcp_info(sock) {
-                series.push(TcpInfoSample { t_ms: t0.elapsed().as_secs_f64() * 1e3, stream, info });
+                series.push(TcpInfoSample {
+                    t_ms: t0.elapsed().as_secs_f64() * 1e3,
+                    stream,
+                    info,
+                });
             }
         }
         next += every;
@@ -570,7 +694,13 @@ fn sample_tcp_info<T>(s: &RrSettings, socks: &[TcpStream], ctl: &RunControl, han
 }
 
 #[inline]
-fn record(out: &mut StreamOutcome, rec: &mut Option<IntervalRecorder>, ctl: &RunControl, t0: Instant, t1: Instant) {
+fn record(
+    out: &mut StreamOutcome,
+    rec: &mut Option<IntervalRecorder>,
+    ctl: &RunControl,
+    t0: Instant,
+    t1: Instant,
+) {
     let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
     out.hist.record_ns(ns);
     if let Some(r) = rec.as_mut() {
@@ -583,11 +713,17 @@ fn record(out: &mut StreamOutcome, rec: &mut Option<IntervalRecorder>, ctl: &Run
 
 fn pause(cx: &Ctx<'_>, after: Instant) {
     if !cx.s.interval.is_zero() {
-        pacing::wait_until(cx.s.pace, after + cx.s.interval, || !cx.ctl.stop.load(Ordering::Relaxed));
+        pacing::wait_until(cx.s.pace, after + cx.s.interval, || {
+            !cx.ctl.stop.load(Ordering::Relaxed)
+        });
     }
 }
 
-fn tcp_rr(cx: &Ctx<'_>, conn: Option<TcpStream>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+fn tcp_rr(
+    cx: &Ctx<'_>,
+    conn: Option<TcpStream>,
+    mut rec: Option<IntervalRecorder>,
+) -> StreamOutcome {
     let mut out = StreamOutcome::default();
     let Some(mut sock) = conn else {
         out.error = Some("no data connection".into());
@@ -648,7 +784,11 @@ fn get_seq(buf: &[u8], k: usize) -> u64 {
 }
 
 fn udp_socket(cx: &Ctx<'_>) -> io::Result<UdpSocket> {
-    let bind: SocketAddr = if cx.data.is_ipv4() { "0.0.0.0:0".parse().expect("literal") } else { "[::]:0".parse().expect("literal") };
+    let bind: SocketAddr = if cx.data.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
     let u = UdpSocket::bind(bind)?;
     u.connect(cx.data)?;
     u.set_read_timeout(Some(cx.s.timeout.min(POLL_TICK)))?;
@@ -666,7 +806,11 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     };
     out.local_addr = u.local_addr().ok();
     let k = seq_len(cx.s);
-    let mask = if k >= 8 { u64::MAX } else { (1u64 << (8 * k)) - 1 };
+    let mask = if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
     let mut req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize + 1];
     let mut seq = 0u64;
@@ -682,13 +826,17 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
             }
             loop {
                 match u.recv(&mut resp) {
-                    Ok(n) if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask => {
+                    Ok(n)
+                        if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask =>
+                    {
                         now = Instant::now();
                         record(&mut out, &mut rec, cx.ctl, t0, now);
                         break;
                     }
                     Ok(_) => out.late_replies += 1,
-                    Err(e) if super::io::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {
+                    Err(e)
+                        if super::io::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted =>
+                    {
                         now = Instant::now();
                         if now - t0 >= cx.s.timeout {
                             out.lost += 1;
@@ -699,7 +847,9 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                         }
                     }
                     Err(e) => {
-                        out.error = Some(format!("receiving a response: {e} (is the server still running?)"));
+                        out.error = Some(format!(
+                            "receiving a response: {e} (is the server still running?)"
+                        ));
                         break 'run;
                     }
                 }
@@ -725,7 +875,11 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
             let mut sock = match tcp_socket(cx.s, cx.data) {
                 Ok(s) => s,
                 Err(e) => {
-                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) { " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)" } else { "" };
+                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                        " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
+                    } else {
+                        ""
+                    };
                     out.error = Some(format!("connecting: {e}{hint}"));
                     break 'run;
                 }
@@ -748,7 +902,8 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                 }
             }
             now = Instant::now();
-            out.connect.record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+            out.connect
+                .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
             record(&mut out, &mut rec, cx.ctl, t0, now);
             if let Ok(ti) = sockopt::tcp_info(&sock) {
                 out.retrans += u64::from(ti.total_retrans);
@@ -779,7 +934,12 @@ struct Pending {
 
 /// Open loop: a sender thread sends on the schedule; this thread receives and matches
 /// replies (TCP: in order; UDP: by the echoed sequence number).
-fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+fn open_loop(
+    cx: &Ctx<'_>,
+    ol: OpenLoop,
+    ep: Endpoint,
+    mut rec: Option<IntervalRecorder>,
+) -> StreamOutcome {
     let mut out = StreamOutcome::default();
     let (mut tx_tcp, mut rx_tcp, udp) = match ep {
         Endpoint::Tcp(Some(s)) => match s.try_clone() {
@@ -801,9 +961,16 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
             }
         },
     };
-    out.local_addr = rx_tcp.as_ref().and_then(|s| s.local_addr().ok()).or(udp.as_ref().and_then(|u| u.local_addr().ok()));
+    out.local_addr = rx_tcp
+        .as_ref()
+        .and_then(|s| s.local_addr().ok())
+        .or(udp.as_ref().and_then(|u| u.local_addr().ok()));
     let k = seq_len(cx.s);
-    let mask = if k >= 8 { u64::MAX } else { (1u64 << (8 * k)) - 1 };
+    let mask = if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
     let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
     let sender_done = AtomicBool::new(false);
     let send_error: Mutex<Option<String>> = Mutex::new(None);
@@ -813,7 +980,11 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
                 let _ = cpu::pin_current_thread(c);
             }
             pacing::tighten_timer_slack();
-            let mut arrivals = Arrivals::new(ol.rate_per_s, ol.schedule, 0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64);
+            let mut arrivals = Arrivals::new(
+                ol.rate_per_s,
+                ol.schedule,
+                0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64,
+            );
             let mut req = vec![0u8; cx.s.request_size as usize];
             let (mut seq, mut late) = (0u64, 0u64);
             while seq < cx.quota && !cx.ctl.stop.load(Ordering::Relaxed) {
@@ -821,10 +992,13 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
                 if intended >= cx.deadline {
                     break;
                 }
-                if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed)) {
+                if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed))
+                {
                     break;
                 }
-                while pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize && cx.keep() {
+                while pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize
+                    && cx.keep()
+                {
                     std::thread::sleep(Duration::from_micros(50));
                 }
                 seq += 1;
@@ -834,7 +1008,11 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
                     late += 1;
                 }
                 if let Ok(mut p) = pending.lock() {
-                    p.push_back(Pending { seq, intended, sent });
+                    p.push_back(Pending {
+                        seq,
+                        intended,
+                        sent,
+                    });
                 }
                 let r = match (&mut tx_tcp, &udp) {
                     (Some(t), _) => write_full(t, &req, || cx.keep()),
@@ -842,7 +1020,8 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
                     (None, None) => Ok(()),
                 };
                 if let Err(e) = r {
-                    *send_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("sending a request: {e}"));
+                    *send_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(format!("sending a request: {e}"));
                     break;
                 }
             }
@@ -852,18 +1031,25 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
         let mut resp = vec![0u8; cx.s.response_size as usize + 1];
         let rlen = cx.s.response_size as usize;
         loop {
-            let idle = sender_done.load(Ordering::Acquire) && pending.lock().map_or(true, |p| p.is_empty());
+            let idle = sender_done.load(Ordering::Acquire)
+                && pending.lock().map_or(true, |p| p.is_empty());
             if idle || !cx.keep() {
                 break;
             }
             if let Some(s) = rx_tcp.as_mut() {
-                match read_full(s, &mut resp[..rlen], || cx.keep() && !(sender_done.load(Ordering::Acquire) && pending.lock().map_or(true, |p| p.is_empty()))) {
+                match read_full(s, &mut resp[..rlen], || {
+                    cx.keep()
+                        && !(sender_done.load(Ordering::Acquire)
+                            && pending.lock().map_or(true, |p| p.is_empty()))
+                }) {
                     Ok(ReadEnd::Full) => {
                         let t1 = Instant::now();
                         let front = pending.lock().ok().and_then(|mut p| p.pop_front());
                         if let Some(p) = front {
                             record(&mut out, &mut rec, cx.ctl, p.sent, t1);
-                            out.intended.record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+                            out.intended.record_ns(
+                                u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
+                            );
                         }
                     }
                     Ok(ReadEnd::Stopped { .. }) => break,
@@ -877,11 +1063,17 @@ fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, mut rec: Option<IntervalR
                     Ok(n) if n == rlen => {
                         let t1 = Instant::now();
                         let got = get_seq(&resp, k);
-                        let matched = pending.lock().ok().and_then(|mut p| p.iter().position(|x| x.seq & mask == got).and_then(|i| p.remove(i)));
+                        let matched = pending.lock().ok().and_then(|mut p| {
+                            p.iter()
+                                .position(|x| x.seq & mask == got)
+                                .and_then(|i| p.remove(i))
+                        });
                         match matched {
                             Some(p) => {
                                 record(&mut out, &mut rec, cx.ctl, p.sent, t1);
-                                out.intended.record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+                                out.intended.record_ns(
+                                    u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
+                                );
                             }
                             None => out.late_replies += 1,
                         }

@@ -49,7 +49,10 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            listen: vec![SocketAddr::from(([0, 0, 0, 0, 0, 0, 0, 0], control::DEFAULT_CONTROL_PORT))],
+            listen: vec![SocketAddr::from((
+                [0, 0, 0, 0, 0, 0, 0, 0],
+                control::DEFAULT_CONTROL_PORT,
+            ))],
             secret: None,
             limits: Limits::default(),
             idle_timeout: Duration::from_secs(30),
@@ -140,7 +143,10 @@ impl Server {
 
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
     }
 
     /// Serve on background threads.
@@ -157,9 +163,19 @@ impl Server {
             let mine = l.try_clone()?;
             kept.push(l);
             let shared = Arc::clone(&self.shared);
-            threads.push(std::thread::Builder::new().name("serve-accept".into()).spawn(move || accept_loop(&mine, &shared))?);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("serve-accept".into())
+                    .spawn(move || accept_loop(&mine, &shared))?,
+            );
         }
-        Ok(ServerHandle { shared: self.shared, addrs, listener_fds: fds, threads, _listeners: kept })
+        Ok(ServerHandle {
+            shared: self.shared,
+            addrs,
+            listener_fds: fds,
+            threads,
+            _listeners: kept,
+        })
     }
 
     /// Serve on the calling thread until the process ends.
@@ -218,9 +234,11 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                     return;
                 }
                 let shared = Arc::clone(shared);
-                let spawned = std::thread::Builder::new().name("serve-control".into()).spawn(move || {
-                    handle_control(stream, peer, &shared);
-                });
+                let spawned = std::thread::Builder::new()
+                    .name("serve-control".into())
+                    .spawn(move || {
+                        handle_control(stream, peer, &shared);
+                    });
                 if spawned.is_err() {
                     shared_log_err("cannot start a thread for a control connection");
                 }
@@ -266,8 +284,16 @@ fn handle_control(mut ctl: TcpStream, peer: SocketAddr, shared: &Shared) {
             other => other.to_string(),
         };
         if !matches!(e, ControlError::Io(_)) {
-            shared.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-            let _ = control::write_msg(&mut ctl, &ServerMsg::Error { message: message.clone() });
+            shared
+                .counters
+                .protocol_errors
+                .fetch_add(1, Ordering::Relaxed);
+            let _ = control::write_msg(
+                &mut ctl,
+                &ServerMsg::Error {
+                    message: message.clone(),
+                },
+            );
         }
         if shared.config.log {
             shared_log_err(&format!("{peer}: {message}"));
@@ -286,7 +312,10 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
                 return Err(ControlError::NotRttlab);
             }
             if version != PROTOCOL_VERSION {
-                return Err(ControlError::Version { ours: PROTOCOL_VERSION, theirs: version });
+                return Err(ControlError::Version {
+                    ours: PROTOCOL_VERSION,
+                    theirs: version,
+                });
             }
         }
         other => return Err(ControlError::Unexpected(format!("{other:?} before Hello"))),
@@ -294,46 +323,83 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
     if let Some(secret) = &shared.config.secret {
         let mut nonce = [0u8; 32];
         getrandom::getrandom(&mut nonce).map_err(|e| reject(format!("no randomness: {e}")))?;
-        control::write_msg(ctl, &ServerMsg::Challenge { nonce_hex: control::to_hex(&nonce) })?;
+        control::write_msg(
+            ctl,
+            &ServerMsg::Challenge {
+                nonce_hex: control::to_hex(&nonce),
+            },
+        )?;
         let ok = match control::read_msg::<_, ClientMsg>(ctl)? {
-            ClientMsg::Auth { mac_hex } => {
-                control::from_hex(&mac_hex).is_some_and(|mac| control::auth_verify(secret, &nonce, &mac))
-            }
+            ClientMsg::Auth { mac_hex } => control::from_hex(&mac_hex)
+                .is_some_and(|mac| control::auth_verify(secret, &nonce, &mac)),
             _ => false,
         };
         if !ok {
-            shared.counters.auth_failures.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counters
+                .auth_failures
+                .fetch_add(1, Ordering::Relaxed);
             // Slow down guessing.
             std::thread::sleep(Duration::from_millis(200));
-            return Err(reject("authentication failed: the client's secret does not match the server's"));
+            return Err(reject(
+                "authentication failed: the client's secret does not match the server's",
+            ));
         }
     }
     control::write_msg(
         ctl,
-        &ServerMsg::Welcome { version: PROTOCOL_VERSION, host: shared.host.clone(), limits: shared.config.limits.clone() },
+        &ServerMsg::Welcome {
+            version: PROTOCOL_VERSION,
+            host: shared.host.clone(),
+            limits: shared.config.limits.clone(),
+        },
     )?;
     let spec = match control::read_msg::<_, ClientMsg>(ctl)? {
         ClientMsg::Start { spec } => spec,
-        other => return Err(ControlError::Unexpected(format!("{other:?} instead of Start"))),
+        other => {
+            return Err(ControlError::Unexpected(format!(
+                "{other:?} instead of Start"
+            )))
+        }
     };
     validate(&spec, &shared.config.limits).map_err(reject)?;
-    shared.counters.tests_started.fetch_add(1, Ordering::Relaxed);
+    shared
+        .counters
+        .tests_started
+        .fetch_add(1, Ordering::Relaxed);
     let local_ip = ctl.local_addr()?.ip();
     let test = DataTest::open(&spec, local_ip, peer.ip(), shared.config.idle_timeout)
         .map_err(|e| reject(format!("cannot open data port {}: {e}", spec.data_port)))?;
-    control::write_msg(ctl, &ServerMsg::Ready { data_port: test.port })?;
+    control::write_msg(
+        ctl,
+        &ServerMsg::Ready {
+            data_port: test.port,
+        },
+    )?;
     let started = Instant::now();
-    let running = test.run().map_err(|e| reject(format!("data connection: {e}")))?;
+    let running = test
+        .run()
+        .map_err(|e| reject(format!("data connection: {e}")))?;
     // The control socket waits for Done as long as the test may last.
-    let limit = Duration::from_millis(spec.max_duration_ms) + Duration::from_millis(spec.interval_ms) + END_GRACE;
+    let limit = Duration::from_millis(spec.max_duration_ms)
+        + Duration::from_millis(spec.interval_ms)
+        + END_GRACE;
     let _ = ctl.set_read_timeout(Some(limit));
     let done = control::read_msg::<_, ClientMsg>(ctl);
     let mut report = running.finish();
     report.host = Some(shared.host.clone());
     match done {
         Ok(ClientMsg::Done) => {
-            control::write_msg(ctl, &ServerMsg::Result { report: Box::new(report.clone()) })?;
-            shared.counters.tests_completed.fetch_add(1, Ordering::Relaxed);
+            control::write_msg(
+                ctl,
+                &ServerMsg::Result {
+                    report: Box::new(report.clone()),
+                },
+            )?;
+            shared
+                .counters
+                .tests_completed
+                .fetch_add(1, Ordering::Relaxed);
             if shared.config.log {
                 shared_log_err(&format!(
                     "{peer}: {} {},{} streams {} done: {} transactions in {:.1} s",
@@ -347,7 +413,9 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
             }
             Ok(())
         }
-        Ok(other) => Err(ControlError::Unexpected(format!("{other:?} instead of Done"))),
+        Ok(other) => Err(ControlError::Unexpected(format!(
+            "{other:?} instead of Done"
+        ))),
         Err(e) => Err(e),
     }
 }
@@ -357,19 +425,30 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
 /// # Errors
 /// A one-line reason naming the value and the limit.
 pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
-    for (what, v) in [("request size", spec.request_size), ("response size", spec.response_size)] {
+    for (what, v) in [
+        ("request size", spec.request_size),
+        ("response size", spec.response_size),
+    ] {
         if v == 0 || v > limits.max_payload {
-            return Err(format!("{what} {v} bytes is outside 1..={} (server limit)", limits.max_payload));
+            return Err(format!(
+                "{what} {v} bytes is outside 1..={} (server limit)",
+                limits.max_payload
+            ));
         }
     }
     if spec.test == TestKind::UdpRr {
         let max_udp = 65_507;
         if spec.request_size > max_udp || spec.response_size > max_udp {
-            return Err(format!("UDP_RR sizes must be at most {max_udp} bytes (one datagram)"));
+            return Err(format!(
+                "UDP_RR sizes must be at most {max_udp} bytes (one datagram)"
+            ));
         }
     }
     if spec.streams == 0 || spec.streams > limits.max_streams {
-        return Err(format!("{} streams is outside 1..={} (server limit)", spec.streams, limits.max_streams));
+        return Err(format!(
+            "{} streams is outside 1..={} (server limit)",
+            spec.streams, limits.max_streams
+        ));
     }
     if spec.max_duration_ms == 0 || spec.max_duration_ms > limits.max_duration_ms {
         return Err(format!(
@@ -378,15 +457,22 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
         ));
     }
     if spec.interval_ms > limits.max_duration_ms {
-        return Err(format!("interval {} ms is longer than the longest test", spec.interval_ms));
+        return Err(format!(
+            "interval {} ms is longer than the longest test",
+            spec.interval_ms
+        ));
     }
-    if spec.congestion.as_ref().is_some_and(|c| c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')) {
+    if spec.congestion.as_ref().is_some_and(|c| {
+        c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    }) {
         return Err("congestion control name must be 1–15 letters, digits or _".into());
     }
     if let Some(cpu) = spec.server_cpu {
         let n = std::thread::available_parallelism().map_or(1, usize::from);
         if cpu >= n {
-            return Err(format!("server CPU {cpu} does not exist (the server has {n})"));
+            return Err(format!(
+                "server CPU {cpu} does not exist (the server has {n})"
+            ));
         }
     }
     if spec.udp_drop_one_in == Some(0) {
@@ -439,7 +525,12 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 }
 
 impl DataTest {
-    fn open(spec: &TestSpec, local_ip: IpAddr, peer_ip: IpAddr, idle: Duration) -> io::Result<Self> {
+    fn open(
+        spec: &TestSpec,
+        local_ip: IpAddr,
+        peer_ip: IpAddr,
+        idle: Duration,
+    ) -> io::Result<Self> {
         let addr = SocketAddr::new(local_ip, spec.data_port);
         let sock = match spec.test {
             TestKind::TcpRr | TestKind::TcpCrr => {
@@ -461,7 +552,13 @@ impl DataTest {
             DataSock::Udp(u) => u.local_addr()?.port(),
         };
         let idle = idle + Duration::from_millis(spec.interval_ms);
-        Ok(Self { spec: spec.clone(), sock, port, peer_ip, idle })
+        Ok(Self {
+            spec: spec.clone(),
+            sock,
+            port,
+            peer_ip,
+            idle,
+        })
     }
 
     fn configure(&self, s: &TcpStream) -> io::Result<()> {
@@ -470,7 +567,12 @@ impl DataTest {
             sockopt::set_thin_linear_timeouts(s, true).map_err(|e| e.source)?;
         }
         if let Some(cc) = &self.spec.congestion {
-            sockopt::set_congestion(s, cc).map_err(|e| io::Error::new(e.source.kind(), format!("congestion control {cc}: {}", e.source)))?;
+            sockopt::set_congestion(s, cc).map_err(|e| {
+                io::Error::new(
+                    e.source.kind(),
+                    format!("congestion control {cc}: {}", e.source),
+                )
+            })?;
         }
         Ok(())
     }
@@ -496,7 +598,11 @@ impl DataTest {
                     s.set_write_timeout(Some(POLL_TICK))?;
                     streams.push(s.try_clone()?);
                     let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(std::thread::Builder::new().name("serve-rr".into()).spawn(move || t.serve_rr(s, &st))?);
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name("serve-rr".into())
+                            .spawn(move || t.serve_rr(s, &st))?,
+                    );
                 }
             }
             DataSock::Tcp(l) => {
@@ -504,18 +610,29 @@ impl DataTest {
                 listener_fd = Some(l.as_raw_fd());
                 for _ in 0..spec.streams {
                     let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(std::thread::Builder::new().name("serve-crr".into()).spawn(move || t.serve_crr(&st))?);
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name("serve-crr".into())
+                            .spawn(move || t.serve_crr(&st))?,
+                    );
                 }
             }
             DataSock::Udp(u) => {
                 u.set_read_timeout(Some(POLL_TICK))?;
                 for _ in 0..spec.streams {
                     let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(std::thread::Builder::new().name("serve-udp".into()).spawn(move || t.serve_udp(&st))?);
+                    threads.push(
+                        std::thread::Builder::new()
+                            .name("serve-udp".into())
+                            .spawn(move || t.serve_udp(&st))?,
+                    );
                 }
             }
         }
-        let congestion = streams.first().and_then(|s| sockopt::congestion(s).ok()).or(spec.congestion.clone());
+        let congestion = streams
+            .first()
+            .and_then(|s| sockopt::congestion(s).ok())
+            .or(spec.congestion.clone());
         Ok(RunningTest {
             stop,
             streams,
@@ -559,7 +676,9 @@ impl DataTest {
     fn serve_crr(&self, stop: &AtomicBool) -> ThreadCounters {
         self.pin();
         let mut c = ThreadCounters::default();
-        let DataSock::Tcp(l) = &self.sock else { return c };
+        let DataSock::Tcp(l) = &self.sock else {
+            return c;
+        };
         let mut req = vec![0u8; self.spec.request_size as usize];
         let resp = vec![0u8; self.spec.response_size as usize];
         while !stop.load(Ordering::Relaxed) {
@@ -582,7 +701,9 @@ impl DataTest {
             c.cpus.sample();
             // Wait for the client's close so the client, not the server, holds TIME_WAIT.
             let mut one = [0u8; 1];
-            let _ = read_full(&mut s, &mut one, || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle);
+            let _ = read_full(&mut s, &mut one, || {
+                !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle
+            });
             if let Ok(ti) = sockopt::tcp_info(&s) {
                 c.retrans += u64::from(ti.total_retrans);
                 c.last_info = Some(ti);
@@ -596,7 +717,9 @@ impl DataTest {
     fn serve_udp(&self, stop: &AtomicBool) -> ThreadCounters {
         self.pin();
         let mut c = ThreadCounters::default();
-        let DataSock::Udp(u) = &self.sock else { return c };
+        let DataSock::Udp(u) = &self.sock else {
+            return c;
+        };
         let mut buf = vec![0u8; self.spec.request_size as usize + 1];
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let echo = (self.spec.request_size.min(self.spec.response_size) as usize).min(8);
@@ -612,7 +735,11 @@ impl DataTest {
             }
             idle_since = Instant::now();
             seen += 1;
-            if self.spec.udp_drop_one_in.is_some_and(|k| seen % u64::from(k) == 0) {
+            if self
+                .spec
+                .udp_drop_one_in
+                .is_some_and(|k| seen % u64::from(k) == 0)
+            {
                 c.dropped += 1;
                 continue;
             }
@@ -639,9 +766,16 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
-                    return Err(io::Error::new(io::ErrorKind::TimedOut, "the client did not connect its data streams"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the client did not connect its data streams",
+                    ));
                 }
-                let mut pfd = libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut pfd = libc::pollfd {
+                    fd: l.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut pfd, 1, 50) };
             }
@@ -653,7 +787,10 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
 impl RunningTest {
     /// Snapshot `tcp_info`, stop every thread and add up the counters.
     fn finish(self) -> ServerReport {
-        let mut report = ServerReport { congestion: self.congestion, ..ServerReport::default() };
+        let mut report = ServerReport {
+            congestion: self.congestion,
+            ..ServerReport::default()
+        };
         for s in &self.streams {
             if let Ok(ti) = sockopt::tcp_info(s) {
                 report.total_retrans += u64::from(ti.total_retrans);

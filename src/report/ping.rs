@@ -16,7 +16,11 @@ impl Report for PingResult {
             "ICMP echo to {}: {} bytes, interval {} µs ({}), {:?} socket, timeout {} ms, timestamps: {}",
             s.target, s.size, s.interval_us, s.pacing, s.socket, s.timeout_ms, s.timestamps
         );
-        let pct = if self.sent == 0 { 0.0 } else { 100.0 * self.lost as f64 / self.sent as f64 };
+        let pct = if self.sent == 0 {
+            0.0
+        } else {
+            100.0 * self.lost as f64 / self.sent as f64
+        };
         let _ = writeln!(
             out,
             "{} sent, {} received, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s\n",
@@ -47,10 +51,21 @@ impl Selectable for PingResult {
             Selector::MaxLatency => f(r.max_us),
             Selector::MeanLatency | Selector::RtLatency => f(r.mean_us),
             Selector::StddevLatency => f(r.stddev_us),
-            Selector::PercentileLatency(p) => f(r.percentile_us(*p).or_else(|| self.histogram.quantile_ns(p.0 / 100.0).map(|v| v as f64 / 1e3))),
+            Selector::PercentileLatency(p) => f(r.percentile_us(*p).or_else(|| {
+                self.histogram
+                    .quantile_ns(p.0 / 100.0)
+                    .map(|v| v as f64 / 1e3)
+            })),
             Selector::ElapsedTime => Value::Float(self.elapsed_s),
             Selector::Test => Value::Text("ICMP_ECHO".into()),
-            Selector::Protocol => Value::Text(if self.settings.target.is_ipv4() { "ICMP" } else { "ICMPv6" }.into()),
+            Selector::Protocol => Value::Text(
+                if self.settings.target.is_ipv4() {
+                    "ICMP"
+                } else {
+                    "ICMPv6"
+                }
+                .into(),
+            ),
             Selector::RequestSize | Selector::ResponseSize => Value::Int(self.settings.size as u64),
             Selector::IntervalUs => Value::Float(self.settings.interval_us),
             Selector::Pacing => Value::Text(self.settings.pacing.into()),
@@ -68,10 +83,27 @@ impl Selectable for PingResult {
     fn all_selectors() -> Vec<Selector> {
         use Selector::*;
         vec![
-            Test, Protocol, RequestSize, IntervalUs, Pacing, ElapsedTime, Sent, Received, LostTransactions, Duplicates,
-            Reordered, MinLatency, MeanLatency, PercentileLatency(Percentile(50.0)), PercentileLatency(Percentile(90.0)),
-            PercentileLatency(Percentile(99.0)), PercentileLatency(Percentile(99.9)), MaxLatency, StddevLatency,
-            KernelRelease, RemoteHost,
+            Test,
+            Protocol,
+            RequestSize,
+            IntervalUs,
+            Pacing,
+            ElapsedTime,
+            Sent,
+            Received,
+            LostTransactions,
+            Duplicates,
+            Reordered,
+            MinLatency,
+            MeanLatency,
+            PercentileLatency(Percentile(50.0)),
+            PercentileLatency(Percentile(90.0)),
+            PercentileLatency(Percentile(99.0)),
+            PercentileLatency(Percentile(99.9)),
+            MaxLatency,
+            StddevLatency,
+            KernelRelease,
+            RemoteHost,
         ]
     }
 }

@@ -11,17 +11,28 @@ use std::fmt::Write as _;
 
 fn cpus(p: &Placement) -> String {
     let ran: Vec<String> = p.ran_on_cpus.iter().map(ToString::to_string).collect();
-    let ran = if ran.is_empty() { "?".into() } else { ran.join("+") };
+    let ran = if ran.is_empty() {
+        "?".into()
+    } else {
+        ran.join("+")
+    };
     match p.pinned_cpu {
         Some(c) => format!("pinned to CPU {c}, ran on {ran}"),
-        None if p.ran_on_cpus.len() > 1 => format!("unpinned, ran on CPUs {ran} ({} moves)", p.migrations),
+        None if p.ran_on_cpus.len() > 1 => {
+            format!("unpinned, ran on CPUs {ran} ({} moves)", p.migrations)
+        }
         None => format!("unpinned, ran on CPU {ran}"),
     }
 }
 
 /// One summary as a table row: samples, min, mean, percentiles, max, stddev.
 pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
-    let mut r = vec![name.to_owned(), s.samples.to_string(), us(s.min_us), us(s.mean_us)];
+    let mut r = vec![
+        name.to_owned(),
+        s.samples.to_string(),
+        us(s.min_us),
+        us(s.mean_us),
+    ];
     r.extend(s.percentiles_us.iter().map(|&(_, v)| us(Some(v))));
     r.push(us(s.max_us));
     r.push(us(s.stddev_us));
@@ -30,7 +41,12 @@ pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
 
 /// Column names matching [`summary_row`].
 pub(super) fn summary_header(first: &str, s: &Summary) -> Vec<String> {
-    let mut h = vec![first.to_owned(), "samples".into(), "min µs".into(), "mean µs".into()];
+    let mut h = vec![
+        first.to_owned(),
+        "samples".into(),
+        "min µs".into(),
+        "mean µs".into(),
+    ];
     h.extend(s.percentiles_us.iter().map(|(p, _)| format!("{p} µs")));
     h.push("max µs".into());
     h.push("stddev µs".into());
@@ -59,8 +75,13 @@ impl Report for RrResult {
             (Some(d), None) => format!("{d} s"),
             (None, None) => "unbounded".into(),
         };
-        let interval = if s.interval_us == 0.0 { "none".into() } else { format!("{} µs ({})", s.interval_us, s.pacing) };
-        let _ = writeln!(
+        let interval = if s.interval_us == 0.0 {
+            "none".into()
+        } else {
+            format!("{} µs ({})", s.interval_us, s.pacing)
+        };
+        let _ =
+            writeln!(
             out,
             "{} -r {},{} to {} (data port {}), {} stream{}, wait {interval}, burst {}, {limit}{}",
             s.test,
@@ -74,9 +95,16 @@ impl Report for RrResult {
             self.brand.as_ref().map_or(String::new(), |b| format!(" [{b}]")),
         );
         if let Some(ol) = &s.open_loop {
-            let _ = writeln!(out, "open loop: {:.0} requests/s per stream, {:?} schedule, at most {} outstanding", ol.rate_per_s, ol.schedule, ol.max_outstanding);
+            let _ = writeln!(
+                out,
+                "open loop: {:.0} requests/s per stream, {:?} schedule, at most {} outstanding",
+                ol.rate_per_s, ol.schedule, ol.max_outstanding
+            );
         }
-        let remote_kernel = self.remote_host.as_ref().map_or("?".into(), |h| h.kernel_release.clone());
+        let remote_kernel = self
+            .remote_host
+            .as_ref()
+            .map_or("?".into(), |h| h.kernel_release.clone());
         let _ = writeln!(
             out,
             "client: {}, kernel {}; server: {}, kernel {}{}",
@@ -84,7 +112,9 @@ impl Report for RrResult {
             self.local_host.kernel_release,
             self.remote_placement.as_ref().map_or("?".into(), cpus),
             remote_kernel,
-            s.congestion.as_ref().map_or(String::new(), |c| format!("; congestion control {c}")),
+            s.congestion
+                .as_ref()
+                .map_or(String::new(), |c| format!("; congestion control {c}")),
         );
         let _ = writeln!(
             out,
@@ -92,7 +122,10 @@ impl Report for RrResult {
             self.transactions,
             self.elapsed_s,
             self.throughput_tps,
-            self.client_cpu_us_per_transaction.map_or(String::new(), |c| format!(", client CPU {c:.2} µs/transaction")),
+            self.client_cpu_us_per_transaction
+                .map_or(String::new(), |c| format!(
+                    ", client CPU {c:.2} µs/transaction"
+                )),
         );
         let mut t = Table::new(summary_header("round trip", &self.latency));
         t.row(summary_row("transaction", &self.latency));
@@ -108,12 +141,29 @@ impl Report for RrResult {
         }
         if let Some(u) = &self.udp {
             let sent = self.transactions + u.lost;
-            let pct = if sent == 0 { 0.0 } else { 100.0 * u.lost as f64 / sent as f64 };
-            let _ = writeln!(out, "UDP: {} lost ({pct:.2} %), {} late replies, {} dropped by the server on request", u.lost, u.late_replies, u.dropped_by_server);
+            let pct = if sent == 0 {
+                0.0
+            } else {
+                100.0 * u.lost as f64 / sent as f64
+            };
+            let _ = writeln!(
+                out,
+                "UDP: {} lost ({pct:.2} %), {} late replies, {} dropped by the server on request",
+                u.lost, u.late_replies, u.dropped_by_server
+            );
         }
         if !self.local_tcp_info.is_empty() || !self.remote_tcp_info.is_empty() {
             out.push_str("\nTCP's own view at the end (tcp_info):\n");
-            let mut k = Table::new(["socket", "rtt µs", "rttvar µs", "min_rtt µs", "rto ms", "ato ms", "retrans", "lost"]);
+            let mut k = Table::new([
+                "socket",
+                "rtt µs",
+                "rttvar µs",
+                "min_rtt µs",
+                "rto ms",
+                "ato ms",
+                "retrans",
+                "lost",
+            ]);
             for (i, ti) in self.local_tcp_info.iter().enumerate() {
                 k.row(tcp_row(&format!("client {i}"), ti));
             }
@@ -136,12 +186,16 @@ impl Report for RrResult {
             out.push('\n');
             out.push_str(&LogLinear::from_histogram(&self.histogram).render());
         }
-        let moved = self.local_placement.moved() || self.remote_placement.as_ref().is_some_and(Placement::moved);
+        let moved = self.local_placement.moved()
+            || self.remote_placement.as_ref().is_some_and(Placement::moved);
         if moved {
             out.push_str("\nwarning: an unpinned end moved between CPUs; on small VMs a round trip across vCPUs costs far more than on one (pin both ends with -T LCPU,RCPU)\n");
         }
         if let Some(e) = &self.error {
-            let _ = writeln!(out, "\nrun cut short: {e} (the numbers above are what was measured before)");
+            let _ = writeln!(
+                out,
+                "\nrun cut short: {e} (the numbers above are what was measured before)"
+            );
         }
         out
     }
@@ -154,7 +208,13 @@ fn opt_i(v: Option<u64>) -> Value {
     v.map_or(Value::Text(String::new()), Value::Int)
 }
 fn cpu_list(p: Option<&Placement>) -> Value {
-    Value::Text(p.map_or(String::new(), |p| p.ran_on_cpus.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")))
+    Value::Text(p.map_or(String::new(), |p| {
+        p.ran_on_cpus
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }))
 }
 
 impl Selectable for RrResult {
@@ -170,17 +230,28 @@ impl Selectable for RrResult {
             Selector::MaxLatency => opt_f(l.max_us),
             Selector::MeanLatency | Selector::RtLatency => opt_f(l.mean_us),
             Selector::StddevLatency => opt_f(l.stddev_us),
-            Selector::PercentileLatency(p) => opt_f(l.percentile_us(*p).or_else(|| self.histogram.quantile_ns(p.0 / 100.0).map(|v| v as f64 / 1e3))),
+            Selector::PercentileLatency(p) => opt_f(l.percentile_us(*p).or_else(|| {
+                self.histogram
+                    .quantile_ns(p.0 / 100.0)
+                    .map(|v| v as f64 / 1e3)
+            })),
             Selector::ElapsedTime => Value::Float(self.elapsed_s),
             Selector::LocalTransportRetrans => opt_i(self.local_retrans),
             Selector::RemoteTransportRetrans => opt_i(self.remote_retrans),
             Selector::ResultBrand => Value::Text(self.brand.clone().unwrap_or_default()),
             Selector::RequestSize => Value::Int(u64::from(st.request_size)),
             Selector::ResponseSize => Value::Int(u64::from(st.response_size)),
-            Selector::Protocol => Value::Text(if st.test == "UDP_RR" { "UDP" } else { "TCP" }.into()),
+            Selector::Protocol => {
+                Value::Text(if st.test == "UDP_RR" { "UDP" } else { "TCP" }.into())
+            }
             Selector::BurstSize => Value::Int(u64::from(st.burst)),
             Selector::LocalCpuBind => opt_i(self.local_placement.pinned_cpu.map(|c| c as u64)),
-            Selector::RemoteCpuBind => opt_i(self.remote_placement.as_ref().and_then(|p| p.pinned_cpu).map(|c| c as u64)),
+            Selector::RemoteCpuBind => opt_i(
+                self.remote_placement
+                    .as_ref()
+                    .and_then(|p| p.pinned_cpu)
+                    .map(|c| c as u64),
+            ),
             Selector::Test => Value::Text(st.test.into()),
             Selector::Transactions => Value::Int(self.transactions),
             Selector::LostTransactions => Value::Int(self.udp.as_ref().map_or(0, |u| u.lost)),
@@ -189,27 +260,72 @@ impl Selectable for RrResult {
             Selector::Streams => Value::Int(u64::from(st.streams)),
             Selector::LocalCpusUsed => cpu_list(Some(&self.local_placement)),
             Selector::RemoteCpusUsed => cpu_list(self.remote_placement.as_ref()),
-            Selector::LocalTcpRtt => opt_i(self.local_tcp_info.first().map(|t| u64::from(t.rtt_us))),
-            Selector::RemoteTcpRtt => opt_i(self.remote_tcp_info.first().map(|t| u64::from(t.rtt_us))),
+            Selector::LocalTcpRtt => {
+                opt_i(self.local_tcp_info.first().map(|t| u64::from(t.rtt_us)))
+            }
+            Selector::RemoteTcpRtt => {
+                opt_i(self.remote_tcp_info.first().map(|t| u64::from(t.rtt_us)))
+            }
             Selector::ConnectMeanLatency => opt_f(self.connect.as_ref().and_then(|c| c.mean_us)),
-            Selector::ResponseTimeP99 => opt_f(self.open_loop.as_ref().and_then(|o| o.response_time.percentile_us(Percentile(99.0)))),
+            Selector::ResponseTimeP99 => opt_f(
+                self.open_loop
+                    .as_ref()
+                    .and_then(|o| o.response_time.percentile_us(Percentile(99.0))),
+            ),
             Selector::ClientCpuPerTran => opt_f(self.client_cpu_us_per_transaction),
             Selector::KernelRelease => Value::Text(self.local_host.kernel_release.clone()),
-            Selector::RemoteKernelRelease => Value::Text(self.remote_host.as_ref().map_or(String::new(), |h| h.kernel_release.clone())),
+            Selector::RemoteKernelRelease => Value::Text(
+                self.remote_host
+                    .as_ref()
+                    .map_or(String::new(), |h| h.kernel_release.clone()),
+            ),
             Selector::RemoteHost => Value::Text(st.server.to_string()),
-            Selector::Sent | Selector::Received | Selector::Duplicates | Selector::Reordered => return None,
+            Selector::Sent | Selector::Received | Selector::Duplicates | Selector::Reordered => {
+                return None
+            }
         })
     }
 
     fn all_selectors() -> Vec<Selector> {
         use Selector::*;
         vec![
-            Test, Protocol, RequestSize, ResponseSize, Streams, IntervalUs, Pacing, BurstSize, ElapsedTime, Transactions,
-            Throughput, ThroughputUnits, MinLatency, MeanLatency, PercentileLatency(Percentile(50.0)),
-            PercentileLatency(Percentile(90.0)), PercentileLatency(Percentile(99.0)), PercentileLatency(Percentile(99.9)),
-            MaxLatency, StddevLatency, RtLatency, LostTransactions, LocalTransportRetrans, RemoteTransportRetrans,
-            LocalTcpRtt, RemoteTcpRtt, ConnectMeanLatency, ResponseTimeP99, ClientCpuPerTran, LocalCpuBind, RemoteCpuBind,
-            LocalCpusUsed, RemoteCpusUsed, KernelRelease, RemoteKernelRelease, RemoteHost, ResultBrand,
+            Test,
+            Protocol,
+            RequestSize,
+            ResponseSize,
+            Streams,
+            IntervalUs,
+            Pacing,
+            BurstSize,
+            ElapsedTime,
+            Transactions,
+            Throughput,
+            ThroughputUnits,
+            MinLatency,
+            MeanLatency,
+            PercentileLatency(Percentile(50.0)),
+            PercentileLatency(Percentile(90.0)),
+            PercentileLatency(Percentile(99.0)),
+            PercentileLatency(Percentile(99.9)),
+            MaxLatency,
+            StddevLatency,
+            RtLatency,
+            LostTransactions,
+            LocalTransportRetrans,
+            RemoteTransportRetrans,
+            LocalTcpRtt,
+            RemoteTcpRtt,
+            ConnectMeanLatency,
+            ResponseTimeP99,
+            ClientCpuPerTran,
+            LocalCpuBind,
+            RemoteCpuBind,
+            LocalCpusUsed,
+            RemoteCpusUsed,
+            KernelRelease,
+            RemoteKernelRelease,
+            RemoteHost,
+            ResultBrand,
         ]
     }
 }

@@ -65,7 +65,9 @@ impl std::fmt::Display for Value {
         match self {
             Value::Float(x) => write!(f, "{x:.3}"),
             Value::Int(n) => write!(f, "{n}"),
-            Value::Text(s) if s.contains([',', '"', '\n']) => write!(f, "\"{}\"", s.replace('"', "\"\"")),
+            Value::Text(s) if s.contains([',', '"', '\n']) => {
+                write!(f, "\"{}\"", s.replace('"', "\"\""))
+            }
             Value::Text(s) => f.write_str(s),
         }
     }
@@ -143,7 +145,10 @@ impl Selector {
         if let Some((_, s)) = FIXED.iter().find(|(n, _)| *n == up) {
             return Ok(s.clone());
         }
-        if let Some(d) = up.strip_prefix('P').and_then(|r| r.strip_suffix("_LATENCY")) {
+        if let Some(d) = up
+            .strip_prefix('P')
+            .and_then(|r| r.strip_suffix("_LATENCY"))
+        {
             if let Some(p) = Percentile::from_digits(d) {
                 return Ok(Selector::PercentileLatency(p));
             }
@@ -156,7 +161,11 @@ impl Selector {
     /// # Errors
     /// Any name unknown, or the list empty.
     pub fn parse_list(list: &str) -> Result<Vec<Self>, SelectorError> {
-        let v: Vec<Self> = list.split(',').filter(|s| !s.trim().is_empty()).map(Self::parse).collect::<Result<_, _>>()?;
+        let v: Vec<Self> = list
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(Self::parse)
+            .collect::<Result<_, _>>()?;
         if v.is_empty() {
             return Err(SelectorError::Unknown(list.to_owned()));
         }
@@ -167,7 +176,10 @@ impl Selector {
     pub fn name(&self) -> String {
         match self {
             Selector::PercentileLatency(p) => format!("P{}_LATENCY", p.digits()),
-            s => FIXED.iter().find(|(_, x)| x == s).map_or_else(|| format!("{s:?}"), |(n, _)| (*n).to_owned()),
+            s => FIXED
+                .iter()
+                .find(|(_, x)| x == s)
+                .map_or_else(|| format!("{s:?}"), |(n, _)| (*n).to_owned()),
         }
     }
 
@@ -186,7 +198,9 @@ pub fn render_lines<R: Selectable>(r: &R, list: &[Selector]) -> Result<String, S
     let mut names = Vec::with_capacity(list.len());
     let mut values = Vec::with_capacity(list.len());
     for s in list {
-        let v = r.select(s).ok_or_else(|| SelectorError::NotApplicable(s.name(), R::KIND))?;
+        let v = r
+            .select(s)
+            .ok_or_else(|| SelectorError::NotApplicable(s.name(), R::KIND))?;
         names.push(s.name());
         values.push(v.to_string());
     }
@@ -205,9 +219,18 @@ mod tests {
         for (_, s) in FIXED {
             assert_eq!(Selector::parse(&s.name().to_lowercase()).unwrap(), *s);
         }
-        assert_eq!(Selector::parse("p999_latency").unwrap(), Selector::PercentileLatency(Percentile(99.9)));
-        assert_eq!(Selector::parse("P50_LATENCY").unwrap().name(), "P50_LATENCY");
-        assert!(matches!(Selector::parse("P50_LATENC"), Err(SelectorError::Unknown(_))));
+        assert_eq!(
+            Selector::parse("p999_latency").unwrap(),
+            Selector::PercentileLatency(Percentile(99.9))
+        );
+        assert_eq!(
+            Selector::parse("P50_LATENCY").unwrap().name(),
+            "P50_LATENCY"
+        );
+        assert!(matches!(
+            Selector::parse("P50_LATENC"),
+            Err(SelectorError::Unknown(_))
+        ));
         assert!(Selector::parse_list("").is_err());
         let l = Selector::parse_list("THROUGHPUT, mean_latency").unwrap();
         assert_eq!(l, vec![Selector::Throughput, Selector::MeanLatency]);

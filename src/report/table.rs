@@ -10,7 +10,10 @@ pub struct Table {
 impl Table {
     /// A table with these column names.
     pub fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Self {
-        Self { header: header.into_iter().map(Into::into).collect(), rows: Vec::new() }
+        Self {
+            header: header.into_iter().map(Into::into).collect(),
+            rows: Vec::new(),
+        }
     }
 
     /// Append a row (missing cells are blank, extra cells are dropped).

@@ -20,8 +20,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 enum Msg {
-    Interval { stream: usize, index: u64, hist: Box<Histogram<u64>> },
-    StreamDone { stream: usize },
+    Interval {
+        stream: usize,
+        index: u64,
+        hist: Box<Histogram<u64>>,
+    },
+    StreamDone {
+        stream: usize,
+    },
 }
 
 /// Records samples of one stream into per-interval histograms.
@@ -49,7 +55,10 @@ impl IntervalRecorder {
         self.flush();
         let elapsed = now.saturating_duration_since(self.start);
         self.index = (elapsed.as_nanos() / self.interval.as_nanos().max(1)) as u64;
-        self.next_boundary = self.start + self.interval.saturating_mul(u32::try_from(self.index + 1).unwrap_or(u32::MAX));
+        self.next_boundary = self.start
+            + self
+                .interval
+                .saturating_mul(u32::try_from(self.index + 1).unwrap_or(u32::MAX));
     }
 
     fn flush(&mut self) {
@@ -58,14 +67,20 @@ impl IntervalRecorder {
         }
         let hist = Box::new(self.hist.clone());
         self.hist.reset();
-        let _ = self.tx.send(Msg::Interval { stream: self.stream, index: self.index, hist });
+        let _ = self.tx.send(Msg::Interval {
+            stream: self.stream,
+            index: self.index,
+            hist,
+        });
     }
 }
 
 impl Drop for IntervalRecorder {
     fn drop(&mut self) {
         self.flush();
-        let _ = self.tx.send(Msg::StreamDone { stream: self.stream });
+        let _ = self.tx.send(Msg::StreamDone {
+            stream: self.stream,
+        });
     }
 }
 
@@ -85,7 +100,12 @@ impl HdrLogWriter {
     ///
     /// # Errors
     /// The file cannot be created.
-    pub fn create(path: &Path, streams: usize, interval: Duration, comment: &str) -> std::io::Result<Self> {
+    pub fn create(
+        path: &Path,
+        streams: usize,
+        interval: Duration,
+        comment: &str,
+    ) -> std::io::Result<Self> {
         let file = File::create(path)?;
         let (tx, rx) = channel();
         let start = Instant::now();
@@ -93,8 +113,17 @@ impl HdrLogWriter {
         let comment = comment.to_owned();
         let handle = std::thread::Builder::new()
             .name("hdr-log".into())
-            .spawn(move || write_log(BufWriter::new(file), rx, streams, interval, wall, &comment))?;
-        Ok(Self { tx: Some(tx), handle: Some(handle), start, interval, streams, handed_out: 0 })
+            .spawn(move || {
+                write_log(BufWriter::new(file), rx, streams, interval, wall, &comment)
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            handle: Some(handle),
+            start,
+            interval,
+            streams,
+            handed_out: 0,
+        })
     }
 
     /// The recorder for the next stream. Call exactly `streams` times.
@@ -143,27 +172,42 @@ fn write_log(
         for line in comment.lines() {
             b.add_comment(line);
         }
-        b.with_start_time(wall_start).with_base_time(wall_start).with_max_value_divisor(1000.0);
+        b.with_start_time(wall_start)
+            .with_base_time(wall_start)
+            .with_max_value_divisor(1000.0);
         b.begin_log_with(&mut out, &mut ser)?;
         out.write_all(b"\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n")?;
     }
     let mut pending: BTreeMap<u64, Histogram<u64>> = BTreeMap::new();
     let mut last: Vec<Option<u64>> = vec![None; streams];
     let mut done = vec![false; streams];
-    let mut write_upto = |pending: &mut BTreeMap<u64, Histogram<u64>>, limit: Option<u64>, out: &mut BufWriter<File>| -> std::io::Result<()> {
+    let mut write_upto = |pending: &mut BTreeMap<u64, Histogram<u64>>,
+                          limit: Option<u64>,
+                          out: &mut BufWriter<File>|
+     -> std::io::Result<()> {
         while let Some((&idx, _)) = pending.first_key_value() {
             if limit.is_some_and(|l| idx >= l) {
                 break;
             }
             let (_, h) = pending.pop_first().expect("non-empty");
             let mut w = IntervalLogWriterBuilder::new().begin_log_with(&mut *out, &mut ser)?;
-            w.write_histogram(&h, interval.saturating_mul(u32::try_from(idx).unwrap_or(u32::MAX)), interval, None).map_err(io_err)?;
+            w.write_histogram(
+                &h,
+                interval.saturating_mul(u32::try_from(idx).unwrap_or(u32::MAX)),
+                interval,
+                None,
+            )
+            .map_err(io_err)?;
         }
         Ok(())
     };
     for msg in rx {
         match msg {
-            Msg::Interval { stream, index, hist } => {
+            Msg::Interval {
+                stream,
+                index,
+                hist,
+            } => {
                 if let Some(slot) = last.get_mut(stream) {
                     *slot = Some(index);
                 }
@@ -183,7 +227,10 @@ fn write_log(
             }
         }
         // An interval is complete when every live stream has reported a later one.
-        let live_min = (0..streams).filter(|&s| !done[s]).map(|s| last[s].unwrap_or(0)).min();
+        let live_min = (0..streams)
+            .filter(|&s| !done[s])
+            .map(|s| last[s].unwrap_or(0))
+            .min();
         write_upto(&mut pending, live_min.or(Some(u64::MAX)), &mut out)?;
     }
     write_upto(&mut pending, None, &mut out)?;
@@ -193,15 +240,16 @@ fn write_log(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use base64::Engine;
+    use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
     use hdrhistogram::serialization::Deserializer;
 
     #[test]
     fn log_is_readable_and_merges_streams() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.hlog");
-        let mut w = HdrLogWriter::create(&path, 2, Duration::from_millis(100), "test: TCP_RR").unwrap();
+        let mut w =
+            HdrLogWriter::create(&path, 2, Duration::from_millis(100), "test: TCP_RR").unwrap();
         let mut a = w.recorder();
         let mut b = w.recorder();
         let t0 = w.start;
@@ -220,7 +268,9 @@ mod tests {
         let mut de = Deserializer::new();
         for entry in IntervalLogIterator::new(&bytes) {
             if let Ok(LogEntry::Interval(h)) = entry {
-                let raw = base64::engine::general_purpose::STANDARD.decode(h.encoded_histogram()).unwrap();
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(h.encoded_histogram())
+                    .unwrap();
                 let hist: Histogram<u64> = de.deserialize(&mut &raw[..]).unwrap();
                 total += hist.len();
                 intervals += 1;

@@ -186,9 +186,17 @@ mod tests {
         for us in 1..=100_000u64 {
             h.record_ns(us * 1000);
         }
-        for (q, expect_us) in [(0.5, 50_000.0), (0.9, 90_000.0), (0.99, 99_000.0), (0.999, 99_900.0)] {
+        for (q, expect_us) in [
+            (0.5, 50_000.0),
+            (0.9, 90_000.0),
+            (0.99, 99_000.0),
+            (0.999, 99_900.0),
+        ] {
             let got = h.quantile_ns(q).unwrap() as f64 / 1000.0;
-            assert!((got - expect_us).abs() / expect_us < 0.001, "q={q} got {got} µs");
+            assert!(
+                (got - expect_us).abs() / expect_us < 0.001,
+                "q={q} got {got} µs"
+            );
         }
         assert_eq!(h.quantile_ns(0.0), Some(1000));
         assert_eq!(h.quantile_ns(1.0), Some(100_000_000));
@@ -212,7 +220,11 @@ mod tests {
         let mut all = LatencyHistogram::new();
         for i in 0..1000u64 {
             let v = i * 37 % 5000 + 1;
-            if i % 3 == 0 { a.record_ns(v) } else { b.record_ns(v) }
+            if i % 3 == 0 {
+                a.record_ns(v)
+            } else {
+                b.record_ns(v)
+            }
             all.record_ns(v);
         }
         a.merge(&b);

@@ -47,12 +47,20 @@ impl LogLinear {
                 // netperf's HIST_add: a value goes to the first decade it is below ten
                 // units of, column value/unit; so column 0 of every decade but the first
                 // stays empty, and the first decade's column 0 holds everything < 1 µs.
-                for (i, c) in counts.iter_mut().enumerate().skip(usize::from(unit_ns > 1_000)) {
+                for (i, c) in counts
+                    .iter_mut()
+                    .enumerate()
+                    .skip(usize::from(unit_ns > 1_000))
+                {
                     let i = i as u64;
                     let lo = if i == 0 { 0 } else { unit_ns * i };
                     *c = h.count_between(lo, unit_ns * (i + 1));
                 }
-                LogLinearRow { name, unit_ns, counts }
+                LogLinearRow {
+                    name,
+                    unit_ns,
+                    counts,
+                }
             })
             .collect();
         Self {
@@ -73,7 +81,10 @@ impl LogLinear {
             out.pop();
             out.push('\n');
         }
-        out.push_str(&format!(">100_SECS: {}\nHIST_TOTAL:      {}\n", self.above_100s, self.total));
+        out.push_str(&format!(
+            ">100_SECS: {}\nHIST_TOTAL:      {}\n",
+            self.above_100s, self.total
+        ));
         out
     }
 }

@@ -4,8 +4,8 @@
 //! Percentile names follow netperf's output selectors (`P50_LATENCY`, …), so the
 //! seeds' command lines (seed 000, 001, 004) translate one to one.
 
-mod histogram;
 mod hdr_log;
+mod histogram;
 mod loglinear;
 mod summary;
 

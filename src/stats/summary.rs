@@ -9,8 +9,12 @@ use std::fmt;
 pub struct Percentile(pub f64);
 
 /// Percentiles every summary carries: P50, P90, P99, P99.9.
-pub const DEFAULT_PERCENTILES: [Percentile; 4] =
-    [Percentile(50.0), Percentile(90.0), Percentile(99.0), Percentile(99.9)];
+pub const DEFAULT_PERCENTILES: [Percentile; 4] = [
+    Percentile(50.0),
+    Percentile(90.0),
+    Percentile(99.0),
+    Percentile(99.9),
+];
 
 impl Percentile {
     /// The digits of the percentile without the dot: 50 → "50", 99.9 → "999", 99.99 → "9999".
@@ -95,7 +99,15 @@ mod tests {
 
     #[test]
     fn percentile_names_round_trip() {
-        for (p, d) in [(50.0, "50"), (90.0, "90"), (99.0, "99"), (99.9, "999"), (99.99, "9999"), (100.0, "100"), (5.0, "5")] {
+        for (p, d) in [
+            (50.0, "50"),
+            (90.0, "90"),
+            (99.0, "99"),
+            (99.9, "999"),
+            (99.99, "9999"),
+            (100.0, "100"),
+            (5.0, "5"),
+        ] {
             assert_eq!(Percentile(p).digits(), d);
             assert_eq!(Percentile::from_digits(d), Some(Percentile(p)), "{d}");
         }

@@ -1,0 +1,289 @@
+//! Shared by the integration tests: a real `rttlab serve` child, privilege checks, and
+//! network namespaces joined by a veth pair (addresses from 198.18.0.0/15 and
+//! 2001:2::/48; no default route, so nothing can leave the machine).
+
+#![allow(
+    dead_code,
+    reason = "each test binary uses a different part of this module"
+)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rttlab"))
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Wait until something accepts TCP connections on `host` port `port`, inside `ns` if given.
+pub fn wait_listening(host: &str, port: u16, ns: Option<&str>) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let ok = match ns {
+            None => std::net::TcpStream::connect((host, port)).is_ok(),
+            Some(ns) => Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    ns,
+                    "bash",
+                    "-c",
+                    &format!("exec 3<>/dev/tcp/{host}/{port}"),
+                ])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+        };
+        if ok {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listening on {host} port {port}");
+}
+
+/// A `rttlab serve` child process, killed on drop.
+pub struct ServeChild {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl ServeChild {
+    /// Serve on 127.0.0.1 with extra arguments.
+    pub fn start(extra: &[&str]) -> Self {
+        let port = free_port();
+        let child = Command::new(bin())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_listening("127.0.0.1", port, None);
+        Self { child, port }
+    }
+
+    /// `rttlab rr -H 127.0.0.1 -p PORT` plus `args`.
+    pub fn rr(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .args(["rr", "-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parse stdout as JSON.
+pub fn json(o: &Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+/// True when privileged tests can run. Without root they are skipped with a reason,
+/// unless RTTLAB_REQUIRE_PRIVILEGED_TESTS=1 (CI), where a missing privilege fails.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let tools = ["ip", "nft"].iter().all(|t| {
+        Command::new(t)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let required = std::env::var("RTTLAB_REQUIRE_PRIVILEGED_TESTS").is_ok_and(|v| v == "1");
+    if root && tools {
+        return true;
+    }
+    let why = if root {
+        "the ip and nft commands are missing (apt-get install iproute2 nftables)"
+    } else {
+        "not root"
+    };
+    assert!(!required, "{test}: privileged test cannot run: {why}");
+    eprintln!(
+        "skipping {test}: {why} (set RTTLAB_REQUIRE_PRIVILEGED_TESTS=1 to make this a failure)"
+    );
+    false
+}
+
+fn sh(args: &[&str]) {
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Two namespaces `a` and `b` joined by a veth pair, removed on drop.
+pub struct NetnsPair {
+    pub a: String,
+    pub b: String,
+    pub a4: &'static str,
+    pub b4: &'static str,
+    pub a6: &'static str,
+    pub b6: &'static str,
+}
+
+impl NetnsPair {
+    pub fn new() -> Self {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}-{n}", std::process::id() % 100_000);
+        let (a, b) = (format!("rttlab-test-a{tag}"), format!("rttlab-test-b{tag}"));
+        let pair = Self {
+            a,
+            b,
+            a4: "198.18.200.1",
+            b4: "198.18.200.2",
+            a6: "2001:2:0:200::1",
+            b6: "2001:2:0:200::2",
+        };
+        sh(&["ip", "netns", "add", &pair.a]);
+        sh(&["ip", "netns", "add", &pair.b]);
+        let va = format!("rtv{tag}a");
+        let vb = format!("rtv{tag}b");
+        sh(&[
+            "ip", "link", "add", &va, "netns", &pair.a, "type", "veth", "peer", "name", &vb,
+            "netns", &pair.b,
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&pair.a, &va, pair.a4, pair.a6),
+            (&pair.b, &vb, pair.b4, pair.b6),
+        ] {
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v4}/24"),
+                "dev",
+                dev,
+            ]);
+            sh(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        pair
+    }
+
+    /// Run a command inside namespace `ns`.
+    pub fn exec(ns: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]).args(args);
+        c
+    }
+
+    /// Start `rttlab serve` in `b` listening on `host` port `port`.
+    pub fn serve_in_b(&self, host: &str, port: u16, extra: &[&str]) -> Child {
+        let bin = bin();
+        let addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let child = Self::exec(
+            &self.b,
+            &[bin.to_str().unwrap(), "serve", "--listen", &addr],
+        )
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+        wait_listening(host, port, Some(&self.b));
+        child
+    }
+
+    /// Run `rttlab ARGS` in `a`.
+    pub fn rttlab_in_a(&self, args: &[&str]) -> Output {
+        let bin = bin();
+        let mut v = vec![bin.to_str().unwrap()];
+        v.extend_from_slice(args);
+        Self::exec(&self.a, &v).output().unwrap()
+    }
+
+    /// `nft -f -` inside `ns`.
+    pub fn nft(ns: &str, script: &str) {
+        use std::io::Write;
+        let mut c = Self::exec(ns, &["nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "nft: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    /// Packets counted by the named nft counter rule (`counter name X`) in `ns`.
+    pub fn nft_counter(ns: &str, table: &str, counter: &str) -> u64 {
+        let o = Self::exec(
+            ns,
+            &["nft", "-j", "list", "counter", "inet", table, counter],
+        )
+        .output()
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["nftables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|x| x["counter"]["packets"].as_u64())
+            .unwrap()
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}

@@ -1,0 +1,463 @@
+//! `rttlab rr` and `rttlab serve` against each other on loopback, as separate
+//! processes. Counts are checked against the server's own count (a second process),
+//! latencies against the kernel's tcp_info of the same connection.
+
+mod common;
+
+use common::{bin, json, ServeChild};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn every_test_type_runs_exactly_n_transactions() {
+    let s = ServeChild::start(&[]);
+    for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
+        let v = json(&s.rr(&["-t", test, "-n", "500", "--json"]));
+        assert_eq!(v["transactions"], 500, "{test}");
+        // The server counted the same transactions on its side.
+        assert_eq!(v["remote_transactions"], 500, "{test}");
+        assert_eq!(v["settings"]["test"], test);
+        let lat = &v["latency"];
+        assert_eq!(lat["samples"], 500);
+        let (min, mean, max) = (
+            lat["min_us"].as_f64().unwrap(),
+            lat["mean_us"].as_f64().unwrap(),
+            lat["max_us"].as_f64().unwrap(),
+        );
+        assert!(0.0 < min && min <= mean && mean <= max, "{test}: {lat}");
+        assert!(mean < 50_000.0, "{test}: loopback mean {mean} µs");
+        assert!(v["local_host"]["kernel_release"].as_str().unwrap().len() > 3);
+    }
+}
+
+#[test]
+fn tcp_rr_latency_is_bounded_below_by_the_kernels_rtt() {
+    let s = ServeChild::start(&[]);
+    let v = json(&s.rr(&["-n", "2000", "--json"]));
+    // tcp_info.min_rtt is the kernel's lowest send→ACK time on this socket; a
+    // request/response through both stacks and user space cannot be faster.
+    let min_rtt = v["local_tcp_info"][0]["min_rtt_us"].as_f64().unwrap();
+    let min = v["latency"]["min_us"].as_f64().unwrap();
+    assert!(
+        min >= min_rtt,
+        "application min {min} µs below TCP's min_rtt {min_rtt} µs"
+    );
+    assert!(
+        v["remote_tcp_info"][0]["rtt_us"].as_u64().is_some(),
+        "server's tcp_info comes back"
+    );
+    assert_eq!(v["local_retrans"], 0);
+    assert_eq!(v["remote_retrans"], 0);
+}
+
+#[test]
+fn streams_split_the_count() {
+    let s = ServeChild::start(&[]);
+    for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
+        let v = json(&s.rr(&["-t", test, "-n", "1000", "--streams", "3", "--json"]));
+        assert_eq!(v["transactions"], 1000, "{test}");
+        assert_eq!(v["settings"]["streams"], 3);
+    }
+}
+
+#[test]
+fn selectors_print_in_the_order_given() {
+    let s = ServeChild::start(&[]);
+    let o = s.rr(&[
+        "-n",
+        "100",
+        "-r",
+        "7,9",
+        "-o",
+        "throughput,P50_LATENCY,Transactions,REQUEST_SIZE,response_size,p999_latency",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "THROUGHPUT,P50_LATENCY,TRANSACTIONS,REQUEST_SIZE,RESPONSE_SIZE,P999_LATENCY"
+    );
+    let vals: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(vals.len(), 6);
+    assert_eq!(&vals[2..5], ["100", "7", "9"]);
+    assert!(vals[0].parse::<f64>().unwrap() > 0.0);
+}
+
+#[test]
+fn csv_has_a_value_for_every_name() {
+    let s = ServeChild::start(&[]);
+    let o = s.rr(&["-n", "50", "--csv"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0].split(',').count(), lines[1].split(',').count());
+    assert!(lines[0].starts_with("TEST,PROTOCOL,REQUEST_SIZE"));
+}
+
+#[test]
+fn udp_loss_is_counted_when_the_server_drops() {
+    let s = ServeChild::start(&[]);
+    let v = json(&s.rr(&[
+        "-t",
+        "UDP_RR",
+        "-n",
+        "500",
+        "--udp-drop",
+        "1/5",
+        "--timeout",
+        "20ms",
+        "--json",
+    ]));
+    // The server drops requests 5, 10, 15, …: exactly one in five.
+    assert_eq!(v["udp"]["dropped_by_server"], 100);
+    assert_eq!(v["udp"]["lost"], 100);
+    assert_eq!(v["transactions"], 400);
+    assert_eq!(v["remote_transactions"], 400);
+}
+
+#[test]
+fn pacing_excludes_the_wait_from_latency() {
+    let s = ServeChild::start(&[]);
+    for pace in ["sleep", "hybrid", "spin"] {
+        let v = json(&s.rr(&["-n", "50", "-w", "5ms", "--pace", pace, "--json"]));
+        let elapsed = v["elapsed_s"].as_f64().unwrap();
+        // 49 waits of 5 ms between 50 transactions: at least 245 ms in all.
+        assert!(elapsed >= 0.245, "{pace}: {elapsed}");
+        let mean = v["latency"]["mean_us"].as_f64().unwrap();
+        assert!(
+            mean < 2_000.0,
+            "{pace}: the 5 ms wait leaked into the latency: {mean} µs"
+        );
+        assert_eq!(v["settings"]["interval_us"], 5000.0);
+        assert_eq!(v["settings"]["pacing"], pace);
+    }
+    // A burst of 4 per interval: 20 transactions take 4 intervals.
+    let v = json(&s.rr(&["-n", "20", "-w", "20ms", "-b", "4", "--json"]));
+    let e = v["elapsed_s"].as_f64().unwrap();
+    assert!((0.08..0.5).contains(&e), "{e}");
+}
+
+#[test]
+fn open_loop_reports_service_and_intended_times() {
+    let s = ServeChild::start(&[]);
+    for test in ["TCP_RR", "UDP_RR"] {
+        let v = json(&s.rr(&["-t", test, "--rate", "2000/s", "-l", "1", "--json"]));
+        let n = v["transactions"].as_u64().unwrap();
+        // A fixed schedule of 2000/s for 1 s: 2000 sends.
+        assert!((1900..=2001).contains(&n), "{test}: {n}");
+        let rt = &v["open_loop"]["response_time"];
+        assert_eq!(rt["samples"].as_u64().unwrap(), n);
+        // Time from the intended send can only be longer than from the actual send.
+        assert!(rt["mean_us"].as_f64().unwrap() >= v["latency"]["mean_us"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn histogram_and_hdr_log() {
+    let s = ServeChild::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rr.hlog");
+    let o = s.rr(&[
+        "-l",
+        "1.5",
+        "--histogram",
+        "--hdr-log",
+        log.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(text.contains("UNIT_USEC") && text.contains("HIST_TOTAL"));
+    let hlog = std::fs::read_to_string(&log).unwrap();
+    assert!(hlog.contains("#[StartTime:"));
+    // 1.5 s at one interval per second: two interval lines.
+    let intervals = hlog
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('"') && !l.is_empty())
+        .count();
+    assert_eq!(intervals, 2, "{hlog}");
+}
+
+#[test]
+fn without_host_an_in_process_server_is_used() {
+    let o = Command::new(bin())
+        .args([
+            "rr",
+            "-n",
+            "200",
+            "-o",
+            "TRANSACTIONS,REMOTE_TRANSPORT_RETRANS",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().lines().nth(1),
+        Some("200,0")
+    );
+    let o = Command::new(bin())
+        .args([
+            "rr",
+            "-6",
+            "-t",
+            "UDP_RR",
+            "-n",
+            "100",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().lines().nth(1),
+        Some("100")
+    );
+}
+
+fn fails_with(args: &[&str], needle: &str) {
+    let o = Command::new(bin()).args(args).output().unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    fails_with(
+        &["rr", "-n", "5", "-o", "P50_LATENCY,BOGUS"],
+        "unknown output selector \"BOGUS\"",
+    );
+    fails_with(&["rr", "-w", "10"], "needs a unit");
+    fails_with(&["rr", "-w", "ten"], "not a duration");
+    fails_with(&["rr", "-l=-3"], "negative");
+    fails_with(&["rr", "-r", "2000000,1"], "over the limit");
+    fails_with(&["rr", "-r", "0,1"], "not a size");
+    fails_with(&["rr", "-H", "no-such-host.invalid"], "cannot resolve host");
+    let port = common::free_port().to_string();
+    fails_with(
+        &["rr", "-H", "127.0.0.1", "-p", &port],
+        "cannot reach the rttlab server",
+    );
+    fails_with(&["rr", "-T", "0,999"], "server CPU 999 does not exist");
+    fails_with(&["rr", "-t", "TCP_CRR", "--rate", "10/s"], "not TCP_CRR");
+    fails_with(&["ping", "127.0.0.1", "-c", "0"], "at least 1");
+}
+
+/// A fake server speaking protocol version 99.
+#[test]
+fn version_mismatch_is_named() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        let reply = br#"{"type":"welcome","version":99,"host":{"hostname":"x","kernel_release":"y","machine":"z","cpus":1},"limits":{"max_payload":1,"max_streams":1,"max_duration_ms":1,"max_concurrent_tests":1}}"#;
+        s.write_all(&(reply.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(reply).unwrap();
+    });
+    fails_with(
+        &["rr", "-H", "127.0.0.1", "-p", &port.to_string(), "-n", "1"],
+        "protocol version mismatch",
+    );
+    fake.join().unwrap();
+
+    // And the real server refuses a client of another version with a message.
+    let srv = ServeChild::start(&[]);
+    let mut c = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    let hello = br#"{"type":"hello","magic":"rttlab","version":99}"#;
+    c.write_all(&(hello.len() as u32).to_be_bytes()).unwrap();
+    c.write_all(hello).unwrap();
+    let mut reply = Vec::new();
+    c.read_to_end(&mut reply).unwrap();
+    assert!(String::from_utf8_lossy(&reply).contains("version mismatch"));
+}
+
+#[test]
+fn hostile_peers_are_dropped_and_the_server_keeps_serving() {
+    let srv = ServeChild::start(&["--max-tests", "4", "--idle-timeout", "1s"]);
+    // Oversized frame, garbage JSON, a Start before Hello, and a silent peer.
+    for bytes in [
+        &u32::MAX.to_be_bytes()[..],
+        b"\x00\x00\x00\x05hello",
+        b"\x00\x00\x00\x0f{\"type\":\"done\"}",
+    ] {
+        let mut c = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        c.write_all(bytes).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("\"error\""),
+            "{bytes:?} → {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    // Four idle connections fill the concurrency limit: a fifth client is told so.
+    let idle: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(("127.0.0.1", srv.port)).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let o = srv.rr(&["-n", "5"]);
+    assert!(stderr(&o).contains("server busy"), "{}", stderr(&o));
+    drop(idle);
+    // The idle timeout (1 s) frees the slots; the server is still there.
+    std::thread::sleep(Duration::from_millis(1500));
+    let v = json(&srv.rr(&["-n", "100", "--json"]));
+    assert_eq!(v["transactions"], 100);
+}
+
+#[test]
+fn secret_is_required_and_checked() {
+    let srv = ServeChild::start(&["--secret", "correct horse"]);
+    let o = Command::new(bin())
+        .args([
+            "rr",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-n",
+            "10",
+        ])
+        .env_remove("RTTLAB_SECRET")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("requires a secret"), "{}", stderr(&o));
+    let o = srv.rr(&["-n", "10", "--secret", "wrong"]);
+    assert!(
+        stderr(&o).contains("authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(bin())
+        .args([
+            "rr",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-n",
+            "10",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .env("RTTLAB_SECRET", "correct horse")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().nth(1),
+        Some("10"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_server_killed_mid_test_leaves_a_partial_result_and_an_error() {
+    let mut srv = ServeChild::start(&[]);
+    let client = Command::new(bin())
+        .args([
+            "rr",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-l",
+            "10",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    srv.child.kill().unwrap();
+    let o = client.wait_with_output().unwrap();
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let n: u64 = out
+        .lines()
+        .nth(1)
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("no partial result: {out}"));
+    assert!(n > 0);
+    assert!(stderr(&o).contains("rttlab:"), "{}", stderr(&o));
+}
+
+#[test]
+fn ctrl_c_prints_what_was_measured() {
+    let srv = ServeChild::start(&[]);
+    let client = Command::new(bin())
+        .args([
+            "rr",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-l",
+            "30",
+            "-o",
+            "TRANSACTIONS,ELAPSED_TIME",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
+    let o = client.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let vals: Vec<f64> = out
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(vals[0] > 0.0);
+    assert!(vals[1] < 5.0, "stopped long before the 30 s: {}", vals[1]);
+}
+
+#[test]
+fn completions_and_help() {
+    let o = Command::new(bin())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rttlab"));
+    let o = Command::new(bin()).args(["rr", "--help"]).output().unwrap();
+    let h = String::from_utf8_lossy(&o.stdout);
+    assert!(h.contains("Examples:") && h.contains("--wait"));
+}
+
+#[test]
+fn broken_pipe_exits_quietly() {
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} rr -n 2000 --histogram | head -c 10 >/dev/null; echo ${{PIPESTATUS[0]}}",
+            bin().display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "0",
+        "{}",
+        stderr(&o)
+    );
+}
