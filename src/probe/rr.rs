@@ -599,7 +599,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 .congestion
                 .clone()
                 .or_else(|| server.as_ref().and_then(|r| r.congestion.clone())),
-            timeout_ms: (s.test == TestKind::UdpRr).then(|| s.timeout.as_secs_f64() * 1e3),
+            timeout_ms: (s.test == TestKind::UdpRr).then_some(s.timeout.as_secs_f64() * 1e3),
             open_loop: s.open_loop,
         },
         brand: None,

@@ -202,6 +202,21 @@ impl NetnsPair {
             ]);
             sh(&["ip", "-n", ns, "link", "set", dev, "up"]);
         }
+        // A fresh veth passes no IPv6 for ~100 ms after it comes up: wait until both
+        // families answer, so tests measure the path, not its start-up.
+        for addr in [pair.b4, pair.b6] {
+            let t0 = Instant::now();
+            while !Self::exec(&pair.a, &["ping", "-c", "1", "-W", "1", addr])
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(10),
+                    "{addr} never became reachable"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         pair
     }
 

@@ -1,0 +1,166 @@
+//! Privileged tests: rr and ping between two network namespaces joined by a veth pair,
+//! with packet drops made by nftables and counted by nftables — an independent witness
+//! of what rttlab reports. Run as root (CI); skipped with a reason otherwise.
+
+mod common;
+
+use common::{json, NetnsPair};
+
+#[test]
+fn every_test_type_across_namespaces_ipv4_and_ipv6() {
+    if !common::privileged("every_test_type_across_namespaces_ipv4_and_ipv6") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b("::", 12866, &[]);
+    for host in [n.b4, n.b6] {
+        for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
+            let v = json(&n.rttlab_in_a(&["rr", "-H", host, "-t", test, "-n", "300", "--json"]));
+            assert_eq!(v["transactions"], 300, "{host} {test}");
+            assert_eq!(v["remote_transactions"], 300, "{host} {test}");
+            let local = v["settings"]["local_data_addr"].as_str().unwrap();
+            assert!(
+                local.contains(if host.contains(':') { n.a6 } else { n.a4 }),
+                "{local}"
+            );
+        }
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
+
+#[test]
+fn remote_retransmits_rise_when_the_server_loses_packets() {
+    if !common::privileged("remote_retransmits_rise_when_the_server_loses_packets") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    // Drop one in five of the server's data segments (fixed data port 5001; PSH marks
+    // data, so pure ACKs, which TCP never retransmits, are spared), counted,
+    // where they arrive at the client: lost on the path, as far as the server knows.
+    // (Dropped in the server's own OUTPUT hook instead, the send fails locally, TCP
+    // never counts it as sent and never retransmits it: KERNEL_RTO.md §7.)
+    NetnsPair::nft(
+        &n.a,
+        "table inet rttlab_test {
+           counter dropped {}
+           chain inp { type filter hook input priority 0; tcp sport 5001 tcp flags & (syn|fin|rst|psh) == psh numgen inc mod 5 == 0 counter name dropped drop; }
+         }",
+    );
+    let v = json(&n.rttlab_in_a(&["rr", "-H", n.b4, "-P", "5001", "-n", "25", "--json"]));
+    let dropped = NetnsPair::nft_counter(&n.a, "rttlab_test", "dropped");
+    let remote = v["remote_retrans"].as_u64().unwrap();
+    assert!(dropped >= 4, "nft dropped {dropped}");
+    // Every segment the firewall dropped had to be sent again by the server's TCP.
+    assert!(
+        remote >= dropped,
+        "server retransmitted {remote}, nft dropped {dropped}"
+    );
+    assert_eq!(v["transactions"], 25);
+    // The retransmission timeouts show in the application's tail: ≥ one TLP/RTO (≥ 200 ms rto_min).
+    assert!(
+        v["latency"]["max_us"].as_f64().unwrap() > 150_000.0,
+        "{}",
+        v["latency"]
+    );
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
+
+#[test]
+fn ping_loss_matches_the_firewalls_count() {
+    if !common::privileged("ping_loss_matches_the_firewalls_count") {
+        return;
+    }
+    let n = NetnsPair::new();
+    NetnsPair::nft(
+        &n.b,
+        "table inet rttlab_test {
+           counter dropped {}
+           chain out { type filter hook output priority 0; icmp type echo-reply numgen inc mod 4 == 0 counter name dropped drop;
+                                                           icmpv6 type echo-reply numgen inc mod 4 == 0 counter name dropped drop; }
+         }",
+    );
+    let mut total_dropped = 0;
+    for host in [n.b4, n.b6] {
+        let v = json(&n.rttlab_in_a(&[
+            "ping", host, "-c", "40", "-i", "2ms", "-W", "300ms", "--json",
+        ]));
+        let dropped = NetnsPair::nft_counter(&n.b, "rttlab_test", "dropped") - total_dropped;
+        total_dropped += dropped;
+        assert_eq!(v["sent"], 40, "{host}");
+        assert_eq!(
+            v["lost"].as_u64().unwrap(),
+            dropped,
+            "{host}: rttlab's loss vs nft's drops"
+        );
+        assert_eq!(v["received"].as_u64().unwrap(), 40 - dropped);
+        assert_eq!(v["duplicates"], 0);
+        assert!(v["rtt"]["min_us"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn ping_uses_datagram_sockets_where_ping_group_range_allows() {
+    if !common::privileged("ping_uses_datagram_sockets_where_ping_group_range_allows") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let o = NetnsPair::exec(
+        &n.a,
+        &["sysctl", "-qw", "net.ipv4.ping_group_range=0 2147483647"],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success());
+    for host in [n.b4, n.b6] {
+        let v = json(&n.rttlab_in_a(&[
+            "ping", host, "-c", "10", "-i", "1ms", "--socket", "dgram", "--json",
+        ]));
+        assert_eq!(v["settings"]["socket"], "dgram");
+        assert_eq!(v["received"], 10, "{host}");
+    }
+    // Raw sockets answer the same.
+    let v = json(&n.rttlab_in_a(&[
+        "ping", n.b4, "-c", "10", "-i", "0", "--socket", "raw", "--json",
+    ]));
+    assert_eq!(v["received"], 10);
+}
+
+/// rttlab's ICMP round trip next to iputils ping's on the same path: both are
+/// microseconds on a veth pair; rttlab, timing by the kernel's receive stamp, must not
+/// read higher than ping's user-space timing by more than noise.
+#[test]
+fn ping_agrees_with_iputils_ping() {
+    if !common::privileged("ping_agrees_with_iputils_ping") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let ours = json(&n.rttlab_in_a(&["ping", n.b4, "-c", "200", "-i", "2ms", "--json"]));
+    let theirs = NetnsPair::exec(&n.a, &["ping", "-q", "-c", "200", "-i", "0.002", n.b4])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&theirs.stdout);
+    // "rtt min/avg/max/mdev = 0.010/0.025/0.070/0.008 ms"
+    let stats = text
+        .lines()
+        .find(|l| l.contains("min/avg/max"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let nums: Vec<f64> = stats
+        .split('=')
+        .nth(1)
+        .unwrap()
+        .trim()
+        .trim_end_matches(" ms")
+        .split('/')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let their_avg_us = nums[1] * 1000.0;
+    let our_avg_us = ours["rtt"]["mean_us"].as_f64().unwrap();
+    assert_eq!(ours["received"], 200);
+    assert!(
+        our_avg_us <= their_avg_us * 1.5 + 20.0,
+        "rttlab {our_avg_us} µs vs ping {their_avg_us} µs"
+    );
+}
