@@ -34,7 +34,9 @@ fn record(c: &mut Criterion) {
     for &v in &s {
         h.record_ns(v);
     }
-    c.bench_function("summary_default_percentiles", |b| b.iter(|| Summary::from_histogram(black_box(&h), &DEFAULT_PERCENTILES)));
+    c.bench_function("summary_default_percentiles", |b| {
+        b.iter(|| Summary::from_histogram(black_box(&h), &DEFAULT_PERCENTILES))
+    });
 }
 
 criterion_group!(benches, record);

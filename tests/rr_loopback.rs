@@ -461,3 +461,42 @@ fn broken_pipe_exits_quietly() {
         stderr(&o)
     );
 }
+
+#[test]
+fn a_frozen_server_cannot_hang_the_client() {
+    let srv = ServeChild::start(&[]);
+    let client = Command::new(bin())
+        .args([
+            "rr",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-l",
+            "1",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(srv.child.id() as i32, libc::SIGSTOP) };
+    let t0 = std::time::Instant::now();
+    let o = client.wait_with_output().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(srv.child.id() as i32, libc::SIGCONT) };
+    // 1 s run + 5 s for the transaction in flight, then the watchdog cuts it off.
+    assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unanswered"), "{}", stderr(&o));
+    let n: u64 = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n > 0, "the transactions before the freeze are reported");
+}

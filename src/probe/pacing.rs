@@ -88,6 +88,16 @@ pub enum Schedule {
     Poisson,
 }
 
+impl Schedule {
+    /// A short name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Fixed => "fixed",
+            Schedule::Poisson => "poisson",
+        }
+    }
+}
+
 /// Intended send times of an open-loop run: t₀ + Σ gaps. Deterministic for a seed, so
 /// a run can be repeated.
 pub struct Arrivals {

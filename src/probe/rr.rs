@@ -34,6 +34,12 @@ use std::time::{Duration, Instant};
 
 /// How often a blocked socket call wakes up to look at the stop flag and deadline.
 const POLL_TICK: Duration = Duration::from_millis(100);
+/// How long the server has to send its report at the end.
+const REPORT_WAIT: Duration = Duration::from_secs(10);
+/// The same after the run was cut off because the server stopped answering.
+const REPORT_WAIT_CUT: Duration = Duration::from_secs(2);
+/// How often the watchdog looks at the stop flag and the hard deadline.
+const WATCH_TICK: Duration = Duration::from_millis(50);
 /// Time allowed to connect the control and data connections.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a transaction in flight at the end of the run may still complete.
@@ -232,11 +238,14 @@ impl ControlClient {
         }
     }
 
-    /// Say the test is over and collect the server's report.
+    /// Say the test is over and collect the server's report, waiting at most `wait`.
     ///
     /// # Errors
-    /// The server went away or answered with an error.
-    pub fn finish(&mut self) -> Result<ServerReport, RrError> {
+    /// The server went away, did not answer in time, or answered with an error.
+    pub fn finish(&mut self, wait: Duration) -> Result<ServerReport, RrError> {
+        self.stream
+            .set_read_timeout(Some(wait))
+            .map_err(ControlError::Io)?;
         control::write_msg(&mut self.stream, &ClientMsg::Done)?;
         match control::read_msg(&mut self.stream)? {
             ServerMsg::Result { report } => Ok(*report),
@@ -314,6 +323,9 @@ pub struct RrResult {
     pub histogram: LatencyHistogram,
     /// TCP_CRR: time of the connect() alone.
     pub connect: Option<Summary>,
+    /// With `-w`: how late each request after a wait left (intended time → just before
+    /// `send()`), the pacing's own error.
+    pub pacing_error: Option<Summary>,
     pub open_loop: Option<OpenLoopStats>,
     pub udp: Option<UdpStats>,
     /// Transactions the server counted.
@@ -336,6 +348,7 @@ pub struct RrResult {
 #[derive(Default)]
 struct StreamOutcome {
     hist: LatencyHistogram,
+    pacing: LatencyHistogram,
     connect: LatencyHistogram,
     intended: LatencyHistogram,
     transactions: u64,
@@ -359,6 +372,8 @@ struct Ctx<'a> {
     deadline: Instant,
     hard_deadline: Instant,
     quota: u64,
+    /// Set by the watchdog when it shut the sockets down (stop or hard deadline).
+    cutoff: &'a AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -380,7 +395,11 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-fn tcp_socket(s: &RrSettings, addr: SocketAddr) -> io::Result<TcpStream> {
+/// A connected data socket. Closed-loop TCP_RR sockets block without a timeout: a
+/// finite `SO_RCVTIMEO` makes every blocking `recv` arm and cancel a kernel timer,
+/// which cost TCP_RR ~15 % of its transactions/s at one vCPU (bench/RESULTS-rr.md);
+/// the watchdog in [`run`] shuts them down instead when the run must end.
+fn tcp_socket(s: &RrSettings, addr: SocketAddr, timeouts: bool) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_nodelay(true)?;
     if s.thin_linear_timeouts {
@@ -395,8 +414,10 @@ fn tcp_socket(s: &RrSettings, addr: SocketAddr) -> io::Result<TcpStream> {
         })?;
     }
     sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
-    sock.set_read_timeout(Some(POLL_TICK))?;
-    sock.set_write_timeout(Some(POLL_TICK))?;
+    if timeouts {
+        sock.set_read_timeout(Some(POLL_TICK))?;
+        sock.set_write_timeout(Some(POLL_TICK))?;
+    }
     Ok(sock.into())
 }
 
@@ -463,7 +484,8 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     if s.test == TestKind::TcpRr {
         for _ in 0..s.streams {
             conns.push(Some(
-                tcp_socket(s, data).map_err(|source| RrError::Data { port, source })?,
+                tcp_socket(s, data, s.open_loop.is_some())
+                    .map_err(|source| RrError::Data { port, source })?,
             ));
         }
     } else {
@@ -475,6 +497,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         .filter_map(|c| c.try_clone().ok())
         .collect();
 
+    let cutoff = AtomicBool::new(false);
     let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
     let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
     let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
@@ -486,6 +509,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             let barrier = Arc::clone(&barrier);
             let start_cell = Arc::clone(&start_cell);
             let recorder = hdr.as_mut().map(HdrLogWriter::recorder);
+            let cutoff = &cutoff;
             handles.push(scope.spawn(move || {
                 if let Some(c) = s.local_cpu {
                     let _ = cpu::pin_current_thread(c);
@@ -504,6 +528,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                     deadline: start + run_for,
                     hard_deadline: start + run_for + IN_FLIGHT_GRACE,
                     quota,
+                    cutoff,
                 };
                 let cpu0 = thread_cpu_ns();
                 let mut out = match (s.test, s.open_loop) {
@@ -519,9 +544,11 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 out
             }));
         }
-        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        let start = Instant::now();
+        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
         barrier.wait();
-        let series = sample_tcp_info(s, &watched, ctl, &handles);
+        let hard_deadline = start + run_for + IN_FLIGHT_GRACE;
+        let series = watch(s, &watched, ctl, &cutoff, hard_deadline, &handles);
         let outs: Vec<StreamOutcome> = handles
             .into_iter()
             .map(|h| {
@@ -542,6 +569,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut hist = LatencyHistogram::new();
     let mut connect = LatencyHistogram::new();
     let mut intended = LatencyHistogram::new();
+    let mut pacing_err = LatencyHistogram::new();
     let mut cpus = CpuTracker::default();
     let (
         mut transactions,
@@ -559,6 +587,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         hist.merge(&o.hist);
         connect.merge(&o.connect);
         intended.merge(&o.intended);
+        pacing_err.merge(&o.pacing);
         cpus.merge(&o.cpus);
         transactions += o.transactions;
         lost += o.lost;
@@ -571,7 +600,13 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         error = error.or(o.error.clone());
         local_addr = local_addr.or(o.local_addr);
     }
-    let server = match client.finish() {
+    // A server that let the watchdog cut the run off is unlikely to answer promptly.
+    let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
+        REPORT_WAIT_CUT
+    } else {
+        REPORT_WAIT
+    };
+    let server = match client.finish(wait) {
         Ok(r) => Some(r),
         Err(e) => {
             error = error.or(Some(format!("collecting the server's report: {e}")));
@@ -619,6 +654,8 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         histogram: hist,
         connect: (s.test == TestKind::TcpCrr)
             .then(|| Summary::from_histogram(&connect, &s.percentiles)),
+        pacing_error: (!s.interval.is_zero() && s.open_loop.is_none())
+            .then(|| Summary::from_histogram(&pacing_err, &s.percentiles)),
         open_loop: s.open_loop.map(|_| OpenLoopStats {
             response_time: Summary::from_histogram(&intended, &s.percentiles),
             unanswered,
@@ -650,45 +687,50 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     })
 }
 
-/// Sample the client's data sockets every `--tcpinfo-interval` until the streams end.
-fn sample_tcp_info<T>(
+/// The main thread while the streams run: samples the client's data sockets every
+/// `--tcpinfo-interval`, and when the user stops the run or the hard deadline passes,
+/// shuts the blocking sockets down so the streams' `recv` returns.
+fn watch<T>(
     s: &RrSettings,
     socks: &[TcpStream],
     ctl: &RunControl,
+    cutoff: &AtomicBool,
+    hard_deadline: Instant,
     handles: &[std::thread::ScopedJoinHandle<'_, T>],
 ) -> Vec<TcpInfoSample> {
     let mut series = Vec::new();
-    let Some(every) = s.tcpinfo_interval else {
-        return series;
-    };
-    if socks.is_empty() {
-        return series;
-    }
     let t0 = Instant::now();
-    let mut next = t0;
+    let mut next_sample = t0;
     while !handles.iter().all(|h| h.is_finished()) {
-        for (stream, sock) in socks.iter().enumerate() {
-            if series.len() >= MAX_TCPINFO_SAMPLES {
-                break;
-            }
-            if let Ok(info) = sockopt::tcp_info(sock) {
-                series.push(TcpInfoSample {
-                    t_ms: t0.elapsed().as_secs_f64() * 1e3,
-                    stream,
-                    info,
-                });
-            }
-        }
-        next += every;
         let now = Instant::now();
-        if next > now {
-            std::thread::sleep((next - now).min(POLL_TICK));
-        } else {
-            next = now;
+        if !cutoff.load(Ordering::Relaxed)
+            && (ctl.stop.load(Ordering::Relaxed) || now >= hard_deadline)
+        {
+            cutoff.store(true, Ordering::SeqCst);
+            for sock in socks {
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+            }
         }
-        if ctl.stop.load(Ordering::Relaxed) && handles.iter().all(|h| h.is_finished()) {
-            break;
+        let mut wake = now + WATCH_TICK;
+        if let Some(every) = s.tcpinfo_interval {
+            if now >= next_sample {
+                for (stream, sock) in socks.iter().enumerate() {
+                    if series.len() >= MAX_TCPINFO_SAMPLES {
+                        break;
+                    }
+                    if let Ok(info) = sockopt::tcp_info(sock) {
+                        series.push(TcpInfoSample {
+                            t_ms: t0.elapsed().as_secs_f64() * 1e3,
+                            stream,
+                            info,
+                        });
+                    }
+                }
+                next_sample = (next_sample + every).max(now);
+            }
+            wake = wake.min(next_sample);
         }
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
     series
 }
@@ -711,11 +753,23 @@ fn record(
     ctl.transactions.fetch_add(1, Ordering::Relaxed);
 }
 
-fn pause(cx: &Ctx<'_>, after: Instant) {
-    if !cx.s.interval.is_zero() {
-        pacing::wait_until(cx.s.pace, after + cx.s.interval, || {
-            !cx.ctl.stop.load(Ordering::Relaxed)
-        });
+/// Wait `-w` after `after`; returns the intended send time of the next request.
+fn pause(cx: &Ctx<'_>, after: Instant) -> Option<Instant> {
+    if cx.s.interval.is_zero() {
+        return None;
+    }
+    let target = after + cx.s.interval;
+    pacing::wait_until(cx.s.pace, target, || !cx.ctl.stop.load(Ordering::Relaxed));
+    Some(target)
+}
+
+/// How late the request after a wait left: intended time → just before `send()`.
+#[inline]
+fn note_pacing(out: &mut StreamOutcome, target: &mut Option<Instant>, t0: Instant) {
+    if let Some(t) = target.take() {
+        out.pacing.record_ns(
+            u64::try_from(t0.saturating_duration_since(t).as_nanos()).unwrap_or(u64::MAX),
+        );
     }
 }
 
@@ -733,9 +787,11 @@ fn tcp_rr(
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut now = cx.start;
+    let mut target = None;
     'run: while cx.more(out.transactions, now) {
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
+            note_pacing(&mut out, &mut target, t0);
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
                 out.error = Some(format!("sending a request: {e}"));
                 break 'run;
@@ -743,6 +799,15 @@ fn tcp_rr(
             match read_full(&mut sock, &mut resp, || cx.keep()) {
                 Ok(ReadEnd::Full) => {}
                 Ok(ReadEnd::Stopped { .. }) => break 'run,
+                Ok(ReadEnd::Closed { .. }) | Err(_) if cx.cutoff.load(Ordering::SeqCst) => {
+                    if !cx.ctl.stop.load(Ordering::Relaxed) {
+                        out.error = Some(format!(
+                            "a transaction was still unanswered {} s after the end of the run",
+                            IN_FLIGHT_GRACE.as_secs()
+                        ));
+                    }
+                    break 'run;
+                }
                 Ok(ReadEnd::Closed { .. }) => {
                     out.error = Some("the server closed the data connection mid-test".into());
                     break 'run;
@@ -758,7 +823,7 @@ fn tcp_rr(
                 break 'run;
             }
         }
-        pause(cx, now);
+        target = pause(cx, now);
         now = Instant::now();
     }
     if let Ok(ti) = sockopt::tcp_info(&sock) {
@@ -815,11 +880,13 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     let mut resp = vec![0u8; cx.s.response_size as usize + 1];
     let mut seq = 0u64;
     let mut now = cx.start;
+    let mut target = None;
     'run: while cx.more(out.transactions + out.lost, now) {
         for _ in 0..cx.s.burst {
             seq += 1;
             put_seq(&mut req, seq, k);
             let t0 = Instant::now();
+            note_pacing(&mut out, &mut target, t0);
             if let Err(e) = u.send(&req) {
                 out.error = Some(format!("sending a request: {e}"));
                 break 'run;
@@ -858,7 +925,7 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                 break 'run;
             }
         }
-        pause(cx, now);
+        target = pause(cx, now);
         now = Instant::now();
     }
     out
@@ -869,10 +936,12 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut now = cx.start;
+    let mut target = None;
     'run: while cx.more(out.transactions, now) {
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
-            let mut sock = match tcp_socket(cx.s, cx.data) {
+            note_pacing(&mut out, &mut target, t0);
+            let mut sock = match tcp_socket(cx.s, cx.data, true) {
                 Ok(s) => s,
                 Err(e) => {
                     let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
@@ -915,7 +984,7 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                 break 'run;
             }
         }
-        pause(cx, now);
+        target = pause(cx, now);
         now = Instant::now();
     }
     out

@@ -97,8 +97,10 @@ impl Report for RrResult {
         if let Some(ol) = &s.open_loop {
             let _ = writeln!(
                 out,
-                "open loop: {:.0} requests/s per stream, {:?} schedule, at most {} outstanding",
-                ol.rate_per_s, ol.schedule, ol.max_outstanding
+                "open loop: {:.0} requests/s per stream, {} schedule, at most {} outstanding",
+                ol.rate_per_s,
+                ol.schedule.name(),
+                ol.max_outstanding
             );
         }
         let remote_kernel = self
@@ -135,7 +137,13 @@ impl Report for RrResult {
         if let Some(ol) = &self.open_loop {
             t.row(summary_row("from intended", &ol.response_time));
         }
+        if let Some(p) = &self.pacing_error {
+            t.row(summary_row("pacing error", p));
+        }
         out.push_str(&t.render());
+        if self.pacing_error.is_some() {
+            out.push_str("(\"pacing error\" is how late each request after a wait left: intended time → just before send)\n");
+        }
         if let Some(ol) = &self.open_loop {
             let _ = writeln!(out, "(\"transaction\" is send → response; \"from intended\" is scheduled send → response, which slow replies cannot hide; {} unanswered, {} sends > 1 ms late)", ol.unanswered, ol.late_sends);
         }
