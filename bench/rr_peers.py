@@ -16,7 +16,7 @@ Needs root (namespaces), sockperf (Debian), netperf built from its public source
 (never committed; pass its directory with NETPERF_DIR), tcpdump.
 Usage: NETPERF_DIR=/path/to/netperf/src bench/rr_peers.py [--runs 5] [--seconds 3]
 """
-import argparse, os, re, shutil, statistics, struct, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, statistics, struct, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTTLAB = os.path.join(ROOT, "target", "release", "rttlab")
@@ -52,12 +52,15 @@ def netns_down():
         sh("ip", "netns", "del", ns, check=False)
 
 
-def timed(argv):
+def timed(argv, rss=False):
+    """Run argv under GNU time: (stdout, stderr, cpu seconds[, max RSS KiB])."""
     tf = tempfile.NamedTemporaryFile(delete=False)
     tf.close()
-    p = subprocess.run(["/usr/bin/time", "-f", "%U %S", "-o", tf.name] + argv, capture_output=True, text=True)
-    u, s = open(tf.name).read().split()[-2:]
+    p = subprocess.run(["/usr/bin/time", "-f", "%U %S %M", "-o", tf.name] + argv, capture_output=True, text=True)
+    u, s, m = open(tf.name).read().split()[-3:]
     os.unlink(tf.name)
+    if rss:
+        return p.stdout, float(u) + float(s), int(m)
     return p.stdout, p.stderr, float(u) + float(s), p.returncode
 
 
@@ -130,7 +133,9 @@ def read_pcap(path):
 
 
 def pacing(n=2000, wait_us=1000):
-    """Wait error (next request − previous response − wait) from the wire, per pace mode."""
+    """Wait error per pace mode: on the wire (next request − previous response − wait,
+    which includes the client's wake-up on the response) and in-process (intended send
+    time → just before send(), rttlab's own pacing_error)."""
     rows = []
     serve = subprocess.Popen([RTTLAB, "serve", "-q", "--listen", "127.0.0.1:12866"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)
@@ -141,7 +146,7 @@ def pacing(n=2000, wait_us=1000):
                 td = subprocess.Popen(["tcpdump", "-i", "lo", "-s", "96", "--time-stamp-precision=nano", "-w", pcap, "tcp port 5002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)
                 out = subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-P", "5002", "-n", str(n), "-w", f"{wait_us}us", "--pace", pace, "-T", cpus,
-                                      "-o", "MEAN_LATENCY,P99_LATENCY"], capture_output=True, text=True).stdout
+                                      "--json"], capture_output=True, text=True).stdout
                 time.sleep(0.5)
                 td.terminate(); td.wait()
                 pk = [p for p in read_pcap(pcap) if p[2] > 0]
@@ -152,11 +157,39 @@ def pacing(n=2000, wait_us=1000):
                         errs.append((b[0] - a[0]) / 1e3 - wait_us)
                 errs.sort()
                 q = lambda f: errs[min(len(errs) - 1, int(f * len(errs)))]
-                mean, p99 = out.strip().splitlines()[-1].split(",")
-                rows.append((pace, cpus, len(errs), q(0.5), q(0.99), float(mean), float(p99)))
+                j = json.loads(out)
+                pe = dict((k, v) for k, v in j["pacing_error"]["percentiles_us"])
+                lat = dict((k, v) for k, v in j["latency"]["percentiles_us"])
+                rows.append((pace, cpus, len(errs), q(0.5), q(0.99), pe["p50"], pe["p99"], j["latency"]["mean_us"], lat["p99"]))
     finally:
         serve.kill(); serve.wait()
     return rows
+
+
+def unpinned_10ms(n=500):
+    """Reported latency at -w 10ms with both ends unpinned, per pace mode: a spinning
+    client owns a vCPU and pushes the server onto the other one."""
+    rows = []
+    serve = subprocess.Popen([RTTLAB, "serve", "-q", "--listen", "127.0.0.1:12866"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    try:
+        for pace in ("sleep", "hybrid", "spin"):
+            j = json.loads(subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-n", str(n), "-w", "10ms", "--pace", pace, "--json"], capture_output=True, text=True).stdout)
+            lat = dict((k, v) for k, v in j["latency"]["percentiles_us"])
+            rows.append((pace, j["latency"]["mean_us"], lat["p50"], lat["p99"], " ".join(map(str, j["local_placement"]["ran_on_cpus"])),
+                         " ".join(map(str, j["remote_placement"]["ran_on_cpus"]))))
+    finally:
+        serve.kill(); serve.wait()
+    return rows
+
+
+def memory():
+    """Max RSS of the client for a short and a long run: histograms, not sample lists."""
+    out = []
+    for secs in (2, 30):
+        _, _, kib = timed([RTTLAB, "rr", "-l", str(secs), "-T", "0,0", "-o", "TRANSACTIONS"], rss=True)
+        out.append((secs, kib))
+    return out
 
 
 def main():
@@ -192,6 +225,8 @@ def main():
     finally:
         netns_down()
     pace_rows = pacing()
+    slow_rows = unpinned_10ms()
+    mem_rows = memory()
     kern = os.uname().release
     with open(a.out, "w") as f:
         f.write(f"# rttlab rr against netperf and sockperf\n\nRecorded by `bench/rr_peers.py --runs {a.runs} --seconds {a.seconds}` on {time.strftime('%Y-%m-%d')}, "
@@ -209,11 +244,22 @@ def main():
             else:
                 ratio = " | | | "
             f.write(f"| {path} | {cpus} | {test} | {tool} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.0f} | {med[3]:.2f} | {ratio} |\n")
-        f.write("\n## Pacing: `-w 1ms`, measured on the wire\n\nWait error = (next request − previous response) − 1 ms, from a tcpdump capture on lo "
-                "with nanosecond timestamps; 2000 transactions per row. The latency columns are what rttlab reports for the same run.\n\n")
-        f.write("| pace | -T | waits | error P50 µs | error P99 µs | reported mean µs | reported P99 µs |\n|---|---|---:|---:|---:|---:|---:|\n")
+        f.write("\n## Pacing: `-w 1ms`\n\nWire error = (next request − previous response) − 1 ms, from a tcpdump capture on lo "
+                "with nanosecond timestamps; it includes the client's wake-up when the response arrives, which is not the pacing's doing. "
+                "Pacing error = intended send time → just before send(), rttlab's own `pacing_error`. 2000 transactions per row; "
+                "the latency columns are what rttlab reports for the same run.\n\n")
+        f.write("| pace | -T | waits | wire error P50 µs | wire error P99 µs | pacing error P50 µs | pacing error P99 µs | reported mean µs | reported P99 µs |\n"
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
         for row in pace_rows:
-            f.write("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n" % row)
+            f.write("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n" % row)
+        f.write("\n## `-w 10ms`, both ends unpinned\n\nThe reported round trip per pace mode (500 transactions). netperf's spin build reports "
+                "179 µs here (issue 2) because the spinning client owns a vCPU and the server must run on the other, halted one.\n\n")
+        f.write("| pace | mean µs | P50 µs | P99 µs | client ran on | server ran on |\n|---|---:|---:|---:|---|---|\n")
+        for row in slow_rows:
+            f.write("| %s | %.2f | %.2f | %.2f | %s | %s |\n" % row)
+        f.write("\n## Memory\n\nMax RSS of the client (GNU time), TCP_RR on loopback at -T 0,0:\n\n| run | max RSS KiB |\n|---|---:|\n")
+        for secs, kib in mem_rows:
+            f.write(f"| {secs} s | {kib} |\n")
     print(open(a.out).read())
 
 

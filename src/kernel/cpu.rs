@@ -49,7 +49,8 @@ pub fn current_cpu() -> Option<usize> {
     usize::try_from(c).ok()
 }
 
-/// Which CPUs a thread was seen on during a run, sampled once per transaction.
+/// Which CPUs a thread was seen on during a run, from samples the caller takes (the
+/// probes take one every 64 transactions, so a brief visit elsewhere can be missed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuTracker {
     seen: u128,
@@ -99,7 +100,8 @@ pub struct Placement {
     pub allowed_cpus: Vec<usize>,
     /// CPUs the measuring threads were seen on.
     pub ran_on_cpus: Vec<usize>,
-    /// Times a measuring thread was seen on a different CPU than at its previous sample.
+    /// Times a measuring thread was seen on a different CPU than at its previous sample
+    /// (a lower bound: samples are taken every 64 transactions).
     pub migrations: u64,
 }
 

@@ -311,6 +311,15 @@ mod tests {
         assert_eq!(from_hex("abc"), None);
     }
 
+    proptest::proptest! {
+        /// Whatever a peer sends, reading a frame returns a message or an error.
+        #[test]
+        fn any_bytes_decode_or_fail_cleanly(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            let _ = read_msg::<_, ClientMsg>(&mut &bytes[..]);
+            let _ = read_msg::<_, ServerMsg>(&mut &bytes[..]);
+        }
+    }
+
     #[test]
     fn test_names_are_netperfs() {
         let j = serde_json::to_string(&TestKind::TcpCrr).unwrap();

@@ -204,12 +204,18 @@ fn recv_with_ts(fd: i32, buf: &mut [u8], nonblocking: bool) -> io::Result<(usize
 }
 
 /// An echo reply found in a received datagram.
-struct Reply {
-    seq: u16,
-    intact: bool,
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Its sequence number.
+    pub seq: u16,
+    /// The payload is the one that was sent (right length, right pattern).
+    pub intact: bool,
 }
 
-fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> Option<Reply> {
+/// Find an echo reply to us in a received datagram: `raw` IPv4 sockets deliver the IP
+/// header too; datagram sockets get replies already filtered by the kernel, raw ones
+/// everything, so only raw replies are checked against `ident`. Anything else is `None`.
+pub fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> Option<Reply> {
     let icmp = if !v6 && raw {
         let ihl = usize::from(buf.first()? & 0x0f) * 4;
         buf.get(ihl..)?

@@ -13,8 +13,15 @@ impl Report for PingResult {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "ICMP echo to {}: {} bytes, interval {} µs ({}), {:?} socket, timeout {} ms, timestamps: {}",
-            s.target, s.size, s.interval_us, s.pacing, s.socket, s.timeout_ms, s.timestamps
+            "ICMP echo to {}: {} bytes, interval {} µs ({}), {:?} socket, timeout {} ms, timestamps: {}; kernel {}",
+            s.target,
+            s.size,
+            s.interval_us,
+            s.pacing,
+            s.socket,
+            s.timeout_ms,
+            s.timestamps,
+            self.local_host.kernel_release
         );
         let pct = if self.sent == 0 {
             0.0

@@ -83,10 +83,11 @@ impl Report for RrResult {
         let _ =
             writeln!(
             out,
-            "{} -r {},{} to {} (data port {}), {} stream{}, wait {interval}, burst {}, {limit}{}",
+            "{} -r {},{} from {} to {} (data port {}), {} stream{}, wait {interval}, burst {}, {limit}{}",
             s.test,
             s.request_size,
             s.response_size,
+            s.local_data_addr.map_or("?".into(), |a| a.ip().to_string()),
             s.server,
             s.remote_data_port,
             s.streams,
