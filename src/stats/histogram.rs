@@ -247,7 +247,7 @@ mod tests {
             let u = (x >> 11) as f64 / (1u64 << 53) as f64;
             h.record_ns((-100_000.0 * (1.0 - u).ln()) as u64);
         }
-        for q in [0.5, 0.9, 0.99, 0.999] {
+        for q in [0.5f64, 0.9, 0.99, 0.999] {
             let want = -100.0 * (1.0 - q).ln();
             let got = h.quantile_ns(q).unwrap() as f64 / 1000.0;
             // Sampling error at P99.9 with 400 draws beyond it is a few per cent.
