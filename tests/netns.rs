@@ -164,3 +164,48 @@ fn ping_agrees_with_iputils_ping() {
         "rttlab {our_avg_us} µs vs ping {their_avg_us} µs"
     );
 }
+
+#[test]
+fn tcpinfo_looks_inside_a_named_namespace() {
+    if !common::privileged("tcpinfo_looks_inside_a_named_namespace") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let client = NetnsPair::exec(
+        &n.a,
+        &[
+            common::bin().to_str().unwrap(),
+            "rr",
+            "-H",
+            n.b4,
+            "-P",
+            "5004",
+            "-l",
+            "2",
+            "-o",
+            "TRANSACTIONS",
+        ],
+    )
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    // From the root namespace, look into b: the server's data socket, and nothing of a's.
+    let o = std::process::Command::new(common::bin())
+        .args(["tcpinfo", "--netns", &n.b, "--sport", "5004", "--json"])
+        .output()
+        .unwrap();
+    let _ = client.wait_with_output();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    assert_eq!(lines[0]["local"], format!("{}:5004", n.b4));
+    assert!(lines[0]["remote"].as_str().unwrap().starts_with(n.a4));
+    assert!(lines[0]["tcp_info"]["rtt_us"].as_u64().unwrap() > 0);
+    let _ = srv.kill();
+    let _ = srv.wait();
+}

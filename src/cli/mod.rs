@@ -6,6 +6,7 @@ pub mod ping;
 pub mod progress;
 pub mod rr;
 pub mod serve;
+pub mod tcpinfo;
 pub mod values;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,7 @@ Examples:
   rttlab serve                               serve tests on port 12866 (IPv4 and IPv6)
   rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
   rttlab ping ::1 -c 100 -i 10ms --histogram
+  rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv   the kernel's RTT of live sockets, every 10 ms
   rttlab completions bash > /etc/bash_completion.d/rttlab";
 
 /// Round-trip time at every layer: ICMP, request/response, the kernel's TCP estimator.
@@ -35,6 +37,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// ICMP echo round trips, timed by the kernel's receive timestamps.
     Ping(ping::PingArgs),
+    /// TCP's own view of live sockets (tcp_info via sock_diag), once or as a time series.
+    Tcpinfo(tcpinfo::TcpinfoArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -48,6 +52,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rr(a) => rr::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Ping(a) => ping::run(a),
+        Command::Tcpinfo(a) => tcpinfo::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

@@ -3,6 +3,9 @@
 
 pub mod cpu;
 pub mod host;
+pub mod netlink;
+pub mod netns;
+pub mod sock_diag;
 pub mod sockopt;
 pub mod tcp_info;
 

@@ -5,6 +5,7 @@ mod ping;
 mod rr;
 pub mod selectors;
 pub mod table;
+pub mod tcpinfo;
 
 pub use selectors::{Selectable, Selector, SelectorError, Value};
 

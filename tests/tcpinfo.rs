@@ -1,0 +1,158 @@
+//! `rttlab tcpinfo` against `ss -ti` on the same sockets, and seed 000's first chart:
+//! the server's TCP RTT rises with the client's wait up to the delayed-ACK timer.
+
+mod common;
+
+use common::{bin, free_port};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn csv_rows(out: &[u8]) -> Vec<Vec<String>> {
+    String::from_utf8_lossy(out)
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_owned).collect())
+        .collect()
+}
+
+/// Median server-side srtt (µs) while a client waits `wait` between transactions.
+fn server_srtt(wait: &str) -> f64 {
+    let port = free_port();
+    let client = Command::new(bin())
+        .args([
+            "rr",
+            "-P",
+            &port.to_string(),
+            "-w",
+            wait,
+            "-l",
+            "2.5",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    // The in-process server's data socket is the one whose local port is the data port.
+    let o = Command::new(bin())
+        .args([
+            "tcpinfo",
+            "--sport",
+            &port.to_string(),
+            "-i",
+            "100ms",
+            "-c",
+            "10",
+            "--csv",
+        ])
+        .output()
+        .unwrap();
+    let _ = client.wait_with_output();
+    let mut rtts: Vec<f64> = csv_rows(&o.stdout)
+        .iter()
+        .map(|r| r[5].parse().unwrap())
+        .collect();
+    assert!(rtts.len() >= 8, "{}", String::from_utf8_lossy(&o.stdout));
+    rtts.sort_by(f64::total_cmp);
+    rtts[rtts.len() / 2]
+}
+
+#[test]
+fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
+    // The server's RTT sample is response → ACK; the ACK rides on the next request, so
+    // it waits `w`, until the client's delayed-ACK timer (40 ms, TCP_DELACK_MIN) fires;
+    // beyond that Linux leaves pingpong mode and ACKs at once (seed 000, "TCP Computed
+    // RTT vs Response/Request Interval").
+    let r0 = server_srtt("0");
+    let r10 = server_srtt("10ms");
+    let r25 = server_srtt("25ms");
+    let r80 = server_srtt("80ms");
+    assert!(r0 < 2_000.0, "w=0: {r0} µs");
+    assert!((8_000.0..15_000.0).contains(&r10), "w=10ms: {r10} µs");
+    assert!((20_000.0..32_000.0).contains(&r25), "w=25ms: {r25} µs");
+    assert!(
+        r80 < 10_000.0,
+        "w=80ms, past the delayed-ACK timer: {r80} µs"
+    );
+}
+
+#[test]
+fn agrees_with_ss_on_the_same_socket() {
+    let port = free_port();
+    let client = Command::new(bin())
+        .args([
+            "rr",
+            "-P",
+            &port.to_string(),
+            "-w",
+            "200ms",
+            "-l",
+            "2",
+            "-o",
+            "TRANSACTIONS",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // Between transactions (200 ms apart) the socket is idle: both tools read the same state.
+    let ours = Command::new(bin())
+        .args(["tcpinfo", "--sport", &port.to_string(), "--csv"])
+        .output()
+        .unwrap();
+    let ss = Command::new("ss")
+        .args([
+            "-tin",
+            "state",
+            "established",
+            "sport",
+            "=",
+            &format!(":{port}"),
+        ])
+        .output()
+        .unwrap();
+    let _ = client.wait_with_output();
+    let row = &csv_rows(&ours.stdout)[0];
+    let text = String::from_utf8_lossy(&ss.stdout);
+    let field = |name: &str| -> String {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .to_owned()
+    };
+    let rto_ms: f64 = field("rto").parse().unwrap();
+    assert_eq!(row[8].parse::<f64>().unwrap() / 1000.0, rto_ms, "rto");
+    assert_eq!(row[14], field("cwnd"), "cwnd");
+    // ss prints rtt:SRTT/RTTVAR in ms with 3 decimals.
+    let srtt_ms: f64 = field("rtt").split('/').next().unwrap().parse().unwrap();
+    let ours_ms = row[5].parse::<f64>().unwrap() / 1000.0;
+    assert!(
+        (ours_ms - srtt_ms).abs() <= 0.002 + srtt_ms * 0.01,
+        "srtt ours {ours_ms} ms, ss {srtt_ms} ms"
+    );
+    // ss names the congestion control as a bare word (e.g. "bbr", "cubic").
+    assert!(
+        text.split_whitespace().any(|w| w == row[4]),
+        "cc {} not in {text}",
+        row[4]
+    );
+}
+
+#[test]
+fn bad_filters_are_named() {
+    for (args, needle) in [
+        (vec!["tcpinfo", "--src", "10.0.0.0/33"], "prefix must be"),
+        (vec!["tcpinfo", "--dst", "nonsense"], "not an address"),
+        (vec!["tcpinfo", "-i", "1ms"], "at least 10ms"),
+        (vec!["tcpinfo", "-c", "3"], "need --interval"),
+        (vec!["tcpinfo", "--netns", "rttlab-no-such-ns"], "not found"),
+    ] {
+        let o = Command::new(bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+}
