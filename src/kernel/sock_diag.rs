@@ -395,7 +395,7 @@ mod tests {
             ..DiagFilter::default()
         })
         .is_err());
-        let junk = vec![0xa5u8; 200];
+        let junk = [0xa5u8; 200];
         for n in 0..junk.len() {
             let _ = parse_entry(&junk[..n]);
         }
