@@ -7,6 +7,7 @@ pub mod progress;
 pub mod rr;
 pub mod serve;
 pub mod tcpinfo;
+pub mod tune;
 pub mod values;
 
 use clap::{Parser, Subcommand};
@@ -39,6 +40,8 @@ pub enum Command {
     Ping(ping::PingArgs),
     /// TCP's own view of live sockets (tcp_info via sock_diag), once or as a time series.
     Tcpinfo(tcpinfo::TcpinfoArgs),
+    /// Tune TCP's retransmission behaviour: rto_min, thin linear timeouts; revert.
+    Tune(tune::TuneArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -53,6 +56,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Ping(a) => ping::run(a),
         Command::Tcpinfo(a) => tcpinfo::run(a),
+        Command::Tune(a) => tune::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

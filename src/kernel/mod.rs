@@ -3,11 +3,15 @@
 
 pub mod cpu;
 pub mod host;
+pub mod hz;
 pub mod netlink;
 pub mod netns;
+pub mod route;
 pub mod sock_diag;
 pub mod sockopt;
+pub mod sysctl;
 pub mod tcp_info;
+pub mod tuning;
 
 /// A system call failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,339 @@
+//! `rttlab tune`: rto_min (per route or by sysctl), thin linear timeouts, and revert.
+
+use super::values;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use rttlab::kernel::tuning::{self, sysctl_command, Journal};
+use rttlab::kernel::{hz, netns, route, sockopt, sysctl};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+const RTO_MIN_US: &str = "net.ipv4.tcp_rto_min_us";
+const THIN: &str = "net.ipv4.tcp_thin_linear_timeouts";
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab tune rto-min show --probe 198.18.0.2:12866
+  rttlab tune rto-min set 5ms --route 198.18.0.0/15      as `ip route replace … rto_min 5ms`
+  rttlab tune rto-min set 50ms --sysctl --netns rttlab-demo-a
+  rttlab tune thin set on
+  rttlab tune revert --all                                undo everything rttlab tune set
+Every change is recorded in /run/rttlab/tune.json before it is made.")]
+pub struct TuneArgs {
+    #[command(subcommand)]
+    pub knob: Knob,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Knob {
+    /// The minimum retransmission timeout (route metric or net.ipv4.tcp_rto_min_us).
+    RtoMin {
+        #[command(subcommand)]
+        action: RtoMinAction,
+    },
+    /// Thin-stream linear timeouts (net.ipv4.tcp_thin_linear_timeouts).
+    Thin {
+        #[command(subcommand)]
+        action: ThinAction,
+    },
+    /// Undo recorded changes.
+    Revert {
+        /// Every recorded change, in every namespace.
+        #[arg(long, required = true)]
+        all: bool,
+        /// Print what would be done.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct Where {
+    /// Network namespace (a name under /run/netns, or a path).
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Print the equivalent commands instead of changing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RtoMinAction {
+    /// Current values, routes with an rto_min, and what a new connection gets.
+    Show {
+        #[arg(long)]
+        netns: Option<String>,
+        /// Open a connection to HOST:PORT and report its tcp_info.rto.
+        #[arg(long)]
+        probe: Option<String>,
+    },
+    /// Set rto_min (e.g. 5ms).
+    Set {
+        #[arg(value_parser = values::duration)]
+        value: Duration,
+        /// On the route to this destination or prefix (locked metric, milliseconds).
+        #[arg(long, conflicts_with = "sysctl", required_unless_present = "sysctl")]
+        route: Option<String>,
+        /// Through net.ipv4.tcp_rto_min_us (Linux ≥ 6.11; new sockets only).
+        #[arg(long)]
+        sysctl: bool,
+        #[command(flatten)]
+        at: Where,
+        /// Then open a connection to HOST:PORT and check its tcp_info.rto.
+        #[arg(long)]
+        probe: Option<String>,
+    },
+    /// Undo what `set` changed here.
+    Revert {
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ThinAction {
+    Show {
+        #[arg(long)]
+        netns: Option<String>,
+    },
+    Set {
+        #[arg(value_enum)]
+        value: OnOff,
+        #[command(flatten)]
+        at: Where,
+    },
+    Revert {
+        #[command(flatten)]
+        at: Where,
+    },
+}
+
+pub fn run(a: TuneArgs) -> anyhow::Result<()> {
+    let j = Journal::default_location();
+    match a.knob {
+        Knob::RtoMin { action } => rto_min(&j, action),
+        Knob::Thin { action } => thin(&j, action),
+        Knob::Revert { all: _, dry_run } => revert(&j, dry_run, |_| true),
+    }
+}
+
+fn revert(
+    j: &Journal,
+    dry_run: bool,
+    which: impl Fn(&tuning::Change) -> bool,
+) -> anyhow::Result<()> {
+    if dry_run {
+        for c in j.entries()?.iter().rev().filter(|c| which(c)) {
+            println!("{}", c.revert_command());
+        }
+        return Ok(());
+    }
+    let mut failed = 0;
+    for (c, r) in j.revert(which)? {
+        match r {
+            Ok(()) => println!("reverted: {}", c.revert_command()),
+            Err(e) if e.contains("not found") => {
+                println!("gone with its namespace: {}", c.revert_command())
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("rttlab: could not revert ({e}): {}", c.revert_command());
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} change(s) could not be reverted; they stay recorded for the next `rttlab tune revert --all`");
+    }
+    Ok(())
+}
+
+/// rto_min new sockets get from the sysctl, in µs (200 ms when the kernel has none).
+fn sysctl_rto_min_us(netns: Option<&str>) -> anyhow::Result<(u64, bool)> {
+    match sysctl::read(netns, RTO_MIN_US) {
+        Ok(v) => Ok((
+            v.parse().with_context(|| format!("{RTO_MIN_US} = {v:?}"))?,
+            true,
+        )),
+        Err(sysctl::SysctlError::Missing(_)) => Ok((200_000, false)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
+    let addr: SocketAddr = target
+        .to_socket_addrs()
+        .with_context(|| format!("--probe {target:?}: give HOST:PORT"))?
+        .next()
+        .context("no address")?;
+    let info = netns::run_in(netns, || -> anyhow::Result<_> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+            .with_context(|| format!("connecting to {addr} (something must listen there)"))?;
+        Ok(sockopt::tcp_info(&s)?)
+    })??;
+    let (rto_min, _) = sysctl_rto_min_us(netns)?;
+    let hz = netns::run_in(netns, || hz::detect(rto_min))?.ok();
+    println!(
+        "a new connection to {addr} has rto {:.1} ms (srtt {} µs){}",
+        f64::from(info.rto_us) / 1e3,
+        info.rtt_us,
+        hz.map_or(String::new(), |h| format!(
+            "; kernel HZ {h}: rto is rto_min rounded up to {} ms jiffies, plus one",
+            1000 / h
+        ))
+    );
+    Ok(())
+}
+
+fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
+    match action {
+        RtoMinAction::Show {
+            netns,
+            probe: target,
+        } => {
+            let ns = netns.as_deref();
+            let (us, has) = sysctl_rto_min_us(ns)?;
+            if has {
+                println!(
+                    "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",
+                    us as f64 / 1e3
+                );
+            } else {
+                println!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
+            }
+            let routes = route::list(ns)?;
+            let with: Vec<_> = routes.iter().filter(|r| r.rto_min_ms().is_some()).collect();
+            if with.is_empty() {
+                println!("no route sets rto_min");
+            }
+            for r in with {
+                println!(
+                    "route {} dev {}: rto_min {} ms{}",
+                    r.prefix(),
+                    r.dev.as_deref().unwrap_or("?"),
+                    r.rto_min_ms().unwrap_or(0),
+                    if r.rto_min_locked() {
+                        " (locked: used by TCP)"
+                    } else {
+                        " (not locked: TCP ignores it)"
+                    }
+                );
+            }
+            if let Some(t) = target {
+                probe(ns, &t)?;
+            }
+            Ok(())
+        }
+        RtoMinAction::Set {
+            value,
+            route: dest,
+            sysctl: _,
+            at,
+            probe: target,
+        } => {
+            let ns = at.netns.as_deref();
+            if value.is_zero() || value > Duration::from_secs(120) {
+                bail!("rto_min must be more than 0 and at most 120 s");
+            }
+            if let Some(dest) = dest {
+                if value.subsec_nanos() % 1_000_000 != 0 {
+                    bail!("a route's rto_min is whole milliseconds; {value:?} is not");
+                }
+                let ms = u32::try_from(value.as_millis()).context("rto_min too large")?;
+                let (ip, len) = match tuning::parse_prefix(&dest) {
+                    Some((ip, len)) => (ip, Some(len)),
+                    None => (
+                        dest.parse().with_context(|| {
+                            format!("--route {dest:?} is not an address or prefix")
+                        })?,
+                        None,
+                    ),
+                };
+                let r = route::find(&route::list(ns)?, ip, len)?;
+                if at.dry_run {
+                    println!("{}", r.ip_command(ns, Some(ms)));
+                    return Ok(());
+                }
+                let prev = tuning::set_route_rto_min(j, ns, &r, Some(ms))?;
+                println!(
+                    "route {}: rto_min {} → {ms} ms (locked)",
+                    r.prefix(),
+                    prev.map_or("unset".into(), |p| format!("{p} ms"))
+                );
+                if sysctl::read(ns, RTO_MIN_US).is_err() {
+                    eprintln!("warning: this kernel has no {RTO_MIN_US}; on kernels before 6.11 the delayed-ACK timer stays at 40 ms whatever rto_min is");
+                }
+            } else {
+                let us = value.as_micros().to_string();
+                if at.dry_run {
+                    println!("{}", sysctl_command(ns, RTO_MIN_US, &us));
+                    return Ok(());
+                }
+                let prev = tuning::set_sysctl(j, ns, RTO_MIN_US, &us).map_err(|e| match e {
+                    tuning::TuneError::Sysctl(sysctl::SysctlError::Missing(_)) => anyhow::anyhow!(
+                        "this kernel has no {RTO_MIN_US} (Linux < 6.11): use --route, and note the delayed-ACK timer stays at 40 ms"
+                    ),
+                    other => other.into(),
+                })?;
+                println!("{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)");
+            }
+            if let Some(t) = target {
+                probe(ns, &t)?;
+            }
+            Ok(())
+        }
+        RtoMinAction::Revert { at } => {
+            let ns = at.netns.clone();
+            revert(j, at.dry_run, move |c| {
+                c.netns() == ns.as_deref()
+                    && match c {
+                        tuning::Change::RouteRtoMin { .. } => true,
+                        tuning::Change::Sysctl { key, .. } => key == RTO_MIN_US,
+                    }
+            })
+        }
+    }
+}
+
+fn thin(j: &Journal, action: ThinAction) -> anyhow::Result<()> {
+    match action {
+        ThinAction::Show { netns } => {
+            let v = sysctl::read(netns.as_deref(), THIN)?;
+            println!(
+                "{THIN} = {v} ({})",
+                if v == "1" {
+                    "on: thin streams back off linearly for 6 RTOs"
+                } else {
+                    "off"
+                }
+            );
+            Ok(())
+        }
+        ThinAction::Set { value, at } => {
+            let v = match value {
+                OnOff::On => "1",
+                OnOff::Off => "0",
+            };
+            if at.dry_run {
+                println!("{}", sysctl_command(at.netns.as_deref(), THIN, v));
+                return Ok(());
+            }
+            let prev = tuning::set_sysctl(j, at.netns.as_deref(), THIN, v)?;
+            println!("{THIN}: {prev} → {v}");
+            Ok(())
+        }
+        ThinAction::Revert { at } => {
+            let ns = at.netns.clone();
+            revert(j, at.dry_run, move |c| {
+                c.netns() == ns.as_deref()
+                    && matches!(c, tuning::Change::Sysctl { key, .. } if key == THIN)
+            })
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The running kernel's CONFIG_HZ, which no interface reports directly (`CLK_TCK` is
+//! USER_HZ, always 100). TCP shows it: a new connection's RTO after a µs-scale RTT
+//! sample is rto_min rounded up to whole jiffies plus one jiffy (`tcp_set_rto`,
+//! `usecs_to_jiffies`; KERNEL_RTO.md rule R1), e.g. 204 ms at HZ=250, 201 ms at 1000.
+
+use super::sockopt;
+use std::io;
+use std::net::{TcpListener, TcpStream};
+
+/// HZ values Linux is built with.
+const CANDIDATES: [u32; 4] = [100, 250, 300, 1000];
+
+/// The RTO rule R1 predicts for `rto_min_us` at `hz` with an RTT far below a jiffy, in µs.
+pub fn predicted_rto_us(rto_min_us: u64, hz: u32) -> u64 {
+    rto_for(0, rto_min_us, hz)
+}
+
+/// `icsk_rto` after the first RTT sample `srtt_us`: `usecs_to_jiffies(srtt + rttvar)`
+/// with `rttvar = max(2·srtt… , rto_min)` = rto_min for any sane RTT (`tcp_rtt_estimator`,
+/// `__tcp_set_rto`), converted back to µs. The `+1` is the strict inequality of
+/// `usecs_to_jiffies` on exact jiffy multiples (srtt > 0).
+fn rto_for(srtt_us: u64, rto_min_us: u64, hz: u32) -> u64 {
+    let t = 1_000_000 / u64::from(hz);
+    let j = rto_min_us.div_ceil(t);
+    (j * t + srtt_us.max(1)).div_ceil(t) * t
+}
+
+/// Find HZ from loopback connections' RTOs, given the rto_min new sockets get here.
+/// Each connection rules out the HZ values its (RTT, RTO) pair contradicts; a few
+/// connections leave one.
+///
+/// # Errors
+/// No loopback connection could be made, or no single HZ explains the RTOs seen.
+pub fn detect(rto_min_us: u64) -> io::Result<u32> {
+    let mut left: Vec<u32> = CANDIDATES.to_vec();
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        // A fresh loopback address each time: the tcp_metrics cache keeps the RTT of
+        // past connections per destination, and `tcp_init_metrics` then sets the RTO
+        // from the cached RTT instead (KERNEL_RTO.md §10).
+        let mut b = [0u8; 3];
+        getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+        let l = TcpListener::bind((std::net::Ipv4Addr::new(127, b[0], b[1], b[2].max(2)), 0))?;
+        let c = TcpStream::connect(l.local_addr()?)?;
+        let _s = l.accept()?;
+        let ti = sockopt::tcp_info(&c).map_err(|e| io::Error::other(e.to_string()))?;
+        let (rtt, rto) = (u64::from(ti.rtt_us), u64::from(ti.rto_us));
+        seen.push((rtt, rto));
+        // tcpi_rtt is srtt truncated to µs: allow the one-µs slack either way.
+        left.retain(|&hz| {
+            (rtt.saturating_sub(1)..=rtt + 1).any(|r| rto_for(r, rto_min_us, hz).abs_diff(rto) <= 1)
+        });
+        if left.len() <= 1 {
+            break;
+        }
+    }
+    match left[..] {
+        [hz] => Ok(hz),
+        _ => Err(io::Error::other(format!("cannot tell HZ from (rtt, rto) µs {seen:?} with rto_min {rto_min_us} µs (left: {left:?})"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predictions_match_kernel_rto_md() {
+        // KERNEL_RTO.md R1: rto_min 5/50/200 ms → RTO 12/56/204 ms at HZ=250; 6/51/201 at 1000.
+        assert_eq!(
+            [5_000, 50_000, 200_000].map(|m| predicted_rto_us(m, 250)),
+            [12_000, 56_000, 204_000]
+        );
+        assert_eq!(
+            [5_000, 50_000, 200_000].map(|m| predicted_rto_us(m, 1000)),
+            [6_000, 51_000, 201_000]
+        );
+    }
+
+    /// Checked against this machine's known CONFIG_HZ when /boot or /proc has its config.
+    #[test]
+    fn detects_this_kernels_hz() {
+        let rto_min = super::super::sysctl::read(None, "net.ipv4.tcp_rto_min_us")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200_000);
+        let hz = detect(rto_min).unwrap();
+        assert!(CANDIDATES.contains(&hz));
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        if let Ok(cfg) = std::fs::read_to_string(format!("/boot/config-{}", release.trim())) {
+            assert!(cfg.contains(&format!("CONFIG_HZ={hz}\n")), "detected {hz}");
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Routes and their rto_min metric, over rtnetlink (what `ip route replace … rto_min
+//! 5ms` does). The kernel honours a route's rto_min only when the metric is locked
+//! (`tcp_rto_min` in include/net/tcp.h checks `dst_metric_locked(dst, RTAX_RTO_MIN)`),
+//! so setting writes RTAX_RTO_MIN and its bit in RTAX_LOCK together.
+
+use super::netlink::{push_attr, Attrs, NetlinkSocket};
+use super::netns::{self, NetnsError};
+use super::SyscallError;
+use serde::Serialize;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+const NETLINK_ROUTE: libc::c_int = 0;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_GETROUTE: u16 = 26;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_GATEWAY: u16 = 5;
+const RTA_PRIORITY: u16 = 6;
+const RTA_PREFSRC: u16 = 7;
+const RTA_METRICS: u16 = 8;
+const RTA_MULTIPATH: u16 = 9;
+const RTA_TABLE: u16 = 15;
+const RTA_VIA: u16 = 18;
+const RTA_PREF: u16 = 20;
+const RTAX_LOCK: u16 = 1;
+/// `RTAX_RTO_MIN` (include/uapi/linux/rtnetlink.h), in milliseconds.
+pub const RTAX_RTO_MIN: u16 = 13;
+/// Attributes a replace must carry over to leave the route otherwise as it was.
+const KEPT: [u16; 9] = [
+    RTA_DST,
+    RTA_OIF,
+    RTA_GATEWAY,
+    RTA_PRIORITY,
+    RTA_PREFSRC,
+    RTA_MULTIPATH,
+    RTA_TABLE,
+    RTA_VIA,
+    RTA_PREF,
+];
+
+/// One route of the FIB.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Route {
+    pub dst: IpAddr,
+    pub dst_len: u8,
+    pub table: u32,
+    pub dev: Option<String>,
+    pub gateway: Option<IpAddr>,
+    pub priority: Option<u32>,
+    pub prefsrc: Option<IpAddr>,
+    /// (RTAX_*, value) pairs.
+    pub metrics: Vec<(u16, u32)>,
+    #[serde(skip)]
+    header: [u8; 12],
+    #[serde(skip)]
+    kept: Vec<(u16, Vec<u8>)>,
+}
+
+/// Errors about routes.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error("rtnetlink: {0}")]
+    Syscall(#[from] SyscallError),
+    /// No route covers the destination.
+    #[error("no route to {0} in the main table: give a prefix that has a route (see `ip route`)")]
+    NoRoute(String),
+}
+
+fn ip_of(family: u8, b: &[u8]) -> Option<IpAddr> {
+    match (i32::from(family), b.len()) {
+        (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+        (libc::AF_INET6, 16) => {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(b);
+            Some(IpAddr::V6(Ipv6Addr::from(a)))
+        }
+        _ => None,
+    }
+}
+
+fn u32_of(b: &[u8]) -> Option<u32> {
+    b.get(..4)
+        .map(|x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+fn ifname(index: u32) -> Option<String> {
+    let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
+    // SAFETY: buf has IF_NAMESIZE bytes as if_indextoname requires.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: if_indextoname wrote a NUL-terminated name into buf.
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+fn parse(p: &[u8]) -> Option<Route> {
+    let header: [u8; 12] = p.get(..12)?.try_into().ok()?;
+    let family = header[0];
+    let mut r = Route {
+        dst: if i32::from(family) == libc::AF_INET {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        },
+        dst_len: header[1],
+        table: u32::from(header[4]),
+        dev: None,
+        gateway: None,
+        priority: None,
+        prefsrc: None,
+        metrics: Vec::new(),
+        header,
+        kept: Vec::new(),
+    };
+    for (ty, data) in Attrs(&p[12..]) {
+        match ty {
+            RTA_DST => r.dst = ip_of(family, data)?,
+            RTA_OIF => r.dev = u32_of(data).and_then(ifname),
+            RTA_GATEWAY => r.gateway = ip_of(family, data),
+            RTA_PRIORITY => r.priority = u32_of(data),
+            RTA_PREFSRC => r.prefsrc = ip_of(family, data),
+            RTA_TABLE => r.table = u32_of(data).unwrap_or(r.table),
+            RTA_METRICS => {
+                r.metrics = Attrs(data)
+                    .filter_map(|(t, v)| u32_of(v).map(|v| (t, v)))
+                    .collect()
+            }
+            _ => {}
+        }
+        if KEPT.contains(&ty) {
+            r.kept.push((ty, data.to_vec()));
+        }
+    }
+    Some(r)
+}
+
+impl Route {
+    /// The rto_min metric in ms, if set.
+    pub fn rto_min_ms(&self) -> Option<u32> {
+        self.metrics
+            .iter()
+            .find(|(t, _)| *t == RTAX_RTO_MIN)
+            .map(|&(_, v)| v)
+    }
+
+    /// Whether the rto_min metric is locked (only then does TCP use it).
+    pub fn rto_min_locked(&self) -> bool {
+        self.metrics
+            .iter()
+            .any(|&(t, v)| t == RTAX_LOCK && v & (1 << RTAX_RTO_MIN) != 0)
+    }
+
+    /// `ADDR/LEN`.
+    pub fn prefix(&self) -> String {
+        format!("{}/{}", self.dst, self.dst_len)
+    }
+
+    /// Does this route cover `ip`?
+    pub fn covers(&self, ip: IpAddr) -> bool {
+        match (self.dst, ip) {
+            (IpAddr::V4(d), IpAddr::V4(a)) => {
+                let mask = if self.dst_len == 0 {
+                    0
+                } else {
+                    u32::MAX << (32 - u32::from(self.dst_len.min(32)))
+                };
+                u32::from(d) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(d), IpAddr::V6(a)) => {
+                let mask = if self.dst_len == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.dst_len.min(128)))
+                };
+                u128::from(d) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+
+    /// The `ip route replace` command that sets this route's rto_min (for --dry-run).
+    pub fn ip_command(&self, netns: Option<&str>, rto_min_ms: Option<u32>) -> String {
+        let mut c = String::from("ip");
+        if let Some(n) = netns {
+            c += &format!(" -n {n}");
+        }
+        if self.dst.is_ipv6() {
+            c += " -6";
+        }
+        c += &format!(" route replace {}", self.prefix());
+        if let Some(g) = self.gateway {
+            c += &format!(" via {g}");
+        }
+        if let Some(d) = &self.dev {
+            c += &format!(" dev {d}");
+        }
+        if self.table != 254 {
+            c += &format!(" table {}", self.table);
+        }
+        if let Some(p) = self.priority {
+            c += &format!(" metric {p}");
+        }
+        if let Some(s) = self.prefsrc {
+            c += &format!(" src {s}");
+        }
+        if let Some(ms) = rto_min_ms {
+            c += &format!(" rto_min {ms}ms");
+        }
+        c
+    }
+}
+
+/// Every unicast route of the main table, IPv4 and IPv6, in namespace `netns`.
+///
+/// # Errors
+/// The namespace or the dump failed.
+pub fn list(netns: Option<&str>) -> Result<Vec<Route>, RouteError> {
+    netns::run_in(netns, || -> Result<Vec<Route>, RouteError> {
+        let mut s = NetlinkSocket::open(NETLINK_ROUTE)?;
+        let mut out = Vec::new();
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            let mut req = [0u8; 12];
+            req[0] = family as u8;
+            let seq = s.send(RTM_GETROUTE, libc::NLM_F_DUMP as u16, &req)?;
+            s.replies(seq, |ty, p| {
+                if ty == RTM_NEWROUTE {
+                    if let Some(r) = parse(p) {
+                        // Main table, unicast (RTN_UNICAST = 1).
+                        if r.table == 254 && r.header[7] == 1 {
+                            out.push(r);
+                        }
+                    }
+                }
+            })?;
+        }
+        Ok(out)
+    })?
+}
+
+/// The most specific route covering `ip`, or the route exactly equal to `ip/len`.
+///
+/// # Errors
+/// No route covers it.
+pub fn find(routes: &[Route], ip: IpAddr, len: Option<u8>) -> Result<Route, RouteError> {
+    routes
+        .iter()
+        .filter(|r| match len {
+            Some(l) => r.dst_len == l && r.covers(ip),
+            None => r.covers(ip),
+        })
+        .max_by_key(|r| (r.dst_len, std::cmp::Reverse(r.priority.unwrap_or(0))))
+        .cloned()
+        .ok_or_else(|| RouteError::NoRoute(len.map_or(ip.to_string(), |l| format!("{ip}/{l}"))))
+}
+
+/// Replace `route` with the same route whose rto_min is `rto_min_ms` (locked), or with
+/// no rto_min at all (`None`); every other metric and attribute is kept.
+///
+/// # Errors
+/// The kernel refused the replace (no CAP_NET_ADMIN, route gone).
+pub fn set_rto_min(
+    netns: Option<&str>,
+    route: &Route,
+    rto_min_ms: Option<u32>,
+) -> Result<(), RouteError> {
+    let mut metrics: Vec<(u16, u32)> = route
+        .metrics
+        .iter()
+        .copied()
+        .filter(|(t, _)| *t != RTAX_RTO_MIN && *t != RTAX_LOCK)
+        .collect();
+    let mut lock = route
+        .metrics
+        .iter()
+        .find(|(t, _)| *t == RTAX_LOCK)
+        .map_or(0, |&(_, v)| v)
+        & !(1 << RTAX_RTO_MIN);
+    if let Some(ms) = rto_min_ms {
+        metrics.push((RTAX_RTO_MIN, ms));
+        lock |= 1 << RTAX_RTO_MIN;
+    }
+    if lock != 0 {
+        metrics.push((RTAX_LOCK, lock));
+    }
+    let mut body = route.header.to_vec();
+    body[11] = 0;
+    body[8..12].copy_from_slice(&0u32.to_ne_bytes());
+    for (ty, data) in &route.kept {
+        push_attr(&mut body, *ty, data);
+    }
+    let mut nested = Vec::new();
+    for (t, v) in metrics {
+        push_attr(&mut nested, t, &v.to_ne_bytes());
+    }
+    push_attr(&mut body, RTA_METRICS, &nested);
+    netns::run_in(netns, || -> Result<(), RouteError> {
+        let mut s = NetlinkSocket::open(NETLINK_ROUTE)?;
+        let flags = (libc::NLM_F_ACK | libc::NLM_F_REPLACE | libc::NLM_F_CREATE) as u16;
+        let seq = s.send(RTM_NEWROUTE, flags, &body)?;
+        s.replies(seq, |_, _| {})?;
+        Ok(())
+    })?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_this_hosts_routes_and_finds_coverage() {
+        let routes = list(None).unwrap();
+        for r in &routes {
+            assert!(r.dst_len <= 128);
+        }
+        let r = Route {
+            dst: "198.18.0.0".parse().unwrap(),
+            dst_len: 15,
+            table: 254,
+            dev: Some("eth0".into()),
+            gateway: None,
+            priority: Some(100),
+            prefsrc: None,
+            metrics: vec![(RTAX_RTO_MIN, 5), (RTAX_LOCK, 1 << RTAX_RTO_MIN)],
+            header: [0; 12],
+            kept: vec![],
+        };
+        assert!(
+            r.covers("198.19.255.1".parse().unwrap()) && !r.covers("198.20.0.1".parse().unwrap())
+        );
+        assert_eq!((r.rto_min_ms(), r.rto_min_locked()), (Some(5), true));
+        assert_eq!(
+            r.ip_command(Some("ns"), Some(5)),
+            "ip -n ns route replace 198.18.0.0/15 dev eth0 metric 100 rto_min 5ms"
+        );
+        assert!(find(
+            std::slice::from_ref(&r),
+            "198.18.3.4".parse().unwrap(),
+            None
+        )
+        .is_ok());
+        assert!(find(std::slice::from_ref(&r), "10.0.0.1".parse().unwrap(), None).is_err());
+    }
+}

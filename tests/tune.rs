@@ -1,0 +1,218 @@
+//! `rttlab tune` in namespaces the test makes: the effect is checked on a new
+//! connection's tcp_info.rto (the kernel's own word) against KERNEL_RTO.md's rule R1 at
+//! this kernel's HZ, and on `ip route show` / the sysctl files — not on rttlab's output.
+
+mod common;
+
+use common::{bin, NetnsPair};
+use rttlab::kernel::hz;
+use std::process::{Command, Output};
+
+struct Tune {
+    state: tempfile::TempDir,
+}
+
+impl Tune {
+    fn new() -> Self {
+        Self {
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .arg("tune")
+            .args(args)
+            .env("RTTLAB_STATE_DIR", self.state.path())
+            .output()
+            .unwrap()
+    }
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+/// Forget cached RTTs in `ns`: `tcp_init_metrics` would otherwise start a new
+/// connection's RTO from the last one's RTT (KERNEL_RTO.md §10).
+fn flush_metrics(ns: &str) {
+    let o = Command::new("ip")
+        .args(["-n", ns, "tcp_metrics", "flush", "all"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// rto in ms the probe reported.
+fn probed_rto_ms(out: &str) -> f64 {
+    let after = out
+        .split("has rto ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    after.split(" ms").next().unwrap().parse().unwrap()
+}
+
+fn expected_ms(rto_min_us: u64) -> f64 {
+    let hz = hz::detect(200_000).unwrap();
+    hz::predicted_rto_us(rto_min_us, hz) as f64 / 1000.0
+}
+
+fn route_show(ns: &str, v6: bool) -> String {
+    let mut c = Command::new("ip");
+    c.args(["-n", ns]);
+    if v6 {
+        c.arg("-6");
+    }
+    String::from_utf8_lossy(&c.args(["route", "show"]).output().unwrap().stdout).into_owned()
+}
+
+#[test]
+fn route_rto_min_sets_a_new_connections_rto_and_reverts() {
+    if !common::privileged("route_rto_min_sets_a_new_connections_rto_and_reverts") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b("::", 12866, &[]);
+    let t = Tune::new();
+    for (prefix, target, v6) in [
+        ("198.18.200.0/24", format!("{}:12866", n.b4), false),
+        ("2001:2:0:200::/64", format!("[{}]:12866", n.b6), true),
+    ] {
+        let dry = t.ok(&[
+            "rto-min",
+            "set",
+            "5ms",
+            "--route",
+            prefix,
+            "--netns",
+            &n.a,
+            "--dry-run",
+        ]);
+        assert!(
+            dry.contains("route replace") && dry.contains("rto_min 5ms"),
+            "{dry}"
+        );
+        assert!(
+            !route_show(&n.a, v6).contains("rto_min"),
+            "dry run changed nothing"
+        );
+        t.ok(&["rto-min", "set", "5ms", "--route", prefix, "--netns", &n.a]);
+        assert!(
+            route_show(&n.a, v6).contains("rto_min lock 5ms"),
+            "{}",
+            route_show(&n.a, v6)
+        );
+        flush_metrics(&n.a);
+        let out = t.ok(&["rto-min", "show", "--netns", &n.a, "--probe", &target]);
+        assert_eq!(probed_rto_ms(&out), expected_ms(5_000), "{out}");
+        t.ok(&["rto-min", "revert", "--netns", &n.a]);
+        assert!(
+            !route_show(&n.a, v6).contains("rto_min"),
+            "{}",
+            route_show(&n.a, v6)
+        );
+        flush_metrics(&n.a);
+        let out = t.ok(&["rto-min", "show", "--netns", &n.a, "--probe", &target]);
+        assert_eq!(probed_rto_ms(&out), expected_ms(200_000), "{out}");
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
+
+#[test]
+fn sysctl_rto_min_and_thin_are_per_namespace_and_revert() {
+    if !common::privileged("sysctl_rto_min_and_thin_are_per_namespace_and_revert") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let t = Tune::new();
+    let host_before = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_min_us").unwrap();
+    t.ok(&["rto-min", "set", "50ms", "--sysctl", "--netns", &n.a]);
+    flush_metrics(&n.a);
+    let out = t.ok(&[
+        "rto-min",
+        "show",
+        "--netns",
+        &n.a,
+        "--probe",
+        &format!("{}:12866", n.b4),
+    ]);
+    assert_eq!(probed_rto_ms(&out), expected_ms(50_000), "{out}");
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_min_us").unwrap(),
+        host_before,
+        "the host is untouched"
+    );
+    t.ok(&["thin", "set", "on", "--netns", &n.a]);
+    assert!(t.ok(&["thin", "show", "--netns", &n.a]).contains("= 1"));
+    // Set twice: revert restores the original value, not the intermediate one.
+    t.ok(&["rto-min", "set", "5ms", "--sysctl", "--netns", &n.a]);
+    let all = t.ok(&["revert", "--all"]);
+    assert_eq!(all.matches("reverted:").count(), 2, "{all}");
+    let v = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &n.a,
+            "cat",
+            "/proc/sys/net/ipv4/tcp_rto_min_us",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&v.stdout).trim(), "200000");
+    assert!(t.ok(&["thin", "show", "--netns", &n.a]).contains("= 0"));
+    assert!(
+        !t.state.path().join("tune.json").exists(),
+        "the journal is empty after revert --all"
+    );
+    let _ = srv.kill();
+    let _ = srv.wait();
+}
+
+#[test]
+fn bad_input_changes_nothing() {
+    let t = Tune::new();
+    for (args, needle) in [
+        (vec!["rto-min", "set", "0", "--sysctl"], "more than 0"),
+        (
+            vec!["rto-min", "set", "5ms", "--route", "nonsense"],
+            "not an address",
+        ),
+        (
+            vec!["rto-min", "set", "1500us", "--route", "127.0.0.1"],
+            "whole milliseconds",
+        ),
+        (
+            vec!["thin", "set", "on", "--netns", "rttlab-no-such-ns"],
+            "not found",
+        ),
+        (
+            vec![
+                "rto-min",
+                "set",
+                "5ms",
+                "--route",
+                "192.0.2.0/24",
+                "--netns",
+                "rttlab-no-such-ns",
+            ],
+            "not found",
+        ),
+    ] {
+        let o = t.run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(
+        !t.state.path().join("tune.json").exists(),
+        "failed changes leave no journal entry"
+    );
+}
