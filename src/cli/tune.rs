@@ -4,7 +4,7 @@ use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::kernel::tuning::{self, sysctl_command, Journal};
-use rttlab::kernel::{hz, netns, route, sockopt, sysctl};
+use rttlab::kernel::{hz, netns, route, sockopt, syn_rto, sysctl};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -36,6 +36,12 @@ pub enum Knob {
     Thin {
         #[command(subcommand)]
         action: ThinAction,
+    },
+    /// The SYN's initial RTO per destination prefix (sock_ops eBPF + LPM trie), and
+    /// per-prefix rto_min and delayed-ACK ceiling.
+    SynRto {
+        #[command(subcommand)]
+        action: SynRtoAction,
     },
     /// Undo recorded changes.
     Revert {
@@ -91,6 +97,242 @@ pub enum RtoMinAction {
     },
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct Attachment {
+    /// cgroup v2 directory the program is attached to (default: the cgroup2 root).
+    #[arg(long)]
+    pub cgroup: Option<std::path::PathBuf>,
+    /// Where the program and its maps are pinned.
+    #[arg(long, default_value = syn_rto::DEFAULT_PIN_DIR)]
+    pub pin_dir: std::path::PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SynRtoAction {
+    /// Set the SYN initial RTO (and optionally rto_min, delayed-ACK max) for a prefix;
+    /// attaches the program first if needed.
+    Add {
+        /// Destination prefix, IPv4 or IPv6 (e.g. 198.18.0.0/15).
+        #[arg(value_parser = cidr)]
+        prefix: (std::net::IpAddr, u8),
+        /// Initial RTO of the SYN (the kernel's default is 1 s); 0 leaves it.
+        #[arg(value_parser = values::duration)]
+        syn_rto: Duration,
+        /// rto_min for connections to the prefix (TCP_BPF_RTO_MIN).
+        #[arg(long, value_parser = values::duration)]
+        rto_min: Option<Duration>,
+        /// Delayed-ACK ceiling for connections to the prefix (TCP_BPF_DELACK_MAX).
+        #[arg(long, value_parser = values::duration)]
+        delack_max: Option<Duration>,
+        #[command(flatten)]
+        at: Attachment,
+        /// Print the equivalent bpftool commands.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Remove a prefix.
+    Del {
+        #[arg(value_parser = cidr)]
+        prefix: (std::net::IpAddr, u8),
+        #[command(flatten)]
+        at: Attachment,
+    },
+    /// The prefixes and their settings.
+    List {
+        #[command(flatten)]
+        at: Attachment,
+    },
+    /// Detach the program and remove its pins.
+    Detach {
+        #[command(flatten)]
+        at: Attachment,
+    },
+}
+
+fn cidr(s: &str) -> Result<(std::net::IpAddr, u8), String> {
+    let (ip, len) = tuning::parse_prefix(s)
+        .ok_or_else(|| format!("{s:?} is not a prefix like 198.18.0.0/15 or 2001:2::/48"))?;
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if len > max {
+        return Err(format!("{s:?}: prefix length must be 0..={max}"));
+    }
+    Ok((ip, len))
+}
+
+fn hz_here() -> anyhow::Result<u32> {
+    let (rto_min, _) = sysctl_rto_min_us(None)?;
+    hz::detect(rto_min).context("detecting the kernel's HZ")
+}
+
+impl Attachment {
+    fn cgroup(&self) -> anyhow::Result<std::path::PathBuf> {
+        Ok(match &self.cgroup {
+            Some(c) => c.clone(),
+            None => syn_rto::cgroup2_root()?,
+        })
+    }
+}
+
+fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
+    match action {
+        SynRtoAction::Add {
+            prefix: (ip, len),
+            syn_rto: syn,
+            rto_min,
+            delack_max,
+            at,
+            dry_run,
+        } => {
+            let hz = hz_here()?;
+            let jiffy = Duration::from_micros(1_000_000 / u64::from(hz));
+            let jiffies = syn_rto::ms_to_jiffies(
+                u64::try_from(syn.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+                hz,
+            );
+            if syn > Duration::from_secs(120) {
+                bail!("the SYN RTO must be at most 120 s (TCP_RTO_MAX)");
+            }
+            // bpf_sol_tcp_setsockopt accepts [TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN (200 ms)]
+            // and silently keeps the old value otherwise, so refuse here.
+            let us = |name: &str, d: Option<Duration>| -> anyhow::Result<u32> {
+                match d {
+                    None => Ok(0),
+                    Some(d)
+                        if !syn_rto::bpf_timeout_ok(
+                            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+                            hz,
+                        ) =>
+                    {
+                        bail!("--{name} must be more than {} µs (one jiffy at HZ {hz}; the kernel takes 2 jiffies or more) and at most 200 ms", jiffy.as_micros())
+                    }
+                    Some(d) => Ok(u32::try_from(d.as_micros()).unwrap_or(u32::MAX)),
+                }
+            };
+            let t = syn_rto::Tuning::new(
+                u32::try_from(jiffies).unwrap_or(u32::MAX),
+                us("rto-min", rto_min)?,
+                us("delack-max", delack_max)?,
+            );
+            let s = syn_rto::SynRto::at(&at.pin_dir);
+            if dry_run {
+                let pin = at.pin_dir.display();
+                if !s.is_attached() {
+                    println!(
+                        "bpftool prog load bpf/syn_rto.bpf.o {pin}/prog type sockops pinmaps {pin}"
+                    );
+                    println!(
+                        "bpftool cgroup attach {} sock_ops pinned {pin}/prog multi",
+                        at.cgroup()?.display()
+                    );
+                }
+                let key: Vec<String> = std::iter::once(u32::from(len).to_ne_bytes().to_vec())
+                    .chain(std::iter::once(match ip {
+                        std::net::IpAddr::V4(a) => a.octets().to_vec(),
+                        std::net::IpAddr::V6(a) => a.octets().to_vec(),
+                    }))
+                    .flatten()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let val: Vec<String> = [t.syn_rto_jiffies, t.rto_min_us, t.delack_max_us, 0]
+                    .iter()
+                    .flat_map(|v| v.to_ne_bytes())
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                println!(
+                    "bpftool map update pinned {pin}/rttlab_{} key hex {} value hex {}",
+                    if ip.is_ipv4() { "v4" } else { "v6" },
+                    key.join(" "),
+                    val.join(" ")
+                );
+                return Ok(());
+            }
+            if !s.is_attached() {
+                let cg = at.cgroup()?;
+                tuning::attach_syn_rto(j, &s, &cg)?;
+                println!(
+                    "attached the sock_ops program to {} (pinned at {})",
+                    cg.display(),
+                    at.pin_dir.display()
+                );
+            }
+            s.add(ip, len, t)?;
+            println!(
+                "{ip}/{len}: SYN RTO {} jiffies ({} ms at HZ {hz}){}{}",
+                t.syn_rto_jiffies,
+                u64::from(t.syn_rto_jiffies) * 1000 / u64::from(hz),
+                if t.rto_min_us > 0 {
+                    format!(", rto_min {} µs", t.rto_min_us)
+                } else {
+                    String::new()
+                },
+                if t.delack_max_us > 0 {
+                    format!(", delayed-ACK max {} µs", t.delack_max_us)
+                } else {
+                    String::new()
+                },
+            );
+            Ok(())
+        }
+        SynRtoAction::Del {
+            prefix: (ip, len),
+            at,
+        } => {
+            syn_rto::SynRto::at(&at.pin_dir).del(ip, len)?;
+            println!("removed {ip}/{len}");
+            Ok(())
+        }
+        SynRtoAction::List { at } => {
+            let s = syn_rto::SynRto::at(&at.pin_dir);
+            if !s.is_attached() {
+                println!("not attached (nothing pinned at {})", at.pin_dir.display());
+                return Ok(());
+            }
+            let hz = hz_here()?;
+            let mut t = rttlab::report::table::Table::new([
+                "prefix",
+                "SYN RTO jiffies",
+                "SYN RTO ms",
+                "rto_min µs",
+                "delack max µs",
+            ]);
+            for (ip, len, v) in s.list()? {
+                let dash = |x: u32| {
+                    if x == 0 {
+                        "-".to_owned()
+                    } else {
+                        x.to_string()
+                    }
+                };
+                t.row([
+                    format!("{ip}/{len}"),
+                    dash(v.syn_rto_jiffies),
+                    (u64::from(v.syn_rto_jiffies) * 1000 / u64::from(hz)).to_string(),
+                    dash(v.rto_min_us),
+                    dash(v.delack_max_us),
+                ]);
+            }
+            print!("{}", t.render());
+            Ok(())
+        }
+        SynRtoAction::Detach { at } => {
+            let cg = at.cgroup()?;
+            let s = syn_rto::SynRto::at(&at.pin_dir);
+            let was = s.is_attached();
+            tuning::detach_syn_rto(j, &s, &cg)?;
+            if was {
+                println!(
+                    "detached from {} and unpinned {}",
+                    cg.display(),
+                    at.pin_dir.display()
+                );
+            } else {
+                println!("not attached (nothing pinned at {})", at.pin_dir.display());
+            }
+            Ok(())
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum OnOff {
     On,
@@ -120,6 +362,7 @@ pub fn run(a: TuneArgs) -> anyhow::Result<()> {
     match a.knob {
         Knob::RtoMin { action } => rto_min(&j, action),
         Knob::Thin { action } => thin(&j, action),
+        Knob::SynRto { action } => syn_rto(&j, action),
         Knob::Revert { all: _, dry_run } => revert(&j, dry_run, |_| true),
     }
 }
@@ -295,6 +538,7 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     && match c {
                         tuning::Change::RouteRtoMin { .. } => true,
                         tuning::Change::Sysctl { key, .. } => key == RTO_MIN_US,
+                        tuning::Change::SynRtoAttach { .. } => false,
                     }
             })
         }

@@ -9,6 +9,7 @@ pub mod netns;
 pub mod route;
 pub mod sock_diag;
 pub mod sockopt;
+pub mod syn_rto;
 pub mod sysctl;
 pub mod tcp_info;
 pub mod tuning;

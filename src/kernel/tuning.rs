@@ -29,6 +29,8 @@ pub enum Change {
         prefix: String,
         previous_ms: Option<u32>,
     },
+    /// The sock_ops program pinned at `pin_dir`, attached to `cgroup`.
+    SynRtoAttach { pin_dir: String, cgroup: String },
 }
 
 impl Change {
@@ -36,6 +38,7 @@ impl Change {
     pub fn netns(&self) -> Option<&str> {
         match self {
             Change::Sysctl { netns, .. } | Change::RouteRtoMin { netns, .. } => netns.as_deref(),
+            Change::SynRtoAttach { .. } => None,
         }
     }
 
@@ -84,6 +87,9 @@ impl Change {
                     None => format!("ip{n} route change {prefix} … (without rto_min)"),
                 }
             }
+            Change::SynRtoAttach { pin_dir, cgroup } => format!(
+                "bpftool cgroup detach {cgroup} sock_ops pinned {pin_dir}/prog && rm -r {pin_dir}"
+            ),
         }
     }
 }
@@ -105,6 +111,8 @@ pub enum TuneError {
     Route(#[from] RouteError),
     #[error(transparent)]
     Netns(#[from] NetnsError),
+    #[error(transparent)]
+    SynRto(#[from] super::syn_rto::SynRtoError),
     /// The journal could not be read or written.
     #[error(
         "journal {path}: {msg} (fix or remove it; it records what `rttlab tune revert` restores)"
@@ -211,10 +219,7 @@ impl Journal {
     ///
     /// # Errors
     /// The journal could not be read or written.
-    pub fn revert(
-        &self,
-        which: impl Fn(&Change) -> bool,
-    ) -> Result<Vec<Reverted>, TuneError> {
+    pub fn revert(&self, which: impl Fn(&Change) -> bool) -> Result<Vec<Reverted>, TuneError> {
         let all = self.entries()?;
         let mut keep = Vec::new();
         let mut done = Vec::new();
@@ -262,7 +267,47 @@ fn undo(c: &Change) -> Result<(), TuneError> {
             let r = route::find(&route::list(netns.as_deref())?, ip, Some(len))?;
             Ok(route::set_rto_min(netns.as_deref(), &r, *previous_ms)?)
         }
+        Change::SynRtoAttach { pin_dir, cgroup } => {
+            let s = super::syn_rto::SynRto::at(pin_dir);
+            if !s.is_attached() {
+                return Ok(());
+            }
+            Ok(s.detach(std::path::Path::new(cgroup))?)
+        }
     }
+}
+
+/// Attach the sock_ops program, journalled.
+///
+/// # Errors
+/// As [`super::syn_rto::SynRto::attach`], or the journal failed.
+pub fn attach_syn_rto(
+    j: &Journal,
+    s: &super::syn_rto::SynRto,
+    cgroup: &std::path::Path,
+) -> Result<(), TuneError> {
+    let c = Change::SynRtoAttach {
+        pin_dir: s.pin_dir.display().to_string(),
+        cgroup: cgroup.display().to_string(),
+    };
+    j.journalled(c, || Ok(s.attach(cgroup)?))
+}
+
+/// Detach the sock_ops program and forget its journal entry.
+///
+/// # Errors
+/// As [`super::syn_rto::SynRto::detach`].
+pub fn detach_syn_rto(
+    j: &Journal,
+    s: &super::syn_rto::SynRto,
+    cgroup: &std::path::Path,
+) -> Result<(), TuneError> {
+    let pin = s.pin_dir.display().to_string();
+    j.revert(|c| matches!(c, Change::SynRtoAttach { pin_dir, .. } if *pin_dir == pin))?;
+    if s.is_attached() {
+        s.detach(cgroup)?;
+    }
+    Ok(())
 }
 
 /// `ADDR/LEN` → parts.

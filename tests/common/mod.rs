@@ -147,6 +147,8 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 pub struct NetnsPair {
     pub a: String,
     pub b: String,
+    /// The veth end in `a`.
+    pub dev_a: String,
     pub a4: &'static str,
     pub b4: &'static str,
     pub a6: &'static str,
@@ -161,6 +163,7 @@ impl NetnsPair {
         let pair = Self {
             a,
             b,
+            dev_a: format!("rtv{tag}a"),
             a4: "198.18.200.1",
             b4: "198.18.200.2",
             a6: "2001:2:0:200::1",

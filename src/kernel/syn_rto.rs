@@ -1,0 +1,405 @@
+//! The SYN initial-RTO override (seed 001's appendix), plus per-destination rto_min and
+//! delayed-ACK ceiling: bpf/syn_rto.bpf.c, a sock_ops program with an LPM trie per
+//! address family, loaded with aya.
+//!
+//! The program and its maps are pinned in a directory under /sys/fs/bpf so they outlive
+//! the command and later commands can edit the tries. It is attached with
+//! BPF_PROG_ATTACH (BPF_F_ALLOW_MULTI), which the cgroup keeps without a pinned link:
+//! aya attaches sock_ops with a BPF link and cannot pin that kind of link, and an
+//! unpinned link would detach when the command exits. The attachment is journalled
+//! ([`super::tuning`]) so `rttlab tune revert --all` detaches it too.
+//!
+//! # Privileges
+//! CAP_BPF and CAP_NET_ADMIN (root), a cgroup v2 hierarchy and a mounted bpffs.
+//!
+//! # Minimum kernel
+//! 4.13 for BPF_SOCK_OPS_TIMEOUT_INIT; 5.10 for TCP_BPF_RTO_MIN / TCP_BPF_DELACK_MAX.
+
+use super::SyscallError;
+use aya::maps::lpm_trie::{Key, LpmTrie};
+use aya::maps::{Map, MapData};
+use aya::programs::SockOps;
+use aya::Ebpf;
+use serde::Serialize;
+use std::ffi::CString;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The compiled program, committed beside its source.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/syn_rto.bpf.o");
+const PROGRAM: &str = "rttlab_sockops";
+const MAP_V4: &str = "rttlab_v4";
+const MAP_V6: &str = "rttlab_v6";
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_PROG_ATTACH: libc::c_long = 8;
+const BPF_PROG_DETACH: libc::c_long = 9;
+const BPF_CGROUP_SOCK_OPS: u32 = 3;
+const BPF_F_ALLOW_MULTI: u32 = 2;
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Default pin directory.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rttlab";
+
+/// What the program does for one prefix; zero fields leave the kernel's default.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Tuning {
+    pub syn_rto_jiffies: u32,
+    pub rto_min_us: u32,
+    pub delack_max_us: u32,
+    pad: u32,
+}
+
+// SAFETY: repr(C), four u32 fields, no padding, any bit pattern valid.
+unsafe impl aya::Pod for Tuning {}
+
+impl Tuning {
+    /// A tuning with these values (zero: untouched).
+    pub fn new(syn_rto_jiffies: u32, rto_min_us: u32, delack_max_us: u32) -> Self {
+        Self {
+            syn_rto_jiffies,
+            rto_min_us,
+            delack_max_us,
+            pad: 0,
+        }
+    }
+}
+
+/// Errors of the override.
+#[derive(Debug, thiserror::Error)]
+pub enum SynRtoError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("loading the eBPF program: {0} (needs root: CAP_BPF and CAP_NET_ADMIN)")]
+    Load(String),
+    #[error("{path}: {msg}")]
+    Map { path: String, msg: String },
+    #[error(transparent)]
+    Syscall(#[from] SyscallError),
+}
+
+fn fs_magic(path: &Path) -> Option<i64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs into a zeroed struct with a valid C string.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type as i64)
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> Result<i64, std::io::Error> {
+    // SAFETY: bpf(2) with a zero-padded attribute buffer of its stated size.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr.as_mut_ptr(),
+            std::mem::size_of_val(attr),
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+fn obj_get(path: &Path) -> Result<OwnedFd, SyscallError> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| SyscallError {
+        call: "BPF_OBJ_GET",
+        source: std::io::Error::other(e),
+    })?;
+    let mut attr = [0u64; 16];
+    attr[0] = c.as_ptr() as u64;
+    let fd = bpf(BPF_OBJ_GET, &mut attr).map_err(|source| SyscallError {
+        call: "BPF_OBJ_GET",
+        source,
+    })?;
+    // SAFETY: the kernel returned a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<(), SynRtoError> {
+    let cg = std::fs::File::open(cgroup)
+        .map_err(|e| SynRtoError::Setup(format!("cgroup {}: {e}", cgroup.display())))?;
+    let mut attr = [0u64; 16];
+    // union bpf_attr { struct { u32 target_fd, attach_bpf_fd, attach_type, attach_flags; } }
+    attr[0] = u64::from(cg.as_raw_fd() as u32) | (u64::from(prog.as_raw_fd() as u32) << 32);
+    attr[1] = u64::from(BPF_CGROUP_SOCK_OPS)
+        | (u64::from(if cmd == BPF_PROG_ATTACH {
+            BPF_F_ALLOW_MULTI
+        } else {
+            0
+        }) << 32);
+    let call = if cmd == BPF_PROG_ATTACH {
+        "BPF_PROG_ATTACH"
+    } else {
+        "BPF_PROG_DETACH"
+    };
+    bpf(cmd, &mut attr).map_err(|source| SyscallError { call, source })?;
+    Ok(())
+}
+
+/// A pinned instance of the program.
+pub struct SynRto {
+    pub pin_dir: PathBuf,
+}
+
+impl SynRto {
+    /// The instance pinned at `pin_dir`.
+    pub fn at(pin_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            pin_dir: pin_dir.into(),
+        }
+    }
+
+    fn prog_pin(&self) -> PathBuf {
+        self.pin_dir.join("prog")
+    }
+
+    /// Whether the program is pinned (and so attached) here.
+    pub fn is_attached(&self) -> bool {
+        self.prog_pin().exists()
+    }
+
+    /// Load, pin and attach to `cgroup`. On failure nothing stays pinned or attached.
+    ///
+    /// # Errors
+    /// No cgroup v2 or bpffs, no privilege, or already attached here.
+    pub fn attach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
+        if fs_magic(cgroup) != Some(CGROUP2_SUPER_MAGIC) {
+            return Err(SynRtoError::Setup(format!(
+                "{} is not a cgroup v2 directory (mount cgroup2 or pass --cgroup)",
+                cgroup.display()
+            )));
+        }
+        let bpffs = self.pin_dir.parent().unwrap_or(Path::new("/sys/fs/bpf"));
+        if fs_magic(bpffs) != Some(BPF_FS_MAGIC) {
+            return Err(SynRtoError::Setup(format!(
+                "{} is not a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)",
+                bpffs.display()
+            )));
+        }
+        if self.is_attached() {
+            return Err(SynRtoError::Setup(format!(
+                "already attached ({} exists): use add/del, or detach first",
+                self.prog_pin().display()
+            )));
+        }
+        std::fs::create_dir_all(&self.pin_dir)
+            .map_err(|e| SynRtoError::Setup(format!("{}: {e}", self.pin_dir.display())))?;
+        let r = self.load_pin_attach(cgroup);
+        if r.is_err() {
+            let _ = self.unpin();
+        }
+        r
+    }
+
+    fn load_pin_attach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| SynRtoError::Load(e.to_string()))?;
+        for (name, file) in [(MAP_V4, "v4"), (MAP_V6, "v6")] {
+            let map = ebpf
+                .map(name)
+                .ok_or_else(|| SynRtoError::Load(format!("no map {name}")))?;
+            map.pin(self.pin_dir.join(file))
+                .map_err(|e| SynRtoError::Load(format!("pinning {name}: {e}")))?;
+        }
+        let prog: &mut SockOps = ebpf
+            .program_mut(PROGRAM)
+            .ok_or_else(|| SynRtoError::Load(format!("no program {PROGRAM}")))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| SynRtoError::Load(e.to_string()))?;
+        prog.load().map_err(|e| SynRtoError::Load(e.to_string()))?;
+        prog.pin(self.prog_pin())
+            .map_err(|e| SynRtoError::Load(format!("pinning the program: {e}")))?;
+        let fd = prog.fd().map_err(|e| SynRtoError::Load(e.to_string()))?;
+        prog_attach(BPF_PROG_ATTACH, cgroup, &fd.as_fd())
+    }
+
+    /// Detach from `cgroup` and remove the pins.
+    ///
+    /// # Errors
+    /// Not attached there, or no privilege.
+    pub fn detach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
+        if !self.is_attached() {
+            return Err(SynRtoError::Setup(format!(
+                "nothing pinned at {}: not attached",
+                self.pin_dir.display()
+            )));
+        }
+        let prog = obj_get(&self.prog_pin())?;
+        let r = prog_attach(BPF_PROG_DETACH, cgroup, &prog);
+        self.unpin()?;
+        r
+    }
+
+    fn unpin(&self) -> Result<(), SynRtoError> {
+        for f in ["prog", "v4", "v6"] {
+            let p = self.pin_dir.join(f);
+            if p.exists() {
+                std::fs::remove_file(&p)
+                    .map_err(|e| SynRtoError::Setup(format!("{}: {e}", p.display())))?;
+            }
+        }
+        let _ = std::fs::remove_dir(&self.pin_dir);
+        Ok(())
+    }
+
+    fn with_trie<R>(
+        &self,
+        v6: bool,
+        f: impl FnOnce(&mut dyn TrieOps) -> Result<R, aya::maps::MapError>,
+    ) -> Result<R, SynRtoError> {
+        let path = self.pin_dir.join(if v6 { "v6" } else { "v4" });
+        let err = |msg: String| SynRtoError::Map {
+            path: path.display().to_string(),
+            msg,
+        };
+        let data = MapData::from_pin(&path)
+            .map_err(|e| err(format!("{e} (attach first: rttlab tune syn-rto add …)")))?;
+        let map = Map::LpmTrie(data);
+        if v6 {
+            let mut t: LpmTrie<MapData, [u8; 16], Tuning> =
+                LpmTrie::try_from(map).map_err(|e| err(e.to_string()))?;
+            f(&mut t).map_err(|e| err(e.to_string()))
+        } else {
+            let mut t: LpmTrie<MapData, [u8; 4], Tuning> =
+                LpmTrie::try_from(map).map_err(|e| err(e.to_string()))?;
+            f(&mut t).map_err(|e| err(e.to_string()))
+        }
+    }
+
+    /// Set the tuning for `prefix`.
+    ///
+    /// # Errors
+    /// Not attached, or the map refused the entry (full).
+    pub fn add(&self, ip: IpAddr, prefix: u8, t: Tuning) -> Result<(), SynRtoError> {
+        self.with_trie(ip.is_ipv6(), |m| m.put(ip, prefix, t))
+    }
+
+    /// Remove the entry for `prefix`.
+    ///
+    /// # Errors
+    /// Not attached, or no such entry.
+    pub fn del(&self, ip: IpAddr, prefix: u8) -> Result<(), SynRtoError> {
+        self.with_trie(ip.is_ipv6(), |m| m.drop_key(ip, prefix))
+    }
+
+    /// Every entry, IPv4 then IPv6.
+    ///
+    /// # Errors
+    /// Not attached.
+    pub fn list(&self) -> Result<Vec<(IpAddr, u8, Tuning)>, SynRtoError> {
+        let mut v = self.with_trie(false, |m| m.all())?;
+        v.extend(self.with_trie(true, |m| m.all())?);
+        Ok(v)
+    }
+}
+
+/// The operations used on either trie, so one code path serves both key sizes.
+trait TrieOps {
+    fn put(&mut self, ip: IpAddr, prefix: u8, t: Tuning) -> Result<(), aya::maps::MapError>;
+    fn drop_key(&mut self, ip: IpAddr, prefix: u8) -> Result<(), aya::maps::MapError>;
+    fn all(&mut self) -> Result<Vec<(IpAddr, u8, Tuning)>, aya::maps::MapError>;
+}
+
+macro_rules! trie_ops {
+    ($n:literal, $to:expr, $from:expr) => {
+        impl TrieOps for LpmTrie<MapData, [u8; $n], Tuning> {
+            fn put(
+                &mut self,
+                ip: IpAddr,
+                prefix: u8,
+                t: Tuning,
+            ) -> Result<(), aya::maps::MapError> {
+                self.insert(&Key::new(u32::from(prefix), $to(ip)), t, 0)
+            }
+            fn drop_key(&mut self, ip: IpAddr, prefix: u8) -> Result<(), aya::maps::MapError> {
+                self.remove(&Key::new(u32::from(prefix), $to(ip)))
+            }
+            fn all(&mut self) -> Result<Vec<(IpAddr, u8, Tuning)>, aya::maps::MapError> {
+                self.iter()
+                    .map(|r| r.map(|(k, v)| ($from(k.data()), k.prefix_len() as u8, v)))
+                    .collect()
+            }
+        }
+    };
+}
+
+fn v4_bytes(ip: IpAddr) -> [u8; 4] {
+    match ip {
+        IpAddr::V4(a) => a.octets(),
+        IpAddr::V6(_) => [0; 4],
+    }
+}
+fn v6_bytes(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V6(a) => a.octets(),
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+    }
+}
+trie_ops!(4, v4_bytes, |b: [u8; 4]| IpAddr::from(b));
+trie_ops!(16, v6_bytes, |b: [u8; 16]| IpAddr::from(b));
+
+/// The cgroup v2 hierarchy's root: /sys/fs/cgroup on unified systems, /sys/fs/cgroup/unified
+/// on hybrid ones — the first cgroup2 mount in /proc/self/mountinfo.
+///
+/// # Errors
+/// No cgroup2 file system is mounted.
+pub fn cgroup2_root() -> Result<PathBuf, SynRtoError> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .find_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            if post.split_whitespace().next()? != "cgroup2" {
+                return None;
+            }
+            pre.split_whitespace().nth(4).map(PathBuf::from)
+        })
+        .ok_or_else(|| SynRtoError::Setup("no cgroup v2 hierarchy is mounted (mount -t cgroup2 none /sys/fs/cgroup/unified, or pass --cgroup)".into()))
+}
+
+/// Whether the kernel takes `us` for TCP_BPF_RTO_MIN / TCP_BPF_DELACK_MAX:
+/// `bpf_sol_tcp_setsockopt` converts with `usecs_to_jiffies` and accepts
+/// [TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN (200 ms)].
+pub fn bpf_timeout_ok(us: u64, hz: u32) -> bool {
+    let t = 1_000_000 / u64::from(hz);
+    us.div_ceil(t) >= 2 && us <= 200_000
+}
+
+/// Milliseconds → jiffies at `hz`, rounded up as `msecs_to_jiffies` does.
+pub fn ms_to_jiffies(ms: u64, hz: u32) -> u64 {
+    (ms * u64::from(hz)).div_ceil(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jiffies_round_up_like_the_kernel() {
+        // KERNEL_RTO.md §2: 5 ms → 2 j at HZ=250, 50 ms → 13 j, 200 ms → 50 j.
+        assert_eq!(
+            [5, 50, 200, 100, 1000].map(|m| ms_to_jiffies(m, 250)),
+            [2, 13, 50, 25, 250]
+        );
+        assert_eq!(ms_to_jiffies(100, 1000), 100);
+        assert_eq!(std::mem::size_of::<Tuning>(), 16);
+        // KERNEL_RTO.md §3: 1000 µs → EINVAL, 5000 µs → 2 jiffies (accepted), 300000 → EINVAL.
+        assert!(!bpf_timeout_ok(1_000, 250) && !bpf_timeout_ok(4_000, 250));
+        assert!(
+            bpf_timeout_ok(5_000, 250)
+                && bpf_timeout_ok(200_000, 250)
+                && !bpf_timeout_ok(300_000, 250)
+        );
+        assert!(cgroup2_root().is_ok_and(|p| p.is_dir()));
+    }
+
+    #[test]
+    fn the_committed_object_has_the_program_and_maps() {
+        // Parsing needs no privilege; loading does.
+        let o = aya_obj::Object::parse(OBJECT).unwrap();
+        assert!(o.programs.contains_key(PROGRAM));
+        assert!(o.maps.contains_key(MAP_V4) && o.maps.contains_key(MAP_V6));
+    }
+}

@@ -1,0 +1,220 @@
+//! The SYN initial-RTO override, verified on the wire: namespace b drops every SYN to
+//! port 9, a connects, tcpdump in a records when each SYN left, and the gap between the
+//! first two is the initial RTO the kernel used — not the program's word for it.
+
+mod common;
+
+use common::{bin, NetnsPair};
+use rttlab::kernel::hz;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A private bpffs for the pins, unmounted afterwards.
+struct BpfFs(tempfile::TempDir);
+
+impl BpfFs {
+    fn new() -> Self {
+        let d = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "bpf", "bpf", d.path().to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "mount bpffs: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Self(d)
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+/// `rttlab tune syn-rto …` with a private pin dir and journal; detaches on drop.
+struct Override {
+    pin: String,
+    state: tempfile::TempDir,
+}
+
+impl Override {
+    fn run(&self, args: &[&str]) -> String {
+        let o = Command::new(bin())
+            .args(["tune", "syn-rto"])
+            .args(args)
+            .args(["--pin-dir", &self.pin])
+            .env("RTTLAB_STATE_DIR", self.state.path())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+}
+
+impl Drop for Override {
+    fn drop(&mut self) {
+        let _ = Command::new(bin())
+            .args(["tune", "syn-rto", "detach", "--pin-dir", &self.pin])
+            .env("RTTLAB_STATE_DIR", self.state.path())
+            .output();
+    }
+}
+
+/// Gaps in ms between the SYNs a sends to `addr` port 9 while connecting for `secs`.
+fn syn_gaps(n: &NetnsPair, addr: &str, secs: f64) -> Vec<f64> {
+    let pcap = tempfile::NamedTempFile::new().unwrap();
+    let mut td = NetnsPair::exec(
+        &n.a,
+        &[
+            "tcpdump",
+            "-Z",
+            "root",
+            "--immediate-mode",
+            "-i",
+            &n.dev_a,
+            "-nn",
+            "-U",
+            "--time-stamp-precision=nano",
+            "-w",
+            pcap.path().to_str().unwrap(),
+            "tcp dst port 9",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Wait until tcpdump listens, and keep draining its stderr: a closed pipe would
+    // kill it with SIGPIPE at its next message. --immediate-mode: libpcap's TPACKET_V3
+    // ring otherwise hands packets over a block at a time, and the last block is lost
+    // at SIGINT.
+    let mut err = BufReader::new(td.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "{line}");
+    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let family = if addr.contains(':') {
+        "AF_INET6"
+    } else {
+        "AF_INET"
+    };
+    let script = format!("import socket\ns=socket.socket(socket.{family})\ns.settimeout({secs})\ntry:\n  s.connect(('{addr}', 9))\nexcept OSError:\n  pass");
+    let o = NetnsPair::exec(&n.a, &["python3", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+    td.wait().unwrap();
+    let _ = drain.join();
+    let text = Command::new("tcpdump")
+        .args([
+            "-r",
+            pcap.path().to_str().unwrap(),
+            "-tt",
+            "-nn",
+            "--time-stamp-precision=nano",
+        ])
+        .output()
+        .unwrap();
+    let ts: Vec<f64> = String::from_utf8_lossy(&text.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    ts.windows(2).map(|w| (w[1] - w[0]) * 1e3).collect()
+}
+
+#[test]
+fn syn_initial_rto_follows_the_override_on_the_wire() {
+    if !common::privileged("syn_initial_rto_follows_the_override_on_the_wire") {
+        return;
+    }
+    let n = NetnsPair::new();
+    NetnsPair::nft(&n.b, "table inet rttlab_test {\n chain inp { type filter hook input priority 0; tcp dport 9 drop\n }\n}");
+    let hz = hz::detect(200_000).unwrap();
+    let jiffy_ms = 1000.0 / f64::from(hz);
+
+    // Default: TCP_TIMEOUT_INIT, 1 s; the timer wheel adds up to 8 jiffies at that range.
+    let g = syn_gaps(&n, n.b4, 1.6);
+    assert!(
+        !g.is_empty() && (995.0..=1000.0 + 9.0 * jiffy_ms).contains(&g[0]),
+        "default SYN gaps {g:?}"
+    );
+
+    let fs = BpfFs::new();
+    let ov = Override {
+        pin: fs.0.path().join("rttlab").display().to_string(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    ov.run(&["add", "198.18.200.0/24", "100ms", "--rto-min", "5ms"]);
+    ov.run(&["add", "2001:2:0:200::/64", "150ms"]);
+    let list = ov.run(&["list"]);
+    assert!(
+        list.contains("198.18.200.0/24") && list.contains("2001:2:0:200::/64"),
+        "{list}"
+    );
+
+    // 100 ms → 25 jiffies at HZ 250: fires after (n, n+1] jiffies; the first
+    // retransmissions stay linear (tcp_syn_linear_timeouts), so the second gap too.
+    let want = |ms: f64| (ms / jiffy_ms).ceil() * jiffy_ms;
+    for (addr, ms) in [(n.b4, 100.0), (n.b6, 150.0)] {
+        let g = syn_gaps(&n, addr, 0.5);
+        let w = want(ms);
+        assert!(g.len() >= 2, "{addr}: {g:?}");
+        for gap in &g[..2] {
+            assert!(
+                (w - 1.0..=w + jiffy_ms + 1.0).contains(gap),
+                "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 1 jiffy"
+            );
+        }
+    }
+
+    // The same entry set rto_min 5 ms on established connections: tcp_info.rto of a new
+    // connection is rto_min in whole jiffies plus one (KERNEL_RTO.md R1).
+    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let _ = Command::new("ip")
+        .args(["-n", &n.a, "tcp_metrics", "flush", "all"])
+        .status();
+    let probe = Command::new(bin())
+        .args([
+            "tune",
+            "rto-min",
+            "show",
+            "--netns",
+            &n.a,
+            "--probe",
+            &format!("{}:12866", n.b4),
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&probe.stdout);
+    let rto_ms: f64 = out
+        .split("has rto ")
+        .nth(1)
+        .and_then(|x| x.split(" ms").next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .parse()
+        .unwrap();
+    assert_eq!(
+        rto_ms,
+        hz::predicted_rto_us(5_000, hz) as f64 / 1000.0,
+        "{out}"
+    );
+    let _ = srv.kill();
+    let _ = srv.wait();
+
+    // Detach: the pins go, the journal empties, and SYNs are back to 1 s.
+    ov.run(&["detach"]);
+    assert!(!fs.0.path().join("rttlab").exists());
+    assert!(!ov.state.path().join("tune.json").exists());
+    let g = syn_gaps(&n, n.b4, 1.3);
+    assert!(!g.is_empty() && g[0] > 990.0, "after detach {g:?}");
+}
