@@ -138,11 +138,13 @@ pub enum SynRtoAction {
         at: Attachment,
     },
     /// The prefixes and their settings.
+    #[command(visible_alias = "show")]
     List {
         #[command(flatten)]
         at: Attachment,
     },
     /// Detach the program and remove its pins.
+    #[command(visible_alias = "revert")]
     Detach {
         #[command(flatten)]
         at: Attachment,
