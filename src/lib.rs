@@ -4,6 +4,7 @@
 //! [`kernel`]) → samples → [`stats`] → [`report`].
 
 pub mod kernel;
+pub mod model;
 pub mod probe;
 pub mod report;
 pub mod stats;

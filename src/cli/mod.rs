@@ -5,6 +5,7 @@ pub mod output;
 pub mod ping;
 pub mod progress;
 pub mod rr;
+pub mod rto;
 pub mod serve;
 pub mod tcpinfo;
 pub mod tune;
@@ -42,6 +43,8 @@ pub enum Command {
     Tcpinfo(tcpinfo::TcpinfoArgs),
     /// Tune TCP's retransmission behaviour: rto_min, thin linear timeouts; revert.
     Tune(tune::TuneArgs),
+    /// The retransmission timeline under a disruption: the seed's theory and the kernel's rules.
+    Rto(rto::RtoArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -57,6 +60,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Ping(a) => ping::run(a),
         Command::Tcpinfo(a) => tcpinfo::run(a),
         Command::Tune(a) => tune::run(a),
+        Command::Rto(a) => rto::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

@@ -3,6 +3,7 @@
 
 mod ping;
 mod rr;
+pub mod rto;
 pub mod selectors;
 pub mod table;
 pub mod tcpinfo;

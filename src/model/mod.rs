@@ -1,0 +1,3 @@
+//! Models: what the kernel should do, to set next to what it did.
+
+pub mod rto;

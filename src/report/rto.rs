@@ -1,0 +1,111 @@
+//! The retransmission model's grid, in seed 001's table layout, CSV and JSON.
+
+use super::table::Table;
+use crate::model::rto::{Event, RtoModel};
+use serde::Serialize;
+
+/// One cell: a configuration at one disruption.
+#[derive(Clone, Debug, Serialize)]
+pub struct Cell {
+    pub disruption_ms: f64,
+    pub rto_min_ms: f64,
+    pub thin: u8,
+    /// Predicted TCP idle duration (the middle of `idle_lo_ms..idle_hi_ms`).
+    pub idle_ms: f64,
+    pub idle_lo_ms: f64,
+    pub idle_hi_ms: f64,
+    /// Default (thick, 200 ms) minus this cell: positive is better.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub improvement_ms: Option<f64>,
+    /// The (re)transmissions up to the one that ends the idle.
+    pub timeline: Vec<Event>,
+}
+
+/// The whole grid with the model's settings.
+#[derive(Clone, Debug, Serialize)]
+pub struct Grid {
+    pub models: Vec<RtoModel>,
+    pub delack_max_us: Vec<(f64, u64)>,
+    pub cells: Vec<Cell>,
+}
+
+fn ms(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+impl Grid {
+    /// Seed 001's layout: a row per disruption, a column per (rto_min, thin/thick).
+    pub fn table(&self, improvement: bool) -> String {
+        let mut configs: Vec<(f64, u8)> = Vec::new();
+        for c in &self.cells {
+            if !configs.contains(&(c.rto_min_ms, c.thin)) {
+                configs.push((c.rto_min_ms, c.thin));
+            }
+        }
+        let what = if improvement {
+            "Improvement"
+        } else {
+            "TCP Idle"
+        };
+        let mut header = vec!["Disruption Duration (s)".to_owned()];
+        header.extend(configs.iter().map(|&(r, t)| {
+            format!(
+                "{what} {} rto_min {}ms",
+                if t == 1 { "Thin" } else { "Thick" },
+                ms(r)
+            )
+        }));
+        let mut t = Table::new(header);
+        let mut ds: Vec<f64> = Vec::new();
+        for c in &self.cells {
+            if !ds.contains(&c.disruption_ms) {
+                ds.push(c.disruption_ms);
+            }
+        }
+        for d in ds {
+            let mut row = vec![format!("{}", d / 1000.0)];
+            for &(r, th) in &configs {
+                let cell = self
+                    .cells
+                    .iter()
+                    .find(|c| c.disruption_ms == d && c.rto_min_ms == r && c.thin == th);
+                row.push(cell.map_or("-".into(), |c| {
+                    ms(if improvement {
+                        c.improvement_ms.unwrap_or(0.0)
+                    } else {
+                        c.idle_ms
+                    })
+                }));
+            }
+            t.row(row);
+        }
+        t.render()
+    }
+
+    /// One row per cell: disruption_ms,rto_min_ms,thin,idle_ms[,improvement_ms].
+    pub fn csv(&self, improvement: bool) -> String {
+        let mut out = String::from(if improvement {
+            "disruption_ms,rto_min_ms,thin,idle_ms,improvement_ms\n"
+        } else {
+            "disruption_ms,rto_min_ms,thin,idle_ms\n"
+        });
+        for c in &self.cells {
+            out += &format!(
+                "{},{},{},{}",
+                ms(c.disruption_ms),
+                ms(c.rto_min_ms),
+                c.thin,
+                ms(c.idle_ms)
+            );
+            if improvement {
+                out += &format!(",{}", ms(c.improvement_ms.unwrap_or(0.0)));
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
