@@ -11,7 +11,9 @@ trap 'rm -rf "$out"' EXIT
 status=0
 for src in *.bpf.c; do
   obj=${src%.c}.o
-  clang -O2 -g -target bpf -I"$arch_inc" -c "$src" -o "$out/$obj"
+  # Relative paths in the BTF line info: the object must not depend on where the
+  # checkout lives.
+  clang -O2 -g -target bpf -fdebug-prefix-map="$PWD"=. -I"$arch_inc" -c "$src" -o "$out/$obj"
   llvm-strip -g "$out/$obj"
   if [ "${1:-}" = --check ]; then
     if ! cmp -s "$out/$obj" "$obj"; then
