@@ -7,7 +7,7 @@ mod common;
 use common::{bin, json, ServeChild};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 fn stderr(o: &std::process::Output) -> String {
@@ -366,22 +366,7 @@ fn secret_is_required_and_checked() {
 #[test]
 fn a_server_killed_mid_test_leaves_a_partial_result_and_an_error() {
     let mut srv = ServeChild::start(&[]);
-    let client = Command::new(bin())
-        .args([
-            "rr",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &srv.port.to_string(),
-            "-l",
-            "10",
-            "-o",
-            "TRANSACTIONS",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = srv.spawn_rr(&["-l", "10", "-o", "TRANSACTIONS"]);
     std::thread::sleep(Duration::from_millis(800));
     srv.child.kill().unwrap();
     let o = client.wait_with_output().unwrap();
@@ -399,22 +384,7 @@ fn a_server_killed_mid_test_leaves_a_partial_result_and_an_error() {
 #[test]
 fn ctrl_c_prints_what_was_measured() {
     let srv = ServeChild::start(&[]);
-    let client = Command::new(bin())
-        .args([
-            "rr",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &srv.port.to_string(),
-            "-l",
-            "30",
-            "-o",
-            "TRANSACTIONS,ELAPSED_TIME",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = srv.spawn_rr(&["-l", "30", "-o", "TRANSACTIONS,ELAPSED_TIME"]);
     std::thread::sleep(Duration::from_millis(700));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(client.id() as i32, libc::SIGINT) };
@@ -465,22 +435,7 @@ fn broken_pipe_exits_quietly() {
 #[test]
 fn a_frozen_server_cannot_hang_the_client() {
     let srv = ServeChild::start(&[]);
-    let client = Command::new(bin())
-        .args([
-            "rr",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &srv.port.to_string(),
-            "-l",
-            "1",
-            "-o",
-            "TRANSACTIONS",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let client = srv.spawn_rr(&["-l", "1", "-o", "TRANSACTIONS"]);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: signalling our own child.
     unsafe { libc::kill(srv.child.id() as i32, libc::SIGSTOP) };

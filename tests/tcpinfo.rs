@@ -15,10 +15,9 @@ fn csv_rows(out: &[u8]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// Median server-side srtt (µs) while a client waits `wait` between transactions.
-fn server_srtt(wait: &str) -> f64 {
-    let port = free_port();
-    let client = Command::new(bin())
+/// `rttlab rr` with its in-process server on fixed data port `port`, waiting `wait`.
+fn rr_in_background(port: u16, wait: &str, secs: &str) -> std::process::Child {
+    Command::new(bin())
         .args([
             "rr",
             "-P",
@@ -26,13 +25,19 @@ fn server_srtt(wait: &str) -> f64 {
             "-w",
             wait,
             "-l",
-            "2.5",
+            secs,
             "-o",
             "TRANSACTIONS",
         ])
         .stdout(Stdio::null())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Median server-side srtt (µs) while a client waits `wait` between transactions.
+fn server_srtt(wait: &str) -> f64 {
+    let port = free_port();
+    let client = rr_in_background(port, wait, "2.5");
     std::thread::sleep(Duration::from_millis(1000));
     // The in-process server's data socket is the one whose local port is the data port.
     let o = Command::new(bin())
@@ -80,21 +85,7 @@ fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
 #[test]
 fn agrees_with_ss_on_the_same_socket() {
     let port = free_port();
-    let client = Command::new(bin())
-        .args([
-            "rr",
-            "-P",
-            &port.to_string(),
-            "-w",
-            "200ms",
-            "-l",
-            "2",
-            "-o",
-            "TRANSACTIONS",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let client = rr_in_background(port, "200ms", "2");
     std::thread::sleep(Duration::from_millis(700));
     // Between transactions (200 ms apart) the socket is idle: both tools read the same state.
     let ours = Command::new(bin())

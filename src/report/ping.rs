@@ -4,7 +4,7 @@ use super::rr::{summary_header, summary_row};
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
 use crate::probe::ping::PingResult;
-use crate::stats::{LogLinear, Percentile};
+use crate::stats::LogLinear;
 use std::fmt::Write as _;
 
 impl Report for PingResult {
@@ -101,16 +101,10 @@ impl Selectable for PingResult {
             LostTransactions,
             Duplicates,
             Reordered,
-            MinLatency,
-            MeanLatency,
-            PercentileLatency(Percentile(50.0)),
-            PercentileLatency(Percentile(90.0)),
-            PercentileLatency(Percentile(99.0)),
-            PercentileLatency(Percentile(99.9)),
-            MaxLatency,
-            StddevLatency,
-            KernelRelease,
-            RemoteHost,
         ]
+        .into_iter()
+        .chain(super::selectors::latency_selectors())
+        .chain([KernelRelease, RemoteHost])
+        .collect()
     }
 }

@@ -310,14 +310,10 @@ impl Selectable for RrResult {
             Transactions,
             Throughput,
             ThroughputUnits,
-            MinLatency,
-            MeanLatency,
-            PercentileLatency(Percentile(50.0)),
-            PercentileLatency(Percentile(90.0)),
-            PercentileLatency(Percentile(99.0)),
-            PercentileLatency(Percentile(99.9)),
-            MaxLatency,
-            StddevLatency,
+        ]
+        .into_iter()
+        .chain(super::selectors::latency_selectors())
+        .chain([
             RtLatency,
             LostTransactions,
             LocalTransportRetrans,
@@ -335,6 +331,7 @@ impl Selectable for RrResult {
             RemoteKernelRelease,
             RemoteHost,
             ResultBrand,
-        ]
+        ])
+        .collect()
     }
 }

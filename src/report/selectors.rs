@@ -190,6 +190,21 @@ impl Selector {
     }
 }
 
+/// The latency statistics every kind of result prints in `--csv`, in netperf's order.
+pub fn latency_selectors() -> [Selector; 8] {
+    use Selector::*;
+    [
+        MinLatency,
+        MeanLatency,
+        PercentileLatency(Percentile(50.0)),
+        PercentileLatency(Percentile(90.0)),
+        PercentileLatency(Percentile(99.0)),
+        PercentileLatency(Percentile(99.9)),
+        MaxLatency,
+        StddevLatency,
+    ]
+}
+
 /// Names line and values line.
 ///
 /// # Errors

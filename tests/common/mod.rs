@@ -75,12 +75,25 @@ impl ServeChild {
         Self { child, port }
     }
 
-    /// `rttlab rr -H 127.0.0.1 -p PORT` plus `args`.
+    /// `rttlab rr -H 127.0.0.1 -p PORT` plus `args`, as a command.
+    pub fn rr_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(["rr", "-H", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args);
+        c
+    }
+
+    /// Run it to the end.
     pub fn rr(&self, args: &[&str]) -> Output {
-        Command::new(bin())
-            .args(["rr", "-H", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
+        self.rr_command(args).output().unwrap()
+    }
+
+    /// Start it with stdout and stderr piped.
+    pub fn spawn_rr(&self, args: &[&str]) -> Child {
+        self.rr_command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .unwrap()
     }
 }
