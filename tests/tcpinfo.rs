@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bin, free_port};
+use common::{bin, free_port, NetnsPair};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -34,15 +34,36 @@ fn rr_in_background(port: u16, wait: &str, secs: &str) -> std::process::Child {
         .unwrap()
 }
 
-/// Median server-side srtt (µs) while a client waits `wait` between transactions.
-fn server_srtt(wait: &str) -> f64 {
-    let port = free_port();
-    let client = rr_in_background(port, wait, "2.5");
+/// Median server-side srtt (µs) while a client in namespace a waits `wait` between
+/// transactions with a server in namespace b, sampled from the root namespace.
+fn server_srtt(n: &NetnsPair, port: u16, wait: &str) -> f64 {
+    let client = NetnsPair::exec(
+        &n.a,
+        &[
+            bin().to_str().unwrap(),
+            "rr",
+            "-H",
+            n.b4,
+            "-P",
+            &port.to_string(),
+            "-w",
+            wait,
+            "-l",
+            "2.5",
+            "-o",
+            "TRANSACTIONS",
+        ],
+    )
+    .stdout(Stdio::null())
+    .spawn()
+    .unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    // The in-process server's data socket is the one whose local port is the data port.
+    // The server's data socket is the one in b whose local port is the data port.
     let o = Command::new(bin())
         .args([
             "tcpinfo",
+            "--netns",
+            &n.b,
             "--sport",
             &port.to_string(),
             "-i",
@@ -65,14 +86,21 @@ fn server_srtt(wait: &str) -> f64 {
 
 #[test]
 fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
+    if !common::privileged("server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer") {
+        return;
+    }
     // The server's RTT sample is response → ACK; the ACK rides on the next request, so
     // it waits `w`, until the client's delayed-ACK timer (40 ms, TCP_DELACK_MIN) fires;
     // beyond that Linux leaves pingpong mode and ACKs at once (seed 000, "TCP Computed
     // RTT vs Response/Request Interval").
-    let r0 = server_srtt("0");
-    let r10 = server_srtt("10ms");
-    let r25 = server_srtt("25ms");
-    let r80 = server_srtt("80ms");
+    let n = NetnsPair::new();
+    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let r0 = server_srtt(&n, 5010, "0");
+    let r10 = server_srtt(&n, 5011, "10ms");
+    let r25 = server_srtt(&n, 5012, "25ms");
+    let r80 = server_srtt(&n, 5013, "80ms");
+    let _ = srv.kill();
+    let _ = srv.wait();
     assert!(r0 < 2_000.0, "w=0: {r0} µs");
     assert!((8_000.0..15_000.0).contains(&r10), "w=10ms: {r10} µs");
     assert!((20_000.0..32_000.0).contains(&r25), "w=25ms: {r25} µs");
