@@ -62,9 +62,6 @@ pub struct PingArgs {
 
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
     let format = a.out.format()?;
-    if a.out.hdr_log.is_some() {
-        bail!("--hdr-log is not available for ping yet; use --json for the samples' summary");
-    }
     if a.count == Some(0) {
         bail!("-c must be at least 1");
     }
@@ -95,6 +92,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         SocketArg::Raw => SocketKind::Raw,
     };
     s.percentiles = a.out.percentiles()?;
+    s.hdr_log = a.out.hdr_log.clone();
     let ctl = Arc::new(PingControl::default());
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));

@@ -11,7 +11,7 @@
 
 use super::pacing::{self, PaceMode};
 use crate::kernel::host::HostFacts;
-use crate::stats::{LatencyHistogram, Percentile, Summary};
+use crate::stats::{HdrLogWriter, LatencyHistogram, Percentile, Summary};
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
@@ -50,6 +50,8 @@ pub struct PingSettings {
     pub timeout: Duration,
     pub socket: SocketKind,
     pub percentiles: Vec<Percentile>,
+    /// Write the round trips as an HdrHistogram interval log (one interval per second).
+    pub hdr_log: Option<std::path::PathBuf>,
 }
 
 impl PingSettings {
@@ -65,6 +67,7 @@ impl PingSettings {
             timeout: Duration::from_secs(2),
             socket: SocketKind::Auto,
             percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
+            hdr_log: None,
         }
     }
 }
@@ -81,6 +84,9 @@ pub enum PingError {
     /// Payload too large for one packet.
     #[error("payload of {0} bytes is too large (at most 65000)")]
     Size(usize),
+    /// The HdrHistogram log could not be created.
+    #[error("--hdr-log: {0}")]
+    HdrLog(#[source] io::Error),
 }
 
 /// Settings as the result reports them.
@@ -249,6 +255,22 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     if settings.size > 65_000 {
         return Err(PingError::Size(settings.size));
     }
+    let mut hdr = match &settings.hdr_log {
+        Some(p) => Some(
+            HdrLogWriter::create(
+                p,
+                1,
+                Duration::from_secs(1),
+                &format!(
+                    "ICMP echo to {}, {} bytes, interval {:?}",
+                    settings.target, settings.size, settings.interval
+                ),
+            )
+            .map_err(PingError::HdrLog)?,
+        ),
+        None => None,
+    };
+    let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
     let (sock, kind) = open(settings)?;
     let fd = sock.as_raw_fd();
     let one: libc::c_int = 1;
@@ -418,7 +440,16 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             continue;
         }
         hist.record_ns(rtt);
+        if let Some(r) = recorder.as_mut() {
+            r.record(Instant::now(), rtt);
+        }
         ctl.received.fetch_add(1, Ordering::Relaxed);
+    }
+    drop(recorder);
+    if let Some(h) = hdr {
+        if let Err(e) = h.finish() {
+            error = error.or(Some(format!("writing the HdrHistogram log: {e}")));
+        }
     }
     let unique = received - dups;
     Ok(PingResult {
