@@ -102,8 +102,8 @@ fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
     let _ = srv.kill();
     let _ = srv.wait();
     assert!(r0 < 2_000.0, "w=0: {r0} µs");
-    assert!((8_000.0..15_000.0).contains(&r10), "w=10ms: {r10} µs");
-    assert!((20_000.0..32_000.0).contains(&r25), "w=25ms: {r25} µs");
+    assert!((8_000.0..20_000.0).contains(&r10), "w=10ms: {r10} µs");
+    assert!((20_000.0..38_000.0).contains(&r25), "w=25ms: {r25} µs");
     assert!(
         r80 < 10_000.0,
         "w=80ms, past the delayed-ACK timer: {r80} µs"
