@@ -443,4 +443,68 @@ mod tests {
             [4_000, 48_000, 196_000]
         );
     }
+    /// Seed 001's "Near Present" table: medians measured on a 6.11 kernel (HZ 1000),
+    /// blackout by nftables on the host. Columns as `THEORY`, rows `seed_grid()`.
+    const NEAR_PRESENT_6_11: [[f64; 6]; 24] = [
+        [14.9, 14.6, 52.0, 52.1, 206.4, 206.8],
+        [28.0, 27.1, 52.1, 52.0, 206.5, 206.4],
+        [35.1, 52.0, 52.1, 52.1, 206.6, 206.5],
+        [49.0, 52.1, 52.1, 52.0, 206.7, 206.7],
+        [56.1, 101.0, 104.0, 104.1, 206.5, 206.7],
+        [69.1, 101.1, 104.1, 104.1, 206.6, 206.2],
+        [94.1, 101.1, 104.1, 104.1, 206.4, 206.6],
+        [94.2, 101.2, 104.1, 104.1, 206.6, 206.7],
+        [142.4, 101.3, 104.1, 104.0, 206.5, 206.6],
+        [143.1, 202.6, 155.6, 204.4, 206.6, 206.6],
+        [244.8, 402.8, 208.0, 212.5, 209.0, 209.0],
+        [446.8, 404.7, 312.1, 421.7, 416.9, 416.5],
+        [446.6, 615.6, 416.1, 421.3, 416.8, 416.7],
+        [615.8, 615.5, 525.8, 615.7, 616.6, 616.6],
+        [615.9, 615.6, 616.0, 615.7, 617.0, 616.8],
+        [838.9, 796.9, 733.7, 837.7, 832.6, 824.7],
+        [838.6, 1478.3, 1149.6, 837.8, 832.7, 824.8],
+        [1475.2, 1477.7, 1149.7, 1476.4, 1040.8, 1476.8],
+        [1476.2, 1477.4, 1149.6, 1477.5, 1040.8, 1478.8],
+        [1477.2, 1476.5, 1149.4, 1478.9, 1248.8, 1476.3],
+        [1477.1, 1476.8, 1476.3, 1477.4, 1248.7, 1477.8],
+        [1477.3, 1476.9, 1478.9, 1476.2, 1455.9, 1478.1],
+        [1475.8, 1476.4, 1477.4, 1476.7, 1456.6, 1479.1],
+        [1667.9, 1627.7, 2024.9, 1713.7, 1664.8, 1686.6],
+    ];
+
+    /// The linux flavour, told what the seed's setup was (HZ 1000, local drops), predicts
+    /// the seed's own measurements within issue 6's tolerance, max(5 ms, 5 %), in at
+    /// least 90 % of the cells (132 of 144 today). The misses sit where the disruption
+    /// ends right on a scheduled retransmission, which the seed's script (it overshoots
+    /// short blackouts) pushes to the next one.
+    #[test]
+    fn linux_predicts_the_seeds_measured_6_11_table() {
+        let cols = [
+            (5, true),
+            (5, false),
+            (50, true),
+            (50, false),
+            (200, true),
+            (200, false),
+        ];
+        let (mut hits, mut total) = (0, 0);
+        for (c, &(r, thin)) in cols.iter().enumerate() {
+            let mut m = RtoModel::new(Flavour::Linux, MS(r), thin, 1000);
+            m.drop_at = DropAt::Local;
+            let ev = timeline(&m, MS(3000));
+            for (row, &d) in seed_grid().iter().enumerate() {
+                let measured = NEAR_PRESENT_6_11[row][c];
+                let predicted = idle(&ev, Flavour::Linux, d).unwrap().at_us() / 1000.0;
+                total += 1;
+                if (predicted - measured).abs() <= (0.05 * measured).max(5.0) {
+                    hits += 1;
+                }
+            }
+        }
+        assert_eq!(total, 144);
+        assert!(
+            hits * 10 >= total * 9,
+            "{hits} of {total} cells within max(5 ms, 5 %)"
+        );
+    }
 }
