@@ -265,6 +265,16 @@ mod tests {
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
+    /// The columns of seed 001's tables: (rto_min ms, thin).
+    const SEED_COLUMNS: [(u64, bool); 6] = [
+        (5, true),
+        (5, false),
+        (50, true),
+        (50, false),
+        (200, true),
+        (200, false),
+    ];
+
     /// Seed 001's "Theory" table, columns Thin 5, Thick 5, Thin 50, Thick 50, Thin 200,
     /// Thick 200, rows `seed_grid()`.
     const THEORY: [[u64; 6]; 24] = [
@@ -311,7 +321,7 @@ mod tests {
             (200, false),
         ];
         let mut mismatches = Vec::new();
-        for (c, &(r, thin)) in cols.iter().enumerate() {
+        for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
             let m = RtoModel::new(Flavour::Simple, MS(r), thin, 1000);
             let ev = timeline(&m, MS(4000));
             for (row, &d) in grid.iter().enumerate() {
@@ -488,7 +498,7 @@ mod tests {
             (200, false),
         ];
         let (mut hits, mut total) = (0, 0);
-        for (c, &(r, thin)) in cols.iter().enumerate() {
+        for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
             let mut m = RtoModel::new(Flavour::Linux, MS(r), thin, 1000);
             m.drop_at = DropAt::Local;
             let ev = timeline(&m, MS(3000));
