@@ -312,14 +312,6 @@ mod tests {
     #[test]
     fn simple_reproduces_the_seeds_theory_table() {
         let grid = seed_grid();
-        let cols = [
-            (5, true),
-            (5, false),
-            (50, true),
-            (50, false),
-            (200, true),
-            (200, false),
-        ];
         let mut mismatches = Vec::new();
         for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
             let m = RtoModel::new(Flavour::Simple, MS(r), thin, 1000);
@@ -489,14 +481,6 @@ mod tests {
     /// short blackouts) pushes to the next one.
     #[test]
     fn linux_predicts_the_seeds_measured_6_11_table() {
-        let cols = [
-            (5, true),
-            (5, false),
-            (50, true),
-            (50, false),
-            (200, true),
-            (200, false),
-        ];
         let (mut hits, mut total) = (0, 0);
         for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
             let mut m = RtoModel::new(Flavour::Linux, MS(r), thin, 1000);
