@@ -12,7 +12,7 @@ fn every_test_type_across_namespaces_ipv4_and_ipv6() {
         return;
     }
     let n = NetnsPair::new();
-    let mut srv = n.serve_in_b("::", 12866, &[]);
+    let srv = n.serve_in_b("::", 12866, &[]);
     for host in [n.b4, n.b6] {
         for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
             let v = json(&n.rttlab_in_a(&["rr", "-H", host, "-t", test, "-n", "300", "--json"]));
@@ -25,8 +25,7 @@ fn every_test_type_across_namespaces_ipv4_and_ipv6() {
             );
         }
     }
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 }
 
 #[test]
@@ -35,7 +34,7 @@ fn remote_retransmits_rise_when_the_server_loses_packets() {
         return;
     }
     let n = NetnsPair::new();
-    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let srv = n.serve_in_b(n.b4, 12866, &[]);
     // Drop one in five of the server's data segments (fixed data port 5001; PSH marks
     // data, so pure ACKs, which TCP never retransmits, are spared), counted,
     // where they arrive at the client: lost on the path, as far as the server knows.
@@ -64,8 +63,7 @@ fn remote_retransmits_rise_when_the_server_loses_packets() {
         "{}",
         v["latency"]
     );
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 }
 
 #[test]
@@ -171,7 +169,7 @@ fn tcpinfo_looks_inside_a_named_namespace() {
         return;
     }
     let n = NetnsPair::new();
-    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let srv = n.serve_in_b(n.b4, 12866, &[]);
     let client = NetnsPair::exec(
         &n.a,
         &[
@@ -206,6 +204,5 @@ fn tcpinfo_looks_inside_a_named_namespace() {
     assert_eq!(lines[0]["local"], format!("{}:5004", n.b4));
     assert!(lines[0]["remote"].as_str().unwrap().starts_with(n.a4));
     assert!(lines[0]["tcp_info"]["rtt_us"].as_u64().unwrap() > 0);
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 }

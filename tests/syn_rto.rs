@@ -179,7 +179,7 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
 
     // The same entry set rto_min 5 ms on established connections: tcp_info.rto of a new
     // connection is rto_min in whole jiffies plus one (KERNEL_RTO.md R1).
-    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let srv = n.serve_in_b(n.b4, 12866, &[]);
     let _ = Command::new("ip")
         .args(["-n", &n.a, "tcp_metrics", "flush", "all"])
         .status();
@@ -208,8 +208,7 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
         hz::predicted_rto_us(5_000, hz) as f64 / 1000.0,
         "{out}"
     );
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 
     // Detach: the pins go, the journal empties, and SYNs are back to 1 s.
     ov.run(&["detach"]);

@@ -89,7 +89,7 @@ fn route_rto_min_sets_a_new_connections_rto_and_reverts() {
         return;
     }
     let n = NetnsPair::new();
-    let mut srv = n.serve_in_b("::", 12866, &[]);
+    let srv = n.serve_in_b("::", 12866, &[]);
     let t = Tune::new();
     for (prefix, target, v6) in [
         ("198.18.200.0/24", format!("{}:12866", n.b4), false),
@@ -132,8 +132,7 @@ fn route_rto_min_sets_a_new_connections_rto_and_reverts() {
         let out = t.ok(&["rto-min", "show", "--netns", &n.a, "--probe", &target]);
         assert_rto(&out, 200_000);
     }
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 }
 
 #[test]
@@ -142,7 +141,7 @@ fn sysctl_rto_min_and_thin_are_per_namespace_and_revert() {
         return;
     }
     let n = NetnsPair::new();
-    let mut srv = n.serve_in_b(n.b4, 12866, &[]);
+    let srv = n.serve_in_b(n.b4, 12866, &[]);
     let t = Tune::new();
     let host_before = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_rto_min_us").unwrap();
     t.ok(&["rto-min", "set", "50ms", "--sysctl", "--netns", &n.a]);
@@ -183,8 +182,7 @@ fn sysctl_rto_min_and_thin_are_per_namespace_and_revert() {
         !t.state.path().join("tune.json").exists(),
         "the journal is empty after revert --all"
     );
-    let _ = srv.kill();
-    let _ = srv.wait();
+    drop(srv);
 }
 
 #[test]

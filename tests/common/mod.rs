@@ -243,8 +243,8 @@ impl NetnsPair {
         c
     }
 
-    /// Start `rttlab serve` in `b` listening on `host` port `port`.
-    pub fn serve_in_b(&self, host: &str, port: u16, extra: &[&str]) -> Child {
+    /// Start `rttlab serve` in `b` listening on `host` port `port`; killed on drop.
+    pub fn serve_in_b(&self, host: &str, port: u16, extra: &[&str]) -> KillOnDrop {
         let bin = bin();
         let addr = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -261,7 +261,7 @@ impl NetnsPair {
         .spawn()
         .unwrap();
         wait_listening(host, port, Some(&self.b));
-        child
+        KillOnDrop(child)
     }
 
     /// Run `rttlab ARGS` in `a`.
@@ -311,9 +311,29 @@ impl NetnsPair {
     }
 }
 
+/// A child process killed when the guard goes, also when a test panics.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for NetnsPair {
     fn drop(&mut self) {
         for ns in [&self.a, &self.b] {
+            // Deleting a namespace does not end what runs in it: kill that first.
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                for pid in String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                {
+                    // SAFETY: signalling a process of the test's own namespace.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
     }
