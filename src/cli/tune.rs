@@ -186,11 +186,9 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             dry_run,
         } => {
             let hz = hz_here()?;
-            let jiffy = Duration::from_micros(1_000_000 / u64::from(hz));
-            let jiffies = syn_rto::ms_to_jiffies(
-                u64::try_from(syn.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
-                hz,
-            );
+            let jiffy = Duration::from_micros(hz::jiffy_us(hz));
+            let jiffies =
+                hz::usecs_to_jiffies(u64::try_from(syn.as_micros()).unwrap_or(u64::MAX), hz);
             if syn > Duration::from_secs(120) {
                 bail!("the SYN RTO must be at most 120 s (TCP_RTO_MAX)");
             }

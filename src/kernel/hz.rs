@@ -10,19 +10,30 @@ use std::net::{TcpListener, TcpStream};
 /// HZ values Linux is built with.
 const CANDIDATES: [u32; 4] = [100, 250, 300, 1000];
 
-/// The RTO rule R1 predicts for `rto_min_us` at `hz` with an RTT far below a jiffy, in µs.
-pub fn predicted_rto_us(rto_min_us: u64, hz: u32) -> u64 {
-    rto_for(0, rto_min_us, hz)
+/// One jiffy in µs (`jiffies_to_usecs(1)`; HZ divides 10⁶ for every HZ Linux offers
+/// but 300, where the kernel truncates the same way).
+pub fn jiffy_us(hz: u32) -> u64 {
+    1_000_000 / u64::from(hz)
 }
 
-/// `icsk_rto` after the first RTT sample `srtt_us`: `usecs_to_jiffies(srtt + rttvar)`
-/// with `rttvar = max(2·srtt… , rto_min)` = rto_min for any sane RTT (`tcp_rtt_estimator`,
-/// `__tcp_set_rto`), converted back to µs. The `+1` is the strict inequality of
-/// `usecs_to_jiffies` on exact jiffy multiples (srtt > 0).
-fn rto_for(srtt_us: u64, rto_min_us: u64, hz: u32) -> u64 {
-    let t = 1_000_000 / u64::from(hz);
-    let j = rto_min_us.div_ceil(t);
-    (j * t + srtt_us.max(1)).div_ceil(t) * t
+/// `usecs_to_jiffies` (include/linux/jiffies.h): rounds up. Also `msecs_to_jiffies` of
+/// whole milliseconds.
+pub fn usecs_to_jiffies(us: u64, hz: u32) -> u64 {
+    us.div_ceil(jiffy_us(hz))
+}
+
+/// `icsk_rto` in jiffies once RTT samples of `srtt_us` have set rttvar to rto_min:
+/// `__tcp_set_rto` = `usecs_to_jiffies(srtt + rttvar)` with `rttvar = max(mdev,
+/// tcp_rto_min_us)` (`tcp_rtt_estimator`), and `tcp_rto_min_us` a whole number of
+/// jiffies — so any srtt > 0 adds one (KERNEL_RTO.md rule R1).
+pub fn rto_jiffies(srtt_us: u64, rto_min_us: u64, hz: u32) -> u64 {
+    let t = jiffy_us(hz);
+    (usecs_to_jiffies(rto_min_us, hz) * t + srtt_us.max(1)).div_ceil(t)
+}
+
+/// The RTO rule R1 predicts for `rto_min_us` at `hz` with an RTT far below a jiffy, in µs.
+pub fn predicted_rto_us(rto_min_us: u64, hz: u32) -> u64 {
+    rto_jiffies(0, rto_min_us, hz) * jiffy_us(hz)
 }
 
 /// Find HZ from loopback connections' RTOs, given the rto_min new sockets get here.
@@ -48,7 +59,8 @@ pub fn detect(rto_min_us: u64) -> io::Result<u32> {
         seen.push((rtt, rto));
         // tcpi_rtt is srtt truncated to µs: allow the one-µs slack either way.
         left.retain(|&hz| {
-            (rtt.saturating_sub(1)..=rtt + 1).any(|r| rto_for(r, rto_min_us, hz).abs_diff(rto) <= 1)
+            (rtt.saturating_sub(1)..=rtt + 1)
+                .any(|r| (rto_jiffies(r, rto_min_us, hz) * jiffy_us(hz)).abs_diff(rto) <= 1)
         });
         if left.len() <= 1 {
             break;
@@ -65,6 +77,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn jiffies_round_up_like_the_kernel() {
+        // KERNEL_RTO.md §2: 5 ms → 2 j at HZ=250, 50 ms → 13 j, 200 ms → 50 j.
+        assert_eq!(
+            [5, 50, 200, 100, 1000].map(|m| usecs_to_jiffies(m * 1000, 250)),
+            [2, 13, 50, 25, 250]
+        );
+        assert_eq!(usecs_to_jiffies(100_000, 1000), 100);
+        // §2: any x in (4000(k−1), 4000k] µs → k jiffies.
+        assert_eq!(
+            [4_000, 4_001, 8_000].map(|u| usecs_to_jiffies(u, 250)),
+            [1, 2, 2]
+        );
+    }
+
+    #[test]
     fn predictions_match_kernel_rto_md() {
         // KERNEL_RTO.md R1: rto_min 5/50/200 ms → RTO 12/56/204 ms at HZ=250; 6/51/201 at 1000.
         assert_eq!(
@@ -77,7 +104,22 @@ mod tests {
         );
     }
 
-    /// Checked against this machine's known CONFIG_HZ when /boot or /proc has its config.
+    /// The kernel's own build configuration, where it exposes it.
+    fn kernel_config() -> Option<String> {
+        use std::io::Read;
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        if let Ok(c) = std::fs::read_to_string(format!("/boot/config-{}", release.trim())) {
+            return Some(c);
+        }
+        let gz = std::fs::File::open("/proc/config.gz").ok()?;
+        let mut c = String::new();
+        flate2::read::GzDecoder::new(gz)
+            .read_to_string(&mut c)
+            .ok()?;
+        Some(c)
+    }
+
+    /// Checked against CONFIG_HZ in the kernel's configuration (/proc/config.gz here).
     #[test]
     fn detects_this_kernels_hz() {
         let rto_min = super::super::sysctl::read(None, "net.ipv4.tcp_rto_min_us")
@@ -86,9 +128,9 @@ mod tests {
             .unwrap_or(200_000);
         let hz = detect(rto_min).unwrap();
         assert!(CANDIDATES.contains(&hz));
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-        if let Ok(cfg) = std::fs::read_to_string(format!("/boot/config-{}", release.trim())) {
-            assert!(cfg.contains(&format!("CONFIG_HZ={hz}\n")), "detected {hz}");
+        match kernel_config() {
+            Some(cfg) => assert!(cfg.contains(&format!("\nCONFIG_HZ={hz}\n")), "detected {hz}, config says {:?}", cfg.lines().find(|l| l.starts_with("CONFIG_HZ="))),
+            None => eprintln!("no kernel config to check HZ {hz} against (neither /boot/config-* nor /proc/config.gz)"),
         }
     }
 }

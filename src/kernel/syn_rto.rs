@@ -363,13 +363,7 @@ pub fn cgroup2_root() -> Result<PathBuf, SynRtoError> {
 /// `bpf_sol_tcp_setsockopt` converts with `usecs_to_jiffies` and accepts
 /// [TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN (200 ms)].
 pub fn bpf_timeout_ok(us: u64, hz: u32) -> bool {
-    let t = 1_000_000 / u64::from(hz);
-    us.div_ceil(t) >= 2 && us <= 200_000
-}
-
-/// Milliseconds → jiffies at `hz`, rounded up as `msecs_to_jiffies` does.
-pub fn ms_to_jiffies(ms: u64, hz: u32) -> u64 {
-    (ms * u64::from(hz)).div_ceil(1000)
+    super::hz::usecs_to_jiffies(us, hz) >= 2 && us <= 200_000
 }
 
 #[cfg(test)]
@@ -377,13 +371,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn jiffies_round_up_like_the_kernel() {
-        // KERNEL_RTO.md §2: 5 ms → 2 j at HZ=250, 50 ms → 13 j, 200 ms → 50 j.
-        assert_eq!(
-            [5, 50, 200, 100, 1000].map(|m| ms_to_jiffies(m, 250)),
-            [2, 13, 50, 25, 250]
-        );
-        assert_eq!(ms_to_jiffies(100, 1000), 100);
+    fn values_are_the_kernels_shapes_and_ranges() {
         assert_eq!(std::mem::size_of::<Tuning>(), 16);
         // KERNEL_RTO.md §3: 1000 µs → EINVAL, 5000 µs → 2 jiffies (accepted), 300000 → EINVAL.
         assert!(!bpf_timeout_ok(1_000, 250) && !bpf_timeout_ok(4_000, 250));

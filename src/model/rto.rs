@@ -140,10 +140,9 @@ fn simple(m: &RtoModel, h: f64) -> Vec<Event> {
     out
 }
 
-/// `msecs_to_jiffies`/`usecs_to_jiffies`: round up (include/linux/jiffies.h).
+/// `msecs_to_jiffies`/`usecs_to_jiffies` of a duration.
 fn to_jiffies(d: Duration, hz: u32) -> u64 {
-    let t = 1_000_000 / u64::from(hz);
-    (d.as_micros() as u64).div_ceil(t)
+    crate::kernel::hz::usecs_to_jiffies(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), hz)
 }
 
 /// Jiffies after which a timer of `n` jiffies re-armed at a tick edge fires, as a range
@@ -157,14 +156,10 @@ fn fire(n: u64) -> (u64, u64) {
     }
 }
 
-/// The base RTO in jiffies after µs-scale RTT samples (KERNEL_RTO.md R1): `tcp_set_rto`
-/// = `usecs_to_jiffies(srtt + rttvar)` with rttvar converged to `tcp_rto_min_us`, which
-/// is a whole number of jiffies, so any srtt > 0 adds one.
+/// The base RTO in jiffies (KERNEL_RTO.md R1, [`crate::kernel::hz::rto_jiffies`]).
 fn base_rto_jiffies(m: &RtoModel) -> u64 {
-    let t = 1_000_000 / u64::from(m.hz);
-    let j = to_jiffies(m.rto_min, m.hz);
-    let srtt = (m.srtt.as_micros() as u64).max(1);
-    (j * t + srtt).div_ceil(t)
+    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    crate::kernel::hz::rto_jiffies(us(m.srtt), us(m.rto_min), m.hz)
 }
 
 fn linux_path(m: &RtoModel, h: f64) -> Vec<Event> {
@@ -265,6 +260,20 @@ mod tests {
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
+    /// The model's idle (ms) for every cell of seed 001's tables.
+    fn seed_grid_predictions(flavour: Flavour, hz: u32, drop_at: DropAt) -> [[f64; 6]; 24] {
+        let mut out = [[0.0; 6]; 24];
+        for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
+            let mut m = RtoModel::new(flavour, MS(r), thin, hz);
+            m.drop_at = drop_at;
+            let ev = timeline(&m, MS(4000));
+            for (row, &d) in seed_grid().iter().enumerate() {
+                out[row][c] = idle(&ev, flavour, d).unwrap().at_us() / 1000.0;
+            }
+        }
+        out
+    }
+
     /// The columns of seed 001's tables: (rto_min ms, thin).
     const SEED_COLUMNS: [(u64, bool); 6] = [
         (5, true),
@@ -311,14 +320,11 @@ mod tests {
     /// - Thick 200 ms at 1.5 s reads 3200; 200·(2⁴−1) = 3000.
     #[test]
     fn simple_reproduces_the_seeds_theory_table() {
-        let grid = seed_grid();
+        let predicted = seed_grid_predictions(Flavour::Simple, 1000, DropAt::Path);
         let mut mismatches = Vec::new();
-        for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
-            let m = RtoModel::new(Flavour::Simple, MS(r), thin, 1000);
-            let ev = timeline(&m, MS(4000));
-            for (row, &d) in grid.iter().enumerate() {
-                let got = idle(&ev, Flavour::Simple, d).unwrap().at_us() / 1000.0;
-                let want = THEORY[row][c] as f64;
+        for (row, d) in seed_grid().iter().enumerate() {
+            for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
+                let (got, want) = (predicted[row][c], THEORY[row][c] as f64);
                 if (got - want).abs() > 1e-6 {
                     mismatches.push((r, thin, d.as_millis(), want, got));
                 }
@@ -481,16 +487,12 @@ mod tests {
     /// short blackouts) pushes to the next one.
     #[test]
     fn linux_predicts_the_seeds_measured_6_11_table() {
+        let predicted = seed_grid_predictions(Flavour::Linux, 1000, DropAt::Local);
         let (mut hits, mut total) = (0, 0);
-        for (c, &(r, thin)) in SEED_COLUMNS.iter().enumerate() {
-            let mut m = RtoModel::new(Flavour::Linux, MS(r), thin, 1000);
-            m.drop_at = DropAt::Local;
-            let ev = timeline(&m, MS(3000));
-            for (row, &d) in seed_grid().iter().enumerate() {
-                let measured = NEAR_PRESENT_6_11[row][c];
-                let predicted = idle(&ev, Flavour::Linux, d).unwrap().at_us() / 1000.0;
+        for (p_row, m_row) in predicted.iter().zip(&NEAR_PRESENT_6_11) {
+            for (&p, &measured) in p_row.iter().zip(m_row) {
                 total += 1;
-                if (predicted - measured).abs() <= (0.05 * measured).max(5.0) {
+                if (p - measured).abs() <= (0.05 * measured).max(5.0) {
                     hits += 1;
                 }
             }
