@@ -5,7 +5,6 @@ use super::progress::{on_interrupt, ProgressLine};
 use super::values;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
-use rttlab::probe::pacing::PaceMode;
 use rttlab::probe::ping::{self, PingControl, PingSettings, SocketKind};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -77,13 +76,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     };
     s.duration = a.length;
     s.interval = a.interval;
-    s.pace = match (a.spin, a.pace) {
-        (true, _) | (false, Some(super::rr::PaceArg::Spin)) => PaceMode::Spin,
-        (false, Some(super::rr::PaceArg::Hybrid)) => PaceMode::Hybrid {
-            margin: PaceMode::HYBRID_MARGIN,
-        },
-        _ => PaceMode::Sleep,
-    };
+    s.pace = super::rr::PaceArg::mode(a.spin, a.pace);
     s.size = a.size;
     s.timeout = a.timeout;
     s.socket = match a.socket {

@@ -29,6 +29,19 @@ pub enum PaceArg {
     Hybrid,
 }
 
+impl PaceArg {
+    /// `--spin` or `--pace`: how to wait (sleep when neither is given).
+    pub fn mode(spin: bool, pace: Option<PaceArg>) -> PaceMode {
+        match (spin, pace) {
+            (true, _) | (false, Some(PaceArg::Spin)) => PaceMode::Spin,
+            (false, Some(PaceArg::Hybrid)) => PaceMode::Hybrid {
+                margin: PaceMode::HYBRID_MARGIN,
+            },
+            _ => PaceMode::Sleep,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ScheduleArg {
     Fixed,
@@ -182,13 +195,7 @@ impl RrArgs {
         }
         s.count = self.count;
         s.interval = self.wait;
-        s.pace = match (self.spin, self.pace) {
-            (true, _) | (false, Some(PaceArg::Spin)) => PaceMode::Spin,
-            (false, Some(PaceArg::Hybrid)) => PaceMode::Hybrid {
-                margin: PaceMode::HYBRID_MARGIN,
-            },
-            _ => PaceMode::Sleep,
-        };
+        s.pace = PaceArg::mode(self.spin, self.pace);
         s.burst = self.burst;
         s.streams = self.streams;
         s.data_port = self.data_port;
