@@ -153,6 +153,25 @@ impl NetlinkSocket {
     }
 }
 
+/// An address as the kernel lays it out for `family` (AF_INET: 4 bytes, AF_INET6: 16);
+/// `None` for another family or a short buffer. Extra bytes are ignored (inet_diag pads
+/// IPv4 addresses to 16).
+pub fn ip_from(family: u8, b: &[u8]) -> Option<std::net::IpAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match i32::from(family) {
+        libc::AF_INET => Some(IpAddr::V4(Ipv4Addr::new(
+            *b.first()?,
+            *b.get(1)?,
+            *b.get(2)?,
+            *b.get(3)?,
+        ))),
+        libc::AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(
+            <[u8; 16]>::try_from(b.get(..16)?).ok()?,
+        ))),
+        _ => None,
+    }
+}
+
 /// Netlink attributes (`struct rtattr`/`nlattr`: u16 length, u16 type, data) in `buf`.
 pub struct Attrs<'a>(pub &'a [u8]);
 

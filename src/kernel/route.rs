@@ -3,7 +3,7 @@
 //! (`tcp_rto_min` in include/net/tcp.h checks `dst_metric_locked(dst, RTAX_RTO_MIN)`),
 //! so setting writes RTAX_RTO_MIN and its bit in RTAX_LOCK together.
 
-use super::netlink::{push_attr, Attrs, NetlinkSocket};
+use super::netlink::{ip_from, push_attr, Attrs, NetlinkSocket};
 use super::netns::{self, NetnsError};
 use super::SyscallError;
 use serde::Serialize;
@@ -68,18 +68,6 @@ pub enum RouteError {
     NoRoute(String),
 }
 
-fn ip_of(family: u8, b: &[u8]) -> Option<IpAddr> {
-    match (i32::from(family), b.len()) {
-        (libc::AF_INET, 4) => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
-        (libc::AF_INET6, 16) => {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(b);
-            Some(IpAddr::V6(Ipv6Addr::from(a)))
-        }
-        _ => None,
-    }
-}
-
 fn u32_of(b: &[u8]) -> Option<u32> {
     b.get(..4)
         .map(|x| u32::from_ne_bytes([x[0], x[1], x[2], x[3]]))
@@ -121,11 +109,11 @@ fn parse(p: &[u8]) -> Option<Route> {
     };
     for (ty, data) in Attrs(&p[12..]) {
         match ty {
-            RTA_DST => r.dst = ip_of(family, data)?,
+            RTA_DST => r.dst = ip_from(family, data)?,
             RTA_OIF => r.dev = u32_of(data).and_then(ifname),
-            RTA_GATEWAY => r.gateway = ip_of(family, data),
+            RTA_GATEWAY => r.gateway = ip_from(family, data),
             RTA_PRIORITY => r.priority = u32_of(data),
-            RTA_PREFSRC => r.prefsrc = ip_of(family, data),
+            RTA_PREFSRC => r.prefsrc = ip_from(family, data),
             RTA_TABLE => r.table = u32_of(data).unwrap_or(r.table),
             RTA_METRICS => {
                 r.metrics = Attrs(data)

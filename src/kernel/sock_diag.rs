@@ -3,12 +3,12 @@
 //! prefixes by inet_diag bytecode (`inet_diag_bc_run` in net/ipv4/inet_diag.c), so a
 //! host with 100 000 sockets sends back only the ones asked for.
 
-use super::netlink::{push_attr, Attrs, NetlinkSocket};
+use super::netlink::{ip_from, push_attr, Attrs, NetlinkSocket};
 use super::netns::{self, NetnsError};
 use super::tcp_info::TcpInfo;
 use super::SyscallError;
 use serde::Serialize;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 const NETLINK_SOCK_DIAG: libc::c_int = 4;
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -179,13 +179,11 @@ pub fn bytecode(f: &DiagFilter) -> Result<Vec<u8>, String> {
 
 fn sockaddr(family: u8, port: &[u8], addr: &[u8]) -> SocketAddr {
     let port = u16::from_be_bytes([port[0], port[1]]);
-    let ip = if i32::from(family) == libc::AF_INET {
-        IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]))
-    } else {
-        let mut b = [0u8; 16];
-        b.copy_from_slice(&addr[..16]);
-        let v6 = Ipv6Addr::from(b);
-        v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+    // A dual-stack socket's IPv4 peer shows as ::ffff:a.b.c.d; report it as IPv4.
+    let ip = match ip_from(family, addr) {
+        Some(IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        Some(v4) => v4,
+        None => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
     SocketAddr::new(ip, port)
 }
