@@ -4,7 +4,16 @@
 //! [`kernel`]) → samples → [`stats`] → [`report`].
 
 pub mod kernel;
+pub mod lab;
 pub mod model;
 pub mod probe;
 pub mod report;
 pub mod stats;
+
+/// Where runs keep state that must outlive them (the tuning journal, labs):
+/// `$RTTLAB_STATE_DIR`, else /run/rttlab (tmpfs: gone at reboot, as the kernel state
+/// it describes).
+pub fn state_dir() -> std::path::PathBuf {
+    std::env::var_os("RTTLAB_STATE_DIR")
+        .map_or_else(|| std::path::PathBuf::from("/run/rttlab"), std::path::PathBuf::from)
+}

@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. Arguments are validated into the
 //! library's settings before anything opens a socket.
 
+pub mod lab;
 pub mod output;
 pub mod ping;
 pub mod progress;
@@ -21,6 +22,8 @@ Examples:
   rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
   rttlab ping ::1 -c 100 -i 10ms --histogram
   rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv   the kernel's RTT of live sockets, every 10 ms
+  rttlab lab up --name demo --delay 50ms --loss 1% --rate 10mbit --queue 100kB
+  rttlab lab exec --name demo a -- ping -c 3 b
   rttlab completions bash > /etc/bash_completion.d/rttlab";
 
 /// Round-trip time at every layer: ICMP, request/response, the kernel's TCP estimator.
@@ -43,6 +46,8 @@ pub enum Command {
     Tcpinfo(tcpinfo::TcpinfoArgs),
     /// Tune TCP's retransmission behaviour: rto_min, thin linear timeouts; revert.
     Tune(tune::TuneArgs),
+    /// A network in namespaces with a built-in link emulator (delay, jitter, loss, rate, queue, blackouts).
+    Lab(lab::LabArgs),
     /// The retransmission timeline under a disruption: the seed's theory and the kernel's rules.
     Rto(rto::RtoArgs),
     /// Print a shell completion script.
@@ -61,6 +66,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tcpinfo(a) => tcpinfo::run(a),
         Command::Tune(a) => tune::run(a),
         Command::Rto(a) => rto::run(a),
+        Command::Lab(a) => lab::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

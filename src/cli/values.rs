@@ -128,6 +128,100 @@ pub fn one_in(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("{s:?} is not 1/N with N ≥ 1"))
 }
 
+/// A percentage `5%` or `5` (netem's form) as a fraction in [0, 1].
+///
+/// # Errors
+/// Not a number, or outside 0–100 %.
+pub fn percent(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('%');
+    t.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && (0.0..=100.0).contains(x))
+        .map(|x| x / 100.0)
+        .ok_or_else(|| format!("{s:?} is not a percentage between 0% and 100%"))
+}
+
+/// A link rate in tc's units: `10mbit`, `500kbit`, `1gbit`, `64000bit`, or bytes per
+/// second `1mbps`/`100kbps`/`bps`; `none` (or `0`) for no limit.
+///
+/// # Errors
+/// An unknown unit or a negative number.
+pub fn bitrate(s: &str) -> Result<Option<u64>, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if t == "none" || t == "0" {
+        return Ok(None);
+    }
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult = match unit.trim().trim_end_matches("/s") {
+        "bit" | "" => 1.0,
+        "kbit" => 1e3,
+        "mbit" => 1e6,
+        "gbit" => 1e9,
+        "bps" => 8.0,
+        "kbps" => 8e3,
+        "mbps" => 8e6,
+        "gbps" => 8e9,
+        _ => return Err(format!("{s:?} is not a rate; use e.g. 10mbit, 500kbit, 1gbit or none")),
+    };
+    num.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .map(|x| Some((x * mult).round() as u64))
+        .ok_or_else(|| format!("{s:?} is not a positive rate; use e.g. 10mbit or none"))
+}
+
+/// A queue limit: bytes `100kB` (kB = 1000, KiB = 1024, MB, B) or packets `1000p`
+/// (`pkt`, `packets`).
+///
+/// # Errors
+/// An unknown unit, zero, or not a number.
+pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
+    use rttlab::lab::impair::QueueLimit;
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let x: f64 = num
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x >= 1.0)
+        .ok_or_else(|| format!("{s:?} is not a queue size; use e.g. 100kB or 1000p"))?;
+    let bytes = |m: f64| Ok(QueueLimit::Bytes((x * m).round() as u64));
+    match unit.trim() {
+        "p" | "pkt" | "pkts" | "packets" => Ok(QueueLimit::Packets(x.round() as u64)),
+        "" | "b" | "B" => bytes(1.0),
+        "kB" | "KB" | "kb" => bytes(1e3),
+        "KiB" | "kiB" => bytes(1024.0),
+        "MB" | "mb" => bytes(1e6),
+        "MiB" => bytes(1024.0 * 1024.0),
+        _ => Err(format!("{s:?} has an unknown unit; use B, kB, KiB, MB or p (packets)")),
+    }
+}
+
+/// netem's Gilbert–Elliott loss `P,R[,LOSS_BAD[,LOSS_GOOD]]` in percent (`1%,10%`):
+/// P(good→bad), P(bad→good), loss in the bad state (default 100 %), in the good one
+/// (default 0 %).
+///
+/// # Errors
+/// Not two to four percentages.
+pub fn gemodel(s: &str) -> Result<rttlab::lab::impair::Loss, String> {
+    let parts: Vec<f64> = s.split(',').map(percent).collect::<Result<_, _>>()?;
+    match parts[..] {
+        [p, r] => Ok((p, r, 1.0, 0.0)),
+        [p, r, b] => Ok((p, r, b, 0.0)),
+        [p, r, b, g] => Ok((p, r, b, g)),
+        _ => Err(format!("{s:?}: give P,R[,LOSS_BAD[,LOSS_GOOD]], e.g. 1%,10%")),
+    }
+    .map(|(p, r, loss_bad, loss_good)| rttlab::lab::impair::Loss::GilbertElliott {
+        p,
+        r,
+        loss_bad,
+        loss_good,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +253,27 @@ mod tests {
         assert!(rate("0").is_err());
         assert_eq!(one_in("1/10").unwrap(), 10);
         assert!(one_in("1/0").is_err());
+    }
+
+    #[test]
+    fn link_values() {
+        use rttlab::lab::impair::{Loss, QueueLimit};
+        assert_eq!(percent("5%").unwrap(), 0.05);
+        assert_eq!(percent("0.5").unwrap(), 0.005);
+        assert!(percent("101%").is_err() && percent("-1%").is_err());
+        assert_eq!(bitrate("10mbit").unwrap(), Some(10_000_000));
+        assert_eq!(bitrate("1Gbit").unwrap(), Some(1_000_000_000));
+        assert_eq!(bitrate("100kbps").unwrap(), Some(800_000));
+        assert_eq!(bitrate("none").unwrap(), None);
+        assert!(bitrate("10 furlongs").is_err() && bitrate("-5mbit").is_err());
+        assert_eq!(queue("100kB").unwrap(), QueueLimit::Bytes(100_000));
+        assert_eq!(queue("64KiB").unwrap(), QueueLimit::Bytes(65_536));
+        assert_eq!(queue("1000p").unwrap(), QueueLimit::Packets(1000));
+        assert!(queue("0p").is_err() && queue("10 parsecs").is_err());
+        assert_eq!(
+            gemodel("1%,10%").unwrap(),
+            Loss::GilbertElliott { p: 0.01, r: 0.1, loss_bad: 1.0, loss_good: 0.0 }
+        );
+        assert!(gemodel("1%").is_err());
     }
 }

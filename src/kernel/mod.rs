@@ -4,6 +4,7 @@
 pub mod cpu;
 pub mod host;
 pub mod hz;
+pub mod link;
 pub mod netlink;
 pub mod netns;
 pub mod route;

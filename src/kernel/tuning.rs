@@ -131,10 +131,8 @@ pub struct Journal {
 impl Journal {
     /// /run/rttlab/tune.json, or `$RTTLAB_STATE_DIR/tune.json`.
     pub fn default_location() -> Self {
-        let dir = std::env::var_os("RTTLAB_STATE_DIR")
-            .map_or_else(|| PathBuf::from("/run/rttlab"), PathBuf::from);
         Self {
-            path: dir.join("tune.json"),
+            path: crate::state_dir().join("tune.json"),
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod ping;
 mod rr;
+pub mod lab;
 pub mod rto;
 pub mod selectors;
 pub mod table;

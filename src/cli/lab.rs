@@ -1,0 +1,422 @@
+//! `rttlab lab`: build, change, use, list and remove labs.
+
+use super::values;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use rttlab::lab::control::{self, Reply, Request, Start};
+use rttlab::lab::emulator::Dir;
+use rttlab::lab::impair::{ImpairmentPatch, Impairments, JitterDist, Loss, QueueLimit};
+use rttlab::lab::{topology, Lab, LabError, LabInfo, LabSpec};
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct LabArgs {
+    #[command(subcommand)]
+    pub command: LabCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Build a lab (hosts a and b, router r running the emulator) and leave it running.
+    Up(UpArgs),
+    /// Change a running lab's impairments, or schedule a blackout.
+    Set(SetArgs),
+    /// Run a command on host a, b or the router r, with `a` and `b` resolving to the hosts.
+    Exec(ExecArgs),
+    /// The labs on this machine: hosts, impairments, counters.
+    List {
+        /// One JSON object per lab.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a lab (namespaces, links, processes, files), also one left by a crash.
+    Down(DownArgs),
+    /// Run the emulator of a lab built by `lab up` (started by `lab up` itself).
+    #[command(hide = true)]
+    Daemon {
+        #[arg(long)]
+        spec: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+pub enum DirArg {
+    A2b,
+    B2a,
+    Both,
+}
+
+impl DirArg {
+    fn dirs(self) -> Vec<Dir> {
+        match self {
+            DirArg::A2b => vec![Dir::A2b],
+            DirArg::B2a => vec![Dir::B2a],
+            DirArg::Both => Dir::BOTH.to_vec(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
+pub enum Dist {
+    Uniform,
+    Normal,
+}
+
+/// Impairments of one or both directions.
+#[derive(Args, Debug, Default)]
+pub struct ImpairArgs {
+    /// One-way delay (so 50ms gives a 100 ms RTT when set both ways).
+    #[arg(long, value_parser = values::duration)]
+    pub delay: Option<Duration>,
+    /// Jitter around the delay.
+    #[arg(long, value_parser = values::duration)]
+    pub jitter: Option<Duration>,
+    /// Jitter distribution: uniform in ±jitter, or normal with σ = jitter.
+    #[arg(long, value_enum)]
+    pub jitter_dist: Option<Dist>,
+    /// Let jittered frames overtake each other (`--reorder false` to stop).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub reorder: Option<bool>,
+    /// Random (Bernoulli) loss, e.g. 1% (0 for none).
+    #[arg(long, value_parser = values::percent, conflicts_with = "gemodel")]
+    pub loss: Option<f64>,
+    /// Bursty Gilbert–Elliott loss P,R[,LOSS_BAD[,LOSS_GOOD]] as netem's gemodel, e.g. 1%,10%.
+    #[arg(long, value_parser = values::gemodel)]
+    pub gemodel: Option<Loss>,
+    /// Serialisation rate: 10mbit, 500kbit, 1gbit; none for no limit.
+    #[arg(long, value_parser = values::bitrate)]
+    pub rate: Option<Option<u64>>,
+    /// Drop-tail queue in front of the rate limiter: bytes (100kB, 64KiB) or packets (1000p).
+    #[arg(long, value_parser = values::queue)]
+    pub queue: Option<QueueLimit>,
+}
+
+impl ImpairArgs {
+    fn patch(&self) -> ImpairmentPatch {
+        ImpairmentPatch {
+            delay_ns: self.delay.map(|d| d.as_nanos() as u64),
+            jitter_ns: self.jitter.map(|d| d.as_nanos() as u64),
+            jitter_dist: self.jitter_dist.map(|d| match d {
+                Dist::Uniform => JitterDist::Uniform,
+                Dist::Normal => JitterDist::Normal,
+            }),
+            reorder: self.reorder,
+            loss: self
+                .loss
+                .map(|p| if p == 0.0 { Loss::None } else { Loss::Bernoulli { p } })
+                .or(self.gemodel),
+            rate_bps: self.rate,
+            queue: self.queue,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Lab name (namespaces rttlab-lab-NAME-a, -r, -b).
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    #[command(flatten)]
+    pub impair: ImpairArgs,
+    /// Apply the impairments to one direction only (the other has none).
+    #[arg(long, value_enum, default_value = "both")]
+    pub dir: DirArg,
+    /// Busy-poll: the emulator spins on one vCPU and releases frames within µs of their time.
+    #[arg(long)]
+    pub poll: bool,
+    /// Seed for loss and jitter draws (reproducible runs).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write the event log (every change and drop, JSON lines) here instead of the lab's state directory.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<std::path::PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct SetArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    #[command(flatten)]
+    pub impair: ImpairArgs,
+    /// Direction to change.
+    #[arg(long, value_enum, default_value = "both")]
+    pub dir: DirArg,
+    /// Drop everything (or --port only) for exactly this long.
+    #[arg(long, value_parser = values::duration)]
+    pub blackout: Option<Duration>,
+    /// Black out only TCP/UDP packets with this source or destination port.
+    #[arg(long, requires = "blackout")]
+    pub port: Option<u16>,
+    /// Start the blackout later: +1s, +250ms.
+    #[arg(long, requires = "blackout", value_parser = at)]
+    pub at: Option<Duration>,
+}
+
+fn at(s: &str) -> Result<Duration, String> {
+    let t = s
+        .strip_prefix('+')
+        .ok_or_else(|| format!("{s:?}: give a delay from now, e.g. +1s"))?;
+    values::duration(t)
+}
+
+#[derive(Args, Debug)]
+pub struct ExecArgs {
+    #[arg(long, default_value = "default")]
+    pub name: String,
+    /// a, b or r.
+    pub node: String,
+    /// The command and its arguments (after --).
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DownArgs {
+    #[arg(long, conflicts_with = "all")]
+    pub name: Option<String>,
+    /// Every lab on this machine.
+    #[arg(long)]
+    pub all: bool,
+    /// Also labs held by a running experiment or test (their owner is killed).
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(a: LabArgs) -> anyhow::Result<()> {
+    match a.command {
+        LabCommand::Up(u) => up(u),
+        LabCommand::Set(s) => set(s),
+        LabCommand::Exec(e) => exec(e),
+        LabCommand::List { json } => list(json),
+        LabCommand::Down(d) => down(d),
+        LabCommand::Daemon { spec } => daemon(&spec),
+    }
+}
+
+fn up(u: UpArgs) -> anyhow::Result<()> {
+    let mut imp = Impairments::default();
+    u.impair.patch().apply(&mut imp);
+    imp.validate()?;
+    topology::check_name(&u.name)?;
+    let impairments = match u.dir {
+        DirArg::Both => [imp, imp],
+        DirArg::A2b => [imp, Impairments::default()],
+        DirArg::B2a => [Impairments::default(), imp],
+    };
+    let spec = LabSpec {
+        name: u.name.clone(),
+        impairments,
+        poll: u.poll,
+        seed: u.seed,
+        events: u.events.map(|p| std::path::absolute(&p).unwrap_or(p)),
+        daemon: true,
+    };
+    let exe = std::env::current_exe().context("finding the rttlab binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["lab", "daemon", "--spec", &serde_json::to_string(&spec)?])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid between fork and exec: the daemon leaves our session, so the
+    // terminal's Ctrl-C and hang-up do not reach it.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the lab daemon")?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    if let Some(err) = line.strip_prefix("error: ") {
+        let _ = child.wait();
+        bail!("{}", err.trim());
+    }
+    let info: LabInfo = serde_json::from_str(&line).map_err(|_| {
+        let _ = child.wait();
+        anyhow::anyhow!("the lab daemon exited before the lab was up")
+    })?;
+    let mut o = std::io::stdout().lock();
+    writeln!(
+        o,
+        "lab {} is up: emulator pid {}, {}",
+        info.name,
+        info.owner_pid,
+        if info.poll { "busy-polling" } else { "sleeping between frames" }
+    )?;
+    write!(o, "{}", rttlab::report::lab::hosts(&info))?;
+    for (d, i) in [("a2b", &impairments[0]), ("b2a", &impairments[1])] {
+        writeln!(o, "{d}: {}", rttlab::report::lab::impairments(i))?;
+    }
+    writeln!(
+        o,
+        "try: rttlab lab exec --name {} a -- ping -c 3 b",
+        info.name
+    )?;
+    Ok(())
+}
+
+/// The `lab up` daemon: build, report on stdout, serve until `lab down` or a signal.
+fn daemon(spec: &str) -> anyhow::Result<()> {
+    let spec: LabSpec = serde_json::from_str(spec).context("bad lab spec")?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    let _ = ctrlc::set_handler(move || s2.store(true, std::sync::atomic::Ordering::Release));
+    let lab = match Lab::up(&spec) {
+        Ok(l) => l,
+        Err(e) => {
+            println!("error: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("{}", serde_json::to_string(lab.info())?);
+    std::io::stdout().flush()?;
+    // Nobody reads stdout any more.
+    // SAFETY: dup2 of /dev/null onto fd 1.
+    if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
+    }
+    while !stop.load(std::sync::atomic::Ordering::Acquire) && !lab.shutdown_requested() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    lab.down()?;
+    Ok(())
+}
+
+fn find(name: &str) -> anyhow::Result<LabInfo> {
+    topology::check_name(name)?;
+    let f = topology::find_all()
+        .into_iter()
+        .find(|f| f.name == name)
+        .ok_or_else(|| LabError::NoSuchLab(name.into()))?;
+    match (f.info, f.live) {
+        (Some(i), true) => Ok(i),
+        _ => Err(LabError::Unreachable(format!("lab {name}'s owner has gone")).into()),
+    }
+}
+
+fn set(s: SetArgs) -> anyhow::Result<()> {
+    let info = find(&s.name)?;
+    let dirs = s.dir.dirs();
+    let patch = s.impair.patch();
+    if patch.is_empty() && s.blackout.is_none() {
+        bail!("nothing to change: give an impairment (--delay, --loss, ...) or --blackout");
+    }
+    if !patch.is_empty() {
+        control::request(&info.control, &Request::Set { dirs: dirs.clone(), patch })?;
+        println!("lab {}: {} changed", info.name, s.dir.dirs().iter().map(|d| d.name()).collect::<Vec<_>>().join(" and "));
+    }
+    if let Some(d) = s.blackout {
+        let start = s.at.map_or(Start::Now, |a| Start::After { ns: a.as_nanos() as u64 });
+        let r = control::request(
+            &info.control,
+            &Request::Blackout {
+                dirs,
+                duration_ns: d.as_nanos() as u64,
+                port: s.port,
+                start,
+            },
+        )?;
+        if let Reply::Blackout { window } = r {
+            println!(
+                "lab {}: blackout {} ms{} from {} to {} (CLOCK_REALTIME ns)",
+                info.name,
+                d.as_secs_f64() * 1e3,
+                s.port.map(|p| format!(" of port {p}")).unwrap_or_default(),
+                window.start_ns,
+                window.end_ns
+            );
+        }
+    }
+    Ok(())
+}
+
+fn exec(e: ExecArgs) -> anyhow::Result<()> {
+    let info = find(&e.name)?;
+    let ns = match e.node.as_str() {
+        "a" => info.a.netns,
+        "b" => info.b.netns,
+        "r" => info.router_netns,
+        n => bail!("no node {n:?} in a lab: use a, b or r"),
+    };
+    let mut cmd = rttlab::lab::exec::command(&ns, &e.command[0]);
+    cmd.args(&e.command[1..]);
+    let err = std::os::unix::process::CommandExt::exec(&mut cmd);
+    bail!("running {:?} in {ns}: {err}", e.command[0])
+}
+
+fn list(json: bool) -> anyhow::Result<()> {
+    let labs: Vec<(String, Result<control::Status, String>)> = topology::find_all()
+        .into_iter()
+        .map(|f| {
+            let st = match (&f.info, f.live) {
+                (Some(i), true) => match control::request(&i.control, &Request::Status) {
+                    Ok(Reply::Status(s)) => Ok(*s),
+                    Ok(_) => Err("unexpected reply".into()),
+                    Err(e) => Err(e.to_string()),
+                },
+                _ => Err("left by a run that has gone: remove with `rttlab lab down --all`".into()),
+            };
+            (f.name, st)
+        })
+        .collect();
+    let mut o = std::io::stdout().lock();
+    if json {
+        for (name, st) in &labs {
+            let v = match st {
+                Ok(s) => serde_json::to_value(s)?,
+                Err(e) => serde_json::json!({"name": name, "error": e}),
+            };
+            writeln!(o, "{v}")?;
+        }
+    } else {
+        write!(o, "{}", rttlab::report::lab::list(&labs))?;
+    }
+    Ok(())
+}
+
+fn down(d: DownArgs) -> anyhow::Result<()> {
+    let found = topology::find_all();
+    let targets: Vec<_> = match (&d.name, d.all) {
+        (Some(n), _) => {
+            topology::check_name(n)?;
+            let t: Vec<_> = found.into_iter().filter(|f| &f.name == n).collect();
+            if t.is_empty() {
+                return Err(LabError::NoSuchLab(n.clone()).into());
+            }
+            t
+        }
+        (None, true) => found,
+        (None, false) => bail!("say which lab: --name NAME, or --all"),
+    };
+    let mut failed = Vec::new();
+    for f in targets {
+        if let (Some(i), true) = (&f.info, f.live) {
+            if i.daemon {
+                let _ = control::request(&i.control, &Request::Shutdown);
+                let t0 = std::time::Instant::now();
+                while topology::alive(i.owner_pid) && t0.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else if !d.force {
+                failed.push(format!(
+                    "lab {} is held by process {} (an experiment or test); stop it, or add --force",
+                    f.name, i.owner_pid
+                ));
+                continue;
+            }
+        }
+        match topology::remove(&f.name) {
+            Ok(()) => println!("lab {} removed", f.name),
+            Err(e) => failed.push(format!("lab {}: {e}", f.name)),
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", failed.join("; "))
+    }
+}

@@ -1,0 +1,241 @@
+//! Interfaces over rtnetlink, in the caller's network namespace: veth pairs, link state,
+//! addresses, static neighbours, and the offloads the lab turns off (legacy ethtool
+//! ioctls). Callers that work in another namespace wrap these in [`super::netns::run_in`].
+
+use super::netlink::{push_attr, NetlinkSocket};
+use super::SyscallError;
+use std::net::IpAddr;
+use std::os::fd::AsRawFd;
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_NEWADDR: u16 = 20;
+const RTM_NEWNEIGH: u16 = 28;
+const IFLA_ADDRESS: u16 = 1;
+const IFLA_IFNAME: u16 = 3;
+const IFLA_MTU: u16 = 4;
+const IFLA_LINKINFO: u16 = 18;
+const IFLA_NET_NS_FD: u16 = 28;
+const IFLA_INFO_KIND: u16 = 1;
+const IFLA_INFO_DATA: u16 = 2;
+const VETH_INFO_PEER: u16 = 1;
+const IFA_ADDRESS: u16 = 1;
+const IFA_LOCAL: u16 = 2;
+const IFA_FLAGS: u16 = 8;
+const IFA_F_NODAD: u32 = 0x02;
+const NDA_DST: u16 = 1;
+const NDA_LLADDR: u16 = 2;
+const NUD_PERMANENT: u16 = 0x80;
+
+/// Errors changing links.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// A system call or netlink request failed.
+    #[error("{what}: {source}")]
+    Failed {
+        what: String,
+        #[source]
+        source: SyscallError,
+    },
+    /// No interface of that name in this namespace.
+    #[error("no interface {0:?}")]
+    NoSuchInterface(String),
+}
+
+fn failed(what: impl Into<String>) -> impl FnOnce(SyscallError) -> LinkError {
+    let what = what.into();
+    move |source| LinkError::Failed { what, source }
+}
+
+/// One end of a veth pair: its name, MAC address and, for the peer, the namespace it
+/// is created in (an open /run/netns file).
+pub struct VethEnd<'a> {
+    pub name: &'a str,
+    pub mac: [u8; 6],
+    pub netns: Option<&'a std::fs::File>,
+}
+
+fn ifinfomsg(index: i32, flags: u32, change: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16);
+    b.extend_from_slice(&[libc::AF_UNSPEC as u8, 0]);
+    b.extend_from_slice(&0u16.to_ne_bytes());
+    b.extend_from_slice(&index.to_ne_bytes());
+    b.extend_from_slice(&flags.to_ne_bytes());
+    b.extend_from_slice(&change.to_ne_bytes());
+    b
+}
+
+fn end_attrs(b: &mut Vec<u8>, end: &VethEnd<'_>, mtu: u32) {
+    let mut name = end.name.as_bytes().to_vec();
+    name.push(0);
+    push_attr(b, IFLA_IFNAME, &name);
+    push_attr(b, IFLA_ADDRESS, &end.mac);
+    push_attr(b, IFLA_MTU, &mtu.to_ne_bytes());
+    if let Some(ns) = end.netns {
+        push_attr(b, IFLA_NET_NS_FD, &(ns.as_raw_fd() as u32).to_ne_bytes());
+    }
+}
+
+fn request(msg_type: u16, body: &[u8], what: &str) -> Result<(), LinkError> {
+    let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed(what))?;
+    let flags = (libc::NLM_F_ACK | libc::NLM_F_CREATE | libc::NLM_F_EXCL) as u16;
+    let seq = s.send(msg_type, flags, body).map_err(failed(what))?;
+    s.replies(seq, |_, _| {}).map_err(failed(what))
+}
+
+/// Create a veth pair `local` ⇄ `peer` with the given MACs and MTU; each end goes to
+/// its `netns` (this namespace when `None`).
+///
+/// # Errors
+/// The kernel refused (a name exists, no CAP_NET_ADMIN).
+pub fn add_veth(local: &VethEnd<'_>, peer: &VethEnd<'_>, mtu: u32) -> Result<(), LinkError> {
+    let mut body = ifinfomsg(0, 0, 0);
+    end_attrs(&mut body, local, mtu);
+    let mut peer_msg = ifinfomsg(0, 0, 0);
+    end_attrs(&mut peer_msg, peer, mtu);
+    let mut data = Vec::new();
+    push_attr(&mut data, VETH_INFO_PEER, &peer_msg);
+    let mut info = Vec::new();
+    push_attr(&mut info, IFLA_INFO_KIND, b"veth");
+    push_attr(&mut info, IFLA_INFO_DATA, &data);
+    push_attr(&mut body, IFLA_LINKINFO, &info);
+    request(
+        RTM_NEWLINK,
+        &body,
+        &format!("creating veth {} ⇄ {}", local.name, peer.name),
+    )
+}
+
+/// The index of interface `name` in this namespace.
+///
+/// # Errors
+/// No such interface.
+pub fn index(name: &str) -> Result<u32, LinkError> {
+    let c = std::ffi::CString::new(name).map_err(|_| LinkError::NoSuchInterface(name.into()))?;
+    // SAFETY: valid C string.
+    match unsafe { libc::if_nametoindex(c.as_ptr()) } {
+        0 => Err(LinkError::NoSuchInterface(name.into())),
+        i => Ok(i),
+    }
+}
+
+/// Bring interface `name` up.
+///
+/// # Errors
+/// No such interface, or the kernel refused.
+pub fn set_up(name: &str) -> Result<(), LinkError> {
+    let i = index(name)?;
+    let up = libc::IFF_UP as u32;
+    let body = ifinfomsg(i as i32, up, up);
+    let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed("link up"))?;
+    let seq = s
+        .send(RTM_NEWLINK, libc::NLM_F_ACK as u16, &body)
+        .map_err(failed(format!("bringing {name} up")))?;
+    s.replies(seq, |_, _| {})
+        .map_err(failed(format!("bringing {name} up")))
+}
+
+/// Add `addr/prefix` to interface `name`, without duplicate address detection (so an
+/// IPv6 address is usable at once).
+///
+/// # Errors
+/// No such interface, or the kernel refused.
+pub fn add_address(name: &str, addr: IpAddr, prefix: u8) -> Result<(), LinkError> {
+    let i = index(name)?;
+    let (family, bytes) = family_bytes(addr);
+    let mut body = vec![family, prefix, 0, 0];
+    body.extend_from_slice(&i.to_ne_bytes());
+    push_attr(&mut body, IFA_LOCAL, &bytes);
+    push_attr(&mut body, IFA_ADDRESS, &bytes);
+    push_attr(&mut body, IFA_FLAGS, &IFA_F_NODAD.to_ne_bytes());
+    request(RTM_NEWADDR, &body, &format!("adding {addr}/{prefix} to {name}"))
+}
+
+/// A permanent neighbour entry: `addr` is at `mac` on interface `name`, so no ARP or
+/// neighbour discovery crosses the link (an emulated blackout must not also break
+/// address resolution, which would add its own timers to what is measured).
+///
+/// # Errors
+/// No such interface, or the kernel refused.
+pub fn add_neighbour(name: &str, addr: IpAddr, mac: [u8; 6]) -> Result<(), LinkError> {
+    let i = index(name)?;
+    let (family, bytes) = family_bytes(addr);
+    let mut body = vec![family, 0, 0, 0];
+    body.extend_from_slice(&(i as i32).to_ne_bytes());
+    body.extend_from_slice(&NUD_PERMANENT.to_ne_bytes());
+    body.extend_from_slice(&[0, 0]);
+    push_attr(&mut body, NDA_DST, &bytes);
+    push_attr(&mut body, NDA_LLADDR, &mac);
+    request(RTM_NEWNEIGH, &body, &format!("adding neighbour {addr} on {name}"))
+}
+
+fn family_bytes(addr: IpAddr) -> (u8, Vec<u8>) {
+    match addr {
+        IpAddr::V4(a) => (libc::AF_INET as u8, a.octets().to_vec()),
+        IpAddr::V6(a) => (libc::AF_INET6 as u8, a.octets().to_vec()),
+    }
+}
+
+/// Legacy ethtool commands (linux/ethtool.h), still served by every kernel through the
+/// features framework.
+const ETHTOOL_STXCSUM: u32 = 0x17;
+const ETHTOOL_SSG: u32 = 0x19;
+const ETHTOOL_STSO: u32 = 0x1f;
+const ETHTOOL_SGSO: u32 = 0x24;
+const ETHTOOL_SGRO: u32 = 0x2c;
+
+/// Turn off segmentation and receive offloads (TSO, GSO, GRO, scatter-gather) and
+/// transmit checksum offload on `name`, so every frame on the link is a complete
+/// packet of at most one MTU with a valid checksum — what a real wire carries and what
+/// a forwarder that reads frames with AF_PACKET can pass on unchanged.
+///
+/// # Errors
+/// The ioctl failed for a reason other than "not supported".
+pub fn disable_offloads(name: &str) -> Result<(), LinkError> {
+    // SAFETY: a plain datagram socket used only for ioctls.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(LinkError::Failed {
+            what: "socket for ethtool".into(),
+            source: SyscallError::last("socket"),
+        });
+    }
+    // SAFETY: fd is ours.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    for cmd in [
+        ETHTOOL_STSO,
+        ETHTOOL_SGSO,
+        ETHTOOL_SGRO,
+        ETHTOOL_SSG,
+        ETHTOOL_STXCSUM,
+    ] {
+        #[repr(C)]
+        struct EthtoolValue {
+            cmd: u32,
+            data: u32,
+        }
+        let mut v = EthtoolValue { cmd, data: 0 };
+        // SAFETY: ifreq is plain data; the name fits (checked) and ifr_data points at v
+        // for the duration of the ioctl.
+        let rc = unsafe {
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            if name.len() >= ifr.ifr_name.len() {
+                return Err(LinkError::NoSuchInterface(name.into()));
+            }
+            for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+                *d = s as libc::c_char;
+            }
+            ifr.ifr_ifru.ifru_data = (&mut v as *mut EthtoolValue).cast();
+            libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut ifr)
+        };
+        if rc != 0 {
+            let e = SyscallError::last("ioctl(SIOCETHTOOL)");
+            if e.source.raw_os_error() != Some(libc::EOPNOTSUPP) {
+                return Err(LinkError::Failed {
+                    what: format!("turning offloads off on {name}"),
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,450 @@
+//! The lab: hosts A and B in network namespaces joined through a router namespace R in
+//! which a built-in link emulator forwards every frame (DESIGN.md, "The lab"). This
+//! machine's kernel has no netem, so the emulator is ours, as mahimahi's is.
+//!
+//! [`Lab::up`] builds it in-process and returns an RAII handle: dropping it stops the
+//! emulator and removes every namespace, link and file. A crashed owner leaves the
+//! namespaces behind; [`topology::sweep_stale`] (run by every `up`) and
+//! [`topology::remove`] (`lab down`) find and remove them.
+
+pub mod control;
+pub mod emulator;
+pub mod exec;
+pub mod frame;
+pub mod impair;
+pub mod ring;
+pub mod topology;
+
+use control::{DirStatus, Reply, Request, Start, Status};
+use emulator::{Dir, EventLog, Ports, Shared};
+use impair::{Blackout, ImpairmentPatch, Impairments};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+pub use topology::{HostInfo, LabInfo};
+
+/// Errors building, changing or removing a lab.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    #[error("lab name {0:?} is not valid: use 1–32 of a-z, 0-9, '-' and '_'")]
+    BadName(String),
+    #[error("lab {name:?} exists already ({detail}); remove it with `rttlab lab down --name {name}`")]
+    Exists { name: String, detail: String },
+    #[error("no lab named {0:?} (see `rttlab lab list`)")]
+    NoSuchLab(String),
+    #[error("building the lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run with sudo")]
+    NotRoot,
+    #[error("building the lab failed: {0}")]
+    Setup(String),
+    #[error("removing the lab failed: {0}")]
+    Teardown(String),
+    #[error("{0}")]
+    Invalid(#[from] impair::ImpairError),
+    #[error("the lab's emulator cannot be reached ({0}); it is not running: remove the lab with `rttlab lab down`")]
+    Unreachable(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("the lab's emulator stopped: {0}; remove the lab with `rttlab lab down`")]
+    EmulatorDied(String),
+}
+
+/// A node of the lab.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Node {
+    A,
+    R,
+    B,
+}
+
+/// How to build a lab.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LabSpec {
+    pub name: String,
+    /// Impairments of a→b and b→a.
+    pub impairments: [Impairments; 2],
+    /// Busy-poll instead of sleeping between frames.
+    pub poll: bool,
+    /// Seed of the loss and jitter draws (random when `None`).
+    pub seed: Option<u64>,
+    /// Where to write the event log (the lab's state directory when `None`).
+    pub events: Option<PathBuf>,
+    /// Marks a `lab up` daemon, which `lab down` may stop.
+    pub daemon: bool,
+}
+
+impl LabSpec {
+    /// A lab named `name` with the same impairments both ways.
+    pub fn new(name: &str, both: Impairments) -> Self {
+        Self {
+            name: name.into(),
+            impairments: [both, both],
+            poll: false,
+            seed: None,
+            events: None,
+            daemon: false,
+        }
+    }
+}
+
+struct Inner {
+    info: LabInfo,
+    shared: Arc<Shared>,
+    shutdown: AtomicBool,
+}
+
+impl Inner {
+    fn status(&self) -> Status {
+        let s = self.shared.settings();
+        let emulator = if self.shared.running.load(Ordering::Acquire) {
+            "running".to_string()
+        } else {
+            self.shared
+                .failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+                .unwrap_or_else(|| "stopped".into())
+        };
+        let dir = |d: Dir| DirStatus {
+            impairments: s.impairments[d.index()],
+            blackouts: s.blackouts[d.index()].clone(),
+            counters: self.shared.counters[d.index()].snapshot(),
+        };
+        Status {
+            info: self.info.clone(),
+            emulator,
+            a2b: dir(Dir::A2b),
+            b2a: dir(Dir::B2a),
+        }
+    }
+
+    fn alive(&self) -> Result<(), LabError> {
+        if self.shared.running.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let why = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| "stopped".into());
+        Err(LabError::EmulatorDied(why))
+    }
+
+    fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
+        self.alive()?;
+        let mut next = self.shared.settings().impairments;
+        for d in dirs {
+            patch.apply(&mut next[d.index()]);
+            next[d.index()].validate()?;
+        }
+        let event = format!(
+            "\"event\":\"set\",\"dirs\":{},\"patch\":{},\"a2b\":{},\"b2a\":{}",
+            serde_json::json!(dirs),
+            serde_json::json!(patch),
+            serde_json::json!(next[0]),
+            serde_json::json!(next[1])
+        );
+        self.shared.update(event, |s| s.impairments = next);
+        Ok(())
+    }
+
+    fn blackout(
+        &self,
+        dirs: &[Dir],
+        duration_ns: u64,
+        port: Option<u16>,
+        start: Start,
+    ) -> Result<Blackout, LabError> {
+        self.alive()?;
+        let now = emulator::realtime_ns();
+        let start_ns = match start {
+            Start::Now => now,
+            Start::After { ns } => now + ns,
+            Start::At { realtime_ns } => realtime_ns,
+        };
+        let w = Blackout {
+            start_ns,
+            end_ns: start_ns + duration_ns,
+            port,
+        };
+        let event = format!(
+            "\"event\":\"blackout\",\"dirs\":{},\"start_ns\":{},\"end_ns\":{},\"port\":{}",
+            serde_json::json!(dirs),
+            w.start_ns,
+            w.end_ns,
+            serde_json::json!(port)
+        );
+        self.shared.update(event, |s| {
+            for d in dirs {
+                s.blackouts[d.index()].push(w);
+            }
+        });
+        Ok(w)
+    }
+
+    fn handle(&self, req: Request) -> Reply {
+        let r = match req {
+            Request::Status => return Reply::Status(Box::new(self.status())),
+            Request::Set { dirs, patch } => self.set(&dirs, &patch).map(|()| Reply::Ok),
+            Request::Blackout {
+                dirs,
+                duration_ns,
+                port,
+                start,
+            } => self
+                .blackout(&dirs, duration_ns, port, start)
+                .map(|window| Reply::Blackout { window }),
+            Request::Shutdown if self.info.daemon => {
+                self.shutdown.store(true, Ordering::Release);
+                Ok(Reply::Ok)
+            }
+            Request::Shutdown => Err(LabError::Refused(format!(
+                "lab {:?} belongs to process {} (an experiment or test); stop that process, or use `rttlab lab down --force`",
+                self.info.name, self.info.owner_pid
+            ))),
+        };
+        r.unwrap_or_else(|e| Reply::Error {
+            message: e.to_string(),
+        })
+    }
+}
+
+/// A running lab; dropping it removes it.
+pub struct Lab {
+    inner: Arc<Inner>,
+    emulator: Option<std::thread::JoinHandle<()>>,
+    control: Option<std::thread::JoinHandle<()>>,
+    control_stop: Arc<AtomicBool>,
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+impl Lab {
+    /// Build the lab of `spec` and start its emulator. Labs left by dead owners are
+    /// removed first.
+    ///
+    /// # Errors
+    /// Bad name or impairments, not root, a live lab of that name, or a step the
+    /// kernel refused (everything made so far is removed again).
+    pub fn up(spec: &LabSpec) -> Result<Lab, LabError> {
+        topology::check_name(&spec.name)?;
+        for imp in &spec.impairments {
+            imp.validate()?;
+        }
+        if !is_root() {
+            return Err(LabError::NotRoot);
+        }
+        topology::sweep_stale()?;
+        let dir = topology::state_dir(&spec.name);
+        if dir.exists()
+            || ['a', 'r', 'b'].iter().any(|&n| {
+                crate::kernel::netns::path_of(&topology::netns_name(&spec.name, n)).exists()
+            })
+        {
+            return Err(LabError::Exists {
+                name: spec.name.clone(),
+                detail: "its owner still runs".into(),
+            });
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| LabError::Setup(format!("{}: {e}", dir.display())))?;
+        let index = topology::free_index()?;
+        let (a, b) = topology::hosts(&spec.name, index);
+        let pid = std::process::id() as i32;
+        let seed = spec.seed.unwrap_or_else(|| {
+            let mut b = [0u8; 8];
+            let _ = getrandom::getrandom(&mut b);
+            u64::from_ne_bytes(b)
+        });
+        let info = LabInfo {
+            name: spec.name.clone(),
+            index,
+            owner_pid: pid,
+            owner_start: topology::start_time(pid).unwrap_or(0),
+            daemon: spec.daemon,
+            created_unix_ns: emulator::realtime_ns(),
+            engine: "builtin".into(),
+            poll: spec.poll,
+            seed,
+            a,
+            b,
+            router_netns: topology::netns_name(&spec.name, 'r'),
+            control: dir.join("control.sock"),
+            events: Some(spec.events.clone().unwrap_or_else(|| dir.join("events.jsonl"))),
+        };
+        let write_info = || {
+            serde_json::to_vec_pretty(&info)
+                .map_err(|e| LabError::Setup(e.to_string()))
+                .and_then(|j| {
+                    std::fs::write(dir.join("lab.json"), j)
+                        .map_err(|e| LabError::Setup(format!("lab.json: {e}")))
+                })
+        };
+        let started = write_info().and_then(|()| {
+            topology::build(&info)?;
+            Self::start(info.clone(), spec.impairments)
+        });
+        match started {
+            Ok(lab) => Ok(lab),
+            Err(e) => {
+                let _ = topology::remove(&spec.name);
+                Err(e)
+            }
+        }
+    }
+
+    fn start(info: LabInfo, impairments: [Impairments; 2]) -> Result<Lab, LabError> {
+        let shared = Arc::new(Shared::new(impairments).map_err(|e| LabError::Setup(e.to_string()))?);
+        let log = EventLog::open(info.events.as_deref())
+            .map_err(|e| LabError::Setup(format!("event log: {e}")))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let router = crate::kernel::netns::path_of(&info.router_netns);
+        let ns = std::fs::File::open(&router).map_err(|e| LabError::Setup(format!("{}: {e}", router.display())))?;
+        let sh = shared.clone();
+        let (poll, seed) = (info.poll, info.seed);
+        let emulator = std::thread::Builder::new()
+            .name("lab-emulator".into())
+            .spawn(move || {
+                use std::os::fd::AsRawFd;
+                // SAFETY: setns on an open namespace file; affects only this thread.
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    let _ = tx.send(Err(format!("entering the router namespace: {}", std::io::Error::last_os_error())));
+                    return;
+                }
+                let open = || -> Result<Ports, String> {
+                    let ix = |n: &str| crate::kernel::link::index(n).map_err(|e| e.to_string());
+                    let (ia, ib) = (ix(topology::ROUTER_IF[0])?, ix(topology::ROUTER_IF[1])?);
+                    let e = |e: crate::kernel::SyscallError| e.to_string();
+                    Ok(Ports {
+                        rx: [ring::RxRing::open(ia).map_err(e)?, ring::RxRing::open(ib).map_err(e)?],
+                        tx: [ring::TxSocket::open(ib).map_err(e)?, ring::TxSocket::open(ia).map_err(e)?],
+                    })
+                };
+                match open() {
+                    Ok(mut ports) => {
+                        let _ = tx.send(Ok(()));
+                        emulator::run(&sh, &mut ports, log, poll, seed);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                }
+            })
+            .map_err(|e| LabError::Setup(e.to_string()))?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(LabError::Setup(format!("starting the emulator: {e}"))),
+            Err(_) => return Err(LabError::Setup("the emulator thread died".into())),
+        }
+        while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
+            std::thread::yield_now();
+        }
+        let inner = Arc::new(Inner {
+            info,
+            shared,
+            shutdown: AtomicBool::new(false),
+        });
+        let _ = std::fs::remove_file(&inner.info.control);
+        let listener = std::os::unix::net::UnixListener::bind(&inner.info.control)
+            .map_err(|e| LabError::Setup(format!("control socket: {e}")))?;
+        let control_stop = Arc::new(AtomicBool::new(false));
+        let (i2, stop2) = (inner.clone(), control_stop.clone());
+        let control = std::thread::Builder::new()
+            .name("lab-control".into())
+            .spawn(move || control::serve(listener, &stop2, |r| i2.handle(r)))
+            .map_err(|e| LabError::Setup(e.to_string()))?;
+        Ok(Lab {
+            inner,
+            emulator: Some(emulator),
+            control: Some(control),
+            control_stop,
+        })
+    }
+
+    /// Names, namespaces, addresses.
+    pub fn info(&self) -> &LabInfo {
+        &self.inner.info
+    }
+
+    /// The namespace of `node`.
+    pub fn netns(&self, node: Node) -> &str {
+        match node {
+            Node::A => &self.inner.info.a.netns,
+            Node::R => &self.inner.info.router_netns,
+            Node::B => &self.inner.info.b.netns,
+        }
+    }
+
+    /// Impairments, blackouts and counters now.
+    pub fn status(&self) -> Status {
+        self.inner.status()
+    }
+
+    /// Change impairments of `dirs`; queued frames keep their release times.
+    ///
+    /// # Errors
+    /// Impossible values, or the emulator has stopped.
+    pub fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
+        self.inner.set(dirs, patch)
+    }
+
+    /// Drop every frame of `dirs` (of `port` only, if given) arriving at the router
+    /// during `duration` from `start`.
+    ///
+    /// # Errors
+    /// The emulator has stopped.
+    pub fn blackout(
+        &self,
+        dirs: &[Dir],
+        duration: std::time::Duration,
+        port: Option<u16>,
+        start: Start,
+    ) -> Result<Blackout, LabError> {
+        self.inner
+            .blackout(dirs, duration.as_nanos() as u64, port, start)
+    }
+
+    /// Whether a `Shutdown` request arrived (daemons).
+    pub fn shutdown_requested(&self) -> bool {
+        self.inner.shutdown.load(Ordering::Acquire)
+    }
+
+    /// A command that runs in `node`'s namespace, with the lab's names in /etc/hosts.
+    pub fn command(&self, node: Node, program: &str) -> std::process::Command {
+        exec::command(self.netns(node), program)
+    }
+
+    /// Stop the emulator and remove the lab now (as dropping it does), reporting errors.
+    ///
+    /// # Errors
+    /// Something could not be removed.
+    pub fn down(mut self) -> Result<(), LabError> {
+        self.teardown()
+    }
+
+    fn teardown(&mut self) -> Result<(), LabError> {
+        self.inner.shared.stop();
+        if let Some(h) = self.emulator.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = self.control.take() {
+            self.control_stop.store(true, Ordering::Release);
+            let _ = std::os::unix::net::UnixStream::connect(&self.inner.info.control);
+            let _ = h.join();
+        }
+        topology::remove(&self.inner.info.name)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if self.emulator.is_some() || self.control.is_some() {
+            let _ = self.teardown();
+        }
+    }
+}
+

@@ -1,0 +1,344 @@
+//! The lab's network: namespaces A, R and B, veth pairs A⇄R and R⇄B, addresses, static
+//! neighbours and the names `a`/`b` — and the registry that finds labs (also those a
+//! crashed run left) and removes them.
+//!
+//! R is a bump in the wire: it has no addresses and forwards frames between its two
+//! interfaces through the emulator, so A and B share one subnet and each sees the
+//! other one hop away, as seed 002's hosts saw each other across the tc router.
+
+use super::LabError;
+use crate::kernel::{link, netns, sysctl};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+
+/// Prefix of every namespace a lab creates: `rttlab-lab-NAME-a|r|b`.
+pub const NETNS_PREFIX: &str = "rttlab-lab-";
+/// The interface of each host towards R.
+pub const HOST_IF: &str = "eth0";
+/// R's interfaces towards A and towards B.
+pub const ROUTER_IF: [&str; 2] = ["to-a", "to-b"];
+/// The link MTU.
+pub const MTU: u32 = 1500;
+
+/// A host of the lab.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct HostInfo {
+    /// `a` or `b`: also the name that resolves inside the lab.
+    pub name: String,
+    pub netns: String,
+    pub ifname: String,
+    pub mac: String,
+    pub ipv4: Ipv4Addr,
+    pub ipv6: Ipv6Addr,
+}
+
+/// Everything that identifies a lab, written to its state directory as lab.json.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LabInfo {
+    pub name: String,
+    /// Selects the addresses: 198.18.INDEX.0/24 and 2001:2:0:INDEX::/64.
+    pub index: u8,
+    /// The process running the emulator, and its start time (to tell pid reuse).
+    pub owner_pid: i32,
+    pub owner_start: u64,
+    /// Whether the owner is a `lab up` daemon (`lab down` may stop it).
+    pub daemon: bool,
+    pub created_unix_ns: u64,
+    /// `builtin` (this emulator).
+    pub engine: String,
+    pub poll: bool,
+    pub seed: u64,
+    pub a: HostInfo,
+    pub b: HostInfo,
+    pub router_netns: String,
+    pub control: PathBuf,
+    pub events: Option<PathBuf>,
+}
+
+/// The namespace of node `n` (`a`, `r`, `b`) of lab `name`.
+pub fn netns_name(name: &str, n: char) -> String {
+    format!("{NETNS_PREFIX}{name}-{n}")
+}
+
+/// The state directory of lab `name`.
+pub fn state_dir(name: &str) -> PathBuf {
+    crate::state_dir().join("lab").join(name)
+}
+
+/// A lab name: 1–32 of `a-z 0-9 _ -`, starting with a letter or digit.
+///
+/// # Errors
+/// Anything else (it becomes part of file and namespace names).
+pub fn check_name(name: &str) -> Result<(), LabError> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::BadName(name.into()))
+    }
+}
+
+fn mac(index: u8, node: u8, side: u8) -> [u8; 6] {
+    // Locally administered (0x02), "rt", lab index, node, side.
+    [0x02, 0x72, 0x74, index, node, side]
+}
+
+fn mac_text(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The hosts of lab `name` at `index`.
+pub fn hosts(name: &str, index: u8) -> (HostInfo, HostInfo) {
+    let host = |n: char, last: u8| HostInfo {
+        name: n.to_string(),
+        netns: netns_name(name, n),
+        ifname: HOST_IF.into(),
+        mac: mac_text(mac(index, last, 0)),
+        ipv4: Ipv4Addr::new(198, 18, index, last),
+        ipv6: Ipv6Addr::new(0x2001, 2, 0, u16::from(index), 0, 0, 0, u16::from(last)),
+    };
+    (host('a', 1), host('b', 2))
+}
+
+fn parse_mac(s: &str) -> [u8; 6] {
+    let mut m = [0u8; 6];
+    for (d, p) in m.iter_mut().zip(s.split(':')) {
+        *d = u8::from_str_radix(p, 16).unwrap_or(0);
+    }
+    m
+}
+
+fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> LabError + '_ {
+    move |e| LabError::Setup(format!("{what}: {e}"))
+}
+
+/// Create the namespaces, links, addresses and names of `info`. On error the caller
+/// removes what was made ([`remove`]).
+///
+/// # Errors
+/// Any step the kernel refuses.
+pub fn build(info: &LabInfo) -> Result<(), LabError> {
+    for ns in [&info.a.netns, &info.router_netns, &info.b.netns] {
+        netns::create(ns).map_err(|e| match e {
+            netns::NetnsError::Exists { .. } => LabError::Exists {
+                name: info.name.clone(),
+                detail: format!("namespace {ns} exists"),
+            },
+            e => LabError::Setup(e.to_string()),
+        })?;
+    }
+    // The router has no addresses: no IPv6 link-locals, no router solicitations, no
+    // replies of its own on the wire. The hosts send no solicitations either.
+    for (ns, keys) in [
+        (
+            &info.router_netns,
+            &[
+                "net.ipv6.conf.all.disable_ipv6",
+                "net.ipv6.conf.default.disable_ipv6",
+            ][..],
+        ),
+        (&info.a.netns, &["net.ipv6.conf.default.router_solicitations"][..]),
+        (&info.b.netns, &["net.ipv6.conf.default.router_solicitations"][..]),
+    ] {
+        for k in keys {
+            let v = if k.ends_with("solicitations") { "0" } else { "1" };
+            sysctl::write(Some(ns), k, v).map_err(step(k))?;
+        }
+    }
+    let open = |ns: &str| {
+        std::fs::File::open(netns::path_of(ns)).map_err(|e| LabError::Setup(format!("{ns}: {e}")))
+    };
+    let (fa, fb) = (open(&info.a.netns)?, open(&info.b.netns)?);
+    netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
+        for (i, (host, file)) in [(&info.a, &fa), (&info.b, &fb)].into_iter().enumerate() {
+            link::add_veth(
+                &link::VethEnd {
+                    name: ROUTER_IF[i],
+                    mac: mac(info.index, 0x10 + i as u8, 1),
+                    netns: None,
+                },
+                &link::VethEnd {
+                    name: &host.ifname,
+                    mac: parse_mac(&host.mac),
+                    netns: Some(file),
+                },
+                MTU,
+            )
+            .map_err(step("veth"))?;
+            link::disable_offloads(ROUTER_IF[i]).map_err(step("offloads"))?;
+            link::set_up(ROUTER_IF[i]).map_err(step("link up"))?;
+        }
+        link::set_up("lo").map_err(step("lo up"))
+    })
+    .map_err(step("router namespace"))??;
+    for (me, peer) in [(&info.a, &info.b), (&info.b, &info.a)] {
+        netns::run_in(Some(&me.netns), || -> Result<(), LabError> {
+            link::set_up("lo").map_err(step("lo up"))?;
+            link::disable_offloads(&me.ifname).map_err(step("offloads"))?;
+            link::add_address(&me.ifname, IpAddr::V4(me.ipv4), 24).map_err(step("address"))?;
+            link::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64).map_err(step("address"))?;
+            link::set_up(&me.ifname).map_err(step("link up"))?;
+            let m = parse_mac(&peer.mac);
+            link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m).map_err(step("neighbour"))?;
+            link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m).map_err(step("neighbour"))
+        })
+        .map_err(step("host namespace"))??;
+        write_hosts_file(info, &me.netns);
+    }
+    Ok(())
+}
+
+/// /etc/netns/NS/hosts, which `lab exec` (like `ip netns exec`) binds over /etc/hosts
+/// so `a` and `b` resolve inside the lab. Best effort: a read-only /etc only loses the
+/// names.
+fn write_hosts_file(info: &LabInfo, ns: &str) {
+    let dir = PathBuf::from("/etc/netns").join(ns);
+    let text = format!(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost\n{}\ta\n{}\tb\n{}\ta\n{}\tb\n",
+        info.a.ipv4, info.b.ipv4, info.a.ipv6, info.b.ipv6
+    );
+    let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("hosts"), text));
+}
+
+/// Remove everything of lab `name`: processes inside its namespaces (this one
+/// excepted), the namespaces, the hosts files, the state directory. Idempotent; works
+/// without the lab's state (after a crash).
+///
+/// # Errors
+/// A namespace or directory that exists cannot be removed.
+pub fn remove(name: &str) -> Result<(), LabError> {
+    let nss: Vec<String> = ['a', 'r', 'b'].iter().map(|&n| netns_name(name, n)).collect();
+    let mut pids: Vec<i32> = nss.iter().flat_map(|ns| netns::pids_in(ns)).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    for &p in &pids {
+        // SAFETY: kill(2) on a pid found inside the lab.
+        unsafe { libc::kill(p, libc::SIGKILL) };
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pids.iter().any(|&p| alive(p)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for ns in &nss {
+        netns::delete(ns).map_err(|e| LabError::Teardown(e.to_string()))?;
+        let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(ns));
+    }
+    // /etc/netns itself only if nothing else uses it.
+    let _ = std::fs::remove_dir("/etc/netns");
+    match std::fs::remove_dir_all(state_dir(name)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LabError::Teardown(format!(
+            "{}: {e}",
+            state_dir(name).display()
+        ))),
+    }
+}
+
+/// Whether process `pid` exists (a zombie counts as gone).
+pub fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+}
+
+/// A process's start time (clock ticks since boot, /proc/PID/stat field 22).
+pub fn start_time(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A lab found on this machine.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub name: String,
+    /// Its lab.json, when readable.
+    pub info: Option<LabInfo>,
+    /// The owner still runs (same pid and start time).
+    pub live: bool,
+}
+
+/// Every lab: those with a state directory and those with only namespaces left.
+pub fn find_all() -> Vec<Found> {
+    let mut names: Vec<String> = std::fs::read_dir(crate::state_dir().join("lab"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for ns in netns::list() {
+        if let Some(rest) = ns.strip_prefix(NETNS_PREFIX) {
+            if let Some(n) = rest
+                .strip_suffix("-a")
+                .or_else(|| rest.strip_suffix("-r"))
+                .or_else(|| rest.strip_suffix("-b"))
+            {
+                names.push(n.to_string());
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let info: Option<LabInfo> = std::fs::read(state_dir(&name).join("lab.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let live = info
+                .as_ref()
+                .is_some_and(|i| alive(i.owner_pid) && start_time(i.owner_pid) == Some(i.owner_start));
+            Found { name, info, live }
+        })
+        .collect()
+}
+
+/// Remove every lab whose owner is gone (a crashed or killed run).
+///
+/// # Errors
+/// As [`remove`].
+pub fn sweep_stale() -> Result<Vec<String>, LabError> {
+    let mut removed = Vec::new();
+    for f in find_all() {
+        if !f.live {
+            remove(&f.name)?;
+            removed.push(f.name);
+        }
+    }
+    Ok(removed)
+}
+
+/// The lowest address index no live lab uses.
+pub fn free_index() -> Result<u8, LabError> {
+    let used: Vec<u8> = find_all().iter().filter_map(|f| f.info.as_ref().map(|i| i.index)).collect();
+    (0..=255u8)
+        .find(|i| !used.contains(i))
+        .ok_or_else(|| LabError::Setup("256 labs exist already".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_addresses() {
+        assert!(check_name("demo-1").is_ok());
+        for bad in ["", "-x", "Demo", "a/b", "a b", &"x".repeat(33)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        let (a, b) = hosts("demo", 7);
+        assert_eq!((a.ipv4.to_string(), b.ipv4.to_string()), ("198.18.7.1".into(), "198.18.7.2".into()));
+        assert_eq!(b.ipv6.to_string(), "2001:2:0:7::2");
+        assert_eq!(a.netns, "rttlab-lab-demo-a");
+        assert_eq!(parse_mac(&a.mac), mac(7, 1, 0));
+        assert!(alive(std::process::id() as i32) && start_time(std::process::id() as i32).is_some());
+    }
+}
