@@ -14,6 +14,8 @@ pub mod stats;
 /// `$RTTLAB_STATE_DIR`, else /run/rttlab (tmpfs: gone at reboot, as the kernel state
 /// it describes).
 pub fn state_dir() -> std::path::PathBuf {
-    std::env::var_os("RTTLAB_STATE_DIR")
-        .map_or_else(|| std::path::PathBuf::from("/run/rttlab"), std::path::PathBuf::from)
+    std::env::var_os("RTTLAB_STATE_DIR").map_or_else(
+        || std::path::PathBuf::from("/run/rttlab"),
+        std::path::PathBuf::from,
+    )
 }

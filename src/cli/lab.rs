@@ -104,7 +104,13 @@ impl ImpairArgs {
             reorder: self.reorder,
             loss: self
                 .loss
-                .map(|p| if p == 0.0 { Loss::None } else { Loss::Bernoulli { p } })
+                .map(|p| {
+                    if p == 0.0 {
+                        Loss::None
+                    } else {
+                        Loss::Bernoulli { p }
+                    }
+                })
                 .or(self.gemodel),
             rate_bps: self.rate,
             queue: self.queue,
@@ -245,7 +251,11 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         "lab {} is up: emulator pid {}, {}",
         info.name,
         info.owner_pid,
-        if info.poll { "busy-polling" } else { "sleeping between frames" }
+        if info.poll {
+            "busy-polling"
+        } else {
+            "sleeping between frames"
+        }
     )?;
     write!(o, "{}", rttlab::report::lab::hosts(&info))?;
     for (d, i) in [("a2b", &impairments[0]), ("b2a", &impairments[1])] {
@@ -306,11 +316,28 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         bail!("nothing to change: give an impairment (--delay, --loss, ...) or --blackout");
     }
     if !patch.is_empty() {
-        control::request(&info.control, &Request::Set { dirs: dirs.clone(), patch })?;
-        println!("lab {}: {} changed", info.name, s.dir.dirs().iter().map(|d| d.name()).collect::<Vec<_>>().join(" and "));
+        control::request(
+            &info.control,
+            &Request::Set {
+                dirs: dirs.clone(),
+                patch,
+            },
+        )?;
+        println!(
+            "lab {}: {} changed",
+            info.name,
+            s.dir
+                .dirs()
+                .iter()
+                .map(|d| d.name())
+                .collect::<Vec<_>>()
+                .join(" and ")
+        );
     }
     if let Some(d) = s.blackout {
-        let start = s.at.map_or(Start::Now, |a| Start::After { ns: a.as_nanos() as u64 });
+        let start = s.at.map_or(Start::Now, |a| Start::After {
+            ns: a.as_nanos() as u64,
+        });
         let r = control::request(
             &info.control,
             &Request::Blackout {

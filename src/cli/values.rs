@@ -164,7 +164,11 @@ pub fn bitrate(s: &str) -> Result<Option<u64>, String> {
         "kbps" => 8e3,
         "mbps" => 8e6,
         "gbps" => 8e9,
-        _ => return Err(format!("{s:?} is not a rate; use e.g. 10mbit, 500kbit, 1gbit or none")),
+        _ => {
+            return Err(format!(
+                "{s:?} is not a rate; use e.g. 10mbit, 500kbit, 1gbit or none"
+            ))
+        }
     };
     num.parse::<f64>()
         .ok()
@@ -181,7 +185,9 @@ pub fn bitrate(s: &str) -> Result<Option<u64>, String> {
 pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
     use rttlab::lab::impair::QueueLimit;
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let x: f64 = num
         .parse()
@@ -196,7 +202,9 @@ pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
         "KiB" | "kiB" => bytes(1024.0),
         "MB" | "mb" => bytes(1e6),
         "MiB" => bytes(1024.0 * 1024.0),
-        _ => Err(format!("{s:?} has an unknown unit; use B, kB, KiB, MB or p (packets)")),
+        _ => Err(format!(
+            "{s:?} has an unknown unit; use B, kB, KiB, MB or p (packets)"
+        )),
     }
 }
 
@@ -212,14 +220,18 @@ pub fn gemodel(s: &str) -> Result<rttlab::lab::impair::Loss, String> {
         [p, r] => Ok((p, r, 1.0, 0.0)),
         [p, r, b] => Ok((p, r, b, 0.0)),
         [p, r, b, g] => Ok((p, r, b, g)),
-        _ => Err(format!("{s:?}: give P,R[,LOSS_BAD[,LOSS_GOOD]], e.g. 1%,10%")),
+        _ => Err(format!(
+            "{s:?}: give P,R[,LOSS_BAD[,LOSS_GOOD]], e.g. 1%,10%"
+        )),
     }
-    .map(|(p, r, loss_bad, loss_good)| rttlab::lab::impair::Loss::GilbertElliott {
-        p,
-        r,
-        loss_bad,
-        loss_good,
-    })
+    .map(
+        |(p, r, loss_bad, loss_good)| rttlab::lab::impair::Loss::GilbertElliott {
+            p,
+            r,
+            loss_bad,
+            loss_good,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -272,7 +284,12 @@ mod tests {
         assert!(queue("0p").is_err() && queue("10 parsecs").is_err());
         assert_eq!(
             gemodel("1%,10%").unwrap(),
-            Loss::GilbertElliott { p: 0.01, r: 0.1, loss_bad: 1.0, loss_good: 0.0 }
+            Loss::GilbertElliott {
+                p: 0.01,
+                r: 0.1,
+                loss_bad: 1.0,
+                loss_good: 0.0
+            }
         );
         assert!(gemodel("1%").is_err());
     }

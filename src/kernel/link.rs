@@ -147,7 +147,11 @@ pub fn add_address(name: &str, addr: IpAddr, prefix: u8) -> Result<(), LinkError
     push_attr(&mut body, IFA_LOCAL, &bytes);
     push_attr(&mut body, IFA_ADDRESS, &bytes);
     push_attr(&mut body, IFA_FLAGS, &IFA_F_NODAD.to_ne_bytes());
-    request(RTM_NEWADDR, &body, &format!("adding {addr}/{prefix} to {name}"))
+    request(
+        RTM_NEWADDR,
+        &body,
+        &format!("adding {addr}/{prefix} to {name}"),
+    )
 }
 
 /// A permanent neighbour entry: `addr` is at `mac` on interface `name`, so no ARP or
@@ -165,7 +169,11 @@ pub fn add_neighbour(name: &str, addr: IpAddr, mac: [u8; 6]) -> Result<(), LinkE
     body.extend_from_slice(&[0, 0]);
     push_attr(&mut body, NDA_DST, &bytes);
     push_attr(&mut body, NDA_LLADDR, &mac);
-    request(RTM_NEWNEIGH, &body, &format!("adding neighbour {addr} on {name}"))
+    request(
+        RTM_NEWNEIGH,
+        &body,
+        &format!("adding neighbour {addr} on {name}"),
+    )
 }
 
 fn family_bytes(addr: IpAddr) -> (u8, Vec<u8>) {

@@ -78,7 +78,8 @@ pub enum Reply {
 pub fn request(path: &Path, req: &Request) -> Result<Reply, LabError> {
     let gone = |e: std::io::Error| LabError::Unreachable(format!("{}: {e}", path.display()));
     let mut s = UnixStream::connect(path).map_err(gone)?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).map_err(gone)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(gone)?;
     let mut line = serde_json::to_vec(req).map_err(|e| LabError::Setup(e.to_string()))?;
     line.push(b'\n');
     s.write_all(&line).map_err(gone)?;

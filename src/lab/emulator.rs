@@ -275,7 +275,14 @@ impl EventLog {
         }
     }
 
-    fn drop_event(&mut self, t: u64, d: Dir, why: DropReason, len: usize, ports: Option<(u16, u16)>) {
+    fn drop_event(
+        &mut self,
+        t: u64,
+        d: Dir,
+        why: DropReason,
+        len: usize,
+        ports: Option<(u16, u16)>,
+    ) {
         match ports {
             Some((s, p)) => self.line(
                 t,
@@ -421,7 +428,9 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
             let i = d.index();
             let c = &shared.counters[i];
             while held[i].peek().is_some_and(|h| h.0.release_ns <= now) {
-                let Some(Reverse(h)) = held[i].pop() else { break };
+                let Some(Reverse(h)) = held[i].pop() else {
+                    break;
+                };
                 match ports.tx[i].send(&h.frame) {
                     Ok(()) => {
                         bump(&c.tx_frames, 1);

@@ -16,7 +16,9 @@ pub fn command(netns: &str, program: &str) -> std::process::Command {
     // allocation: every string was made above).
     unsafe {
         cmd.pre_exec(move || {
-            let ns = ns.as_ref().map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
+            let ns = ns
+                .as_ref()
+                .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
             enter(ns.as_raw_fd(), &hosts)
         });
     }

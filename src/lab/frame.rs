@@ -89,10 +89,7 @@ mod tests {
     #[test]
     fn finds_ports_in_ipv4_ipv6_and_vlan_frames() {
         let l4 = [0x13, 0x89, 0x9c, 0x40, 0, 0, 0, 0];
-        assert_eq!(
-            ports(&eth(0x0800, &ipv4(17, 0, &l4))),
-            Some((5001, 40000))
-        );
+        assert_eq!(ports(&eth(0x0800, &ipv4(17, 0, &l4))), Some((5001, 40000)));
         // 802.1Q tag in front.
         let mut tagged = vec![0u8; 12];
         tagged.extend_from_slice(&[0x81, 0, 0, 5]);

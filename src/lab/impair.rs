@@ -122,7 +122,15 @@ impl ImpairmentPatch {
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = self.$f { imp.$f = v; } )* };
         }
-        set!(delay_ns, jitter_ns, jitter_dist, reorder, loss, rate_bps, queue);
+        set!(
+            delay_ns,
+            jitter_ns,
+            jitter_dist,
+            reorder,
+            loss,
+            rate_bps,
+            queue
+        );
     }
 
     /// True if nothing changes.
@@ -236,7 +244,9 @@ impl DropReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Send at this time (CLOCK_REALTIME ns).
-    Forward { release_ns: u64 },
+    Forward {
+        release_ns: u64,
+    },
     Drop(DropReason),
 }
 
@@ -407,7 +417,9 @@ mod tests {
             },
             1,
         );
-        let r: Vec<u64> = (0..3).map(|_| release(m.admit(0, 1500, None, &[]))).collect();
+        let r: Vec<u64> = (0..3)
+            .map(|_| release(m.admit(0, 1500, None, &[])))
+            .collect();
         assert_eq!(r, vec![11_000_000, 12_000_000, 13_000_000]);
         assert_eq!(m.backlog(0), (4500, 3));
         assert_eq!(m.backlog(1_000_000), (3000, 2));
@@ -428,7 +440,9 @@ mod tests {
         );
         let v: Vec<Verdict> = (0..12).map(|_| m.admit(0, 1000, None, &[])).collect();
         assert_eq!(
-            v.iter().filter(|x| matches!(x, Verdict::Forward { .. })).count(),
+            v.iter()
+                .filter(|x| matches!(x, Verdict::Forward { .. }))
+                .count(),
             10
         );
         assert_eq!(v[10], Verdict::Drop(DropReason::Queue));
@@ -466,12 +480,18 @@ mod tests {
             m.admit(199, 60, Some((5001, 1)), &b),
             Verdict::Drop(DropReason::Blackout)
         );
-        assert!(matches!(m.admit(200, 60, port, &b), Verdict::Forward { .. }));
+        assert!(matches!(
+            m.admit(200, 60, port, &b),
+            Verdict::Forward { .. }
+        ));
         assert!(matches!(
             m.admit(150, 60, Some((1, 2)), &b),
             Verdict::Forward { .. }
         ));
-        assert!(matches!(m.admit(150, 60, None, &b), Verdict::Forward { .. }));
+        assert!(matches!(
+            m.admit(150, 60, None, &b),
+            Verdict::Forward { .. }
+        ));
         let all = [Blackout { port: None, ..b[0] }];
         assert_eq!(
             m.admit(150, 60, None, &all),
@@ -501,7 +521,9 @@ mod tests {
                 7,
             );
             let lost = (0..n)
-                .filter(|&i| m.admit(u64::from(i), 60, None, &[]) == Verdict::Drop(DropReason::Loss))
+                .filter(|&i| {
+                    m.admit(u64::from(i), 60, None, &[]) == Verdict::Drop(DropReason::Loss)
+                })
                 .count() as f64;
             let mean = loss.mean() * f64::from(n);
             // Bursts inflate the variance by (1 + ρ)/(1 − ρ), ρ = 1 − p − r.

@@ -28,7 +28,9 @@ pub use topology::{HostInfo, LabInfo};
 pub enum LabError {
     #[error("lab name {0:?} is not valid: use 1–32 of a-z, 0-9, '-' and '_'")]
     BadName(String),
-    #[error("lab {name:?} exists already ({detail}); remove it with `rttlab lab down --name {name}`")]
+    #[error(
+        "lab {name:?} exists already ({detail}); remove it with `rttlab lab down --name {name}`"
+    )]
     Exists { name: String, detail: String },
     #[error("no lab named {0:?} (see `rttlab lab list`)")]
     NoSuchLab(String),
@@ -251,7 +253,8 @@ impl Lab {
                 detail: "its owner still runs".into(),
             });
         }
-        std::fs::create_dir_all(&dir).map_err(|e| LabError::Setup(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LabError::Setup(format!("{}: {e}", dir.display())))?;
         let index = topology::free_index()?;
         let (a, b) = topology::hosts(&spec.name, index);
         let pid = std::process::id() as i32;
@@ -274,7 +277,11 @@ impl Lab {
             b,
             router_netns: topology::netns_name(&spec.name, 'r'),
             control: dir.join("control.sock"),
-            events: Some(spec.events.clone().unwrap_or_else(|| dir.join("events.jsonl"))),
+            events: Some(
+                spec.events
+                    .clone()
+                    .unwrap_or_else(|| dir.join("events.jsonl")),
+            ),
         };
         let write_info = || {
             serde_json::to_vec_pretty(&info)
@@ -298,12 +305,14 @@ impl Lab {
     }
 
     fn start(info: LabInfo, impairments: [Impairments; 2]) -> Result<Lab, LabError> {
-        let shared = Arc::new(Shared::new(impairments).map_err(|e| LabError::Setup(e.to_string()))?);
+        let shared =
+            Arc::new(Shared::new(impairments).map_err(|e| LabError::Setup(e.to_string()))?);
         let log = EventLog::open(info.events.as_deref())
             .map_err(|e| LabError::Setup(format!("event log: {e}")))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let router = crate::kernel::netns::path_of(&info.router_netns);
-        let ns = std::fs::File::open(&router).map_err(|e| LabError::Setup(format!("{}: {e}", router.display())))?;
+        let ns = std::fs::File::open(&router)
+            .map_err(|e| LabError::Setup(format!("{}: {e}", router.display())))?;
         let sh = shared.clone();
         let (poll, seed) = (info.poll, info.seed);
         let emulator = std::thread::Builder::new()
@@ -312,7 +321,10 @@ impl Lab {
                 use std::os::fd::AsRawFd;
                 // SAFETY: setns on an open namespace file; affects only this thread.
                 if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    let _ = tx.send(Err(format!("entering the router namespace: {}", std::io::Error::last_os_error())));
+                    let _ = tx.send(Err(format!(
+                        "entering the router namespace: {}",
+                        std::io::Error::last_os_error()
+                    )));
                     return;
                 }
                 let open = || -> Result<Ports, String> {
@@ -320,8 +332,14 @@ impl Lab {
                     let (ia, ib) = (ix(topology::ROUTER_IF[0])?, ix(topology::ROUTER_IF[1])?);
                     let e = |e: crate::kernel::SyscallError| e.to_string();
                     Ok(Ports {
-                        rx: [ring::RxRing::open(ia).map_err(e)?, ring::RxRing::open(ib).map_err(e)?],
-                        tx: [ring::TxSocket::open(ib).map_err(e)?, ring::TxSocket::open(ia).map_err(e)?],
+                        rx: [
+                            ring::RxRing::open(ia).map_err(e)?,
+                            ring::RxRing::open(ib).map_err(e)?,
+                        ],
+                        tx: [
+                            ring::TxSocket::open(ib).map_err(e)?,
+                            ring::TxSocket::open(ia).map_err(e)?,
+                        ],
                     })
                 };
                 match open() {
@@ -408,6 +426,28 @@ impl Lab {
             .blackout(dirs, duration.as_nanos() as u64, port, start)
     }
 
+    /// Wait until no frame has crossed the link for `quiet` (at most `max`): a fresh
+    /// lab's hosts send IPv6 duplicate-address probes and MLD reports for about two
+    /// seconds after their addresses come up, which would otherwise be counted with
+    /// the traffic an experiment measures.
+    pub fn wait_quiet(&self, quiet: std::time::Duration, max: std::time::Duration) {
+        let t0 = std::time::Instant::now();
+        let frames = || {
+            let s = self.status();
+            s.a2b.counters.rx_frames + s.b2a.counters.rx_frames
+        };
+        let mut last = frames();
+        let mut since = std::time::Instant::now();
+        while t0.elapsed() < max && since.elapsed() < quiet {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let now = frames();
+            if now != last {
+                last = now;
+                since = std::time::Instant::now();
+            }
+        }
+    }
+
     /// Whether a `Shutdown` request arrived (daemons).
     pub fn shutdown_requested(&self) -> bool {
         self.inner.shutdown.load(Ordering::Acquire)
@@ -447,4 +487,3 @@ impl Drop for Lab {
         }
     }
 }
-

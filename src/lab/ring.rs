@@ -269,7 +269,12 @@ impl TxSocket {
     /// Socket or bind failed.
     pub fn open(ifindex: u32) -> Result<Self, SyscallError> {
         let fd = socket(0)?;
-        setopt(fd.as_raw_fd(), PACKET_QDISC_BYPASS, &1i32, "PACKET_QDISC_BYPASS")?;
+        setopt(
+            fd.as_raw_fd(),
+            PACKET_QDISC_BYPASS,
+            &1i32,
+            "PACKET_QDISC_BYPASS",
+        )?;
         bind(fd.as_raw_fd(), ifindex, 0)?;
         Ok(Self { fd })
     }

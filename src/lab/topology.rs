@@ -73,7 +73,10 @@ pub fn state_dir(name: &str) -> PathBuf {
 pub fn check_name(name: &str) -> Result<(), LabError> {
     let ok = !name.is_empty()
         && name.len() <= 32
-        && name.bytes().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
         && name
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_');
@@ -146,11 +149,21 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 "net.ipv6.conf.default.disable_ipv6",
             ][..],
         ),
-        (&info.a.netns, &["net.ipv6.conf.default.router_solicitations"][..]),
-        (&info.b.netns, &["net.ipv6.conf.default.router_solicitations"][..]),
+        (
+            &info.a.netns,
+            &["net.ipv6.conf.default.router_solicitations"][..],
+        ),
+        (
+            &info.b.netns,
+            &["net.ipv6.conf.default.router_solicitations"][..],
+        ),
     ] {
         for k in keys {
-            let v = if k.ends_with("solicitations") { "0" } else { "1" };
+            let v = if k.ends_with("solicitations") {
+                "0"
+            } else {
+                "1"
+            };
             sysctl::write(Some(ns), k, v).map_err(step(k))?;
         }
     }
@@ -216,7 +229,10 @@ fn write_hosts_file(info: &LabInfo, ns: &str) {
 /// # Errors
 /// A namespace or directory that exists cannot be removed.
 pub fn remove(name: &str) -> Result<(), LabError> {
-    let nss: Vec<String> = ['a', 'r', 'b'].iter().map(|&n| netns_name(name, n)).collect();
+    let nss: Vec<String> = ['a', 'r', 'b']
+        .iter()
+        .map(|&n| netns_name(name, n))
+        .collect();
     let mut pids: Vec<i32> = nss.iter().flat_map(|ns| netns::pids_in(ns)).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -246,14 +262,22 @@ pub fn remove(name: &str) -> Result<(), LabError> {
 
 /// Whether process `pid` exists (a zombie counts as gone).
 pub fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.rsplit(')').next().is_some_and(|r| r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .is_some_and(|r| r.trim_start().starts_with('Z'))
+    })
 }
 
 /// A process's start time (clock ticks since boot, /proc/PID/stat field 22).
 pub fn start_time(pid: i32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit(')').next()?.split_whitespace().nth(19)?.parse().ok()
+    s.rsplit(')')
+        .next()?
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
 }
 
 /// A lab found on this machine.
@@ -293,9 +317,9 @@ pub fn find_all() -> Vec<Found> {
             let info: Option<LabInfo> = std::fs::read(state_dir(&name).join("lab.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
-            let live = info
-                .as_ref()
-                .is_some_and(|i| alive(i.owner_pid) && start_time(i.owner_pid) == Some(i.owner_start));
+            let live = info.as_ref().is_some_and(|i| {
+                alive(i.owner_pid) && start_time(i.owner_pid) == Some(i.owner_start)
+            });
             Found { name, info, live }
         })
         .collect()
@@ -318,7 +342,10 @@ pub fn sweep_stale() -> Result<Vec<String>, LabError> {
 
 /// The lowest address index no live lab uses.
 pub fn free_index() -> Result<u8, LabError> {
-    let used: Vec<u8> = find_all().iter().filter_map(|f| f.info.as_ref().map(|i| i.index)).collect();
+    let used: Vec<u8> = find_all()
+        .iter()
+        .filter_map(|f| f.info.as_ref().map(|i| i.index))
+        .collect();
     (0..=255u8)
         .find(|i| !used.contains(i))
         .ok_or_else(|| LabError::Setup("256 labs exist already".into()))
@@ -335,10 +362,15 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         let (a, b) = hosts("demo", 7);
-        assert_eq!((a.ipv4.to_string(), b.ipv4.to_string()), ("198.18.7.1".into(), "198.18.7.2".into()));
+        assert_eq!(
+            (a.ipv4.to_string(), b.ipv4.to_string()),
+            ("198.18.7.1".into(), "198.18.7.2".into())
+        );
         assert_eq!(b.ipv6.to_string(), "2001:2:0:7::2");
         assert_eq!(a.netns, "rttlab-lab-demo-a");
         assert_eq!(parse_mac(&a.mac), mac(7, 1, 0));
-        assert!(alive(std::process::id() as i32) && start_time(std::process::id() as i32).is_some());
+        assert!(
+            alive(std::process::id() as i32) && start_time(std::process::id() as i32).is_some()
+        );
     }
 }

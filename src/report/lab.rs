@@ -86,14 +86,26 @@ pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
                     "lab {name}: emulator {} ({}, {}, pid {}{})\n",
                     s.emulator,
                     i.engine,
-                    if i.poll { "busy-poll" } else { "sleeping between frames" },
+                    if i.poll {
+                        "busy-poll"
+                    } else {
+                        "sleeping between frames"
+                    },
                     i.owner_pid,
                     if i.daemon { ", lab up" } else { "" }
                 ));
                 out.push_str(&hosts(i));
                 let mut t = Table::new([
-                    "dir", "rx", "tx", "blackout", "loss", "queue", "overflow", "tx_err",
-                    "ring_drop", "max_backlog_B",
+                    "dir",
+                    "rx",
+                    "tx",
+                    "blackout",
+                    "loss",
+                    "queue",
+                    "overflow",
+                    "tx_err",
+                    "ring_drop",
+                    "max_backlog_B",
                 ]);
                 for (d, ds) in [("a2b", &s.a2b), ("b2a", &s.b2a)] {
                     let c = &ds.counters;

@@ -1,9 +1,9 @@
 //! Presentation: human tables, JSON, CSV and netperf-style output selectors. Nothing
 //! outside this module formats results.
 
+pub mod lab;
 mod ping;
 mod rr;
-pub mod lab;
 pub mod rto;
 pub mod selectors;
 pub mod table;

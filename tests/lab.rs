@@ -1,0 +1,513 @@
+//! The lab, end to end (root). Each test names its independent witness: iputils ping,
+//! the receiving socket's own count, the kernel's tcp_info, or the file system.
+//!
+//! Lab tests run one at a time (a lock): they measure time on a 2-vCPU machine.
+
+mod common;
+
+use common::{bin, privileged};
+use rttlab::kernel::netns;
+use rttlab::lab::control::Start;
+use rttlab::lab::emulator::Dir;
+use rttlab::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
+use rttlab::lab::{Lab, LabSpec, Node};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn ms(x: u64) -> u64 {
+    x * 1_000_000
+}
+
+/// iputils ping's per-packet times (ms) and its summary line's loss count.
+fn ping(lab: &Lab, args: &[&str]) -> (Vec<f64>, u64, u64) {
+    let o = lab.command(Node::A, "ping").args(args).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let times = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split_whitespace().next()?.parse().ok())
+        .collect();
+    let summary = text
+        .lines()
+        .find(|l| l.contains("packets transmitted"))
+        .unwrap_or_else(|| panic!("no ping summary: {text}"));
+    let num = |key: &str| -> u64 {
+        summary
+            .split(',')
+            .find(|p| p.contains(key))
+            .and_then(|p| p.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    };
+    (times, num("transmitted"), num("received"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn ping_across_the_lab_shows_the_configured_rtt() {
+    if !privileged("ping_across_the_lab_shows_the_configured_rtt") {
+        return;
+    }
+    let _g = serial();
+    let lab = Lab::up(&LabSpec::new(
+        "t-rtt",
+        Impairments {
+            delay_ns: ms(20),
+            ..Default::default()
+        },
+    ))
+    .unwrap();
+    // Witness: iputils ping, over IPv4 and IPv6 by the lab's names.
+    for fam in ["-4", "-6"] {
+        let (t, sent, got) = ping(&lab, &[fam, "-c", "20", "-i", "0.05", "b"]);
+        assert_eq!((sent, got), (20, 20));
+        let min = t.iter().copied().fold(f64::MAX, f64::min);
+        assert!(
+            (40.0..41.0).contains(&min),
+            "{fam}: min {min} ms for 2 × 20 ms"
+        );
+        assert!(median(t.clone()) < 45.0, "{fam}: {t:?}");
+    }
+    // A change applies to new frames: 5 ms each way now.
+    lab.set(
+        &Dir::BOTH,
+        &ImpairmentPatch {
+            delay_ns: Some(ms(5)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (t, _, _) = ping(&lab, &["-4", "-c", "10", "-i", "0.05", "b"]);
+    let min = t.iter().copied().fold(f64::MAX, f64::min);
+    assert!((10.0..11.0).contains(&min), "after set: {t:?}");
+    let st = lab.status();
+    assert_eq!(st.emulator, "running");
+    assert_eq!(st.a2b.counters.rx_frames, st.a2b.counters.tx_frames);
+    assert!(st.a2b.counters.rx_frames >= 50);
+}
+
+#[test]
+fn configured_loss_shows_in_ping_and_in_the_counters() {
+    if !privileged("configured_loss_shows_in_ping_and_in_the_counters") {
+        return;
+    }
+    let _g = serial();
+    let lab = Lab::up(&LabSpec {
+        seed: Some(42),
+        impairments: [
+            Impairments {
+                loss: Loss::Bernoulli { p: 0.2 },
+                ..Default::default()
+            },
+            Impairments::default(),
+        ],
+        ..LabSpec::new("t-loss", Impairments::default())
+    })
+    .unwrap();
+    // Let the hosts' IPv6 start-up chatter pass, then count from here.
+    lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
+    let c0 = lab.status().a2b.counters;
+    let n = 1000u64;
+    let (_, sent, got) = ping(&lab, &["-4", "-c", "1000", "-i", "0.002", "-W", "1", "b"]);
+    assert_eq!(sent, n);
+    let st = lab.status();
+    let c1 = st.a2b.counters;
+    let c = rttlab::lab::emulator::CounterSnapshot {
+        rx_frames: c1.rx_frames - c0.rx_frames,
+        tx_frames: c1.tx_frames - c0.tx_frames,
+        drop_loss: c1.drop_loss - c0.drop_loss,
+        ..c1
+    };
+    // Witness: ping's own loss count equals the emulator's drop counter exactly (loss
+    // only a→b, so every lost request is one dropped frame) ...
+    assert_eq!(n - got, c.drop_loss, "{c:?}");
+    assert_eq!(c.rx_frames, n);
+    assert_eq!(c.tx_frames, got);
+    // ... and lies inside the 99 % binomial interval of 20 % (arithmetic: ±2.576 σ).
+    let sigma = (n as f64 * 0.2 * 0.8).sqrt();
+    let lost = (n - got) as f64;
+    assert!((lost - 200.0).abs() < 2.576 * sigma, "{lost} lost of {n}");
+    assert_eq!(st.b2a.counters.drop_loss, 0);
+}
+
+#[test]
+fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
+    if !privileged("bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue") {
+        return;
+    }
+    let _g = serial();
+    let queue = 100_000u64;
+    let rate = 10_000_000u64;
+    let lab = Lab::up(&LabSpec::new(
+        "t-bulk",
+        Impairments {
+            delay_ns: ms(10),
+            rate_bps: Some(rate),
+            queue: QueueLimit::Bytes(queue),
+            ..Default::default()
+        },
+    ))
+    .unwrap();
+    let b = lab.info().b.ipv4;
+    let listener = netns::run_in(Some(lab.netns(Node::B)), || {
+        TcpListener::bind((b, 5001)).unwrap()
+    })
+    .unwrap();
+    let receiver = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0u64;
+        let t0 = Instant::now();
+        let mut first = None;
+        loop {
+            match std::io::Read::read(&mut s, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    total += n as u64;
+                    if total > 500_000 && first.is_none() {
+                        first = Some((t0.elapsed(), total));
+                    }
+                }
+            }
+        }
+        let (t1, b1) = first.unwrap();
+        (total - b1) as f64 * 8.0 / (t0.elapsed() - t1).as_secs_f64()
+    });
+    let mut s = netns::run_in(Some(lab.netns(Node::A)), || {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_tcp_congestion("cubic".as_bytes()).unwrap();
+        sock.connect(&SocketAddr::from((b, 5001)).into()).unwrap();
+        TcpStream::from(sock)
+    })
+    .unwrap();
+    let chunk = vec![0x55u8; 1 << 16];
+    let t0 = Instant::now();
+    let c0 = lab.status().a2b.counters;
+    let mut max_srtt_us = 0u32;
+    let mut k = 0u32;
+    while t0.elapsed() < Duration::from_secs(4) {
+        std::io::Write::write_all(&mut s, &chunk).unwrap();
+        k += 1;
+        if k % 4 == 0 {
+            let ti = rttlab::kernel::sockopt::tcp_info(&s).unwrap();
+            max_srtt_us = max_srtt_us.max(ti.rtt_us);
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let c1 = lab.status().a2b.counters;
+    drop(s);
+    let goodput = receiver.join().unwrap();
+    // Witness 1: the receiving socket's byte count. Payload is 1448 of every 1514
+    // bytes on the link (TCP timestamps on), so ~9.56 Mbit/s at 10 Mbit/s.
+    assert!(
+        (9.0e6..10.0e6).contains(&goodput),
+        "goodput {goodput} bit/s at a 10 Mbit/s link"
+    );
+    // The link itself (arithmetic on frame bytes sent on, over the sender's 4 s,
+    // which includes slow start's first RTTs): within 2 % below the rate, never above.
+    let link = (c1.tx_bytes - c0.tx_bytes) as f64 * 8.0 / elapsed;
+    assert!(
+        link <= rate as f64 * 1.01 && link > rate as f64 * 0.9,
+        "link {link}"
+    );
+    // Witness 2: the kernel's srtt rises by about queue ÷ rate = 80 ms over the
+    // 20 ms base RTT, and the queue was full (drops, and the backlog reached the limit).
+    let queueing_ms = queue as f64 * 8.0 / rate as f64 * 1e3;
+    let srtt_ms = f64::from(max_srtt_us) / 1e3;
+    assert!(
+        srtt_ms > 20.0 + 0.7 * queueing_ms && srtt_ms < 20.0 + 1.3 * queueing_ms,
+        "max srtt {srtt_ms} ms, expected about {}",
+        20.0 + queueing_ms
+    );
+    assert!(c1.drop_queue > 0, "{c1:?}");
+    assert!(
+        c1.max_backlog_bytes > queue - 1514 && c1.max_backlog_bytes <= queue,
+        "{c1:?}"
+    );
+}
+
+fn realtime_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[test]
+fn a_scheduled_blackout_drops_exactly_the_packets_inside_the_window() {
+    if !privileged("a_scheduled_blackout_drops_exactly_the_packets_inside_the_window") {
+        return;
+    }
+    let _g = serial();
+    let lab = Lab::up(&LabSpec::new("t-blackout", Impairments::default())).unwrap();
+    let b = lab.info().b.ipv4;
+    let rx = netns::run_in(Some(lab.netns(Node::B)), || {
+        UdpSocket::bind((b, 5001)).unwrap()
+    })
+    .unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let tx = netns::run_in(Some(lab.netns(Node::A)), || {
+        UdpSocket::bind("0.0.0.0:0").unwrap()
+    })
+    .unwrap();
+    let other = netns::run_in(Some(lab.netns(Node::A)), || {
+        UdpSocket::bind("0.0.0.0:0").unwrap()
+    })
+    .unwrap();
+    let rx_other = netns::run_in(Some(lab.netns(Node::B)), || {
+        UdpSocket::bind((b, 5002)).unwrap()
+    })
+    .unwrap();
+    rx_other
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let w = lab
+        .blackout(
+            &Dir::BOTH,
+            Duration::from_millis(200),
+            Some(5001),
+            Start::After { ns: ms(300) },
+        )
+        .unwrap();
+    let collect = |rx: UdpSocket| {
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            while let Ok(n) = rx.recv(&mut buf) {
+                if n >= 4 {
+                    got.push(u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]));
+                }
+            }
+            got
+        })
+    };
+    let (collector, collector_other) = (collect(rx), collect(rx_other));
+    // 1 packet every 250 µs on port 5001, and one on port 5002 every 10th, for 800 ms.
+    let mut sent = Vec::new();
+    let t0 = Instant::now();
+    let mut i = 0u32;
+    while t0.elapsed() < Duration::from_millis(800) {
+        let due = Duration::from_micros(250) * i;
+        while t0.elapsed() < due {
+            std::hint::spin_loop();
+        }
+        let before = realtime_ns();
+        tx.send_to(&i.to_be_bytes(), (b, 5001)).unwrap();
+        let after = realtime_ns();
+        if i % 10 == 0 {
+            other.send_to(&i.to_be_bytes(), (b, 5002)).unwrap();
+        }
+        sent.push((i, before, after));
+        i += 1;
+    }
+    let got: std::collections::HashSet<u32> = collector.join().unwrap().into_iter().collect();
+    let other_got = collector_other.join().unwrap().len();
+    // Witness: the receiving socket. A packet sent (both stamps) 0.5 ms clear of the
+    // window arrives iff it is outside; the router sees it within µs of the send.
+    let margin = 500_000;
+    let mut missing_inside = 0;
+    for &(i, before, after) in &sent {
+        if after + margin < w.start_ns || before > w.end_ns + margin {
+            assert!(got.contains(&i), "packet {i} outside the window was lost");
+        } else if before > w.start_ns + margin && after + margin < w.end_ns {
+            assert!(
+                !got.contains(&i),
+                "packet {i} inside the window got through"
+            );
+            missing_inside += 1;
+        }
+    }
+    assert!(
+        missing_inside > 700,
+        "only {missing_inside} packets inside the window"
+    );
+    let lost = sent.len() - got.len();
+    let st = lab.status();
+    assert_eq!(st.a2b.counters.drop_blackout as usize, lost);
+    // The other port is untouched.
+    assert_eq!(other_got, sent.len().div_ceil(10));
+    // The window the lab reports is what was asked.
+    assert_eq!(w.end_ns - w.start_ns, ms(200));
+}
+
+fn lab_cmd(args: &[&str]) -> std::process::Output {
+    Command::new(bin()).arg("lab").args(args).output().unwrap()
+}
+
+fn leftovers(name: &str) -> Vec<String> {
+    let mut v: Vec<String> = netns::list()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("rttlab-lab-{name}-")))
+        .collect();
+    for p in [
+        format!("/etc/netns/rttlab-lab-{name}-a"),
+        format!("/etc/netns/rttlab-lab-{name}-b"),
+        format!("/run/rttlab/lab/{name}"),
+    ] {
+        if std::path::Path::new(&p).exists() {
+            v.push(p);
+        }
+    }
+    v
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
+    if !privileged("the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill") {
+        return;
+    }
+    let _g = serial();
+    let _ = lab_cmd(&["down", "--name", "t-cli"]);
+    let up = lab_cmd(&["up", "--name", "t-cli", "--delay", "5ms", "--loss", "0"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let text = String::from_utf8_lossy(&up.stdout).to_string();
+    assert!(
+        text.contains("198.18.") && text.contains("2001:2:"),
+        "{text}"
+    );
+    // A name clash is one line, and the first lab keeps working.
+    let again = lab_cmd(&["up", "--name", "t-cli"]);
+    assert!(!again.status.success());
+    assert!(
+        stderr(&again).contains("exists already"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(stderr(&again).lines().count(), 1);
+    // exec by name; names resolve inside the lab (witness: iputils ping).
+    let p = lab_cmd(&[
+        "exec", "--name", "t-cli", "a", "--", "ping", "-4", "-c", "2", "-i", "0.1", "b",
+    ]);
+    assert!(p.status.success(), "{}", stderr(&p));
+    assert!(String::from_utf8_lossy(&p.stdout).contains("2 received"));
+    let set = lab_cmd(&[
+        "set",
+        "--name",
+        "t-cli",
+        "--dir",
+        "a2b",
+        "--delay",
+        "7ms",
+        "--blackout",
+        "50ms",
+        "--port",
+        "9",
+        "--at",
+        "+10s",
+    ]);
+    assert!(set.status.success(), "{}", stderr(&set));
+    let list = lab_cmd(&["list", "--json"]);
+    let v: serde_json::Value = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["info"]["name"] == "t-cli")
+        .unwrap();
+    assert_eq!(v["a2b"]["impairments"]["delay_ns"], 7_000_000);
+    assert_eq!(v["b2a"]["impairments"]["delay_ns"], 5_000_000);
+    assert_eq!(v["a2b"]["blackouts"][0]["port"], 9);
+    let a2b = &v["a2b"]["counters"];
+    assert!(a2b["tx_frames"].as_u64().unwrap() >= 2, "{a2b}");
+    assert_eq!(a2b["tx_frames"], a2b["rx_frames"]);
+    // A process left inside the lab, then the emulator killed with SIGKILL.
+    let mut sleeper = Command::new(bin())
+        .args(["lab", "exec", "--name", "t-cli", "b", "--", "sleep", "60"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = v["info"]["owner_pid"].as_i64().unwrap() as i32;
+    // SAFETY: killing the lab daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    let dead = lab_cmd(&["set", "--name", "t-cli", "--delay", "1ms"]);
+    assert!(!dead.status.success());
+    assert!(stderr(&dead).contains("lab down"), "{}", stderr(&dead));
+    assert!(!leftovers("t-cli").is_empty());
+    let down = lab_cmd(&["down", "--name", "t-cli"]);
+    assert!(down.status.success(), "{}", stderr(&down));
+    // Witness: the file system and the process table.
+    assert_eq!(leftovers("t-cli"), Vec::<String>::new());
+    let status = sleeper.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the process inside the lab was not killed"
+    );
+    let none = lab_cmd(&["down", "--name", "t-cli"]);
+    assert!(stderr(&none).contains("no lab named"));
+}
+
+#[test]
+fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
+    if !privileged("a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing") {
+        return;
+    }
+    let _g = serial();
+    let up = lab_cmd(&["up", "--name", "t-stale"]);
+    assert!(up.status.success(), "{}", stderr(&up));
+    let pid: i32 = std::fs::read_to_string("/run/rttlab/lab/t-stale/lab.json")
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| v["owner_pid"].as_i64())
+        .unwrap() as i32;
+    // SAFETY: killing the daemon this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    let lab = Lab::up(&LabSpec::new("t-next", Impairments::default())).unwrap();
+    assert_eq!(leftovers("t-stale"), Vec::<String>::new());
+    assert!(!leftovers("t-next").is_empty());
+    drop(lab);
+    assert_eq!(leftovers("t-next"), Vec::<String>::new());
+}
+
+#[test]
+fn bad_input_is_one_line_and_leaves_nothing() {
+    if !privileged("bad_input_is_one_line_and_leaves_nothing") {
+        return;
+    }
+    let _g = serial();
+    for args in [
+        &["up", "--name", "t-bad", "--loss", "150%"][..],
+        &["up", "--name", "t-bad", "--delay", "-5ms"],
+        &["up", "--name", "t-bad", "--rate", "0kbit"],
+        &["up", "--name", "t-bad", "--queue", "0p"],
+        &["up", "--name", "Bad/Name"],
+        &["set", "--name", "t-none", "--delay", "1ms"],
+        &["exec", "--name", "t-none", "a", "--", "true"],
+    ] {
+        let o = lab_cmd(args);
+        assert!(!o.status.success(), "{args:?}");
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(e.starts_with("rttlab: "), "{args:?}: {e}");
+    }
+    assert_eq!(leftovers("t-bad"), Vec::<String>::new());
+    // Without root: one line saying so, nothing made (setpriv from util-linux).
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["lab", "up", "--name", "t-user"])
+        .env("RTTLAB_STATE_DIR", std::env::temp_dir())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs root"), "{}", stderr(&o));
+    assert_eq!(leftovers("t-user"), Vec::<String>::new());
+}
