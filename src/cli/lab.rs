@@ -85,11 +85,19 @@ pub struct ImpairArgs {
     #[arg(long, value_parser = values::gemodel)]
     pub gemodel: Option<Loss>,
     /// Serialisation rate: 10mbit, 500kbit, 1gbit; none for no limit.
-    #[arg(long, value_parser = values::bitrate)]
-    pub rate: Option<Option<u64>>,
+    #[arg(long, value_parser = link_rate)]
+    pub rate: Option<LinkRate>,
     /// Drop-tail queue in front of the rate limiter: bytes (100kB, 64KiB) or packets (1000p).
     #[arg(long, value_parser = values::queue)]
     pub queue: Option<QueueLimit>,
+}
+
+/// A rate limit, or none (clap reads a bare `Option<Option<_>>` as an optional value).
+#[derive(Clone, Copy, Debug)]
+pub struct LinkRate(pub Option<u64>);
+
+fn link_rate(s: &str) -> Result<LinkRate, String> {
+    values::bitrate(s).map(LinkRate)
 }
 
 impl ImpairArgs {
@@ -112,7 +120,7 @@ impl ImpairArgs {
                     }
                 })
                 .or(self.gemodel),
-            rate_bps: self.rate,
+            rate_bps: self.rate.map(|r| r.0),
             queue: self.queue,
         }
     }

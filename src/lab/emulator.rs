@@ -316,25 +316,23 @@ impl EventLog {
 /// Give the emulator thread the CPU when it needs it. A normal thread on this 2-vCPU
 /// machine waits up to a scheduler slice (3 ms) behind the hosts' processes, which
 /// shows as millisecond tails in the emulated delay. Sleeping between frames, the
-/// thread runs SCHED_FIFO (it is idle most of the time, and a release preempts whatever
-/// runs); busy-polling, it would starve the CPU it spins on and meet the kernel's RT
-/// throttling (50 ms stalls a second), so it runs at nice −20 instead. Best effort: the
-/// policy obtained is returned and logged.
+/// thread runs SCHED_FIFO: it is idle most of the time, and a release preempts
+/// whatever runs. Busy-polling, it stays a normal thread that yields whenever it has
+/// nothing to do: a spinning high-priority thread would starve ksoftirqd on its CPU,
+/// and with it the delivery of the very frames it sends (measured: 70 ms tails at
+/// nice −20), or, as SCHED_FIFO, meet the kernel's RT throttling (50 ms stalls a
+/// second). Best effort: the policy obtained is returned and logged.
 fn raise_priority(poll: bool) -> &'static str {
-    // SAFETY: scheduling calls on the calling thread (tid 0 / gettid).
-    unsafe {
-        if !poll {
-            let p = libc::sched_param { sched_priority: 10 };
-            if libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0 {
-                return "fifo";
-            }
-        }
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        if libc::setpriority(libc::PRIO_PROCESS, tid, -20) == 0 {
-            return "nice -20";
-        }
+    if poll {
+        return "normal, yielding";
     }
-    "normal"
+    let p = libc::sched_param { sched_priority: 10 };
+    // SAFETY: sets the calling thread's policy.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0 {
+        "fifo"
+    } else {
+        "normal"
+    }
 }
 
 /// Run the emulator until [`Shared::stop`]; errors end it and are recorded in
@@ -457,8 +455,15 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
                 .for_each(|b| b.retain(|w| w.end_ns > now));
         }
         log.flush_every(now, 100_000_000);
-        if poll || worked {
-            std::hint::spin_loop();
+        if worked {
+            continue;
+        }
+        if poll {
+            // Let whatever else is runnable here (ksoftirqd, which delivers the frames
+            // this thread sends on, above all) run now rather than at the end of a
+            // scheduler slice.
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
             continue;
         }
         let next = held
