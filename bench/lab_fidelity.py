@@ -99,6 +99,17 @@ def udp_seq(f):
     return struct.unpack(">I", f[14 + ihl + 8:14 + ihl + 12])[0]
 
 
+def steal():
+    """(steal, total) jiffies of all CPUs so far (/proc/stat): the hypervisor's share."""
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return f[7], sum(f)
+
+
+def steal_since(s0):
+    s1 = steal()
+    return 100.0 * (s1[0] - s0[0]) / max(1, s1[1] - s0[1])
+
+
 def pct(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(len(v) * p / 100))]
@@ -110,7 +121,9 @@ def delay(mode, rate):
     up(*imp)
     cap = Capture("icmp")
     n = 300 if QUICK else 1000
+    s0 = steal()
     exec_("a", "ping", "-4", "-q", "-c", str(n), "-i", "0.005", "b", stdout=subprocess.DEVNULL)
+    st = steal_since(s0)
     pk = cap.stop()
     down()
     bps = {"10mbit": 10e6}.get(rate)
@@ -126,7 +139,7 @@ def delay(mode, rate):
                 errs["b2a"].append((t_a - tb[k][0] - d_ms / 1e3 - ser) * 1e6)
     rows = []
     for dname, e in errs.items():
-        rows.append((mode, rate or "none", dname, len(e), statistics.median(e), pct(e, 99), max(e)))
+        rows.append((mode, rate or "none", dname, len(e), statistics.median(e), pct(e, 99), max(e), st))
     return rows
 
 
@@ -226,11 +239,13 @@ def main():
     print(f"Host: {os.uname().release}, {os.cpu_count()} vCPUs; `{' '.join(sys.argv)}`; "
           f"{time.strftime('%Y-%m-%d %H:%M')}. Measured from tcpdump captures on eth0 of hosts a and b.\n")
     print("## One-way delay error (µs; 10 ms configured; ICMP echo every 5 ms)\n")
-    print("| mode | rate | dir | n | median | P99 | max |\n|---|---|---|---|---|---|---|")
+    print("The last column is the hypervisor's steal time during the run (/proc/stat): "
+          "above a few per cent, the tails are the host's, not the emulator's.\n")
+    print("| mode | rate | dir | n | median | P99 | max | steal % |\n|---|---|---|---|---|---|---|---|")
     for mode in ["poll", "sleep"]:
         for rate in [None, "10mbit"]:
             for r in delay(mode, rate):
-                print("| %s | %s | %s | %d | %.1f | %.1f | %.1f |" % r)
+                print("| %s | %s | %s | %d | %.1f | %.1f | %.1f | %.0f |" % r)
     sent, lost, lo, hi = loss()
     print(f"\n## Loss (10 % configured)\n\n{lost} of {sent} echo requests lost "
           f"({100 * lost / sent:.2f} %); 99 % binomial interval {lo:.0f}–{hi:.0f}: "
