@@ -3,6 +3,7 @@
 //! See DESIGN.md for the module map. Data flows one way: sources ([`probe`],
 //! [`kernel`]) → samples → [`stats`] → [`report`].
 
+pub mod experiment;
 pub mod kernel;
 pub mod lab;
 pub mod model;

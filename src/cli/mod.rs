@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. Arguments are validated into the
 //! library's settings before anything opens a socket.
 
+pub mod experiment;
 pub mod lab;
 pub mod output;
 pub mod ping;
@@ -50,6 +51,8 @@ pub enum Command {
     Lab(lab::LabArgs),
     /// The retransmission timeline under a disruption: the seed's theory and the kernel's rules.
     Rto(rto::RtoArgs),
+    /// The seeds' experiments, each into a results directory that can be resumed.
+    Experiment(experiment::ExperimentArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -67,6 +70,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tune(a) => tune::run(a),
         Command::Rto(a) => rto::run(a),
         Command::Lab(a) => lab::run(a),
+        Command::Experiment(a) => experiment::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

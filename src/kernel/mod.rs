@@ -7,6 +7,7 @@ pub mod hz;
 pub mod link;
 pub mod netlink;
 pub mod netns;
+pub mod netstat;
 pub mod route;
 pub mod sock_diag;
 pub mod sockopt;

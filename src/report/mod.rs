@@ -1,6 +1,7 @@
 //! Presentation: human tables, JSON, CSV and netperf-style output selectors. Nothing
 //! outside this module formats results.
 
+pub mod blackout;
 pub mod lab;
 mod ping;
 mod rr;

@@ -37,53 +37,63 @@ fn ms(v: f64) -> String {
     }
 }
 
+/// Seed 001's table layout: a row per disruption (in seconds), a column per
+/// (rto_min, thick/thin) named "`what` Thick rto_min 5ms"; `cells` are (disruption
+/// ms, rto_min ms, thin 0/1, text); rows and columns are sorted.
+pub fn seed_layout(what: &str, cells: &[(f64, f64, u8, String)]) -> String {
+    let mut configs: Vec<(f64, u8)> = Vec::new();
+    let mut ds: Vec<f64> = Vec::new();
+    for c in cells {
+        if !configs.contains(&(c.1, c.2)) {
+            configs.push((c.1, c.2));
+        }
+        if !ds.contains(&c.0) {
+            ds.push(c.0);
+        }
+    }
+    configs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    ds.sort_by(f64::total_cmp);
+    let mut header = vec!["Disruption Duration (s)".to_owned()];
+    header.extend(configs.iter().map(|&(r, t)| {
+        format!(
+            "{what} {} rto_min {}ms",
+            if t == 1 { "Thin" } else { "Thick" },
+            ms(r)
+        )
+    }));
+    let mut t = Table::new(header);
+    for d in ds {
+        let mut row = vec![format!("{}", d / 1000.0)];
+        for &(r, th) in &configs {
+            let cell = cells.iter().find(|c| c.0 == d && c.1 == r && c.2 == th);
+            row.push(cell.map_or("-".into(), |c| c.3.clone()));
+        }
+        t.row(row);
+    }
+    t.render()
+}
+
 impl Grid {
     /// Seed 001's layout: a row per disruption, a column per (rto_min, thin/thick).
     pub fn table(&self, improvement: bool) -> String {
-        let mut configs: Vec<(f64, u8)> = Vec::new();
-        for c in &self.cells {
-            if !configs.contains(&(c.rto_min_ms, c.thin)) {
-                configs.push((c.rto_min_ms, c.thin));
-            }
-        }
         let what = if improvement {
             "Improvement"
         } else {
             "TCP Idle"
         };
-        let mut header = vec!["Disruption Duration (s)".to_owned()];
-        header.extend(configs.iter().map(|&(r, t)| {
-            format!(
-                "{what} {} rto_min {}ms",
-                if t == 1 { "Thin" } else { "Thick" },
-                ms(r)
-            )
-        }));
-        let mut t = Table::new(header);
-        let mut ds: Vec<f64> = Vec::new();
-        for c in &self.cells {
-            if !ds.contains(&c.disruption_ms) {
-                ds.push(c.disruption_ms);
-            }
-        }
-        for d in ds {
-            let mut row = vec![format!("{}", d / 1000.0)];
-            for &(r, th) in &configs {
-                let cell = self
-                    .cells
-                    .iter()
-                    .find(|c| c.disruption_ms == d && c.rto_min_ms == r && c.thin == th);
-                row.push(cell.map_or("-".into(), |c| {
-                    ms(if improvement {
-                        c.improvement_ms.unwrap_or(0.0)
-                    } else {
-                        c.idle_ms
-                    })
-                }));
-            }
-            t.row(row);
-        }
-        t.render()
+        let cells: Vec<(f64, f64, u8, String)> = self
+            .cells
+            .iter()
+            .map(|c| {
+                let v = if improvement {
+                    c.improvement_ms.unwrap_or(0.0)
+                } else {
+                    c.idle_ms
+                };
+                (c.disruption_ms, c.rto_min_ms, c.thin, ms(v))
+            })
+            .collect();
+        seed_layout(what, &cells)
     }
 
     /// One row per cell: disruption_ms,rto_min_ms,thin,idle_ms[,improvement_ms].

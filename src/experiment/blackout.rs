@@ -1,0 +1,585 @@
+//! Seed 001's experiment: how long a request/response connection stays idle when the
+//! network drops everything for a disruption D, for each rto_min and thin/thick, and
+//! what the `linux` retransmission model predicts for the same cell.
+//!
+//! Each trial, in the lab: set rto_min (route metric or sysctl) and
+//! tcp_thin_linear_timeouts on both hosts, run TCP_RR `-r 1,2` from a to b with the
+//! chosen congestion control on a fixed data port, black the port out for D about one
+//! second in, and record the largest transaction latency (the idle: the transaction in
+//! flight when the blackout began waits for the first retransmission after it ends),
+//! both ends' retransmissions, and the kernel's TcpExt counters, which name the path
+//! the recovery took. The blackout is the emulator's (exact, in the path: the TLP/RTO
+//! schedule applies) or, as in the seed's script, nftables rules on host a (the
+//! refused send may fall back to the zero-window-probe timer).
+//!
+//! The hosts never save TCP metrics (`net.ipv4.tcp_no_metrics_save = 1`), which is
+//! the seed's per-trial `ip tcp_metrics flush` made permanent: a cached RTT would
+//! change a new connection's first RTO.
+
+use super::results::{ResultsDir, ResultsError};
+use crate::kernel::{netns, netstat, route, sysctl};
+use crate::lab::control::Start;
+use crate::lab::emulator::Dir;
+use crate::lab::impair::Impairments;
+use crate::lab::{Lab, LabError, LabSpec, Node};
+use crate::model::rto::{self, DropAt, Flavour, RtoModel};
+use crate::probe::rr::{self, RrSettings, RunControl};
+use crate::probe::server::{Server, ServerConfig};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How rto_min is set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mechanism {
+    /// The route to the peer carries a locked rto_min metric.
+    Route,
+    /// net.ipv4.tcp_rto_min_us in each host's namespace.
+    Sysctl,
+}
+
+/// Where the blackout drops packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlackoutBy {
+    /// The lab's emulator, in the path.
+    Emulator,
+    /// nftables on host a, input and output, as seed 001's script.
+    Nftables,
+}
+
+/// The sweep.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub rto_min_ms: Vec<u32>,
+    pub thin: Vec<bool>,
+    pub disruption_ms: Vec<u32>,
+    pub trials: u32,
+    pub mechanism: Mechanism,
+    pub blackout_by: BlackoutBy,
+    /// Congestion control of both data sockets.
+    pub cc: String,
+    /// Time from the start of TCP_RR to the blackout.
+    pub warmup_ms: u32,
+    /// Seed of the trial order.
+    pub seed: u64,
+}
+
+impl Settings {
+    /// Seed 001's grid: rto_min 5/50/200 ms × thick/thin × 12 disruptions, 3 trials.
+    pub fn seed_grid() -> Self {
+        Self {
+            rto_min_ms: vec![5, 50, 200],
+            thin: vec![false, true],
+            disruption_ms: vec![10, 20, 30, 50, 70, 100, 200, 300, 500, 700, 1000, 1500],
+            trials: 3,
+            mechanism: Mechanism::Route,
+            blackout_by: BlackoutBy::Emulator,
+            cc: "cubic".into(),
+            warmup_ms: 1000,
+            seed: 1,
+        }
+    }
+}
+
+/// One trial's outcome (a line of trials.jsonl).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub rto_min_ms: u32,
+    pub thin: bool,
+    pub disruption_ms: u32,
+    pub trial: u32,
+    /// Largest transaction latency (ms): the TCP idle duration.
+    pub idle_ms: Option<f64>,
+    /// The `linux` model's idle for this cell.
+    pub predicted_ms: f64,
+    pub transactions: u64,
+    pub client_retrans: Option<u64>,
+    pub server_retrans: Option<u64>,
+    /// TcpExt deltas summed over both hosts.
+    pub loss_probes: u64,
+    pub timeouts: u64,
+    pub retrans_fail: u64,
+    /// `tlp_rto`, `probe0` or `none` (see [`path_of`]).
+    pub path: String,
+    /// When the blackout began and ended (CLOCK_REALTIME ns): the emulator's window, or
+    /// the moments the nftables rules were in place and gone.
+    pub blackout_start_ns: u64,
+    pub blackout_end_ns: u64,
+    /// Frames the emulator dropped for the blackout (0 with nftables).
+    pub dropped_frames: u64,
+    pub error: Option<String>,
+}
+
+/// The recovery path from the kernel's counters: any loss probe or timeout is the
+/// TLP/RTO schedule; a stall with neither is the zero-window-probe timer of a send the
+/// local hook refused (never counted as sent, so never retransmitted: KERNEL_RTO.md §7).
+pub fn path_of(loss_probes: u64, timeouts: u64, idle_ms: Option<f64>, d_ms: u32) -> &'static str {
+    if loss_probes + timeouts > 0 {
+        "tlp_rto"
+    } else if idle_ms.is_some_and(|i| i >= f64::from(d_ms)) {
+        "probe0"
+    } else {
+        "none"
+    }
+}
+
+/// Errors of the experiment.
+#[derive(Debug, thiserror::Error)]
+pub enum BlackoutError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// The model's idle for a cell.
+pub fn predict(rto_min_ms: u32, thin: bool, d_ms: u32, hz: u32, drop_at: DropAt) -> f64 {
+    let mut m = RtoModel::new(
+        Flavour::Linux,
+        Duration::from_millis(u64::from(rto_min_ms)),
+        thin,
+        hz,
+    );
+    m.drop_at = drop_at;
+    let d = Duration::from_millis(u64::from(d_ms));
+    let ev = rto::timeline(&m, d + Duration::from_secs(130));
+    rto::idle(&ev, Flavour::Linux, d).map_or(f64::NAN, |e| e.at_us() / 1e3)
+}
+
+/// Trials in the seed script's randomised order (a Fisher–Yates shuffle of every
+/// cell × trial, from `seed`).
+pub fn plan(s: &Settings) -> Vec<(u32, bool, u32, u32)> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let mut v = Vec::new();
+    for &r in &s.rto_min_ms {
+        for &t in &s.thin {
+            for &d in &s.disruption_ms {
+                for k in 0..s.trials {
+                    v.push((r, t, d, k));
+                }
+            }
+        }
+    }
+    v.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(s.seed));
+    v
+}
+
+const SERVER_PORT: u16 = 12866;
+
+struct Bench {
+    lab: Lab,
+    server: Option<crate::probe::server::ServerHandle>,
+    a: IpAddr,
+    b: IpAddr,
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown();
+        }
+    }
+}
+
+fn setup_err(what: &str) -> impl FnOnce(String) -> BlackoutError + '_ {
+    move |e| BlackoutError::Setup(format!("{what}: {e}"))
+}
+
+fn bench(name: &str) -> Result<Bench, BlackoutError> {
+    let lab = Lab::up(&LabSpec::new(name, Impairments::default()))?;
+    for n in [Node::A, Node::B] {
+        sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
+            .map_err(|e| setup_err("tcp_no_metrics_save")(e.to_string()))?;
+    }
+    let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
+    let server = netns::run_in(Some(lab.netns(Node::B)), || {
+        Server::bind(ServerConfig {
+            listen: vec![SocketAddr::new(b, SERVER_PORT)],
+            ..Default::default()
+        })
+        .map_err(|e| e.to_string())?
+        .spawn()
+        .map_err(|e| e.to_string())
+    })
+    .map_err(|e| setup_err("server")(e.to_string()))?
+    .map_err(setup_err("server"))?;
+    lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
+    Ok(Bench {
+        lab,
+        server: Some(server),
+        a,
+        b,
+    })
+}
+
+/// Set rto_min on host `ns` for its route to `peer`, or by sysctl.
+fn set_rto_min(ns: &str, peer: IpAddr, mech: Mechanism, ms: u32) -> Result<(), String> {
+    match mech {
+        Mechanism::Route => {
+            let routes = route::list(Some(ns)).map_err(|e| e.to_string())?;
+            let r = route::find(&routes, peer, None).map_err(|e| e.to_string())?;
+            route::set_rto_min(Some(ns), &r, Some(ms)).map_err(|e| e.to_string())
+        }
+        Mechanism::Sysctl => sysctl::write(
+            Some(ns),
+            "net.ipv4.tcp_rto_min_us",
+            &(u64::from(ms) * 1000).to_string(),
+        )
+        .map_err(|e| e.to_string()),
+    }
+}
+
+fn nft(lab: &Lab, script: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut c = lab
+        .command(Node::A, "nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft: {e} (apt-get install nftables)"))?;
+    if let Some(mut i) = c.stdin.take() {
+        i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
+    }
+    let o = c.wait_with_output().map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))
+    }
+}
+
+fn realtime_ns() -> u64 {
+    crate::lab::emulator::realtime_ns()
+}
+
+/// Run one trial.
+fn trial(
+    b: &Bench,
+    s: &Settings,
+    (rto_min_ms, thin, d_ms, k): (u32, bool, u32, u32),
+    port: u16,
+    hz: u32,
+) -> TrialRecord {
+    let drop_at = match s.blackout_by {
+        BlackoutBy::Emulator => DropAt::Path,
+        BlackoutBy::Nftables => DropAt::Local,
+    };
+    let predicted_ms = predict(rto_min_ms, thin, d_ms, hz, drop_at);
+    let mut rec = TrialRecord {
+        rto_min_ms,
+        thin,
+        disruption_ms: d_ms,
+        trial: k,
+        idle_ms: None,
+        predicted_ms,
+        transactions: 0,
+        client_retrans: None,
+        server_retrans: None,
+        loss_probes: 0,
+        timeouts: 0,
+        retrans_fail: 0,
+        path: "none".into(),
+        blackout_start_ns: 0,
+        blackout_end_ns: 0,
+        dropped_frames: 0,
+        error: None,
+    };
+    let (na, nb) = (b.lab.netns(Node::A), b.lab.netns(Node::B));
+    let prep = || -> Result<(), String> {
+        set_rto_min(na, b.b, s.mechanism, rto_min_ms)?;
+        set_rto_min(nb, b.a, s.mechanism, rto_min_ms)?;
+        for ns in [na, nb] {
+            sysctl::write(
+                Some(ns),
+                "net.ipv4.tcp_thin_linear_timeouts",
+                if thin { "1" } else { "0" },
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    if let Err(e) = prep() {
+        rec.error = Some(e);
+        return rec;
+    }
+    let before = [netstat::read(Some(na)), netstat::read(Some(nb))];
+    let dropped0 = b.lab.status();
+    let warmup = Duration::from_millis(u64::from(s.warmup_ms));
+    let d = Duration::from_millis(u64::from(d_ms));
+    let run_for = warmup
+        + d.max(Duration::from_secs_f64(predicted_ms.max(0.0) / 1e3))
+        + Duration::from_millis(500);
+    let mut rs = RrSettings::new(SocketAddr::new(b.b, SERVER_PORT));
+    rs.request_size = 1;
+    rs.response_size = 2;
+    rs.duration = Some(run_for);
+    rs.data_port = port;
+    rs.congestion = Some(s.cc.clone());
+    rs.percentiles = vec![];
+    let ctl = RunControl::default();
+    let result = std::thread::scope(|sc| {
+        let blackout = sc.spawn(|| -> Result<(u64, u64), String> {
+            match s.blackout_by {
+                BlackoutBy::Emulator => {
+                    let w = b
+                        .lab
+                        .blackout(&Dir::BOTH, d, Some(port), Start::After { ns: warmup.as_nanos() as u64 })
+                        .map_err(|e| e.to_string())?;
+                    Ok((w.start_ns, w.end_ns))
+                }
+                BlackoutBy::Nftables => {
+                    std::thread::sleep(warmup);
+                    nft(
+                        &b.lab,
+                        &format!(
+                            "table inet rttlab_blackout {{\n chain input {{ type filter hook input priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n chain output {{ type filter hook output priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n}}\n"
+                        ),
+                    )?;
+                    let start = realtime_ns();
+                    std::thread::sleep(d);
+                    nft(&b.lab, "delete table inet rttlab_blackout\n")?;
+                    Ok((start, realtime_ns()))
+                }
+            }
+        });
+        let r = netns::run_in(Some(na), || rr::run(&rs, &ctl));
+        (r, blackout.join())
+    });
+    let after = [netstat::read(Some(na)), netstat::read(Some(nb))];
+    let st = b.lab.status();
+    rec.dropped_frames = (st.a2b.counters.drop_blackout + st.b2a.counters.drop_blackout)
+        .saturating_sub(dropped0.a2b.counters.drop_blackout + dropped0.b2a.counters.drop_blackout);
+    match result.1 {
+        Ok(Ok((s0, s1))) => {
+            rec.blackout_start_ns = s0;
+            rec.blackout_end_ns = s1;
+        }
+        Ok(Err(e)) => rec.error = Some(format!("blackout: {e}")),
+        Err(_) => rec.error = Some("blackout thread panicked".into()),
+    }
+    match result.0 {
+        Ok(Ok(r)) => {
+            rec.idle_ms = r.latency.max_us.map(|x| x / 1e3);
+            rec.transactions = r.transactions;
+            rec.client_retrans = r.local_retrans;
+            rec.server_retrans = r.remote_retrans;
+            if let Some(e) = r.error {
+                rec.error.get_or_insert(e);
+            }
+        }
+        Ok(Err(e)) => {
+            rec.error.get_or_insert(e.to_string());
+        }
+        Err(e) => {
+            rec.error.get_or_insert(e.to_string());
+        }
+    }
+    for (b0, b1) in before.iter().zip(&after) {
+        if let (Ok(x), Ok(y)) = (b0, b1) {
+            rec.loss_probes += netstat::delta(x, y, "TcpExt.TCPLossProbes");
+            rec.timeouts += netstat::delta(x, y, "TcpExt.TCPTimeouts");
+            rec.retrans_fail += netstat::delta(x, y, "TcpExt.TCPRetransFail");
+        }
+    }
+    rec.path = path_of(rec.loss_probes, rec.timeouts, rec.idle_ms, d_ms).into();
+    rec
+}
+
+/// What the runner reports after each trial.
+pub struct Progress<'a> {
+    pub done: usize,
+    pub total: usize,
+    pub eta: Duration,
+    pub last: &'a TrialRecord,
+}
+
+/// Run the sweep into `out` (resuming what it holds), calling `progress` after each
+/// trial; stop early when `stop` returns true. Returns every trial of the run.
+///
+/// # Errors
+/// The lab or results directory could not be set up. Failed trials are recorded with
+/// their error, not returned.
+pub fn run(
+    s: &Settings,
+    out: &Path,
+    hz: u32,
+    facts: &serde_json::Value,
+    stop: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(Progress<'_>),
+) -> Result<Vec<TrialRecord>, BlackoutError> {
+    let settings = serde_json::to_value(s).map_err(|e| BlackoutError::Setup(e.to_string()))?;
+    let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, &settings, facts)?;
+    let todo: Vec<_> = plan(s)
+        .into_iter()
+        .filter(|&(r, t, d, k)| {
+            !done
+                .iter()
+                .any(|x| (x.rto_min_ms, x.thin, x.disruption_ms, x.trial) == (r, t, d, k))
+        })
+        .collect();
+    if todo.is_empty() {
+        return Ok(done);
+    }
+    let b = bench(&format!("blackout-{}", std::process::id() % 100_000))?;
+    let total = todo.len();
+    let t0 = Instant::now();
+    for (i, cell) in todo.into_iter().enumerate() {
+        if stop() {
+            break;
+        }
+        let port = 20_000 + (i % 20_000) as u16;
+        let rec = trial(&b, s, cell, port, hz);
+        dir.record(&rec)?;
+        let per = t0.elapsed() / (i as u32 + 1);
+        progress(Progress {
+            done: i + 1,
+            total,
+            eta: per * (total - i - 1) as u32,
+            last: &rec,
+        });
+        done.push(rec);
+    }
+    Ok(done)
+}
+
+/// The median of each cell by path: (rto_min, thin, D, path) → (n, median idle ms,
+/// predicted ms).
+#[derive(Clone, Debug, Serialize)]
+pub struct CellSummary {
+    pub rto_min_ms: u32,
+    pub thin: bool,
+    pub disruption_ms: u32,
+    pub path: String,
+    pub n: usize,
+    pub median_ms: f64,
+    pub predicted_ms: f64,
+    /// |median − predicted| ≤ max(5 ms, 5 %).
+    pub within: bool,
+}
+
+/// Summarise trials per cell and path (failed trials left out).
+pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
+    let mut keys: Vec<(u32, bool, u32, String)> = trials
+        .iter()
+        .filter(|t| t.error.is_none() && t.idle_ms.is_some())
+        .map(|t| (t.rto_min_ms, t.thin, t.disruption_ms, t.path.clone()))
+        .collect();
+    keys.sort_by(|a, b| (a.0, a.1, a.2, &a.3).cmp(&(b.0, b.1, b.2, &b.3)));
+    keys.dedup();
+    keys.into_iter()
+        .map(|(r, t, d, p)| {
+            let mut v: Vec<f64> = trials
+                .iter()
+                .filter(|x| {
+                    x.error.is_none()
+                        && (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d)
+                        && x.path == p
+                })
+                .filter_map(|x| x.idle_ms)
+                .collect();
+            v.sort_by(f64::total_cmp);
+            let median = if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+            };
+            let predicted = trials
+                .iter()
+                .find(|x| (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d))
+                .map_or(f64::NAN, |x| x.predicted_ms);
+            CellSummary {
+                rto_min_ms: r,
+                thin: t,
+                disruption_ms: d,
+                path: p,
+                n: v.len(),
+                median_ms: median,
+                predicted_ms: predicted,
+                within: (median - predicted).abs() <= (0.05 * predicted).max(5.0),
+            }
+        })
+        .collect()
+}
+
+/// Write the tables of `trials` into the results directory `dir` (summary.json,
+/// tables.txt), returning the text.
+///
+/// # Errors
+/// A write failed.
+pub fn write_tables(out: &Path, trials: &[TrialRecord]) -> Result<String, BlackoutError> {
+    let cells = summarise(trials);
+    let text = crate::report::blackout::tables(&cells);
+    let json =
+        serde_json::to_string_pretty(&cells).map_err(|e| BlackoutError::Setup(e.to_string()))?;
+    std::fs::write(out.join("summary.json"), json)
+        .and_then(|()| std::fs::write(out.join("tables.txt"), &text))
+        .map_err(|e| BlackoutError::Setup(format!("{}: {e}", out.display())))?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_covers_every_cell_once_in_a_seeded_order() {
+        let s = Settings::seed_grid();
+        let p = plan(&s);
+        assert_eq!(p.len(), 3 * 2 * 12 * 3);
+        let mut q = p.clone();
+        q.sort();
+        q.dedup();
+        assert_eq!(q.len(), p.len());
+        assert_eq!(p, plan(&s));
+        assert_ne!(p, {
+            let mut x = p.clone();
+            x.sort();
+            x
+        });
+    }
+
+    #[test]
+    fn paths_and_medians() {
+        assert_eq!(path_of(1, 0, Some(300.0), 200), "tlp_rto");
+        assert_eq!(path_of(0, 0, Some(300.0), 200), "probe0");
+        assert_eq!(path_of(0, 0, Some(1.0), 200), "none");
+        let t = |idle: f64, path: &str| TrialRecord {
+            rto_min_ms: 5,
+            thin: false,
+            disruption_ms: 100,
+            trial: 0,
+            idle_ms: Some(idle),
+            predicted_ms: 100.0,
+            transactions: 1,
+            client_retrans: None,
+            server_retrans: None,
+            loss_probes: 0,
+            timeouts: 0,
+            retrans_fail: 0,
+            path: path.into(),
+            blackout_start_ns: 0,
+            blackout_end_ns: 0,
+            dropped_frames: 0,
+            error: None,
+        };
+        let s = summarise(&[t(104.0, "tlp_rto"), t(98.0, "tlp_rto"), t(300.0, "probe0")]);
+        assert_eq!(s.len(), 2);
+        let probe0 = s.iter().find(|c| c.path == "probe0").unwrap();
+        assert_eq!(
+            (probe0.n, probe0.median_ms, probe0.within),
+            (1, 300.0, false)
+        );
+        let rto = s.iter().find(|c| c.path == "tlp_rto").unwrap();
+        assert_eq!((rto.n, rto.median_ms, rto.within), (2, 101.0, true));
+    }
+}

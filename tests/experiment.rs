@@ -1,0 +1,121 @@
+//! `rttlab experiment blackout` end to end in the lab (root). Witnesses: the emulator's
+//! drop counters and window, the kernel's TcpExt counters, the results directory on
+//! disk, and the model's arithmetic for the cell.
+
+mod common;
+
+use common::{bin, privileged};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One sweep at a time: each builds a lab and measures time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn trials(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("trials.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn blackout(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args([
+            "experiment",
+            "blackout",
+            "--trials",
+            "1",
+            "--thin",
+            "off",
+            "--out",
+        ])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
+    if !privileged("a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let args = ["--rto-min", "50ms", "--disruption", "100ms,300ms"];
+    let o = blackout(&dir, &args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Practice Thick rto_min 50ms"), "{out}");
+    for f in ["run.json", "trials.jsonl", "summary.json", "tables.txt"] {
+        assert!(dir.join(f).exists(), "{f}");
+    }
+    let t = trials(&dir);
+    assert_eq!(t.len(), 2);
+    for x in &t {
+        let d = x["disruption_ms"].as_f64().unwrap();
+        assert!(x["error"].is_null(), "{x}");
+        // The emulator's window is exactly D, and it dropped frames of the data port.
+        let w = x["blackout_end_ns"].as_u64().unwrap() - x["blackout_start_ns"].as_u64().unwrap();
+        assert_eq!(w as f64, d * 1e6);
+        assert!(x["dropped_frames"].as_u64().unwrap() >= 1, "{x}");
+        // A path blackout recovers by TLP/RTO, and the kernel counted it.
+        assert_eq!(x["path"], "tlp_rto", "{x}");
+        assert!(x["timeouts"].as_u64().unwrap() + x["loss_probes"].as_u64().unwrap() >= 1);
+        assert!(x["client_retrans"].as_u64().unwrap() + x["server_retrans"].as_u64().unwrap() >= 1);
+        // The idle outlasts the blackout and lands near the model's retransmission
+        // (a generous bound: one trial on a shared VM).
+        let idle = x["idle_ms"].as_f64().unwrap();
+        let predicted = x["predicted_ms"].as_f64().unwrap();
+        assert!(idle >= d, "{x}");
+        assert!((idle - predicted).abs() < 0.1 * predicted + 30.0, "{x}");
+    }
+    // Same settings: nothing left to do, nothing added.
+    let again = blackout(&dir, &args);
+    assert!(again.status.success());
+    assert_eq!(trials(&dir).len(), 2);
+    // Other settings in the same directory: refused, one line.
+    let other = blackout(&dir, &["--rto-min", "5ms", "--disruption", "100ms"]);
+    assert!(!other.status.success());
+    let e = String::from_utf8_lossy(&other.stderr);
+    assert!(e.contains("other settings"), "{e}");
+    // The lab is gone.
+    assert!(!rttlab::kernel::netns::list()
+        .iter()
+        .any(|n| n.starts_with("rttlab-lab-blackout-")));
+}
+
+#[test]
+fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
+    if !privileged("an_nftables_blackout_on_the_host_is_labelled_by_its_path") {
+        return;
+    }
+    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("nft");
+    let o = blackout(
+        &dir,
+        &[
+            "--rto-min",
+            "200ms",
+            "--disruption",
+            "200ms",
+            "--blackout-by",
+            "nftables",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = trials(&dir);
+    let x = &t[0];
+    assert!(x["error"].is_null(), "{x}");
+    // nftables needs a process start to add and remove its rules: the window is at
+    // least D, and the emulator dropped nothing.
+    let w = x["blackout_end_ns"].as_u64().unwrap() - x["blackout_start_ns"].as_u64().unwrap();
+    assert!(w >= 200_000_000, "{x}");
+    assert_eq!(x["dropped_frames"], 0);
+    let path = x["path"].as_str().unwrap();
+    assert!(path == "tlp_rto" || path == "probe0", "{x}");
+    assert!(x["idle_ms"].as_f64().unwrap() >= 200.0, "{x}");
+}
