@@ -41,7 +41,9 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
     if !privileged("a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("run");
     let args = ["--rto-min", "50ms", "--disruption", "100ms,300ms"];
@@ -92,7 +94,9 @@ fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
     if !privileged("an_nftables_blackout_on_the_host_is_labelled_by_its_path") {
         return;
     }
-    let _g = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("nft");
     let o = blackout(
@@ -118,4 +122,94 @@ fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
     let path = x["path"].as_str().unwrap();
     assert!(path == "tlp_rto" || path == "probe0", "{x}");
     assert!(x["idle_ms"].as_f64().unwrap() >= 200.0, "{x}");
+}
+
+#[test]
+fn against_a_remote_server_this_host_is_tuned_then_restored() {
+    if !privileged("against_a_remote_server_this_host_is_tuned_then_restored") {
+        return;
+    }
+    let _g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // "This host" is namespace a of a pair the test made; the server runs in b.
+    let pair = common::NetnsPair::new();
+    let _server = pair.serve_in_b(pair.b4, 12866, &[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("remote");
+    let state = tmp.path().join("state");
+    let sysctl = |key: &str| {
+        let o = common::NetnsPair::exec(&pair.a, &["sysctl", "-n", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let before = (
+        sysctl("net.ipv4.tcp_rto_min_us"),
+        sysctl("net.ipv4.tcp_thin_linear_timeouts"),
+    );
+    let bin = bin();
+    let o = common::NetnsPair::exec(
+        &pair.a,
+        &[
+            bin.to_str().unwrap(),
+            "experiment",
+            "blackout",
+            "-H",
+            pair.b4,
+            "--mechanism",
+            "sysctl",
+            "--rto-min",
+            "50ms",
+            "--thin",
+            "on",
+            "--disruption",
+            "200ms",
+            "--trials",
+            "1",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+    )
+    .env("RTTLAB_STATE_DIR", &state)
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = trials(&dir);
+    let x = &t[0];
+    assert!(x["error"].is_null(), "{x}");
+    assert!(x["idle_ms"].as_f64().unwrap() >= 200.0, "{x}");
+    let path = x["path"].as_str().unwrap();
+    assert!(path == "tlp_rto" || path == "probe0", "{x}");
+    // Witnesses: sysctl(8) and nft(8) in the namespace, and the journal file.
+    assert_eq!(
+        (
+            sysctl("net.ipv4.tcp_rto_min_us"),
+            sysctl("net.ipv4.tcp_thin_linear_timeouts")
+        ),
+        before
+    );
+    let tables = common::NetnsPair::exec(&pair.a, &["nft", "list", "tables"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&tables.stdout).contains("rttlab_blackout"));
+    let journal = std::fs::read_to_string(state.join("tune.json")).unwrap_or_default();
+    assert!(!journal.contains("tcp_rto_min_us"), "{journal}");
+    // The emulator is not there to black out a remote path.
+    let refused = common::NetnsPair::exec(
+        &pair.a,
+        &[
+            bin.to_str().unwrap(),
+            "experiment",
+            "blackout",
+            "-H",
+            pair.b4,
+            "--blackout-by",
+            "emulator",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs the lab"));
 }

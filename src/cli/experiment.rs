@@ -64,9 +64,17 @@ pub struct BlackoutArgs {
     /// How rto_min is set on both hosts: a locked route metric, or net.ipv4.tcp_rto_min_us.
     #[arg(long, value_enum, default_value = "route")]
     pub mechanism: MechanismArg,
-    /// Where packets are dropped: the lab's emulator (in the path), or nftables on host a (seed 001's script).
-    #[arg(long, value_enum, default_value = "emulator")]
-    pub blackout_by: ByArg,
+    /// Where packets are dropped: the lab's emulator (in the path; the default in the lab),
+    /// or nftables on the client host (seed 001's script; always with -H).
+    #[arg(long, value_enum)]
+    pub blackout_by: Option<ByArg>,
+    /// Run against `rttlab serve` on this host instead of the lab: rto_min and thin are set
+    /// here (journalled, reverted at the end; thin also per socket at the server).
+    #[arg(short = 'H', long = "host", value_name = "HOST")]
+    pub host: Option<String>,
+    /// The server's control port (with -H).
+    #[arg(short = 'p', long, default_value_t = 12866, requires = "host")]
+    pub port: u16,
     /// Congestion control of the data connection (bbr keeps thin timeouts from ever applying).
     #[arg(long, default_value = "cubic")]
     pub cc: String,
@@ -116,9 +124,21 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
             MechanismArg::Route => Mechanism::Route,
             MechanismArg::Sysctl => Mechanism::Sysctl,
         },
-        blackout_by: match a.blackout_by {
-            ByArg::Emulator => BlackoutBy::Emulator,
-            ByArg::Nftables => BlackoutBy::Nftables,
+        blackout_by: match (a.blackout_by, &a.host) {
+            (Some(ByArg::Emulator), Some(_)) => anyhow::bail!(
+                "--blackout-by emulator needs the lab; with -H the blackout is nftables on this host"
+            ),
+            (Some(ByArg::Emulator) | None, None) => BlackoutBy::Emulator,
+            (Some(ByArg::Nftables), _) | (None, Some(_)) => BlackoutBy::Nftables,
+        },
+        remote: match &a.host {
+            None => None,
+            Some(h) => Some(
+                std::net::ToSocketAddrs::to_socket_addrs(&(h.as_str(), a.port))
+                    .with_context(|| format!("resolving {h}"))?
+                    .next()
+                    .with_context(|| format!("{h} has no address"))?,
+            ),
         },
         cc: a.cc.clone(),
         warmup_ms: 1000,
@@ -191,10 +211,10 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         eprint!("\r\x1b[K");
     }
     let failed = trials.iter().filter(|t| t.error.is_some()).count();
-    let text = blackout::write_tables(&out, &trials)?;
+    let text = blackout::write_report(&out, &trials)?;
     print!("{text}");
     println!(
-        "{} trials ({} failed) in {}: run.json, trials.jsonl, summary.json, tables.txt",
+        "{} trials ({} failed) in {}: run.json, trials.jsonl, summary.json, tables.txt, *.svg, report.html",
         trials.len(),
         failed,
         out.display()

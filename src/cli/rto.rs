@@ -164,7 +164,8 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
             DropArg::Local => DropAt::Local,
         },
     };
-    let default_events = rto::timeline(&model(Duration::from_millis(200), false), horizon);
+    let default_model = model(Duration::from_millis(200), false);
+    let default_events = rto::timeline(&default_model, horizon);
     let mut grid = Grid {
         models: Vec::new(),
         delack_max_us: Vec::new(),
@@ -177,9 +178,9 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
             let md = model(r, thin);
             let ev = rto::timeline(&md, horizon);
             for &d in &ds {
-                let e = rto::idle(&ev, flavour, d)
+                let e = rto::idle(&ev, &md, d)
                     .context("the timeline ended before the disruption did (a bug)")?;
-                let base = rto::idle(&default_events, flavour, d).map(|e| e.at_us());
+                let base = rto::idle(&default_events, &default_model, d).map(|e| e.at_us());
                 let upto = ev.iter().position(|x| x == e).map_or(ev.len(), |i| i + 1);
                 grid.cells.push(Cell {
                     disruption_ms: d.as_secs_f64() * 1e3,

@@ -17,6 +17,7 @@
 //! change a new connection's first RTO.
 
 use super::results::{ResultsDir, ResultsError};
+use crate::kernel::tuning::{self, Change, Journal};
 use crate::kernel::{netns, netstat, route, sysctl};
 use crate::lab::control::Start;
 use crate::lab::emulator::Dir;
@@ -65,6 +66,9 @@ pub struct Settings {
     pub warmup_ms: u32,
     /// Seed of the trial order.
     pub seed: u64,
+    /// A real server (`rttlab serve`) instead of the lab; the blackout is then nftables
+    /// on this host and rto_min and thin are set here (thin also per socket at the server).
+    pub remote: Option<SocketAddr>,
 }
 
 impl Settings {
@@ -80,6 +84,7 @@ impl Settings {
             cc: "cubic".into(),
             warmup_ms: 1000,
             seed: 1,
+            remote: None,
         }
     }
 }
@@ -110,6 +115,9 @@ pub struct TrialRecord {
     pub blackout_end_ns: u64,
     /// Frames the emulator dropped for the blackout (0 with nftables).
     pub dropped_frames: u64,
+    /// When the trial began (CLOCK_REALTIME ns) and how long it took (s).
+    pub started_ns: u64,
+    pub elapsed_s: f64,
     pub error: Option<String>,
 }
 
@@ -148,7 +156,7 @@ pub fn predict(rto_min_ms: u32, thin: bool, d_ms: u32, hz: u32, drop_at: DropAt)
     m.drop_at = drop_at;
     let d = Duration::from_millis(u64::from(d_ms));
     let ev = rto::timeline(&m, d + Duration::from_secs(130));
-    rto::idle(&ev, Flavour::Linux, d).map_or(f64::NAN, |e| e.at_us() / 1e3)
+    rto::idle(&ev, &m, d).map_or(f64::NAN, |e| e.at_us() / 1e3)
 }
 
 /// Trials in the seed script's randomised order (a Fisher–Yates shuffle of every
@@ -172,35 +180,63 @@ pub fn plan(s: &Settings) -> Vec<(u32, bool, u32, u32)> {
 
 const SERVER_PORT: u16 = 12866;
 
+/// Where trials run: the lab (hosts a and b, both tuned), or this host against a
+/// remote server (this host tuned, every change journalled and reverted at the end).
 struct Bench {
-    lab: Lab,
-    server: Option<crate::probe::server::ServerHandle>,
-    a: IpAddr,
-    b: IpAddr,
+    lab: Option<Lab>,
+    server_handle: Option<crate::probe::server::ServerHandle>,
+    server: SocketAddr,
+    /// (namespace, peer) of each host whose knobs the run sets.
+    hosts: Vec<(Option<String>, IpAddr)>,
+    journal: Option<Journal>,
+    /// The route to the remote server (whose rto_min a route-mechanism run sets).
+    route_prefix: Option<String>,
 }
 
 impl Drop for Bench {
     fn drop(&mut self) {
-        if let Some(s) = self.server.take() {
+        if let Some(s) = self.server_handle.take() {
             s.shutdown();
+        }
+        if let Some(j) = &self.journal {
+            let _ = nft_here(None, REMOVE_TABLE);
+            let _ = j.revert(|c| match c {
+                Change::Sysctl {
+                    netns: None, key, ..
+                } => KNOBS.contains(&key.as_str()),
+                Change::RouteRtoMin {
+                    netns: None,
+                    prefix,
+                    ..
+                } => self.route_prefix.as_ref() == Some(prefix),
+                _ => false,
+            });
         }
     }
 }
+
+const KNOBS: [&str; 2] = [
+    "net.ipv4.tcp_rto_min_us",
+    "net.ipv4.tcp_thin_linear_timeouts",
+];
+/// Adding the (empty) table first makes the delete succeed whether or not it existed.
+const REMOVE_TABLE: &str = "table inet rttlab_blackout\ndelete table inet rttlab_blackout\n";
 
 fn setup_err(what: &str) -> impl FnOnce(String) -> BlackoutError + '_ {
     move |e| BlackoutError::Setup(format!("{what}: {e}"))
 }
 
-fn bench(name: &str) -> Result<Bench, BlackoutError> {
+fn lab_bench(name: &str) -> Result<Bench, BlackoutError> {
     let lab = Lab::up(&LabSpec::new(name, Impairments::default()))?;
     for n in [Node::A, Node::B] {
         sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
             .map_err(|e| setup_err("tcp_no_metrics_save")(e.to_string()))?;
     }
     let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
-    let server = netns::run_in(Some(lab.netns(Node::B)), || {
+    let server = SocketAddr::new(b, SERVER_PORT);
+    let handle = netns::run_in(Some(lab.netns(Node::B)), || {
         Server::bind(ServerConfig {
-            listen: vec![SocketAddr::new(b, SERVER_PORT)],
+            listen: vec![server],
             ..Default::default()
         })
         .map_err(|e| e.to_string())?
@@ -210,35 +246,78 @@ fn bench(name: &str) -> Result<Bench, BlackoutError> {
     .map_err(|e| setup_err("server")(e.to_string()))?
     .map_err(setup_err("server"))?;
     lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
+    let hosts = vec![
+        (Some(lab.netns(Node::A).to_string()), b),
+        (Some(lab.netns(Node::B).to_string()), a),
+    ];
     Ok(Bench {
-        lab,
-        server: Some(server),
-        a,
-        b,
+        lab: Some(lab),
+        server_handle: Some(handle),
+        server,
+        hosts,
+        journal: None,
+        route_prefix: None,
     })
 }
 
-/// Set rto_min on host `ns` for its route to `peer`, or by sysctl.
-fn set_rto_min(ns: &str, peer: IpAddr, mech: Mechanism, ms: u32) -> Result<(), String> {
+fn remote_bench(server: SocketAddr) -> Result<Bench, BlackoutError> {
+    nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
+    let route_prefix = route::list(None)
+        .ok()
+        .and_then(|r| route::find(&r, server.ip(), None).ok())
+        .map(|r| r.prefix());
+    Ok(Bench {
+        lab: None,
+        server_handle: None,
+        server,
+        hosts: vec![(None, server.ip())],
+        journal: Some(Journal::default_location()),
+        route_prefix,
+    })
+}
+
+/// Set rto_min on host `ns` for its route to `peer`, or by sysctl; through the journal
+/// when one is given (this host's own knobs).
+fn set_rto_min(
+    ns: Option<&str>,
+    peer: IpAddr,
+    mech: Mechanism,
+    ms: u32,
+    j: Option<&Journal>,
+) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
     match mech {
         Mechanism::Route => {
-            let routes = route::list(Some(ns)).map_err(|e| e.to_string())?;
-            let r = route::find(&routes, peer, None).map_err(|e| e.to_string())?;
-            route::set_rto_min(Some(ns), &r, Some(ms)).map_err(|e| e.to_string())
+            let routes = route::list(ns).map_err(|x| e(&x))?;
+            let r = route::find(&routes, peer, None).map_err(|x| e(&x))?;
+            match j {
+                Some(j) => tuning::set_route_rto_min(j, ns, &r, Some(ms))
+                    .map(drop)
+                    .map_err(|x| e(&x)),
+                None => route::set_rto_min(ns, &r, Some(ms)).map_err(|x| e(&x)),
+            }
         }
-        Mechanism::Sysctl => sysctl::write(
-            Some(ns),
-            "net.ipv4.tcp_rto_min_us",
-            &(u64::from(ms) * 1000).to_string(),
-        )
-        .map_err(|e| e.to_string()),
+        Mechanism::Sysctl => set_knob(ns, KNOBS[0], &(u64::from(ms) * 1000).to_string(), j),
     }
 }
 
-fn nft(lab: &Lab, script: &str) -> Result<(), String> {
+fn set_knob(ns: Option<&str>, key: &str, value: &str, j: Option<&Journal>) -> Result<(), String> {
+    match j {
+        Some(j) => tuning::set_sysctl(j, ns, key, value)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        None => sysctl::write(ns, key, value).map_err(|e| e.to_string()),
+    }
+}
+
+/// Run an nftables script in the lab's host a, or on this host (`None`).
+fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
     use std::io::Write;
-    let mut c = lab
-        .command(Node::A, "nft")
+    let mut cmd = match lab {
+        Some(l) => l.command(Node::A, "nft"),
+        None => std::process::Command::new("nft"),
+    };
+    let mut c = cmd
         .args(["-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -292,19 +371,16 @@ fn trial(
         blackout_start_ns: 0,
         blackout_end_ns: 0,
         dropped_frames: 0,
+        started_ns: realtime_ns(),
+        elapsed_s: 0.0,
         error: None,
     };
-    let (na, nb) = (b.lab.netns(Node::A), b.lab.netns(Node::B));
+    let t0 = Instant::now();
+    let j = b.journal.as_ref();
     let prep = || -> Result<(), String> {
-        set_rto_min(na, b.b, s.mechanism, rto_min_ms)?;
-        set_rto_min(nb, b.a, s.mechanism, rto_min_ms)?;
-        for ns in [na, nb] {
-            sysctl::write(
-                Some(ns),
-                "net.ipv4.tcp_thin_linear_timeouts",
-                if thin { "1" } else { "0" },
-            )
-            .map_err(|e| e.to_string())?;
+        for (ns, peer) in &b.hosts {
+            set_rto_min(ns.as_deref(), *peer, s.mechanism, rto_min_ms, j)?;
+            set_knob(ns.as_deref(), KNOBS[1], if thin { "1" } else { "0" }, j)?;
         }
         Ok(())
     };
@@ -312,14 +388,29 @@ fn trial(
         rec.error = Some(e);
         return rec;
     }
-    let before = [netstat::read(Some(na)), netstat::read(Some(nb))];
-    let dropped0 = b.lab.status();
+    let counters = || -> Vec<_> {
+        b.hosts
+            .iter()
+            .map(|(ns, _)| netstat::read(ns.as_deref()))
+            .collect()
+    };
+    let drops = || {
+        b.lab.as_ref().map_or(0, |l| {
+            let st = l.status();
+            st.a2b.counters.drop_blackout + st.b2a.counters.drop_blackout
+        })
+    };
+    let client_ns = b.hosts[0].0.as_deref();
+    let before = counters();
+    let dropped0 = drops();
     let warmup = Duration::from_millis(u64::from(s.warmup_ms));
     let d = Duration::from_millis(u64::from(d_ms));
     let run_for = warmup
         + d.max(Duration::from_secs_f64(predicted_ms.max(0.0) / 1e3))
-        + Duration::from_millis(500);
-    let mut rs = RrSettings::new(SocketAddr::new(b.b, SERVER_PORT));
+        + Duration::from_millis(250);
+    let mut rs = RrSettings::new(b.server);
+    // Per socket too, so a remote server's end is thin as well.
+    rs.thin_linear_timeouts = thin;
     rs.request_size = 1;
     rs.response_size = 2;
     rs.duration = Some(run_for);
@@ -329,36 +420,36 @@ fn trial(
     let ctl = RunControl::default();
     let result = std::thread::scope(|sc| {
         let blackout = sc.spawn(|| -> Result<(u64, u64), String> {
-            match s.blackout_by {
-                BlackoutBy::Emulator => {
-                    let w = b
-                        .lab
+            match (s.blackout_by, &b.lab) {
+                (BlackoutBy::Emulator, Some(lab)) => {
+                    let w = lab
                         .blackout(&Dir::BOTH, d, Some(port), Start::After { ns: warmup.as_nanos() as u64 })
                         .map_err(|e| e.to_string())?;
                     Ok((w.start_ns, w.end_ns))
                 }
-                BlackoutBy::Nftables => {
+                (BlackoutBy::Emulator, None) => {
+                    Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
+                }
+                (BlackoutBy::Nftables, lab) => {
                     std::thread::sleep(warmup);
-                    nft(
-                        &b.lab,
+                    nft_here(
+                        lab.as_ref(),
                         &format!(
                             "table inet rttlab_blackout {{\n chain input {{ type filter hook input priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n chain output {{ type filter hook output priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n}}\n"
                         ),
                     )?;
                     let start = realtime_ns();
                     std::thread::sleep(d);
-                    nft(&b.lab, "delete table inet rttlab_blackout\n")?;
+                    nft_here(lab.as_ref(), "delete table inet rttlab_blackout\n")?;
                     Ok((start, realtime_ns()))
                 }
             }
         });
-        let r = netns::run_in(Some(na), || rr::run(&rs, &ctl));
+        let r = netns::run_in(client_ns, || rr::run(&rs, &ctl));
         (r, blackout.join())
     });
-    let after = [netstat::read(Some(na)), netstat::read(Some(nb))];
-    let st = b.lab.status();
-    rec.dropped_frames = (st.a2b.counters.drop_blackout + st.b2a.counters.drop_blackout)
-        .saturating_sub(dropped0.a2b.counters.drop_blackout + dropped0.b2a.counters.drop_blackout);
+    let after = counters();
+    rec.dropped_frames = drops().saturating_sub(dropped0);
     match result.1 {
         Ok(Ok((s0, s1))) => {
             rec.blackout_start_ns = s0;
@@ -392,6 +483,7 @@ fn trial(
         }
     }
     rec.path = path_of(rec.loss_probes, rec.timeouts, rec.idle_ms, d_ms).into();
+    rec.elapsed_s = t0.elapsed().as_secs_f64();
     rec
 }
 
@@ -430,7 +522,10 @@ pub fn run(
     if todo.is_empty() {
         return Ok(done);
     }
-    let b = bench(&format!("blackout-{}", std::process::id() % 100_000))?;
+    let b = match s.remote {
+        Some(server) => remote_bench(server)?,
+        None => lab_bench(&format!("blackout-{}", std::process::id() % 100_000))?,
+    };
     let total = todo.len();
     let t0 = Instant::now();
     for (i, cell) in todo.into_iter().enumerate() {
@@ -511,19 +606,29 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
         .collect()
 }
 
-/// Write the tables of `trials` into the results directory `dir` (summary.json,
-/// tables.txt), returning the text.
+/// Write the tables, charts and report of `trials` into the results directory `out`
+/// (summary.json, tables.txt, *.svg, report.html), returning the tables' text.
 ///
 /// # Errors
 /// A write failed.
-pub fn write_tables(out: &Path, trials: &[TrialRecord]) -> Result<String, BlackoutError> {
+pub fn write_report(out: &Path, trials: &[TrialRecord]) -> Result<String, BlackoutError> {
     let cells = summarise(trials);
     let text = crate::report::blackout::tables(&cells);
+    let fail = |e: std::io::Error| BlackoutError::Setup(format!("{}: {e}", out.display()));
     let json =
         serde_json::to_string_pretty(&cells).map_err(|e| BlackoutError::Setup(e.to_string()))?;
-    std::fs::write(out.join("summary.json"), json)
-        .and_then(|()| std::fs::write(out.join("tables.txt"), &text))
-        .map_err(|e| BlackoutError::Setup(format!("{}: {e}", out.display())))?;
+    std::fs::write(out.join("summary.json"), json).map_err(fail)?;
+    std::fs::write(out.join("tables.txt"), &text).map_err(fail)?;
+    let charts = crate::report::blackout::charts(&cells);
+    for (name, svg) in &charts {
+        std::fs::write(out.join(name), svg).map_err(fail)?;
+    }
+    let run = std::fs::read_to_string(out.join("run.json")).unwrap_or_default();
+    std::fs::write(
+        out.join("report.html"),
+        crate::report::blackout::html(&run, &text, &charts),
+    )
+    .map_err(fail)?;
     Ok(text)
 }
 
@@ -570,6 +675,8 @@ mod tests {
             blackout_start_ns: 0,
             blackout_end_ns: 0,
             dropped_frames: 0,
+            started_ns: 0,
+            elapsed_s: 0.0,
             error: None,
         };
         let s = summarise(&[t(104.0, "tlp_rto"), t(98.0, "tlp_rto"), t(300.0, "probe0")]);

@@ -110,13 +110,18 @@ pub fn timeline(m: &RtoModel, horizon: Duration) -> Vec<Event> {
 }
 
 /// The TCP idle duration for a disruption of `d`: the first (re)transmission after it
-/// ends (the seed's theory counts one landing exactly at the end). `None` past the
-/// horizon the timeline was computed to.
-pub fn idle(events: &[Event], flavour: Flavour, d: Duration) -> Option<&Event> {
+/// ends. `None` past the horizon the timeline was computed to.
+///
+/// A (re)transmission due exactly when the disruption ends: the seed's theory counts it
+/// as getting through; so does a path drop (the lab's emulator ends its window at
+/// exactly `d`, and a kernel timer never fires early, so the packet reaches the link
+/// just after). A local drop (nftables) ends late — removing the rules takes a process
+/// start — so there the packet is still dropped.
+pub fn idle<'a>(events: &'a [Event], m: &RtoModel, d: Duration) -> Option<&'a Event> {
     let d = d.as_secs_f64() * 1e6;
-    events.iter().find(|e| match flavour {
-        Flavour::Simple => e.at_us() >= d - 1e-6,
-        Flavour::Linux => e.at_us() > d,
+    events.iter().find(|e| match (m.flavour, m.drop_at) {
+        (Flavour::Simple, _) | (Flavour::Linux, DropAt::Path) => e.at_us() >= d - 1e-6,
+        (Flavour::Linux, DropAt::Local) => e.at_us() > d,
     })
 }
 
@@ -268,7 +273,7 @@ mod tests {
             m.drop_at = drop_at;
             let ev = timeline(&m, MS(4000));
             for (row, &d) in seed_grid().iter().enumerate() {
-                out[row][c] = idle(&ev, flavour, d).unwrap().at_us() / 1000.0;
+                out[row][c] = idle(&ev, &m, d).unwrap().at_us() / 1000.0;
             }
         }
         out
@@ -434,10 +439,7 @@ mod tests {
         let mut m5 = RtoModel::new(Flavour::Linux, MS(5), false, 250);
         m5.drop_at = DropAt::Local;
         let ev5 = timeline(&m5, MS(500));
-        assert_eq!(
-            idle(&ev5, Flavour::Linux, MS(10)).unwrap().kind,
-            EventKind::Tlp
-        );
+        assert_eq!(idle(&ev5, &m5, MS(10)).unwrap().kind, EventKind::Tlp);
         assert!(ev5
             .iter()
             .any(|e| e.kind == EventKind::Probe0(1) && e.lo_us == 200_000.0));

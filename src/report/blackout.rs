@@ -2,6 +2,7 @@
 //! prediction and the error per cell, in seed 001's layout, one set per recovery path.
 
 use super::rto::seed_layout;
+use super::svg::{LineChart, Series};
 use crate::experiment::blackout::CellSummary;
 
 /// Every table, each with a title line.
@@ -53,4 +54,159 @@ pub fn tables(cells: &[CellSummary]) -> String {
         out.push('\n');
     }
     out
+}
+
+fn config_name(rto_min_ms: u32, thin: bool) -> String {
+    format!("{} {rto_min_ms} ms", if thin { "thin" } else { "thick" })
+}
+
+fn configs(cells: &[CellSummary]) -> Vec<(u32, bool)> {
+    let mut c: Vec<(u32, bool)> = cells.iter().map(|c| (c.rto_min_ms, c.thin)).collect();
+    c.sort_unstable();
+    c.dedup();
+    c
+}
+
+/// The measured median (one series per configuration and path) and the model (dashed,
+/// one per configuration).
+fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
+    let mut paths: Vec<&str> = cells.iter().map(|c| c.path.as_str()).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let mut out = Vec::new();
+    for (r, t) in configs(cells) {
+        for p in &paths {
+            let points: Vec<(f64, f64)> = cells
+                .iter()
+                .filter(|c| (c.rto_min_ms, c.thin) == (r, t) && c.path == *p)
+                .map(|c| (f64::from(c.disruption_ms), c.median_ms))
+                .collect();
+            if !points.is_empty() {
+                let suffix = if paths.len() > 1 {
+                    format!(" ({p})")
+                } else {
+                    String::new()
+                };
+                out.push(Series {
+                    name: format!("{}{suffix}", config_name(r, t)),
+                    points,
+                    dashed: false,
+                });
+            }
+        }
+    }
+    for (r, t) in configs(cells) {
+        let mut points: Vec<(f64, f64)> = cells
+            .iter()
+            .filter(|c| (c.rto_min_ms, c.thin) == (r, t))
+            .map(|c| (f64::from(c.disruption_ms), c.predicted_ms))
+            .collect();
+        points.dedup_by(|a, b| a.0 == b.0);
+        out.push(Series {
+            name: format!("model {}", config_name(r, t)),
+            points,
+            dashed: true,
+        });
+    }
+    out
+}
+
+/// Seed 001's charts: log-log overall, the three linear regions, and the improvement
+/// over the default (thick, 200 ms). Returns (file name, SVG).
+pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
+    let series = idle_series(cells);
+    let chart = |title: &str, log: bool, x: Option<(f64, f64)>| LineChart {
+        title: title.into(),
+        x_label: "disruption D (ms)".into(),
+        y_label: "TCP idle, median (ms)".into(),
+        x_log: log,
+        y_log: log,
+        x_range: x,
+        y_range: None,
+        series: series.clone(),
+    };
+    let mut out = vec![(
+        "idle-loglog.svg".to_string(),
+        chart("TCP idle after a blackout of D (log-log)", true, None).render(),
+    )];
+    for (name, lo, hi) in [
+        ("idle-10-100ms.svg", 10.0, 100.0),
+        ("idle-100ms-1s.svg", 100.0, 1000.0),
+        ("idle-1-1.5s.svg", 1000.0, 1500.0),
+    ] {
+        out.push((
+            name.into(),
+            chart(
+                &format!("TCP idle, D from {lo} to {hi} ms"),
+                false,
+                Some((lo, hi)),
+            )
+            .render(),
+        ));
+    }
+    let default = |d: u32| {
+        cells
+            .iter()
+            .filter(|c| (c.rto_min_ms, c.thin, c.disruption_ms) == (200, false, d))
+            .max_by_key(|c| c.n)
+            .map(|c| c.median_ms)
+    };
+    let improvement: Vec<Series> = configs(cells)
+        .into_iter()
+        .filter(|&c| c != (200, false))
+        .map(|(r, t)| Series {
+            name: config_name(r, t),
+            points: cells
+                .iter()
+                .filter(|c| (c.rto_min_ms, c.thin) == (r, t))
+                .filter_map(|c| {
+                    Some((
+                        f64::from(c.disruption_ms),
+                        default(c.disruption_ms)? - c.median_ms,
+                    ))
+                })
+                .collect(),
+            dashed: false,
+        })
+        .collect();
+    out.push((
+        "improvement.svg".into(),
+        LineChart {
+            title: "Improvement over the default (thick, rto_min 200 ms)".into(),
+            x_label: "disruption D (ms)".into(),
+            y_label: "idle saved (ms)".into(),
+            x_log: true,
+            y_log: false,
+            x_range: None,
+            y_range: None,
+            series: improvement,
+        }
+        .render(),
+    ));
+    out
+}
+
+/// A self-contained report: settings, tables, charts inline.
+pub fn html(run_json: &str, tables_text: &str, charts: &[(String, String)]) -> String {
+    let esc = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut o = String::from(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>rttlab experiment blackout</title>\
+         <style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}</style></head><body>\
+         <h1>TCP idle after a blackout: practice next to the linux model</h1>\
+         <p>Seed 001's experiment, run by <code>rttlab experiment blackout</code>. Every number comes from <code>trials.jsonl</code> (one line per trial) in this directory; medians per cell and path are in <code>summary.json</code>.</p>",
+    );
+    o += "<h2>Charts</h2>";
+    for (name, svg) in charts {
+        o += &format!("<figure id=\"{name}\">{svg}<figcaption>{name}</figcaption></figure>");
+    }
+    o += &format!("<h2>Tables</h2><pre>{}</pre>", esc(tables_text));
+    o += &format!(
+        "<h2>Settings and host</h2><pre>{}</pre></body></html>",
+        esc(run_json)
+    );
+    o
 }

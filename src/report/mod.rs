@@ -7,6 +7,7 @@ mod ping;
 mod rr;
 pub mod rto;
 pub mod selectors;
+pub mod svg;
 pub mod table;
 pub mod tcpinfo;
 

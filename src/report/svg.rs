@@ -1,0 +1,327 @@
+//! Line charts as self-contained SVG text: linear or log axes with labelled ticks and
+//! units, one polyline (and markers) per series, a legend. Small on purpose: the
+//! reports need x–y line charts only, readable offline, with no font files (text is
+//! left to the viewer's sans-serif).
+
+use std::fmt::Write;
+
+/// One line of a chart.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    /// Dashed, no markers (predictions next to measurements).
+    pub dashed: bool,
+}
+
+/// An x–y line chart.
+#[derive(Clone, Debug)]
+pub struct LineChart {
+    pub title: String,
+    /// Axis labels, with their unit, e.g. "disruption (ms)".
+    pub x_label: String,
+    pub y_label: String,
+    pub x_log: bool,
+    pub y_log: bool,
+    /// Axis ranges; `None` fits the data.
+    pub x_range: Option<(f64, f64)>,
+    pub y_range: Option<(f64, f64)>,
+    pub series: Vec<Series>,
+}
+
+const W: f64 = 720.0;
+const H: f64 = 440.0;
+const LEFT: f64 = 70.0;
+const RIGHT: f64 = 200.0;
+const TOP: f64 = 40.0;
+const BOTTOM: f64 = 55.0;
+/// Colour-blind-safe palette (Okabe–Ito).
+const COLOURS: [&str; 8] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn fmt_tick(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 1e4 || v.abs() < 1e-2 {
+        format!("{v:e}")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Axis: maps data to pixels, and chooses ticks.
+struct Axis {
+    lo: f64,
+    hi: f64,
+    log: bool,
+}
+
+impl Axis {
+    fn new(lo: f64, hi: f64, log: bool) -> Self {
+        let (lo, hi) = if log {
+            (lo.max(f64::MIN_POSITIVE), hi.max(lo * 10.0))
+        } else if hi <= lo {
+            (lo - 1.0, hi + 1.0)
+        } else {
+            (lo, hi)
+        };
+        Self { lo, hi, log }
+    }
+
+    fn frac(&self, v: f64) -> f64 {
+        if self.log {
+            (v.max(f64::MIN_POSITIVE).log10() - self.lo.log10())
+                / (self.hi.log10() - self.lo.log10())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        }
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            let (a, b) = (
+                self.lo.log10().floor() as i32,
+                self.hi.log10().ceil() as i32,
+            );
+            let mut t = Vec::new();
+            for e in a..=b {
+                for m in [1.0, 2.0, 5.0] {
+                    let v = m * 10f64.powi(e);
+                    if v >= self.lo * 0.999 && v <= self.hi * 1.001 {
+                        t.push(v);
+                    }
+                }
+            }
+            t
+        } else {
+            let span = self.hi - self.lo;
+            let raw = span / 6.0;
+            let mag = 10f64.powf(raw.log10().floor());
+            let step = [1.0, 2.0, 5.0, 10.0]
+                .iter()
+                .map(|m| m * mag)
+                .find(|s| *s >= raw)
+                .unwrap_or(mag * 10.0);
+            let mut v = (self.lo / step).ceil() * step;
+            let mut t = Vec::new();
+            while v <= self.hi + step * 1e-9 {
+                t.push(v);
+                v += step;
+            }
+            t
+        }
+    }
+}
+
+fn range(points: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in points.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return (if log { 1.0 } else { 0.0 }, 10.0);
+    }
+    if log {
+        (lo / 1.2, hi * 1.2)
+    } else {
+        let pad = (hi - lo).max(hi.abs() * 0.05).max(1e-9) * 0.05;
+        (
+            if lo >= 0.0 {
+                (lo - pad).max(0.0)
+            } else {
+                lo - pad
+            },
+            hi + pad,
+        )
+    }
+}
+
+impl LineChart {
+    /// The chart as an `<svg>` element.
+    pub fn render(&self) -> String {
+        let pts = || self.series.iter().flat_map(|s| s.points.iter());
+        let xr = self
+            .x_range
+            .unwrap_or_else(|| range(pts().map(|p| p.0), self.x_log));
+        let in_x = |p: &&(f64, f64)| p.0 >= xr.0 && p.0 <= xr.1;
+        let yr = self
+            .y_range
+            .unwrap_or_else(|| range(pts().filter(in_x).map(|p| p.1), self.y_log));
+        let (x, y) = (
+            Axis::new(xr.0, xr.1, self.x_log),
+            Axis::new(yr.0, yr.1, self.y_log),
+        );
+        let pw = W - LEFT - RIGHT;
+        let ph = H - TOP - BOTTOM;
+        let px = |v: f64| LEFT + x.frac(v) * pw;
+        let py = |v: f64| TOP + (1.0 - y.frac(v)) * ph;
+        let mut o = String::new();
+        let _ = write!(
+            o,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" font-family="sans-serif" font-size="12" role="img" aria-label="{t}"><rect width="{W}" height="{H}" fill="white"/><text x="{cx}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{t}</text>"#,
+            t = esc(&self.title),
+            cx = LEFT + pw / 2.0
+        );
+        let _ = write!(o, r##"<g class="grid" stroke="#ddd">"##);
+        for t in x.ticks() {
+            let _ = write!(
+                o,
+                r#"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{1:.1}"/>"#,
+                px(t),
+                TOP + ph
+            );
+        }
+        for t in y.ticks() {
+            let _ = write!(
+                o,
+                r#"<line x1="{LEFT}" y1="{0:.1}" x2="{1:.1}" y2="{0:.1}"/>"#,
+                py(t),
+                LEFT + pw
+            );
+        }
+        o += "</g>";
+        let _ = write!(
+            o,
+            r##"<rect class="plot" x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##
+        );
+        for t in x.ticks() {
+            let _ = write!(
+                o,
+                r#"<text class="xtick" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                px(t),
+                TOP + ph + 16.0,
+                fmt_tick(t)
+            );
+        }
+        for t in y.ticks() {
+            let _ = write!(
+                o,
+                r#"<text class="ytick" x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+                LEFT - 6.0,
+                py(t) + 4.0,
+                fmt_tick(t)
+            );
+        }
+        let _ = write!(
+            o,
+            r#"<text class="xlabel" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text class="ylabel" transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            LEFT + pw / 2.0,
+            H - 12.0,
+            esc(&self.x_label),
+            TOP + ph / 2.0,
+            esc(&self.y_label)
+        );
+        let _ = write!(
+            o,
+            r#"<clipPath id="plotclip"><rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}"/></clipPath>"#
+        );
+        for (i, s) in self.series.iter().enumerate() {
+            let c = COLOURS[i % COLOURS.len()];
+            let mut p: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .copied()
+                .filter(|&(a, b)| {
+                    a.is_finite()
+                        && b.is_finite()
+                        && (!self.y_log || b > 0.0)
+                        && (!self.x_log || a > 0.0)
+                })
+                .collect();
+            p.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let path: Vec<String> = p
+                .iter()
+                .map(|&(a, b)| format!("{:.1},{:.1}", px(a), py(b)))
+                .collect();
+            let dash = if s.dashed {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            };
+            let _ = write!(
+                o,
+                r#"<g class="series" clip-path="url(#plotclip)"><polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"><title>{}</title></polyline>"#,
+                path.join(" "),
+                esc(&s.name)
+            );
+            if !s.dashed {
+                for &(a, b) in &p {
+                    let _ = write!(
+                        o,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{c}"><title>{}: {}, {}</title></circle>"#,
+                        px(a),
+                        py(b),
+                        esc(&s.name),
+                        fmt_tick(a),
+                        fmt_tick((b * 10.0).round() / 10.0)
+                    );
+                }
+            }
+            o += "</g>";
+            let ly = TOP + 10.0 + i as f64 * 18.0;
+            let _ = write!(
+                o,
+                r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{c}" stroke-width="2"{dash}/><text class="legend" x="{:.1}" y="{:.1}">{}</text>"#,
+                LEFT + pw + 10.0,
+                LEFT + pw + 34.0,
+                LEFT + pw + 40.0,
+                ly + 4.0,
+                esc(&s.name)
+            );
+        }
+        o += "</svg>";
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_axes_series_and_legend() {
+        let c = LineChart {
+            title: "idle <by> D".into(),
+            x_label: "disruption (ms)".into(),
+            y_label: "TCP idle (ms)".into(),
+            x_log: true,
+            y_log: true,
+            x_range: None,
+            y_range: None,
+            series: vec![
+                Series {
+                    name: "thick 200 ms".into(),
+                    points: vec![(10.0, 204.0), (100.0, 204.0), (1000.0, 1404.0)],
+                    dashed: false,
+                },
+                Series {
+                    name: "model".into(),
+                    points: vec![(10.0, 204.0), (1000.0, 1404.0)],
+                    dashed: true,
+                },
+            ],
+        };
+        let s = c.render();
+        assert!(s.starts_with("<svg") && s.ends_with("</svg>"));
+        assert_eq!(s.matches("<polyline").count(), 2);
+        assert_eq!(s.matches("<circle").count(), 3);
+        assert!(s.contains("disruption (ms)") && s.contains("idle &lt;by&gt; D"));
+        // Log ticks at 1-2-5 steps.
+        assert!(s.contains(">100<") && s.contains(">1000<"));
+        let lin = Axis::new(0.0, 1500.0, false).ticks();
+        assert_eq!(lin.first(), Some(&0.0));
+        assert!(lin.len() >= 4 && lin.len() <= 12, "{lin:?}");
+    }
+}
