@@ -142,10 +142,11 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
     let hz = hz::detect(200_000).unwrap();
     let jiffy_ms = 1000.0 / f64::from(hz);
 
-    // Default: TCP_TIMEOUT_INIT, 1 s; the timer wheel adds up to 8 jiffies at that range.
+    // Default: TCP_TIMEOUT_INIT, 1 s; the timer wheel adds up to 8 jiffies at that range
+    // (and a preempted VM a few ms more: the bound only has to tell 1 s from 100 ms).
     let g = syn_gaps(&n, n.b4, 1.6);
     assert!(
-        !g.is_empty() && (995.0..=1000.0 + 9.0 * jiffy_ms + 5.0).contains(&g[0]),
+        !g.is_empty() && (995.0..=1000.0 + 9.0 * jiffy_ms + 50.0).contains(&g[0]),
         "default SYN gaps {g:?}"
     );
 
@@ -169,12 +170,13 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
         let g = syn_gaps(&n, addr, 0.5);
         let w = want(ms);
         assert!(g.len() >= 2, "{addr}: {g:?}");
-        for gap in &g[..2] {
-            assert!(
-                (w - 1.0..=w + jiffy_ms + 1.0).contains(gap),
-                "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 1 jiffy"
-            );
-        }
+        // A timer never fires early, but a preempted VM can fire it late: every gap is
+        // at least the override, and the shorter of the first two shows its value.
+        let shortest = g[..2].iter().copied().fold(f64::MAX, f64::min);
+        assert!(
+            g[..2].iter().all(|&gap| gap >= w - 1.0) && shortest <= w + jiffy_ms + 1.0,
+            "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 1 jiffy"
+        );
     }
 
     // The same entry set rto_min 5 ms on established connections: tcp_info.rto of a new

@@ -100,6 +100,10 @@ pub struct TrialRecord {
     pub idle_ms: Option<f64>,
     /// The `linux` model's idle for this cell.
     pub predicted_ms: f64,
+    /// A (re)transmission the model schedules within a jiffy of the end of the
+    /// disruption (see [`predict`]): the cell may go either way.
+    #[serde(default)]
+    pub boundary_ms: Option<f64>,
     pub transactions: u64,
     pub client_retrans: Option<u64>,
     pub server_retrans: Option<u64>,
@@ -145,8 +149,17 @@ pub enum BlackoutError {
     Setup(String),
 }
 
-/// The model's idle for a cell.
-pub fn predict(rto_min_ms: u32, thin: bool, d_ms: u32, hz: u32, drop_at: DropAt) -> f64 {
+/// The model's idle for a cell (ms), and the (re)transmission scheduled closest to the
+/// end of the disruption when it is within one jiffy of it (ms): such a cell is a coin
+/// toss, since the lost packet left up to an RTT before the blackout began and timers
+/// fire up to a jiffy late, so that packet may land on either side of the end.
+pub fn predict(
+    rto_min_ms: u32,
+    thin: bool,
+    d_ms: u32,
+    hz: u32,
+    drop_at: DropAt,
+) -> (f64, Option<f64>) {
     let mut m = RtoModel::new(
         Flavour::Linux,
         Duration::from_millis(u64::from(rto_min_ms)),
@@ -156,7 +169,13 @@ pub fn predict(rto_min_ms: u32, thin: bool, d_ms: u32, hz: u32, drop_at: DropAt)
     m.drop_at = drop_at;
     let d = Duration::from_millis(u64::from(d_ms));
     let ev = rto::timeline(&m, d + Duration::from_secs(130));
-    rto::idle(&ev, &m, d).map_or(f64::NAN, |e| e.at_us() / 1e3)
+    let idle = rto::idle(&ev, &m, d).map_or(f64::NAN, |e| e.at_us() / 1e3);
+    let jiffy_ms = crate::kernel::hz::jiffy_us(hz) as f64 / 1e3;
+    let boundary = ev
+        .iter()
+        .map(|e| e.at_us() / 1e3)
+        .find(|t| (t - f64::from(d_ms)).abs() <= jiffy_ms);
+    (idle, boundary)
 }
 
 /// Trials in the seed script's randomised order (a Fisher–Yates shuffle of every
@@ -353,7 +372,7 @@ fn trial(
         BlackoutBy::Emulator => DropAt::Path,
         BlackoutBy::Nftables => DropAt::Local,
     };
-    let predicted_ms = predict(rto_min_ms, thin, d_ms, hz, drop_at);
+    let (predicted_ms, boundary_ms) = predict(rto_min_ms, thin, d_ms, hz, drop_at);
     let mut rec = TrialRecord {
         rto_min_ms,
         thin,
@@ -361,6 +380,7 @@ fn trial(
         trial: k,
         idle_ms: None,
         predicted_ms,
+        boundary_ms,
         transactions: 0,
         client_retrans: None,
         server_retrans: None,
@@ -511,6 +531,15 @@ pub fn run(
 ) -> Result<Vec<TrialRecord>, BlackoutError> {
     let settings = serde_json::to_value(s).map_err(|e| BlackoutError::Setup(e.to_string()))?;
     let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, &settings, facts)?;
+    // Tables always show this version's model, also for trials an older one recorded.
+    let drop_at = match s.blackout_by {
+        BlackoutBy::Emulator => DropAt::Path,
+        BlackoutBy::Nftables => DropAt::Local,
+    };
+    for r in &mut done {
+        (r.predicted_ms, r.boundary_ms) =
+            predict(r.rto_min_ms, r.thin, r.disruption_ms, hz, drop_at);
+    }
     let todo: Vec<_> = plan(s)
         .into_iter()
         .filter(|&(r, t, d, k)| {
@@ -560,6 +589,10 @@ pub struct CellSummary {
     pub predicted_ms: f64,
     /// |median − predicted| ≤ max(5 ms, 5 %).
     pub within: bool,
+    /// See [`TrialRecord::boundary_ms`].
+    pub boundary_ms: Option<f64>,
+    /// Every trial's idle (ms), sorted.
+    pub idles_ms: Vec<f64>,
 }
 
 /// Summarise trials per cell and path (failed trials left out).
@@ -588,10 +621,10 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
             } else {
                 (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
             };
-            let predicted = trials
+            let first = trials
                 .iter()
-                .find(|x| (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d))
-                .map_or(f64::NAN, |x| x.predicted_ms);
+                .find(|x| (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d));
+            let predicted = first.map_or(f64::NAN, |x| x.predicted_ms);
             CellSummary {
                 rto_min_ms: r,
                 thin: t,
@@ -601,6 +634,8 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
                 median_ms: median,
                 predicted_ms: predicted,
                 within: (median - predicted).abs() <= (0.05 * predicted).max(5.0),
+                boundary_ms: first.and_then(|x| x.boundary_ms),
+                idles_ms: v,
             }
         })
         .collect()
@@ -665,6 +700,7 @@ mod tests {
             trial: 0,
             idle_ms: Some(idle),
             predicted_ms: 100.0,
+            boundary_ms: None,
             transactions: 1,
             client_retrans: None,
             server_retrans: None,

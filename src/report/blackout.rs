@@ -37,7 +37,7 @@ pub fn tables(cells: &[CellSummary]) -> String {
         out += &seed_layout("Practice", &sorted(&|c| format!("{:.1}", c.median_ms), p));
         out += "\nPredicted by the linux model (ms)\n";
         out += &seed_layout("Model", &sorted(&|c| format!("{:.1}", c.predicted_ms), p));
-        out += "\nMeasured − predicted (ms; * outside max(5 ms, 5 %))\n";
+        out += "\nMeasured − predicted (ms; * outside max(5 ms, 5 %), b: a retransmission is due within a jiffy of D)\n";
         out += &seed_layout(
             "Error",
             &sorted(
@@ -45,12 +45,39 @@ pub fn tables(cells: &[CellSummary]) -> String {
                     format!(
                         "{:+.1}{}",
                         c.median_ms - c.predicted_ms,
-                        if c.within { "" } else { "*" }
+                        match (c.within, c.boundary_ms.is_some()) {
+                            (true, false) => "",
+                            (true, true) => "b",
+                            (false, false) => "*",
+                            (false, true) => "*b",
+                        }
                     )
                 },
                 p,
             ),
         );
+        let misses: Vec<&CellSummary> = cells.iter().filter(|c| c.path == p && !c.within).collect();
+        if !misses.is_empty() {
+            out += "\nCells the model misses:\n";
+            for c in misses {
+                let idles: Vec<String> = c.idles_ms.iter().map(|x| format!("{x:.1}")).collect();
+                let why = match c.boundary_ms {
+                    Some(b) => format!(
+                        "a (re)transmission is due at {b:.1} ms, within a jiffy of D: the lost packet left up to an RTT before the blackout and timers fire up to a jiffy late, so it lands on either side of the end (bimodal)"
+                    ),
+                    None => "no retransmission is due near D: timer and scheduling latency on this host (see the trials' spread)".into(),
+                };
+                out += &format!(
+                    "- {} rto_min {} ms, D {} ms: measured {:.1} (trials {}), model {:.1}: {why}\n",
+                    if c.thin { "thin" } else { "thick" },
+                    c.rto_min_ms,
+                    c.disruption_ms,
+                    c.median_ms,
+                    idles.join(", "),
+                    c.predicted_ms
+                );
+            }
+        }
         out.push('\n');
     }
     out
@@ -74,7 +101,7 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
     paths.sort_unstable();
     paths.dedup();
     let mut out = Vec::new();
-    for (r, t) in configs(cells) {
+    for (k, (r, t)) in configs(cells).into_iter().enumerate() {
         for p in &paths {
             let points: Vec<(f64, f64)> = cells
                 .iter()
@@ -91,11 +118,12 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
                     name: format!("{}{suffix}", config_name(r, t)),
                     points,
                     dashed: false,
+                    colour: Some(k),
                 });
             }
         }
     }
-    for (r, t) in configs(cells) {
+    for (k, (r, t)) in configs(cells).into_iter().enumerate() {
         let mut points: Vec<(f64, f64)> = cells
             .iter()
             .filter(|c| (c.rto_min_ms, c.thin) == (r, t))
@@ -106,6 +134,7 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
             name: format!("model {}", config_name(r, t)),
             points,
             dashed: true,
+            colour: Some(k),
         });
     }
     out
@@ -153,8 +182,9 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
     };
     let improvement: Vec<Series> = configs(cells)
         .into_iter()
-        .filter(|&c| c != (200, false))
-        .map(|(r, t)| Series {
+        .enumerate()
+        .filter(|&(_, c)| c != (200, false))
+        .map(|(k, (r, t))| Series {
             name: config_name(r, t),
             points: cells
                 .iter()
@@ -167,6 +197,7 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
                 })
                 .collect(),
             dashed: false,
+            colour: Some(k),
         })
         .collect();
     out.push((

@@ -12,6 +12,9 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed, no markers (predictions next to measurements).
     pub dashed: bool,
+    /// Palette index (`None`: the series' position), so a prediction can share the
+    /// colour of what it predicts.
+    pub colour: Option<usize>,
 }
 
 /// An x–y line chart.
@@ -167,6 +170,13 @@ impl LineChart {
         let ph = H - TOP - BOTTOM;
         let px = |v: f64| LEFT + x.frac(v) * pw;
         let py = |v: f64| TOP + (1.0 - y.frac(v)) * ph;
+        // Unique per chart, so several charts inline in one page keep their own clip.
+        let clip = format!(
+            "clip{:x}",
+            self.title
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)))
+        );
         let mut o = String::new();
         let _ = write!(
             o,
@@ -225,10 +235,10 @@ impl LineChart {
         );
         let _ = write!(
             o,
-            r#"<clipPath id="plotclip"><rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}"/></clipPath>"#
+            r#"<clipPath id="{clip}"><rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}"/></clipPath>"#
         );
         for (i, s) in self.series.iter().enumerate() {
-            let c = COLOURS[i % COLOURS.len()];
+            let c = COLOURS[s.colour.unwrap_or(i) % COLOURS.len()];
             let mut p: Vec<(f64, f64)> = s
                 .points
                 .iter()
@@ -252,7 +262,7 @@ impl LineChart {
             };
             let _ = write!(
                 o,
-                r#"<g class="series" clip-path="url(#plotclip)"><polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"><title>{}</title></polyline>"#,
+                r#"<g class="series" clip-path="url(#{clip})"><polyline fill="none" stroke="{c}" stroke-width="2"{dash} points="{}"><title>{}</title></polyline>"#,
                 path.join(" "),
                 esc(&s.name)
             );
@@ -305,11 +315,13 @@ mod tests {
                     name: "thick 200 ms".into(),
                     points: vec![(10.0, 204.0), (100.0, 204.0), (1000.0, 1404.0)],
                     dashed: false,
+                    colour: None,
                 },
                 Series {
                     name: "model".into(),
                     points: vec![(10.0, 204.0), (1000.0, 1404.0)],
                     dashed: true,
+                    colour: Some(0),
                 },
             ],
         };
