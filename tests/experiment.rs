@@ -11,6 +11,17 @@ use std::sync::Mutex;
 /// One sweep at a time: each builds a lab and measures time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Skip without privileges; else hold the lock and give a scratch directory.
+fn start(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+    if !privileged(test) {
+        return None;
+    }
+    let g = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    Some((g, tempfile::tempdir().unwrap()))
+}
+
 fn trials(dir: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("trials.jsonl"))
         .unwrap()
@@ -38,13 +49,11 @@ fn blackout(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
 
 #[test]
 fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
-    if !privileged("a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes") {
+    let Some((_g, tmp)) =
+        start("a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes")
+    else {
         return;
-    }
-    let _g = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let dir = tmp.path().join("run");
     let args = ["--rto-min", "50ms", "--disruption", "100ms,300ms"];
     let o = blackout(&dir, &args);
@@ -91,13 +100,9 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
 
 #[test]
 fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
-    if !privileged("an_nftables_blackout_on_the_host_is_labelled_by_its_path") {
+    let Some((_g, tmp)) = start("an_nftables_blackout_on_the_host_is_labelled_by_its_path") else {
         return;
-    }
-    let _g = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let tmp = tempfile::tempdir().unwrap();
+    };
     let dir = tmp.path().join("nft");
     let o = blackout(
         &dir,
@@ -126,16 +131,12 @@ fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
 
 #[test]
 fn against_a_remote_server_this_host_is_tuned_then_restored() {
-    if !privileged("against_a_remote_server_this_host_is_tuned_then_restored") {
+    let Some((_g, tmp)) = start("against_a_remote_server_this_host_is_tuned_then_restored") else {
         return;
-    }
-    let _g = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    };
     // "This host" is namespace a of a pair the test made; the server runs in b.
     let pair = common::NetnsPair::new();
     let _server = pair.serve_in_b(pair.b4, 12866, &[]);
-    let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("remote");
     let state = tmp.path().join("state");
     let sysctl = |key: &str| {
