@@ -3,6 +3,7 @@
 //! See DESIGN.md for the module map. Data flows one way: sources ([`probe`],
 //! [`kernel`]) → samples → [`stats`] → [`report`].
 
+pub mod capture;
 pub mod experiment;
 pub mod kernel;
 pub mod lab;
@@ -10,6 +11,7 @@ pub mod model;
 pub mod probe;
 pub mod report;
 pub mod stats;
+pub mod wire;
 
 /// Where runs keep state that must outlive them (the tuning journal, labs):
 /// `$RTTLAB_STATE_DIR`, else /run/rttlab (tmpfs: gone at reboot, as the kernel state

@@ -10,7 +10,6 @@
 //! time; otherwise it sleeps in ppoll(2) until the next release or arrival (timer
 //! slack 1 ns) and pays the vCPU's wake-up time.
 
-use super::frame;
 use super::impair::{Blackout, DropReason, Impairments, LinkModel, Verdict};
 use super::ring::{RxRing, TxSocket};
 use serde::{Deserialize, Serialize};
@@ -389,7 +388,11 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
                         bump(&c.drop_overflow, 1);
                         return;
                     }
-                    let ports_of = frame::ports(f.data);
+                    // Ports for port-specific blackouts (fragments have none: the
+                    // first is not dropped either, which loses the datagram all the same).
+                    let ports_of = crate::wire::decode(crate::wire::LinkType::Ethernet, f.data)
+                        .ok()
+                        .and_then(|ip| ip.ports());
                     let len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
                     match models[i].admit(f.ts_ns, len as u32, ports_of, &s.blackouts[i]) {
                         Verdict::Forward { release_ns } => {

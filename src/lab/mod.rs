@@ -10,7 +10,6 @@
 pub mod control;
 pub mod emulator;
 pub mod exec;
-pub mod frame;
 pub mod impair;
 pub mod ring;
 pub mod topology;
