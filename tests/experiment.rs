@@ -32,15 +32,7 @@ fn trials(dir: &std::path::Path) -> Vec<serde_json::Value> {
 
 fn blackout(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
     Command::new(bin())
-        .args([
-            "experiment",
-            "blackout",
-            "--trials",
-            "1",
-            "--thin",
-            "off",
-            "--out",
-        ])
+        .args(["experiment", "blackout", "--thin", "off", "--out"])
         .arg(dir)
         .args(extra)
         .output()
@@ -55,7 +47,14 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
         return;
     };
     let dir = tmp.path().join("run");
-    let args = ["--rto-min", "50ms", "--disruption", "100ms,300ms"];
+    let args = [
+        "--rto-min",
+        "50ms",
+        "--disruption",
+        "100ms,300ms",
+        "--trials",
+        "3",
+    ];
     let o = blackout(&dir, &args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let out = String::from_utf8_lossy(&o.stdout);
@@ -64,7 +63,7 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
         assert!(dir.join(f).exists(), "{f}");
     }
     let t = trials(&dir);
-    assert_eq!(t.len(), 2);
+    assert_eq!(t.len(), 6);
     for x in &t {
         let d = x["disruption_ms"].as_f64().unwrap();
         assert!(x["error"].is_null(), "{x}");
@@ -76,19 +75,30 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
         assert_eq!(x["path"], "tlp_rto", "{x}");
         assert!(x["timeouts"].as_u64().unwrap() + x["loss_probes"].as_u64().unwrap() >= 1);
         assert!(x["client_retrans"].as_u64().unwrap() + x["server_retrans"].as_u64().unwrap() >= 1);
-        // The idle outlasts the blackout and lands near the model's retransmission
-        // (a generous bound: one trial on a shared VM).
-        let idle = x["idle_ms"].as_f64().unwrap();
-        let predicted = x["predicted_ms"].as_f64().unwrap();
-        assert!(idle >= d, "{x}");
-        assert!((idle - predicted).abs() < 0.1 * predicted + 30.0, "{x}");
+        // The idle outlasts the blackout.
+        assert!(x["idle_ms"].as_f64().unwrap() >= d, "{x}");
+    }
+    // Each cell's median lands near the model's retransmission (a roomy bound: three
+    // trials on a shared VM; the acceptance grid is in docs/results).
+    let cells: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    for c in cells.as_array().unwrap() {
+        let (median, predicted) = (
+            c["median_ms"].as_f64().unwrap(),
+            c["predicted_ms"].as_f64().unwrap(),
+        );
+        assert_eq!(c["n"], 3, "{c}");
+        assert!((median - predicted).abs() < 0.1 * predicted + 30.0, "{c}");
     }
     // Same settings: nothing left to do, nothing added.
     let again = blackout(&dir, &args);
     assert!(again.status.success());
-    assert_eq!(trials(&dir).len(), 2);
+    assert_eq!(trials(&dir).len(), 6);
     // Other settings in the same directory: refused, one line.
-    let other = blackout(&dir, &["--rto-min", "5ms", "--disruption", "100ms"]);
+    let other = blackout(
+        &dir,
+        &["--rto-min", "5ms", "--disruption", "100ms", "--trials", "1"],
+    );
     assert!(!other.status.success());
     let e = String::from_utf8_lossy(&other.stderr);
     assert!(e.contains("other settings"), "{e}");

@@ -330,30 +330,46 @@ fn set_knob(ns: Option<&str>, key: &str, value: &str, j: Option<&Journal>) -> Re
 }
 
 /// Run an nftables script in the lab's host a, or on this host (`None`).
+/// An `nft -f -` started ahead of time, waiting for its script on stdin: starting a
+/// process takes milliseconds (hundreds on a loaded VM), which would otherwise land
+/// inside the blackout's timing.
+struct Nft(std::process::Child);
+
+impl Nft {
+    /// Start nft in the lab's host a, or on this host (`None`).
+    fn spawn(lab: Option<&Lab>) -> Result<Self, String> {
+        let mut cmd = match lab {
+            Some(l) => l.command(Node::A, "nft"),
+            None => std::process::Command::new("nft"),
+        };
+        cmd.args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map(Nft)
+            .map_err(|e| format!("nft: {e} (apt-get install nftables)"))
+    }
+
+    /// Hand it `script` and wait until the ruleset is changed.
+    fn run(mut self, script: &str) -> Result<(), String> {
+        use std::io::Write;
+        if let Some(mut i) = self.0.stdin.take() {
+            i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
+        }
+        let o = self.0.wait_with_output().map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "nft: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+    }
+}
+
 fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut cmd = match lab {
-        Some(l) => l.command(Node::A, "nft"),
-        None => std::process::Command::new("nft"),
-    };
-    let mut c = cmd
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("nft: {e} (apt-get install nftables)"))?;
-    if let Some(mut i) = c.stdin.take() {
-        i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
-    }
-    let o = c.wait_with_output().map_err(|e| e.to_string())?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
+    Nft::spawn(lab)?.run(script)
 }
 
 fn realtime_ns() -> u64 {
@@ -427,7 +443,11 @@ fn trial(
     let d = Duration::from_millis(u64::from(d_ms));
     let run_for = warmup
         + d.max(Duration::from_secs_f64(predicted_ms.max(0.0) / 1e3))
-        + Duration::from_millis(250);
+        + match s.blackout_by {
+            BlackoutBy::Emulator => Duration::from_millis(250),
+            // nft's own time to change the ruleset delays the blackout's real start.
+            BlackoutBy::Nftables => Duration::from_millis(1000),
+        };
     let mut rs = RrSettings::new(b.server);
     // Per socket too, so a remote server's end is thin as well.
     rs.thin_linear_timeouts = thin;
@@ -451,16 +471,16 @@ fn trial(
                     Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
                 }
                 (BlackoutBy::Nftables, lab) => {
+                    let (add, del) = (Nft::spawn(lab.as_ref())?, Nft::spawn(lab.as_ref())?);
                     std::thread::sleep(warmup);
-                    nft_here(
-                        lab.as_ref(),
+                    add.run(
                         &format!(
                             "table inet rttlab_blackout {{\n chain input {{ type filter hook input priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n chain output {{ type filter hook output priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n}}\n"
                         ),
                     )?;
                     let start = realtime_ns();
                     std::thread::sleep(d);
-                    nft_here(lab.as_ref(), "delete table inet rttlab_blackout\n")?;
+                    del.run("delete table inet rttlab_blackout\n")?;
                     Ok((start, realtime_ns()))
                 }
             }

@@ -144,6 +144,23 @@ impl RxRing {
         ];
         setopt(raw, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
         setopt(raw, PACKET_IGNORE_OUTGOING, &1i32, "PACKET_IGNORE_OUTGOING")?;
+        // Ask for receive timestamps: this turns on the kernel's early stamping
+        // (net.core.netdev_tstamp_prequeue), so a frame is stamped when the sender's
+        // veth hands it over, not when a possibly deferred softirq (ksoftirqd on a busy
+        // vCPU) delivers it to the ring; the ring then reports that stamp.
+        // SAFETY: an int option on our socket.
+        if unsafe {
+            libc::setsockopt(
+                raw,
+                libc::SOL_SOCKET,
+                libc::SO_TIMESTAMPNS,
+                (&1i32 as *const i32).cast(),
+                4,
+            )
+        } != 0
+        {
+            return Err(SyscallError::last("SO_TIMESTAMPNS"));
+        }
         // SAFETY: mapping the ring the kernel just allocated for this socket.
         let map = unsafe {
             libc::mmap(
