@@ -18,7 +18,7 @@
 
 use super::results::{ResultsDir, ResultsError};
 use crate::kernel::tuning::{self, Change, Journal};
-use crate::kernel::{netns, netstat, route, sysctl};
+use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
 use crate::lab::control::Start;
 use crate::lab::emulator::Dir;
 use crate::lab::impair::Impairments;
@@ -69,6 +69,16 @@ pub struct Settings {
     /// A real server (`rttlab serve`) instead of the lab; the blackout is then nftables
     /// on this host and rto_min and thin are set here (thin also per socket at the server).
     pub remote: Option<SocketAddr>,
+}
+
+impl BlackoutBy {
+    /// Where the model puts the drop.
+    pub fn drop_at(self) -> DropAt {
+        match self {
+            BlackoutBy::Emulator => DropAt::Path,
+            BlackoutBy::Nftables => DropAt::Local,
+        }
+    }
 }
 
 impl Settings {
@@ -372,10 +382,6 @@ fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
     Nft::spawn(lab)?.run(script)
 }
 
-fn realtime_ns() -> u64 {
-    crate::lab::emulator::realtime_ns()
-}
-
 /// Run one trial.
 fn trial(
     b: &Bench,
@@ -384,10 +390,7 @@ fn trial(
     port: u16,
     hz: u32,
 ) -> TrialRecord {
-    let drop_at = match s.blackout_by {
-        BlackoutBy::Emulator => DropAt::Path,
-        BlackoutBy::Nftables => DropAt::Local,
-    };
+    let drop_at = s.blackout_by.drop_at();
     let (predicted_ms, boundary_ms) = predict(rto_min_ms, thin, d_ms, hz, drop_at);
     let mut rec = TrialRecord {
         rto_min_ms,
@@ -552,10 +555,7 @@ pub fn run(
     let settings = serde_json::to_value(s).map_err(|e| BlackoutError::Setup(e.to_string()))?;
     let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, &settings, facts)?;
     // Tables always show this version's model, also for trials an older one recorded.
-    let drop_at = match s.blackout_by {
-        BlackoutBy::Emulator => DropAt::Path,
-        BlackoutBy::Nftables => DropAt::Local,
-    };
+    let drop_at = s.blackout_by.drop_at();
     for r in &mut done {
         (r.predicted_ms, r.boundary_ms) =
             predict(r.rto_min_ms, r.thin, r.disruption_ms, hz, drop_at);

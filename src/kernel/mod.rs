@@ -35,3 +35,15 @@ impl SyscallError {
         }
     }
 }
+
+/// CLOCK_REALTIME in nanoseconds: the clock the kernel stamps received packets with
+/// (SO_TIMESTAMPNS, packet rings) and packet captures use.
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

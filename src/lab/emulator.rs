@@ -12,6 +12,7 @@
 
 use super::impair::{Blackout, DropReason, Impairments, LinkModel, Verdict};
 use super::ring::{RxRing, TxSocket};
+use crate::kernel::realtime_ns;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -201,17 +202,6 @@ impl Shared {
     }
 }
 
-/// Current CLOCK_REALTIME in nanoseconds (the clock of ring stamps and captures).
-pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid timespec out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// The emulator's sockets: receive ring and transmit socket per direction (`rx[d]` on
 /// the interface towards the sender, `tx[d]` towards the receiver).
 pub struct Ports {
@@ -347,6 +337,8 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
         LinkModel::new(s.impairments[1], seed ^ 0x9e37_79b9_7f4a_7c15),
     ];
     let mut generation = 0;
+    // Whether a direction has a port-specific blackout (recomputed with the settings).
+    let mut port_blackout = [false; 2];
     let mut held: [BinaryHeap<Reverse<Held>>; 2] = Default::default();
     let mut free: Vec<Vec<u8>> = Vec::new();
     let mut seq = 0u64;
@@ -374,6 +366,7 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
             }
             for d in Dir::BOTH {
                 models[d.index()].set(s.impairments[d.index()]);
+                port_blackout[d.index()] = s.blackouts[d.index()].iter().any(|b| b.port.is_some());
             }
         }
         let mut worked = false;
@@ -388,11 +381,15 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
                         bump(&c.drop_overflow, 1);
                         return;
                     }
-                    // Ports for port-specific blackouts (fragments have none: the
-                    // first is not dropped either, which loses the datagram all the same).
-                    let ports_of = crate::wire::decode(crate::wire::LinkType::Ethernet, f.data)
-                        .ok()
-                        .and_then(|ip| ip.ports());
+                    // Ports (fragments have none: the first is not dropped either,
+                    // which loses the datagram all the same) are decoded only when a
+                    // port blackout needs them, or below for a drop's log line.
+                    let ports = || {
+                        crate::wire::decode(crate::wire::LinkType::Ethernet, f.data)
+                            .ok()
+                            .and_then(|ip| ip.ports())
+                    };
+                    let ports_of = port_blackout[i].then(ports).flatten();
                     let len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
                     match models[i].admit(f.ts_ns, len as u32, ports_of, &s.blackouts[i]) {
                         Verdict::Forward { release_ns } => {
@@ -414,7 +411,7 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
                                 },
                                 1,
                             );
-                            log.drop_event(f.ts_ns, d, why, len, ports_of);
+                            log.drop_event(f.ts_ns, d, why, len, ports_of.or_else(ports));
                         }
                     }
                 });

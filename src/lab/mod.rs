@@ -159,7 +159,7 @@ impl Inner {
         start: Start,
     ) -> Result<Blackout, LabError> {
         self.alive()?;
-        let now = emulator::realtime_ns();
+        let now = crate::kernel::realtime_ns();
         let start_ns = match start {
             Start::Now => now,
             Start::After { ns } => now + ns,
@@ -268,7 +268,7 @@ impl Lab {
             owner_pid: pid,
             owner_start: topology::start_time(pid).unwrap_or(0),
             daemon: spec.daemon,
-            created_unix_ns: emulator::realtime_ns(),
+            created_unix_ns: crate::kernel::realtime_ns(),
             engine: "builtin".into(),
             poll: spec.poll,
             seed,

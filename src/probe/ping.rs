@@ -160,16 +160,6 @@ fn checksum(data: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Payload byte `i` of request `seq`: a pattern the reply must carry back intact.
 fn pattern(seq: u16, i: usize) -> u8 {
     (i as u8).wrapping_add(seq as u8)
@@ -335,7 +325,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
                 pkt[2..4].copy_from_slice(&c.to_be_bytes());
             }
             let slot = usize::from(seq);
-            sent_at[slot] = realtime_ns();
+            sent_at[slot] = crate::kernel::realtime_ns();
             answered[slot] = false;
             if let Err(e) = sock.send_to(&pkt, &dest) {
                 error = Some(format!("sending echo request {sent}: {e}"));
@@ -410,7 +400,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else {
             continue;
         };
-        let rx_ns = ts.unwrap_or_else(realtime_ns);
+        let rx_ns = ts.unwrap_or_else(crate::kernel::realtime_ns);
         // Reconstruct the full sequence number nearest below what was sent.
         let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq);
         if full >= sent {
