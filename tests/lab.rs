@@ -166,25 +166,27 @@ fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
         TcpListener::bind((b, 5001)).unwrap()
     })
     .unwrap();
+    // Goodput between 1 s and 3.5 s after the connection: past slow start, and clear
+    // of the close, whose tail loss may wait for an RTO.
     let receiver = std::thread::spawn(move || {
         let (mut s, _) = listener.accept().unwrap();
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0u64;
         let t0 = Instant::now();
-        let mut first = None;
+        let mut marks = Vec::new();
         loop {
             match std::io::Read::read(&mut s, &mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     total += n as u64;
-                    if total > 500_000 && first.is_none() {
-                        first = Some((t0.elapsed(), total));
-                    }
+                    marks.push((t0.elapsed(), total));
                 }
             }
         }
-        let (t1, b1) = first.unwrap();
-        (total - b1) as f64 * 8.0 / (t0.elapsed() - t1).as_secs_f64()
+        let at = |t: Duration| *marks.iter().find(|m| m.0 >= t).unwrap();
+        let (t1, b1) = at(Duration::from_millis(1000));
+        let (t2, b2) = at(Duration::from_millis(3500));
+        (b2 - b1) as f64 * 8.0 / (t2 - t1).as_secs_f64()
     });
     let mut s = netns::run_in(Some(lab.netns(Node::A)), || {
         let sock =
@@ -197,14 +199,12 @@ fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
     let chunk = vec![0x55u8; 1 << 16];
     let t0 = Instant::now();
     let c0 = lab.status().a2b.counters;
-    let mut max_srtt_us = 0u32;
-    let mut k = 0u32;
+    // The kernel's srtt after slow start, once per 64 KiB written (~50 ms).
+    let mut srtt_us = Vec::new();
     while t0.elapsed() < Duration::from_secs(4) {
         std::io::Write::write_all(&mut s, &chunk).unwrap();
-        k += 1;
-        if k % 4 == 0 {
-            let ti = rttlab::kernel::sockopt::tcp_info(&s).unwrap();
-            max_srtt_us = max_srtt_us.max(ti.rtt_us);
+        if t0.elapsed() > Duration::from_secs(1) {
+            srtt_us.push(rttlab::kernel::sockopt::tcp_info(&s).unwrap().rtt_us);
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
@@ -212,9 +212,11 @@ fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
     drop(s);
     let goodput = receiver.join().unwrap();
     // Witness 1: the receiving socket's byte count. Payload is 1448 of every 1514
-    // bytes on the link (TCP timestamps on), so ~9.56 Mbit/s at 10 Mbit/s.
+    // bytes on the link (TCP timestamps on), so ~9.56 Mbit/s at 10 Mbit/s. Reads are
+    // bursty: a repaired hole releases up to a window (queue + BDP ≈ 125 kB, 0.4
+    // Mbit/s over the 2.5 s window) at once, on either side of a window edge.
     assert!(
-        (9.0e6..10.0e6).contains(&goodput),
+        (8.5e6..10.1e6).contains(&goodput),
         "goodput {goodput} bit/s at a 10 Mbit/s link"
     );
     // The link itself (arithmetic on frame bytes sent on, over the sender's 4 s,
@@ -226,11 +228,14 @@ fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
     );
     // Witness 2: the kernel's srtt rises by about queue ÷ rate = 80 ms over the
     // 20 ms base RTT, and the queue was full (drops, and the backlog reached the limit).
+    // Cubic's sawtooth drains the queue after each loss, so the upper quartile of srtt
+    // is its full level; a single maximum would be one hypervisor stall.
     let queueing_ms = queue as f64 * 8.0 / rate as f64 * 1e3;
-    let srtt_ms = f64::from(max_srtt_us) / 1e3;
+    srtt_us.sort_unstable();
+    let srtt_ms = f64::from(srtt_us[srtt_us.len() * 3 / 4]) / 1e3;
     assert!(
         srtt_ms > 20.0 + 0.7 * queueing_ms && srtt_ms < 20.0 + 1.3 * queueing_ms,
-        "max srtt {srtt_ms} ms, expected about {}",
+        "upper-quartile srtt {srtt_ms} ms, expected about {}; all: {srtt_us:?}",
         20.0 + queueing_ms
     );
     assert!(c1.drop_queue > 0, "{c1:?}");
@@ -461,7 +466,7 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     let pid = v["info"]["owner_pid"].as_i64().unwrap() as i32;
     // SAFETY: killing the lab daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    std::thread::sleep(Duration::from_millis(200));
+    wait_dead(pid);
     let dead = lab_cmd(&["set", "--name", "t-cli", "--delay", "1ms"]);
     assert!(!dead.status.success());
     assert!(stderr(&dead).contains("lab down"), "{}", stderr(&dead));
@@ -479,6 +484,20 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     assert!(stderr(&none).contains("no lab named"));
 }
 
+/// Waits until `pid` has exited. A killed process takes a while to exit on a loaded
+/// machine (closing packet sockets waits for RCU grace periods); until it has, its
+/// lab is rightly not stale.
+fn wait_dead(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rttlab::lab::topology::alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !rttlab::lab::topology::alive(pid),
+        "pid {pid} outlived SIGKILL by 20 s"
+    );
+}
+
 #[test]
 fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
     if !privileged("a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing") {
@@ -494,7 +513,7 @@ fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
         .unwrap() as i32;
     // SAFETY: killing the daemon this test started.
     unsafe { libc::kill(pid, libc::SIGKILL) };
-    std::thread::sleep(Duration::from_millis(200));
+    wait_dead(pid);
     let lab = Lab::up(&LabSpec::new("t-next", Impairments::default())).unwrap();
     assert_eq!(leftovers("t-stale"), Vec::<String>::new());
     assert!(!leftovers("t-next").is_empty());
