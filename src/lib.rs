@@ -8,6 +8,7 @@ pub mod experiment;
 pub mod kernel;
 pub mod lab;
 pub mod model;
+pub mod passive;
 pub mod probe;
 pub mod report;
 pub mod stats;

@@ -4,6 +4,7 @@
 pub mod experiment;
 pub mod lab;
 pub mod output;
+pub mod passive;
 pub mod ping;
 pub mod progress;
 pub mod rr;
@@ -23,6 +24,7 @@ Examples:
   rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
   rttlab ping ::1 -c 100 -i 10ms --histogram
   rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv   the kernel's RTT of live sockets, every 10 ms
+  rttlab passive -r trace.pcap --method both --summary   RTT from packet headers
   rttlab lab up --name demo --delay 50ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab exec --name demo a -- ping -c 3 b
   rttlab completions bash > /etc/bash_completion.d/rttlab";
@@ -45,6 +47,8 @@ pub enum Command {
     Ping(ping::PingArgs),
     /// TCP's own view of live sockets (tcp_info via sock_diag), once or as a time series.
     Tcpinfo(tcpinfo::TcpinfoArgs),
+    /// RTT from packet headers (TCP timestamps, seq/ACK), from a capture file or live.
+    Passive(passive::PassiveArgs),
     /// Tune TCP's retransmission behaviour: rto_min, thin linear timeouts; revert.
     Tune(tune::TuneArgs),
     /// A network in namespaces with a built-in link emulator (delay, jitter, loss, rate, queue, blackouts).
@@ -67,6 +71,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::Ping(a) => ping::run(a),
         Command::Tcpinfo(a) => tcpinfo::run(a),
+        Command::Passive(a) => passive::run(a),
         Command::Tune(a) => tune::run(a),
         Command::Rto(a) => rto::run(a),
         Command::Lab(a) => lab::run(a),

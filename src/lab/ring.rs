@@ -29,7 +29,7 @@ pub const FRAME_SIZE: usize = 2048;
 const BLOCK_SIZE: usize = 1 << 16;
 const BLOCK_NR: usize = 128;
 
-fn socket(protocol: u16) -> Result<OwnedFd, SyscallError> {
+pub(crate) fn socket(protocol: u16) -> Result<OwnedFd, SyscallError> {
     // SAFETY: plain socket(2); the fd is owned below.
     let fd = unsafe {
         libc::socket(
@@ -45,7 +45,12 @@ fn socket(protocol: u16) -> Result<OwnedFd, SyscallError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn setopt<T>(fd: RawFd, name: libc::c_int, v: &T, call: &'static str) -> Result<(), SyscallError> {
+pub(crate) fn setopt<T>(
+    fd: RawFd,
+    name: libc::c_int,
+    v: &T,
+    call: &'static str,
+) -> Result<(), SyscallError> {
     // SAFETY: v is valid for size_of::<T>() bytes.
     let rc = unsafe {
         libc::setsockopt(
@@ -63,7 +68,7 @@ fn setopt<T>(fd: RawFd, name: libc::c_int, v: &T, call: &'static str) -> Result<
     }
 }
 
-fn bind(fd: RawFd, ifindex: u32, protocol: u16) -> Result<(), SyscallError> {
+pub(crate) fn bind(fd: RawFd, ifindex: u32, protocol: u16) -> Result<(), SyscallError> {
     // SAFETY: sockaddr_ll is plain data.
     let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     sa.sll_family = libc::AF_PACKET as u16;

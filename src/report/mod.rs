@@ -3,6 +3,7 @@
 
 pub mod blackout;
 pub mod lab;
+pub mod passive;
 mod ping;
 mod rr;
 pub mod rto;

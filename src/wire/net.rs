@@ -47,6 +47,9 @@ pub struct Ip<'a> {
     pub ttl: u8,
     /// The IP packet's length as its header says (total / 40 + payload length).
     pub len: u32,
+    /// The transport header and payload's length as the IP header says (what was sent,
+    /// however much the capture kept).
+    pub transport_len: u32,
     pub transport: Transport<'a>,
 }
 
@@ -56,6 +59,7 @@ struct Network<'a> {
     dst: IpAddr,
     ttl: u8,
     len: u32,
+    transport_len: u32,
     proto: u8,
     payload: &'a [u8],
 }
@@ -81,6 +85,7 @@ fn v4(p: &[u8]) -> Result<Network<'_>, Skip> {
         dst: addr(16),
         ttl: h[8],
         len: u32::from(total),
+        transport_len: u32::from(total).saturating_sub(ihl as u32),
         proto: h[9],
         payload: &p[ihl..end],
     })
@@ -127,11 +132,14 @@ fn v6(p: &[u8]) -> Result<Network<'_>, Skip> {
             _ => break,
         }
     }
+    // Extension headers consumed: what the payload length says minus what is left of it.
+    let ext = (end - 40 - rest.len()) as u32;
     Ok(Network {
         src: addr(8),
         dst: addr(24),
         ttl: h[7],
         len: 40 + u32::from(plen),
+        transport_len: u32::from(plen).saturating_sub(ext),
         proto: next,
         payload: rest,
     })
@@ -148,6 +156,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Ip<'_>, Skip> {
         dst,
         ttl,
         len,
+        transport_len,
         proto,
         payload,
     } = match ver {
@@ -176,6 +185,7 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Ip<'_>, Skip> {
         dst,
         ttl,
         len,
+        transport_len,
         transport,
     })
 }

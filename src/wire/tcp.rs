@@ -92,6 +92,10 @@ impl<'a> Tcp<'a> {
     pub fn window(&self) -> u16 {
         self.u16_at(14)
     }
+    /// The header's length in bytes (data offset × 4).
+    pub fn header_len(&self) -> u32 {
+        self.header.len() as u32
+    }
     /// The payload bytes the capture holds (fewer than sent if the snap length cut it).
     pub fn payload(&self) -> &'a [u8] {
         self.payload

@@ -1,0 +1,360 @@
+//! Live capture from an interface through an AF_PACKET TPACKET_V3 ring: the kernel
+//! fills blocks of frames with their arrival stamps, and a block is handed over when
+//! it is full or its timer retires it, so a busy link costs one wake-up per block
+//! rather than one system call per packet. Optionally inside a named network
+//! namespace. Kernel drops (ring full) are read from PACKET_STATISTICS.
+
+use crate::kernel::{netns, SyscallError};
+use crate::lab::ring::{bind, setopt, socket};
+use crate::wire::LinkType;
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const TPACKET_V3: libc::c_int = 2;
+const PACKET_RX_RING: libc::c_int = 5;
+const PACKET_STATISTICS: libc::c_int = 6;
+const PACKET_VERSION: libc::c_int = 10;
+const TP_STATUS_KERNEL: u32 = 0;
+const TP_STATUS_USER: u32 = 1;
+const ETH_P_ALL: u16 = 0x0003;
+const PACKET_OUTGOING: u8 = 4;
+const ARPHRD_ETHER: u16 = 1;
+const ARPHRD_LOOPBACK: u16 = 772;
+
+/// Ring geometry: 64 blocks of 256 KiB (16 MiB), a block retired after 10 ms so a
+/// quiet link still shows its samples promptly.
+const BLOCK_SIZE: u32 = 1 << 18;
+const BLOCK_NR: u32 = 64;
+const FRAME_SIZE: u32 = 2048;
+const RETIRE_MS: u32 = 10;
+
+/// Why a live capture could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("no interface named {name:?}{place}; list them with `ip link`")]
+    NoInterface {
+        name: String,
+        /// Empty, or " in network namespace NAME".
+        place: String,
+    },
+    #[error("capturing needs CAP_NET_RAW (run as root, or `setcap cap_net_raw+ep` on rttlab)")]
+    NotPermitted,
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    #[error(transparent)]
+    Syscall(#[from] SyscallError),
+}
+
+/// Kernel counters of the ring since the capture started.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct LiveStats {
+    /// Frames the kernel passed to the socket (including dropped ones).
+    pub packets: u64,
+    /// Frames dropped because the ring was full.
+    pub drops: u64,
+}
+
+/// A live capture on one interface.
+pub struct LiveCapture {
+    fd: OwnedFd,
+    map: *mut u8,
+    block: u32,
+    link: LinkType,
+    /// Skip the outgoing copy of loopback frames (each is seen leaving and arriving).
+    loopback: bool,
+    /// The interface's addresses (the capture host's own).
+    pub addresses: Vec<IpAddr>,
+    stats: LiveStats,
+}
+
+// SAFETY: the mapping is owned by this value and only touched through &mut self.
+unsafe impl Send for LiveCapture {}
+
+fn ifindex_and_type(name: &str) -> Option<(u32, u16)> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: if_nametoindex reads a NUL-terminated string.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 {
+        return None;
+    }
+    // SAFETY: a datagram socket for the ioctl, closed on drop.
+    let s = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if s < 0 {
+        return None;
+    }
+    // SAFETY: ifreq is plain data; the name fits (if_nametoindex accepted it).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, &b) in req.ifr_name.iter_mut().zip(c.as_bytes()) {
+        *d = b as libc::c_char;
+    }
+    // SAFETY: SIOCGIFHWADDR fills req.ifr_ifru.ifru_hwaddr.
+    let rc = unsafe { libc::ioctl(s, libc::SIOCGIFHWADDR, &mut req) };
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(s) };
+    // SAFETY: the union member the ioctl filled.
+    let family = unsafe { req.ifr_ifru.ifru_hwaddr.sa_family };
+    Some((index, if rc == 0 { family } else { 0 }))
+}
+
+/// The addresses of interface `name` (getifaddrs, in the caller's namespace).
+fn addresses_of(name: &str) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        // SAFETY: ifa_name is a NUL-terminated string.
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() == name.as_bytes() && !ifa.ifa_addr.is_null() {
+            // SAFETY: the family says which sockaddr this is.
+            unsafe {
+                match i32::from((*ifa.ifa_addr).sa_family) {
+                    libc::AF_INET => {
+                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                        out.push(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()));
+                    }
+                    libc::AF_INET6 => {
+                        let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                        out.push(IpAddr::from(a.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: freeing the list getifaddrs returned.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+impl LiveCapture {
+    /// Start capturing on `interface`, inside network namespace `netns` if given.
+    ///
+    /// # Errors
+    /// No such interface or namespace, no CAP_NET_RAW, ring set-up failed.
+    pub fn open(interface: &str, netns: Option<&str>) -> Result<Self, LiveError> {
+        let iface = interface.to_string();
+        netns::run_in(netns, move || Self::open_here(&iface))?.map_err(|e| match (e, netns) {
+            (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
+                name,
+                place: format!(" in network namespace {n}"),
+            },
+            (e, _) => e,
+        })
+    }
+
+    fn open_here(interface: &str) -> Result<Self, LiveError> {
+        let (index, hwtype) =
+            ifindex_and_type(interface).ok_or_else(|| LiveError::NoInterface {
+                name: interface.into(),
+                place: String::new(),
+            })?;
+        let fd = socket(0).map_err(|e| {
+            if e.source.raw_os_error() == Some(libc::EPERM) {
+                LiveError::NotPermitted
+            } else {
+                e.into()
+            }
+        })?;
+        let raw = fd.as_raw_fd();
+        setopt(raw, PACKET_VERSION, &TPACKET_V3, "PACKET_VERSION")?;
+        // struct tpacket_req3.
+        let req: [u32; 7] = [
+            BLOCK_SIZE,
+            BLOCK_NR,
+            FRAME_SIZE,
+            BLOCK_SIZE / FRAME_SIZE * BLOCK_NR,
+            RETIRE_MS,
+            0,
+            0,
+        ];
+        setopt(raw, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+        let len = (BLOCK_SIZE * BLOCK_NR) as usize;
+        // SAFETY: mapping the ring the kernel just allocated for this socket.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_LOCKED,
+                raw,
+                0,
+            )
+        };
+        let map = if map == libc::MAP_FAILED {
+            // MAP_LOCKED can fail under a low memlock limit; the ring works unlocked.
+            // SAFETY: as above, without MAP_LOCKED.
+            let m = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    raw,
+                    0,
+                )
+            };
+            if m == libc::MAP_FAILED {
+                return Err(SyscallError::last("mmap(PACKET_RX_RING)").into());
+            }
+            m
+        } else {
+            map
+        };
+        let mut cap = Self {
+            fd,
+            map: map.cast(),
+            block: 0,
+            link: if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
+                LinkType::Ethernet
+            } else {
+                LinkType::Raw
+            },
+            loopback: hwtype == ARPHRD_LOOPBACK,
+            addresses: addresses_of(interface),
+            stats: LiveStats::default(),
+        };
+        bind(raw, index, ETH_P_ALL)?;
+        // Counters start now.
+        cap.read_stats();
+        cap.stats = LiveStats::default();
+        Ok(cap)
+    }
+
+    /// The link type of the frames handed out.
+    pub fn link(&self) -> LinkType {
+        self.link
+    }
+
+    fn block_ptr(&self, i: u32) -> *mut u8 {
+        // SAFETY: i < BLOCK_NR; blocks tile the mapping.
+        unsafe { self.map.add((i * BLOCK_SIZE) as usize) }
+    }
+
+    fn block_status(&self, i: u32) -> &AtomicU32 {
+        // SAFETY: block_status is the 4-byte aligned word at offset 8 of the block
+        // descriptor (tpacket_block_desc.hdr.bh1), shared with the kernel.
+        unsafe { &*self.block_ptr(i).add(8).cast::<AtomicU32>() }
+    }
+
+    /// Wait up to `timeout_ms` for a block, then hand each frame in every ready block
+    /// to `f` as (arrival ns since the epoch, frame); returns how many were handed.
+    ///
+    /// # Errors
+    /// poll(2) failed (other than by a signal).
+    pub fn poll(
+        &mut self,
+        timeout_ms: i32,
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> Result<usize, SyscallError> {
+        if self.block_status(self.block).load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+            let mut p = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN | libc::POLLERR,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, timeout_ms) } < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(SyscallError {
+                        call: "poll(AF_PACKET)",
+                        source: e,
+                    });
+                }
+            }
+        }
+        let mut n = 0;
+        while self.block_status(self.block).load(Ordering::Acquire) & TP_STATUS_USER != 0 {
+            let b = self.block_ptr(self.block);
+            // SAFETY: reading the descriptor of a block the kernel handed to us:
+            // num_pkts at 12, offset_to_first_pkt at 16 (tpacket_hdr_v1).
+            let (num, first) = unsafe {
+                (
+                    b.add(12).cast::<u32>().read(),
+                    b.add(16).cast::<u32>().read(),
+                )
+            };
+            let mut off = first as usize;
+            for _ in 0..num {
+                if off + 48 > BLOCK_SIZE as usize {
+                    break;
+                }
+                // SAFETY: a tpacket3_hdr inside the block (checked above): next offset
+                // at 0, sec 4, nsec 8, snaplen 12, mac 24, net 26; the sockaddr_ll
+                // after the 48-byte aligned header has sll_pkttype at 10.
+                let (next, sec, nsec, snap, mac, net, pkttype) = unsafe {
+                    let h = b.add(off);
+                    (
+                        h.cast::<u32>().read(),
+                        h.add(4).cast::<u32>().read(),
+                        h.add(8).cast::<u32>().read(),
+                        h.add(12).cast::<u32>().read(),
+                        h.add(24).cast::<u16>().read(),
+                        h.add(26).cast::<u16>().read(),
+                        h.add(48 + 10).read(),
+                    )
+                };
+                let start = off + usize::from(if self.link == LinkType::Raw { net } else { mac });
+                let end = off + usize::from(mac) + snap as usize;
+                if start <= end
+                    && end <= BLOCK_SIZE as usize
+                    && !(self.loopback && pkttype == PACKET_OUTGOING)
+                {
+                    // SAFETY: [start, end) lies inside this block (checked).
+                    let data = unsafe { std::slice::from_raw_parts(b.add(start), end - start) };
+                    f(u64::from(sec) * 1_000_000_000 + u64::from(nsec), data);
+                    n += 1;
+                }
+                if next == 0 {
+                    break;
+                }
+                off += next as usize;
+            }
+            self.block_status(self.block)
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+            self.block = (self.block + 1) % BLOCK_NR;
+        }
+        Ok(n)
+    }
+
+    fn read_stats(&mut self) {
+        // struct tpacket_stats_v3: packets, drops, freeze_q_cnt. Reading resets them.
+        let mut s = [0u32; 3];
+        let mut len = std::mem::size_of_val(&s) as libc::socklen_t;
+        // SAFETY: getsockopt writes at most len bytes into s.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_STATISTICS,
+                s.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if rc == 0 {
+            self.stats.packets += u64::from(s[0]);
+            self.stats.drops += u64::from(s[1]);
+        }
+    }
+
+    /// Kernel counters since the capture started.
+    pub fn stats(&mut self) -> LiveStats {
+        self.read_stats();
+        self.stats
+    }
+}
+
+impl Drop for LiveCapture {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the ring mapped in open.
+        unsafe { libc::munmap(self.map.cast(), (BLOCK_SIZE * BLOCK_NR) as usize) };
+    }
+}

@@ -1,0 +1,385 @@
+//! `rttlab passive`.
+
+use super::progress::on_interrupt;
+use super::values;
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use rttlab::capture::live::LiveCapture;
+use rttlab::capture::CaptureReader;
+use rttlab::passive::flow::Endpoint;
+use rttlab::passive::sampler::SamplerConfig;
+use rttlab::passive::summary::Summary;
+use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
+use rttlab::report::passive::{self as render, LineFormat, LineWriter};
+use rttlab::stats::LogLinear;
+use rttlab::wire::LinkType;
+use std::io::{BufWriter, Read, Write};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MethodArg {
+    /// TCP timestamps: TSval → TSecr (pping, Strowes).
+    Ts,
+    /// Sequence numbers: data segment → covering ACK (tcptrace, Wireshark).
+    Seq,
+    Both,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TsRuleArg {
+    /// Remember TSvals of segments that carry data, SYN or FIN (rttlab's default).
+    Data,
+    /// pping's rule: every packet's TSval, once the reverse direction was seen.
+    Pping,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SeqRuleArg {
+    /// Karn's rule and SACK-aware (rttlab's default).
+    Rttlab,
+    /// Wireshark's tcp.analysis.ack_rtt: retransmitted segments timed from the first
+    /// copy, SACK ignored.
+    Wireshark,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Output (one line per RTT sample, pping's format):
+  TIME RTT MINRTT HOST:PORT+PEER:PORT [METHOD] [local]
+  RTT is capture point → HOST → capture point; MINRTT the smallest so far to HOST in
+  this flow. `local` marks samples answered by the capture host itself (its own
+  think time or delayed ACK, not the network). METHOD appears with --method both.
+
+Examples:
+  rttlab passive -r trace.pcap                          TS samples, as pping prints them
+  rttlab passive -r trace.pcapng --method both --summary -q
+  tcpdump -i eth0 -w - | rttlab passive -r - --json     streaming from stdin
+  rttlab passive -i eth0 --method seq --port 443        live, seq/ACK, one port
+  rttlab passive -i to-a --netns rttlab-lab-demo-r -s 10 --summary
+  rttlab passive -r trace.pcap --sampler 1/10,period=60s   what a sampled cloud metric reports")]
+pub struct PassiveArgs {
+    /// Read a pcap or pcapng file (`-` for stdin).
+    #[arg(
+        short = 'r',
+        long = "read",
+        conflicts_with = "interface",
+        required_unless_present = "interface"
+    )]
+    pub read: Option<String>,
+    /// Capture live on this interface.
+    #[arg(short = 'i', long)]
+    pub interface: Option<String>,
+    /// The interface is inside this network namespace (a name under /run/netns).
+    #[arg(long, requires = "interface")]
+    pub netns: Option<String>,
+    /// Which engine(s).
+    #[arg(long, value_enum, default_value = "ts")]
+    pub method: MethodArg,
+    /// Which packets' TSvals the TS engine remembers.
+    #[arg(long, value_enum, default_value = "data")]
+    pub ts_rule: TsRuleArg,
+    /// How the seq/ACK engine treats retransmissions and SACK.
+    #[arg(long, value_enum, default_value = "rttlab")]
+    pub seq_rule: SeqRuleArg,
+    /// Addresses of the capture host (samples they answer are labelled local);
+    /// live, the interface's addresses are used unless this is given.
+    #[arg(long, value_delimiter = ',')]
+    pub local: Vec<IpAddr>,
+    /// Only flows with this host at either end (repeatable).
+    #[arg(long, value_delimiter = ',')]
+    pub host: Vec<IpAddr>,
+    /// Only flows with this port at either end (repeatable).
+    #[arg(long, value_delimiter = ',')]
+    pub port: Vec<u16>,
+    /// Only this flow, `ADDR:PORT+ADDR:PORT` either way round (repeatable).
+    #[arg(long, value_parser = flow_arg)]
+    pub flow: Vec<(Endpoint, Endpoint)>,
+    /// Sample lines as JSON objects.
+    #[arg(long, conflicts_with = "machine")]
+    pub json: bool,
+    /// Sample lines as pping -m: epoch seconds, RTT and MINRTT in seconds.
+    #[arg(short = 'm', long)]
+    pub machine: bool,
+    /// No sample lines (with --summary, --histogram or --sampler).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// At the end, per flow and direction: samples, min, P50, P90, P99, max, retransmissions.
+    #[arg(long)]
+    pub summary: bool,
+    /// At the end, a log-linear histogram per method and place.
+    #[arg(long)]
+    pub histogram: bool,
+    /// Emulate a sampled flow metric: `1/N[,period=60s][,seed=S]`.
+    #[arg(long, value_parser = sampler_arg)]
+    pub sampler: Option<SamplerConfig>,
+    /// Forget flows idle this long.
+    #[arg(long, default_value = "10s", value_parser = values::duration)]
+    pub idle_timeout: Duration,
+    /// Most flows held; the least recently seen is evicted past it.
+    #[arg(long, default_value_t = 100_000)]
+    pub max_flows: usize,
+    /// A TSval or segment older than this gives no sample (pping's tsvalMaxAge).
+    #[arg(long, default_value = "10s", value_parser = values::duration)]
+    pub max_age: Duration,
+    /// Stop after this many packets.
+    #[arg(short = 'c', long)]
+    pub count: Option<u64>,
+    /// Live: stop after this long.
+    #[arg(short = 's', long, value_parser = values::seconds)]
+    pub seconds: Option<Duration>,
+}
+
+fn flow_arg(s: &str) -> Result<(Endpoint, Endpoint), String> {
+    let ep = |x: &str| -> Result<Endpoint, String> {
+        let sa: std::net::SocketAddr = x
+            .parse()
+            .or_else(|_| {
+                let (a, p) = x.rsplit_once(':').ok_or(())?;
+                Ok::<_, ()>(std::net::SocketAddr::new(
+                    a.parse().map_err(|_| ())?,
+                    p.parse().map_err(|_| ())?,
+                ))
+            })
+            .map_err(|()| format!("{x:?} is not ADDR:PORT"))?;
+        Ok(Endpoint::new(sa.ip(), sa.port()))
+    };
+    let (a, b) = s
+        .split_once('+')
+        .ok_or_else(|| format!("{s:?} is not ADDR:PORT+ADDR:PORT"))?;
+    Ok((ep(a)?, ep(b)?))
+}
+
+fn sampler_arg(s: &str) -> Result<SamplerConfig, String> {
+    let mut parts = s.split(',');
+    let one_in = values::one_in(parts.next().unwrap_or(""))?;
+    let mut cfg = SamplerConfig {
+        one_in,
+        period_ns: 60_000_000_000,
+        seed: 1,
+    };
+    for p in parts {
+        match p.split_once('=') {
+            Some(("period", v)) => {
+                let d = values::duration(v)?;
+                if d.is_zero() {
+                    return Err("the sampler's period must be positive".into());
+                }
+                cfg.period_ns = d.as_nanos() as u64;
+            }
+            Some(("seed", v)) => {
+                cfg.seed = v.parse().map_err(|_| format!("{v:?} is not a seed"))?;
+            }
+            _ => return Err(format!("{p:?}: expected period=DURATION or seed=N")),
+        }
+    }
+    Ok(cfg)
+}
+
+/// Sample lines, summary and histograms at once.
+struct Out<W: Write> {
+    lines: Option<LineWriter<W>>,
+    summary: Option<Summary>,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> Sink for Out<W> {
+    fn sample(&mut self, s: &Sample) {
+        if let (Some(l), None) = (self.lines.as_mut(), self.error.as_ref()) {
+            if let Err(e) = l.write(s) {
+                self.error = Some(e);
+            }
+        }
+        if let Some(x) = self.summary.as_mut() {
+            x.sample(s);
+        }
+    }
+    fn flow_done(&mut self, f: &rttlab::passive::flow::Flow) {
+        if let Some(x) = self.summary.as_mut() {
+            x.flow_done(f);
+        }
+    }
+}
+
+pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
+    let methods: Vec<Method> = match a.method {
+        MethodArg::Ts => vec![Method::Ts],
+        MethodArg::Seq => vec![Method::Seq],
+        MethodArg::Both => vec![Method::Ts, Method::Seq],
+    };
+    let mut cfg = Config {
+        ts: methods.contains(&Method::Ts),
+        seq: methods.contains(&Method::Seq),
+        ts_record: match a.ts_rule {
+            TsRuleArg::Data => ts::Record::Data,
+            TsRuleArg::Pping => ts::Record::Any,
+        },
+        seq_rules: match a.seq_rule {
+            SeqRuleArg::Rttlab => rttlab::passive::seq::Rules::RTTLAB,
+            SeqRuleArg::Wireshark => rttlab::passive::seq::Rules::WIRESHARK,
+        },
+        idle_ns: a.idle_timeout.as_nanos() as u64,
+        max_flows: a.max_flows,
+        max_age_ns: a.max_age.as_nanos() as u64,
+        local: a.local.clone(),
+        filter: Filter {
+            hosts: a.host.clone(),
+            ports: a.port.clone(),
+            flows: a.flow.clone(),
+        },
+        sampler: a.sampler,
+    };
+    let format = if a.json {
+        LineFormat::Json
+    } else if a.machine {
+        LineFormat::Machine
+    } else {
+        LineFormat::Pping
+    };
+    let stdout = std::io::stdout();
+    let mut out = Out {
+        lines: (!a.quiet).then(|| {
+            LineWriter::new(
+                BufWriter::with_capacity(1 << 16, stdout.lock()),
+                format,
+                methods.len() == 2,
+            )
+        }),
+        summary: (a.summary || a.histogram).then(Summary::default),
+        error: None,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    on_interrupt(move || s2.store(true, Ordering::Release));
+
+    let mut live_note = None;
+    let (analyzer, failure) = if let Some(iface) = &a.interface {
+        let mut cap = LiveCapture::open(iface, a.netns.as_deref())?;
+        if cfg.local.is_empty() {
+            cfg.local = cap.addresses.clone();
+        }
+        let mut an = Analyzer::new(cfg);
+        let link = cap.link();
+        let t0 = Instant::now();
+        let mut seen = 0u64;
+        while !stop.load(Ordering::Acquire)
+            && a.seconds.is_none_or(|s| t0.elapsed() < s)
+            && a.count.is_none_or(|c| seen < c)
+        {
+            cap.poll(100, |ts, frame| {
+                if a.count.is_none_or(|c| seen < c) {
+                    seen += 1;
+                    an.packet(ts, link, frame, &mut out);
+                }
+            })?;
+            if let Some(e) = out.error.take() {
+                return broken_pipe_or(e);
+            }
+        }
+        let st = cap.stats();
+        live_note = Some(format!(
+            "kernel: {} packets to the capture socket, {} dropped (ring full)",
+            st.packets, st.drops
+        ));
+        (an, None)
+    } else {
+        let path = a.read.as_deref().unwrap_or("-");
+        let raw: Box<dyn Read> = if path == "-" {
+            Box::new(std::io::stdin().lock())
+        } else {
+            Box::new(
+                std::fs::File::open(path)
+                    .with_context(|| format!("cannot open capture {path:?}"))?,
+            )
+        };
+        let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
+        // A gzip-compressed capture (1f 8b) is read through a decompressor.
+        let input: Box<dyn Read> = if std::io::BufRead::fill_buf(&mut buffered)
+            .with_context(|| format!("cannot read capture {path:?}"))?
+            .starts_with(&[0x1f, 0x8b])
+        {
+            Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+        } else {
+            Box::new(buffered)
+        };
+        let mut reader = CaptureReader::new(input).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        let mut an = Analyzer::new(cfg);
+        let mut seen = 0u64;
+        let mut failure = None;
+        while !stop.load(Ordering::Relaxed) && a.count.is_none_or(|c| seen < c) {
+            match reader.next_packet() {
+                Ok(Some(p)) => {
+                    let Some(link) = LinkType::from_number(p.link) else {
+                        failure = Some(anyhow::anyhow!(
+                            "{path}: link type {} is not supported (rttlab reads Ethernet, Linux cooked v1/v2, raw IP, BSD loopback); convert with `editcap -T ether`",
+                            p.link
+                        ));
+                        break;
+                    };
+                    seen += 1;
+                    an.packet(p.ts_ns, link, p.data, &mut out);
+                    if let Some(e) = out.error.take() {
+                        return broken_pipe_or(e);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(anyhow::anyhow!("{path}: {e}"));
+                    break;
+                }
+            }
+        }
+        (an, failure)
+    };
+    let mut analyzer = analyzer;
+    analyzer.finish(&mut out);
+    if let Some(mut l) = out.lines.take() {
+        if let Err(e) = l.flush() {
+            return broken_pipe_or(e);
+        }
+    }
+    let mut o = std::io::stdout().lock();
+    if let Some(summary) = out.summary.take() {
+        if a.histogram {
+            for m in &methods {
+                for place in [Place::Network, Place::LocalHost] {
+                    if let Some(h) = summary.histogram(*m, place) {
+                        writeln!(
+                            o,
+                            "Histogram, {} samples, {}:\n{}",
+                            m.name(),
+                            render::place_name(place),
+                            LogLinear::from_histogram(h).render()
+                        )?;
+                    }
+                }
+            }
+        }
+        if a.summary {
+            let (rows, totals) = summary.finish();
+            writeln!(o, "{}", render::summary(&rows, &totals))?;
+        }
+    }
+    if let (Some(periods), Some(sc)) = (analyzer.sampler_periods(), a.sampler) {
+        writeln!(o, "{}", render::sampler(&periods, sc.one_in))?;
+    }
+    o.flush()?;
+    eprintln!("{}", render::counters(&analyzer.counters(), &methods));
+    if let Some(n) = live_note {
+        eprintln!("{n}");
+    }
+    if let Some(f) = failure {
+        return Err(f);
+    }
+    Ok(())
+}
+
+/// A closed stdout (`| head`) ends the run quietly; other write errors are errors.
+fn broken_pipe_or(e: std::io::Error) -> anyhow::Result<()> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
+    }
+    bail!("writing samples: {e}")
+}

@@ -1,0 +1,406 @@
+//! Passive RTT from packet headers: the TS engine ([`ts`]), the seq/ACK engine
+//! ([`seq`]), both fed by one [`Analyzer`] that keeps the [`flow`] table, and the
+//! emulation of a sampled cloud flow metric ([`sampler`], seed 000).
+//!
+//! Either engine works wherever the capture sees both directions of a flow: on an
+//! end host or on a gateway. A sample is a loop from the capture point to the host
+//! that answered and back. When that host is the capture point itself (a capture on
+//! an end host), the "RTT" is the host's own time to answer — think time or delayed
+//! ACK, pping's known flaw — so every sample says which it is ([`Place`]).
+
+pub mod flow;
+pub mod sampler;
+pub mod seq;
+pub mod summary;
+pub mod ts;
+
+use crate::wire::{self, tcp, LinkType, Skip, Transport};
+use flow::{Endpoint, Flow, FlowCounters, FlowKey, FlowTable};
+use std::net::IpAddr;
+
+/// How a sample was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// TSval → the TSecr that echoes it.
+    Ts,
+    /// Data segment → the ACK that covers it.
+    Seq,
+}
+
+impl Method {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ts => "ts",
+            Self::Seq => "seq",
+        }
+    }
+}
+
+/// What a sample's loop went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Place {
+    /// Capture point → a remote host → capture point.
+    Network,
+    /// The answering host is the capture point's own: the time it took to answer.
+    LocalHost,
+}
+
+/// One RTT sample.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Capture time of the packet that closed the loop, ns since the epoch.
+    pub ts_ns: u64,
+    pub rtt_ns: u64,
+    /// The smallest RTT so far by this method to this host in this flow.
+    pub min_ns: u64,
+    pub method: Method,
+    /// The host whose answer closed the loop (the source of the echo or ACK).
+    pub host: Endpoint,
+    /// The other end.
+    pub peer: Endpoint,
+    pub place: Place,
+}
+
+/// Where samples and finished flows go.
+pub trait Sink {
+    fn sample(&mut self, s: &Sample);
+    /// A flow left the table (closed, idle, evicted, or the input ended).
+    fn flow_done(&mut self, _f: &Flow) {}
+}
+
+/// Which packets to look at (any that match; an empty list matches everything).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pub hosts: Vec<IpAddr>,
+    pub ports: Vec<u16>,
+    /// Flows between two endpoints, either way round.
+    pub flows: Vec<(Endpoint, Endpoint)>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        self.hosts.is_empty() && self.ports.is_empty() && self.flows.is_empty()
+    }
+
+    fn matches(&self, src: Endpoint, dst: Endpoint) -> bool {
+        let host = |e: Endpoint| {
+            self.hosts
+                .iter()
+                .any(|&h| Endpoint::new(h, 0).addr == e.addr)
+        };
+        (self.hosts.is_empty() || host(src) || host(dst))
+            && (self.ports.is_empty()
+                || self.ports.contains(&src.port)
+                || self.ports.contains(&dst.port))
+            && (self.flows.is_empty()
+                || self
+                    .flows
+                    .iter()
+                    .any(|&(a, b)| (a, b) == (src, dst) || (a, b) == (dst, src)))
+    }
+}
+
+/// Settings of an analysis.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub ts: bool,
+    pub seq: bool,
+    pub ts_record: ts::Record,
+    pub seq_rules: seq::Rules,
+    /// Forget a flow silent this long (default 10 s).
+    pub idle_ns: u64,
+    /// Most flows held (default 100 000).
+    pub max_flows: usize,
+    /// A TSval or segment older than this gives no sample (pping's tsvalMaxAge, 10 s).
+    pub max_age_ns: u64,
+    /// The capture point's own addresses: samples answered by them are local.
+    pub local: Vec<IpAddr>,
+    pub filter: Filter,
+    /// Emulate a sampled flow metric alongside the engines.
+    pub sampler: Option<sampler::SamplerConfig>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            ts: true,
+            seq: true,
+            ts_record: ts::Record::Data,
+            seq_rules: seq::Rules::RTTLAB,
+            idle_ns: 10_000_000_000,
+            max_flows: 100_000,
+            max_age_ns: 10_000_000_000,
+            local: Vec::new(),
+            filter: Filter::default(),
+            sampler: None,
+        }
+    }
+}
+
+/// Packet counters: every packet read is in exactly one of `tcp`, `not_tcp`,
+/// `filtered` or a `skipped` reason.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Counters {
+    pub packets: u64,
+    pub tcp: u64,
+    pub not_tcp: u64,
+    pub filtered: u64,
+    /// Packets not decoded, by reason (see [`Skip`]).
+    pub skipped: Vec<(Skip, u64)>,
+    /// TCP packets without the timestamps option.
+    pub no_timestamps: u64,
+    /// TCP packets with timestamps the TS engine must ignore (TSval 0, or TSecr 0
+    /// outside a SYN).
+    pub unusable_timestamps: u64,
+    /// With `--ts-rule pping`: packets of a direction whose reverse was not seen yet.
+    pub one_way: u64,
+    pub samples_ts: u64,
+    pub samples_seq: u64,
+    /// Seq/ACK engine, over flows that left the table: see [`seq::SeqHalf`].
+    pub retransmissions: u64,
+    pub spurious_retransmissions: u64,
+    pub out_of_order: u64,
+    pub karn_skipped: u64,
+    pub sacked_skipped: u64,
+    pub sack_timed: u64,
+    /// Segments and TSvals not tracked because a flow had too many outstanding.
+    pub untracked: u64,
+    pub flows: FlowCounters,
+}
+
+impl Counters {
+    /// Add a departing flow's engine counts.
+    fn retire(&mut self, f: &Flow) {
+        for h in &f.halves {
+            self.retransmissions += h.seq.retransmissions;
+            self.spurious_retransmissions += h.seq.spurious;
+            self.out_of_order += h.seq.out_of_order;
+            self.karn_skipped += h.seq.karn_skipped;
+            self.sacked_skipped += h.seq.sacked_skipped;
+            self.sack_timed += h.seq.sack_timed;
+            self.untracked += h.seq.untracked + h.ts.overflow;
+        }
+    }
+}
+
+/// The two engines, the flow table and the counters, fed one packet at a time.
+pub struct Analyzer {
+    cfg: Config,
+    local: Vec<u128>,
+    flows: FlowTable,
+    counters: Counters,
+    skipped: [u64; Skip::ALL.len()],
+    next_expire_ns: u64,
+    sampler: Option<sampler::Sampler>,
+}
+
+/// How often (capture time) idle flows are swept.
+const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
+
+impl Analyzer {
+    pub fn new(cfg: Config) -> Self {
+        let local = cfg
+            .local
+            .iter()
+            .map(|&a| Endpoint::new(a, 0).addr)
+            .collect();
+        Self {
+            sampler: cfg.sampler.map(sampler::Sampler::new),
+            flows: FlowTable::new(cfg.idle_ns, cfg.max_flows),
+            cfg,
+            local,
+            counters: Counters::default(),
+            skipped: [0; Skip::ALL.len()],
+            next_expire_ns: 0,
+        }
+    }
+
+    /// One captured frame of `link` type, captured at `now` (ns since the epoch).
+    pub fn packet(&mut self, now: u64, link: LinkType, frame: &[u8], sink: &mut impl Sink) {
+        self.counters.packets += 1;
+        let ip = match wire::decode(link, frame) {
+            Ok(ip) => ip,
+            Err(s) => {
+                self.skipped[s.index()] += 1;
+                return;
+            }
+        };
+        let Transport::Tcp(t) = ip.transport else {
+            self.counters.not_tcp += 1;
+            return;
+        };
+        let src = Endpoint::new(ip.src, t.src_port());
+        let dst = Endpoint::new(ip.dst, t.dst_port());
+        if !self.cfg.filter.is_empty() && !self.cfg.filter.matches(src, dst) {
+            self.counters.filtered += 1;
+            return;
+        }
+        self.counters.tcp += 1;
+        if now >= self.next_expire_ns {
+            let c = &mut self.counters;
+            self.flows.expire(now, |f| {
+                c.retire(&f);
+                sink.flow_done(&f);
+            });
+            self.next_expire_ns = now + EXPIRE_EVERY_NS;
+        }
+        let flags = t.flags();
+        let payload = ip.transport_len.saturating_sub(t.header_len());
+        let seglen = payload + u32::from(flags & tcp::SYN != 0) + u32::from(flags & tcp::FIN != 0);
+        let (key, d) = FlowKey::of(src, dst);
+        if let Some(s) = self.sampler.as_mut() {
+            // The metric watches a VM: its data going out, ACKs coming in. Without
+            // --local every host is watched.
+            let watched = |e: Endpoint| self.local.is_empty() || self.local.contains(&e.addr);
+            s.packet(
+                now,
+                key,
+                d,
+                t.seq(),
+                seglen,
+                (flags & tcp::ACK != 0).then(|| t.ack()),
+                watched(src),
+                watched(dst),
+            );
+        }
+        let c = &mut self.counters;
+        let mut flow = self.flows.touch(key, now, |f| {
+            c.retire(&f);
+            sink.flow_done(&f);
+        });
+        if flags & (tcp::SYN | tcp::ACK) == tcp::SYN {
+            match flow.halves[d].syn_seq {
+                Some(s) if s == t.seq() => {}
+                None if flow.halves[d].packets == 0 => {}
+                _ => {
+                    flow = self.flows.restart(key, now, |f| {
+                        c.retire(&f);
+                        sink.flow_done(&f);
+                    })
+                }
+            }
+            flow.halves[d].syn_seq = Some(t.seq());
+        }
+        let (here, there) = (d, 1 - d);
+        flow.halves[here].packets += 1;
+        flow.halves[here].bytes += u64::from(ip.len);
+        let place = if self.local.contains(&src.addr) {
+            Place::LocalHost
+        } else {
+            Place::Network
+        };
+        let mut emit = |flow: &mut Flow, method: Method, rtt: u64| {
+            let m = &mut flow.min_ns[method as usize][here];
+            *m = (*m).min(rtt);
+            let s = Sample {
+                ts_ns: now,
+                rtt_ns: rtt,
+                min_ns: *m,
+                method,
+                host: src,
+                peer: dst,
+                place,
+            };
+            sink.sample(&s);
+        };
+        if self.cfg.ts {
+            match t.timestamps() {
+                None => self.counters.no_timestamps += 1,
+                // pping's test: TSval 0 is "no timestamp", and only a SYN may carry
+                // TSecr 0 (RFC 7323 §3.2).
+                Some((val, ecr)) if val == 0 || (ecr == 0 && flags != tcp::SYN) => {
+                    self.counters.unusable_timestamps += 1;
+                }
+                Some((val, ecr)) => {
+                    flow.halves[here].ts.seen = true;
+                    let any = self.cfg.ts_record == ts::Record::Any;
+                    if any && !flow.halves[there].ts.seen {
+                        self.counters.one_way += 1;
+                    } else {
+                        if let Some(rtt) = flow.halves[there].ts.echo(ecr, now, self.cfg.max_age_ns)
+                        {
+                            self.counters.samples_ts += 1;
+                            emit(flow, Method::Ts, rtt);
+                        }
+                        if any || seglen > 0 {
+                            flow.halves[here].ts.record(val, now);
+                        }
+                    }
+                }
+            }
+        }
+        if self.cfg.seq {
+            if flags & tcp::ACK != 0 {
+                let sacks = t.options().find_map(|o| match o {
+                    wire::TcpOption::Sack(b) => Some(b),
+                    _ => None,
+                });
+                if let Some(rtt) = flow.halves[there].seq.ack(
+                    t.ack(),
+                    sacks.into_iter().flatten(),
+                    self.cfg.seq_rules,
+                    now,
+                ) {
+                    if rtt <= self.cfg.max_age_ns {
+                        self.counters.samples_seq += 1;
+                        emit(flow, Method::Seq, rtt);
+                    }
+                }
+            }
+            if seglen > 0 {
+                flow.halves[here].seq.segment(t.seq(), seglen, now);
+            }
+        } else if flags & tcp::ACK != 0 {
+            // The flow's end is judged by acknowledged FINs even with seq off.
+            let a = &mut flow.halves[there].seq.acked;
+            if a.is_none_or(|x| seq::before(x, t.ack())) {
+                *a = Some(t.ack());
+            }
+        }
+        if flags & tcp::FIN != 0 {
+            flow.halves[here].fin_end = Some(t.seq().wrapping_add(seglen));
+        }
+        if flags & tcp::RST != 0 {
+            flow.reset = true;
+        }
+        if flow.finished() {
+            if let Some(f) = self.flows.close(&key) {
+                self.counters.retire(&f);
+                sink.flow_done(&f);
+            }
+        }
+    }
+
+    /// The input ended: every flow still held goes to the sink.
+    pub fn finish(&mut self, sink: &mut impl Sink) {
+        let c = &mut self.counters;
+        self.flows.drain(|f| {
+            c.retire(&f);
+            sink.flow_done(&f);
+        });
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters.clone();
+        c.skipped = Skip::ALL
+            .iter()
+            .map(|&s| (s, self.skipped[s.index()]))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        c.flows = self.flows.counters;
+        c
+    }
+
+    /// The sampled metric's periods, when `--sampler` is on.
+    pub fn sampler_periods(&self) -> Option<Vec<sampler::Period>> {
+        self.sampler.as_ref().map(sampler::Sampler::periods)
+    }
+
+    /// Flows held now.
+    pub fn active_flows(&self) -> usize {
+        self.flows.len()
+    }
+}

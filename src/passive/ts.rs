@@ -1,0 +1,166 @@
+//! The TS engine: RTT from TCP timestamps (RFC 7323), as Strowes (seeds 002/003) and
+//! pping compute it. The first time a TSval is seen going one way is remembered; the
+//! first packet coming back whose TSecr echoes it closes a loop from the capture
+//! point to the far host and back. Only the first echo counts (later ones are
+//! delayed duplicates), and a TSval that was echoed is never recorded again, so a
+//! repeated value (the clock ticks once a millisecond on Linux) cannot pair with a
+//! stale echo.
+//!
+//! Where rttlab's default differs from pping, on purpose:
+//! - TSvals are recorded from segments that occupy sequence space (data, SYN, FIN);
+//!   pping records pure ACKs too. A pure ACK's TSval is echoed only when the other
+//!   end next has something to send, so it measures that end's idle time, not the
+//!   path. [`Record::Any`] (`--ts-rule pping`) restores pping's rule.
+//! - The SYN's TSval is recorded, so the handshake gives a sample; pping ignores a
+//!   direction until it has seen the reverse one (kept in [`Record::Any`]).
+//! - An echo of a TSval older than one already echoed (a reordered ACK) gives no
+//!   sample; pping reports it, overestimating the RTT.
+
+use std::collections::VecDeque;
+
+/// Which segments have their TSval remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Record {
+    /// Segments that carry data or SYN/FIN (rttlab's default).
+    #[default]
+    Data,
+    /// Every packet with timestamps, once the reverse direction has been seen
+    /// (pping's rule).
+    Any,
+}
+
+/// `a` comes before `b` in 32-bit serial arithmetic (RFC 1982): TSvals and sequence
+/// numbers wrap.
+#[inline]
+pub fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Timestamps sent by one endpoint of a flow and not yet echoed.
+#[derive(Debug, Default)]
+pub struct TsHalf {
+    /// (TSval, first seen ns), oldest first; TSvals increase along it.
+    pending: VecDeque<(u32, u64)>,
+    last_recorded: Option<u32>,
+    last_echoed: Option<u32>,
+    /// A packet with usable timestamps has been seen from this endpoint.
+    pub seen: bool,
+    /// TSvals dropped unechoed because [`TsHalf::CAP`] were outstanding.
+    pub overflow: u64,
+}
+
+impl TsHalf {
+    /// Most TSvals outstanding per direction: a window of 1 ms ticks, so RTTs up to
+    /// about 4 s keep every tick (16 bytes each: 64 KiB at most).
+    pub const CAP: usize = 4096;
+
+    /// Remember `tsval`, first seen at `now`, unless it was seen or echoed already.
+    #[inline]
+    pub fn record(&mut self, tsval: u32, now: u64) {
+        if self.last_recorded.is_some_and(|l| !before(l, tsval))
+            || self.last_echoed.is_some_and(|e| !before(e, tsval))
+        {
+            return;
+        }
+        if self.pending.len() == Self::CAP {
+            self.pending.pop_front();
+            self.overflow += 1;
+        }
+        self.pending.push_back((tsval, now));
+        self.last_recorded = Some(tsval);
+    }
+
+    /// A TSecr from the other endpoint, at `now`: the RTT if it echoes a pending
+    /// TSval for the first time and that TSval is at most `max_age_ns` old. Older
+    /// pending TSvals are dropped: an echo never goes backwards except by reordering.
+    #[inline]
+    pub fn echo(&mut self, tsecr: u32, now: u64, max_age_ns: u64) -> Option<u64> {
+        while let Some(&(v, t)) = self.pending.front() {
+            if before(v, tsecr) {
+                self.pending.pop_front();
+                continue;
+            }
+            if v != tsecr {
+                return None;
+            }
+            self.pending.pop_front();
+            self.last_echoed = Some(v);
+            let rtt = now.saturating_sub(t);
+            return (rtt <= max_age_ns).then_some(rtt);
+        }
+        None
+    }
+
+    /// TSvals waiting for an echo.
+    pub fn outstanding(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AGE: u64 = 10_000_000_000;
+
+    #[test]
+    fn first_sighting_and_first_echo_only() {
+        let mut h = TsHalf::default();
+        h.record(100, 1_000);
+        // The same TSval later (same clock tick) keeps the first time.
+        h.record(100, 1_500);
+        h.record(101, 2_000);
+        assert_eq!(h.echo(100, 5_000, AGE), Some(4_000));
+        // A duplicate echo gives nothing.
+        assert_eq!(h.echo(100, 6_000, AGE), None);
+        // An echoed TSval is never recorded again.
+        h.record(100, 7_000);
+        assert_eq!(h.echo(101, 9_000, AGE), Some(7_000));
+        assert_eq!(h.outstanding(), 0);
+    }
+
+    #[test]
+    fn an_echo_skips_older_tsvals_and_waits_for_newer_ones() {
+        let mut h = TsHalf::default();
+        for (v, t) in [(10, 0), (11, 1), (12, 2)] {
+            h.record(v, t);
+        }
+        // Echoing 11 drops 10 (its echo would only come from a reordered ACK).
+        assert_eq!(h.echo(11, 10, AGE), Some(9));
+        assert_eq!(h.echo(10, 11, AGE), None);
+        // An echo of something never recorded (a pure ACK's TSval) gives nothing and
+        // keeps newer ones.
+        assert_eq!(h.echo(11, 12, AGE), None);
+        assert_eq!(h.outstanding(), 1);
+    }
+
+    #[test]
+    fn tsvals_wrap_around() {
+        let mut h = TsHalf::default();
+        h.record(u32::MAX - 1, 0);
+        h.record(u32::MAX, 1);
+        h.record(0, 2);
+        h.record(1, 3);
+        assert!(before(u32::MAX, 0));
+        assert_eq!(h.echo(0, 100, AGE), Some(98));
+        assert_eq!(h.echo(1, 100, AGE), Some(97));
+        // u32::MAX is before 0: already passed.
+        h.record(u32::MAX, 200);
+        assert_eq!(h.outstanding(), 0);
+    }
+
+    #[test]
+    fn stale_tsvals_give_no_sample_and_the_cap_holds() {
+        let mut h = TsHalf::default();
+        h.record(5, 0);
+        assert_eq!(h.echo(5, AGE + 1, AGE), None);
+        for v in 0..(TsHalf::CAP as u32 + 10) {
+            h.record(1000 + v, u64::from(v));
+        }
+        assert_eq!(h.outstanding(), TsHalf::CAP);
+        assert_eq!(h.overflow, 10);
+        assert_eq!(h.echo(1000, 50_000, AGE), None, "the oldest were dropped");
+        assert_eq!(h.echo(1010, 50_000, AGE), Some(50_000 - 10));
+    }
+}

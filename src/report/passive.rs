@@ -1,0 +1,303 @@
+//! Output of `rttlab passive`: sample lines in pping's formats or JSON, the per-flow
+//! summary, the sampled metric's periods, and the counters.
+
+use super::table::Table;
+use crate::passive::sampler::Period;
+use crate::passive::summary::{Row, Total};
+use crate::passive::{Counters, Method, Place, Sample};
+use std::io::{self, Write};
+
+/// pping's way of printing a duration: 3 significant digits with an SI prefix
+/// (`fmtTimeDiff` in pping.cpp): "152us", "1.52ms", " 152ms", "2.01s".
+pub fn pping_duration(ns: u64) -> String {
+    let mut dt = ns as f64 / 1e9;
+    let prefix = if dt < 1e-3 {
+        dt *= 1e6;
+        "u"
+    } else if dt < 1.0 {
+        dt *= 1e3;
+        "m"
+    } else {
+        ""
+    };
+    if dt < 10.0 {
+        format!("{dt:.2}{prefix}s")
+    } else if dt < 100.0 {
+        format!("{dt:.1}{prefix}s")
+    } else {
+        format!(" {dt:.0}{prefix}s")
+    }
+}
+
+/// The wall-clock time of day of `ts_ns` in the local time zone, as pping prints it.
+pub struct ClockCache {
+    sec: i64,
+    text: String,
+}
+
+impl Default for ClockCache {
+    fn default() -> Self {
+        Self {
+            sec: i64::MIN,
+            text: String::new(),
+        }
+    }
+}
+
+impl ClockCache {
+    fn hms(&mut self, ts_ns: u64) -> &str {
+        let sec = (ts_ns / 1_000_000_000) as i64;
+        if sec != self.sec {
+            self.sec = sec;
+            // SAFETY: localtime_r writes into the tm we own; time_t from our value.
+            let tm = unsafe {
+                let t: libc::time_t = sec as libc::time_t;
+                let mut tm: libc::tm = std::mem::zeroed();
+                libc::localtime_r(&t, &mut tm);
+                tm
+            };
+            self.text = format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        }
+        &self.text
+    }
+}
+
+/// How sample lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineFormat {
+    /// pping's default: `HH:MM:SS RTT MINRTT FLOW`.
+    Pping,
+    /// pping -m: `EPOCH.USEC RTT_S MIN_S FLOW` (pping's byte columns are not kept).
+    Machine,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Writes sample lines. A method column is added when both methods run, and a
+/// `local` column marks samples answered by the capture host itself.
+pub struct LineWriter<W: Write> {
+    out: W,
+    format: LineFormat,
+    both: bool,
+    clock: ClockCache,
+}
+
+impl<W: Write> LineWriter<W> {
+    pub fn new(out: W, format: LineFormat, both: bool) -> Self {
+        Self {
+            out,
+            format,
+            both,
+            clock: ClockCache::default(),
+        }
+    }
+
+    /// Write one sample.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn write(&mut self, s: &Sample) -> io::Result<()> {
+        match self.format {
+            LineFormat::Json => {
+                writeln!(
+                    self.out,
+                    "{{\"ts_ns\":{},\"rtt_us\":{:.3},\"min_us\":{:.3},\"method\":\"{}\",\"host\":\"{}\",\"peer\":\"{}\",\"place\":\"{}\"}}",
+                    s.ts_ns,
+                    s.rtt_ns as f64 / 1e3,
+                    s.min_ns as f64 / 1e3,
+                    s.method.name(),
+                    s.host,
+                    s.peer,
+                    place_name(s.place),
+                )?;
+                return Ok(());
+            }
+            LineFormat::Pping => {
+                let hms = self.clock.hms(s.ts_ns);
+                write!(
+                    self.out,
+                    "{} {} {} {}+{}",
+                    hms,
+                    pping_duration(s.rtt_ns),
+                    pping_duration(s.min_ns),
+                    s.host,
+                    s.peer
+                )?;
+            }
+            LineFormat::Machine => {
+                write!(
+                    self.out,
+                    "{}.{:06} {:.6} {:.6} {}+{}",
+                    s.ts_ns / 1_000_000_000,
+                    s.ts_ns % 1_000_000_000 / 1000,
+                    s.rtt_ns as f64 / 1e9,
+                    s.min_ns as f64 / 1e9,
+                    s.host,
+                    s.peer
+                )?;
+            }
+        }
+        if self.both {
+            write!(self.out, " {}", s.method.name())?;
+        }
+        if s.place == Place::LocalHost {
+            write!(self.out, " local")?;
+        }
+        writeln!(self.out)
+    }
+
+    /// Flush what was written.
+    ///
+    /// # Errors
+    /// The writer's.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+pub fn place_name(p: Place) -> &'static str {
+    match p {
+        Place::Network => "network",
+        Place::LocalHost => "local_host",
+    }
+}
+
+fn f1(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), f1)
+}
+
+/// The per-flow summary and the totals, as tables.
+pub fn summary(rows: &[Row], totals: &[Total]) -> String {
+    let mut t = Table::new([
+        "HOST", "PEER", "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us",
+        "MAX_us", "RETRANS", "SPURIOUS", "OOO",
+    ]);
+    for r in rows {
+        t.row([
+            r.host.clone(),
+            r.peer.clone(),
+            r.method.name().into(),
+            place_name(r.place).into(),
+            r.samples.to_string(),
+            f1(r.min_us),
+            f1(r.p50_us),
+            f1(r.p90_us),
+            f1(r.p99_us),
+            f1(r.max_us),
+            r.retransmissions.to_string(),
+            r.spurious_retransmissions.to_string(),
+            r.out_of_order.to_string(),
+        ]);
+    }
+    let mut s = format!(
+        "Per flow and direction: the host's answers to the peer, timed at the capture point\n{}",
+        t.render()
+    );
+    let mut t = Table::new([
+        "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us", "MAX_us",
+    ]);
+    for x in totals {
+        t.row([
+            x.method.name().into(),
+            place_name(x.place).into(),
+            x.samples.to_string(),
+            opt(x.min_us),
+            opt(x.p50_us),
+            opt(x.p90_us),
+            opt(x.p99_us),
+            opt(x.max_us),
+        ]);
+    }
+    s.push_str("\nAll flows (network: capture point → remote host → back; local_host: the capture host's own time to answer)\n");
+    s.push_str(&t.render());
+    s
+}
+
+/// The sampled metric, one row per period.
+pub fn sampler(periods: &[Period], one_in: u32) -> String {
+    let mut t = Table::new([
+        "PERIOD_START",
+        "SAMPLED_PKTS",
+        "SAMPLES",
+        "METRIC_P50_ms",
+        "EXACT_P50_ms",
+        "METRIC_P90_ms",
+        "METRIC_P99_ms",
+    ]);
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.3}"));
+    for p in periods {
+        t.row([
+            format!(
+                "{}.{:03}",
+                p.start_ns / 1_000_000_000,
+                p.start_ns % 1_000_000_000 / 1_000_000
+            ),
+            p.sampled_packets.to_string(),
+            p.samples.to_string(),
+            ms(p.median_ms),
+            ms(p.exact_median_ms),
+            ms(p.p90_ms),
+            ms(p.p99_ms),
+        ]);
+    }
+    format!(
+        "Sampled flow metric (1 in {one_in} packets, seq/ACK without Karn, buckets 0-1-2-4… ms; METRIC_* interpolated in the bucket)\n{}",
+        t.render()
+    )
+}
+
+/// One line of counters for stderr (pping's summary line, and what was skipped).
+pub fn counters(c: &Counters, methods: &[Method]) -> String {
+    let mut s = format!(
+        "{} packets, {} TCP, {} flows",
+        c.packets, c.tcp, c.flows.created
+    );
+    for m in methods {
+        let n = match m {
+            Method::Ts => c.samples_ts,
+            Method::Seq => c.samples_seq,
+        };
+        s.push_str(&format!(", {n} {} samples", m.name()));
+    }
+    for (name, n) in [
+        ("not TCP", c.not_tcp),
+        ("filtered out", c.filtered),
+        ("without TCP timestamps", c.no_timestamps),
+        ("with unusable timestamps", c.unusable_timestamps),
+        ("one-way (reverse not seen yet)", c.one_way),
+        ("flows evicted by the flow cap", c.flows.evicted_full),
+    ] {
+        if n > 0 && (name != "without TCP timestamps" || methods.contains(&Method::Ts)) {
+            s.push_str(&format!(", {n} {name}"));
+        }
+    }
+    for (reason, n) in &c.skipped {
+        s.push_str(&format!(
+            ", {n} skipped ({})",
+            serde_json::to_value(reason)
+                .ok()
+                .and_then(|v| v.as_str().map(|x| x.replace('_', " ")))
+                .unwrap_or_default()
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_print_as_pping_prints_them() {
+        assert_eq!(pping_duration(152_000), " 152us");
+        assert_eq!(pping_duration(1_520_000), "1.52ms");
+        assert_eq!(pping_duration(15_200_000), "15.2ms");
+        assert_eq!(pping_duration(152_000_000), " 152ms");
+        assert_eq!(pping_duration(2_010_000_000), "2.01s");
+        assert_eq!(pping_duration(9_000), "9.00us");
+    }
+}
