@@ -1,6 +1,10 @@
 //! The readers' one buffer: `need(n)` makes n bytes from the current position
 //! contiguous (moving the unread tail to the front and reading more), `consume(n)`
 //! advances. Grows only for a record larger than itself, up to a bound.
+//!
+//! A regular file can instead be mapped: records are then read in place (no read(2)
+//! copy, a sixth of a whole run), and pages already passed are released from the
+//! mapping every 16 MiB so the resident set stays bounded however long the file.
 
 use super::CaptureError;
 use std::io::Read;
@@ -9,10 +13,16 @@ const INITIAL: usize = 1 << 20;
 /// The largest record accepted (pcapng blocks of jumbo frames stay far below).
 pub const MAX_RECORD: usize = 16 << 20;
 
-/// A refillable window over a reader.
+/// Pages behind the read position are dropped from the mapping in steps this big.
+const RELEASE_STEP: usize = 16 << 20;
+
+/// A refillable window over a reader, or a mapped file.
 pub struct Buffer<R> {
-    r: R,
+    r: Option<R>,
     buf: Vec<u8>,
+    map: Option<memmap2::Mmap>,
+    /// Mapped bytes before this offset were released.
+    released: usize,
     start: usize,
     end: usize,
     eof: bool,
@@ -23,12 +33,37 @@ pub struct Buffer<R> {
 impl<R: Read> Buffer<R> {
     pub fn new(r: R) -> Self {
         Self {
-            r,
+            r: Some(r),
             buf: vec![0; INITIAL],
+            map: None,
+            released: 0,
             start: 0,
             end: 0,
             eof: false,
             offset: 0,
+        }
+    }
+
+    /// Read a mapped file in place.
+    pub fn mapped(map: memmap2::Mmap) -> Self {
+        let _ = map.advise(memmap2::Advice::Sequential);
+        Self {
+            r: None,
+            buf: Vec::new(),
+            start: 0,
+            end: map.len(),
+            map: Some(map),
+            released: 0,
+            eof: true,
+            offset: 0,
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m,
+            None => &self.buf,
         }
     }
 
@@ -49,6 +84,9 @@ impl<R: Read> Buffer<R> {
             });
         }
         if self.end - self.start < n && !self.eof {
+            let Some(r) = self.r.as_mut() else {
+                return Ok(&[]);
+            };
             if self.start + n > self.buf.len() {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
@@ -58,7 +96,7 @@ impl<R: Read> Buffer<R> {
                 }
             }
             while self.end - self.start < n {
-                let k = match self.r.read(&mut self.buf[self.end..]) {
+                let k = match r.read(&mut self.buf[self.end..]) {
                     Ok(k) => k,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e.into()),
@@ -70,7 +108,7 @@ impl<R: Read> Buffer<R> {
                 self.end += k;
             }
         }
-        Ok(&self.buf[self.start..self.end])
+        Ok(&self.bytes()[self.start..self.end])
     }
 
     /// Exactly `n` bytes, or `Truncated` naming `why`; `Ok(None)` at a clean end
@@ -87,7 +125,7 @@ impl<R: Read> Buffer<R> {
         if got < n {
             return Err(CaptureError::Truncated { offset, why });
         }
-        Ok(Some(&self.buf[self.start..self.start + n]))
+        Ok(Some(&self.bytes()[self.start..self.start + n]))
     }
 
     /// The first four bytes, little-endian, without consuming them.
@@ -107,12 +145,36 @@ impl<R: Read> Buffer<R> {
 
     /// Bytes `[from, to)` of the current window (after a successful `exact`).
     pub fn slice(&self, from: usize, to: usize) -> &[u8] {
-        &self.buf[self.start + from..self.start + to]
+        &self.bytes()[self.start + from..self.start + to]
     }
 
     /// Advance past `n` bytes.
     pub fn consume(&mut self, n: usize) {
         self.start += n;
         self.offset += n as u64;
+        if let Some(m) = &self.map {
+            if self.start - self.released >= RELEASE_STEP {
+                let upto = self.start & !(page_size() - 1);
+                // Nothing borrows the passed bytes any more (packets borrow the
+                // reader mutably until the next call).
+                // SAFETY: [released, upto) lies inside the mapping; MADV_DONTNEED on
+                // a read-only file mapping only drops our page-table entries, the
+                // file's pages stay in the page cache and would be faulted in again.
+                unsafe {
+                    let _ = m.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        self.released,
+                        upto - self.released,
+                    );
+                }
+                self.released = upto;
+            }
+        }
     }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p).unwrap_or(4096).max(4096)
 }

@@ -47,7 +47,18 @@ impl<R: Read> CaptureReader<R> {
     /// # Errors
     /// Neither format, or the header is cut short.
     pub fn new(r: R) -> Result<Self, CaptureError> {
-        let mut b = buffer::Buffer::new(r);
+        Self::with_buffer(buffer::Buffer::new(r))
+    }
+
+    /// Read a mapped file in place (see [`buffer`]).
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn mapped(map: memmap2::Mmap) -> Result<Self, CaptureError> {
+        Self::with_buffer(buffer::Buffer::mapped(map))
+    }
+
+    fn with_buffer(mut b: buffer::Buffer<R>) -> Result<Self, CaptureError> {
         let magic = b.peek_u32_le()?;
         match magic {
             pcapng::SHB_TYPE => Ok(Self::Pcapng(pcapng::PcapngReader::with_buffer(b)?)),

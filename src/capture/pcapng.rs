@@ -155,7 +155,12 @@ impl<R: Read> PcapngReader<R> {
                         return Err(corrupt(format!("captured length {cap} past the block")));
                     }
                     let ts = (u64::from(hi) << 32) | u64::from(lo);
-                    let ns = u128::from(ts) * 1_000_000_000 / u128::from(ifc.units);
+                    // The common resolutions without a 128-bit division.
+                    let ns = match ifc.units {
+                        1_000_000_000 => u128::from(ts),
+                        1_000_000 => u128::from(ts) * 1000,
+                        u => u128::from(ts) * 1_000_000_000 / u128::from(u),
+                    };
                     let ns = (ns as i128 + i128::from(ifc.offset_s) * 1_000_000_000).max(0) as u64;
                     return Ok(Some(Packet {
                         ts_ns: ns,

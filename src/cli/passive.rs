@@ -286,13 +286,33 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         (an, None)
     } else {
         let path = a.read.as_deref().unwrap_or("-");
-        let raw: Box<dyn Read> = if path == "-" {
-            Box::new(std::io::stdin().lock())
-        } else {
-            Box::new(
-                std::fs::File::open(path)
-                    .with_context(|| format!("cannot open capture {path:?}"))?,
-            )
+        let file = (path != "-")
+            .then(|| {
+                std::fs::File::open(path).with_context(|| format!("cannot open capture {path:?}"))
+            })
+            .transpose()?;
+        let mut peek = [0u8; 2];
+        let gzip = match &file {
+            Some(f) => {
+                std::os::unix::fs::FileExt::read_at(f, &mut peek, 0).ok() == Some(2)
+                    && peek == [0x1f, 0x8b]
+            }
+            None => false,
+        };
+        // A regular file is mapped and read in place; stdin, pipes and gzip stream.
+        let map = match &file {
+            Some(f) if !gzip && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {
+                // SAFETY: the mapping is read-only; a capture file being truncated
+                // underneath by another process would fault (SIGBUS), as for any
+                // reader that maps files (tcpdump's libpcap reads instead, and so
+                // does rttlab for pipes and stdin).
+                unsafe { memmap2::Mmap::map(f) }.ok()
+            }
+            _ => None,
+        };
+        let raw: Box<dyn Read> = match file {
+            Some(f) => Box::new(f),
+            None => Box::new(std::io::stdin().lock()),
         };
         let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
         // A gzip-compressed capture (1f 8b) is read through a decompressor.
@@ -304,7 +324,11 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         } else {
             Box::new(buffered)
         };
-        let mut reader = CaptureReader::new(input).map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        let mut reader = match map {
+            Some(m) => CaptureReader::mapped(m),
+            None => CaptureReader::new(input),
+        }
+        .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
         let mut an = Analyzer::new(cfg);
         let mut seen = 0u64;
         let mut failure = None;

@@ -14,7 +14,7 @@ pub mod seq;
 pub mod summary;
 pub mod ts;
 
-use crate::wire::{self, tcp, LinkType, Skip, Transport};
+use crate::wire::{self, tcp, LinkType, Skip};
 use flow::{Endpoint, Flow, FlowCounters, FlowKey, FlowTable};
 use std::net::IpAddr;
 
@@ -220,19 +220,20 @@ impl Analyzer {
     /// One captured frame of `link` type, captured at `now` (ns since the epoch).
     pub fn packet(&mut self, now: u64, link: LinkType, frame: &[u8], sink: &mut impl Sink) {
         self.counters.packets += 1;
-        let ip = match wire::decode(link, frame) {
-            Ok(ip) => ip,
+        let seg = match wire::net::decode_tcp(link, frame) {
+            Ok(Some(seg)) => seg,
+            Ok(None) => {
+                self.counters.not_tcp += 1;
+                return;
+            }
             Err(s) => {
                 self.skipped[s.index()] += 1;
                 return;
             }
         };
-        let Transport::Tcp(t) = ip.transport else {
-            self.counters.not_tcp += 1;
-            return;
-        };
-        let src = Endpoint::new(ip.src, t.src_port());
-        let dst = Endpoint::new(ip.dst, t.dst_port());
+        let t = seg.tcp;
+        let src = Endpoint::from_raw(seg.src, t.src_port());
+        let dst = Endpoint::from_raw(seg.dst, t.dst_port());
         if !self.cfg.filter.is_empty() && !self.cfg.filter.matches(src, dst) {
             self.counters.filtered += 1;
             return;
@@ -247,7 +248,7 @@ impl Analyzer {
             self.next_expire_ns = now + EXPIRE_EVERY_NS;
         }
         let flags = t.flags();
-        let payload = ip.transport_len.saturating_sub(t.header_len());
+        let payload = seg.transport_len.saturating_sub(t.header_len());
         let seglen = payload + u32::from(flags & tcp::SYN != 0) + u32::from(flags & tcp::FIN != 0);
         let (key, d) = FlowKey::of(src, dst);
         if let Some(s) = self.sampler.as_mut() {
@@ -285,7 +286,7 @@ impl Analyzer {
         }
         let (here, there) = (d, 1 - d);
         flow.halves[here].packets += 1;
-        flow.halves[here].bytes += u64::from(ip.len);
+        flow.halves[here].bytes += u64::from(seg.ip_len);
         let place = if self.local.contains(&src.addr) {
             Place::LocalHost
         } else {

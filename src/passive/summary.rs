@@ -125,6 +125,8 @@ impl Summary {
             })
             .collect();
         totals.sort_by_key(|t| (t.method, t.place == Place::LocalHost));
+        self.rows
+            .sort_by(|a, b| (&a.host, &a.peer, a.method).cmp(&(&b.host, &b.peer, b.method)));
         (self.rows, totals)
     }
 

@@ -53,10 +53,12 @@ pub struct Ip<'a> {
     pub transport: Transport<'a>,
 }
 
-/// The network header's fields and what follows it.
+/// The network header's fields and what follows it. Addresses are IPv6, IPv4 ones
+/// mapped (::ffff:a.b.c.d), so the fast path never builds an `IpAddr`.
 struct Network<'a> {
-    src: IpAddr,
-    dst: IpAddr,
+    v4: bool,
+    src: u128,
+    dst: u128,
     ttl: u8,
     len: u32,
     transport_len: u32,
@@ -76,11 +78,15 @@ fn v4(p: &[u8]) -> Result<Network<'_>, Skip> {
     if frag & 0x3fff != 0 {
         return Err(Skip::Fragment);
     }
-    let addr = |at: usize| IpAddr::V4(Ipv4Addr::new(h[at], h[at + 1], h[at + 2], h[at + 3]));
+    let addr = |at: usize| {
+        0xffff_0000_0000u128
+            | u128::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]))
+    };
     // The payload ends where the header says, or where the capture ended (snaplen):
     // the transport parser decides what it can use.
     let end = usize::from(total).clamp(ihl, p.len());
     Ok(Network {
+        v4: true,
         src: addr(12),
         dst: addr(16),
         ttl: h[8],
@@ -100,7 +106,7 @@ fn v6(p: &[u8]) -> Result<Network<'_>, Skip> {
     let addr = |at: usize| {
         let mut a = [0u8; 16];
         a.copy_from_slice(&h[at..at + 16]);
-        IpAddr::V6(Ipv6Addr::from(a))
+        u128::from_be_bytes(a)
     };
     let end = (40 + usize::from(plen)).min(p.len());
     let mut rest = &p[40..end];
@@ -135,6 +141,7 @@ fn v6(p: &[u8]) -> Result<Network<'_>, Skip> {
     // Extension headers consumed: what the payload length says minus what is left of it.
     let ext = (end - 40 - rest.len()) as u32;
     Ok(Network {
+        v4: false,
         src: addr(8),
         dst: addr(24),
         ttl: h[7],
@@ -152,6 +159,7 @@ fn v6(p: &[u8]) -> Result<Network<'_>, Skip> {
 pub fn decode(link: LinkType, frame: &[u8]) -> Result<Ip<'_>, Skip> {
     let (ver, p) = link.network(frame)?;
     let Network {
+        v4,
         src,
         dst,
         ttl,
@@ -180,14 +188,58 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Ip<'_>, Skip> {
             bytes: payload,
         },
     };
+    let ip = |a: u128| {
+        if v4 {
+            IpAddr::V4(Ipv4Addr::from(a as u32))
+        } else {
+            IpAddr::V6(Ipv6Addr::from(a))
+        }
+    };
     Ok(Ip {
-        src,
-        dst,
+        src: ip(src),
+        dst: ip(dst),
         ttl,
         len,
         transport_len,
         transport,
     })
+}
+
+/// A TCP segment's fields the passive engines need, decoded without building
+/// `IpAddr`s: addresses as IPv6 integers (IPv4 mapped, as
+/// [`crate::passive::flow::Endpoint`] keeps them).
+#[derive(Debug, Clone, Copy)]
+pub struct TcpSegment<'a> {
+    pub src: u128,
+    pub dst: u128,
+    /// The IP packet's length as its header says.
+    pub ip_len: u32,
+    /// The TCP header and payload's length as the IP header says.
+    pub transport_len: u32,
+    pub tcp: Tcp<'a>,
+}
+
+/// Decode a frame down to TCP: `Ok(None)` for another transport.
+///
+/// # Errors
+/// Why the packet cannot be used (as [`decode`]).
+#[inline]
+pub fn decode_tcp(link: LinkType, frame: &[u8]) -> Result<Option<TcpSegment<'_>>, Skip> {
+    let (ver, p) = link.network(frame)?;
+    let n = match ver {
+        4 => v4(p)?,
+        _ => v6(p)?,
+    };
+    if n.proto != TCP {
+        return Ok(None);
+    }
+    Ok(Some(TcpSegment {
+        src: n.src,
+        dst: n.dst,
+        ip_len: n.len,
+        transport_len: n.transport_len,
+        tcp: Tcp::new(n.payload)?,
+    }))
 }
 
 impl Ip<'_> {
