@@ -89,6 +89,8 @@ pub struct SeqHalf {
 impl SeqHalf {
     /// Most segments outstanding per direction (24 bytes each: 96 KiB at most).
     pub const CAP: usize = 4096;
+    /// How far from either end of the queue an out-of-order segment may be inserted.
+    const NEAR: usize = 64;
 
     /// A segment `[seq, seq + len)` sent at `now` (`len` counts SYN and FIN).
     pub fn segment(&mut self, seq: u32, len: u32, now: u64) -> Kind {
@@ -139,12 +141,11 @@ impl SeqHalf {
             }
             Kind::OutOfOrder => {
                 self.out_of_order += 1;
-                let at = self
-                    .segments
-                    .iter()
-                    .position(|s| before(seq, s.seq))
-                    .unwrap_or(self.segments.len());
-                if self.segments.len() < Self::CAP {
+                let at = self.segments.partition_point(|s| before(s.seq, seq));
+                // A real out-of-order segment lands near the back; one far inside a
+                // long queue (hostile or garbled numbers) would cost a long shift.
+                let near = at.min(self.segments.len() - at) <= Self::NEAR;
+                if self.segments.len() < Self::CAP && near {
                     self.segments.insert(
                         at,
                         Segment {
@@ -172,13 +173,18 @@ impl SeqHalf {
     }
 
     /// Mark segments overlapping `[seq, end)` as retransmitted; whether any did.
+    ///
+    /// Segments are kept in sequence order, so the search is binary and the walk
+    /// touches only the overlapping ones: hostile sequence numbers cost O(log n).
     fn mark_overlap(&mut self, seq: u32, end: u32) -> bool {
+        let start = self.segments.partition_point(|s| !before(seq, s.end));
         let mut any = false;
-        for s in self.segments.iter_mut() {
-            if before(s.seq, end) && before(seq, s.end) {
-                s.retransmitted = true;
-                any = true;
+        for s in self.segments.range_mut(start..) {
+            if !before(s.seq, end) {
+                break;
             }
+            s.retransmitted = true;
+            any = true;
         }
         any
     }
@@ -221,11 +227,12 @@ impl SeqHalf {
             if !before(ack, right) || !before(left, right) {
                 continue;
             }
-            for s in self.segments.iter_mut() {
+            let start = self.segments.partition_point(|s| before(s.seq, left));
+            for s in self.segments.range_mut(start..) {
                 if !before(s.seq, right) {
                     break;
                 }
-                if s.sacked || before(s.seq, left) || before(right, s.end) {
+                if s.sacked || before(right, s.end) {
                     continue;
                 }
                 s.sacked = true;
