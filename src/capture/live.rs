@@ -5,7 +5,7 @@
 //! namespace. Kernel drops (ring full) are read from PACKET_STATISTICS.
 
 use crate::kernel::{netns, SyscallError};
-use crate::lab::ring::{bind, setopt, socket};
+use crate::lab::ring::{bind, packet_statistics, setopt, socket};
 use crate::wire::LinkType;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_STATISTICS: libc::c_int = 6;
 const PACKET_VERSION: libc::c_int = 10;
 const TP_STATUS_KERNEL: u32 = 0;
 const TP_STATUS_USER: u32 = 1;
@@ -326,22 +325,9 @@ impl LiveCapture {
     }
 
     fn read_stats(&mut self) {
-        // struct tpacket_stats_v3: packets, drops, freeze_q_cnt. Reading resets them.
-        let mut s = [0u32; 3];
-        let mut len = std::mem::size_of_val(&s) as libc::socklen_t;
-        // SAFETY: getsockopt writes at most len bytes into s.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                PACKET_STATISTICS,
-                s.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 {
-            self.stats.packets += u64::from(s[0]);
-            self.stats.drops += u64::from(s[1]);
+        if let Some((packets, drops)) = packet_statistics(self.fd.as_raw_fd()) {
+            self.stats.packets += packets;
+            self.stats.drops += drops;
         }
     }
 

@@ -89,6 +89,25 @@ pub(crate) fn bind(fd: RawFd, ifindex: u32, protocol: u16) -> Result<(), Syscall
     }
 }
 
+/// PACKET_STATISTICS of a packet socket: (frames passed to it, frames dropped because
+/// its ring was full) since the last call, which resets them. The buffer fits
+/// tpacket_stats_v3 (a third word, freeze_q_cnt, unused); V2 sockets fill two words.
+pub(crate) fn packet_statistics(fd: RawFd) -> Option<(u64, u64)> {
+    let mut st = [0u32; 3];
+    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+    // SAFETY: getsockopt writes at most len bytes into st.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_PACKET,
+            PACKET_STATISTICS,
+            st.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then(|| (u64::from(st[0]), u64::from(st[1])))
+}
+
 /// One received frame, borrowed from the ring.
 pub struct RxFrame<'a> {
     /// Kernel arrival stamp, CLOCK_REALTIME nanoseconds.
@@ -252,23 +271,7 @@ impl RxRing {
     /// Frames the kernel dropped because the ring was full, since the last call
     /// (PACKET_STATISTICS resets on read).
     pub fn kernel_drops(&self) -> u64 {
-        let mut st = [0u32; 2];
-        let mut len = std::mem::size_of_val(&st) as u32;
-        // SAFETY: st is valid for len bytes.
-        let rc = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                PACKET_STATISTICS,
-                st.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        if rc == 0 {
-            u64::from(st[1])
-        } else {
-            0
-        }
+        packet_statistics(self.fd.as_raw_fd()).map_or(0, |(_, drops)| drops)
     }
 }
 
