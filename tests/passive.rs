@@ -427,6 +427,10 @@ fn the_cli_reads_gzip_stdin_and_prints_pping_lines_summaries_and_json() {
     let out = String::from_utf8(o.stdout).unwrap();
     assert!(out.contains("P99_us") && out.contains("RETRANS"), "{out}");
     assert!(
+        out.contains("Histogram, ts samples, network") && out.contains("Histogram, seq samples"),
+        "{out}"
+    );
+    assert!(
         !out.contains(":44"),
         "the port filter let other flows through: {out}"
     );
@@ -595,4 +599,22 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         a.first(),
         b.first()
     );
+}
+
+#[test]
+fn live_capture_without_cap_net_raw_says_so_in_one_line() {
+    if !privileged("live_capture_without_cap_net_raw_says_so_in_one_line") {
+        return;
+    }
+    // Drop to nobody (setpriv from util-linux): no CAP_NET_RAW.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["passive", "-i", "lo", "-s", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
