@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. Arguments are validated into the
 //! library's settings before anything opens a socket.
 
+pub mod compare;
 pub mod experiment;
 pub mod lab;
 pub mod output;
@@ -18,6 +19,7 @@ use clap::{Parser, Subcommand};
 
 const EXAMPLES: &str = "\
 Examples:
+  rttlab compare                             every layer's RTT side by side, in a lab built for the run
   rttlab rr                                  TCP_RR against an in-process server on loopback, 10 s
   rttlab rr -t UDP_RR -r 64,64 -l 5 -o P50_LATENCY,P99_LATENCY,THROUGHPUT
   rttlab serve                               serve tests on port 12866 (IPv4 and IPv6)
@@ -39,6 +41,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Every layer's RTT side by side in one run (the lab unless -H), with the gaps explained.
+    Compare(compare::CompareArgs),
     /// Request/response round trips (netperf TCP_RR, UDP_RR, TCP_CRR).
     Rr(rr::RrArgs),
     /// Serve request/response tests to `rttlab rr` clients.
@@ -67,6 +71,7 @@ pub enum Command {
 /// Run the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Compare(a) => compare::run(a),
         Command::Rr(a) => rr::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Ping(a) => ping::run(a),

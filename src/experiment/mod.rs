@@ -3,4 +3,5 @@
 //! lines written as each trial finishes, tables and report).
 
 pub mod blackout;
+pub mod compare;
 pub mod results;

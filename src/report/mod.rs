@@ -2,6 +2,7 @@
 //! outside this module formats results.
 
 pub mod blackout;
+pub mod compare;
 pub mod lab;
 pub mod passive;
 mod ping;

@@ -1,0 +1,100 @@
+//! `rttlab compare`.
+
+use super::values;
+use anyhow::Context;
+use clap::Args;
+use rttlab::experiment::compare::{self, CompareSettings};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Rows: icmp (ping), tcp_rr, udp_rr (request/response from user space), tcp_info client
+and server (the kernel's srtt, sampled every 10 ms), passive ts and seq (the TCP_RR
+connection's packets captured on the client), sampled metric (a 1-in-N cloud flow
+metric, seed 000). Under the table, the gaps the data supports.
+
+Examples:
+  rttlab compare                         in a lab built for the run (10 ms RTT), removed after
+  rttlab compare --lab-rtt 1ms --interval 1ms --duration 5s
+  rttlab compare -H server.example       against `rttlab serve` (capture needs root)
+  rttlab compare --out results/cmp --json")]
+pub struct CompareArgs {
+    /// `rttlab serve` on this host (default port 12866); without it, a lab.
+    #[arg(short = 'H', long)]
+    pub host: Option<String>,
+    /// The lab's round-trip delay.
+    #[arg(long, default_value = "10ms", value_parser = values::duration)]
+    pub lab_rtt: Duration,
+    /// Wait between a response and the next request (and between pings).
+    #[arg(short = 'w', long, default_value = "10ms", value_parser = values::duration)]
+    pub interval: Duration,
+    /// How long every layer runs.
+    #[arg(short = 'l', long, default_value = "10s", value_parser = values::duration)]
+    pub duration: Duration,
+    /// TCP_RR's data port (UDP_RR uses the next one).
+    #[arg(short = 'P', long, default_value_t = 12867)]
+    pub data_port: u16,
+    /// The sampled metric keeps one packet in N.
+    #[arg(long, default_value = "1", value_parser = values::one_in)]
+    pub sampler: u32,
+    /// Capture interface on the client (default: the route's; the lab's eth0).
+    #[arg(short = 'i', long)]
+    pub interface: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write compare.json and compare.txt into this directory.
+    #[arg(long)]
+    pub out: Option<std::path::PathBuf>,
+}
+
+fn server_addr(h: &str) -> anyhow::Result<SocketAddr> {
+    let with_port = if h.parse::<std::net::IpAddr>().is_ok() || !h.contains(':') {
+        if h.contains(':') {
+            format!("[{h}]:12866")
+        } else {
+            format!("{h}:12866")
+        }
+    } else {
+        h.to_string()
+    };
+    with_port
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {h:?}"))?
+        .next()
+        .with_context(|| format!("{h:?} has no address"))
+}
+
+pub fn run(a: CompareArgs) -> anyhow::Result<()> {
+    let s = CompareSettings {
+        server: a.host.as_deref().map(server_addr).transpose()?,
+        lab_rtt: a.lab_rtt,
+        interval: a.interval,
+        duration: a.duration,
+        data_port: a.data_port,
+        sampler_one_in: a.sampler,
+        interface: a.interface,
+    };
+    let r = compare::run(&s, &format!("cmp{}", std::process::id() % 100_000))?;
+    let text = rttlab::report::compare::render(&r);
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(dir.join("compare.json"), serde_json::to_string_pretty(&r)?)?;
+        std::fs::write(dir.join("compare.txt"), &text)?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{text}");
+    }
+    if r.errors.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{} layer(s) could not run: {}",
+            r.errors.len(),
+            r.errors.join("; ")
+        )
+    }
+}

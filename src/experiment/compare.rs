@@ -1,0 +1,580 @@
+//! `rttlab compare`: every layer's RTT between two endpoints in one run, at one
+//! interval, under the same conditions — ICMP echo, TCP_RR, UDP_RR, the kernel's
+//! srtt on both ends, the passive TS and seq/ACK engines on the TCP_RR connection
+//! captured at the client, and the sampled cloud metric (seed 000) — and the gaps
+//! between them explained from the data.
+
+use crate::capture::live::LiveCapture;
+use crate::kernel::sock_diag::{self, DiagFilter, SockDiag};
+use crate::kernel::{netns, route};
+use crate::lab::impair::Impairments;
+use crate::lab::{Lab, LabSpec, Node};
+use crate::passive::sampler::{Period, SamplerConfig};
+use crate::passive::{self, Analyzer, Config, Method, Place, Sample, Sink};
+use crate::probe::control::TestKind;
+use crate::probe::ping::{self, PingControl, PingSettings};
+use crate::probe::rr::{self, RrResult, RrSettings, RunControl};
+use crate::probe::server::{Server, ServerConfig};
+use crate::stats::LatencyHistogram;
+use serde::Serialize;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What to compare and how.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareSettings {
+    /// `rttlab serve` on the far host; `None`: a lab built for the run.
+    pub server: Option<SocketAddr>,
+    /// The lab's round-trip delay (split evenly between the two directions).
+    pub lab_rtt: Duration,
+    /// Wait between a response and the next request (and between pings).
+    pub interval: Duration,
+    pub duration: Duration,
+    /// The TCP_RR data port (fixed so the capture and sock_diag find the connection).
+    pub data_port: u16,
+    /// The sampled metric keeps one packet in this many.
+    pub sampler_one_in: u32,
+    /// Capture interface on the client (`None`: the route's, or the lab's eth0).
+    pub interface: Option<String>,
+}
+
+impl Default for CompareSettings {
+    fn default() -> Self {
+        Self {
+            server: None,
+            lab_rtt: Duration::from_millis(10),
+            interval: Duration::from_millis(10),
+            duration: Duration::from_secs(10),
+            data_port: 12867,
+            sampler_one_in: 1,
+            interface: None,
+        }
+    }
+}
+
+/// One layer's numbers, µs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layer {
+    pub name: &'static str,
+    /// What a sample is.
+    pub what: &'static str,
+    pub samples: u64,
+    pub min_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub mean_us: Option<f64>,
+}
+
+impl Layer {
+    fn from_histogram(name: &'static str, what: &'static str, h: &LatencyHistogram) -> Self {
+        let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
+        Self {
+            name,
+            what,
+            samples: h.count(),
+            min_us: us(h.min_ns()),
+            p50_us: us(h.quantile_ns(0.5)),
+            p90_us: us(h.quantile_ns(0.9)),
+            p99_us: us(h.quantile_ns(0.99)),
+            max_us: us(h.max_ns()),
+            mean_us: h.mean_ns().map(|v| v / 1e3),
+        }
+    }
+}
+
+/// The result: the layers, facts the explanations rest on, and the explanations.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareResult {
+    pub settings: CompareSettings,
+    pub server: SocketAddr,
+    pub capture_interface: String,
+    pub layers: Vec<Layer>,
+    pub tcp_retransmissions_client: Option<u64>,
+    pub tcp_retransmissions_server: Option<u64>,
+    pub ping_lost: u64,
+    pub udp_lost: u64,
+    /// Passive samples answered by the client itself (its own time to answer).
+    pub passive_local_samples: u64,
+    pub capture_drops: u64,
+    pub sampler: Vec<Period>,
+    pub explanations: Vec<String>,
+    /// Errors of layers that could not run (the others are still reported).
+    pub errors: Vec<String>,
+}
+
+/// Why a comparison could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error(transparent)]
+    Lab(#[from] crate::lab::LabError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Passive samples of the TCP_RR connection, by method and place.
+#[derive(Default)]
+struct PassiveSink {
+    ts_net: LatencyHistogram,
+    seq_net: LatencyHistogram,
+    local: u64,
+}
+
+impl Sink for PassiveSink {
+    fn sample(&mut self, s: &Sample) {
+        match (s.method, s.place) {
+            (_, Place::LocalHost) => self.local += 1,
+            (Method::Ts, Place::Network) => self.ts_net.record_ns(s.rtt_ns),
+            (Method::Seq, Place::Network) => self.seq_net.record_ns(s.rtt_ns),
+        }
+    }
+}
+
+struct PassiveOut {
+    sink: PassiveSink,
+    periods: Vec<Period>,
+    drops: u64,
+}
+
+fn capture(
+    iface: &str,
+    ns: Option<&str>,
+    port: u16,
+    one_in: u32,
+    period: Duration,
+    stop: &AtomicBool,
+) -> Result<PassiveOut, String> {
+    let mut cap = LiveCapture::open(iface, ns).map_err(|e| e.to_string())?;
+    let link = cap.link();
+    let mut a = Analyzer::new(Config {
+        local: cap.addresses.clone(),
+        filter: passive::Filter {
+            ports: vec![port],
+            ..Default::default()
+        },
+        sampler: Some(SamplerConfig {
+            one_in,
+            period_ns: period.as_nanos() as u64,
+            seed: 1,
+        }),
+        ..Config::default()
+    });
+    let mut sink = PassiveSink::default();
+    while !stop.load(Ordering::Acquire) {
+        cap.poll(50, |ts, frame| a.packet(ts, link, frame, &mut sink))
+            .map_err(|e| e.to_string())?;
+    }
+    // What is still in the ring.
+    cap.poll(0, |ts, frame| a.packet(ts, link, frame, &mut sink))
+        .map_err(|e| e.to_string())?;
+    a.finish(&mut sink);
+    Ok(PassiveOut {
+        sink,
+        periods: a.sampler_periods().unwrap_or_default(),
+        drops: cap.stats().drops,
+    })
+}
+
+/// The server's srtt, sampled through sock_diag every 10 ms in `ns`.
+fn server_srtt(
+    ns: Option<&str>,
+    port: u16,
+    until: Duration,
+    stop: &AtomicBool,
+) -> Result<LatencyHistogram, String> {
+    let mut d = SockDiag::open(ns).map_err(|e| e.to_string())?;
+    let mut h = LatencyHistogram::new();
+    let f = DiagFilter {
+        sport: Some(port),
+        ..Default::default()
+    };
+    sock_diag::sample_every(
+        &mut d,
+        &f,
+        Duration::from_millis(10),
+        None,
+        Some(until),
+        stop,
+        |_, e| {
+            if let Some(rtt) = e.tcp_info.and_then(|t| (t.rtt_us > 0).then_some(t.rtt_us)) {
+                h.record_ns(u64::from(rtt) * 1000);
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(h)
+}
+
+/// Run every layer at once and explain the gaps.
+///
+/// # Errors
+/// The lab or the server could not be set up. A layer that fails is reported in
+/// [`CompareResult::errors`], the others still are.
+pub fn run(s: &CompareSettings, lab_name: &str) -> Result<CompareResult, CompareError> {
+    let (lab, server_handle) = match s.server {
+        Some(_) => (None, None),
+        None => {
+            let half = s.lab_rtt.as_nanos() as u64 / 2;
+            let lab = Lab::up(&LabSpec::new(
+                lab_name,
+                Impairments {
+                    delay_ns: half,
+                    ..Impairments::default()
+                },
+            ))?;
+            let b = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), 12866);
+            let h = netns::run_in(Some(lab.netns(Node::B)), || {
+                Server::bind(ServerConfig {
+                    listen: vec![b],
+                    ..Default::default()
+                })
+                .map_err(|e| e.to_string())?
+                .spawn()
+                .map_err(|e| e.to_string())
+            })
+            .map_err(|e| CompareError::Setup(format!("server in the lab: {e}")))?
+            .map_err(|e| CompareError::Setup(format!("server in the lab: {e}")))?;
+            lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
+            (Some(lab), Some(h))
+        }
+    };
+    let server = match (&lab, s.server) {
+        (Some(l), _) => SocketAddr::new(IpAddr::V4(l.info().b.ipv4), 12866),
+        (None, Some(a)) => a,
+        (None, None) => unreachable!("a lab is built when no server is given"),
+    };
+    let client_ns = lab.as_ref().map(|l| l.netns(Node::A).to_string());
+    let server_ns = lab.as_ref().map(|l| l.netns(Node::B).to_string());
+    let iface = match (&s.interface, &lab) {
+        (Some(i), _) => i.clone(),
+        (None, Some(_)) => "eth0".to_string(),
+        (None, None) => route::list(None)
+            .ok()
+            .and_then(|r| route::find(&r, server.ip(), None).ok())
+            .and_then(|r| r.dev)
+            .unwrap_or_else(|| "lo".into()),
+    };
+
+    let stop = AtomicBool::new(false);
+    let mut errors = Vec::new();
+    let rr_settings = |test: TestKind, port: u16| {
+        let mut r = RrSettings::new(server);
+        r.test = test;
+        r.request_size = 1;
+        r.response_size = 2;
+        r.duration = Some(s.duration);
+        r.interval = s.interval;
+        r.data_port = port;
+        if test == TestKind::TcpRr {
+            r.tcpinfo_interval = Some(Duration::from_millis(10));
+        }
+        r
+    };
+    let in_client =
+        |f: &(dyn Fn() -> Result<RrResult, String> + Sync)| -> Result<RrResult, String> {
+            netns::run_in(client_ns.as_deref(), f).map_err(|e| e.to_string())?
+        };
+    let (tcp, udp, icmp, srv, pas) = std::thread::scope(|sc| {
+        let pas = sc.spawn(|| {
+            capture(
+                &iface,
+                client_ns.as_deref(),
+                s.data_port,
+                s.sampler_one_in,
+                s.duration + Duration::from_secs(5),
+                &stop,
+            )
+        });
+        let srv = server_ns.as_ref().map(|ns| {
+            let stop = &stop;
+            sc.spawn(move || {
+                server_srtt(
+                    Some(ns),
+                    s.data_port,
+                    s.duration + Duration::from_secs(2),
+                    stop,
+                )
+            })
+        });
+        // Let the capture start before the traffic.
+        std::thread::sleep(Duration::from_millis(300));
+        let udp = sc.spawn(|| {
+            in_client(&|| {
+                rr::run(
+                    &rr_settings(TestKind::UdpRr, s.data_port + 1),
+                    &RunControl::default(),
+                )
+                .map_err(|e| e.to_string())
+            })
+        });
+        let icmp = sc.spawn(|| {
+            netns::run_in(client_ns.as_deref(), || {
+                let mut p = PingSettings::new(server.ip());
+                p.count = None;
+                p.duration = Some(s.duration);
+                p.interval = s.interval;
+                ping::run(&p, &PingControl::default()).map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string())?
+        });
+        let tcp = in_client(&|| {
+            rr::run(
+                &rr_settings(TestKind::TcpRr, s.data_port),
+                &RunControl::default(),
+            )
+            .map_err(|e| e.to_string())
+        });
+        let udp = udp.join().unwrap_or_else(|_| Err("UDP_RR panicked".into()));
+        let icmp = icmp.join().unwrap_or_else(|_| Err("ping panicked".into()));
+        std::thread::sleep(Duration::from_millis(200));
+        stop.store(true, Ordering::Release);
+        let srv = srv.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err("sock_diag panicked".into()))
+        });
+        let pas = pas
+            .join()
+            .unwrap_or_else(|_| Err("capture panicked".into()));
+        (tcp, udp, icmp, srv, pas)
+    });
+    if let Some(h) = server_handle {
+        h.shutdown();
+    }
+    drop(lab);
+
+    let mut layers = Vec::new();
+    let empty = LatencyHistogram::new();
+    let mut ping_lost = 0;
+    match &icmp {
+        Ok(p) => {
+            ping_lost = p.lost;
+            layers.push(Layer::from_histogram(
+                "icmp",
+                "echo request → reply",
+                &p.histogram,
+            ));
+        }
+        Err(e) => {
+            errors.push(format!("icmp: {e}"));
+            layers.push(Layer::from_histogram(
+                "icmp",
+                "echo request → reply",
+                &empty,
+            ));
+        }
+    }
+    let (mut retr_c, mut retr_s) = (None, None);
+    match &tcp {
+        Ok(r) => {
+            retr_c = r.local_retrans;
+            retr_s = r.remote_retrans;
+            layers.push(Layer::from_histogram(
+                "tcp_rr",
+                "send() of a request → last byte of the response",
+                &r.histogram,
+            ));
+        }
+        Err(e) => {
+            errors.push(format!("tcp_rr: {e}"));
+            layers.push(Layer::from_histogram(
+                "tcp_rr",
+                "send() of a request → last byte of the response",
+                &empty,
+            ));
+        }
+    }
+    let mut udp_lost = 0;
+    match &udp {
+        Ok(r) => {
+            udp_lost = r.udp.as_ref().map_or(0, |u| u.lost);
+            layers.push(Layer::from_histogram(
+                "udp_rr",
+                "send() of a request → its response",
+                &r.histogram,
+            ));
+        }
+        Err(e) => {
+            errors.push(format!("udp_rr: {e}"));
+            layers.push(Layer::from_histogram(
+                "udp_rr",
+                "send() of a request → its response",
+                &empty,
+            ));
+        }
+    }
+    let mut client_srtt = LatencyHistogram::new();
+    if let Ok(r) = &tcp {
+        for t in &r.tcpinfo_series {
+            if t.info.rtt_us > 0 {
+                client_srtt.record_ns(u64::from(t.info.rtt_us) * 1000);
+            }
+        }
+    }
+    layers.push(Layer::from_histogram(
+        "tcp_info client",
+        "srtt, sampled every 10 ms",
+        &client_srtt,
+    ));
+    let server_srtt = match srv {
+        Some(Ok(h)) => h,
+        Some(Err(e)) => {
+            errors.push(format!("tcp_info server: {e}"));
+            LatencyHistogram::new()
+        }
+        None => {
+            // A remote server: the srtt it reported at the end of the run.
+            let mut h = LatencyHistogram::new();
+            if let Ok(r) = &tcp {
+                for t in &r.remote_tcp_info {
+                    if t.rtt_us > 0 {
+                        h.record_ns(u64::from(t.rtt_us) * 1000);
+                    }
+                }
+            }
+            h
+        }
+    };
+    layers.push(Layer::from_histogram(
+        "tcp_info server",
+        if server_ns.is_some() {
+            "srtt, sampled every 10 ms"
+        } else {
+            "srtt at the end of the run"
+        },
+        &server_srtt,
+    ));
+    let (mut sampler, mut local, mut drops) = (Vec::new(), 0, 0);
+    match &pas {
+        Ok(p) => {
+            layers.push(Layer::from_histogram(
+                "passive ts",
+                "TSval → echo, capture → server → capture",
+                &p.sink.ts_net,
+            ));
+            layers.push(Layer::from_histogram(
+                "passive seq",
+                "data → covering ACK, capture → server → capture",
+                &p.sink.seq_net,
+            ));
+            sampler = p.periods.clone();
+            local = p.sink.local;
+            drops = p.drops;
+        }
+        Err(e) => {
+            errors.push(format!("passive: {e}"));
+            layers.push(Layer::from_histogram("passive ts", "TSval → echo", &empty));
+            layers.push(Layer::from_histogram(
+                "passive seq",
+                "data → covering ACK",
+                &empty,
+            ));
+        }
+    }
+    let metric = sampler.iter().max_by_key(|p| p.samples);
+    layers.push(Layer {
+        name: "sampled metric",
+        what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated",
+        samples: metric.map_or(0, |p| p.samples),
+        min_us: None,
+        p50_us: metric.and_then(|p| p.median_ms).map(|v| v * 1e3),
+        p90_us: metric.and_then(|p| p.p90_ms).map(|v| v * 1e3),
+        p99_us: metric.and_then(|p| p.p99_ms).map(|v| v * 1e3),
+        max_us: None,
+        mean_us: None,
+    });
+    let mut result = CompareResult {
+        settings: s.clone(),
+        server,
+        capture_interface: iface,
+        layers,
+        tcp_retransmissions_client: retr_c,
+        tcp_retransmissions_server: retr_s,
+        ping_lost,
+        udp_lost,
+        passive_local_samples: local,
+        capture_drops: drops,
+        sampler,
+        explanations: Vec::new(),
+        errors,
+    };
+    result.explanations = explain(&result);
+    Ok(result)
+}
+
+fn p50(r: &CompareResult, name: &str) -> Option<f64> {
+    r.layers
+        .iter()
+        .find(|l| l.name == name)
+        .and_then(|l| l.p50_us)
+}
+
+/// The gaps the data supports, each with the numbers it rests on.
+pub fn explain(r: &CompareResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let (icmp, tcp, udp) = (p50(r, "icmp"), p50(r, "tcp_rr"), p50(r, "udp_rr"));
+    let (seq, ts) = (p50(r, "passive seq"), p50(r, "passive ts"));
+    let (cli, srv) = (p50(r, "tcp_info client"), p50(r, "tcp_info server"));
+    if let (Some(i), Some(t)) = (icmp, tcp) {
+        let wire = seq.unwrap_or(i);
+        out.push(format!(
+            "user-space overhead: tcp_rr's median is {:.0} µs above the passive seq/ACK median on the wire ({t:.0} vs {wire:.0} µs): two trips through the sockets and the scheduler on each host; icmp ({i:.0} µs) has no application on the far side.",
+            t - wire
+        ));
+    }
+    if let (Some(u), Some(t)) = (udp, tcp) {
+        out.push(format!(
+            "udp_rr vs tcp_rr: {u:.0} vs {t:.0} µs at the median; the same path without TCP's ACKs and timers."
+        ));
+    }
+    if let (Some(c), Some(s)) = (cli, srv) {
+        let iv = r.settings.interval.as_secs_f64() * 1e6;
+        if s > c * 1.2 && s - c > 0.3 * iv.min(40_000.0) {
+            out.push(format!(
+                "delayed ACK: the server's srtt ({s:.0} µs) is above the client's ({c:.0} µs). The server's response is ACKed only by the client's next request, {:.0} ms later (the interval), or by the delayed-ACK timer (40 ms on Linux), so the server's TCP times the client's think time too (seed 000).",
+                iv / 1e3
+            ));
+        } else {
+            out.push(format!(
+                "tcp_info: client srtt {c:.0} µs, server {s:.0} µs: at this interval both ends' ACKs ride on the next message, so TCP's estimates agree."
+            ));
+        }
+    }
+    if let (Some(sq), Some(t)) = (seq, ts) {
+        out.push(format!(
+            "passive: seq/ACK {sq:.0} µs and TS {t:.0} µs at the median, from the client's interface; {} samples answered by the client itself (its own time to answer) are kept apart.",
+            r.passive_local_samples
+        ));
+    }
+    let metric = p50(r, "sampled metric");
+    if let (Some(m), Some(sq)) = (metric, seq) {
+        if m > sq * 1.5 && sq < 1000.0 {
+            out.push(format!(
+                "bucketing: the sampled metric reads {m:.0} µs where the wire says {sq:.0} µs: its first bucket is 0–1 ms and the median is interpolated inside it, so any sub-millisecond RTT reads about 0.5 ms (seed 000)."
+            ));
+        } else {
+            out.push(format!("sampled metric: {m:.0} µs vs the wire's {sq:.0} µs at the median; buckets are coarse (0–1–2–4… ms)."));
+        }
+    }
+    let retr =
+        r.tcp_retransmissions_client.unwrap_or(0) + r.tcp_retransmissions_server.unwrap_or(0);
+    if retr > 0 {
+        out.push(format!(
+            "retransmission: {retr} TCP segments were retransmitted; tcp_rr's tail includes the recovery, the kernel's srtt and the passive seq/ACK engine (Karn's rule) do not."
+        ));
+    }
+    if r.ping_lost > 0 || r.udp_lost > 0 {
+        out.push(format!(
+            "loss: {} pings and {} UDP requests lost (not in their latencies).",
+            r.ping_lost, r.udp_lost
+        ));
+    }
+    if r.settings.interval >= Duration::from_millis(1) {
+        out.push(format!(
+            "interval: every probe waits {} ms between transactions; idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (seed 004).",
+            r.settings.interval.as_secs_f64() * 1e3
+        ));
+    }
+    out
+}

@@ -1,0 +1,166 @@
+//! `rttlab compare` in a lab it builds and removes: every layer measured, each checked
+//! against the lab's configured delay (the independent witness) and against the other
+//! layers where the seeds say how they must relate.
+
+mod common;
+
+use common::{bin, privileged};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn layer<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == name)
+        .unwrap_or_else(|| panic!("no layer {name}"))
+}
+
+fn num(l: &serde_json::Value, k: &str) -> f64 {
+    l[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {l}"))
+}
+
+/// The tests run one at a time: each checks that no compare lab is left.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Namespaces of compare labs still present.
+fn compare_labs() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("rttlab-lab-cmp"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
+    if !privileged("every_layer_is_measured_and_the_gaps_follow_the_seeds") {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let o = Command::new(bin())
+        .args([
+            "compare",
+            "--lab-rtt",
+            "4ms",
+            "-w",
+            "2ms",
+            "-l",
+            "3s",
+            "--json",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["errors"].as_array().unwrap().is_empty(),
+        "{}",
+        v["errors"]
+    );
+    for name in [
+        "icmp",
+        "tcp_rr",
+        "udp_rr",
+        "tcp_info client",
+        "tcp_info server",
+        "passive ts",
+        "passive seq",
+        "sampled metric",
+    ] {
+        assert!(
+            layer(&v, name)["samples"].as_u64().unwrap() > 50,
+            "{name}: {}",
+            layer(&v, name)
+        );
+    }
+    // Witness: the lab delays each direction by 2 ms; nothing measured through it can be
+    // faster, and the medians stay near it.
+    for name in [
+        "icmp",
+        "tcp_rr",
+        "udp_rr",
+        "tcp_info client",
+        "passive ts",
+        "passive seq",
+    ] {
+        let l = layer(&v, name);
+        assert!(num(l, "min_us") >= 4000.0, "{name}: {l}");
+        assert!(num(l, "p50_us") < 6000.0, "{name}: {l}");
+    }
+    // User space sits above the wire: tcp_rr is timed around the same packets the
+    // passive engine sees on the client's interface.
+    assert!(num(layer(&v, "tcp_rr"), "p50_us") >= num(layer(&v, "passive seq"), "p50_us"));
+    // Seed 000: the server's response is ACKed by the client's next request, 2 ms later,
+    // so the server's srtt holds the client's wait; the client's does not.
+    let (c, s) = (
+        num(layer(&v, "tcp_info client"), "p50_us"),
+        num(layer(&v, "tcp_info server"), "p50_us"),
+    );
+    assert!(s > c + 1500.0, "server srtt {s} µs, client {c} µs");
+    let why = v["explanations"].to_string();
+    assert!(
+        why.contains("delayed ACK") && why.contains("user-space overhead"),
+        "{why}"
+    );
+    // The client's own answers, seen on its interface, are counted apart.
+    assert!(v["passive_local_samples"].as_u64().unwrap() > 50);
+    assert_eq!(v["capture_drops"], 0);
+    // The results directory, and nothing left of the lab.
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("compare.json")).unwrap()).unwrap();
+    assert_eq!(saved["layers"], v["layers"]);
+    assert!(std::fs::read_to_string(dir.path().join("compare.txt"))
+        .unwrap()
+        .contains("Why they differ"));
+    assert_eq!(compare_labs(), Vec::<String>::new());
+}
+
+#[test]
+fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
+    if !privileged("a_sub_millisecond_path_shows_the_sampled_metrics_bucketing") {
+        return;
+    }
+    let _g = serial();
+    let o = Command::new(bin())
+        .args([
+            "compare",
+            "--lab-rtt",
+            "0ms",
+            "-w",
+            "1ms",
+            "-l",
+            "2s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let wire = num(layer(&v, "passive seq"), "p50_us");
+    let metric = num(layer(&v, "sampled metric"), "p50_us");
+    // Seed 000: with (nearly) every sample in the 0–1 ms bucket, the interpolated
+    // median reads about 0.5 ms whatever the true RTT; arithmetic on the buckets.
+    if wire < 400.0 {
+        assert!(
+            (500.0..1000.0).contains(&metric),
+            "metric {metric} µs, wire {wire} µs"
+        );
+        assert!(v["explanations"].to_string().contains("bucketing"));
+    }
+    assert_eq!(compare_labs(), Vec::<String>::new());
+}
