@@ -76,7 +76,14 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         sampler_one_in: a.sampler,
         interface: a.interface,
     };
-    let r = compare::run(&s, &format!("cmp{}", std::process::id() % 100_000))?;
+    let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let i2 = interrupt.clone();
+    super::progress::on_interrupt(move || i2.store(true, std::sync::atomic::Ordering::Release));
+    let r = compare::run(
+        &s,
+        &format!("cmp{}", std::process::id() % 100_000),
+        &interrupt,
+    )?;
     let text = rttlab::report::compare::render(&r);
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -212,7 +212,14 @@ fn server_srtt(
 /// # Errors
 /// The lab or the server could not be set up. A layer that fails is reported in
 /// [`CompareResult::errors`], the others still are.
-pub fn run(s: &CompareSettings, lab_name: &str) -> Result<CompareResult, CompareError> {
+///
+/// Setting `interrupt` (Ctrl-C) ends every layer early; what was measured is kept and
+/// the lab is still removed.
+pub fn run(
+    s: &CompareSettings,
+    lab_name: &str,
+    interrupt: &AtomicBool,
+) -> Result<CompareResult, CompareError> {
     let (lab, server_handle) = match s.server {
         Some(_) => (None, None),
         None => {
@@ -258,6 +265,11 @@ pub fn run(s: &CompareSettings, lab_name: &str) -> Result<CompareResult, Compare
     };
 
     let stop = AtomicBool::new(false);
+    let (tcp_ctl, udp_ctl, ping_ctl) = (
+        RunControl::default(),
+        RunControl::default(),
+        PingControl::default(),
+    );
     let mut errors = Vec::new();
     let rr_settings = |test: TestKind, port: u16| {
         let mut r = RrSettings::new(server);
@@ -298,15 +310,24 @@ pub fn run(s: &CompareSettings, lab_name: &str) -> Result<CompareResult, Compare
                 )
             })
         });
+        // An interrupt stops the probes; the capture and sampler stop after them.
+        sc.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                if interrupt.load(Ordering::Acquire) {
+                    tcp_ctl.stop.store(true, Ordering::Release);
+                    udp_ctl.stop.store(true, Ordering::Release);
+                    ping_ctl.stop.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
         // Let the capture start before the traffic.
         std::thread::sleep(Duration::from_millis(300));
         let udp = sc.spawn(|| {
             in_client(&|| {
-                rr::run(
-                    &rr_settings(TestKind::UdpRr, s.data_port + 1),
-                    &RunControl::default(),
-                )
-                .map_err(|e| e.to_string())
+                rr::run(&rr_settings(TestKind::UdpRr, s.data_port + 1), &udp_ctl)
+                    .map_err(|e| e.to_string())
             })
         });
         let icmp = sc.spawn(|| {
@@ -315,16 +336,12 @@ pub fn run(s: &CompareSettings, lab_name: &str) -> Result<CompareResult, Compare
                 p.count = None;
                 p.duration = Some(s.duration);
                 p.interval = s.interval;
-                ping::run(&p, &PingControl::default()).map_err(|e| e.to_string())
+                ping::run(&p, &ping_ctl).map_err(|e| e.to_string())
             })
             .map_err(|e| e.to_string())?
         });
         let tcp = in_client(&|| {
-            rr::run(
-                &rr_settings(TestKind::TcpRr, s.data_port),
-                &RunControl::default(),
-            )
-            .map_err(|e| e.to_string())
+            rr::run(&rr_settings(TestKind::TcpRr, s.data_port), &tcp_ctl).map_err(|e| e.to_string())
         });
         let udp = udp.join().unwrap_or_else(|_| Err("UDP_RR panicked".into()));
         let icmp = icmp.join().unwrap_or_else(|_| Err("ping panicked".into()));
