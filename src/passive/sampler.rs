@@ -14,7 +14,7 @@
 
 use super::flow::FlowKey;
 use super::seq::before;
-use crate::stats::LatencyHistogram;
+use hdrhistogram::Histogram;
 use std::collections::{HashMap, VecDeque};
 
 /// `--sampler 1/N[,period=60s][,seed=S]`.
@@ -48,22 +48,43 @@ pub struct Period {
     pub median_ms: Option<f64>,
     pub p90_ms: Option<f64>,
     pub p99_ms: Option<f64>,
-    /// The exact median of the same samples, in ms: what the buckets hide.
+    /// The exact median of the same samples (to 2 significant digits), in ms: what the
+    /// buckets hide.
     pub exact_median_ms: Option<f64>,
 }
 
+/// The period being filled. Its exact RTTs go to a 2-significant-digit histogram in
+/// ns (12 KiB); a finished period keeps only its [`Period`] summary, so memory does
+/// not grow with the number of periods beyond a few hundred bytes each.
 struct Acc {
+    start_ns: u64,
     sampled_packets: u64,
     buckets: [u64; BOUNDS_MS.len() + 1],
-    exact: LatencyHistogram,
+    exact: Histogram<u32>,
 }
 
 impl Acc {
-    fn new() -> Self {
+    fn new(start_ns: u64) -> Self {
         Self {
+            start_ns,
             sampled_packets: 0,
             buckets: [0; BOUNDS_MS.len() + 1],
-            exact: LatencyHistogram::new(),
+            exact: Histogram::new_with_bounds(1000, 3_600_000_000_000, 2)
+                .expect("valid histogram bounds"),
+        }
+    }
+
+    fn summary(&self) -> Period {
+        let n = self.exact.len();
+        Period {
+            start_ns: self.start_ns,
+            sampled_packets: self.sampled_packets,
+            samples: n,
+            buckets: self.buckets.to_vec(),
+            median_ms: bucket_percentile(&self.buckets, 0.5),
+            p90_ms: bucket_percentile(&self.buckets, 0.9),
+            p99_ms: bucket_percentile(&self.buckets, 0.99),
+            exact_median_ms: (n > 0).then(|| self.exact.value_at_quantile(0.5) as f64 / 1e6),
         }
     }
 }
@@ -105,7 +126,8 @@ pub struct Sampler {
     /// Sampled data segments' end sequence numbers and times, per flow and sender.
     pending: HashMap<(FlowKey, usize), VecDeque<(u32, u64)>>,
     first_ns: Option<u64>,
-    periods: Vec<(u64, Acc)>,
+    done: Vec<Period>,
+    current: Option<Acc>,
 }
 
 /// Outstanding sampled segments per flow direction.
@@ -118,7 +140,8 @@ impl Sampler {
             cfg,
             pending: HashMap::new(),
             first_ns: None,
-            periods: Vec::new(),
+            done: Vec::new(),
+            current: None,
         }
     }
 
@@ -135,10 +158,12 @@ impl Sampler {
     fn acc(&mut self, now: u64) -> &mut Acc {
         let first = *self.first_ns.get_or_insert(now);
         let start = first + (now.saturating_sub(first) / self.cfg.period_ns) * self.cfg.period_ns;
-        if self.periods.last().is_none_or(|(s, _)| *s != start) {
-            self.periods.push((start, Acc::new()));
+        if self.current.as_ref().is_none_or(|a| a.start_ns != start) {
+            if let Some(a) = self.current.take() {
+                self.done.push(a.summary());
+            }
         }
-        &mut self.periods.last_mut().expect("just pushed").1
+        self.current.get_or_insert_with(|| Acc::new(start))
     }
 
     /// A TCP packet of flow `key` sent by half `d`: `seglen` of sequence space from
@@ -178,7 +203,7 @@ impl Sampler {
                 if let Some(r) = rtt.filter(|_| kept) {
                     let acc = self.acc(now);
                     acc.buckets[bucket_of(r)] += 1;
-                    acc.exact.record_ns(r);
+                    acc.exact.saturating_record(r.max(1000));
                 }
             }
         }
@@ -196,19 +221,9 @@ impl Sampler {
 
     /// The periods so far.
     pub fn periods(&self) -> Vec<Period> {
-        self.periods
-            .iter()
-            .map(|(start, a)| Period {
-                start_ns: *start,
-                sampled_packets: a.sampled_packets,
-                samples: a.exact.count(),
-                buckets: a.buckets.to_vec(),
-                median_ms: bucket_percentile(&a.buckets, 0.5),
-                p90_ms: bucket_percentile(&a.buckets, 0.9),
-                p99_ms: bucket_percentile(&a.buckets, 0.99),
-                exact_median_ms: a.exact.quantile_ns(0.5).map(|n| n as f64 / 1e6),
-            })
-            .collect()
+        let mut v = self.done.clone();
+        v.extend(self.current.as_ref().map(Acc::summary));
+        v
     }
 
     pub fn config(&self) -> SamplerConfig {
@@ -245,7 +260,8 @@ mod tests {
         assert_eq!(p.samples, 1000);
         assert_eq!(p.median_ms, Some(0.5));
         let exact = p.exact_median_ms.unwrap();
-        assert!((0.149..0.151).contains(&exact), "{exact}");
+        // 2 significant digits: within 1 %.
+        assert!((0.1485..0.1515).contains(&exact), "{exact}");
     }
 
     #[test]
