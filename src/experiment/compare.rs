@@ -362,65 +362,36 @@ pub fn run(
     drop(lab);
 
     let mut layers = Vec::new();
-    let empty = LatencyHistogram::new();
-    let mut ping_lost = 0;
-    match &icmp {
-        Ok(p) => {
-            ping_lost = p.lost;
-            layers.push(Layer::from_histogram(
-                "icmp",
-                "echo request → reply",
-                &p.histogram,
-            ));
-        }
-        Err(e) => {
-            errors.push(format!("icmp: {e}"));
-            layers.push(Layer::from_histogram(
-                "icmp",
-                "echo request → reply",
-                &empty,
-            ));
-        }
-    }
-    let (mut retr_c, mut retr_s) = (None, None);
-    match &tcp {
-        Ok(r) => {
-            retr_c = r.local_retrans;
-            retr_s = r.remote_retrans;
-            layers.push(Layer::from_histogram(
-                "tcp_rr",
-                "send() of a request → last byte of the response",
-                &r.histogram,
-            ));
-        }
-        Err(e) => {
-            errors.push(format!("tcp_rr: {e}"));
-            layers.push(Layer::from_histogram(
-                "tcp_rr",
-                "send() of a request → last byte of the response",
-                &empty,
-            ));
-        }
-    }
-    let mut udp_lost = 0;
-    match &udp {
-        Ok(r) => {
-            udp_lost = r.udp.as_ref().map_or(0, |u| u.lost);
-            layers.push(Layer::from_histogram(
-                "udp_rr",
-                "send() of a request → its response",
-                &r.histogram,
-            ));
-        }
-        Err(e) => {
-            errors.push(format!("udp_rr: {e}"));
-            layers.push(Layer::from_histogram(
-                "udp_rr",
-                "send() of a request → its response",
-                &empty,
-            ));
-        }
-    }
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "icmp",
+        "echo request → reply",
+        icmp.as_ref().map(|p| &p.histogram),
+    );
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "tcp_rr",
+        "send() of a request → last byte of the response",
+        tcp.as_ref().map(|r| &r.histogram),
+    );
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "udp_rr",
+        "send() of a request → its response",
+        udp.as_ref().map(|r| &r.histogram),
+    );
+    let ping_lost = icmp.as_ref().map_or(0, |p| p.lost);
+    let udp_lost = udp
+        .as_ref()
+        .ok()
+        .and_then(|r| r.udp.as_ref())
+        .map_or(0, |u| u.lost);
+    let (retr_c, retr_s) = tcp
+        .as_ref()
+        .map_or((None, None), |r| (r.local_retrans, r.remote_retrans));
     let mut client_srtt = LatencyHistogram::new();
     if let Ok(r) = &tcp {
         for t in &r.tcpinfo_series {
@@ -462,33 +433,23 @@ pub fn run(
         },
         &server_srtt,
     ));
-    let (mut sampler, mut local, mut drops) = (Vec::new(), 0, 0);
-    match &pas {
-        Ok(p) => {
-            layers.push(Layer::from_histogram(
-                "passive ts",
-                "TSval → echo, capture → server → capture",
-                &p.sink.ts_net,
-            ));
-            layers.push(Layer::from_histogram(
-                "passive seq",
-                "data → covering ACK, capture → server → capture",
-                &p.sink.seq_net,
-            ));
-            sampler = p.periods.clone();
-            local = p.sink.local;
-            drops = p.drops;
-        }
-        Err(e) => {
-            errors.push(format!("passive: {e}"));
-            layers.push(Layer::from_histogram("passive ts", "TSval → echo", &empty));
-            layers.push(Layer::from_histogram(
-                "passive seq",
-                "data → covering ACK",
-                &empty,
-            ));
-        }
+    for (name, what, h) in [
+        (
+            "passive ts",
+            "TSval → echo, capture → server → capture",
+            pas.as_ref().map(|p| &p.sink.ts_net),
+        ),
+        (
+            "passive seq",
+            "data → covering ACK, capture → server → capture",
+            pas.as_ref().map(|p| &p.sink.seq_net),
+        ),
+    ] {
+        push_layer(&mut layers, &mut errors, name, what, h);
     }
+    let (sampler, local, drops) = pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
+        (p.periods.clone(), p.sink.local, p.drops)
+    });
     let metric = sampler.iter().max_by_key(|p| p.samples);
     layers.push(Layer {
         name: "sampled metric",
@@ -518,6 +479,23 @@ pub fn run(
     };
     result.explanations = explain(&result);
     Ok(result)
+}
+
+/// A layer's row, or an empty row and the error that kept it from running.
+fn push_layer(
+    layers: &mut Vec<Layer>,
+    errors: &mut Vec<String>,
+    name: &'static str,
+    what: &'static str,
+    r: Result<&LatencyHistogram, &String>,
+) {
+    match r {
+        Ok(h) => layers.push(Layer::from_histogram(name, what, h)),
+        Err(e) => {
+            errors.push(format!("{name}: {e}"));
+            layers.push(Layer::from_histogram(name, what, &LatencyHistogram::new()));
+        }
+    }
 }
 
 fn p50(r: &CompareResult, name: &str) -> Option<f64> {
