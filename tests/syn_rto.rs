@@ -170,11 +170,15 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
         let g = syn_gaps(&n, addr, 0.5);
         let w = want(ms);
         assert!(g.len() >= 2, "{addr}: {g:?}");
-        // A timer never fires early, but a preempted VM can fire it late: every gap is
-        // at least the override, and the shorter of the first two shows its value.
-        let shortest = g[..2].iter().copied().fold(f64::MAX, f64::min);
+        // The timer is armed when a SYN is queued, but the capture stamps it when it
+        // reaches the wire, so a stalled vCPU moves a gap either way by a few ms: one of
+        // the first two gaps shows the override to the jiffy, and none is anywhere near
+        // the default 1 s.
         assert!(
-            g[..2].iter().all(|&gap| gap >= w - 1.0) && shortest <= w + jiffy_ms + 1.0,
+            g[..2]
+                .iter()
+                .any(|&gap| gap >= w - 1.0 && gap <= w + jiffy_ms + 1.0)
+                && g[..2].iter().all(|&gap| gap > w - 15.0 && gap < w + 50.0),
             "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 1 jiffy"
         );
     }
