@@ -84,12 +84,9 @@ impl Filter {
         self.hosts.is_empty() && self.ports.is_empty() && self.flows.is_empty()
     }
 
-    fn matches(&self, src: Endpoint, dst: Endpoint) -> bool {
-        let host = |e: Endpoint| {
-            self.hosts
-                .iter()
-                .any(|&h| Endpoint::new(h, 0).addr == e.addr)
-        };
+    /// `hosts`: [`Self::hosts`] in [`Endpoint`]'s form, converted once, not per packet.
+    fn matches(&self, hosts: &[u128], src: Endpoint, dst: Endpoint) -> bool {
+        let host = |e: Endpoint| hosts.contains(&e.addr);
         (self.hosts.is_empty() || host(src) || host(dst))
             && (self.ports.is_empty()
                 || self.ports.contains(&src.port)
@@ -189,6 +186,8 @@ impl Counters {
 pub struct Analyzer {
     cfg: Config,
     local: Vec<u128>,
+    filtering: bool,
+    filter_hosts: Vec<u128>,
     flows: FlowTable,
     counters: Counters,
     skipped: [u64; Skip::ALL.len()],
@@ -206,7 +205,15 @@ impl Analyzer {
             .iter()
             .map(|&a| Endpoint::new(a, 0).addr)
             .collect();
+        let filter_hosts = cfg
+            .filter
+            .hosts
+            .iter()
+            .map(|&h| Endpoint::new(h, 0).addr)
+            .collect();
         Self {
+            filtering: !cfg.filter.is_empty(),
+            filter_hosts,
             sampler: cfg.sampler.map(sampler::Sampler::new),
             flows: FlowTable::new(cfg.idle_ns, cfg.max_flows),
             cfg,
@@ -234,7 +241,7 @@ impl Analyzer {
         let t = seg.tcp;
         let src = Endpoint::from_raw(seg.src, t.src_port());
         let dst = Endpoint::from_raw(seg.dst, t.dst_port());
-        if !self.cfg.filter.is_empty() && !self.cfg.filter.matches(src, dst) {
+        if self.filtering && !self.cfg.filter.matches(&self.filter_hosts, src, dst) {
             self.counters.filtered += 1;
             return;
         }
