@@ -498,9 +498,21 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         "tcp",
     ];
     let mut dump = common::NetnsPair::exec(&pair.a, &dump_args)
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // tcpdump says "listening on" once its socket is bound: from then on it sees
+    // every frame (a loaded machine can take longer than any fixed wait to get there).
+    let mut dump_err = std::io::BufReader::new(dump.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut dump_err, &mut line).unwrap();
+        assert!(n > 0, "tcpdump exited before listening");
+    }
+    let dump_drain = std::thread::spawn(move || {
+        std::io::copy(&mut dump_err, &mut std::io::sink()).unwrap();
+    });
     let live_args = [
         "passive",
         "-i",
@@ -508,17 +520,28 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         "--netns",
         &pair.a,
         "-s",
-        "4",
+        "60",
         "--json",
         "--method",
         "both",
     ];
-    let live = Command::new(bin())
+    let mut live = Command::new(bin())
         .args(live_args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Drain the pipes while the run goes on: a full pipe would stall the reader and
+    // the kernel would drop frames for want of ring blocks.
+    let drain = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).unwrap();
+            v
+        })
+    };
+    let out = drain(Box::new(live.stdout.take().unwrap()));
+    let err = drain(Box::new(live.stderr.take().unwrap()));
     std::thread::sleep(std::time::Duration::from_millis(700));
     let rr = pair.rttlab_in_a(&["rr", "-H", pair.b4, "-n", "500", "-w", "1ms"]);
     assert!(
@@ -526,17 +549,19 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         "{}",
         String::from_utf8_lossy(&rr.stderr)
     );
-    let live = live.wait_with_output().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
-    // SAFETY: stopping the tcpdump this test started.
+    // SAFETY: stopping the processes this test started, live capture first, so
+    // tcpdump's file covers everything the live capture saw.
+    unsafe { libc::kill(live.id() as i32, libc::SIGINT) };
+    let status = live.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: as above.
     unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
     dump.wait().unwrap();
-    assert!(
-        live.status.success(),
-        "{}",
-        String::from_utf8_lossy(&live.stderr)
-    );
-    let err = String::from_utf8(live.stderr).unwrap();
+    dump_drain.join().unwrap();
+    let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
+    let err = String::from_utf8(stderr).unwrap();
+    assert!(status.success(), "{err}");
     assert!(err.contains(", 0 dropped"), "{err}");
     let parse = |out: &[u8]| -> Vec<serde_json::Value> {
         String::from_utf8_lossy(out)
@@ -544,7 +569,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
     };
-    let samples = parse(&live.stdout);
+    let samples = parse(&stdout);
     // The capture host is the client: its interface address makes its own answers local.
     let local = samples
         .iter()
@@ -553,7 +578,6 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     let net = samples.iter().filter(|v| v["place"] == "network").count();
     assert!(local > 400 && net > 400, "local {local} network {net}");
     // Witness: tcpdump's capture of the same traffic (ns stamps), read from its file.
-    // The live capture started first and stopped after the run: the same frames.
     let o = rttlab(&[
         "passive",
         "-r",
@@ -574,10 +598,26 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
             (v["rtt_us"].as_f64().unwrap() * 1000.0).round() as u64,
         )
     };
-    let mut a: Vec<_> = samples.iter().map(key).collect();
-    let mut b: Vec<_> = from_file.iter().map(key).collect();
-    a.sort();
-    b.sort();
+    let a: Vec<_> = samples.iter().map(key).collect();
+    let b: Vec<_> = from_file.iter().map(key).collect();
+    // tcpdump ran before and after the live capture, so it saw at least the same
+    // frames; judge both on the time both surely covered, 50 ms inside the live
+    // capture's first and last samples (a sample spans well under 1 ms here).
+    let (first, last) = a
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x.3), hi.max(x.3)));
+    let inside = |v: Vec<_>| -> Vec<_> {
+        let mut v: Vec<_> = v
+            .into_iter()
+            .filter(|x: &(String, String, String, u64, u64)| {
+                x.3 > first + 50_000_000 && x.3 + 50_000_000 < last
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (a, b) = (inside(a), inside(b));
+    assert!(a.len() > 1500, "{} samples inside", a.len());
     assert_eq!(a.len(), b.len());
     // Frames a host sends are stamped once per capture socket (the kernel clones
     // them to each tap and stamps each clone), so the two captures' stamps of the
