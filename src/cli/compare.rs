@@ -18,7 +18,10 @@ Examples:
   rttlab compare                         in a lab built for the run (10 ms RTT), removed after
   rttlab compare --lab-rtt 1ms --interval 1ms --duration 5s
   rttlab compare -H server.example       against `rttlab serve` (capture needs root)
-  rttlab compare --out results/cmp --json")]
+  rttlab compare --out results/cmp --json
+The results directory holds every layer's samples (<layer>.hist.csv: HDR buckets and
+exact moments) and report.html (the table, the explanations, a CDF chart, settings
+and host facts); `rttlab report DIR` renders it again from those files.")]
 pub struct CompareArgs {
     /// `rttlab serve` on this host (default port 12866); without it, a lab.
     #[arg(short = 'H', long)]
@@ -44,8 +47,9 @@ pub struct CompareArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Write compare.json and compare.txt into this directory.
-    #[arg(long)]
+    /// Results directory (run.json, compare.json, compare.txt, <layer>.hist.csv, cdf.svg,
+    /// report.html); default results/compare-<unix time>.
+    #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
 }
 
@@ -84,16 +88,20 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         &format!("cmp{}", std::process::id() % 100_000),
         &interrupt,
     )?;
+    let out = a.out.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        std::path::PathBuf::from(format!("results/compare-{t}"))
+    });
+    let facts = serde_json::json!({ "host": rttlab::kernel::host::HostFacts::collect() });
+    compare::write_results(&out, &r, &facts)?;
     let text = rttlab::report::compare::render(&r);
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(dir.join("compare.json"), serde_json::to_string_pretty(&r)?)?;
-        std::fs::write(dir.join("compare.txt"), &text)?;
-    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         print!("{text}");
+        println!("Report: {}", out.join("report.html").display());
     }
     if r.errors.is_empty() {
         Ok(())

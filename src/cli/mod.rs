@@ -8,6 +8,7 @@ pub mod output;
 pub mod passive;
 pub mod ping;
 pub mod progress;
+pub mod report;
 pub mod rr;
 pub mod rto;
 pub mod serve;
@@ -61,6 +62,8 @@ pub enum Command {
     Rto(rto::RtoArgs),
     /// The seeds' experiments, each into a results directory that can be resumed.
     Experiment(experiment::ExperimentArgs),
+    /// Render a results directory's report.html again from its raw data.
+    Report(report::ReportArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -81,6 +84,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Rto(a) => rto::run(a),
         Command::Lab(a) => lab::run(a),
         Command::Experiment(a) => experiment::run(a),
+        Command::Report(a) => report::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());

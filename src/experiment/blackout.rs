@@ -553,7 +553,7 @@ pub fn run(
     progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Vec<TrialRecord>, BlackoutError> {
     let settings = serde_json::to_value(s).map_err(|e| BlackoutError::Setup(e.to_string()))?;
-    let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, &settings, facts)?;
+    let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, "blackout", &settings, facts)?;
     // Tables always show this version's model, also for trials an older one recorded.
     let drop_at = s.blackout_by.drop_at();
     for r in &mut done {

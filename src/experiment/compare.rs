@@ -16,13 +16,15 @@ use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrResult, RrSettings, RunControl};
 use crate::probe::server::{Server, ServerConfig};
 use crate::stats::LatencyHistogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use super::results::{self, ResultsError};
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// What to compare and how.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareSettings {
     /// `rttlab serve` on the far host; `None`: a lab built for the run.
     pub server: Option<SocketAddr>,
@@ -54,11 +56,11 @@ impl Default for CompareSettings {
 }
 
 /// One layer's numbers, µs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layer {
-    pub name: &'static str,
+    pub name: String,
     /// What a sample is.
-    pub what: &'static str,
+    pub what: String,
     pub samples: u64,
     pub min_us: Option<f64>,
     pub p50_us: Option<f64>,
@@ -66,14 +68,18 @@ pub struct Layer {
     pub p99_us: Option<f64>,
     pub max_us: Option<f64>,
     pub mean_us: Option<f64>,
+    /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
+    #[serde(skip)]
+    pub histogram: Option<LatencyHistogram>,
 }
 
 impl Layer {
-    fn from_histogram(name: &'static str, what: &'static str, h: &LatencyHistogram) -> Self {
+    /// A layer's row from its samples.
+    pub fn from_histogram(name: &str, what: &str, h: &LatencyHistogram) -> Self {
         let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
         Self {
-            name,
-            what,
+            name: name.into(),
+            what: what.into(),
             samples: h.count(),
             min_us: us(h.min_ns()),
             p50_us: us(h.quantile_ns(0.5)),
@@ -81,12 +87,18 @@ impl Layer {
             p99_us: us(h.quantile_ns(0.99)),
             max_us: us(h.max_ns()),
             mean_us: h.mean_ns().map(|v| v / 1e3),
+            histogram: Some(h.clone()),
         }
+    }
+
+    /// The file, in a results directory, that holds this layer's samples.
+    pub fn histogram_file(&self) -> String {
+        format!("{}.hist.csv", self.name.replace(' ', "_"))
     }
 }
 
 /// The result: the layers, facts the explanations rest on, and the explanations.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareResult {
     pub settings: CompareSettings,
     pub server: SocketAddr,
@@ -452,8 +464,8 @@ pub fn run(
     });
     let metric = sampler.iter().max_by_key(|p| p.samples);
     layers.push(Layer {
-        name: "sampled metric",
-        what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated",
+        name: "sampled metric".into(),
+        what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated".into(),
         samples: metric.map_or(0, |p| p.samples),
         min_us: None,
         p50_us: metric.and_then(|p| p.median_ms).map(|v| v * 1e3),
@@ -461,6 +473,7 @@ pub fn run(
         p99_us: metric.and_then(|p| p.p99_ms).map(|v| v * 1e3),
         max_us: None,
         mean_us: None,
+        histogram: None,
     });
     let mut result = CompareResult {
         settings: s.clone(),
@@ -572,4 +585,83 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Write a comparison into the results directory `dir`: `run.json` (settings and host
+/// facts), `compare.json` (every number of the report), `compare.txt` (the table),
+/// `<layer>.hist.csv` (each layer's samples), `cdf.svg` and `report.html`.
+///
+/// # Errors
+/// A file could not be written.
+pub fn write_results(
+    dir: &Path,
+    r: &CompareResult,
+    facts: &serde_json::Value,
+) -> Result<(), ResultsError> {
+    let settings = serde_json::to_value(&r.settings).unwrap_or_default();
+    results::write_run(dir, "compare", &settings, facts)?;
+    let put = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).map_err(|e| ResultsError::Io {
+            path: p.display().to_string(),
+            msg: e.to_string(),
+        })
+    };
+    put(
+        "compare.json",
+        &serde_json::to_string_pretty(r).unwrap_or_default(),
+    )?;
+    for l in &r.layers {
+        if let Some(h) = &l.histogram {
+            put(&l.histogram_file(), &h.to_csv())?;
+        }
+    }
+    render_report(dir).map(|_| ())
+}
+
+/// Re-render `compare.txt`, `cdf.svg` and `report.html` in `dir` from `compare.json`
+/// and the layers' histogram files, recomputing every row from its histogram file;
+/// returns the table's text.
+///
+/// # Errors
+/// A file is missing or unreadable, or a histogram file disagrees with compare.json.
+pub fn render_report(dir: &Path) -> Result<String, ResultsError> {
+    let bad = |p: &Path, msg: String| ResultsError::Io {
+        path: p.display().to_string(),
+        msg,
+    };
+    let (_, run) = results::read_run(dir)?;
+    let cp = dir.join("compare.json");
+    let text = std::fs::read_to_string(&cp).map_err(|e| bad(&cp, e.to_string()))?;
+    let mut r: CompareResult = serde_json::from_str(&text).map_err(|e| bad(&cp, e.to_string()))?;
+    for l in &mut r.layers {
+        if l.name == "sampled metric" {
+            continue;
+        }
+        let hp = dir.join(l.histogram_file());
+        let h = std::fs::read_to_string(&hp)
+            .map_err(|e| bad(&hp, e.to_string()))
+            .and_then(|t| LatencyHistogram::from_csv(&t).map_err(|e| bad(&hp, e)))?;
+        let again = Layer::from_histogram(&l.name, &l.what, &h);
+        if again.samples != l.samples || again.p50_us != l.p50_us {
+            return Err(bad(
+                &hp,
+                format!("holds other samples than compare.json's {} row", l.name),
+            ));
+        }
+        *l = again;
+    }
+    let table = crate::report::compare::render(&r);
+    let cdf = crate::report::compare::cdf_chart(&r);
+    let write = |name: &str, t: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, t).map_err(|e| bad(&p, e.to_string()))
+    };
+    write("compare.txt", &table)?;
+    write("cdf.svg", &cdf)?;
+    write(
+        "report.html",
+        &crate::report::compare::html(&run, &r, &table, &cdf),
+    )?;
+    Ok(table)
 }

@@ -5,3 +5,27 @@
 pub mod blackout;
 pub mod compare;
 pub mod results;
+
+use std::path::Path;
+
+/// Render the report of the results directory `dir` again from its raw data, whatever
+/// experiment wrote it; returns its tables' text.
+///
+/// # Errors
+/// Not a results directory, an experiment this rttlab does not know, or a file that
+/// cannot be read or written.
+pub fn render_report(dir: &Path) -> Result<String, results::ResultsError> {
+    let (name, _) = results::read_run(dir)?;
+    let other = |e: String| results::ResultsError::Io {
+        path: dir.display().to_string(),
+        msg: e,
+    };
+    match name.as_str() {
+        "compare" => compare::render_report(dir),
+        "blackout" => blackout::write_report(dir, &results::read_trials(dir)?)
+            .map_err(|e| other(e.to_string())),
+        _ => Err(other(format!(
+            "written by experiment {name:?}, which this rttlab does not know"
+        ))),
+    }
+}

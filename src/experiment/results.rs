@@ -33,13 +33,14 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> ResultsError + '_ {
 }
 
 impl ResultsDir {
-    /// Create `path` for a run with `settings` (a JSON object), or reopen it if it holds
-    /// a run with the same `settings`; returns the trials already recorded.
+    /// Create `path` for a run of `experiment` with `settings` (a JSON object), or reopen
+    /// it if it holds a run with the same `settings`; returns the trials already recorded.
     ///
     /// # Errors
     /// Unwritable directory, or a different run in it.
     pub fn open<T: DeserializeOwned>(
         path: &Path,
+        experiment: &str,
         settings: &serde_json::Value,
         facts: &serde_json::Value,
     ) -> Result<(Self, Vec<T>), ResultsError> {
@@ -52,34 +53,19 @@ impl ResultsDir {
                     path: run.display().to_string(),
                     msg: e.to_string(),
                 })?;
-            if old["settings"] != *settings {
+            if old["experiment"] != experiment || old["settings"] != *settings {
                 let what = settings
                     .as_object()
                     .and_then(|m| m.iter().find(|(k, v)| old["settings"][k.as_str()] != **v))
-                    .map_or("a setting".into(), |(k, _)| k.clone());
+                    .map_or("the experiment or a setting".into(), |(k, _)| k.clone());
                 return Err(ResultsError::Mismatch {
                     path: path.display().to_string(),
                     what,
                 });
             }
-            if let Ok(text) = std::fs::read_to_string(path.join("trials.jsonl")) {
-                // A line cut by a crash is the last one: skip what does not parse.
-                done = text
-                    .lines()
-                    .filter_map(|l| serde_json::from_str(l).ok())
-                    .collect();
-            }
+            done = read_trials(path).unwrap_or_default();
         } else {
-            let meta = serde_json::json!({
-                "tool": concat!("rttlab ", env!("CARGO_PKG_VERSION")),
-                "settings": settings,
-                "host": facts,
-            });
-            let text = serde_json::to_vec_pretty(&meta).map_err(|e| ResultsError::Io {
-                path: run.display().to_string(),
-                msg: e.to_string(),
-            })?;
-            std::fs::write(&run, text).map_err(io(&run))?;
+            write_run(path, experiment, settings, facts)?;
         }
         let tp = path.join("trials.jsonl");
         let mut trials = std::fs::OpenOptions::new()
@@ -129,6 +115,63 @@ impl ResultsDir {
     }
 }
 
+/// Write `run.json` into `path` (created if missing): the tool, the experiment, its
+/// settings and the host's facts.
+///
+/// # Errors
+/// The directory or the file cannot be written.
+pub fn write_run(
+    path: &Path,
+    experiment: &str,
+    settings: &serde_json::Value,
+    facts: &serde_json::Value,
+) -> Result<(), ResultsError> {
+    std::fs::create_dir_all(path).map_err(io(path))?;
+    let run = path.join("run.json");
+    let meta = serde_json::json!({
+        "tool": concat!("rttlab ", env!("CARGO_PKG_VERSION")),
+        "experiment": experiment,
+        "settings": settings,
+        "host": facts,
+    });
+    let text = serde_json::to_vec_pretty(&meta).map_err(|e| ResultsError::Io {
+        path: run.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    std::fs::write(&run, text).map_err(io(&run))
+}
+
+/// The experiment a results directory holds (from its `run.json`), and that file's text.
+///
+/// # Errors
+/// No readable `run.json`, or one without an experiment name.
+pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
+    let run = path.join("run.json");
+    let text = std::fs::read_to_string(&run).map_err(io(&run))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ResultsError::Io {
+        path: run.display().to_string(),
+        msg: e.to_string(),
+    })?;
+    let name = v["experiment"].as_str().ok_or_else(|| ResultsError::Io {
+        path: run.display().to_string(),
+        msg: "no \"experiment\" field: not a results directory of this rttlab".into(),
+    })?;
+    Ok((name.to_string(), text))
+}
+
+/// Every record of `trials.jsonl` in `path` (a line cut by a crash is skipped).
+///
+/// # Errors
+/// The file cannot be read.
+pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsError> {
+    let tp = path.join("trials.jsonl");
+    let text = std::fs::read_to_string(&tp).map_err(io(&tp))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,7 +181,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = serde_json::json!({"trials": 3, "cells": [1, 2]});
         let (mut r, done) =
-            ResultsDir::open::<u32>(dir.path(), &s, &serde_json::json!({})).unwrap();
+            ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert!(done.is_empty());
         r.record(&7u32).unwrap();
         r.record(&8u32).unwrap();
@@ -151,13 +194,13 @@ mod tests {
             .write_all(b"{\"cut")
             .unwrap();
         let (mut r, done) =
-            ResultsDir::open::<u32>(dir.path(), &s, &serde_json::json!({})).unwrap();
+            ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert_eq!(done, vec![7, 8]);
         r.record(&9u32).unwrap();
-        let (_, done) = ResultsDir::open::<u32>(dir.path(), &s, &serde_json::json!({})).unwrap();
+        let (_, done) = ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert_eq!(done, vec![7, 8, 9]);
         let other = serde_json::json!({"trials": 5, "cells": [1, 2]});
-        let e = ResultsDir::open::<u32>(dir.path(), &other, &serde_json::json!({}))
+        let e = ResultsDir::open::<u32>(dir.path(), "t", &other, &serde_json::json!({}))
             .err()
             .unwrap();
         assert!(e.to_string().contains("trials differs"), "{e}");

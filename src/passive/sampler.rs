@@ -34,7 +34,7 @@ pub const BOUNDS_MS: [u64; 17] = [
 ];
 
 /// One period of the metric.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Period {
     /// Capture time the period starts at, ns since the epoch.
     pub start_ns: u64,

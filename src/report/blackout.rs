@@ -219,25 +219,12 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
 
 /// A self-contained report: settings, tables, charts inline.
 pub fn html(run_json: &str, tables_text: &str, charts: &[(String, String)]) -> String {
-    let esc = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let mut o = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>rttlab experiment blackout</title>\
-         <style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}</style></head><body>\
-         <h1>TCP idle after a blackout: practice next to the linux model</h1>\
-         <p>Seed 001's experiment, run by <code>rttlab experiment blackout</code>. Every number comes from <code>trials.jsonl</code> (one line per trial) in this directory; medians per cell and path are in <code>summary.json</code>.</p>",
-    );
-    o += "<h2>Charts</h2>";
+    let mut p = super::html::Page::new("TCP idle after a blackout: practice next to the linux model");
+    p.para("Seed 001's experiment, run by `rttlab experiment blackout`. Every number comes from trials.jsonl (one line per trial) in this directory; medians per cell and path are in summary.json.");
+    p.heading("Charts");
     for (name, svg) in charts {
-        o += &format!("<figure id=\"{name}\">{svg}<figcaption>{name}</figcaption></figure>");
+        p.chart(name, "", svg);
     }
-    o += &format!("<h2>Tables</h2><pre>{}</pre>", esc(tables_text));
-    o += &format!(
-        "<h2>Settings and host</h2><pre>{}</pre></body></html>",
-        esc(run_json)
-    );
-    o
+    p.heading("Tables").pre(tables_text).run_facts(run_json);
+    p.render()
 }

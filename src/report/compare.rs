@@ -1,7 +1,10 @@
 //! `rttlab compare`'s table and its explanations.
 
+use super::html::Page;
+use super::svg::{LineChart, Series};
 use super::table::Table;
 use crate::experiment::compare::CompareResult;
+use crate::passive::sampler::BOUNDS_MS;
 
 /// The layers side by side (µs), then the gaps explained.
 pub fn render(r: &CompareResult) -> String {
@@ -38,4 +41,116 @@ pub fn render(r: &CompareResult) -> String {
         s.push_str(&format!("! {e}\n"));
     }
     s
+}
+
+/// Each layer's samples as a cumulative distribution on a log RTT axis (µs); the
+/// sampled metric's as its buckets give it, which shows how coarse they are.
+pub fn cdf_chart(r: &CompareResult) -> String {
+    let mut series = Vec::new();
+    for l in &r.layers {
+        let Some(h) = l.histogram.as_ref().filter(|h| h.count() > 0) else {
+            continue;
+        };
+        let total = h.count() as f64;
+        let mut seen = 0u64;
+        let points = h
+            .hdr()
+            .iter_recorded()
+            .map(|v| {
+                seen += v.count_since_last_iteration();
+                (v.value_iterated_to() as f64 / 1e3, seen as f64 / total)
+            })
+            .collect();
+        series.push(Series {
+            name: l.name.clone(),
+            points,
+            dashed: false,
+            colour: None,
+        });
+    }
+    if let Some(p) = r.sampler.iter().max_by_key(|p| p.samples) {
+        let total = p.samples.max(1) as f64;
+        let mut seen = 0u64;
+        let mut points = Vec::new();
+        // Bucket i counts samples below BOUNDS_MS[i]; stop once all are counted.
+        for (&b, &c) in BOUNDS_MS.iter().zip(&p.buckets) {
+            seen += c;
+            points.push((b as f64 * 1e3, seen as f64 / total));
+            if seen >= p.samples {
+                break;
+            }
+        }
+        series.push(Series {
+            name: "sampled metric (buckets)".into(),
+            points,
+            dashed: true,
+            colour: None,
+        });
+    }
+    LineChart {
+        title: "RTT at every layer: cumulative distribution".into(),
+        x_label: "RTT (µs)".into(),
+        y_label: "fraction of samples ≤ RTT".into(),
+        x_log: true,
+        y_log: false,
+        x_range: None,
+        y_range: Some((0.0, 1.0)),
+        series,
+    }
+    .render()
+}
+
+/// The comparison as a self-contained page.
+pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String {
+    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
+    let mut p = Page::new("rttlab compare: RTT at every layer");
+    p.para(&format!(
+        "To {} with {} between transactions for {} s, all layers at once; the passive engines and the sampled metric read the TCP_RR connection as captured on {}.",
+        r.server,
+        humantime::format_duration(r.settings.interval),
+        r.settings.duration.as_secs_f64(),
+        r.capture_interface
+    ));
+    p.heading("Layers (µs)");
+    let rows = r
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.name.clone(),
+                l.samples.to_string(),
+                f(l.min_us),
+                f(l.p50_us),
+                f(l.p90_us),
+                f(l.p99_us),
+                f(l.max_us),
+                f(l.mean_us),
+                l.what.clone(),
+                if l.histogram.is_some() {
+                    l.histogram_file()
+                } else {
+                    "compare.json: sampler".into()
+                },
+            ]
+        })
+        .collect();
+    p.table(
+        &[
+            "layer", "samples", "min", "P50", "P90", "P99", "max", "mean", "a sample is", "data",
+        ],
+        rows,
+    );
+    p.heading("Why they differ");
+    for e in &r.explanations {
+        p.para(e);
+    }
+    for e in &r.errors {
+        p.para(&format!("Could not run: {e}"));
+    }
+    p.heading("Distributions");
+    p.chart("cdf.svg", "each layer's samples, cumulative", cdf);
+    p.heading("As printed");
+    p.pre(table);
+    p.run_facts(run_json);
+    p.render()
 }

@@ -158,6 +158,79 @@ impl LatencyHistogram {
     pub fn hdr(&self) -> &Histogram<u64> {
         &self.hist
     }
+
+    /// The histogram as text a reader can check: a header with the exact moments, then
+    /// `value_ns,count` for each bucket with samples (value: the bucket's highest
+    /// equivalent value, so [`LatencyHistogram::from_csv`] restores every quantile).
+    pub fn to_csv(&self) -> String {
+        let mut o = format!(
+            "# rttlab latency histogram (HDR, 3 significant digits): value_ns is the top of a bucket\n\
+             # count={} min_ns={} max_ns={} sum_ns={} sum_sq_ns={} saturated={}\nvalue_ns,count\n",
+            self.count,
+            self.min_ns().unwrap_or(0),
+            self.max_ns,
+            self.sum_ns,
+            self.sum_sq_ns,
+            self.saturated
+        );
+        for v in self.hist.iter_recorded() {
+            o += &format!("{},{}\n", v.value_iterated_to(), v.count_since_last_iteration());
+        }
+        o
+    }
+
+    /// Read what [`LatencyHistogram::to_csv`] wrote.
+    ///
+    /// # Errors
+    /// The text is not such a histogram (the message names the line).
+    pub fn from_csv(text: &str) -> Result<Self, String> {
+        let mut h = Self::new();
+        let mut moments = false;
+        for (n, line) in text.lines().enumerate() {
+            let bad = || format!("line {}: cannot read {line:?}", n + 1);
+            if line.starts_with("# count=") {
+                let field = |k: &str| {
+                    line.split(' ')
+                        .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                        .and_then(|v| v.parse::<u128>().ok())
+                        .ok_or_else(bad)
+                };
+                let as64 = |v: u128| u64::try_from(v).map_err(|_| bad());
+                h.count = as64(field("count")?)?;
+                h.min_ns = if h.count == 0 {
+                    u64::MAX
+                } else {
+                    as64(field("min_ns")?)?
+                };
+                h.max_ns = as64(field("max_ns")?)?;
+                h.sum_ns = field("sum_ns")?;
+                h.sum_sq_ns = field("sum_sq_ns")?;
+                h.saturated = as64(field("saturated")?)?;
+                moments = true;
+            } else if line.starts_with('#') || line == "value_ns,count" {
+                continue;
+            } else {
+                let (v, c) = line
+                    .split_once(',')
+                    .and_then(|(v, c)| Some((v.parse::<u64>().ok()?, c.parse::<u64>().ok()?)))
+                    .ok_or_else(bad)?;
+                h.hist
+                    .record_n(v.clamp(1, MAX_TRACKABLE_NS), c)
+                    .map_err(|_| bad())?;
+            }
+        }
+        if !moments {
+            return Err("no \"# count=…\" line: not an rttlab histogram".into());
+        }
+        if h.hist.len() != h.count {
+            return Err(format!(
+                "the buckets hold {} samples, the header says {}",
+                h.hist.len(),
+                h.count
+            ));
+        }
+        Ok(h)
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +284,28 @@ mod tests {
         assert_eq!(h.saturated(), 1);
         assert_eq!(h.max_ns(), Some(u64::MAX / 4));
         assert!(h.quantile_ns(1.0).is_some());
+    }
+
+    #[test]
+    fn csv_round_trip_keeps_every_quantile_and_moment() {
+        let mut h = LatencyHistogram::new();
+        for i in 0..5000u64 {
+            h.record_ns(i * i % 900_001 + 50);
+        }
+        let back = LatencyHistogram::from_csv(&h.to_csv()).unwrap();
+        assert_eq!(back.count(), h.count());
+        for q in [0.0, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(back.quantile_ns(q), h.quantile_ns(q), "q {q}");
+        }
+        assert_eq!(back.mean_ns(), h.mean_ns());
+        assert_eq!(back.stddev_ns(), h.stddev_ns());
+        assert_eq!((back.min_ns(), back.max_ns()), (h.min_ns(), h.max_ns()));
+        let empty = LatencyHistogram::from_csv(&LatencyHistogram::new().to_csv()).unwrap();
+        assert_eq!(empty.count(), 0);
+        assert!(LatencyHistogram::from_csv("value_ns,count\n5,1\n").is_err());
+        let mut cut = h.to_csv();
+        cut.truncate(cut.len() - 20);
+        assert!(LatencyHistogram::from_csv(&cut).is_err());
     }
 
     #[test]
