@@ -124,9 +124,36 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     let saved: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("compare.json")).unwrap()).unwrap();
     assert_eq!(saved["layers"], v["layers"]);
-    assert!(std::fs::read_to_string(dir.path().join("compare.txt"))
-        .unwrap()
-        .contains("Why they differ"));
+    let txt = std::fs::read_to_string(dir.path().join("compare.txt")).unwrap();
+    assert!(txt.contains("Why they differ"));
+    // Every row is traceable to its layer's histogram file (arithmetic: the CSV's
+    // buckets give the same count and median), and the report renders again from them.
+    for l in v["layers"].as_array().unwrap() {
+        if l["name"] == "sampled metric" {
+            continue;
+        }
+        let file = format!("{}.hist.csv", l["name"].as_str().unwrap().replace(' ', "_"));
+        let csv = std::fs::read_to_string(dir.path().join(&file)).unwrap();
+        let counted: u64 = csv
+            .lines()
+            .skip(3)
+            .map(|r| r.split_once(',').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(counted, l["samples"].as_u64().unwrap(), "{file}");
+    }
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<figure id=\"cdf.svg\"><svg"));
+    std::fs::remove_file(dir.path().join("report.html")).unwrap();
+    let again = Command::new(bin())
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
+        html
+    );
     assert_eq!(compare_labs(), Vec::<String>::new());
 }
 
@@ -136,6 +163,7 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
         return;
     }
     let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
     let o = Command::new(bin())
         .args([
             "compare",
@@ -146,7 +174,9 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
             "-l",
             "2s",
             "--json",
+            "--out",
         ])
+        .arg(dir.path())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
