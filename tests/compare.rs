@@ -149,7 +149,11 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     assert_eq!(
         std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
         html

@@ -5,6 +5,7 @@ use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout::{self, BlackoutBy, Mechanism, Settings};
+use rttlab::experiment::resreq;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,42 @@ pub struct ExperimentArgs {
 pub enum ExperimentCommand {
     /// Seed 001: TCP idle time after a blackout of D, per rto_min and thin/thick, next to the model.
     Blackout(BlackoutArgs),
+    /// Seed 000: TCP's srtt on both ends, a sampled metric and TCP_RR against the wait between transactions.
+    ResreqInterval(ResreqArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Writes run.json, trials.jsonl (one line per wait), wait-*.hist.csv (the samples),
+tables.txt (the seed's table, then srtt and metric by wait), tcp-rtt.svg, metric.svg,
+rr-latency.svg and report.html into the results directory.
+
+Examples:
+  rttlab experiment resreq-interval                       seed 000's waits 0…41 ms, 6 s each
+  rttlab experiment resreq-interval --long                100 ms…5 s, two-segment requests, more streams
+  rttlab experiment resreq-interval --wait 0,40ms --duration 3s --out results/rr")]
+pub struct ResreqArgs {
+    /// Waits between a response and the next request (default: the seed's).
+    #[arg(long, value_delimiter = ',', value_parser = values::duration)]
+    pub wait: Vec<Duration>,
+    /// The seed's second run: waits 100 ms…5 s, a two-segment request, 1 + 15 streams per 100 ms of wait.
+    #[arg(long)]
+    pub long: bool,
+    /// Cap on parallel streams with --long (the seed ran up to 751).
+    #[arg(long, default_value_t = 200)]
+    pub max_streams: u32,
+    /// How long each wait runs (default 6 s; 30 s with --long).
+    #[arg(short = 'l', long, value_parser = values::duration)]
+    pub duration: Option<Duration>,
+    /// The lab's round-trip delay.
+    #[arg(long, default_value = "100us", value_parser = values::duration)]
+    pub lab_rtt: Duration,
+    /// The sampled metric keeps one packet in N.
+    #[arg(long, default_value = "1", value_parser = values::one_in)]
+    pub sampler: u32,
+    /// Results directory; an existing one with the same settings is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -92,6 +129,7 @@ pub struct BlackoutArgs {
 pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
     match a.command {
         ExperimentCommand::Blackout(b) => run_blackout(b),
+        ExperimentCommand::ResreqInterval(r) => run_resreq(r),
     }
 }
 
@@ -221,6 +259,91 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
     );
     if stop.load(Ordering::SeqCst) {
         anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
+    }
+    Ok(())
+}
+
+/// `results/NAME-<unix time>` unless `out` is given.
+fn out_dir(out: Option<PathBuf>, name: &str) -> PathBuf {
+    out.unwrap_or_else(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from(format!("results/{name}-{t}"))
+    })
+}
+
+fn host_facts() -> serde_json::Value {
+    serde_json::json!({ "host": rttlab::kernel::host::HostFacts::collect() })
+}
+
+/// A flag set by Ctrl-C.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    on_interrupt(move || s2.store(true, Ordering::SeqCst));
+    stop
+}
+
+fn lab_name(prefix: &str) -> String {
+    format!("{prefix}{}", std::process::id() % 100_000)
+}
+
+fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
+    let mut s = if a.long {
+        resreq::Settings::seed_long(a.max_streams.max(1))
+    } else {
+        resreq::Settings::seed_short()
+    };
+    if !a.wait.is_empty() {
+        s.waits_ms = a.wait.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        let streams = s.streams[0];
+        s.streams = vec![streams; s.waits_ms.len()];
+    }
+    if let Some(d) = a.duration {
+        s.duration_s = d.as_secs_f64();
+    }
+    s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
+    s.sampler_one_in = a.sampler;
+    let out = out_dir(a.out, "resreq-interval");
+    let stop = interrupt_flag();
+    let tty = std::io::stderr().is_terminal();
+    eprintln!(
+        "rttlab: resreq-interval into {} (interrupt and rerun with --out {} to resume)",
+        out.display(),
+        out.display()
+    );
+    let t0 = std::time::Instant::now();
+    let points = resreq::run(
+        &s,
+        &out,
+        &host_facts(),
+        &lab_name("rq"),
+        &stop,
+        &mut |done, total, p| {
+            if tty {
+                let left = t0.elapsed().as_secs_f64() / done as f64 * (total - done) as f64;
+                eprint!(
+                "\r\x1b[K{done}/{total} waits, ~{left:.0} s left; last: wait {} ms → P50 {} µs, server srtt {} ms",
+                p.wait_ms,
+                p.p50_us.map_or("-".into(), |v| format!("{v:.0}")),
+                p.server_srtt_us.map_or("-".into(), |v| format!("{:.1}", v / 1e3)),
+            );
+            }
+        },
+    )?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let text = resreq::write_report(&out, &points)?;
+    print!("{text}");
+    println!("Report: {}", out.join("report.html").display());
+    let failed = points.iter().filter(|p| p.error.is_some()).count();
+    if stop.load(Ordering::SeqCst) {
+        anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
+    }
+    if failed > 0 {
+        anyhow::bail!("{failed} wait(s) failed: see NOTE in the table");
     }
     Ok(())
 }

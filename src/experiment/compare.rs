@@ -4,21 +4,19 @@
 //! captured at the client, and the sampled cloud metric (seed 000) — and the gaps
 //! between them explained from the data.
 
-use crate::capture::live::LiveCapture;
-use crate::kernel::sock_diag::{self, DiagFilter, SockDiag};
+use super::bench::{capture_port, port_srtt, LabServer};
+use super::results::{self, ResultsError};
 use crate::kernel::{netns, route};
 use crate::lab::impair::Impairments;
-use crate::lab::{Lab, LabSpec, Node};
-use crate::passive::sampler::{Period, SamplerConfig};
-use crate::passive::{self, Analyzer, Config, Method, Place, Sample, Sink};
+use crate::lab::Node;
+use crate::passive::sampler::Period;
+use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrResult, RrSettings, RunControl};
-use crate::probe::server::{Server, ServerConfig};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
-use super::results::{self, ResultsError};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -144,81 +142,6 @@ impl Sink for PassiveSink {
     }
 }
 
-struct PassiveOut {
-    sink: PassiveSink,
-    periods: Vec<Period>,
-    drops: u64,
-}
-
-fn capture(
-    iface: &str,
-    ns: Option<&str>,
-    port: u16,
-    one_in: u32,
-    period: Duration,
-    stop: &AtomicBool,
-) -> Result<PassiveOut, String> {
-    let mut cap = LiveCapture::open(iface, ns).map_err(|e| e.to_string())?;
-    let link = cap.link();
-    let mut a = Analyzer::new(Config {
-        local: cap.addresses.clone(),
-        filter: passive::Filter {
-            ports: vec![port],
-            ..Default::default()
-        },
-        sampler: Some(SamplerConfig {
-            one_in,
-            period_ns: period.as_nanos() as u64,
-            seed: 1,
-        }),
-        ..Config::default()
-    });
-    let mut sink = PassiveSink::default();
-    while !stop.load(Ordering::Acquire) {
-        cap.poll(50, |ts, frame| a.packet(ts, link, frame, &mut sink))
-            .map_err(|e| e.to_string())?;
-    }
-    // What is still in the ring.
-    cap.poll(0, |ts, frame| a.packet(ts, link, frame, &mut sink))
-        .map_err(|e| e.to_string())?;
-    a.finish(&mut sink);
-    Ok(PassiveOut {
-        sink,
-        periods: a.sampler_periods().unwrap_or_default(),
-        drops: cap.stats().drops,
-    })
-}
-
-/// The server's srtt, sampled through sock_diag every 10 ms in `ns`.
-fn server_srtt(
-    ns: Option<&str>,
-    port: u16,
-    until: Duration,
-    stop: &AtomicBool,
-) -> Result<LatencyHistogram, String> {
-    let mut d = SockDiag::open(ns).map_err(|e| e.to_string())?;
-    let mut h = LatencyHistogram::new();
-    let f = DiagFilter {
-        sport: Some(port),
-        ..Default::default()
-    };
-    sock_diag::sample_every(
-        &mut d,
-        &f,
-        Duration::from_millis(10),
-        None,
-        Some(until),
-        stop,
-        |_, e| {
-            if let Some(rtt) = e.tcp_info.and_then(|t| (t.rtt_us > 0).then_some(t.rtt_us)) {
-                h.record_ns(u64::from(rtt) * 1000);
-            }
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(h)
-}
-
 /// Run every layer at once and explain the gaps.
 ///
 /// # Errors
@@ -232,35 +155,19 @@ pub fn run(
     lab_name: &str,
     interrupt: &AtomicBool,
 ) -> Result<CompareResult, CompareError> {
-    let (lab, server_handle) = match s.server {
-        Some(_) => (None, None),
-        None => {
-            let half = s.lab_rtt.as_nanos() as u64 / 2;
-            let lab = Lab::up(&LabSpec::new(
-                lab_name,
-                Impairments {
-                    delay_ns: half,
-                    ..Impairments::default()
-                },
-            ))?;
-            let b = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), 12866);
-            let h = netns::run_in(Some(lab.netns(Node::B)), || {
-                Server::bind(ServerConfig {
-                    listen: vec![b],
-                    ..Default::default()
-                })
-                .map_err(|e| e.to_string())?
-                .spawn()
-                .map_err(|e| e.to_string())
-            })
-            .map_err(|e| CompareError::Setup(format!("server in the lab: {e}")))?
-            .map_err(|e| CompareError::Setup(format!("server in the lab: {e}")))?;
-            lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
-            (Some(lab), Some(h))
-        }
+    let bench = match s.server {
+        Some(_) => None,
+        None => Some(LabServer::up(
+            lab_name,
+            Impairments {
+                delay_ns: s.lab_rtt.as_nanos() as u64 / 2,
+                ..Impairments::default()
+            },
+        )?),
     };
-    let server = match (&lab, s.server) {
-        (Some(l), _) => SocketAddr::new(IpAddr::V4(l.info().b.ipv4), 12866),
+    let lab = bench.as_ref().map(LabServer::lab);
+    let server = match (&bench, s.server) {
+        (Some(b), _) => b.server,
         (None, Some(a)) => a,
         (None, None) => unreachable!("a lab is built when no server is given"),
     };
@@ -302,19 +209,20 @@ pub fn run(
         };
     let (tcp, udp, icmp, srv, pas) = std::thread::scope(|sc| {
         let pas = sc.spawn(|| {
-            capture(
+            capture_port(
                 &iface,
                 client_ns.as_deref(),
                 s.data_port,
                 s.sampler_one_in,
                 s.duration + Duration::from_secs(5),
                 &stop,
+                PassiveSink::default(),
             )
         });
         let srv = server_ns.as_ref().map(|ns| {
             let stop = &stop;
             sc.spawn(move || {
-                server_srtt(
+                port_srtt(
                     Some(ns),
                     s.data_port,
                     s.duration + Duration::from_secs(2),
@@ -368,10 +276,7 @@ pub fn run(
             .unwrap_or_else(|_| Err("capture panicked".into()));
         (tcp, udp, icmp, srv, pas)
     });
-    if let Some(h) = server_handle {
-        h.shutdown();
-    }
-    drop(lab);
+    drop(bench);
 
     let mut layers = Vec::new();
     push_layer(
@@ -600,13 +505,7 @@ pub fn write_results(
 ) -> Result<(), ResultsError> {
     let settings = serde_json::to_value(&r.settings).unwrap_or_default();
     results::write_run(dir, "compare", &settings, facts)?;
-    let put = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).map_err(|e| ResultsError::Io {
-            path: p.display().to_string(),
-            msg: e.to_string(),
-        })
-    };
+    let put = |name: &str, text: &str| results::write_file(dir, name, text);
     put(
         "compare.json",
         &serde_json::to_string_pretty(r).unwrap_or_default(),
@@ -653,10 +552,7 @@ pub fn render_report(dir: &Path) -> Result<String, ResultsError> {
     }
     let table = crate::report::compare::render(&r);
     let cdf = crate::report::compare::cdf_chart(&r);
-    let write = |name: &str, t: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, t).map_err(|e| bad(&p, e.to_string()))
-    };
+    let write = |name: &str, t: &str| results::write_file(dir, name, t);
     write("compare.txt", &table)?;
     write("cdf.svg", &cdf)?;
     write(

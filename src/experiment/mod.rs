@@ -2,8 +2,10 @@
 //! kernel knobs, and write results directories (DESIGN.md: run.json, raw data as JSON
 //! lines written as each trial finishes, tables and report).
 
+pub mod bench;
 pub mod blackout;
 pub mod compare;
+pub mod resreq;
 pub mod results;
 
 use std::path::Path;
@@ -22,6 +24,7 @@ pub fn render_report(dir: &Path) -> Result<String, results::ResultsError> {
     };
     match name.as_str() {
         "compare" => compare::render_report(dir),
+        "resreq-interval" => resreq::write_report(dir, &results::read_trials(dir)?),
         "blackout" => blackout::write_report(dir, &results::read_trials(dir)?)
             .map_err(|e| other(e.to_string())),
         _ => Err(other(format!(

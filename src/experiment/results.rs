@@ -104,15 +104,15 @@ impl ResultsDir {
         self.trials.write_all(&line).map_err(io(&self.path))?;
         self.trials.sync_data().map_err(io(&self.path))
     }
+}
 
-    /// Write (replace) a file in the directory.
-    ///
-    /// # Errors
-    /// The write failed.
-    pub fn write(&self, name: &str, contents: &str) -> Result<(), ResultsError> {
-        let p = self.path.join(name);
-        std::fs::write(&p, contents).map_err(io(&p))
-    }
+/// Write (replace) the file `name` in the results directory `dir`.
+///
+/// # Errors
+/// The write failed.
+pub fn write_file(dir: &Path, name: &str, contents: &str) -> Result<(), ResultsError> {
+    let p = dir.join(name);
+    std::fs::write(&p, contents).map_err(io(&p))
 }
 
 /// Write `run.json` into `path` (created if missing): the tool, the experiment, its
@@ -197,7 +197,8 @@ mod tests {
             ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert_eq!(done, vec![7, 8]);
         r.record(&9u32).unwrap();
-        let (_, done) = ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
+        let (_, done) =
+            ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert_eq!(done, vec![7, 8, 9]);
         let other = serde_json::json!({"trials": 5, "cells": [1, 2]});
         let e = ResultsDir::open::<u32>(dir.path(), "t", &other, &serde_json::json!({}))

@@ -136,7 +136,16 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         .collect();
     p.table(
         &[
-            "layer", "samples", "min", "P50", "P90", "P99", "max", "mean", "a sample is", "data",
+            "layer",
+            "samples",
+            "min",
+            "P50",
+            "P90",
+            "P99",
+            "max",
+            "mean",
+            "a sample is",
+            "data",
         ],
         rows,
     );

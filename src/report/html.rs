@@ -36,7 +36,8 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-const STYLE: &str = "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
+const STYLE: &str =
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
 pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}\
 table{border-collapse:collapse;margin:1em 0;font-size:14px}\
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}\

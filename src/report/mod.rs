@@ -7,6 +7,7 @@ pub mod html;
 pub mod lab;
 pub mod passive;
 mod ping;
+pub mod resreq;
 mod rr;
 pub mod rto;
 pub mod selectors;

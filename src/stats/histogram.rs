@@ -174,7 +174,11 @@ impl LatencyHistogram {
             self.saturated
         );
         for v in self.hist.iter_recorded() {
-            o += &format!("{},{}\n", v.value_iterated_to(), v.count_since_last_iteration());
+            o += &format!(
+                "{},{}\n",
+                v.value_iterated_to(),
+                v.count_since_last_iteration()
+            );
         }
         o
     }

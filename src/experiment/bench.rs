@@ -1,0 +1,174 @@
+//! What the lab experiments share: a lab with `rttlab serve` in namespace b, a live
+//! capture of one TCP port with the passive engines and the sampled metric, and the
+//! kernel's srtt of one port sampled through sock_diag.
+
+use crate::capture::live::LiveCapture;
+use crate::kernel::netns;
+use crate::kernel::sock_diag::{self, DiagFilter, SockDiag};
+use crate::lab::impair::Impairments;
+use crate::lab::{Lab, LabError, LabSpec, Node};
+use crate::passive::sampler::{Period, SamplerConfig};
+use crate::passive::{self, Analyzer, Config, Sink};
+use crate::probe::server::{Server, ServerConfig, ServerHandle};
+use crate::stats::LatencyHistogram;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The control port of the server in the lab.
+pub const SERVER_PORT: u16 = 12866;
+
+/// A lab (a ↔ r ↔ b) with an rttlab server listening in b; both go on drop.
+pub struct LabServer {
+    /// The server's control address (b's IPv4 address).
+    pub server: SocketAddr,
+    handle: Option<ServerHandle>,
+    lab: Lab,
+}
+
+impl LabServer {
+    /// Build a lab named `name` with `imp` both ways, start the server in b, and wait
+    /// for the lab's own start-up traffic to settle.
+    ///
+    /// # Errors
+    /// The lab or the server could not be set up.
+    pub fn up(name: &str, imp: Impairments) -> Result<Self, LabError> {
+        Self::up_spec(&LabSpec::new(name, imp))
+    }
+
+    /// As [`LabServer::up`] with a full lab spec.
+    ///
+    /// # Errors
+    /// The lab or the server could not be set up.
+    pub fn up_spec(spec: &LabSpec) -> Result<Self, LabError> {
+        let lab = Lab::up(spec)?;
+        let server = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), SERVER_PORT);
+        let handle = netns::run_in(Some(lab.netns(Node::B)), || {
+            Server::bind(ServerConfig {
+                listen: vec![server],
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())?
+            .spawn()
+            .map_err(|e| e.to_string())
+        })
+        .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?
+        .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?;
+        lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
+        Ok(Self {
+            server,
+            handle: Some(handle),
+            lab,
+        })
+    }
+
+    pub fn lab(&self) -> &Lab {
+        &self.lab
+    }
+
+    /// The client's namespace (a).
+    pub fn client_ns(&self) -> &str {
+        self.lab.netns(Node::A)
+    }
+
+    /// The server's namespace (b).
+    pub fn server_ns(&self) -> &str {
+        self.lab.netns(Node::B)
+    }
+}
+
+impl Drop for LabServer {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.shutdown();
+        }
+    }
+}
+
+/// What a capture of one port gave.
+pub struct Captured<S> {
+    pub sink: S,
+    /// The sampled metric's periods (the watched host: the capture host's addresses).
+    pub periods: Vec<Period>,
+    /// Frames the kernel dropped for want of ring space.
+    pub drops: u64,
+}
+
+/// Capture TCP `port` on `iface` (in `ns`) until `stop`, feeding the passive engines
+/// into `sink` and the sampled metric (one packet in `one_in`, periods of `period`)
+/// watching the capture host's own addresses.
+///
+/// # Errors
+/// The capture could not be opened or read.
+pub fn capture_port<S: Sink>(
+    iface: &str,
+    ns: Option<&str>,
+    port: u16,
+    one_in: u32,
+    period: Duration,
+    stop: &AtomicBool,
+    mut sink: S,
+) -> Result<Captured<S>, String> {
+    let mut cap = LiveCapture::open(iface, ns).map_err(|e| e.to_string())?;
+    let link = cap.link();
+    let mut a = Analyzer::new(Config {
+        local: cap.addresses.clone(),
+        filter: passive::Filter {
+            ports: vec![port],
+            ..Default::default()
+        },
+        sampler: Some(SamplerConfig {
+            one_in,
+            period_ns: period.as_nanos() as u64,
+            seed: 1,
+        }),
+        ..Config::default()
+    });
+    while !stop.load(Ordering::Acquire) {
+        cap.poll(50, |ts, frame| a.packet(ts, link, frame, &mut sink))
+            .map_err(|e| e.to_string())?;
+    }
+    // What is still in the ring.
+    cap.poll(0, |ts, frame| a.packet(ts, link, frame, &mut sink))
+        .map_err(|e| e.to_string())?;
+    a.finish(&mut sink);
+    Ok(Captured {
+        sink,
+        periods: a.sampler_periods().unwrap_or_default(),
+        drops: cap.stats().drops,
+    })
+}
+
+/// The srtt of every TCP socket with local port `port` in `ns`, sampled through
+/// sock_diag every 10 ms until `until` or `stop`.
+///
+/// # Errors
+/// sock_diag could not be opened or a dump failed.
+pub fn port_srtt(
+    ns: Option<&str>,
+    port: u16,
+    until: Duration,
+    stop: &AtomicBool,
+) -> Result<LatencyHistogram, String> {
+    let mut d = SockDiag::open(ns).map_err(|e| e.to_string())?;
+    let mut h = LatencyHistogram::new();
+    let f = DiagFilter {
+        sport: Some(port),
+        ..Default::default()
+    };
+    sock_diag::sample_every(
+        &mut d,
+        &f,
+        Duration::from_millis(10),
+        None,
+        Some(until),
+        stop,
+        |_, e| {
+            if let Some(rtt) = e.tcp_info.and_then(|t| (t.rtt_us > 0).then_some(t.rtt_us)) {
+                h.record_ns(u64::from(rtt) * 1000);
+            }
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(h)
+}

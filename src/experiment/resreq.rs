@@ -1,0 +1,339 @@
+//! `rttlab experiment resreq-interval` (seed 000): TCP_RR `-r 1,2` with a wait between
+//! a response and the next request of 0, 1, 2, 4, 8, 16, 32, 39, 40, 41 ms; for each
+//! wait the rr latency percentiles (the seed's netperf table), the kernel's srtt on
+//! both ends, and the sampled cloud metric as each end's VM would report it.
+//!
+//! Why the server's srtt climbs: the server's response is ACKed by the client's next
+//! request, which leaves after the wait, or by the client's delayed-ACK timer (40 ms,
+//! `TCP_DELACK_MIN`, `tcp_send_delayed_ack`), whichever comes first, and the server's
+//! TCP times its response to that ACK. The client's request is ACKed at once by the
+//! response, so the client's srtt stays at the network's RTT.
+//!
+//! `--long` is the seed's "beyond the standalone ACK timer" run: waits 100 ms … 5 s,
+//! a two-segment request, and more parallel streams as the wait grows so that the
+//! packet rate stays roughly the same.
+
+use super::bench::{capture_port, port_srtt, LabServer};
+use super::results::{write_file, ResultsDir, ResultsError};
+use crate::kernel::netns;
+use crate::lab::impair::Impairments;
+use crate::lab::LabError;
+use crate::passive::sampler::Period;
+use crate::passive::{Sample, Sink};
+use crate::probe::rr::{self, RrSettings, RunControl};
+use crate::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The TCP_RR data port the captures and sock_diag follow.
+const DATA_PORT: u16 = 12868;
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    /// Waits between a response and the next request, ms (netperf's `-w`).
+    pub waits_ms: Vec<f64>,
+    /// Parallel TCP_RR streams at each wait.
+    pub streams: Vec<u32>,
+    /// How long each wait runs, s.
+    pub duration_s: f64,
+    /// The lab's round-trip delay, µs.
+    pub lab_rtt_us: u64,
+    pub request_size: u32,
+    pub response_size: u32,
+    /// The sampled metric keeps one packet in this many.
+    pub sampler_one_in: u32,
+}
+
+impl Settings {
+    /// Seed 000's first run: one stream, `-r 1,2`, waits 0…41 ms.
+    pub fn seed_short() -> Self {
+        let waits_ms = vec![0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 39.0, 40.0, 41.0];
+        Self {
+            streams: vec![1; waits_ms.len()],
+            waits_ms,
+            duration_s: 6.0,
+            lab_rtt_us: 100,
+            request_size: 1,
+            response_size: 2,
+            sampler_one_in: 1,
+        }
+    }
+
+    /// Seed 000's second run: waits 100 ms…5 s with 1 + 15·(wait / 100 ms) streams
+    /// (capped at `max_streams`), and a request one byte over the lab's MSS (1448) so
+    /// that it takes two segments, as the seed's 1409 bytes did on its VMs.
+    pub fn seed_long(max_streams: u32) -> Self {
+        let waits_ms = vec![100.0, 300.0, 500.0, 1000.0, 3000.0, 5000.0];
+        Self {
+            streams: waits_ms
+                .iter()
+                .map(|w| (1 + 15 * (*w as u32 / 100)).min(max_streams))
+                .collect(),
+            waits_ms,
+            duration_s: 30.0,
+            lab_rtt_us: 100,
+            request_size: 1449,
+            response_size: 2,
+            sampler_one_in: 1,
+        }
+    }
+}
+
+/// One wait's results (µs unless named otherwise).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Point {
+    pub wait_ms: f64,
+    pub streams: u32,
+    pub transactions: u64,
+    pub min_us: Option<f64>,
+    pub mean_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    /// Medians of the srtt samples (every 10 ms) of the client's and the server's
+    /// data sockets.
+    pub client_srtt_us: Option<f64>,
+    pub server_srtt_us: Option<f64>,
+    /// The sampled metric of each end's VM over the whole point: data leaving that
+    /// host, ACKs coming back (buckets, interpolated median, exact median).
+    pub client_metric: Option<Period>,
+    pub server_metric: Option<Period>,
+    pub retransmissions: u64,
+    pub capture_drops: u64,
+    /// Files (in the results directory) holding this point's histograms.
+    pub files: Vec<String>,
+    pub error: Option<String>,
+}
+
+/// Errors that stop the run.
+#[derive(Debug, thiserror::Error)]
+pub enum ResreqError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+/// The metric needs no per-sample output.
+struct Ignore;
+
+impl Sink for Ignore {
+    fn sample(&mut self, _: &Sample) {}
+}
+
+fn median_us(h: &LatencyHistogram) -> Option<f64> {
+    h.quantile_ns(0.5).map(|v| v as f64 / 1e3)
+}
+
+/// A scoped thread's result, a panic as an error.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<T, String> {
+    h.join().unwrap_or_else(|_| Err("panicked".into()))
+}
+
+fn stem(wait_ms: f64) -> String {
+    format!("wait-{wait_ms}ms")
+}
+
+/// One wait in the lab.
+fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &AtomicBool) -> Point {
+    let wait_ms = s.waits_ms[k];
+    let streams = s.streams[k];
+    let duration = Duration::from_secs_f64(s.duration_s);
+    let stop = AtomicBool::new(false);
+    let ctl = RunControl::default();
+    let mut r = RrSettings::new(bench.server);
+    r.request_size = s.request_size;
+    r.response_size = s.response_size;
+    r.duration = Some(duration);
+    r.interval = Duration::from_secs_f64(wait_ms / 1e3);
+    r.streams = streams;
+    r.data_port = DATA_PORT;
+    r.tcpinfo_interval = Some(Duration::from_millis(10));
+    let period = duration + Duration::from_secs(60);
+    let (rr, srv, cli_cap, srv_cap) = std::thread::scope(|sc| {
+        let cli_cap = sc.spawn(|| {
+            capture_port(
+                &bench.lab().info().a.ifname,
+                Some(bench.client_ns()),
+                DATA_PORT,
+                s.sampler_one_in,
+                period,
+                &stop,
+                Ignore,
+            )
+        });
+        let srv_cap = sc.spawn(|| {
+            capture_port(
+                &bench.lab().info().b.ifname,
+                Some(bench.server_ns()),
+                DATA_PORT,
+                s.sampler_one_in,
+                period,
+                &stop,
+                Ignore,
+            )
+        });
+        let srv = sc.spawn(|| {
+            port_srtt(
+                Some(bench.server_ns()),
+                DATA_PORT,
+                duration + Duration::from_secs(10),
+                &stop,
+            )
+        });
+        sc.spawn(|| {
+            while !stop.load(Ordering::Acquire) {
+                if interrupt.load(Ordering::Acquire) {
+                    ctl.stop.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let rr = netns::run_in(Some(bench.client_ns()), || {
+            rr::run(&r, &ctl).map_err(|e| e.to_string())
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|x| x);
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Release);
+        (rr, joined(srv), joined(cli_cap), joined(srv_cap))
+    });
+    let mut errors = Vec::new();
+    let server_srtt = srv.unwrap_or_else(|e| {
+        errors.push(format!("server srtt: {e}"));
+        LatencyHistogram::new()
+    });
+    let mut metric = |c: Result<super::bench::Captured<Ignore>, String>, who: &str| match c {
+        Ok(c) => (c.periods.into_iter().max_by_key(|p| p.samples), c.drops),
+        Err(e) => {
+            errors.push(format!("{who} capture: {e}"));
+            (None, 0)
+        }
+    };
+    let (client_metric, d1) = metric(cli_cap, "client");
+    let (server_metric, d2) = metric(srv_cap, "server");
+    let mut client_srtt = LatencyHistogram::new();
+    for t in rr.iter().flat_map(|r| &r.tcpinfo_series) {
+        if t.info.rtt_us > 0 {
+            client_srtt.record_ns(u64::from(t.info.rtt_us) * 1000);
+        }
+    }
+    let mut files = Vec::new();
+    let hists = [
+        ("rr", rr.as_ref().ok().map(|r| &r.histogram)),
+        ("client_srtt", Some(&client_srtt)),
+        ("server_srtt", Some(&server_srtt)),
+    ];
+    for (name, h) in hists {
+        let Some(h) = h else { continue };
+        let f = format!("{}.{name}.hist.csv", stem(wait_ms));
+        match std::fs::write(out.join(&f), h.to_csv()) {
+            Ok(()) => files.push(f),
+            Err(e) => errors.push(format!("{f}: {e}")),
+        }
+    }
+    let (h, transactions, retr) = match &rr {
+        Ok(r) => (
+            Some(&r.histogram),
+            r.transactions,
+            r.local_retrans.unwrap_or(0) + r.remote_retrans.unwrap_or(0),
+        ),
+        Err(e) => {
+            errors.push(format!("TCP_RR: {e}"));
+            (None, 0, 0)
+        }
+    };
+    let q = |x: f64| h.and_then(|h| h.quantile_ns(x)).map(|v| v as f64 / 1e3);
+    Point {
+        wait_ms,
+        streams,
+        transactions,
+        min_us: h.and_then(LatencyHistogram::min_ns).map(|v| v as f64 / 1e3),
+        mean_us: h.and_then(LatencyHistogram::mean_ns).map(|v| v / 1e3),
+        p50_us: q(0.5),
+        p90_us: q(0.9),
+        p99_us: q(0.99),
+        client_srtt_us: median_us(&client_srtt),
+        server_srtt_us: median_us(&server_srtt),
+        client_metric,
+        server_metric,
+        retransmissions: retr,
+        capture_drops: d1 + d2,
+        files,
+        error: (!errors.is_empty()).then(|| errors.join("; ")),
+    }
+}
+
+/// Run every wait not already in `out` (a resumed run skips those), one after another
+/// in one lab, recording each as it finishes; `progress` hears of each.
+///
+/// # Errors
+/// The lab or the results directory failed. A point that fails is recorded with its
+/// error and the run goes on.
+pub fn run(
+    s: &Settings,
+    out: &Path,
+    facts: &serde_json::Value,
+    lab_name: &str,
+    interrupt: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, &Point),
+) -> Result<Vec<Point>, ResreqError> {
+    let settings = serde_json::to_value(s).unwrap_or_default();
+    let (mut dir, mut done) = ResultsDir::open::<Point>(out, "resreq-interval", &settings, facts)?;
+    let todo: Vec<usize> = (0..s.waits_ms.len())
+        .filter(|&k| !done.iter().any(|p| p.wait_ms == s.waits_ms[k]))
+        .collect();
+    if todo.is_empty() {
+        return Ok(done);
+    }
+    let bench = LabServer::up(
+        lab_name,
+        Impairments {
+            delay_ns: s.lab_rtt_us * 500,
+            ..Impairments::default()
+        },
+    )?;
+    for k in todo {
+        if interrupt.load(Ordering::Acquire) {
+            break;
+        }
+        let p = point(&bench, s, k, out, interrupt);
+        dir.record(&p)?;
+        done.push(p);
+        progress(
+            done.len(),
+            s.waits_ms.len(),
+            done.last().expect("just pushed"),
+        );
+    }
+    done.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
+    Ok(done)
+}
+
+/// Write `tables.txt`, the charts and `report.html` from the points; returns the
+/// tables' text.
+///
+/// # Errors
+/// A file could not be written.
+pub fn write_report(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+    let mut points = points.to_vec();
+    points.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
+    let text = crate::report::resreq::tables(&points);
+    let charts = crate::report::resreq::charts(&points);
+    write_file(out, "tables.txt", &text)?;
+    for (name, _, svg) in &charts {
+        write_file(out, name, svg)?;
+    }
+    let (_, run) = super::results::read_run(out)?;
+    write_file(
+        out,
+        "report.html",
+        &crate::report::resreq::html(&run, &points, &text, &charts),
+    )?;
+    Ok(text)
+}
