@@ -5,7 +5,7 @@ use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout::{self, BlackoutBy, Mechanism, Settings};
-use rttlab::experiment::resreq;
+use rttlab::experiment::{resreq, sweep};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +24,37 @@ pub enum ExperimentCommand {
     Blackout(BlackoutArgs),
     /// Seed 000: TCP's srtt on both ends, a sampled metric and TCP_RR against the wait between transactions.
     ResreqInterval(ResreqArgs),
+    /// Seed 004: ping and TCP_RR latency against the interval between transactions, 1 µs to 1 s.
+    IntervalSweep(SweepArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Writes run.json, trials.jsonl (one line per tool and interval), <tool>-<interval>us.hist.csv,
+tables.txt, mean-latency.svg and report.html into the results directory.
+
+Examples:
+  rttlab experiment interval-sweep                         1, 2, 5 per decade from 1 µs to 1 s
+  rttlab experiment interval-sweep --interval 1us,1ms,100ms --count 100")]
+pub struct SweepArgs {
+    /// Intervals between transactions (default 1, 2, 5 per decade, 1 µs … 1 s).
+    #[arg(long, value_delimiter = ',', value_parser = values::duration)]
+    pub interval: Vec<Duration>,
+    /// Transactions per tool and interval at most.
+    #[arg(short = 'n', long, default_value_t = 200)]
+    pub count: u64,
+    /// Time per tool and interval at most (but at least 10 intervals).
+    #[arg(long, default_value = "3s", value_parser = values::duration)]
+    pub max_time: Duration,
+    /// The lab's round-trip delay.
+    #[arg(long, default_value = "0s", value_parser = values::duration)]
+    pub lab_rtt: Duration,
+    /// Pace TCP_RR by sleeping instead of spinning.
+    #[arg(long)]
+    pub sleep: bool,
+    /// Results directory; an existing one with the same settings is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -130,6 +161,7 @@ pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
     match a.command {
         ExperimentCommand::Blackout(b) => run_blackout(b),
         ExperimentCommand::ResreqInterval(r) => run_resreq(r),
+        ExperimentCommand::IntervalSweep(w) => run_sweep(w),
     }
 }
 
@@ -335,15 +367,70 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     if tty {
         eprint!("\r\x1b[K");
     }
-    let text = resreq::write_report(&out, &points)?;
+    let failed = points.iter().filter(|p| p.error.is_some()).count();
+    finish(&out, resreq::write_report(&out, &points)?, &stop, failed)
+}
+
+fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
+    let mut s = sweep::Settings::default();
+    if !a.interval.is_empty() {
+        s.intervals_us = a.interval.iter().map(|d| d.as_secs_f64() * 1e6).collect();
+    }
+    s.count = a.count.max(1);
+    s.max_time_s = a.max_time.as_secs_f64();
+    s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
+    s.spin = !a.sleep;
+    let out = out_dir(a.out, "interval-sweep");
+    let stop = interrupt_flag();
+    let tty = std::io::stderr().is_terminal();
+    eprintln!(
+        "rttlab: interval-sweep into {} (interrupt and rerun with --out {} to resume)",
+        out.display(),
+        out.display()
+    );
+    let points = sweep::run(
+        &s,
+        &out,
+        &host_facts(),
+        &lab_name("sw"),
+        &stop,
+        &mut |done, total, p| {
+            if tty {
+                eprint!(
+                    "\r\x1b[K{done}/{total}; last: {} at {} µs → mean {} µs",
+                    p.tool,
+                    p.interval_us,
+                    p.mean_us.map_or("-".into(), |v| format!("{v:.0}")),
+                );
+            }
+        },
+    )?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    finish(
+        &out,
+        sweep::write_report(&out, &points)?,
+        &stop,
+        points.iter().filter(|p| p.error.is_some()).count(),
+    )
+}
+
+/// Print the tables and where the report is; fail when interrupted or when some
+/// points failed.
+fn finish(
+    out: &std::path::Path,
+    text: String,
+    stop: &AtomicBool,
+    failed: usize,
+) -> anyhow::Result<()> {
     print!("{text}");
     println!("Report: {}", out.join("report.html").display());
-    let failed = points.iter().filter(|p| p.error.is_some()).count();
     if stop.load(Ordering::SeqCst) {
         anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
     }
     if failed > 0 {
-        anyhow::bail!("{failed} wait(s) failed: see NOTE in the table");
+        anyhow::bail!("{failed} point(s) failed: see NOTE in the table");
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ pub mod blackout;
 pub mod compare;
 pub mod resreq;
 pub mod results;
+pub mod sweep;
 
 use std::path::Path;
 
@@ -25,6 +26,7 @@ pub fn render_report(dir: &Path) -> Result<String, results::ResultsError> {
     match name.as_str() {
         "compare" => compare::render_report(dir),
         "resreq-interval" => resreq::write_report(dir, &results::read_trials(dir)?),
+        "interval-sweep" => sweep::write_report(dir, &results::read_trials(dir)?),
         "blackout" => blackout::write_report(dir, &results::read_trials(dir)?)
             .map_err(|e| other(e.to_string())),
         _ => Err(other(format!(

@@ -12,6 +12,7 @@ mod rr;
 pub mod rto;
 pub mod selectors;
 pub mod svg;
+pub mod sweep;
 pub mod table;
 pub mod tcpinfo;
 

@@ -1,0 +1,258 @@
+//! `rttlab experiment interval-sweep` (seed 004): ping and TCP_RR at intervals from
+//! 1 µs to 1 s, the mean latency of each against the interval. The seed's point: at
+//! short intervals the CPUs on the path never go idle and latency stays flat; at long
+//! ones every transaction wakes sleeping CPUs (and, on a VM, vCPUs the hypervisor has
+//! descheduled), so the same network reads slower — ping's default 1 s interval made
+//! it read twice netperf's back-to-back TCP_RR.
+
+use super::bench::LabServer;
+use super::results::{write_file, ResultsDir, ResultsError};
+use crate::kernel::netns;
+use crate::lab::impair::Impairments;
+use crate::lab::LabError;
+use crate::probe::pacing::PaceMode;
+use crate::probe::ping::{self, PingControl, PingSettings};
+use crate::probe::rr::{self, RrSettings, RunControl};
+use crate::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    /// Intervals between transactions, µs.
+    pub intervals_us: Vec<f64>,
+    /// Transactions per point at most…
+    pub count: u64,
+    /// …and at most this long, s, but never fewer than `min_samples` intervals.
+    pub max_time_s: f64,
+    pub min_samples: u64,
+    /// The lab's round-trip delay, µs.
+    pub lab_rtt_us: u64,
+    /// TCP_RR paces by spinning (netperf built with --enable-spin, as in the seed).
+    pub spin: bool,
+}
+
+impl Default for Settings {
+    /// 1, 2, 5 per decade from 1 µs to 1 s.
+    fn default() -> Self {
+        let mut intervals_us = Vec::new();
+        let mut d = 1.0;
+        while d <= 1e6 {
+            for m in [1.0, 2.0, 5.0] {
+                if d * m <= 1e6 {
+                    intervals_us.push(d * m);
+                }
+            }
+            d *= 10.0;
+        }
+        Self {
+            intervals_us,
+            count: 200,
+            max_time_s: 3.0,
+            min_samples: 10,
+            lab_rtt_us: 0,
+            spin: true,
+        }
+    }
+}
+
+/// One tool at one interval (µs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Point {
+    pub interval_us: f64,
+    /// `icmp` or `tcp_rr`.
+    pub tool: String,
+    pub samples: u64,
+    pub min_us: Option<f64>,
+    pub mean_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub lost: u64,
+    /// The file (in the results directory) holding the samples.
+    pub file: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Errors that stop the run.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+}
+
+fn point(
+    tool: &str,
+    interval_us: f64,
+    r: Result<(&LatencyHistogram, u64), String>,
+    out: &Path,
+) -> Point {
+    let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
+    match r {
+        Ok((h, lost)) => {
+            let file = format!("{tool}-{interval_us}us.hist.csv");
+            let (file, error) = match write_file(out, &file, &h.to_csv()) {
+                Ok(()) => (Some(file), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            Point {
+                interval_us,
+                tool: tool.into(),
+                samples: h.count(),
+                min_us: us(h.min_ns()),
+                mean_us: h.mean_ns().map(|v| v / 1e3),
+                p50_us: us(h.quantile_ns(0.5)),
+                p90_us: us(h.quantile_ns(0.9)),
+                lost,
+                file,
+                error,
+            }
+        }
+        Err(e) => Point {
+            interval_us,
+            tool: tool.into(),
+            samples: 0,
+            min_us: None,
+            mean_us: None,
+            p50_us: None,
+            p90_us: None,
+            lost: 0,
+            file: None,
+            error: Some(e),
+        },
+    }
+}
+
+/// Run ping then TCP_RR at each interval not already in `out`, one after the other
+/// (never together: each would keep the other's CPUs awake), in one lab.
+///
+/// # Errors
+/// The lab or the results directory failed; a point that fails is recorded with its
+/// error and the run goes on.
+pub fn run(
+    s: &Settings,
+    out: &Path,
+    facts: &serde_json::Value,
+    lab_name: &str,
+    interrupt: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, &Point),
+) -> Result<Vec<Point>, SweepError> {
+    let settings = serde_json::to_value(s).unwrap_or_default();
+    let (mut dir, mut done) = ResultsDir::open::<Point>(out, "interval-sweep", &settings, facts)?;
+    let total = s.intervals_us.len() * 2;
+    let todo: Vec<(f64, &str)> = s
+        .intervals_us
+        .iter()
+        .flat_map(|&i| [(i, "icmp"), (i, "tcp_rr")])
+        .filter(|&(i, t)| !done.iter().any(|p| p.interval_us == i && p.tool == t))
+        .collect();
+    if todo.is_empty() {
+        return Ok(done);
+    }
+    let bench = LabServer::up(
+        lab_name,
+        Impairments {
+            delay_ns: s.lab_rtt_us * 500,
+            ..Impairments::default()
+        },
+    )?;
+    for (interval_us, tool) in todo {
+        if interrupt.load(Ordering::Acquire) {
+            break;
+        }
+        let interval = Duration::from_secs_f64(interval_us / 1e6);
+        let time = Duration::from_secs_f64(s.max_time_s).max(interval * s.min_samples as u32);
+        let p = netns::run_in(Some(bench.client_ns()), || {
+            if tool == "icmp" {
+                let mut p = PingSettings::new(bench.server.ip());
+                p.count = Some(s.count);
+                p.duration = Some(time);
+                p.interval = interval;
+                let ctl = PingControl::default();
+                let r = watch(interrupt, &ctl.stop, || ping::run(&p, &ctl));
+                let r = r.map_err(|e| e.to_string());
+                point(
+                    tool,
+                    interval_us,
+                    r.as_ref()
+                        .map(|r| (&r.histogram, r.lost))
+                        .map_err(Clone::clone),
+                    out,
+                )
+            } else {
+                let mut r = RrSettings::new(bench.server);
+                r.count = Some(s.count);
+                r.duration = Some(time);
+                r.interval = interval;
+                r.request_size = 1;
+                r.response_size = 1;
+                if s.spin {
+                    r.pace = PaceMode::Spin;
+                }
+                let ctl = RunControl::default();
+                let res = watch(interrupt, &ctl.stop, || rr::run(&r, &ctl));
+                let res = res.map_err(|e| e.to_string());
+                point(
+                    tool,
+                    interval_us,
+                    res.as_ref()
+                        .map(|r| (&r.histogram, 0))
+                        .map_err(Clone::clone),
+                    out,
+                )
+            }
+        })
+        .unwrap_or_else(|e| point(tool, interval_us, Err(e.to_string()), out));
+        dir.record(&p)?;
+        done.push(p);
+        progress(done.len(), total, done.last().expect("just pushed"));
+    }
+    Ok(done)
+}
+
+/// Run `f` while a watcher turns an interrupt into `stop`.
+fn watch<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl FnOnce() -> T) -> T {
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !finished.load(Ordering::Acquire) {
+                if interrupt.load(Ordering::Acquire) {
+                    stop.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let r = f();
+        finished.store(true, Ordering::Release);
+        r
+    })
+}
+
+/// Write `tables.txt`, `mean-latency.svg` and `report.html`; returns the table.
+///
+/// # Errors
+/// A file could not be written.
+pub fn write_report(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+    let mut points = points.to_vec();
+    points.sort_by(|a, b| {
+        a.interval_us
+            .total_cmp(&b.interval_us)
+            .then(a.tool.cmp(&b.tool))
+    });
+    let text = crate::report::sweep::table(&points);
+    let chart = crate::report::sweep::chart(&points);
+    write_file(out, "tables.txt", &text)?;
+    write_file(out, "mean-latency.svg", &chart)?;
+    let (_, run) = super::results::read_run(out)?;
+    write_file(
+        out,
+        "report.html",
+        &crate::report::sweep::html(&run, &points, &text, &chart),
+    )?;
+    Ok(text)
+}

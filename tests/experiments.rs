@@ -1,0 +1,164 @@
+//! The seeds' experiments, shortened, in labs they build and remove: each writes its
+//! results directory (raw data, tables, charts, report), resumes instead of redoing,
+//! and its numbers are checked against their raw files (arithmetic) and against what
+//! the kernel's rules force (the witness named at each check).
+
+mod common;
+
+use common::{bin, privileged};
+use rttlab::passive::sampler::bucket_percentile;
+use rttlab::stats::LatencyHistogram;
+use std::path::Path;
+use std::process::Command;
+
+fn trials(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("trials.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn hist(dir: &Path, file: &str) -> LatencyHistogram {
+    LatencyHistogram::from_csv(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap()
+}
+
+fn run(args: &[&str], dir: &Path) -> String {
+    let o = Command::new(bin())
+        .args(args)
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+#[test]
+fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
+    if !privileged("resreq_interval_shows_the_servers_srtt_holding_the_clients_wait") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "experiment",
+        "resreq-interval",
+        "--wait",
+        "0,8ms",
+        "--duration",
+        "3s",
+    ];
+    let text = run(&args, dir.path());
+    assert!(
+        text.contains("MIN_LATENCY") && text.contains("SRTT_SERVER_ms"),
+        "{text}"
+    );
+    let t = trials(dir.path());
+    assert_eq!(t.len(), 2);
+    for p in &t {
+        assert!(p["error"].is_null(), "{p}");
+        assert!(p["transactions"].as_u64().unwrap() > 100, "{p}");
+        // Arithmetic: the rr row is its histogram file's.
+        let w = p["wait_ms"].as_f64().unwrap();
+        let rr = hist(dir.path(), &format!("wait-{w}ms.rr.hist.csv"));
+        assert_eq!(rr.count(), p["transactions"].as_u64().unwrap());
+        assert_eq!(
+            rr.quantile_ns(0.5).map(|v| v as f64 / 1e3),
+            p["p50_us"].as_f64()
+        );
+        // Arithmetic: each metric is the median interpolated in its own buckets.
+        for who in ["client_metric", "server_metric"] {
+            let m = &p[who];
+            let buckets: Vec<u64> = serde_json::from_value(m["buckets"].clone()).unwrap();
+            assert_eq!(
+                bucket_percentile(&buckets, 0.5),
+                m["median_ms"].as_f64(),
+                "{m}"
+            );
+        }
+    }
+    // The kernel's rule (seed 000): at an 8 ms wait the server's response is ACKed by
+    // the next request, at least 8 ms later, so every srtt the server computes holds
+    // the wait; the client's request is ACKed by the response at once. Lower
+    // quartiles: a noisy machine only ever adds delay.
+    let srv = hist(dir.path(), "wait-8ms.server_srtt.hist.csv");
+    let cli = hist(dir.path(), "wait-8ms.client_srtt.hist.csv");
+    let (s25, c25) = (
+        srv.quantile_ns(0.25).unwrap(),
+        cli.quantile_ns(0.25).unwrap(),
+    );
+    assert!(s25 >= 6_000_000, "server srtt P25 {s25} ns");
+    assert!(
+        s25 > c25 + 4_000_000,
+        "server P25 {s25} ns, client P25 {c25} ns"
+    );
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert_eq!(html.matches("<figure").count(), 3);
+    assert!(html.contains("Findings"));
+    // Resumed, not redone: the same command finds every wait done.
+    let t0 = std::time::Instant::now();
+    run(&args, dir.path());
+    assert_eq!(trials(dir.path()).len(), 2);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+    // Another setting in the same directory is refused.
+    let o = Command::new(bin())
+        .args(["experiment", "resreq-interval", "--wait", "1ms", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("holds a run with other settings"), "{err}");
+}
+
+#[test]
+fn interval_sweep_records_both_tools_at_every_interval() {
+    if !privileged("interval_sweep_records_both_tools_at_every_interval") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = run(
+        &[
+            "experiment",
+            "interval-sweep",
+            "--interval",
+            "10us,5ms",
+            "--count",
+            "60",
+            "--max-time",
+            "2s",
+        ],
+        dir.path(),
+    );
+    assert!(text.contains("INTERVAL_us"), "{text}");
+    let t = trials(dir.path());
+    assert_eq!(t.len(), 4);
+    for p in &t {
+        assert!(p["error"].is_null(), "{p}");
+        // Count-bounded: 60 transactions each, none lost on a clean lab path.
+        assert_eq!(p["samples"].as_u64(), Some(60), "{p}");
+        assert_eq!(p["lost"].as_u64(), Some(0), "{p}");
+        // Arithmetic: the mean is its histogram file's exact mean.
+        let h = hist(dir.path(), p["file"].as_str().unwrap());
+        let mean = h.mean_ns().unwrap() / 1e3;
+        assert!((mean - p["mean_us"].as_f64().unwrap()).abs() < 1e-6, "{p}");
+    }
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<figure id=\"mean-latency.svg\"><svg"));
+    // `rttlab report` renders the same page from the same files.
+    std::fs::remove_file(dir.path().join("report.html")).unwrap();
+    let o = Command::new(bin())
+        .arg("report")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
+        html
+    );
+}
