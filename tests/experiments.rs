@@ -162,3 +162,45 @@ fn interval_sweep_records_both_tools_at_every_interval() {
         html
     );
 }
+
+#[test]
+fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
+    if !privileged("syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = run(
+        &[
+            "experiment",
+            "syn-rto",
+            "--trials",
+            "5",
+            "--syn-rto",
+            "40ms",
+        ],
+        dir.path(),
+    );
+    assert!(text.contains("PREDICTED_ms"), "{text}");
+    let t = trials(dir.path());
+    assert_eq!(t.len(), 3);
+    for c in &t {
+        assert!(c["error"].is_null(), "{c}");
+        assert_eq!(c["connections"].as_u64(), Some(5), "{c}");
+    }
+    let ms = |c: &serde_json::Value, k: &str| c[k].as_f64().unwrap();
+    // Witness: the kernel's SYN retransmission counter in a — none without the drop,
+    // one per connection with it.
+    assert_eq!(t[0]["syn_retransmits"].as_u64(), Some(0));
+    assert_eq!(t[1]["syn_retransmits"].as_u64(), Some(5));
+    assert_eq!(t[2]["syn_retransmits"].as_u64(), Some(5));
+    // The kernel's rules: no retransmitted SYN before its RTO (1 s by default; 40 ms
+    // is 10 jiffies at HZ 250), plus the lab's 10 ms RTT.
+    assert!(ms(&t[1], "min_ms") >= 1010.0, "{}", t[1]);
+    assert!(ms(&t[2], "min_ms") >= 50.0, "{}", t[2]);
+    assert!(ms(&t[2], "p50_ms") < 500.0, "{}", t[2]);
+    // Leaves no trace: the private bpffs is unmounted.
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("rttlab-bpffs"), "{mounts}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<figure id=\"setup-time.svg\"><svg"));
+}

@@ -5,7 +5,7 @@ use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout::{self, BlackoutBy, Mechanism, Settings};
-use rttlab::experiment::{resreq, sweep};
+use rttlab::experiment::{resreq, sweep, synrto};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +26,33 @@ pub enum ExperimentCommand {
     ResreqInterval(ResreqArgs),
     /// Seed 004: ping and TCP_RR latency against the interval between transactions, 1 µs to 1 s.
     IntervalSweep(SweepArgs),
+    /// Seed 001 appendix: connection set-up time when the first SYN is lost, with and without the eBPF initial-RTO override.
+    SynRto(SynRtoArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Three cases in one lab: no drop, the first SYN of each connection dropped by host b
+(nftables), and the same with the sock_ops override of the SYN's initial RTO for b
+(attached to the cgroup2 root for b's address only, journalled, detached at the end;
+`rttlab tune revert` removes it after a crash). Writes run.json, trials.jsonl,
+case*.hist.csv, tables.txt, setup-time.svg and report.html.
+
+Example:
+  rttlab experiment syn-rto --syn-rto 50ms --trials 20")]
+pub struct SynRtoArgs {
+    /// Connections per case.
+    #[arg(long, default_value_t = 20)]
+    pub trials: u32,
+    /// The override's initial RTO (whole jiffies; at least 2).
+    #[arg(long, default_value = "50ms", value_parser = values::duration)]
+    pub syn_rto: Duration,
+    /// The lab's round-trip delay.
+    #[arg(long, default_value = "10ms", value_parser = values::duration)]
+    pub lab_rtt: Duration,
+    /// Results directory; an existing one with the same settings is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +189,7 @@ pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
         ExperimentCommand::Blackout(b) => run_blackout(b),
         ExperimentCommand::ResreqInterval(r) => run_resreq(r),
         ExperimentCommand::IntervalSweep(w) => run_sweep(w),
+        ExperimentCommand::SynRto(y) => run_synrto(y),
     }
 }
 
@@ -433,4 +461,35 @@ fn finish(
         anyhow::bail!("{failed} point(s) failed: see NOTE in the table");
     }
     Ok(())
+}
+
+fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
+    let rto_min = rttlab::kernel::sysctl::read(None, "net.ipv4.tcp_rto_min_us")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let hz = rttlab::kernel::hz::detect(rto_min).context("detecting this kernel's HZ")?;
+    let us = u64::try_from(a.syn_rto.as_micros()).unwrap_or(u64::MAX);
+    if us > 120_000_000 || rttlab::kernel::hz::usecs_to_jiffies(us, hz) < 2 {
+        anyhow::bail!(
+            "--syn-rto must be at least 2 jiffies ({} ms at HZ {hz}) and at most 120 s",
+            2000 / hz
+        );
+    }
+    let s = synrto::Settings {
+        trials: a.trials.max(1),
+        syn_rto_ms: ms(a.syn_rto)?,
+        lab_rtt_ms: u32::try_from(a.lab_rtt.as_millis()).unwrap_or(u32::MAX),
+        hz,
+    };
+    let out = out_dir(a.out, "syn-rto");
+    let stop = interrupt_flag();
+    eprintln!(
+        "rttlab: syn-rto into {} (3 cases × {} connections)",
+        out.display(),
+        s.trials
+    );
+    let cases = synrto::run(&s, &out, &host_facts(), &lab_name("sy"), &stop)?;
+    let failed = cases.iter().filter(|c| c.error.is_some()).count();
+    finish(&out, synrto::write_report(&out, &cases)?, &stop, failed)
 }

@@ -172,3 +172,41 @@ pub fn port_srtt(
     .map_err(|e| e.to_string())?;
     Ok(h)
 }
+
+/// An `nft -f -` started ahead of time, waiting for its script on stdin: starting a
+/// process takes milliseconds (hundreds on a loaded VM), which would otherwise land
+/// inside the blackout's timing.
+pub struct Nft(std::process::Child);
+
+impl Nft {
+    /// Start nft in the lab's `node`, or on this host (`None`).
+    pub fn spawn(lab: Option<&Lab>, node: Node) -> Result<Self, String> {
+        let mut cmd = match lab {
+            Some(l) => l.command(node, "nft"),
+            None => std::process::Command::new("nft"),
+        };
+        cmd.args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map(Nft)
+            .map_err(|e| format!("nft: {e} (apt-get install nftables)"))
+    }
+
+    /// Hand it `script` and wait until the ruleset is changed.
+    pub fn run(mut self, script: &str) -> Result<(), String> {
+        use std::io::Write;
+        if let Some(mut i) = self.0.stdin.take() {
+            i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
+        }
+        let o = self.0.wait_with_output().map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "nft: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }
+    }
+}

@@ -16,6 +16,7 @@
 //! the seed's per-trial `ip tcp_metrics flush` made permanent: a cached RTT would
 //! change a new connection's first RTO.
 
+use super::bench::Nft;
 use super::results::{ResultsDir, ResultsError};
 use crate::kernel::tuning::{self, Change, Journal};
 use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
@@ -340,46 +341,8 @@ fn set_knob(ns: Option<&str>, key: &str, value: &str, j: Option<&Journal>) -> Re
 }
 
 /// Run an nftables script in the lab's host a, or on this host (`None`).
-/// An `nft -f -` started ahead of time, waiting for its script on stdin: starting a
-/// process takes milliseconds (hundreds on a loaded VM), which would otherwise land
-/// inside the blackout's timing.
-struct Nft(std::process::Child);
-
-impl Nft {
-    /// Start nft in the lab's host a, or on this host (`None`).
-    fn spawn(lab: Option<&Lab>) -> Result<Self, String> {
-        let mut cmd = match lab {
-            Some(l) => l.command(Node::A, "nft"),
-            None => std::process::Command::new("nft"),
-        };
-        cmd.args(["-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map(Nft)
-            .map_err(|e| format!("nft: {e} (apt-get install nftables)"))
-    }
-
-    /// Hand it `script` and wait until the ruleset is changed.
-    fn run(mut self, script: &str) -> Result<(), String> {
-        use std::io::Write;
-        if let Some(mut i) = self.0.stdin.take() {
-            i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
-        }
-        let o = self.0.wait_with_output().map_err(|e| e.to_string())?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "nft: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            ))
-        }
-    }
-}
-
 fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
-    Nft::spawn(lab)?.run(script)
+    Nft::spawn(lab, Node::A)?.run(script)
 }
 
 /// Run one trial.
@@ -474,7 +437,10 @@ fn trial(
                     Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
                 }
                 (BlackoutBy::Nftables, lab) => {
-                    let (add, del) = (Nft::spawn(lab.as_ref())?, Nft::spawn(lab.as_ref())?);
+                    let (add, del) = (
+                        Nft::spawn(lab.as_ref(), Node::A)?,
+                        Nft::spawn(lab.as_ref(), Node::A)?,
+                    );
                     std::thread::sleep(warmup);
                     add.run(
                         &format!(

@@ -8,6 +8,7 @@ pub mod compare;
 pub mod resreq;
 pub mod results;
 pub mod sweep;
+pub mod synrto;
 
 use std::path::Path;
 
@@ -27,6 +28,7 @@ pub fn render_report(dir: &Path) -> Result<String, results::ResultsError> {
         "compare" => compare::render_report(dir),
         "resreq-interval" => resreq::write_report(dir, &results::read_trials(dir)?),
         "interval-sweep" => sweep::write_report(dir, &results::read_trials(dir)?),
+        "syn-rto" => synrto::write_report(dir, &results::read_trials(dir)?),
         "blackout" => blackout::write_report(dir, &results::read_trials(dir)?)
             .map_err(|e| other(e.to_string())),
         _ => Err(other(format!(

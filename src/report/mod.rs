@@ -13,6 +13,7 @@ pub mod rto;
 pub mod selectors;
 pub mod svg;
 pub mod sweep;
+pub mod synrto;
 pub mod table;
 pub mod tcpinfo;
 

@@ -1,0 +1,328 @@
+//! `rttlab experiment syn-rto` (seed 001's appendix): how long a TCP connection takes
+//! to set up when the first SYN is lost, with the kernel's initial RTO (1 s,
+//! `TCP_TIMEOUT_INIT`) and with the eBPF override (`rttlab tune syn-rto`: a sock_ops
+//! program that sets `BPF_SOCK_OPS_TIMEOUT_INIT` for destinations in an LPM trie).
+//!
+//! In the lab, host b drops the first SYN of every connection to its server port (an
+//! nftables set remembers each client port's first SYN for 30 s) and lets the
+//! retransmitted SYN through; a also connects with no drop, for the set-up time the
+//! path alone gives. The kernel's SYN retransmission counter (TcpExt.TCPSynRetrans in
+//! a's namespace) counts every SYN that was sent again: the witness that the first
+//! one really was lost and the time is the RTO's.
+
+use super::bench::{LabServer, Nft};
+use super::results::{write_file, ResultsDir, ResultsError};
+use crate::kernel::syn_rto::{self, SynRto, Tuning};
+use crate::kernel::tuning::{self, Journal};
+use crate::kernel::{hz, netns, netstat};
+use crate::lab::impair::Impairments;
+use crate::lab::{LabError, Node};
+use crate::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    /// Connections per case.
+    pub trials: u32,
+    /// The override's initial RTO, ms.
+    pub syn_rto_ms: u32,
+    /// The lab's round-trip delay, ms.
+    pub lab_rtt_ms: u32,
+    /// The kernel's HZ (the override is whole jiffies).
+    pub hz: u32,
+}
+
+/// The three cases, in the order they run.
+pub const CASES: [&str; 3] = [
+    "no drop",
+    "first SYN dropped",
+    "first SYN dropped, override",
+];
+
+/// One case's connection set-up times (ms).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Case {
+    pub case: String,
+    pub connections: u32,
+    pub failed: u32,
+    pub min_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p90_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+    /// SYNs a sent again during the case (TcpExt.TCPSynRetrans in a).
+    pub syn_retransmits: u64,
+    /// What the kernel's rule predicts for the median: the path's RTT, plus the
+    /// initial RTO in whole jiffies when the first SYN is lost.
+    pub predicted_ms: f64,
+    pub file: Option<String>,
+    pub error: Option<String>,
+}
+
+/// Errors that stop the run.
+#[derive(Debug, thiserror::Error)]
+pub enum SynRtoError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Drop the first SYN from each client port to `port` (b's input hook).
+fn drop_first_syn(port: u16) -> String {
+    format!(
+        "table inet rttlab_synrto {{\n\
+         set seen {{ type ipv4_addr . inet_service; timeout 30s; }}\n\
+         chain input {{ type filter hook input priority 0;\n\
+         tcp dport {port} tcp flags & (syn | ack) == syn ip saddr . tcp sport @seen accept\n\
+         tcp dport {port} tcp flags & (syn | ack) == syn add @seen {{ ip saddr . tcp sport }} drop\n\
+         }}\n}}\n"
+    )
+}
+
+const REMOVE: &str = "table inet rttlab_synrto\ndelete table inet rttlab_synrto\n";
+
+/// A private bpf filesystem for the run's pins, mounted in a fresh directory and
+/// unmounted (and the directory removed) on drop, so the run leaves no mount behind
+/// and does not depend on /sys/fs/bpf being mounted.
+struct PrivateBpfFs(std::path::PathBuf);
+
+impl PrivateBpfFs {
+    fn mount() -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!("rttlab-bpffs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+        let target = c(&dir.display().to_string());
+        // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+        let r = unsafe {
+            libc::mount(
+                c("bpf").as_ptr(),
+                target.as_ptr(),
+                c("bpf").as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!(
+                "mounting a bpf filesystem at {}: {e}",
+                dir.display()
+            ));
+        }
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for PrivateBpfFs {
+    fn drop(&mut self) {
+        if let Ok(t) = std::ffi::CString::new(self.0.display().to_string()) {
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The sock_ops override, attached for the run and detached (and forgotten by the
+/// journal, which `rttlab tune revert` replays after a crash) on drop.
+struct Override {
+    s: SynRto,
+    cgroup: std::path::PathBuf,
+    journal: Journal,
+    _fs: PrivateBpfFs,
+}
+
+impl Override {
+    fn attach(prefix: std::net::IpAddr, t: Tuning) -> Result<Self, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let fs = PrivateBpfFs::mount()?;
+        let s = SynRto::at(fs.0.join("syn_rto"));
+        let cgroup = syn_rto::cgroup2_root().map_err(|x| e(&x))?;
+        let journal = Journal::default_location();
+        tuning::attach_syn_rto(&journal, &s, &cgroup).map_err(|x| e(&x))?;
+        let o = Self {
+            s,
+            cgroup,
+            journal,
+            _fs: fs,
+        };
+        o.s.add(prefix, 32, t).map_err(|x| e(&x))?;
+        Ok(o)
+    }
+}
+
+impl Drop for Override {
+    fn drop(&mut self) {
+        let _ = tuning::detach_syn_rto(&self.journal, &self.s, &self.cgroup);
+    }
+}
+
+/// `n` connections from a to `to`, each timed from connect() to its return.
+fn connect_times(
+    bench: &LabServer,
+    to: SocketAddr,
+    n: u32,
+    interrupt: &AtomicBool,
+) -> Result<(LatencyHistogram, u32, u64), String> {
+    let ns = bench.client_ns();
+    let before = netstat::read(Some(ns))?;
+    let (h, failed) = netns::run_in(Some(ns), || {
+        let mut h = LatencyHistogram::new();
+        let mut failed = 0;
+        for _ in 0..n {
+            if interrupt.load(Ordering::Acquire) {
+                break;
+            }
+            let t0 = Instant::now();
+            match TcpStream::connect_timeout(&to, Duration::from_secs(10)) {
+                Ok(c) => {
+                    h.record(t0.elapsed());
+                    drop(c);
+                }
+                Err(_) => failed += 1,
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (h, failed)
+    })
+    .map_err(|e| e.to_string())?;
+    let after = netstat::read(Some(ns))?;
+    Ok((
+        h,
+        failed,
+        netstat::delta(&before, &after, "TcpExt.TCPSynRetrans"),
+    ))
+}
+
+/// Run the three cases (those not already in `out`) in one lab.
+///
+/// # Errors
+/// The lab, the results directory, or the nftables rule failed; a case that fails
+/// is recorded with its error.
+pub fn run(
+    s: &Settings,
+    out: &Path,
+    facts: &serde_json::Value,
+    lab_name: &str,
+    interrupt: &AtomicBool,
+) -> Result<Vec<Case>, SynRtoError> {
+    let settings = serde_json::to_value(s).unwrap_or_default();
+    let (mut dir, mut done) = ResultsDir::open::<Case>(out, "syn-rto", &settings, facts)?;
+    if CASES.iter().all(|c| done.iter().any(|d| d.case == *c)) {
+        return Ok(done);
+    }
+    let bench = LabServer::up(
+        lab_name,
+        Impairments {
+            delay_ns: u64::from(s.lab_rtt_ms) * 500_000,
+            ..Impairments::default()
+        },
+    )?;
+    let to = bench.server;
+    let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
+    let rtt = f64::from(s.lab_rtt_ms);
+    for (k, case) in CASES.iter().enumerate() {
+        if done.iter().any(|d| d.case == *case) || interrupt.load(Ordering::Acquire) {
+            continue;
+        }
+        let nft = |script: &str| Nft::spawn(Some(bench.lab()), Node::B)?.run(script);
+        let predicted_ms = match k {
+            0 => rtt,
+            1 => 1000.0 + rtt,
+            _ => jiffies as f64 * 1000.0 / f64::from(s.hz) + rtt,
+        };
+        let result = (|| {
+            if k > 0 {
+                nft(&format!("{REMOVE}{}", drop_first_syn(to.port())))?;
+            }
+            let guard = if k == 2 {
+                let t = Tuning::new(u32::try_from(jiffies).unwrap_or(u32::MAX), 0, 0);
+                Some(Override::attach(to.ip(), t)?)
+            } else {
+                None
+            };
+            let r = connect_times(&bench, to, s.trials, interrupt);
+            drop(guard);
+            if k > 0 {
+                nft(REMOVE)?;
+            }
+            r
+        })();
+        let file = format!("case{k}.hist.csv");
+        let c = match result {
+            Ok((h, failed, retrans)) => {
+                let ms = |v: Option<u64>| v.map(|x| x as f64 / 1e6);
+                write_file(out, &file, &h.to_csv())?;
+                Case {
+                    case: (*case).into(),
+                    connections: u32::try_from(h.count()).unwrap_or(u32::MAX),
+                    failed,
+                    min_ms: ms(h.min_ns()),
+                    p50_ms: ms(h.quantile_ns(0.5)),
+                    p90_ms: ms(h.quantile_ns(0.9)),
+                    max_ms: ms(h.max_ns()),
+                    syn_retransmits: retrans,
+                    predicted_ms,
+                    file: Some(file),
+                    error: None,
+                }
+            }
+            Err(e) => Case {
+                case: (*case).into(),
+                connections: 0,
+                failed: 0,
+                min_ms: None,
+                p50_ms: None,
+                p90_ms: None,
+                max_ms: None,
+                syn_retransmits: 0,
+                predicted_ms,
+                file: None,
+                error: Some(e),
+            },
+        };
+        dir.record(&c)?;
+        done.push(c);
+    }
+    Ok(done)
+}
+
+/// Write `tables.txt`, `setup-time.svg` and `report.html`; returns the table.
+///
+/// # Errors
+/// A file could not be written or read.
+pub fn write_report(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
+    let mut hists = Vec::new();
+    for c in cases {
+        if let Some(f) = &c.file {
+            let text = std::fs::read_to_string(out.join(f)).map_err(|e| ResultsError::Io {
+                path: out.join(f).display().to_string(),
+                msg: e.to_string(),
+            })?;
+            let h = LatencyHistogram::from_csv(&text).map_err(|e| ResultsError::Io {
+                path: out.join(f).display().to_string(),
+                msg: e,
+            })?;
+            hists.push((c.case.clone(), h));
+        }
+    }
+    let text = crate::report::synrto::table(cases);
+    let chart = crate::report::synrto::chart(&hists);
+    write_file(out, "tables.txt", &text)?;
+    write_file(out, "setup-time.svg", &chart)?;
+    let (_, run) = super::results::read_run(out)?;
+    write_file(
+        out,
+        "report.html",
+        &crate::report::synrto::html(&run, cases, &text, &chart),
+    )?;
+    Ok(text)
+}

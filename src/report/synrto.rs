@@ -1,0 +1,110 @@
+//! `experiment syn-rto`'s table, chart and report.
+
+use super::html::Page;
+use super::svg::{LineChart, Series};
+use super::table::Table;
+use crate::experiment::synrto::Case;
+use crate::stats::LatencyHistogram;
+
+fn f1(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
+/// One row per case (ms).
+pub fn table(cases: &[Case]) -> String {
+    let mut t = Table::new([
+        "CASE",
+        "CONNECTIONS",
+        "FAILED",
+        "SYN_RETRANS",
+        "MIN_ms",
+        "P50_ms",
+        "P90_ms",
+        "MAX_ms",
+        "PREDICTED_ms",
+        "NOTE",
+    ]);
+    for c in cases {
+        t.row([
+            c.case.clone(),
+            c.connections.to_string(),
+            c.failed.to_string(),
+            c.syn_retransmits.to_string(),
+            f1(c.min_ms),
+            f1(c.p50_ms),
+            f1(c.p90_ms),
+            f1(c.max_ms),
+            format!("{:.1}", c.predicted_ms),
+            c.error.clone().unwrap_or_default(),
+        ]);
+    }
+    format!(
+        "Connection set-up time (connect() to its return) when the first SYN is lost (seed 001, appendix)\n{}",
+        t.render()
+    )
+}
+
+/// Each case's set-up times as a cumulative distribution (log ms axis).
+pub fn chart(hists: &[(String, LatencyHistogram)]) -> String {
+    let series = hists
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, h))| h.count() > 0)
+        .map(|(k, (name, h))| {
+            let total = h.count() as f64;
+            let mut seen = 0u64;
+            Series {
+                name: name.clone(),
+                points: h
+                    .hdr()
+                    .iter_recorded()
+                    .map(|v| {
+                        seen += v.count_since_last_iteration();
+                        (v.value_iterated_to() as f64 / 1e6, seen as f64 / total)
+                    })
+                    .collect(),
+                dashed: false,
+                colour: Some(k),
+            }
+        })
+        .collect();
+    LineChart {
+        title: "Connection set-up time, first SYN lost".into(),
+        x_label: "connect() time (ms)".into(),
+        y_label: "fraction of connections ≤ time".into(),
+        x_log: true,
+        y_log: false,
+        x_range: None,
+        y_range: Some((0.0, 1.0)),
+        series,
+    }
+    .render()
+}
+
+/// The report page.
+pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String {
+    let mut p = Page::new("SYN initial RTO: connection set-up when the first SYN is lost");
+    p.para("Seed 001's appendix, run by `rttlab experiment syn-rto` in the lab: host b drops the first SYN of every connection (nftables, a set of client ports already seen), a connects again and again; first with the kernel's initial RTO, then with rttlab's sock_ops override for b's address. TcpExt.TCPSynRetrans in a's namespace counts the SYNs sent again. Every number comes from trials.jsonl and the case*.hist.csv files.");
+    p.heading("Findings: the seed's next to ours");
+    let med = |k: usize| {
+        cases
+            .iter()
+            .find(|c| c.case == crate::experiment::synrto::CASES[k])
+            .and_then(|c| c.p50_ms)
+    };
+    if let (Some(clean), Some(lost), Some(fixed)) = (med(0), med(1), med(2)) {
+        p.para(&format!(
+            "Seed: a lost SYN costs the kernel's 1 s initial RTO (TCP_TIMEOUT_INIT), and a sock_ops program setting BPF_SOCK_OPS_TIMEOUT_INIT for chosen destinations cuts it to what the program says. Here: {clean:.1} ms with no loss, {lost:.1} ms with the first SYN lost, {fixed:.1} ms with the override ({:.0}× faster).",
+            lost / fixed.max(1e-9)
+        ));
+    }
+    p.para("The override is whole jiffies (HZ in run.json), and the timer fires on the next tick of the timer wheel, so a set-up time can exceed the prediction by up to a jiffy.");
+    p.heading("Chart");
+    p.chart(
+        "setup-time.svg",
+        "set-up times of each case, cumulative",
+        chart,
+    );
+    p.heading("Table").pre(table).run_facts(run_json);
+    p.render()
+}
