@@ -204,3 +204,74 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("<figure id=\"setup-time.svg\"><svg"));
 }
+
+#[test]
+fn passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits() {
+    if !privileged("passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = run(
+        &[
+            "experiment",
+            "passive-vs-active",
+            "--scenarios",
+            "delay,loss-20",
+            "--duration",
+            "10s",
+            "--delay-step",
+            "3s",
+        ],
+        dir.path(),
+    );
+    assert!(text.contains("tcp_ts"), "{text}");
+    let t = trials(dir.path());
+    assert_eq!(t.len(), 2);
+    let layer = |r: &serde_json::Value, l: &str| -> serde_json::Value {
+        r["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["layer"] == l)
+            .unwrap()
+            .clone()
+    };
+    for r in &t {
+        assert!(r["error"].is_null(), "{r}");
+        // Arithmetic: the samples file holds every sample the table counts.
+        let csv =
+            std::fs::read_to_string(dir.path().join(r["samples_file"].as_str().unwrap())).unwrap();
+        let counted: u64 = ["icmp", "app", "tcp_ts"]
+            .iter()
+            .map(|l| layer(r, l)["samples"].as_u64().unwrap())
+            .sum();
+        assert_eq!(csv.lines().count() as u64 - 1, counted, "{r}");
+        for l in ["icmp", "app", "tcp_ts"] {
+            let x = layer(r, l);
+            assert!(x["samples"].as_u64().unwrap() >= 3, "{l}: {x}");
+            // Witness: the lab delays each way by 50 ms; nothing crosses it faster.
+            assert!(x["p5_ms"].as_f64().unwrap() >= 99.0, "{l}: {x}");
+        }
+    }
+    // The delay went up by 50 ms and back: ping saw the 150 ms phase.
+    assert!(
+        layer(&t[0], "icmp")["max_ms"].as_f64().unwrap() >= 145.0,
+        "{}",
+        t[0]
+    );
+    // Witness: the kernel retransmitted on the echo connection under 20 % loss, and
+    // the application's mean holds the recovery that TCP's RTT samples leave out.
+    assert!(
+        t[1]["echo_retransmissions"].as_u64().unwrap() > 0,
+        "{}",
+        t[1]
+    );
+    let (app, ts) = (
+        layer(&t[1], "app")["mean_ms"].as_f64().unwrap(),
+        layer(&t[1], "tcp_ts")["mean_ms"].as_f64().unwrap(),
+    );
+    assert!(app > ts, "app {app} ms, TCP TS {ts} ms");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<figure id=\"loss.svg\"><svg"));
+    assert!(html.contains("<figure id=\"delay-cdf.svg\"><svg"));
+}

@@ -5,7 +5,7 @@ use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout::{self, BlackoutBy, Mechanism, Settings};
-use rttlab::experiment::{resreq, sweep, synrto};
+use rttlab::experiment::{passive_active, resreq, sweep, synrto};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +28,37 @@ pub enum ExperimentCommand {
     IntervalSweep(SweepArgs),
     /// Seed 001 appendix: connection set-up time when the first SYN is lost, with and without the eBPF initial-RTO override.
     SynRto(SynRtoArgs),
+    /// Seeds 002/003: ping, an application echo over TCP and passive TS RTT together, under changing delay, loss and a filled queue.
+    PassiveVsActive(PvaArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Scenarios: delay (RTT alternating 100 ↔ 150 ms), loss-N (N % random loss both ways),
+queue-NKB (10 Mbit/s, an N KB drop-tail queue both ways, a bulk TCP flow filling it).
+Writes run.json, trials.jsonl, <scenario>.samples.csv (every sample), tables.txt,
+delay-cdf.svg, delay-timeline.svg, loss.svg, queue.svg, queue-timeline.svg and
+report.html.
+
+Examples:
+  rttlab experiment passive-vs-active                         the seed's nine scenarios, 60 s each
+  rttlab experiment passive-vs-active --scenarios loss-10 --duration 180s")]
+pub struct PvaArgs {
+    /// Scenarios to run (default: delay, loss-5…20, queue-10…300KB).
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// How long each scenario sends its probes (the seed: 180 s).
+    #[arg(short = 'l', long, default_value = "60s", value_parser = values::duration)]
+    pub duration: Duration,
+    /// The delay scenario switches between the base RTT and 50 ms more this often.
+    #[arg(long, default_value = "10s", value_parser = values::duration)]
+    pub delay_step: Duration,
+    /// Time between probes (the seed: 1 s).
+    #[arg(short = 'w', long, default_value = "1s", value_parser = values::duration)]
+    pub interval: Duration,
+    /// Results directory; an existing one with the same settings is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -190,6 +221,7 @@ pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
         ExperimentCommand::ResreqInterval(r) => run_resreq(r),
         ExperimentCommand::IntervalSweep(w) => run_sweep(w),
         ExperimentCommand::SynRto(y) => run_synrto(y),
+        ExperimentCommand::PassiveVsActive(p) => run_pva(p),
     }
 }
 
@@ -492,4 +524,46 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
     let cases = synrto::run(&s, &out, &host_facts(), &lab_name("sy"), &stop)?;
     let failed = cases.iter().filter(|c| c.error.is_some()).count();
     finish(&out, synrto::write_report(&out, &cases)?, &stop, failed)
+}
+
+fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
+    let mut s = passive_active::Settings::default();
+    if !a.scenarios.is_empty() {
+        s.scenarios = a.scenarios.clone();
+    }
+    s.duration_s = a.duration.as_secs_f64();
+    s.delay_step_s = a.delay_step.as_secs_f64();
+    s.interval_s = a.interval.as_secs_f64().max(0.01);
+    let out = out_dir(a.out, "passive-vs-active");
+    let stop = interrupt_flag();
+    let tty = std::io::stderr().is_terminal();
+    eprintln!(
+        "rttlab: passive-vs-active into {}: {} scenario(s) of {:.0} s (interrupt and rerun with --out {} to resume)",
+        out.display(),
+        s.scenarios.len(),
+        s.duration_s,
+        out.display()
+    );
+    let results = passive_active::run(
+        &s,
+        &out,
+        &host_facts(),
+        &lab_name("pa"),
+        &stop,
+        &mut |done, total, r| {
+            if tty {
+                eprint!("\r\x1b[K{done}/{total} scenarios; last: {}", r.scenario);
+            }
+        },
+    )?;
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    let failed = results.iter().filter(|r| r.error.is_some()).count();
+    finish(
+        &out,
+        passive_active::write_report(&out, &results)?,
+        &stop,
+        failed,
+    )
 }

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod blackout;
 pub mod compare;
+pub mod passive_active;
 pub mod resreq;
 pub mod results;
 pub mod sweep;
@@ -29,6 +30,7 @@ pub fn render_report(dir: &Path) -> Result<String, results::ResultsError> {
         "resreq-interval" => resreq::write_report(dir, &results::read_trials(dir)?),
         "interval-sweep" => sweep::write_report(dir, &results::read_trials(dir)?),
         "syn-rto" => synrto::write_report(dir, &results::read_trials(dir)?),
+        "passive-vs-active" => passive_active::write_report(dir, &results::read_trials(dir)?),
         "blackout" => blackout::write_report(dir, &results::read_trials(dir)?)
             .map_err(|e| other(e.to_string())),
         _ => Err(other(format!(

@@ -52,6 +52,9 @@ pub struct PingSettings {
     pub percentiles: Vec<Percentile>,
     /// Write the round trips as an HdrHistogram interval log (one interval per second).
     pub hdr_log: Option<std::path::PathBuf>,
+    /// Keep every reply as (seconds since the start, RTT in ns) in
+    /// [`PingResult::series`] (memory grows with the count: for bounded runs).
+    pub keep_series: bool,
 }
 
 impl PingSettings {
@@ -68,6 +71,7 @@ impl PingSettings {
             socket: SocketKind::Auto,
             percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
             hdr_log: None,
+            keep_series: false,
         }
     }
 }
@@ -119,6 +123,9 @@ pub struct PingResult {
     pub rtt: Summary,
     #[serde(skip)]
     pub histogram: LatencyHistogram,
+    /// Every reply as (seconds since the start, RTT ns), with `keep_series`.
+    #[serde(skip)]
+    pub series: Vec<(f64, u64)>,
     pub error: Option<String>,
 }
 
@@ -290,6 +297,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     let mut sent_at = vec![0u64; SEQ_SPACE];
     let mut answered = vec![false; SEQ_SPACE];
     let mut hist = LatencyHistogram::new();
+    let mut series = Vec::new();
     let (mut sent, mut received, mut dups, mut reordered, mut corrupted) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut highest: Option<u64> = None;
@@ -430,6 +438,9 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             continue;
         }
         hist.record_ns(rtt);
+        if settings.keep_series {
+            series.push((start.elapsed().as_secs_f64(), rtt));
+        }
         if let Some(r) = recorder.as_mut() {
             r.record(Instant::now(), rtt);
         }
@@ -464,6 +475,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         corrupted,
         rtt: Summary::from_histogram(&hist, &settings.percentiles),
         histogram: hist,
+        series,
         error,
     })
 }

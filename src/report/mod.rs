@@ -6,6 +6,7 @@ pub mod compare;
 pub mod html;
 pub mod lab;
 pub mod passive;
+pub mod passive_active;
 mod ping;
 pub mod resreq;
 mod rr;

@@ -1,0 +1,674 @@
+//! `rttlab experiment passive-vs-active` (seeds 002/003, Strowes): ping, an
+//! application timestamp echo over TCP and the passive TS RTT of that echo's
+//! connection, run together through the lab for each scenario:
+//!
+//! - `delay`: the RTT alternates between 100 and 150 ms (one-way delay 50 ↔ 75 ms
+//!   both ways every `delay_step_s`); the seed found all three layers' means within 1 %.
+//! - `loss-N`: 100 ms RTT and N % random loss both ways; the application's RTT
+//!   includes TCP's recovery and head-of-line blocking, the passive TS RTT does not
+//!   (seed: app mean 196.4 ms at 5 %, 400.3 ms at 10 %, 1.2 s at 15 %, 17.7 s at 20 %).
+//! - `queue-NKB`: 100 ms RTT, 10 Mbit/s, a drop-tail queue of N KB both ways and a
+//!   bulk TCP flow from a to b filling it (the seed's netcat); every layer is inflated
+//!   alike (seed: within 2 ms of each other at 300 KB, 100 to ~250 ms).
+//!
+//! The echo client is the seed's: one thread sends a 16-byte message (sequence number
+//! and send time) every second with TCP_NODELAY, another reads the echoes and times
+//! them, so a message held behind a lost one waits in the receive buffer.
+
+use super::bench::{capture_port, LabServer};
+use super::results::{write_file, ResultsDir, ResultsError};
+use crate::kernel::{netns, realtime_ns};
+use crate::lab::emulator::Dir;
+use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
+use crate::lab::LabError;
+use crate::passive::{Method, Place, Sample, Sink};
+use crate::probe::ping::{self, PingControl, PingSettings};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const ECHO_PORT: u16 = 12870;
+const BULK_PORT: u16 = 12871;
+
+/// A scenario, parsed from its name.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scenario {
+    Delay,
+    Loss { percent: u32 },
+    Queue { kbytes: u32 },
+}
+
+impl Scenario {
+    /// `delay`, `loss-N` (percent) or `queue-NKB`.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s == "delay" {
+            return Some(Self::Delay);
+        }
+        if let Some(p) = s.strip_prefix("loss-") {
+            return p
+                .parse()
+                .ok()
+                .filter(|&p| p < 100)
+                .map(|percent| Self::Loss { percent });
+        }
+        s.strip_prefix("queue-")?
+            .strip_suffix("KB")?
+            .parse()
+            .ok()
+            .filter(|&k| k > 0)
+            .map(|kbytes| Self::Queue { kbytes })
+    }
+
+    /// The seed's scenarios, in its order.
+    pub fn seed_names() -> Vec<String> {
+        ["delay", "loss-5", "loss-10", "loss-15", "loss-20"]
+            .into_iter()
+            .map(String::from)
+            .chain([10, 100, 200, 300].map(|k| format!("queue-{k}KB")))
+            .collect()
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Settings {
+    pub scenarios: Vec<String>,
+    /// How long each scenario sends echoes, s (the seed: 180).
+    pub duration_s: f64,
+    /// The base round-trip delay, ms (the seed: 100).
+    pub base_rtt_ms: u32,
+    /// `delay`: the RTT added and removed, ms, and how often, s.
+    pub delay_step_ms: u32,
+    pub delay_step_s: f64,
+    /// `queue-*`: the bottleneck's rate, bit/s (the seed: 10 Mbit/s).
+    pub rate_bps: u64,
+    /// Time between echoes and pings, s (the seed: 1).
+    pub interval_s: f64,
+    /// How long to wait for the last echoes after the last send, s.
+    pub grace_s: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            scenarios: Scenario::seed_names(),
+            duration_s: 60.0,
+            base_rtt_ms: 100,
+            delay_step_ms: 50,
+            delay_step_s: 10.0,
+            rate_bps: 10_000_000,
+            interval_s: 1.0,
+            grace_s: 20.0,
+        }
+    }
+}
+
+/// One layer's RTTs in a scenario (ms).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LayerStats {
+    pub layer: String,
+    pub samples: u64,
+    /// Probes with no answer: pings lost, echoes still outstanding at the end.
+    pub unanswered: u64,
+    pub mean_ms: Option<f64>,
+    pub p5_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+/// A scenario's results.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    pub scenario: String,
+    pub layers: Vec<LayerStats>,
+    /// TCP retransmissions of the echo connection (client side, tcp_info).
+    pub echo_retransmissions: Option<u32>,
+    /// Bytes the bulk flow moved (queue scenarios).
+    pub bulk_bytes: u64,
+    pub capture_drops: u64,
+    /// Every sample: `t_s,layer,rtt_ms` (seconds since the scenario started).
+    pub samples_file: String,
+    pub error: Option<String>,
+}
+
+/// Errors that stop the run.
+#[derive(Debug, thiserror::Error)]
+pub enum PassiveActiveError {
+    #[error(transparent)]
+    Lab(#[from] LabError),
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    #[error("unknown scenario {0:?}: use delay, loss-N (percent) or queue-NKB")]
+    Scenario(String),
+}
+
+/// (seconds since the start, RTT ms) of one layer.
+type Series = Vec<(f64, f64)>;
+
+/// The passive TS samples answered by the server (network RTT seen from a).
+struct TsSink {
+    t0_realtime_ns: u64,
+    series: Series,
+}
+
+impl Sink for TsSink {
+    fn sample(&mut self, s: &Sample) {
+        if s.method == Method::Ts && s.place == Place::Network {
+            let t = s.ts_ns.saturating_sub(self.t0_realtime_ns) as f64 / 1e9;
+            self.series.push((t, s.rtt_ns as f64 / 1e6));
+        }
+    }
+}
+
+/// Summary of one layer's samples (exact percentiles by rank).
+pub fn stats(layer: &str, series: &[(f64, f64)], unanswered: u64) -> LayerStats {
+    let mut v: Vec<f64> = series.iter().map(|&(_, r)| r).collect();
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| -> Option<f64> {
+        (!v.is_empty()).then(|| v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)])
+    };
+    LayerStats {
+        layer: layer.into(),
+        samples: v.len() as u64,
+        unanswered,
+        mean_ms: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+        p5_ms: q(0.05),
+        p50_ms: q(0.5),
+        p95_ms: q(0.95),
+        max_ms: v.last().copied(),
+    }
+}
+
+/// The echo server in b: echoes every byte back on each accepted connection until
+/// `stop`.
+fn echo_server(l: TcpListener, stop: &AtomicBool) {
+    l.set_nonblocking(true).ok();
+    std::thread::scope(|sc| {
+        while !stop.load(Ordering::Acquire) {
+            match l.accept() {
+                Ok((mut c, _)) => {
+                    sc.spawn(move || {
+                        c.set_nonblocking(false).ok();
+                        c.set_nodelay(true).ok();
+                        c.set_read_timeout(Some(Duration::from_millis(200))).ok();
+                        let mut buf = [0u8; 4096];
+                        while !stop.load(Ordering::Acquire) {
+                            match c.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if c.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock
+                                            | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            }
+                        }
+                    });
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    });
+}
+
+/// The bulk sink in b: reads and discards until `stop`; returns the bytes read.
+fn bulk_sink(l: TcpListener, stop: &AtomicBool) -> u64 {
+    l.set_nonblocking(true).ok();
+    let mut total = 0u64;
+    while !stop.load(Ordering::Acquire) {
+        let Ok((mut c, _)) = l.accept() else {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        };
+        c.set_nonblocking(false).ok();
+        c.set_read_timeout(Some(Duration::from_millis(200))).ok();
+        let mut buf = vec![0u8; 1 << 16];
+        while !stop.load(Ordering::Acquire) {
+            match c.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => total += n as u64,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break,
+            }
+        }
+    }
+    total
+}
+
+/// The bulk sender in a: writes as fast as TCP takes it until `stop`.
+fn bulk_send(to: SocketAddr, stop: &AtomicBool) -> Result<(), String> {
+    let mut c =
+        TcpStream::connect_timeout(&to, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    c.set_write_timeout(Some(Duration::from_millis(200))).ok();
+    let buf = vec![0x5au8; 1 << 16];
+    while !stop.load(Ordering::Acquire) {
+        match c.write(&buf) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// The seed's echo client: a sender thread (one message per interval) and a reader
+/// thread timing each echo. Returns the echo RTTs, the messages never echoed, and
+/// the connection's retransmissions.
+fn echo_client(
+    to: SocketAddr,
+    s: &Settings,
+    t0: Instant,
+    interrupt: &AtomicBool,
+) -> Result<(Series, u64, Option<u32>), String> {
+    let c = TcpStream::connect_timeout(&to, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    c.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut rx = c.try_clone().map_err(|e| e.to_string())?;
+    rx.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let sent = std::sync::atomic::AtomicU64::new(0);
+    let done_sending = AtomicBool::new(false);
+    let series = Mutex::new(Series::new());
+    let interval = Duration::from_secs_f64(s.interval_s);
+    let n = (s.duration_s / s.interval_s).floor().max(1.0) as u64;
+    let result = std::thread::scope(|sc| {
+        let reader = sc.spawn(|| {
+            let mut got = 0u64;
+            let mut buf = [0u8; 16];
+            let mut have = 0usize;
+            let mut deadline: Option<Instant> = None;
+            loop {
+                if done_sending.load(Ordering::Acquire) {
+                    let d = *deadline
+                        .get_or_insert_with(|| Instant::now() + Duration::from_secs_f64(s.grace_s));
+                    if got >= sent.load(Ordering::Acquire) || Instant::now() > d {
+                        break;
+                    }
+                }
+                if interrupt.load(Ordering::Acquire) {
+                    break;
+                }
+                match rx.read(&mut buf[have..]) {
+                    Ok(0) => break,
+                    Ok(k) => {
+                        have += k;
+                        if have == 16 {
+                            have = 0;
+                            got += 1;
+                            let sent_ns = u64::from_be_bytes(buf[8..].try_into().expect("8 bytes"));
+                            let now = t0.elapsed();
+                            let rtt = now.as_nanos() as u64 - sent_ns;
+                            series
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .push((sent_ns as f64 / 1e9, rtt as f64 / 1e6));
+                        }
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => break,
+                }
+            }
+            got
+        });
+        let mut tx = &c;
+        for k in 0..n {
+            let due = interval * u32::try_from(k).unwrap_or(u32::MAX);
+            while t0.elapsed() < due {
+                if interrupt.load(Ordering::Acquire) {
+                    break;
+                }
+                std::thread::sleep((due - t0.elapsed()).min(Duration::from_millis(50)));
+            }
+            if interrupt.load(Ordering::Acquire) {
+                break;
+            }
+            let mut m = [0u8; 16];
+            m[..8].copy_from_slice(&k.to_be_bytes());
+            m[8..].copy_from_slice(&(t0.elapsed().as_nanos() as u64).to_be_bytes());
+            if tx.write_all(&m).is_err() {
+                break;
+            }
+            sent.fetch_add(1, Ordering::AcqRel);
+        }
+        done_sending.store(true, Ordering::Release);
+        reader.join().unwrap_or(0)
+    });
+    let retrans = crate::kernel::sockopt::tcp_info(&c)
+        .ok()
+        .map(|i| i.total_retrans);
+    let unanswered = sent.load(Ordering::Acquire).saturating_sub(result);
+    Ok((series.into_inner().unwrap_or_default(), unanswered, retrans))
+}
+
+/// The lab's impairments for a scenario (the `delay` scenario starts at the base).
+fn impairments(sc: Scenario, s: &Settings) -> Impairments {
+    let mut imp = Impairments {
+        delay_ns: u64::from(s.base_rtt_ms) * 500_000,
+        ..Impairments::default()
+    };
+    match sc {
+        Scenario::Delay => {}
+        Scenario::Loss { percent } => {
+            imp.loss = Loss::Bernoulli {
+                p: f64::from(percent) / 100.0,
+            }
+        }
+        Scenario::Queue { kbytes } => {
+            imp.rate_bps = Some(s.rate_bps);
+            imp.queue = QueueLimit::Bytes(u64::from(kbytes) * 1000);
+        }
+    }
+    imp
+}
+
+/// Run one scenario in the lab.
+fn scenario(
+    bench: &LabServer,
+    s: &Settings,
+    name: &str,
+    sc: Scenario,
+    out: &Path,
+    interrupt: &AtomicBool,
+) -> Result<ScenarioResult, String> {
+    let lab = bench.lab();
+    let imp = impairments(sc, s);
+    lab.set(
+        &Dir::BOTH,
+        &ImpairmentPatch {
+            delay_ns: Some(imp.delay_ns),
+            loss: Some(imp.loss),
+            rate_bps: Some(imp.rate_bps),
+            queue: Some(imp.queue),
+            ..ImpairmentPatch::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let b_ip = bench.server.ip();
+    let (echo_l, bulk_l) = netns::run_in(Some(bench.server_ns()), || {
+        Ok::<_, std::io::Error>((
+            TcpListener::bind(SocketAddr::new(b_ip, ECHO_PORT))?,
+            TcpListener::bind(SocketAddr::new(b_ip, BULK_PORT))?,
+        ))
+    })
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("listening in b: {e}"))?;
+    let stop = AtomicBool::new(false);
+    let stop_bulk = AtomicBool::new(false);
+    let bulk = matches!(sc, Scenario::Queue { .. });
+    let t0 = Instant::now();
+    let t0_rt = realtime_ns();
+    let (echo, ping, cap, sent, bulk_bytes) = std::thread::scope(|th| {
+        let server = th.spawn(|| echo_server(echo_l, &stop));
+        let sink = th.spawn(|| bulk_sink(bulk_l, &stop));
+        let cap = th.spawn(|| {
+            capture_port(
+                &lab.info().a.ifname,
+                Some(bench.client_ns()),
+                ECHO_PORT,
+                1,
+                Duration::from_secs(3600),
+                &stop,
+                TsSink {
+                    t0_realtime_ns: t0_rt,
+                    series: Series::new(),
+                },
+            )
+        });
+        let sender = bulk.then(|| {
+            th.spawn(|| {
+                netns::run_in(Some(bench.client_ns()), || {
+                    bulk_send(SocketAddr::new(b_ip, BULK_PORT), &stop_bulk)
+                })
+                .map_err(|e| e.to_string())
+                .and_then(|x| x)
+            })
+        });
+        if bulk {
+            // Let the bulk flow fill the queue first, as the seed started netcat first.
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let changer = matches!(sc, Scenario::Delay).then(|| {
+            th.spawn(|| {
+                let step = Duration::from_secs_f64(s.delay_step_s);
+                let (lo, hi) = (
+                    imp.delay_ns,
+                    imp.delay_ns + u64::from(s.delay_step_ms) * 500_000,
+                );
+                let mut k = 1u32;
+                while !stop.load(Ordering::Acquire) && !interrupt.load(Ordering::Acquire) {
+                    if t0.elapsed() >= step * k {
+                        let d = if k % 2 == 1 { hi } else { lo };
+                        let _ = lab.set(
+                            &Dir::BOTH,
+                            &ImpairmentPatch {
+                                delay_ns: Some(d),
+                                ..ImpairmentPatch::default()
+                            },
+                        );
+                        k += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        });
+        let pinger = th.spawn(|| {
+            netns::run_in(Some(bench.client_ns()), || {
+                let mut p = PingSettings::new(b_ip);
+                p.count = Some((s.duration_s / s.interval_s).floor().max(1.0) as u64);
+                p.interval = Duration::from_secs_f64(s.interval_s);
+                p.timeout = Duration::from_secs(5);
+                p.keep_series = true;
+                let ctl = PingControl::default();
+                ping::run(&p, &ctl).map_err(|e| e.to_string())
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|x| x)
+        });
+        let echo = netns::run_in(Some(bench.client_ns()), || {
+            echo_client(
+                SocketAddr::new(b_ip, ECHO_PORT),
+                s,
+                Instant::now(),
+                interrupt,
+            )
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|x| x);
+        let ping = pinger
+            .join()
+            .unwrap_or_else(|_| Err("ping panicked".into()));
+        stop_bulk.store(true, Ordering::Release);
+        let sent = sender.map(|h| h.join().unwrap_or_else(|_| Err("bulk panicked".into())));
+        std::thread::sleep(Duration::from_millis(300));
+        stop.store(true, Ordering::Release);
+        if let Some(c) = changer {
+            let _ = c.join();
+        }
+        let _ = server.join();
+        let bulk_bytes = sink.join().unwrap_or(0);
+        let cap = cap
+            .join()
+            .unwrap_or_else(|_| Err("capture panicked".into()));
+        (echo, ping, cap, sent, bulk_bytes)
+    });
+    let mut errors = Vec::new();
+    let (app, app_unanswered, retrans) = echo.unwrap_or_else(|e| {
+        errors.push(format!("echo: {e}"));
+        (Series::new(), 0, None)
+    });
+    let (icmp, lost) = match ping {
+        Ok(p) => (
+            p.series.iter().map(|&(t, r)| (t, r as f64 / 1e6)).collect(),
+            p.lost,
+        ),
+        Err(e) => {
+            errors.push(format!("ping: {e}"));
+            (Series::new(), 0)
+        }
+    };
+    let (ts, drops) = match cap {
+        Ok(c) => (c.sink.series, c.drops),
+        Err(e) => {
+            errors.push(format!("capture: {e}"));
+            (Series::new(), 0)
+        }
+    };
+    if let Some(Err(e)) = sent {
+        errors.push(format!("bulk: {e}"));
+    }
+    let mut csv = String::from("t_s,layer,rtt_ms\n");
+    for (layer, series) in [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)] {
+        for (t, r) in series {
+            csv += &format!("{t:.6},{layer},{r:.6}\n");
+        }
+    }
+    let samples_file = format!("{name}.samples.csv");
+    write_file(out, &samples_file, &csv).map_err(|e| e.to_string())?;
+    Ok(ScenarioResult {
+        scenario: name.into(),
+        layers: vec![
+            stats("icmp", &icmp, lost),
+            stats("app", &app, app_unanswered),
+            stats("tcp_ts", &ts, 0),
+        ],
+        echo_retransmissions: retrans,
+        bulk_bytes,
+        capture_drops: drops,
+        samples_file,
+        error: (!errors.is_empty()).then(|| errors.join("; ")),
+    })
+}
+
+/// Run every scenario not already in `out`, one after another in one lab.
+///
+/// # Errors
+/// An unknown scenario name, the lab or the results directory failed; a scenario
+/// that fails is recorded with its error.
+pub fn run(
+    s: &Settings,
+    out: &Path,
+    facts: &serde_json::Value,
+    lab_name: &str,
+    interrupt: &AtomicBool,
+    progress: &mut dyn FnMut(usize, usize, &ScenarioResult),
+) -> Result<Vec<ScenarioResult>, PassiveActiveError> {
+    let parsed: Vec<(String, Scenario)> = s
+        .scenarios
+        .iter()
+        .map(|n| {
+            Scenario::parse(n)
+                .map(|sc| (n.clone(), sc))
+                .ok_or_else(|| PassiveActiveError::Scenario(n.clone()))
+        })
+        .collect::<Result<_, _>>()?;
+    let settings = serde_json::to_value(s).unwrap_or_default();
+    let (mut dir, mut done) =
+        ResultsDir::open::<ScenarioResult>(out, "passive-vs-active", &settings, facts)?;
+    let todo: Vec<_> = parsed
+        .into_iter()
+        .filter(|(n, _)| !done.iter().any(|d| d.scenario == *n))
+        .collect();
+    if todo.is_empty() {
+        return Ok(done);
+    }
+    let bench = LabServer::up(lab_name, Impairments::default())?;
+    let total = s.scenarios.len();
+    for (name, sc) in todo {
+        if interrupt.load(Ordering::Acquire) {
+            break;
+        }
+        let r = scenario(&bench, s, &name, sc, out, interrupt).unwrap_or_else(|e| ScenarioResult {
+            scenario: name.clone(),
+            layers: Vec::new(),
+            echo_retransmissions: None,
+            bulk_bytes: 0,
+            capture_drops: 0,
+            samples_file: String::new(),
+            error: Some(e),
+        });
+        dir.record(&r)?;
+        done.push(r);
+        progress(done.len(), total, done.last().expect("just pushed"));
+    }
+    Ok(done)
+}
+
+/// Read a scenario's samples file back: (layer, t_s, rtt_ms) rows.
+///
+/// # Errors
+/// The file is missing or a row does not parse.
+pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, ResultsError> {
+    let p = out.join(file);
+    let bad = |msg: String| ResultsError::Io {
+        path: p.display().to_string(),
+        msg,
+    };
+    let text = std::fs::read_to_string(&p).map_err(|e| bad(e.to_string()))?;
+    text.lines()
+        .skip(1)
+        .enumerate()
+        .map(|(k, l)| {
+            let mut f = l.split(',');
+            let (t, layer, r) = (f.next(), f.next(), f.next());
+            match (
+                t.and_then(|t| t.parse().ok()),
+                layer,
+                r.and_then(|r| r.parse().ok()),
+            ) {
+                (Some(t), Some(layer), Some(r)) => Ok((layer.to_string(), t, r)),
+                _ => Err(bad(format!("line {}: cannot read {l:?}", k + 2))),
+            }
+        })
+        .collect()
+}
+
+/// Write `tables.txt`, the charts and `report.html`, recomputing every layer's
+/// statistics from the samples files; returns the tables' text.
+///
+/// # Errors
+/// A file could not be read or written.
+pub fn write_report(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsError> {
+    let mut series = Vec::new();
+    for r in results {
+        let rows = if r.samples_file.is_empty() {
+            Vec::new()
+        } else {
+            read_samples(out, &r.samples_file)?
+        };
+        series.push((r.clone(), rows));
+    }
+    let text = crate::report::passive_active::tables(&series);
+    let charts = crate::report::passive_active::charts(&series);
+    write_file(out, "tables.txt", &text)?;
+    for (name, _, svg) in &charts {
+        write_file(out, name, svg)?;
+    }
+    let (_, run) = super::results::read_run(out)?;
+    write_file(
+        out,
+        "report.html",
+        &crate::report::passive_active::html(&run, &series, &text, &charts),
+    )?;
+    Ok(text)
+}

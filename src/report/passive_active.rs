@@ -1,0 +1,297 @@
+//! `experiment passive-vs-active`'s tables, charts (the seeds' figures) and report.
+
+use super::html::Page;
+use super::svg::{LineChart, Series};
+use super::table::Table;
+use crate::experiment::passive_active::{stats, LayerStats, Scenario, ScenarioResult};
+
+/// A scenario and its samples: (layer, t_s, rtt_ms).
+pub type WithSamples = (ScenarioResult, Vec<(String, f64, f64)>);
+
+const LAYERS: [(&str, &str); 3] = [
+    ("icmp", "icmp (ping)"),
+    ("app", "app echo"),
+    ("tcp_ts", "TCP TS, passive"),
+];
+
+fn layer_series(rows: &[(String, f64, f64)], layer: &str) -> Vec<(f64, f64)> {
+    rows.iter()
+        .filter(|r| r.0 == layer)
+        .map(|r| (r.1, r.2))
+        .collect()
+}
+
+/// Each layer's statistics recomputed from the samples, with the unanswered counts
+/// recorded at the time.
+fn layer_stats(r: &WithSamples) -> Vec<LayerStats> {
+    LAYERS
+        .iter()
+        .map(|(l, _)| {
+            let unanswered =
+                r.0.layers
+                    .iter()
+                    .find(|x| x.layer == *l)
+                    .map_or(0, |x| x.unanswered);
+            stats(l, &layer_series(&r.1, l), unanswered)
+        })
+        .collect()
+}
+
+fn f1(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
+/// One block per scenario: each layer's samples and RTT statistics (ms).
+pub fn tables(results: &[WithSamples]) -> String {
+    let mut t = Table::new([
+        "SCENARIO",
+        "LAYER",
+        "SAMPLES",
+        "UNANSWERED",
+        "MEAN_ms",
+        "P5_ms",
+        "P50_ms",
+        "P95_ms",
+        "MAX_ms",
+        "NOTE",
+    ]);
+    for r in results {
+        for (k, l) in layer_stats(r).iter().enumerate() {
+            t.row([
+                if k == 0 {
+                    r.0.scenario.clone()
+                } else {
+                    String::new()
+                },
+                l.layer.clone(),
+                l.samples.to_string(),
+                l.unanswered.to_string(),
+                f1(l.mean_ms),
+                f1(l.p5_ms),
+                f1(l.p50_ms),
+                f1(l.p95_ms),
+                f1(l.max_ms),
+                if k == 0 {
+                    let mut n = r.0.error.clone().unwrap_or_default();
+                    if let Some(x) = r.0.echo_retransmissions {
+                        n = format!("{n} echo retransmissions {x}").trim().to_string();
+                    }
+                    if r.0.bulk_bytes > 0 {
+                        n = format!("{n} bulk {:.1} MB", r.0.bulk_bytes as f64 / 1e6);
+                    }
+                    n
+                } else {
+                    String::new()
+                },
+            ]);
+        }
+    }
+    format!(
+        "RTT by layer, measured together through the lab (seeds 002/003)\n{}",
+        t.render()
+    )
+}
+
+fn chart(title: &str, x: &str, y: &str, x_log: bool, y_log: bool, series: Vec<Series>) -> String {
+    LineChart {
+        title: title.into(),
+        x_label: x.into(),
+        y_label: y.into(),
+        x_log,
+        y_log,
+        x_range: None,
+        y_range: None,
+        series,
+    }
+    .render()
+}
+
+/// (file, caption, SVG) for each figure the scenarios allow.
+pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    if let Some(d) = results.iter().find(|r| r.0.scenario == "delay") {
+        let series = LAYERS
+            .iter()
+            .enumerate()
+            .map(|(k, (l, name))| {
+                let mut v: Vec<f64> = layer_series(&d.1, l).into_iter().map(|x| x.1).collect();
+                v.sort_by(f64::total_cmp);
+                let n = v.len().max(1) as f64;
+                Series {
+                    name: (*name).into(),
+                    points: v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &r)| (r, (i + 1) as f64 / n))
+                        .collect(),
+                    dashed: false,
+                    colour: Some(k),
+                }
+            })
+            .collect();
+        out.push((
+            "delay-cdf.svg".into(),
+            "RTT alternating between 100 and 150 ms: each layer's distribution (the seed's figure 2)".into(),
+            chart("Changing delay: RTT distribution by layer", "RTT (ms)", "fraction of samples ≤ RTT", false, false, series),
+        ));
+        let series = LAYERS
+            .iter()
+            .enumerate()
+            .map(|(k, (l, name))| Series {
+                name: (*name).into(),
+                points: layer_series(&d.1, l),
+                dashed: false,
+                colour: Some(k),
+            })
+            .collect();
+        out.push((
+            "delay-timeline.svg".into(),
+            "every sample over time in the delay scenario".into(),
+            chart(
+                "Changing delay: RTT over time",
+                "time (s)",
+                "RTT (ms)",
+                false,
+                false,
+                series,
+            ),
+        ));
+    }
+    let by = |f: fn(Scenario) -> Option<f64>| -> Vec<(f64, &WithSamples)> {
+        let mut v: Vec<_> = results
+            .iter()
+            .filter_map(|r| Some((f(Scenario::parse(&r.0.scenario)?)?, r)))
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    };
+    let loss = by(|s| match s {
+        Scenario::Loss { percent } => Some(f64::from(percent)),
+        _ => None,
+    });
+    let queue = by(|s| match s {
+        Scenario::Queue { kbytes } => Some(f64::from(kbytes)),
+        _ => None,
+    });
+    let stat_series = |pts: &[(f64, &WithSamples)], median: bool| -> Vec<Series> {
+        LAYERS
+            .iter()
+            .enumerate()
+            .map(|(k, (l, name))| Series {
+                name: format!("{name} {}", if median { "median" } else { "mean" }),
+                points: pts
+                    .iter()
+                    .filter_map(|(x, r)| {
+                        let s = stats(l, &layer_series(&r.1, l), 0);
+                        Some((*x, if median { s.p50_ms? } else { s.mean_ms? }))
+                    })
+                    .collect(),
+                dashed: median,
+                colour: Some(k),
+            })
+            .collect()
+    };
+    if !loss.is_empty() {
+        let mut s = stat_series(&loss, false);
+        s.extend(stat_series(&loss, true));
+        out.push((
+            "loss.svg".into(),
+            "mean (solid) and median (dashed) RTT of each layer against the loss rate (the seed's figure 3)".into(),
+            chart("RTT under random loss", "loss (%)", "RTT (ms)", false, true, s),
+        ));
+    }
+    if !queue.is_empty() {
+        let mut s = stat_series(&queue, false);
+        s.extend(stat_series(&queue, true));
+        out.push((
+            "queue.svg".into(),
+            "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow (the seed's figure 4)".into(),
+            chart("RTT with a filled queue at 10 Mbit/s", "queue (KB)", "RTT (ms)", false, false, s),
+        ));
+        if let Some((kb, r)) = queue.last() {
+            let series = LAYERS
+                .iter()
+                .enumerate()
+                .map(|(k, (l, name))| Series {
+                    name: (*name).into(),
+                    points: layer_series(&r.1, l),
+                    dashed: false,
+                    colour: Some(k),
+                })
+                .collect();
+            out.push((
+                "queue-timeline.svg".into(),
+                format!("every sample over time with a {kb} KB queue (the seed's figure 5)"),
+                chart(
+                    &format!("{kb} KB queue: RTT over time"),
+                    "time (s)",
+                    "RTT (ms)",
+                    false,
+                    false,
+                    series,
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// The seed's findings next to ours, each computed from the samples.
+pub fn findings(results: &[WithSamples]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mean = |r: &WithSamples, l: &str| stats(l, &layer_series(&r.1, l), 0).mean_ms;
+    for r in results {
+        let (i, a, t) = (mean(r, "icmp"), mean(r, "app"), mean(r, "tcp_ts"));
+        let (Some(i), Some(a), Some(t)) = (i, a, t) else {
+            continue;
+        };
+        let spread = |x: f64, y: f64| 100.0 * (x - y).abs() / y.max(1e-9);
+        match Scenario::parse(&r.0.scenario) {
+            Some(Scenario::Delay) => out.push(format!(
+                "Changing delay — seed: the three layers' means within 1 %. Here: icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms (app {:.1} %, TS {:.1} % from icmp).",
+                spread(a, i),
+                spread(t, i)
+            )),
+            Some(Scenario::Loss { percent }) => {
+                let seed = match percent {
+                    5 => " (seed: app mean 196.4 ms, 92.4 ms above TCP's)",
+                    10 => " (seed: app mean 400.3 ms)",
+                    15 => " (seed: app mean 1.2 s)",
+                    20 => " (seed: app mean 17.7 s)",
+                    _ => "",
+                };
+                out.push(format!(
+                    "{percent} % loss — app mean {a:.1} ms{seed}, TCP TS mean {t:.1} ms, icmp {i:.1} ms: the application waits {:.1} ms more than TCP measures.",
+                    a - t
+                ));
+            }
+            Some(Scenario::Queue { kbytes }) => out.push(format!(
+                "{kbytes} KB queue — icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms: all inflated alike by the queue (seed, 300 KB: all within 2 ms of each other, 100 to ~250 ms)."
+            )),
+            None => {}
+        }
+    }
+    out
+}
+
+/// The report page.
+pub fn html(
+    run_json: &str,
+    results: &[WithSamples],
+    tables: &str,
+    charts: &[(String, String, String)],
+) -> String {
+    let mut p = Page::new("Passive vs active RTT: ICMP, application echo and TCP timestamps");
+    p.para("Seeds 002/003's experiments, run by `rttlab experiment passive-vs-active` in the lab (two network namespaces and the built-in emulator instead of three VMs with tc): ping once per second, the seed's two-thread timestamp echo over TCP (TCP_NODELAY) once per second, and the TCP timestamp RTT of the echo connection from a live capture on the client, all at once, for each scenario. The passive samples are each RTT, not a smoothed one, as in the seed.");
+    p.para("Every number comes from the <scenario>.samples.csv files (t_s, layer, rtt_ms: every sample) and trials.jsonl; the tables and charts are recomputed from the samples.");
+    p.heading("Findings: the seed's next to ours");
+    for f in findings(results) {
+        p.para(&f);
+    }
+    p.heading("Charts");
+    for (name, caption, svg) in charts {
+        p.chart(name, caption, svg);
+    }
+    p.heading("Tables").pre(tables).run_facts(run_json);
+    p.render()
+}
