@@ -110,6 +110,9 @@ pub struct SweepArgs {
     /// Pace TCP_RR by sleeping instead of spinning.
     #[arg(long)]
     pub sleep: bool,
+    /// Let the lab's emulator busy-poll one CPU (steady µs delays, but that CPU never sleeps).
+    #[arg(long)]
+    pub lab_poll: bool,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -144,6 +147,9 @@ pub struct ResreqArgs {
     /// The sampled metric keeps one packet in N.
     #[arg(long, default_value = "1", value_parser = values::one_in)]
     pub sampler: u32,
+    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
+    #[arg(long)]
+    pub lab_sleep: bool,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -397,6 +403,7 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     }
     s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
     s.sampler_one_in = a.sampler;
+    s.lab_poll = !a.lab_sleep;
     let out = out_dir(a.out, "resreq-interval");
     let stop = interrupt_flag();
     let tty = std::io::stderr().is_terminal();
@@ -440,6 +447,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     s.max_time_s = a.max_time.as_secs_f64();
     s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
     s.spin = !a.sleep;
+    s.lab_poll = a.lab_poll;
     let out = out_dir(a.out, "interval-sweep");
     let stop = interrupt_flag();
     let tty = std::io::stderr().is_terminal();

@@ -17,7 +17,7 @@ use super::bench::{capture_port, port_srtt, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
-use crate::lab::LabError;
+use crate::lab::{LabError, LabSpec};
 use crate::passive::sampler::Period;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -45,6 +45,9 @@ pub struct Settings {
     pub response_size: u32,
     /// The sampled metric keeps one packet in this many.
     pub sampler_one_in: u32,
+    /// The lab's emulator busy-polls (one CPU spinning, µs-steady delays) instead of
+    /// sleeping between frames (whose wake-ups a loaded VM stretches to milliseconds).
+    pub lab_poll: bool,
 }
 
 impl Settings {
@@ -59,6 +62,7 @@ impl Settings {
             request_size: 1,
             response_size: 2,
             sampler_one_in: 1,
+            lab_poll: true,
         }
     }
 
@@ -78,6 +82,7 @@ impl Settings {
             request_size: 1449,
             response_size: 2,
             sampler_one_in: 1,
+            lab_poll: true,
         }
     }
 }
@@ -291,13 +296,15 @@ pub fn run(
     if todo.is_empty() {
         return Ok(done);
     }
-    let bench = LabServer::up(
+    let mut spec = LabSpec::new(
         lab_name,
         Impairments {
             delay_ns: s.lab_rtt_us * 500,
             ..Impairments::default()
         },
-    )?;
+    );
+    spec.poll = s.lab_poll;
+    let bench = LabServer::up_spec(&spec)?;
     for k in todo {
         if interrupt.load(Ordering::Acquire) {
             break;

@@ -9,7 +9,7 @@ use super::bench::LabServer;
 use super::results::{write_file, ResultsDir, ResultsError};
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
-use crate::lab::LabError;
+use crate::lab::{LabError, LabSpec};
 use crate::probe::pacing::PaceMode;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -33,6 +33,8 @@ pub struct Settings {
     pub lab_rtt_us: u64,
     /// TCP_RR paces by spinning (netperf built with --enable-spin, as in the seed).
     pub spin: bool,
+    /// The lab's emulator busy-polls instead of sleeping between frames.
+    pub lab_poll: bool,
 }
 
 impl Default for Settings {
@@ -55,6 +57,7 @@ impl Default for Settings {
             min_samples: 10,
             lab_rtt_us: 0,
             spin: true,
+            lab_poll: false,
         }
     }
 }
@@ -153,13 +156,15 @@ pub fn run(
     if todo.is_empty() {
         return Ok(done);
     }
-    let bench = LabServer::up(
+    let mut spec = LabSpec::new(
         lab_name,
         Impairments {
             delay_ns: s.lab_rtt_us * 500,
             ..Impairments::default()
         },
-    )?;
+    );
+    spec.poll = s.lab_poll;
+    let bench = LabServer::up_spec(&spec)?;
     for (interval_us, tool) in todo {
         if interrupt.load(Ordering::Acquire) {
             break;
