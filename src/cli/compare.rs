@@ -44,6 +44,9 @@ pub struct CompareArgs {
     /// Capture interface on the client (default: the route's; the lab's eth0).
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
+    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
+    #[arg(long)]
+    pub lab_sleep: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -79,6 +82,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         data_port: a.data_port,
         sampler_one_in: a.sampler,
         interface: a.interface,
+        lab_poll: !a.lab_sleep,
     };
     let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let i2 = interrupt.clone();

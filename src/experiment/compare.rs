@@ -8,7 +8,7 @@ use super::bench::{capture_port, port_srtt, LabServer};
 use super::results::{self, ResultsError};
 use crate::kernel::{netns, route};
 use crate::lab::impair::Impairments;
-use crate::lab::Node;
+use crate::lab::{LabSpec, Node};
 use crate::passive::sampler::Period;
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
@@ -37,6 +37,11 @@ pub struct CompareSettings {
     pub sampler_one_in: u32,
     /// Capture interface on the client (`None`: the route's, or the lab's eth0).
     pub interface: Option<String>,
+    /// The lab's emulator busy-polls one CPU instead of sleeping between frames: its
+    /// delays stay within µs even when the hypervisor steals time, where a sleeping
+    /// emulator's wake-ups stretch to milliseconds.
+    #[serde(default)]
+    pub lab_poll: bool,
 }
 
 impl Default for CompareSettings {
@@ -49,6 +54,7 @@ impl Default for CompareSettings {
             data_port: 12867,
             sampler_one_in: 1,
             interface: None,
+            lab_poll: true,
         }
     }
 }
@@ -157,13 +163,17 @@ pub fn run(
 ) -> Result<CompareResult, CompareError> {
     let bench = match s.server {
         Some(_) => None,
-        None => Some(LabServer::up(
-            lab_name,
-            Impairments {
-                delay_ns: s.lab_rtt.as_nanos() as u64 / 2,
-                ..Impairments::default()
-            },
-        )?),
+        None => {
+            let mut spec = LabSpec::new(
+                lab_name,
+                Impairments {
+                    delay_ns: s.lab_rtt.as_nanos() as u64 / 2,
+                    ..Impairments::default()
+                },
+            );
+            spec.poll = s.lab_poll;
+            Some(LabServer::up_spec(&spec)?)
+        }
     };
     let lab = bench.as_ref().map(LabServer::lab);
     let server = match (&bench, s.server) {
