@@ -189,10 +189,12 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
     }
     let ms = |c: &serde_json::Value, k: &str| c[k].as_f64().unwrap();
     // Witness: the kernel's SYN retransmission counter in a — none without the drop,
-    // one per connection with it.
+    // one per connection with it. With a 40 ms RTO a SYN-ACK held back past the
+    // backed-off 80 ms on a loaded machine costs one more, which the report names.
     assert_eq!(t[0]["syn_retransmits"].as_u64(), Some(0));
     assert_eq!(t[1]["syn_retransmits"].as_u64(), Some(5));
-    assert_eq!(t[2]["syn_retransmits"].as_u64(), Some(5));
+    let again = t[2]["syn_retransmits"].as_u64().unwrap();
+    assert!((5..=10).contains(&again), "{}", t[2]);
     // The kernel's rules: no retransmitted SYN before its RTO (1 s by default; 40 ms
     // is 10 jiffies at HZ 250), plus the lab's 10 ms RTT.
     assert!(ms(&t[1], "min_ms") >= 1010.0, "{}", t[1]);

@@ -81,6 +81,9 @@ pub struct SynRtoArgs {
     /// The lab's round-trip delay.
     #[arg(long, default_value = "10ms", value_parser = values::duration)]
     pub lab_rtt: Duration,
+    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
+    #[arg(long)]
+    pub lab_sleep: bool,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -521,6 +524,7 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
         syn_rto_ms: ms(a.syn_rto)?,
         lab_rtt_ms: u32::try_from(a.lab_rtt.as_millis()).unwrap_or(u32::MAX),
         hz,
+        lab_poll: !a.lab_sleep,
     };
     let out = out_dir(a.out, "syn-rto");
     let stop = interrupt_flag();

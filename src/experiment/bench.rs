@@ -210,3 +210,22 @@ impl Nft {
         }
     }
 }
+
+/// Run `f` while a watcher turns an interrupt into `stop`.
+pub fn until_interrupted<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl FnOnce() -> T) -> T {
+    let finished = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !finished.load(Ordering::Acquire) {
+                if interrupt.load(Ordering::Acquire) {
+                    stop.store(true, Ordering::Release);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let r = f();
+        finished.store(true, Ordering::Release);
+        r
+    })
+}

@@ -547,14 +547,11 @@ pub fn render_report(dir: &Path) -> Result<String, ResultsError> {
         if l.name == "sampled metric" {
             continue;
         }
-        let hp = dir.join(l.histogram_file());
-        let h = std::fs::read_to_string(&hp)
-            .map_err(|e| bad(&hp, e.to_string()))
-            .and_then(|t| LatencyHistogram::from_csv(&t).map_err(|e| bad(&hp, e)))?;
+        let h = results::read_histogram(dir, &l.histogram_file())?;
         let again = Layer::from_histogram(&l.name, &l.what, &h);
         if again.samples != l.samples || again.p50_us != l.p50_us {
             return Err(bad(
-                &hp,
+                &dir.join(l.histogram_file()),
                 format!("holds other samples than compare.json's {} row", l.name),
             ));
         }

@@ -13,6 +13,19 @@ pub mod synrto;
 
 use std::path::Path;
 
+/// Errors that stop an experiment (a point or trial that fails is recorded with its
+/// error instead, and the run goes on).
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error(transparent)]
+    Lab(#[from] crate::lab::LabError),
+    #[error(transparent)]
+    Results(#[from] results::ResultsError),
+    /// Settings that cannot run (the message says which and what to use).
+    #[error("{0}")]
+    Invalid(String),
+}
+
 /// Render the report of the results directory `dir` again from its raw data, whatever
 /// experiment wrote it; returns its tables' text.
 ///

@@ -17,10 +17,10 @@
 
 use super::bench::{capture_port, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
+use super::ExperimentError;
 use crate::kernel::{netns, realtime_ns};
 use crate::lab::emulator::Dir;
 use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
-use crate::lab::LabError;
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
 use serde::{Deserialize, Serialize};
@@ -134,17 +134,6 @@ pub struct ScenarioResult {
     /// Every sample: `t_s,layer,rtt_ms` (seconds since the scenario started).
     pub samples_file: String,
     pub error: Option<String>,
-}
-
-/// Errors that stop the run.
-#[derive(Debug, thiserror::Error)]
-pub enum PassiveActiveError {
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    #[error("unknown scenario {0:?}: use delay, loss-N (percent) or queue-NKB")]
-    Scenario(String),
 }
 
 /// (seconds since the start, RTT ms) of one layer.
@@ -572,14 +561,16 @@ pub fn run(
     lab_name: &str,
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize, &ScenarioResult),
-) -> Result<Vec<ScenarioResult>, PassiveActiveError> {
+) -> Result<Vec<ScenarioResult>, ExperimentError> {
     let parsed: Vec<(String, Scenario)> = s
         .scenarios
         .iter()
         .map(|n| {
-            Scenario::parse(n)
-                .map(|sc| (n.clone(), sc))
-                .ok_or_else(|| PassiveActiveError::Scenario(n.clone()))
+            Scenario::parse(n).map(|sc| (n.clone(), sc)).ok_or_else(|| {
+                ExperimentError::Invalid(format!(
+                    "unknown scenario {n:?}: use delay, loss-N (percent) or queue-NKB"
+                ))
+            })
         })
         .collect::<Result<_, _>>()?;
     let settings = serde_json::to_value(s).unwrap_or_default();

@@ -13,11 +13,12 @@
 //! a two-segment request, and more parallel streams as the wait grows so that the
 //! packet rate stays roughly the same.
 
-use super::bench::{capture_port, port_srtt, LabServer};
+use super::bench::{capture_port, port_srtt, until_interrupted, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
+use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
-use crate::lab::{LabError, LabSpec};
+use crate::lab::LabSpec;
 use crate::passive::sampler::Period;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -113,15 +114,6 @@ pub struct Point {
     pub error: Option<String>,
 }
 
-/// Errors that stop the run.
-#[derive(Debug, thiserror::Error)]
-pub enum ResreqError {
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-}
-
 /// The metric needs no per-sample output.
 struct Ignore;
 
@@ -189,18 +181,9 @@ fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &Atom
                 &stop,
             )
         });
-        sc.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                if interrupt.load(Ordering::Acquire) {
-                    ctl.stop.store(true, Ordering::Release);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
         std::thread::sleep(Duration::from_millis(300));
         let rr = netns::run_in(Some(bench.client_ns()), || {
-            rr::run(&r, &ctl).map_err(|e| e.to_string())
+            until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl)).map_err(|e| e.to_string())
         })
         .map_err(|e| e.to_string())
         .and_then(|x| x);
@@ -287,7 +270,7 @@ pub fn run(
     lab_name: &str,
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize, &Point),
-) -> Result<Vec<Point>, ResreqError> {
+) -> Result<Vec<Point>, ExperimentError> {
     let settings = serde_json::to_value(s).unwrap_or_default();
     let (mut dir, mut done) = ResultsDir::open::<Point>(out, "resreq-interval", &settings, facts)?;
     let todo: Vec<usize> = (0..s.waits_ms.len())

@@ -141,6 +141,22 @@ pub fn write_run(
     std::fs::write(&run, text).map_err(io(&run))
 }
 
+/// Read the histogram file `name` (written by `LatencyHistogram::to_csv`) in `dir`.
+///
+/// # Errors
+/// The file is missing or is not such a histogram (the message names the line).
+pub fn read_histogram(
+    dir: &Path,
+    name: &str,
+) -> Result<crate::stats::LatencyHistogram, ResultsError> {
+    let p = dir.join(name);
+    let text = std::fs::read_to_string(&p).map_err(io(&p))?;
+    crate::stats::LatencyHistogram::from_csv(&text).map_err(|msg| ResultsError::Io {
+        path: p.display().to_string(),
+        msg,
+    })
+}
+
 /// The experiment a results directory holds (from its `run.json`), and that file's text.
 ///
 /// # Errors

@@ -5,11 +5,12 @@
 //! descheduled), so the same network reads slower — ping's default 1 s interval made
 //! it read twice netperf's back-to-back TCP_RR.
 
-use super::bench::LabServer;
+use super::bench::{until_interrupted, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
+use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
-use crate::lab::{LabError, LabSpec};
+use crate::lab::LabSpec;
 use crate::probe::pacing::PaceMode;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -79,15 +80,6 @@ pub struct Point {
     pub error: Option<String>,
 }
 
-/// Errors that stop the run.
-#[derive(Debug, thiserror::Error)]
-pub enum SweepError {
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-}
-
 fn point(
     tool: &str,
     interval_us: f64,
@@ -143,7 +135,7 @@ pub fn run(
     lab_name: &str,
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(usize, usize, &Point),
-) -> Result<Vec<Point>, SweepError> {
+) -> Result<Vec<Point>, ExperimentError> {
     let settings = serde_json::to_value(s).unwrap_or_default();
     let (mut dir, mut done) = ResultsDir::open::<Point>(out, "interval-sweep", &settings, facts)?;
     let total = s.intervals_us.len() * 2;
@@ -178,7 +170,7 @@ pub fn run(
                 p.duration = Some(time);
                 p.interval = interval;
                 let ctl = PingControl::default();
-                let r = watch(interrupt, &ctl.stop, || ping::run(&p, &ctl));
+                let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
                 let r = r.map_err(|e| e.to_string());
                 point(
                     tool,
@@ -199,7 +191,7 @@ pub fn run(
                     r.pace = PaceMode::Spin;
                 }
                 let ctl = RunControl::default();
-                let res = watch(interrupt, &ctl.stop, || rr::run(&r, &ctl));
+                let res = until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl));
                 let res = res.map_err(|e| e.to_string());
                 point(
                     tool,
@@ -217,25 +209,6 @@ pub fn run(
         progress(done.len(), total, done.last().expect("just pushed"));
     }
     Ok(done)
-}
-
-/// Run `f` while a watcher turns an interrupt into `stop`.
-fn watch<T>(interrupt: &AtomicBool, stop: &AtomicBool, f: impl FnOnce() -> T) -> T {
-    let finished = AtomicBool::new(false);
-    std::thread::scope(|sc| {
-        sc.spawn(|| {
-            while !finished.load(Ordering::Acquire) {
-                if interrupt.load(Ordering::Acquire) {
-                    stop.store(true, Ordering::Release);
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        let r = f();
-        finished.store(true, Ordering::Release);
-        r
-    })
 }
 
 /// Write `tables.txt`, `mean-latency.svg` and `report.html`; returns the table.

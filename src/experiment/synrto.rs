@@ -12,11 +12,12 @@
 
 use super::bench::{LabServer, Nft};
 use super::results::{write_file, ResultsDir, ResultsError};
+use super::ExperimentError;
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{hz, netns, netstat};
 use crate::lab::impair::Impairments;
-use crate::lab::{LabError, Node};
+use crate::lab::{LabSpec, Node};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpStream};
@@ -35,6 +36,9 @@ pub struct Settings {
     pub lab_rtt_ms: u32,
     /// The kernel's HZ (the override is whole jiffies).
     pub hz: u32,
+    /// The lab's emulator busy-polls instead of sleeping between frames: a SYN-ACK
+    /// that a loaded VM holds back past the override's backed-off RTO is sent again.
+    pub lab_poll: bool,
 }
 
 /// The three cases, in the order they run.
@@ -61,17 +65,6 @@ pub struct Case {
     pub predicted_ms: f64,
     pub file: Option<String>,
     pub error: Option<String>,
-}
-
-/// Errors that stop the run.
-#[derive(Debug, thiserror::Error)]
-pub enum SynRtoError {
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    #[error("{0}")]
-    Setup(String),
 }
 
 /// Drop the first SYN from each client port to `port` (b's input hook).
@@ -213,19 +206,21 @@ pub fn run(
     facts: &serde_json::Value,
     lab_name: &str,
     interrupt: &AtomicBool,
-) -> Result<Vec<Case>, SynRtoError> {
+) -> Result<Vec<Case>, ExperimentError> {
     let settings = serde_json::to_value(s).unwrap_or_default();
     let (mut dir, mut done) = ResultsDir::open::<Case>(out, "syn-rto", &settings, facts)?;
     if CASES.iter().all(|c| done.iter().any(|d| d.case == *c)) {
         return Ok(done);
     }
-    let bench = LabServer::up(
+    let mut spec = LabSpec::new(
         lab_name,
         Impairments {
             delay_ns: u64::from(s.lab_rtt_ms) * 500_000,
             ..Impairments::default()
         },
-    )?;
+    );
+    spec.poll = s.lab_poll;
+    let bench = LabServer::up_spec(&spec)?;
     let to = bench.server;
     let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
     let rtt = f64::from(s.lab_rtt_ms);
@@ -303,14 +298,7 @@ pub fn write_report(out: &Path, cases: &[Case]) -> Result<String, ResultsError> 
     let mut hists = Vec::new();
     for c in cases {
         if let Some(f) = &c.file {
-            let text = std::fs::read_to_string(out.join(f)).map_err(|e| ResultsError::Io {
-                path: out.join(f).display().to_string(),
-                msg: e.to_string(),
-            })?;
-            let h = LatencyHistogram::from_csv(&text).map_err(|e| ResultsError::Io {
-                path: out.join(f).display().to_string(),
-                msg: e,
-            })?;
+            let h = super::results::read_histogram(out, f)?;
             hists.push((c.case.clone(), h));
         }
     }

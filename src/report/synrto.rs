@@ -98,6 +98,15 @@ pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String 
             lost / fixed.max(1e-9)
         ));
     }
+    for c in cases
+        .iter()
+        .filter(|c| c.syn_retransmits > u64::from(c.connections))
+    {
+        p.para(&format!(
+            "{}: {} SYNs sent again for {} connections: some SYN-ACKs came back later than the backed-off RTO (it doubles after each retransmission, tcp_retransmit_timer), so the kernel sent the SYN a third time.",
+            c.case, c.syn_retransmits, c.connections
+        ));
+    }
     p.para("The override is whole jiffies (HZ in run.json), and the timer fires on the next tick of the timer wheel, so a set-up time can exceed the prediction by up to a jiffy.");
     p.heading("Chart");
     p.chart(
