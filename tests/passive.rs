@@ -487,6 +487,8 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     let dump_args = [
         "tcpdump",
         "-U",
+        "-B",
+        "16384",
         "-s",
         "128",
         "--time-stamp-precision",
@@ -511,7 +513,9 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         assert!(n > 0, "tcpdump exited before listening");
     }
     let dump_drain = std::thread::spawn(move || {
-        std::io::copy(&mut dump_err, &mut std::io::sink()).unwrap();
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut dump_err, &mut s).unwrap();
+        s
     });
     let live_args = [
         "passive",
@@ -554,11 +558,24 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     // tcpdump's file covers everything the live capture saw.
     unsafe { libc::kill(live.id() as i32, libc::SIGINT) };
     let status = live.wait().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // tcpdump -U writes each frame as it takes it from its ring, and on SIGINT it
+    // leaves the loop without reading what is still queued there: under load that
+    // was half the run. Stop it only once its file has stopped growing.
+    let mut size = 0;
+    let mut still = 0;
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = std::fs::metadata(&pcap).map_or(0, |m| m.len());
+        still = if now == size { still + 1 } else { 0 };
+        size = now;
+        if still >= 10 {
+            break;
+        }
+    }
     // SAFETY: as above.
     unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
     dump.wait().unwrap();
-    dump_drain.join().unwrap();
+    let dump_says = dump_drain.join().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     let err = String::from_utf8(stderr).unwrap();
     assert!(status.success(), "{err}");
@@ -618,7 +635,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     };
     let (a, b) = (inside(a), inside(b));
     assert!(a.len() > 1500, "{} samples inside", a.len());
-    assert_eq!(a.len(), b.len());
+    assert_eq!(a.len(), b.len(), "tcpdump: {dump_says}");
     // Frames a host sends are stamped once per capture socket (the kernel clones
     // them to each tap and stamps each clone), so the two captures' stamps of the
     // same frame differ by a few hundred ns; received frames share one stamp.

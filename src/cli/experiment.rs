@@ -147,9 +147,10 @@ pub struct ResreqArgs {
     /// The lab's round-trip delay.
     #[arg(long, default_value = "100us", value_parser = values::duration)]
     pub lab_rtt: Duration,
-    /// The sampled metric keeps one packet in N.
-    #[arg(long, default_value = "1", value_parser = values::one_in)]
-    pub sampler: u32,
+    /// The sampled metric keeps one packet in N (default 1/1; 1/10 with --long, so that
+    /// a response's bare ACK is often missed and the next request's data matched).
+    #[arg(long, value_parser = values::one_in)]
+    pub sampler: Option<u32>,
     /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
     #[arg(long)]
     pub lab_sleep: bool,
@@ -405,7 +406,9 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
         s.duration_s = d.as_secs_f64();
     }
     s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
-    s.sampler_one_in = a.sampler;
+    if let Some(n) = a.sampler {
+        s.sampler_one_in = n;
+    }
     s.lab_poll = !a.lab_sleep;
     let out = out_dir(a.out, "resreq-interval");
     let stop = interrupt_flag();
