@@ -103,6 +103,50 @@ fn ping_across_the_lab_shows_the_configured_rtt() {
 }
 
 #[test]
+fn ping_one_in_flight_never_overlaps_its_requests() {
+    if !privileged("ping_one_in_flight_never_overlaps_its_requests") {
+        return;
+    }
+    let _g = serial();
+    let lab = Lab::up(&LabSpec::new(
+        "t-1in",
+        Impairments {
+            delay_ns: ms(1),
+            ..Default::default()
+        },
+    ))
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let o = lab
+            .command(Node::A, bin().to_str().unwrap())
+            .args(["ping", "b", "-c", "50", "-i", "1us", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        assert_eq!(v["received"], 50, "{v}");
+        let busy = v["rtt"]["mean_us"].as_f64().unwrap() * 50.0 / 1e6;
+        (v["elapsed_s"].as_f64().unwrap(), busy, v)
+    };
+    // Arithmetic: with one request in flight the round trips (each ≥ 2 ms here) are
+    // disjoint in time, so the run lasts at least their sum.
+    let (elapsed, busy, v) = run(&["--one-in-flight"]);
+    assert_eq!(v["settings"]["one_in_flight"], true);
+    assert!(busy >= 0.1, "{v}");
+    assert!(
+        elapsed >= busy,
+        "elapsed {elapsed} s < sum of RTTs {busy} s"
+    );
+    // Control: on the clock alone, 1 µs apart, the 50 requests are all in flight at once.
+    let (elapsed, busy, _) = run(&[]);
+    assert!(
+        elapsed < busy / 4.0,
+        "elapsed {elapsed} s, sum of RTTs {busy} s"
+    );
+}
+
+#[test]
 fn configured_loss_shows_in_ping_and_in_the_counters() {
     if !privileged("configured_loss_shows_in_ping_and_in_the_counters") {
         return;

@@ -56,6 +56,10 @@ pub struct PvaArgs {
     /// Time between probes (the seed: 1 s).
     #[arg(short = 'w', long, default_value = "1s", value_parser = values::duration)]
     pub interval: Duration,
+    /// Congestion control of the echo and bulk connections (the seed's kernel: cubic;
+    /// bbr keeps the bottleneck's queue nearly empty).
+    #[arg(long, default_value = "cubic")]
+    pub cc: String,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -549,6 +553,7 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     s.duration_s = a.duration.as_secs_f64();
     s.delay_step_s = a.delay_step.as_secs_f64();
     s.interval_s = a.interval.as_secs_f64().max(0.01);
+    s.congestion = a.cc;
     let out = out_dir(a.out, "passive-vs-active");
     let stop = interrupt_flag();
     let tty = std::io::stderr().is_terminal();

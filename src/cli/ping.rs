@@ -36,6 +36,10 @@ pub struct PingArgs {
     /// Interval between requests; 0 sends the next as soon as the last reply is in.
     #[arg(short = 'i', long = "interval", default_value = "1s", value_parser = values::duration)]
     pub interval: Duration,
+    /// Keep one request in flight: send the next once the last is answered and the
+    /// interval since it has passed (netperf TCP_RR's -w pacing).
+    #[arg(long)]
+    pub one_in_flight: bool,
     /// Busy-wait between requests (for sub-millisecond intervals).
     #[arg(long, conflicts_with = "pace")]
     pub spin: bool,
@@ -76,6 +80,7 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
     };
     s.duration = a.length;
     s.interval = a.interval;
+    s.one_in_flight = a.one_in_flight;
     s.pace = super::rr::PaceArg::mode(a.spin, a.pace);
     s.size = a.size;
     s.timeout = a.timeout;

@@ -18,12 +18,13 @@
 use super::bench::{capture_port, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
 use super::ExperimentError;
-use crate::kernel::{netns, realtime_ns};
+use crate::kernel::{netns, realtime_ns, sockopt};
 use crate::lab::emulator::Dir;
 use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
 use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
@@ -90,6 +91,10 @@ pub struct Settings {
     pub interval_s: f64,
     /// How long to wait for the last echoes after the last send, s.
     pub grace_s: f64,
+    /// Congestion control of the echo and bulk connections (both ends). The seed's
+    /// kernel defaulted to cubic, which fills a drop-tail queue; this one defaults to
+    /// bbr, which keeps it nearly empty and would hide the seed's queue scenarios.
+    pub congestion: String,
 }
 
 impl Default for Settings {
@@ -103,6 +108,7 @@ impl Default for Settings {
             rate_bps: 10_000_000,
             interval_s: 1.0,
             grace_s: 20.0,
+            congestion: "cubic".into(),
         }
     }
 }
@@ -239,10 +245,30 @@ fn bulk_sink(l: TcpListener, stop: &AtomicBool) -> u64 {
     total
 }
 
+/// A TCP connection to `to` with congestion control `cc`.
+fn connect(to: SocketAddr, cc: &str, timeout: Duration) -> Result<TcpStream, String> {
+    let sock = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| e.to_string())?;
+    sockopt::set_congestion(&sock, cc).map_err(|e| format!("congestion control {cc}: {e}"))?;
+    sock.connect_timeout(&SockAddr::from(to), timeout)
+        .map_err(|e| e.to_string())?;
+    Ok(sock.into())
+}
+
+/// A listener on `at` whose connections use congestion control `cc`.
+fn listen(at: SocketAddr, cc: &str) -> Result<TcpListener, String> {
+    let sock = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))
+        .map_err(|e| e.to_string())?;
+    sockopt::set_congestion(&sock, cc).map_err(|e| format!("congestion control {cc}: {e}"))?;
+    sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+    sock.bind(&SockAddr::from(at)).map_err(|e| e.to_string())?;
+    sock.listen(16).map_err(|e| e.to_string())?;
+    Ok(sock.into())
+}
+
 /// The bulk sender in a: writes as fast as TCP takes it until `stop`.
-fn bulk_send(to: SocketAddr, stop: &AtomicBool) -> Result<(), String> {
-    let mut c =
-        TcpStream::connect_timeout(&to, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+fn bulk_send(to: SocketAddr, cc: &str, stop: &AtomicBool) -> Result<(), String> {
+    let mut c = connect(to, cc, Duration::from_secs(10))?;
     c.set_write_timeout(Some(Duration::from_millis(200))).ok();
     let buf = vec![0x5au8; 1 << 16];
     while !stop.load(Ordering::Acquire) {
@@ -268,7 +294,7 @@ fn echo_client(
     t0: Instant,
     interrupt: &AtomicBool,
 ) -> Result<(Series, u64, Option<u32>), String> {
-    let c = TcpStream::connect_timeout(&to, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let c = connect(to, &s.congestion, Duration::from_secs(30))?;
     c.set_nodelay(true).map_err(|e| e.to_string())?;
     let mut rx = c.try_clone().map_err(|e| e.to_string())?;
     rx.set_read_timeout(Some(Duration::from_millis(200))).ok();
@@ -395,9 +421,9 @@ fn scenario(
     .map_err(|e| e.to_string())?;
     let b_ip = bench.server.ip();
     let (echo_l, bulk_l) = netns::run_in(Some(bench.server_ns()), || {
-        Ok::<_, std::io::Error>((
-            TcpListener::bind(SocketAddr::new(b_ip, ECHO_PORT))?,
-            TcpListener::bind(SocketAddr::new(b_ip, BULK_PORT))?,
+        Ok::<_, String>((
+            listen(SocketAddr::new(b_ip, ECHO_PORT), &s.congestion)?,
+            listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
         ))
     })
     .map_err(|e| e.to_string())?
@@ -427,7 +453,7 @@ fn scenario(
         let sender = bulk.then(|| {
             th.spawn(|| {
                 netns::run_in(Some(bench.client_ns()), || {
-                    bulk_send(SocketAddr::new(b_ip, BULK_PORT), &stop_bulk)
+                    bulk_send(SocketAddr::new(b_ip, BULK_PORT), &s.congestion, &stop_bulk)
                 })
                 .map_err(|e| e.to_string())
                 .and_then(|x| x)

@@ -4,6 +4,11 @@
 //! ones every transaction wakes sleeping CPUs (and, on a VM, vCPUs the hypervisor has
 //! descheduled), so the same network reads slower — ping's default 1 s interval made
 //! it read twice netperf's back-to-back TCP_RR.
+//!
+//! Both tools keep one transaction in flight: the next request goes once the reply is
+//! in and the interval since the last request has passed (netperf's `-w` with `-b 1`).
+//! A ping sending on the clock alone would, at intervals below the RTT, put hundreds
+//! of requests in flight and measure their queue, not the seed's flat curve.
 
 use super::bench::{until_interrupted, LabServer};
 use super::results::{write_file, ResultsDir, ResultsError};
@@ -169,6 +174,7 @@ pub fn run(
                 p.count = Some(s.count);
                 p.duration = Some(time);
                 p.interval = interval;
+                p.one_in_flight = true;
                 let ctl = PingControl::default();
                 let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
                 let r = r.map_err(|e| e.to_string());

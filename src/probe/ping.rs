@@ -55,6 +55,10 @@ pub struct PingSettings {
     /// Keep every reply as (seconds since the start, RTT in ns) in
     /// [`PingResult::series`] (memory grows with the count: for bounded runs).
     pub keep_series: bool,
+    /// Send a request only once the last one is answered (or timed out) and the
+    /// interval since it has passed, as netperf's TCP_RR `-w` with `-b 1` paces: an
+    /// interval shorter than the RTT then stops meaning many requests in flight.
+    pub one_in_flight: bool,
 }
 
 impl PingSettings {
@@ -72,6 +76,7 @@ impl PingSettings {
             percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
             hdr_log: None,
             keep_series: false,
+            one_in_flight: false,
         }
     }
 }
@@ -103,6 +108,7 @@ pub struct PingReportSettings {
     pub count_limit: Option<u64>,
     pub duration_limit_s: Option<f64>,
     pub timeout_ms: f64,
+    pub one_in_flight: bool,
     pub socket: SocketKind,
     pub timestamps: &'static str,
 }
@@ -312,14 +318,13 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         sent < count && deadline.is_none_or(|d| now < d) && !ctl.stop.load(Ordering::Relaxed)
     };
 
+    let waits_for_reply = settings.interval.is_zero() || settings.one_in_flight;
     loop {
         let now = Instant::now();
         let outstanding = sent - (received - dups).min(sent);
         let can_send = wants_more(sent, now)
             && now >= next_send
-            && (!settings.interval.is_zero()
-                || outstanding == 0
-                || now - last_send >= settings.timeout);
+            && (!waits_for_reply || outstanding == 0 || now - last_send >= settings.timeout);
         if can_send {
             let seq = sent as u16;
             pkt[6..8].copy_from_slice(&seq.to_be_bytes());
@@ -356,7 +361,8 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             break;
         }
         // Wait for a reply until the next send (or the timeout of the last one).
-        let wait_until = if wants_more(sent, Instant::now()) && !settings.interval.is_zero() {
+        let waiting = waits_for_reply && outstanding > 0;
+        let wait_until = if wants_more(sent, Instant::now()) && !waiting {
             next_send
         } else {
             last_send + settings.timeout
@@ -462,6 +468,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             count_limit: settings.count,
             duration_limit_s: settings.duration.map(|d| d.as_secs_f64()),
             timeout_ms: settings.timeout.as_secs_f64() * 1e3,
+            one_in_flight: settings.one_in_flight,
             socket: kind,
             timestamps: "kernel receive (SO_TIMESTAMPNS), user-space send",
         },
