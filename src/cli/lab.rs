@@ -414,6 +414,8 @@ fn list(json: bool) -> anyhow::Result<()> {
 }
 
 fn down(d: DownArgs) -> anyhow::Result<()> {
+    // A lab being created looks dead until its lab.json is written.
+    let _registry = topology::lock_registry()?;
     let found = topology::find_all();
     let targets: Vec<_> = match (&d.name, d.all) {
         (Some(n), _) => {

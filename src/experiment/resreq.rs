@@ -150,6 +150,7 @@ fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &Atom
     r.duration = Some(duration);
     r.interval = Duration::from_secs_f64(wait_ms / 1e3);
     r.streams = streams;
+    r.spread_starts = true;
     r.data_port = DATA_PORT;
     r.tcpinfo_interval = Some(Duration::from_millis(10));
     let period = duration + Duration::from_secs(60);

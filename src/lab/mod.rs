@@ -240,6 +240,7 @@ impl Lab {
         if !is_root() {
             return Err(LabError::NotRoot);
         }
+        let registry = topology::lock_registry()?;
         topology::sweep_stale()?;
         let dir = topology::state_dir(&spec.name);
         if dir.exists()
@@ -286,11 +287,16 @@ impl Lab {
             serde_json::to_vec_pretty(&info)
                 .map_err(|e| LabError::Setup(e.to_string()))
                 .and_then(|j| {
-                    std::fs::write(dir.join("lab.json"), j)
+                    // Written whole then renamed, so a reader never sees half of it.
+                    let tmp = dir.join("lab.json.tmp");
+                    std::fs::write(&tmp, j)
+                        .and_then(|()| std::fs::rename(&tmp, dir.join("lab.json")))
                         .map_err(|e| LabError::Setup(format!("lab.json: {e}")))
                 })
         };
-        let started = write_info().and_then(|()| {
+        let written = write_info();
+        drop(registry);
+        let started = written.and_then(|()| {
             topology::build(&info)?;
             Self::start(info.clone(), spec.impairments)
         });

@@ -325,7 +325,46 @@ pub fn find_all() -> Vec<Found> {
         .collect()
 }
 
-/// Remove every lab whose owner is gone (a crashed or killed run).
+/// An exclusive lock on the lab registry, held from sweeping stale labs until
+/// a new lab's `lab.json` is written.
+///
+/// A lab whose state directory exists but whose `lab.json` is not yet written
+/// looks dead to [`find_all`]; without this lock a second process starting a
+/// lab at the same moment swept the first one's directory away (and could
+/// pick the same address index).
+pub struct RegistryLock {
+    _file: std::fs::File,
+}
+
+/// Take the [`RegistryLock`], waiting for another process that holds it.
+///
+/// # Errors
+/// The state directory or its lock file cannot be created or locked.
+pub fn lock_registry() -> Result<RegistryLock, LabError> {
+    let root = crate::state_dir();
+    std::fs::create_dir_all(&root)
+        .map_err(|e| LabError::Setup(format!("{}: {e}", root.display())))?;
+    let path = root.join("lab.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a file this function opened; released when it closes.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(LabError::Setup(format!(
+            "locking {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(RegistryLock { _file: f })
+}
+
+/// Remove every lab whose owner is gone (a crashed or killed run). Call with
+/// the [`RegistryLock`] held.
 ///
 /// # Errors
 /// As [`remove`].

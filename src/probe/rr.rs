@@ -81,6 +81,9 @@ pub struct RrSettings {
     /// `-b`: transactions back to back per interval.
     pub burst: u32,
     pub streams: u32,
+    /// Start stream i at i/streams of `interval`, so that many streams' requests do
+    /// not leave in one burst every interval (seed 000 started its netperfs 50 ms apart).
+    pub spread_starts: bool,
     /// `-P`: fixed server data port (0: any).
     pub data_port: u16,
     pub thin_linear_timeouts: bool,
@@ -112,6 +115,7 @@ impl RrSettings {
             pace: PaceMode::Sleep,
             burst: 1,
             streams: 1,
+            spread_starts: false,
             data_port: 0,
             thin_linear_timeouts: false,
             congestion: None,
@@ -524,6 +528,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                     .lock()
                     .map(|g| g.unwrap_or_else(Instant::now))
                     .unwrap_or_else(|_| Instant::now());
+                if s.spread_starts {
+                    let phase = s.interval.mul_f64(i as f64 / f64::from(s.streams.max(1)));
+                    std::thread::sleep((start + phase).saturating_duration_since(Instant::now()));
+                }
                 let cx = Ctx {
                     s,
                     data,
