@@ -383,7 +383,18 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         }
         if a.summary {
             let (rows, totals) = summary.finish();
-            writeln!(o, "{}", render::summary(&rows, &totals))?;
+            let mut w = FmtIo {
+                w: std::io::BufWriter::new(&mut o),
+                error: None,
+            };
+            let written = render::summary(&mut w, &rows, &totals);
+            if let Some(e) = w.error.take() {
+                return broken_pipe_or(e);
+            }
+            written?;
+            if let Err(e) = w.w.write_all(b"\n").and_then(|()| w.w.flush()) {
+                return broken_pipe_or(e);
+            }
         }
     }
     if let (Some(periods), Some(sc)) = (analyzer.sampler_periods(), a.sampler) {
@@ -406,4 +417,20 @@ fn broken_pipe_or(e: std::io::Error) -> anyhow::Result<()> {
         std::process::exit(0);
     }
     bail!("writing samples: {e}")
+}
+
+/// `fmt::Write` onto an `io::Write`, keeping the first I/O error (`fmt::Error` has
+/// no room for it).
+struct FmtIo<W: Write> {
+    w: W,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> std::fmt::Write for FmtIo<W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.w.write_all(s.as_bytes()).map_err(|e| {
+            self.error = Some(e);
+            std::fmt::Error
+        })
+    }
 }

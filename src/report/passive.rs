@@ -1,7 +1,7 @@
 //! Output of `rttlab passive`: sample lines in pping's formats or JSON, the per-flow
 //! summary, the sampled metric's periods, and the counters.
 
-use super::table::Table;
+use super::table::{write_aligned, Table};
 use crate::passive::sampler::Period;
 use crate::passive::summary::{Row, Total};
 use crate::passive::{Counters, Method, Place, Sample};
@@ -170,14 +170,14 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), f1)
 }
 
-/// The per-flow summary and the totals, as tables.
-pub fn summary(rows: &[Row], totals: &[Total]) -> String {
-    let mut t = Table::new([
-        "HOST", "PEER", "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us",
-        "MAX_us", "RETRANS", "SPURIOUS", "OOO",
-    ]);
-    for r in rows {
-        t.row([
+/// The per-flow summary and the totals, as tables, written row by row (a capture of
+/// many short flows has tens of thousands of rows).
+pub fn summary(out: &mut impl std::fmt::Write, rows: &[Row], totals: &[Total]) -> std::fmt::Result {
+    out.write_str(
+        "Per flow and direction: the host's answers to the peer, timed at the capture point\n",
+    )?;
+    let cells = |r: &Row| {
+        [
             r.host.clone(),
             r.peer.clone(),
             r.method.name().into(),
@@ -191,12 +191,16 @@ pub fn summary(rows: &[Row], totals: &[Total]) -> String {
             r.retransmissions.to_string(),
             r.spurious_retransmissions.to_string(),
             r.out_of_order.to_string(),
-        ]);
-    }
-    let mut s = format!(
-        "Per flow and direction: the host's answers to the peer, timed at the capture point\n{}",
-        t.render()
-    );
+        ]
+    };
+    write_aligned(
+        out,
+        &[
+            "HOST", "PEER", "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us",
+            "MAX_us", "RETRANS", "SPURIOUS", "OOO",
+        ],
+        || rows.iter().map(cells),
+    )?;
     let mut t = Table::new([
         "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us", "MAX_us",
     ]);
@@ -212,9 +216,8 @@ pub fn summary(rows: &[Row], totals: &[Total]) -> String {
             opt(x.max_us),
         ]);
     }
-    s.push_str("\nAll flows (network: capture point → remote host → back; local_host: the capture host's own time to answer)\n");
-    s.push_str(&t.render());
-    s
+    out.write_str("\nAll flows (network: capture point → remote host → back; local_host: the capture host's own time to answer)\n")?;
+    out.write_str(&t.render())
 }
 
 /// The sampled metric, one row per period.

@@ -26,34 +26,73 @@ impl Table {
 
     /// The table as text, two spaces between columns; the first column left-aligned.
     pub fn render(&self) -> String {
-        let n = self.header.len();
-        let mut w = vec![0usize; n];
-        for r in std::iter::once(&self.header).chain(&self.rows) {
-            for (i, c) in r.iter().enumerate() {
-                w[i] = w[i].max(c.chars().count());
-            }
-        }
         let mut out = String::new();
-        for r in std::iter::once(&self.header).chain(&self.rows) {
-            let mut line = String::new();
-            for (i, c) in r.iter().enumerate() {
-                if i > 0 {
-                    line.push_str("  ");
-                }
-                let pad = w[i] - c.chars().count();
-                if i == 0 {
-                    line.push_str(c);
-                    line.push_str(&" ".repeat(pad));
-                } else {
-                    line.push_str(&" ".repeat(pad));
-                    line.push_str(c);
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
+        let _ = write_aligned(&mut out, &self.header, || self.rows.iter());
         out
     }
+}
+
+/// Write a table whose rows `rows` yields twice — once to measure the columns, once
+/// to write them — so that a table of many rows (`passive --summary` over thousands
+/// of flows) is never held whole as strings. Same layout as [`Table::render`].
+///
+/// # Errors
+/// As `out`'s.
+pub fn write_aligned<W, H, I, R, C>(
+    out: &mut W,
+    header: &[H],
+    rows: impl Fn() -> I,
+) -> std::fmt::Result
+where
+    W: std::fmt::Write,
+    H: AsRef<str>,
+    I: Iterator<Item = R>,
+    R: AsRef<[C]>,
+    C: AsRef<str>,
+{
+    let mut w = vec![0usize; header.len()];
+    widen(&mut w, header);
+    for r in rows() {
+        widen(&mut w, r.as_ref());
+    }
+    let mut line = String::new();
+    write_line(out, &mut line, &w, header)?;
+    for r in rows() {
+        write_line(out, &mut line, &w, r.as_ref())?;
+    }
+    Ok(())
+}
+
+fn widen<C: AsRef<str>>(w: &mut [usize], cells: &[C]) {
+    for (w, c) in w.iter_mut().zip(cells) {
+        *w = (*w).max(c.as_ref().chars().count());
+    }
+}
+
+/// One row: the first cell left-aligned, the others right-aligned, missing cells blank.
+fn write_line<W: std::fmt::Write, C: AsRef<str>>(
+    out: &mut W,
+    line: &mut String,
+    w: &[usize],
+    cells: &[C],
+) -> std::fmt::Result {
+    line.clear();
+    for (i, &width) in w.iter().enumerate() {
+        let c = cells.get(i).map_or("", AsRef::as_ref);
+        if i > 0 {
+            line.push_str("  ");
+        }
+        let pad = width - c.chars().count();
+        if i == 0 {
+            line.push_str(c);
+            line.extend(std::iter::repeat_n(' ', pad));
+        } else {
+            line.extend(std::iter::repeat_n(' ', pad));
+            line.push_str(c);
+        }
+    }
+    out.write_str(line.trim_end())?;
+    out.write_char('\n')
 }
 
 /// A latency in µs for a table: 3 significant decimals below 10 µs, fewer above.
