@@ -72,8 +72,9 @@ pub struct Settings {
     pub remote: Option<SocketAddr>,
     /// The lab's emulator busy-polls one CPU. Sleeping between frames, its wake-ups
     /// stretch by tens of ms under hypervisor steal; one such late frame before the
-    /// blackout raises rttvar, and with it the RTO the model predicts from rto_min
-    /// (CI saw 135–175 ms for a predicted 118). Absent in older results: they slept.
+    /// blackout can lift rttvar (4·mdev, `tcp_rtt_estimator`) past rto_min, and with
+    /// it the RTO the model predicts from rto_min — the likely cause of CI's 135–175 ms
+    /// for a predicted 118. Absent in older results: they slept.
     #[serde(default)]
     pub lab_poll: bool,
 }
