@@ -227,9 +227,9 @@ pub struct BlackoutArgs {
     /// The kernel's HZ for the model (detected when not given).
     #[arg(long)]
     pub hz: Option<u32>,
-    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
+    /// Let the lab's emulator busy-poll one CPU instead of sleeping between frames.
     #[arg(long, conflicts_with = "host")]
-    pub lab_sleep: bool,
+    pub lab_poll: bool,
 }
 
 pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
@@ -290,7 +290,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         cc: a.cc.clone(),
         warmup_ms: 1000,
         seed: a.seed,
-        lab_poll: a.host.is_none() && !a.lab_sleep,
+        lab_poll: a.lab_poll,
     };
     if s.cc == "bbr" && s.thin.contains(&true) {
         eprintln!(

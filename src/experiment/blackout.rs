@@ -70,11 +70,13 @@ pub struct Settings {
     /// A real server (`rttlab serve`) instead of the lab; the blackout is then nftables
     /// on this host and rto_min and thin are set here (thin also per socket at the server).
     pub remote: Option<SocketAddr>,
-    /// The lab's emulator busy-polls one CPU. Sleeping between frames, its wake-ups
-    /// stretch by tens of ms under hypervisor steal; one such late frame before the
-    /// blackout can lift rttvar (4·mdev, `tcp_rtt_estimator`) past rto_min, and with
-    /// it the RTO the model predicts from rto_min — the likely cause of CI's 135–175 ms
-    /// for a predicted 118. Absent in older results: they slept.
+    /// The lab's emulator busy-polls one CPU instead of sleeping between frames.
+    /// Sleeping, its wake-ups stretch by tens of ms under hypervisor steal, and a late
+    /// frame before the blackout can lift rttvar (4·mdev, `tcp_rtt_estimator`) past
+    /// rto_min and with it the RTO; polling, it leaves client, server and their timers
+    /// one vCPU of two here. Full grids on this VM: sleeping, 69 (route) and 68 (sysctl)
+    /// of 72 cells within the bound; polling, the route grid twice, 65 and 61 (the
+    /// second in docs/results/blackout-route-poll). So sleeping stays the default.
     #[serde(default)]
     pub lab_poll: bool,
 }
@@ -103,7 +105,7 @@ impl Settings {
             warmup_ms: 1000,
             seed: 1,
             remote: None,
-            lab_poll: true,
+            lab_poll: false,
         }
     }
 }
@@ -130,7 +132,7 @@ pub struct TrialRecord {
     pub loss_probes: u64,
     pub timeouts: u64,
     pub retrans_fail: u64,
-    /// `tlp_rto`, `probe0` or `none` (see [`path_of`]).
+    /// `tlp_rto`, `probe0`, `no_drop` or `none` (see [`path_of`]).
     pub path: String,
     /// When the blackout began and ended (CLOCK_REALTIME ns): the emulator's window, or
     /// the moments the nftables rules were in place and gone.
@@ -144,11 +146,26 @@ pub struct TrialRecord {
     pub error: Option<String>,
 }
 
+/// The path of a trial whose blackout (the emulator's) dropped no frame at all.
+pub const NO_DROP: &str = "no_drop";
+
 /// The recovery path from the kernel's counters: any loss probe or timeout is the
 /// TLP/RTO schedule; a stall with neither is the zero-window-probe timer of a send the
 /// local hook refused (never counted as sent, so never retransmitted: KERNEL_RTO.md §7).
-pub fn path_of(loss_probes: u64, timeouts: u64, idle_ms: Option<f64>, d_ms: u32) -> &'static str {
-    if loss_probes + timeouts > 0 {
+/// An emulator's window that dropped nothing (`dropped` `Some(0)`) met no frame
+/// although TCP_RR sends thousands a second: the hosts, or the emulator itself, were
+/// stalled for all of D, so whatever TCP did was not recovering from this blackout —
+/// [`NO_DROP`], kept out of the comparison.
+pub fn path_of(
+    loss_probes: u64,
+    timeouts: u64,
+    idle_ms: Option<f64>,
+    d_ms: u32,
+    dropped: Option<u64>,
+) -> &'static str {
+    if dropped == Some(0) {
+        NO_DROP
+    } else if loss_probes + timeouts > 0 {
         "tlp_rto"
     } else if idle_ms.is_some_and(|i| i >= f64::from(d_ms)) {
         "probe0"
@@ -501,7 +518,8 @@ fn trial(
             rec.retrans_fail += netstat::delta(x, y, "TcpExt.TCPRetransFail");
         }
     }
-    rec.path = path_of(rec.loss_probes, rec.timeouts, rec.idle_ms, d_ms).into();
+    let dropped = (s.blackout_by == BlackoutBy::Emulator).then_some(rec.dropped_frames);
+    rec.path = path_of(rec.loss_probes, rec.timeouts, rec.idle_ms, d_ms, dropped).into();
     rec.elapsed_s = t0.elapsed().as_secs_f64();
     rec
 }
@@ -653,7 +671,12 @@ pub fn write_report(out: &Path, trials: &[TrialRecord]) -> Result<String, Blacko
         serde_json::to_string_pretty(&cells).map_err(|e| BlackoutError::Setup(e.to_string()))?;
     std::fs::write(out.join("summary.json"), json).map_err(fail)?;
     std::fs::write(out.join("tables.txt"), &text).map_err(fail)?;
-    let charts = crate::report::blackout::charts(&cells);
+    let measured: Vec<CellSummary> = cells
+        .iter()
+        .filter(|c| c.path != NO_DROP)
+        .cloned()
+        .collect();
+    let charts = crate::report::blackout::charts(&measured);
     for (name, svg) in &charts {
         std::fs::write(out.join(name), svg).map_err(fail)?;
     }
@@ -689,9 +712,12 @@ mod tests {
 
     #[test]
     fn paths_and_medians() {
-        assert_eq!(path_of(1, 0, Some(300.0), 200), "tlp_rto");
-        assert_eq!(path_of(0, 0, Some(300.0), 200), "probe0");
-        assert_eq!(path_of(0, 0, Some(1.0), 200), "none");
+        assert_eq!(path_of(1, 0, Some(300.0), 200, Some(3)), "tlp_rto");
+        assert_eq!(path_of(0, 0, Some(300.0), 200, None), "probe0");
+        assert_eq!(path_of(0, 0, Some(1.0), 200, None), "none");
+        // The emulator's window met no frame: whatever the counters, not a recovery.
+        assert_eq!(path_of(0, 0, Some(160.0), 30, Some(0)), NO_DROP);
+        assert_eq!(path_of(1, 0, Some(160.0), 30, Some(0)), NO_DROP);
         let t = |idle: f64, path: &str| TrialRecord {
             rto_min_ms: 5,
             thin: false,

@@ -3,7 +3,7 @@
 
 use super::rto::seed_layout;
 use super::svg::{LineChart, Series};
-use crate::experiment::blackout::CellSummary;
+use crate::experiment::blackout::{CellSummary, NO_DROP};
 
 /// Every table, each with a title line.
 pub fn tables(cells: &[CellSummary]) -> String {
@@ -26,6 +26,10 @@ pub fn tables(cells: &[CellSummary]) -> String {
             .collect()
     };
     for p in paths {
+        if p == NO_DROP {
+            out += &no_drop(cells);
+            continue;
+        }
         let n: usize = cells.iter().filter(|c| c.path == p).map(|c| c.n).sum();
         let within = cells.iter().filter(|c| c.path == p && c.within).count();
         let total = cells.iter().filter(|c| c.path == p).count();
@@ -80,6 +84,28 @@ pub fn tables(cells: &[CellSummary]) -> String {
         }
         out.push('\n');
     }
+    out
+}
+
+/// Trials whose blackout dropped nothing, one line per cell: not compared with the
+/// model (see [`crate::experiment::blackout::path_of`]).
+fn no_drop(cells: &[CellSummary]) -> String {
+    let stalled: Vec<&CellSummary> = cells.iter().filter(|c| c.path == NO_DROP).collect();
+    let n: usize = stalled.iter().map(|c| c.n).sum();
+    let mut out = format!(
+        "Blackout met no frame: {n} trials. The emulator dropped nothing in its window although TCP_RR sends thousands of frames a second, so the hosts or the emulator were stalled (scheduling, other load) for all of D; these trials did not test the blackout and are left out of the model's tables and charts:\n"
+    );
+    for c in stalled {
+        let idles: Vec<String> = c.idles_ms.iter().map(|x| format!("{x:.1}")).collect();
+        out += &format!(
+            "- {} rto_min {} ms, D {} ms: idle {} ms\n",
+            if c.thin { "thin" } else { "thick" },
+            c.rto_min_ms,
+            c.disruption_ms,
+            idles.join(", ")
+        );
+    }
+    out.push('\n');
     out
 }
 
