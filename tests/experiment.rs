@@ -96,7 +96,8 @@ fn a_path_blackout_trial_matches_its_window_counters_and_model_and_resumes() {
             c["predicted_ms"].as_f64().unwrap(),
         );
         assert_eq!(c["n"], 3, "{c}");
-        let m = RtoModel::new(Flavour::Linux, Duration::from_millis(50), false, hz);
+        let rto_min = Duration::from_millis(c["rto_min_ms"].as_u64().unwrap());
+        let m = RtoModel::new(Flavour::Linux, rto_min, c["thin"].as_bool().unwrap(), hz);
         let at: Vec<f64> = rto::timeline(&m, Duration::from_secs(5))
             .iter()
             .map(|e| e.at_us() / 1e3)

@@ -387,14 +387,12 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 w: std::io::BufWriter::new(&mut o),
                 error: None,
             };
-            let written = render::summary(&mut w, &rows, &totals);
-            if let Some(e) = w.error.take() {
+            let written = render::summary(&mut w, &rows, &totals)
+                .and_then(|()| std::fmt::Write::write_char(&mut w, '\n'));
+            if let Some(e) = w.error.take().or_else(|| w.w.flush().err()) {
                 return broken_pipe_or(e);
             }
             written?;
-            if let Err(e) = w.w.write_all(b"\n").and_then(|()| w.w.flush()) {
-                return broken_pipe_or(e);
-            }
         }
     }
     if let (Some(periods), Some(sc)) = (analyzer.sampler_periods(), a.sampler) {

@@ -38,8 +38,8 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 200.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 55.0;
-/// Colour-blind-safe palette (Okabe–Ito).
-const COLOURS: [&str; 8] = [
+/// Colour-blind-safe palette (Okabe–Ito), in the order series take it.
+pub const COLOURS: [&str; 8] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
 ];
 
