@@ -260,7 +260,10 @@ fn bad_input_gets_one_clear_line() {
         &["rr", "-H", "127.0.0.1", "-p", &port],
         "cannot reach the rttlab server",
     );
-    fails_with(&["rr", "-T", "0,999"], "server CPU 999 does not exist");
+    fails_with(
+        &["rr", "-T", "0,999"],
+        "server CPU 999 is not one the server may run on",
+    );
     fails_with(&["rr", "-t", "TCP_CRR", "--rate", "10/s"], "not TCP_CRR");
     fails_with(&["ping", "127.0.0.1", "-c", "0"], "at least 1");
 }
@@ -289,92 +292,14 @@ fn version_mismatch_is_named() {
     // And the real server refuses a client of another version with a message.
     let srv = ServeChild::start(&[]);
     let mut c = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-    let hello = br#"{"type":"hello","magic":"rttlab","version":99}"#;
+    // An rttlab 0.1 client's Hello (protocol 1: no nonce).
+    let hello = br#"{"type":"hello","magic":"rttlab","version":1}"#;
     c.write_all(&(hello.len() as u32).to_be_bytes()).unwrap();
     c.write_all(hello).unwrap();
     let mut reply = Vec::new();
     c.read_to_end(&mut reply).unwrap();
-    assert!(String::from_utf8_lossy(&reply).contains("version mismatch"));
-}
-
-#[test]
-fn hostile_peers_are_dropped_and_the_server_keeps_serving() {
-    let srv = ServeChild::start(&["--max-tests", "4", "--idle-timeout", "1s"]);
-    // Oversized frame, garbage JSON, a Start before Hello, and a silent peer.
-    for bytes in [
-        &u32::MAX.to_be_bytes()[..],
-        b"\x00\x00\x00\x05hello",
-        b"\x00\x00\x00\x0f{\"type\":\"done\"}",
-    ] {
-        let mut c = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
-        c.write_all(bytes).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut reply = Vec::new();
-        let _ = c.read_to_end(&mut reply);
-        assert!(
-            String::from_utf8_lossy(&reply).contains("\"error\""),
-            "{bytes:?} → {:?}",
-            String::from_utf8_lossy(&reply)
-        );
-    }
-    // Four idle connections fill the concurrency limit: a fifth client is told so.
-    let idle: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(("127.0.0.1", srv.port)).unwrap())
-        .collect();
-    std::thread::sleep(Duration::from_millis(200));
-    let o = srv.rr(&["-n", "5"]);
-    assert!(stderr(&o).contains("server busy"), "{}", stderr(&o));
-    drop(idle);
-    // The idle timeout (1 s) frees the slots; the server is still there.
-    std::thread::sleep(Duration::from_millis(1500));
-    let v = json(&srv.rr(&["-n", "100", "--json"]));
-    assert_eq!(v["transactions"], 100);
-}
-
-#[test]
-fn secret_is_required_and_checked() {
-    let srv = ServeChild::start(&["--secret", "correct horse"]);
-    let o = Command::new(bin())
-        .args([
-            "rr",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &srv.port.to_string(),
-            "-n",
-            "10",
-        ])
-        .env_remove("RTTLAB_SECRET")
-        .output()
-        .unwrap();
-    assert!(stderr(&o).contains("requires a secret"), "{}", stderr(&o));
-    let o = srv.rr(&["-n", "10", "--secret", "wrong"]);
-    assert!(
-        stderr(&o).contains("authentication failed"),
-        "{}",
-        stderr(&o)
-    );
-    let o = Command::new(bin())
-        .args([
-            "rr",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &srv.port.to_string(),
-            "-n",
-            "10",
-            "-o",
-            "TRANSACTIONS",
-        ])
-        .env("RTTLAB_SECRET", "correct horse")
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&o.stdout).lines().nth(1),
-        Some("10"),
-        "{}",
-        stderr(&o)
-    );
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.contains("we speak 2, the peer 1"), "{reply}");
 }
 
 #[test]

@@ -50,6 +50,8 @@ pub struct CompareArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub secret: super::secret::SecretArgs,
     /// Results directory (run.json, compare.json, compare.txt, <layer>.hist.csv, cdf.svg,
     /// report.html); default results/compare-<unix time>.
     #[arg(long, value_name = "DIR")]
@@ -83,6 +85,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         sampler_one_in: a.sampler,
         interface: a.interface,
         lab_poll: !a.lab_sleep,
+        secret: a.secret.load()?,
     };
     let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let i2 = interrupt.clone();

@@ -230,6 +230,8 @@ pub struct BlackoutArgs {
     /// Let the lab's emulator busy-poll one CPU instead of sleeping between frames.
     #[arg(long, conflicts_with = "host")]
     pub lab_poll: bool,
+    #[command(flatten)]
+    pub secret: super::secret::SecretArgs,
 }
 
 pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
@@ -291,6 +293,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         warmup_ms: 1000,
         seed: a.seed,
         lab_poll: a.lab_poll,
+        secret: a.secret.load()?,
     };
     if s.cc == "bbr" && s.thin.contains(&true) {
         eprintln!(

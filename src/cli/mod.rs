@@ -11,6 +11,7 @@ pub mod progress;
 pub mod report;
 pub mod rr;
 pub mod rto;
+pub mod secret;
 pub mod serve;
 pub mod tcpinfo;
 pub mod tune;

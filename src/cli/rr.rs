@@ -133,9 +133,8 @@ pub struct RrArgs {
     /// Ask the server to drop one UDP request in N (to check loss accounting), e.g. 1/10.
     #[arg(long, value_parser = values::one_in, value_name = "1/N")]
     pub udp_drop: Option<u32>,
-    /// Shared secret for a server started with --secret.
-    #[arg(long, env = "RTTLAB_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    #[command(flatten)]
+    pub secret: super::secret::SecretArgs,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -167,9 +166,10 @@ impl RrArgs {
             TestArg::TcpCrr => TestKind::TcpCrr,
         };
         (s.request_size, s.response_size) = self.sizes;
-        let limits = Limits::default();
+        // Against -H the server's own limits decide (checked once it announces them).
+        let limits = Limits::own_run();
         for v in [s.request_size, s.response_size] {
-            if v > limits.max_payload {
+            if self.host.is_none() && v > limits.max_payload {
                 bail!(
                     "size {v} bytes is over the limit of {} bytes",
                     limits.max_payload
@@ -233,7 +233,7 @@ impl RrArgs {
         s.udp_drop_one_in = self.udp_drop;
         s.percentiles = self.out.percentiles()?;
         s.hdr_log = self.out.hdr_log.clone();
-        s.secret = self.secret.clone().map(String::into_bytes);
+        s.secret = self.secret.load()?;
         Ok(s)
     }
 }
@@ -251,8 +251,8 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
                 "127.0.0.1".parse()?
             };
             let server = Server::bind(ServerConfig {
-                listen: vec![SocketAddr::new(ip, 0)],
-                ..ServerConfig::default()
+                secret: a.secret.load()?,
+                ..ServerConfig::for_own_run(SocketAddr::new(ip, 0))
             })?;
             let handle = server.spawn().context("starting the in-process server")?;
             (handle.addrs()[0], Some(handle))

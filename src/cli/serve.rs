@@ -1,73 +1,123 @@
 //! `rttlab serve`.
 
+use super::secret::SecretArgs;
 use super::values;
 use anyhow::Context;
 use clap::Args;
-use rttlab::probe::control::{Limits, DEFAULT_CONTROL_PORT};
+use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
 use rttlab::probe::server::{Server, ServerConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-The control port is 12866 (netperf's netserver uses 12865). Data ports are chosen per
-test, or fixed by the client's -P.
+The control port is 12866 (netperf's netserver uses 12865). Data ports come from
+--data-ports (default 12867-32767, below Linux's ephemeral range), chosen per test or
+fixed by the client's -P inside that range.
+
+Before a client has finished its handshake it holds no test slot: such connections wait
+in a pool of --max-handshakes (--max-handshakes-per-source from one address or IPv6
+/64), the oldest dropped when it is full, each with --handshake-timeout in all. Every
+refusal names the limit. See the README's threat model for what a secret protects.
 
 Examples:
   rttlab serve                                  all addresses, IPv4 and IPv6, port 12866
-  rttlab serve --listen 127.0.0.1:12866 --listen [::1]:12866
-  RTTLAB_SECRET=s3cret rttlab serve             only clients with the same secret")]
+  rttlab serve -p 12900 --data-ports 13000-13099
+  rttlab serve -L 127.0.0.1 -L ::1              loopback only
+  rttlab serve --secret-file /etc/rttlab/secret only clients that prove the same secret")]
 pub struct ServeArgs {
-    /// Address to listen on (repeatable). Default [::]:12866, which also accepts IPv4.
-    #[arg(long = "listen", value_name = "ADDR")]
-    pub listen: Vec<SocketAddr>,
-    /// Require clients to prove they know this secret (HMAC challenge–response).
-    #[arg(long, env = "RTTLAB_SECRET", hide_env_values = true)]
-    pub secret: Option<String>,
+    /// Control port (netserver's -p).
+    #[arg(short = 'p', long, default_value_t = DEFAULT_CONTROL_PORT)]
+    pub port: u16,
+    /// Address to listen on, ADDR or ADDR:PORT (repeatable; netserver's -L). Default
+    /// [::], which also accepts IPv4.
+    #[arg(short = 'L', long = "listen", value_name = "ADDR", value_parser = listen_addr)]
+    pub listen: Vec<ListenAddr>,
+    #[command(flatten)]
+    pub secret: SecretArgs,
+    /// Ports data connections may use, LOW-HIGH (never below 1024).
+    #[arg(long, default_value_t = PortRange::DEFAULT)]
+    pub data_ports: PortRange,
     /// Most tests served at once.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = Limits::default().max_concurrent_tests)]
     pub max_tests: u32,
     /// Longest test a client may ask for.
     #[arg(long, default_value = "1h", value_parser = values::seconds)]
     pub max_duration: Duration,
     /// Largest request or response in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    #[arg(long, default_value_t = Limits::default().max_payload)]
     pub max_payload: u32,
     /// Most parallel streams per test.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = Limits::default().max_streams)]
     pub max_streams: u32,
-    /// Drop a connection silent for this long.
+    /// Memory all running tests together may use (estimated per stream: payloads, a
+    /// thread stack, socket buffers), e.g. 512MiB.
+    #[arg(long, default_value = "512MiB", value_parser = values::bytes)]
+    pub max_memory: u64,
+    /// Drop a control connection silent this long between messages, and end a test
+    /// whose client has sent no data this long (plus the test's interval).
     #[arg(long, default_value = "30s", value_parser = values::seconds)]
     pub idle_timeout: Duration,
+    /// Time a new connection has, in all, to finish its handshake and ask for a test.
+    #[arg(long, default_value = "5s", value_parser = values::seconds)]
+    pub handshake_timeout: Duration,
+    /// Connections in the handshake at once (the oldest is dropped beyond).
+    #[arg(long, default_value_t = 64)]
+    pub max_handshakes: usize,
+    /// Connections in the handshake at once from one address (IPv6: one /64).
+    #[arg(long, default_value_t = 8)]
+    pub max_handshakes_per_source: usize,
     /// Do not log one line per test on stderr.
     #[arg(short, long)]
     pub quiet: bool,
 }
 
+/// A listen address with or without its port.
+#[derive(Clone, Copy, Debug)]
+pub enum ListenAddr {
+    Ip(std::net::IpAddr),
+    Socket(SocketAddr),
+}
+
+fn listen_addr(s: &str) -> Result<ListenAddr, String> {
+    s.parse::<SocketAddr>()
+        .map(ListenAddr::Socket)
+        .or_else(|_| s.trim_matches(['[', ']']).parse().map(ListenAddr::Ip))
+        .map_err(|_| format!("{s:?} is not an address (e.g. 127.0.0.1, ::1, 10.0.0.1:12866)"))
+}
+
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let listen = if a.listen.is_empty() {
-        vec![SocketAddr::from(([0u16; 8], DEFAULT_CONTROL_PORT))]
+    let listen: Vec<SocketAddr> = if a.listen.is_empty() {
+        vec![SocketAddr::from(([0u16; 8], a.port))]
     } else {
         a.listen
+            .iter()
+            .map(|l| match *l {
+                ListenAddr::Ip(ip) => SocketAddr::new(ip, a.port),
+                ListenAddr::Socket(s) => s,
+            })
+            .collect()
     };
     anyhow::ensure!(
         a.max_tests >= 1 && a.max_streams >= 1 && a.max_payload >= 1,
         "limits must be at least 1"
     );
-    anyhow::ensure!(
-        !a.idle_timeout.is_zero(),
-        "--idle-timeout must be more than 0"
-    );
     let config = ServerConfig {
         listen,
-        secret: a.secret.map(String::into_bytes),
+        secret: a.secret.load()?,
         limits: Limits {
             max_payload: a.max_payload,
             max_streams: a.max_streams,
             max_duration_ms: a.max_duration.as_millis() as u64,
             max_concurrent_tests: a.max_tests,
+            data_ports: a.data_ports,
+            ..Limits::default()
         },
         idle_timeout: a.idle_timeout,
+        handshake_timeout: a.handshake_timeout,
+        max_handshakes: a.max_handshakes,
+        max_handshakes_per_source: a.max_handshakes_per_source,
+        max_memory_bytes: a.max_memory,
         log: !a.quiet,
     };
     let secured = config.secret.is_some();
@@ -78,8 +128,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .map(ToString::to_string)
         .collect();
     eprintln!(
-        "rttlab serve: listening on {}{}",
+        "rttlab serve: listening on {}, data ports {}{}",
         addrs.join(", "),
+        a.data_ports,
         if secured { " (secret required)" } else { "" }
     );
     server.run().context("serving")

@@ -208,6 +208,38 @@ pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
     }
 }
 
+/// A memory size: `512MiB`, `2GiB`, `100MB`, or bare bytes.
+///
+/// # Errors
+/// An unknown unit, zero, or not a number.
+pub fn bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let x: f64 = num
+        .parse()
+        .ok()
+        .filter(|x: &f64| x.is_finite() && *x >= 1.0)
+        .ok_or_else(|| format!("{s:?} is not a size; use e.g. 512MiB"))?;
+    let m = match unit.trim() {
+        "" | "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "KiB" => 1024.0,
+        "MB" => 1e6,
+        "MiB" => 1024.0 * 1024.0,
+        "GB" => 1e9,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => {
+            return Err(format!(
+                "{s:?} has an unknown unit; use B, kB, KiB, MB, MiB, GB or GiB"
+            ))
+        }
+    };
+    Ok((x * m).round() as u64)
+}
+
 /// netem's Gilbert–Elliott loss `P,R[,LOSS_BAD[,LOSS_GOOD]]` in percent (`1%,10%`):
 /// P(good→bad), P(bad→good), loss in the bad state (default 100 %), in the good one
 /// (default 0 %).

@@ -44,13 +44,10 @@ impl LabServer {
         let lab = Lab::up(spec)?;
         let server = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), SERVER_PORT);
         let handle = netns::run_in(Some(lab.netns(Node::B)), || {
-            Server::bind(ServerConfig {
-                listen: vec![server],
-                ..Default::default()
-            })
-            .map_err(|e| e.to_string())?
-            .spawn()
-            .map_err(|e| e.to_string())
+            Server::bind(ServerConfig::for_own_run(server))
+                .map_err(|e| e.to_string())?
+                .spawn()
+                .map_err(|e| e.to_string())
         })
         .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?
         .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?;

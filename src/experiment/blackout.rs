@@ -79,6 +79,9 @@ pub struct Settings {
     /// second in docs/results/blackout-route-poll). So sleeping stays the default.
     #[serde(default)]
     pub lab_poll: bool,
+    /// The secret shared with a remote server (never written to a results file).
+    #[serde(skip)]
+    pub secret: Option<Vec<u8>>,
 }
 
 impl BlackoutBy {
@@ -106,6 +109,7 @@ impl Settings {
             seed: 1,
             remote: None,
             lab_poll: false,
+            secret: None,
         }
     }
 }
@@ -292,13 +296,10 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, BlackoutError> {
     let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
     let server = SocketAddr::new(b, SERVER_PORT);
     let handle = netns::run_in(Some(lab.netns(Node::B)), || {
-        Server::bind(ServerConfig {
-            listen: vec![server],
-            ..Default::default()
-        })
-        .map_err(|e| e.to_string())?
-        .spawn()
-        .map_err(|e| e.to_string())
+        Server::bind(ServerConfig::for_own_run(server))
+            .map_err(|e| e.to_string())?
+            .spawn()
+            .map_err(|e| e.to_string())
     })
     .map_err(|e| setup_err("server")(e.to_string()))?
     .map_err(setup_err("server"))?;
@@ -442,6 +443,7 @@ fn trial(
             BlackoutBy::Nftables => Duration::from_millis(1000),
         };
     let mut rs = RrSettings::new(b.server);
+    rs.secret.clone_from(&s.secret);
     // Per socket too, so a remote server's end is thin as well.
     rs.thin_linear_timeouts = thin;
     rs.request_size = 1;
@@ -578,7 +580,8 @@ pub fn run(
         if stop() {
             break;
         }
-        let port = 20_000 + (i % 20_000) as u16;
+        // Inside `rttlab serve`'s default data ports (12867-32767).
+        let port = 20_000 + (i % 10_000) as u16;
         let rec = trial(&b, s, cell, port, hz);
         dir.record(&rec)?;
         let per = t0.elapsed() / (i as u32 + 1);

@@ -42,6 +42,9 @@ pub struct CompareSettings {
     /// emulator's wake-ups stretch to milliseconds.
     #[serde(default)]
     pub lab_poll: bool,
+    /// The secret shared with the server (never written to a results file).
+    #[serde(skip)]
+    pub secret: Option<Vec<u8>>,
 }
 
 impl Default for CompareSettings {
@@ -55,6 +58,7 @@ impl Default for CompareSettings {
             sampler_one_in: 1,
             interface: None,
             lab_poll: true,
+            secret: None,
         }
     }
 }
@@ -202,6 +206,7 @@ pub fn run(
     let mut errors = Vec::new();
     let rr_settings = |test: TestKind, port: u16| {
         let mut r = RrSettings::new(server);
+        r.secret.clone_from(&s.secret);
         r.test = test;
         r.request_size = 1;
         r.response_size = 2;

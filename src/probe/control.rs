@@ -1,20 +1,27 @@
 //! The control protocol between `rttlab rr` and `rttlab serve`.
 //!
 //! A control connection carries frames: a 4-byte big-endian length, then that many
-//! bytes of JSON. Frames over [`MAX_FRAME`] are refused before anything is allocated
+//! bytes of JSON. Frames over the reader's limit ([`MAX_HANDSHAKE_FRAME`] until the
+//! handshake is over, [`MAX_FRAME`] after) are refused before anything is allocated
 //! for them. The conversation is
 //!
 //! ```text
-//! client: Hello{magic, version}      server: Welcome{…} | Challenge{nonce} | Error
-//! client: Auth{mac}   (if challenged) server: Welcome | Error (then close)
-//! client: Start{spec}                 server: Ready{data_port} | Error
+//! client: Hello{magic, version, nonce} server: Welcome{…} | Challenge{nonce} | Error
+//! client: Auth{mac}   (if challenged)  server: Welcome (sealed) | Error (then close)
+//! client: Start{spec}                  server: Ready{data_port} | Error
 //!   … the test runs on the data port …
-//! client: Done                        server: Result{report}
+//! client: Done                         server: Result{report}
 //! ```
 //!
-//! With a shared secret the server sends a random nonce and the client answers
-//! HMAC-SHA256(secret, "rttlab-auth-v1" ‖ nonce), so a reachable server is not an open
-//! load generator (netperf's netserver is).
+//! With a shared secret both ends prove they know it, and the proof is bound to this
+//! connection (see [`Session`]): the client answers the server's nonce with
+//! HMAC-SHA256(secret, "rttlab-auth-v2 client" ‖ client nonce ‖ server nonce), and from
+//! Welcome on every frame in either direction carries an HMAC under a session key
+//! derived from both nonces, with a per-direction sequence number. A server that does
+//! not know the secret cannot produce a valid Welcome, and a relay in the middle can
+//! neither alter, replay, reorder nor inject a frame after the handshake. Nothing is
+//! encrypted: the secret buys authentication, not confidentiality. A reachable server
+//! with a secret is therefore not an open load generator (netperf's netserver is).
 
 use crate::kernel::cpu::Placement;
 use crate::kernel::host::HostFacts;
@@ -28,11 +35,22 @@ use std::io::{Read, Write};
 pub const DEFAULT_CONTROL_PORT: u16 = 12866;
 /// First bytes of every Hello, so a wrong peer is told apart from a wrong version.
 pub const MAGIC: &str = "rttlab";
-/// Version of this protocol; both ends must speak the same one.
-pub const PROTOCOL_VERSION: u32 = 1;
-/// Largest control frame either side accepts.
-pub const MAX_FRAME: u32 = 64 * 1024;
-const AUTH_CONTEXT: &[u8] = b"rttlab-auth-v1";
+/// Version of this protocol; both ends must speak the same one. Version 2 added the
+/// client nonce, the server's proof and sealed frames.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// Largest control frame either side accepts once the handshake is over (a server's
+/// report carries one `tcp_info` per stream).
+pub const MAX_FRAME: u32 = 256 * 1024;
+/// Largest frame a server reads before a client has completed the handshake: Hello,
+/// Auth and Start are a few hundred bytes, so an unauthenticated peer cannot make the
+/// server allocate more than this per connection.
+pub const MAX_HANDSHAKE_FRAME: u32 = 4 * 1024;
+/// Bytes in each side's nonce.
+pub const NONCE_LEN: usize = 32;
+const CLIENT_PROOF_CONTEXT: &[u8] = b"rttlab-auth-v2 client";
+const SESSION_CONTEXT: &[u8] = b"rttlab-session-v2";
+/// Bytes of the HMAC-SHA256 tag in front of a sealed frame's JSON.
+const TAG_LEN: usize = 32;
 
 /// The request/response tests.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -102,22 +120,108 @@ pub struct ServerReport {
     pub host: Option<HostFacts>,
 }
 
+/// A range of ports, both ends included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortRange {
+    pub low: u16,
+    pub high: u16,
+}
+
+impl PortRange {
+    /// The default data ports: above netperf's and rttlab's control ports and below
+    /// Linux's default ephemeral range (32768–60999, `net.ipv4.ip_local_port_range`),
+    /// so a data port never collides with the source port of an outgoing connection.
+    pub const DEFAULT: PortRange = PortRange {
+        low: 12867,
+        high: 32767,
+    };
+    /// Every unprivileged port (servers inside a lab or a single run's own process).
+    pub const UNPRIVILEGED: PortRange = PortRange {
+        low: 1024,
+        high: 65535,
+    };
+
+    /// Whether `port` is inside.
+    pub fn contains(self, port: u16) -> bool {
+        (self.low..=self.high).contains(&port)
+    }
+}
+
+impl std::fmt::Display for PortRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.low, self.high)
+    }
+}
+
+impl std::str::FromStr for PortRange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (low, high) = s
+            .split_once('-')
+            .ok_or_else(|| format!("{s:?}: expected LOW-HIGH, e.g. 12867-32767"))?;
+        let parse = |v: &str| {
+            v.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("{v:?} is not a port number"))
+        };
+        let r = PortRange {
+            low: parse(low)?,
+            high: parse(high)?,
+        };
+        if r.low < 1024 {
+            return Err(format!(
+                "data ports must be 1024 or above (privileged ports are never served), not {}",
+                r.low
+            ));
+        }
+        if r.low > r.high {
+            return Err(format!("{s}: the low port is above the high one"));
+        }
+        Ok(r)
+    }
+}
+
 /// The server's limits, announced in Welcome so a client can check before it asks.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Limits {
     pub max_payload: u32,
     pub max_streams: u32,
     pub max_duration_ms: u64,
+    /// Longest interval plus per-request timeout a test may announce: the server waits
+    /// this long on a quiet data socket, so it bounds how long a test can idle.
+    pub max_interval_ms: u64,
     pub max_concurrent_tests: u32,
+    /// Data ports a client may ask for; with port 0 the server picks one of them.
+    pub data_ports: PortRange,
 }
 
 impl Default for Limits {
+    /// Sized for a production host that others can reach: request/response payloads
+    /// up to 64 KiB (netperf's RR tests use bytes to a few KiB), 64 streams, one-hour
+    /// tests, 32 at once (within the memory budget), intervals up to a minute.
     fn default() -> Self {
         Self {
-            max_payload: 1 << 20,
-            max_streams: 256,
+            max_payload: 64 << 10,
+            max_streams: 64,
             max_duration_ms: 3_600_000,
+            max_interval_ms: 60_000,
+            max_concurrent_tests: 32,
+            data_ports: PortRange::DEFAULT,
+        }
+    }
+}
+
+impl Limits {
+    /// The limits of a server that serves one run of its own (in a lab namespace or
+    /// on loopback for the run's lifetime): the experiments' hundreds of streams and
+    /// any unprivileged data port.
+    pub fn own_run() -> Self {
+        Self {
+            max_payload: 1 << 20,
+            max_streams: 1024,
             max_concurrent_tests: 64,
+            data_ports: PortRange::UNPRIVILEGED,
+            ..Self::default()
         }
     }
 }
@@ -126,9 +230,20 @@ impl Default for Limits {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMsg {
-    Hello { magic: String, version: u32 },
-    Auth { mac_hex: String },
-    Start { spec: TestSpec },
+    Hello {
+        magic: String,
+        version: u32,
+        /// The client's nonce, hex (absent from version-1 clients, which are then told
+        /// their version is wrong rather than that their Hello is malformed).
+        #[serde(default)]
+        nonce_hex: String,
+    },
+    Auth {
+        mac_hex: String,
+    },
+    Start {
+        spec: TestSpec,
+    },
     Done,
 }
 
@@ -176,6 +291,9 @@ pub enum ControlError {
     /// The peer reported an error.
     #[error("server: {0}")]
     Remote(String),
+    /// A sealed frame's tag did not verify: altered, replayed, reordered or injected.
+    #[error("a control frame failed authentication (altered, replayed or injected on the way); the test is ended")]
+    Forged,
     /// A message arrived that does not fit the conversation.
     #[error("unexpected control message: {0}")]
     Unexpected(String),
@@ -189,22 +307,63 @@ pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ControlError> {
     serde_json::from_slice(body).map_err(|e| ControlError::Malformed(e.to_string()))
 }
 
+/// Read a server's first message. Its version is checked before the rest is decoded,
+/// so a server of another release is named as such even when its Welcome has other
+/// fields than ours.
+///
+/// # Errors
+/// The socket failed, the frame is too large, another version, or not a message.
+pub fn read_first_server_msg<R: Read>(r: &mut R) -> Result<ServerMsg, ControlError> {
+    let body = read_frame(r, MAX_FRAME)?;
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: Option<u32>,
+    }
+    if let Ok(Versioned {
+        version: Some(theirs),
+    }) = serde_json::from_slice(&body)
+    {
+        if theirs != PROTOCOL_VERSION {
+            return Err(ControlError::Version {
+                ours: PROTOCOL_VERSION,
+                theirs,
+            });
+        }
+    }
+    decode(&body)
+}
+
 /// Write one message as a frame.
 ///
 /// # Errors
 /// The socket failed or the message is too large (a bug).
 pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), ControlError> {
     let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    write_frame(w, &body, MAX_FRAME)
+}
+
+fn write_frame<W: Write>(w: &mut W, body: &[u8], max: u32) -> Result<(), ControlError> {
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
-    if len > MAX_FRAME {
+    if len > max {
         return Err(ControlError::TooLarge(len));
     }
     let mut frame = Vec::with_capacity(body.len() + 4);
     frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
+    frame.extend_from_slice(body);
     w.write_all(&frame)?;
     w.flush()?;
     Ok(())
+}
+
+/// Read one frame of at most `max` bytes and decode it.
+///
+/// # Errors
+/// The socket failed or timed out, the frame is too large, or not a valid message.
+pub fn read_msg_limited<R: Read, T: DeserializeOwned>(
+    r: &mut R,
+    max: u32,
+) -> Result<T, ControlError> {
+    decode(&read_frame(r, max)?)
 }
 
 /// Read one frame and decode it.
@@ -212,31 +371,150 @@ pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), Contr
 /// # Errors
 /// The socket failed or timed out, the frame is too large, or not a valid message.
 pub fn read_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T, ControlError> {
+    read_msg_limited(r, MAX_FRAME)
+}
+
+/// One frame's body, refused before allocation when it announces more than `max` bytes.
+fn read_frame<R: Read>(r: &mut R, max: u32) -> Result<Vec<u8>, ControlError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_be_bytes(len);
-    if len > MAX_FRAME {
+    if len > max {
         return Err(ControlError::TooLarge(len));
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)?;
-    decode(&body)
+    Ok(body)
 }
 
-/// HMAC-SHA256 of the nonce under the shared secret.
-pub fn auth_mac(secret: &[u8], nonce: &[u8]) -> Vec<u8> {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(AUTH_CONTEXT);
-    mac.update(nonce);
+fn hmac(key: &[u8]) -> Hmac<Sha256> {
+    Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length")
+}
+
+/// The client's proof: HMAC-SHA256 of both nonces under the shared secret.
+pub fn client_proof(secret: &[u8], client_nonce: &[u8], server_nonce: &[u8]) -> Vec<u8> {
+    let mut mac = hmac(secret);
+    mac.update(CLIENT_PROOF_CONTEXT);
+    mac.update(client_nonce);
+    mac.update(server_nonce);
     mac.finalize().into_bytes().to_vec()
 }
 
-/// Check a client's answer in constant time.
-pub fn auth_verify(secret: &[u8], nonce: &[u8], answer: &[u8]) -> bool {
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
-    mac.update(AUTH_CONTEXT);
-    mac.update(nonce);
+/// Check a client's proof in constant time.
+pub fn verify_client_proof(
+    secret: &[u8],
+    client_nonce: &[u8],
+    server_nonce: &[u8],
+    answer: &[u8],
+) -> bool {
+    let mut mac = hmac(secret);
+    mac.update(CLIENT_PROOF_CONTEXT);
+    mac.update(client_nonce);
+    mac.update(server_nonce);
     mac.verify_slice(answer).is_ok()
+}
+
+/// Which end of the connection a [`Session`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Client,
+    Server,
+}
+
+/// The authenticated part of a conversation: every frame after the handshake carries
+/// HMAC-SHA256(key, direction ‖ sequence ‖ body) in front of its JSON, the key being
+/// HMAC-SHA256(secret, "rttlab-session-v2" ‖ client nonce ‖ server nonce). The
+/// direction byte stops a frame being reflected back to its sender; the sequence
+/// number, counted separately each way, stops replay and reordering; both nonces make
+/// the key new for every connection.
+pub struct Session {
+    key: [u8; 32],
+    role: Role,
+    sent: u64,
+    received: u64,
+}
+
+impl Session {
+    /// The session of one connection, for one end of it.
+    pub fn derive(secret: &[u8], client_nonce: &[u8], server_nonce: &[u8], role: Role) -> Self {
+        let mut mac = hmac(secret);
+        mac.update(SESSION_CONTEXT);
+        mac.update(client_nonce);
+        mac.update(server_nonce);
+        Self {
+            key: mac.finalize().into_bytes().into(),
+            role,
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    fn mac(&self, from: Role, seq: u64, body: &[u8]) -> Hmac<Sha256> {
+        let mut mac = hmac(&self.key);
+        mac.update(&[match from {
+            Role::Client => b'C',
+            Role::Server => b'S',
+        }]);
+        mac.update(&seq.to_be_bytes());
+        mac.update(body);
+        mac
+    }
+
+    /// Write `msg` as a sealed frame.
+    ///
+    /// # Errors
+    /// The socket failed or the message is too large (a bug).
+    pub fn write<W: Write, T: Serialize>(
+        &mut self,
+        w: &mut W,
+        msg: &T,
+    ) -> Result<(), ControlError> {
+        let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+        let tag = self
+            .mac(self.role, self.sent, &body)
+            .finalize()
+            .into_bytes();
+        self.sent += 1;
+        let mut sealed = Vec::with_capacity(TAG_LEN + body.len());
+        sealed.extend_from_slice(&tag);
+        sealed.extend_from_slice(&body);
+        write_frame(w, &sealed, MAX_FRAME + TAG_LEN as u32)
+    }
+
+    /// Read one sealed frame and decode it.
+    ///
+    /// # Errors
+    /// The socket failed, the frame is too large, its tag does not verify
+    /// ([`ControlError::Forged`]), or it is not a valid message.
+    pub fn read<R: Read, T: DeserializeOwned>(&mut self, r: &mut R) -> Result<T, ControlError> {
+        let frame = read_frame(r, MAX_FRAME + TAG_LEN as u32)?;
+        let (tag, body) = frame
+            .split_at_checked(TAG_LEN)
+            .ok_or(ControlError::Forged)?;
+        let peer = match self.role {
+            Role::Client => Role::Server,
+            Role::Server => Role::Client,
+        };
+        self.mac(peer, self.received, body)
+            .verify_slice(tag)
+            .map_err(|_| ControlError::Forged)?;
+        self.received += 1;
+        decode(body)
+    }
+}
+
+/// A fresh random nonce.
+///
+/// # Errors
+/// The kernel's random source failed.
+pub fn nonce() -> Result<[u8; NONCE_LEN], ControlError> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::getrandom(&mut n).map_err(|e| {
+        ControlError::Io(std::io::Error::other(format!(
+            "no randomness for a nonce: {e}"
+        )))
+    })?;
+    Ok(n)
 }
 
 /// Lower-case hex.
@@ -265,6 +543,7 @@ mod tests {
         let m = ClientMsg::Hello {
             magic: MAGIC.into(),
             version: PROTOCOL_VERSION,
+            nonce_hex: to_hex(&[1; NONCE_LEN]),
         };
         write_msg(&mut buf, &m).unwrap();
         assert_eq!(&buf[..4], &((buf.len() - 4) as u32).to_be_bytes());
@@ -299,16 +578,130 @@ mod tests {
     }
 
     #[test]
-    fn hmac_accepts_the_secret_and_nothing_else() {
-        let nonce = [7u8; 32];
-        let mac = auth_mac(b"s3cret", &nonce);
-        assert!(auth_verify(b"s3cret", &nonce, &mac));
-        assert!(!auth_verify(b"other", &nonce, &mac));
-        assert!(!auth_verify(b"s3cret", &[8u8; 32], &mac));
-        assert!(!auth_verify(b"s3cret", &nonce, &mac[..31]));
+    fn client_proof_accepts_the_secret_and_these_nonces_only() {
+        let (cn, sn) = ([7u8; 32], [9u8; 32]);
+        let mac = client_proof(b"s3cret", &cn, &sn);
+        assert!(verify_client_proof(b"s3cret", &cn, &sn, &mac));
+        assert!(!verify_client_proof(b"other", &cn, &sn, &mac));
+        assert!(!verify_client_proof(b"s3cret", &sn, &cn, &mac));
+        assert!(!verify_client_proof(b"s3cret", &[8u8; 32], &sn, &mac));
+        assert!(!verify_client_proof(b"s3cret", &cn, &sn, &mac[..31]));
         assert_eq!(from_hex(&to_hex(&mac)), Some(mac));
         assert_eq!(from_hex("zz"), None);
         assert_eq!(from_hex("abc"), None);
+    }
+
+    fn pair(secret: &[u8]) -> (Session, Session) {
+        let (cn, sn) = ([1u8; 32], [2u8; 32]);
+        (
+            Session::derive(secret, &cn, &sn, Role::Client),
+            Session::derive(secret, &cn, &sn, Role::Server),
+        )
+    }
+
+    #[test]
+    fn sealed_frames_pass_between_the_two_ends_of_one_session() {
+        let (mut client, mut server) = pair(b"k");
+        let mut wire = Vec::new();
+        for _ in 0..3 {
+            client.write(&mut wire, &ClientMsg::Done).unwrap();
+        }
+        let mut r = &wire[..];
+        for _ in 0..3 {
+            assert_eq!(
+                server.read::<_, ClientMsg>(&mut r).unwrap(),
+                ClientMsg::Done
+            );
+        }
+        let mut back = Vec::new();
+        server
+            .write(&mut back, &ServerMsg::Ready { data_port: 5 })
+            .unwrap();
+        assert_eq!(
+            client.read::<_, ServerMsg>(&mut &back[..]).unwrap(),
+            ServerMsg::Ready { data_port: 5 }
+        );
+    }
+
+    #[test]
+    fn altered_replayed_reflected_or_foreign_frames_are_forged() {
+        let start = ClientMsg::Start {
+            spec: TestSpec {
+                test: TestKind::TcpRr,
+                request_size: 1,
+                response_size: 1,
+                max_duration_ms: 1000,
+                interval_ms: 0,
+                data_port: 0,
+                streams: 1,
+                nodelay: true,
+                thin_linear_timeouts: false,
+                congestion: None,
+                server_cpu: None,
+                udp_drop_one_in: None,
+            },
+        };
+        // Altered: one byte of the JSON changed (1 byte → 2 bytes of request).
+        let (mut client, mut server) = pair(b"k");
+        let mut wire = Vec::new();
+        client.write(&mut wire, &start).unwrap();
+        let at = wire
+            .windows(16)
+            .position(|w| w == b"\"request_size\":1")
+            .unwrap();
+        wire[at + 15] = b'2';
+        assert!(matches!(
+            server.read::<_, ClientMsg>(&mut &wire[..]),
+            Err(ControlError::Forged)
+        ));
+        // Replayed: the same valid frame twice.
+        let (mut client, mut server) = pair(b"k");
+        let mut wire = Vec::new();
+        client.write(&mut wire, &ClientMsg::Done).unwrap();
+        assert!(server.read::<_, ClientMsg>(&mut &wire[..]).is_ok());
+        assert!(matches!(
+            server.read::<_, ClientMsg>(&mut &wire[..]),
+            Err(ControlError::Forged)
+        ));
+        // Reflected: a client frame fed back to the client.
+        let (mut client, _) = pair(b"k");
+        let mut wire = Vec::new();
+        client.write(&mut wire, &ClientMsg::Done).unwrap();
+        assert!(matches!(
+            client.read::<_, ClientMsg>(&mut &wire[..]),
+            Err(ControlError::Forged)
+        ));
+        // Another secret, or a plain frame where a sealed one is due.
+        let (mut client, _) = pair(b"k");
+        let (_, mut other) = pair(b"not k");
+        let mut wire = Vec::new();
+        client.write(&mut wire, &ClientMsg::Done).unwrap();
+        assert!(matches!(
+            other.read::<_, ClientMsg>(&mut &wire[..]),
+            Err(ControlError::Forged)
+        ));
+        let (_, mut server) = pair(b"k");
+        let mut plain = Vec::new();
+        write_msg(&mut plain, &ClientMsg::Done).unwrap();
+        assert!(matches!(
+            server.read::<_, ClientMsg>(&mut &plain[..]),
+            Err(ControlError::Forged)
+        ));
+    }
+
+    #[test]
+    fn a_version_one_hello_decodes_so_its_version_can_be_named() {
+        let old = br#"{"type":"hello","magic":"rttlab","version":1}"#;
+        let m: ClientMsg = decode(old).unwrap();
+        assert!(matches!(m, ClientMsg::Hello { version: 1, .. }));
+    }
+
+    #[test]
+    fn handshake_frames_have_their_own_small_limit() {
+        let mut buf = (MAX_HANDSHAKE_FRAME + 1).to_be_bytes().to_vec();
+        buf.extend_from_slice(&[b' '; 8]);
+        let r: Result<ClientMsg, _> = read_msg_limited(&mut &buf[..], MAX_HANDSHAKE_FRAME);
+        assert!(matches!(r, Err(ControlError::TooLarge(_))));
     }
 
     proptest::proptest! {

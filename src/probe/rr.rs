@@ -12,8 +12,8 @@
 //! hides its own effect (coordinated omission); the response time shows it.
 
 use super::control::{
-    self, ClientMsg, ControlError, Limits, ServerMsg, ServerReport, TestKind, TestSpec, MAGIC,
-    PROTOCOL_VERSION,
+    self, ClientMsg, ControlError, Limits, Role, ServerMsg, ServerReport, Session, TestKind,
+    TestSpec, MAGIC, PROTOCOL_VERSION,
 };
 use super::io::{read_full, write_full, ReadEnd};
 use super::pacing::{self, Arrivals, PaceMode, Schedule};
@@ -25,7 +25,7 @@ use crate::stats::{HdrLogWriter, IntervalRecorder, LatencyHistogram, Percentile,
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::VecDeque;
-use std::io;
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -156,8 +156,12 @@ pub enum RrError {
     #[error(transparent)]
     Control(#[from] ControlError),
     /// The server wants a secret and we have none.
-    #[error("the server requires a secret: pass --secret or set RTTLAB_SECRET")]
+    #[error("the server requires a secret: pass --secret-file PATH or set RTTLAB_SECRET")]
     SecretRequired,
+    /// We have a secret and the server did not ask for it: it cannot prove it is the
+    /// server we share the secret with.
+    #[error("the server at {0} did not ask for the secret, so it cannot prove it knows it (a server started without one, or not the server you meant); refusing to run unauthenticated")]
+    ServerUnauthenticated(SocketAddr),
     /// The data connections could not be set up.
     #[error("data connection to port {port}: {source}")]
     Data {
@@ -173,6 +177,8 @@ pub enum RrError {
 /// A client's control connection.
 pub struct ControlClient {
     stream: TcpStream,
+    /// Seals every frame after the handshake when a secret is shared.
+    session: Option<Session>,
     /// The server's host facts.
     pub server_host: HostFacts,
     /// The server's limits.
@@ -180,10 +186,12 @@ pub struct ControlClient {
 }
 
 impl ControlClient {
-    /// Connect, check the version, answer the challenge if any.
+    /// Connect, check the version, and with a secret prove it and check the server's
+    /// proof (a Welcome sealed under the session key only the secret's holder can
+    /// derive).
     ///
     /// # Errors
-    /// Unreachable, not rttlab, another version, authentication refused.
+    /// Unreachable, not rttlab, another version, authentication refused either way.
     pub fn connect(addr: SocketAddr, secret: Option<&[u8]>) -> Result<Self, RrError> {
         let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
             .map_err(|source| RrError::Connect { addr, source })?;
@@ -191,22 +199,36 @@ impl ControlClient {
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(ControlError::Io)?;
+        let client_nonce = control::nonce()?;
         control::write_msg(
             &mut stream,
             &ClientMsg::Hello {
                 magic: MAGIC.into(),
                 version: PROTOCOL_VERSION,
+                nonce_hex: control::to_hex(&client_nonce),
             },
         )?;
-        let mut msg: ServerMsg = control::read_msg(&mut stream)?;
-        if let ServerMsg::Challenge { nonce_hex } = &msg {
-            let secret = secret.ok_or(RrError::SecretRequired)?;
-            let nonce = control::from_hex(nonce_hex)
-                .ok_or_else(|| ControlError::Malformed("bad nonce".into()))?;
-            let mac_hex = control::to_hex(&control::auth_mac(secret, &nonce));
-            control::write_msg(&mut stream, &ClientMsg::Auth { mac_hex })?;
-            msg = control::read_msg(&mut stream)?;
-        }
+        let first = control::read_first_server_msg(&mut stream)?;
+        let (msg, session) = match (first, secret) {
+            (ServerMsg::Challenge { nonce_hex }, Some(secret)) => {
+                let server_nonce = control::from_hex(&nonce_hex)
+                    .filter(|n| n.len() == control::NONCE_LEN)
+                    .ok_or_else(|| ControlError::Malformed("bad nonce".into()))?;
+                let mac_hex =
+                    control::to_hex(&control::client_proof(secret, &client_nonce, &server_nonce));
+                control::write_msg(&mut stream, &ClientMsg::Auth { mac_hex })?;
+                let mut session =
+                    Session::derive(secret, &client_nonce, &server_nonce, Role::Client);
+                // A refusal comes as a plain Error; a Welcome must be sealed.
+                let frame = read_sealed_or_error(&mut stream, &mut session)?;
+                (frame, Some(session))
+            }
+            (ServerMsg::Challenge { .. }, None) => return Err(RrError::SecretRequired),
+            (ServerMsg::Welcome { .. }, Some(_)) => {
+                return Err(RrError::ServerUnauthenticated(addr))
+            }
+            (other, _) => (other, None),
+        };
         match msg {
             ServerMsg::Welcome {
                 version,
@@ -222,6 +244,7 @@ impl ControlClient {
                 }
                 Ok(Self {
                     stream,
+                    session,
                     server_host: host,
                     limits,
                 })
@@ -231,13 +254,27 @@ impl ControlClient {
         }
     }
 
+    fn send(&mut self, msg: &ClientMsg) -> Result<(), ControlError> {
+        match &mut self.session {
+            Some(s) => s.write(&mut self.stream, msg),
+            None => control::write_msg(&mut self.stream, msg),
+        }
+    }
+
+    fn recv(&mut self) -> Result<ServerMsg, ControlError> {
+        match &mut self.session {
+            Some(s) => s.read(&mut self.stream),
+            None => control::read_msg(&mut self.stream),
+        }
+    }
+
     /// Ask for a test; returns the data port.
     ///
     /// # Errors
     /// The server refused the test or the connection failed.
     pub fn start(&mut self, spec: &TestSpec) -> Result<u16, RrError> {
-        control::write_msg(&mut self.stream, &ClientMsg::Start { spec: spec.clone() })?;
-        match control::read_msg(&mut self.stream)? {
+        self.send(&ClientMsg::Start { spec: spec.clone() })?;
+        match self.recv()? {
             ServerMsg::Ready { data_port } => Ok(data_port),
             ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
             other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
@@ -252,13 +289,40 @@ impl ControlClient {
         self.stream
             .set_read_timeout(Some(wait))
             .map_err(ControlError::Io)?;
-        control::write_msg(&mut self.stream, &ClientMsg::Done)?;
-        match control::read_msg(&mut self.stream)? {
+        self.send(&ClientMsg::Done)?;
+        match self.recv()? {
             ServerMsg::Result { report } => Ok(*report),
             ServerMsg::Error { message } => Err(ControlError::Remote(message).into()),
             other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
         }
     }
+}
+
+/// The frame after Auth: a sealed Welcome, or a plain Error when the server refused
+/// our proof (it has no session to seal with then). Anything else is forged.
+fn read_sealed_or_error(
+    stream: &mut TcpStream,
+    session: &mut Session,
+) -> Result<ServerMsg, ControlError> {
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len)?;
+    let n = u32::from_be_bytes(len);
+    if n > control::MAX_FRAME {
+        return Err(ControlError::TooLarge(n));
+    }
+    let mut body = vec![0u8; n as usize];
+    stream.read_exact(&mut body)?;
+    if let Ok(ServerMsg::Error { message }) = control::decode::<ServerMsg>(&body) {
+        return Err(ControlError::Remote(message));
+    }
+    let mut frame = len.to_vec();
+    frame.extend_from_slice(&body);
+    session.read(&mut &frame[..]).map_err(|e| match e {
+        ControlError::Forged => ControlError::Remote(
+            "the server could not prove it knows the secret (a different secret, or a relay in the middle)".into(),
+        ),
+        other => other,
+    })
 }
 
 /// The settings as a result reports them.
@@ -448,7 +512,9 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             )));
         }
     }
-    let run_for = s.duration.unwrap_or(MAX_RUN).min(MAX_RUN);
+    // A run bounded only by count asks for as long as the server allows.
+    let server_max = Duration::from_millis(client.limits.max_duration_ms);
+    let run_for = s.duration.unwrap_or(server_max.min(MAX_RUN)).min(MAX_RUN);
     let spec = TestSpec {
         test: s.test,
         request_size: s.request_size,

@@ -1,49 +1,98 @@
-//! `rttlab serve`: one process serving many concurrent request/response tests.
+//! `rttlab serve`: one process serving many concurrent request/response tests, made
+//! to be left running on a production host, often as root.
 //!
-//! Each control connection gets a thread; a test's data sockets get one thread per
-//! stream. A peer can make the server do nothing but what the limits allow: frames are
-//! bounded ([`super::control::MAX_FRAME`]), payloads, streams, durations and concurrent
-//! tests are checked before any data socket opens, the control connection has an idle
-//! timeout and, during a test, a deadline of the test's announced length plus a grace
-//! (after which the test's data sockets are shut down), data connections are accepted
-//! only from the control connection's address, and any rule broken gets an Error
-//! message and the connection dropped. Nothing a peer sends
-//! can panic or stop the server.
+//! What a peer can make the server do is bounded at every stage:
+//!
+//! - **Admission.** A connection that has not finished the handshake (Hello, the
+//!   secret's proof when one is set, and Start) holds no test slot. Such connections
+//!   sit in a pool of their own, capped globally and per source address (an IPv4
+//!   address, or an IPv6 /64); when either cap is reached the oldest waiting
+//!   connection is dropped for the new one (the oldest that has not yet sent a whole
+//!   Hello, when there is one: a client at work outlives idle and slow peers), and
+//!   each must finish its whole handshake
+//!   within one deadline (not per read), so idle or one-byte-a-second peers cannot
+//!   lock anyone out. Handshake frames are at most 4 KiB.
+//! - **Authentication** (with a secret): mutual and bound to the connection
+//!   ([`super::control::Session`]); failed attempts are counted per source address, and
+//!   a source over its allowance is refused at connect until its window passes.
+//! - **What a test may ask.** Payloads, streams, length and interval are checked
+//!   against [`Limits`]; data ports only inside the server's range, never below 1024,
+//!   and never shared with a socket someone else holds (UDP sockets are bound without
+//!   `SO_REUSEADDR`; TCP listeners keep it only to rebind over their own `TIME_WAIT`,
+//!   and Linux refuses it over another listener); congestion control only from
+//!   `net.ipv4.tcp_allowed_congestion_control` (anything else could make a root
+//!   process load a kernel module, `tcp_ca_find_autoload`); CPUs only from the
+//!   server's own affinity mask; and the test's estimated memory must fit the global
+//!   budget. Every refusal is an Error message naming the limit and its value.
+//! - **A running test** ends when the client has sent no data for the idle timeout
+//!   (plus the test's interval), or when its announced length plus a short grace has
+//!   passed without Done.
+//!
+//! Nothing a peer sends can panic or stop the server; a broken rule gets an Error
+//! message and the connection dropped, and everyone else is served on.
 
 use super::control::{
-    self, ClientMsg, ControlError, Limits, ServerMsg, ServerReport, TestKind, TestSpec, MAGIC,
-    PROTOCOL_VERSION,
+    self, ClientMsg, ControlError, Limits, PortRange, Role, ServerMsg, ServerReport, Session,
+    TestKind, TestSpec, MAGIC, MAX_HANDSHAKE_FRAME, NONCE_LEN, PROTOCOL_VERSION,
 };
 use super::io::{read_full, write_full, ReadEnd};
 use crate::kernel::cpu::{self, CpuTracker};
 use crate::kernel::host::HostFacts;
 use crate::kernel::sockopt;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::io;
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often blocked data threads look at their stop flag.
 const POLL_TICK: Duration = Duration::from_millis(100);
+/// How often the control thread looks at a running test's activity and deadline.
+const WATCH_TICK: Duration = Duration::from_millis(250);
 /// Time a client gets to connect its data streams after Ready.
 const CONNECT_GRACE: Duration = Duration::from_secs(10);
-/// Extra time after a test's announced length before the server ends it.
-const END_GRACE: Duration = Duration::from_secs(30);
+/// Extra time after a test's announced length (and interval) before the server ends
+/// it: the client's last transaction may take its in-flight grace (5 s) and its Done
+/// must still arrive.
+const END_GRACE: Duration = Duration::from_secs(10);
+/// Stack of a data thread: its buffers live on the heap, so this is ample.
+const DATA_THREAD_STACK: usize = 256 * 1024;
+/// Stack of a control (handshake) thread.
+const CONTROL_THREAD_STACK: usize = 256 * 1024;
+/// What one stream is assumed to cost besides its payload buffers: its thread's stack
+/// and an allowance for its socket's kernel buffers.
+const STREAM_OVERHEAD_BYTES: u64 = DATA_THREAD_STACK as u64 + 256 * 1024;
+/// Failed authentications a source may make within [`FAILURE_WINDOW`].
+const FAILURES_ALLOWED: u32 = 5;
+/// The window over which failed authentications are counted per source.
+const FAILURE_WINDOW: Duration = Duration::from_secs(30);
+/// Most source addresses whose failures are remembered (older windows are forgotten
+/// first, so the table cannot grow without bound).
+const FAILURE_TABLE_MAX: usize = 4096;
 
 /// How to run a server.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Control addresses to listen on (IPv4 and/or IPv6).
     pub listen: Vec<SocketAddr>,
-    /// Shared secret for the HMAC challenge; `None` serves anyone.
+    /// Shared secret both ends prove; `None` serves anyone.
     pub secret: Option<Vec<u8>>,
     pub limits: Limits,
-    /// A control or data connection silent for this long is dropped.
+    /// A control connection silent this long between tests, or a test whose client
+    /// has sent no data this long (plus the test's interval), is dropped.
     pub idle_timeout: Duration,
+    /// Time a connection has, in all, from accept to a valid Start.
+    pub handshake_timeout: Duration,
+    /// Connections in the handshake at once, from all sources.
+    pub max_handshakes: usize,
+    /// Connections in the handshake at once from one source address (IPv6: one /64).
+    pub max_handshakes_per_source: usize,
+    /// Memory all running tests together may be estimated to use, in bytes.
+    pub max_memory_bytes: u64,
     /// Log one line per test on stderr.
     pub log: bool,
 }
@@ -58,7 +107,26 @@ impl Default for ServerConfig {
             secret: None,
             limits: Limits::default(),
             idle_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            max_handshakes: 64,
+            max_handshakes_per_source: 8,
+            max_memory_bytes: 512 << 20,
             log: false,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// A server for one run's own use: inside a lab namespace the run created, or on
+    /// loopback for the run's lifetime. Limits are those of the experiments (hundreds
+    /// of streams, any unprivileged data port); admission and authentication rules are
+    /// the same as everywhere.
+    pub fn for_own_run(listen: SocketAddr) -> Self {
+        Self {
+            listen: vec![listen],
+            limits: Limits::own_run(),
+            max_memory_bytes: 4 << 30,
+            ..Self::default()
         }
     }
 }
@@ -67,12 +135,15 @@ impl Default for ServerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A listen address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another server running there? pick another port with --listen)")]
+    #[error("cannot listen on {addr}: {source} (is another server running there? pick another port with --port or --listen)")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: io::Error,
     },
+    /// A setting is out of range.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// Counters of a running server.
@@ -80,15 +151,67 @@ pub enum ServerError {
 pub struct ServerCounters {
     pub tests_started: AtomicU64,
     pub tests_completed: AtomicU64,
+    /// Tests refused: busy, over the memory budget, or a spec the limits forbid.
     pub rejected: AtomicU64,
     pub auth_failures: AtomicU64,
+    /// Connections refused at accept because their source failed too often.
+    pub auth_locked_out: AtomicU64,
+    /// Connections dropped from the handshake pool (oldest first) or past its deadline.
+    pub handshakes_dropped: AtomicU64,
     pub protocol_errors: AtomicU64,
+    /// Tests the server ended: the client went silent or overran its length.
+    pub tests_ended_by_server: AtomicU64,
+}
+
+/// The key connections are counted under per source: an IPv4 address (IPv4-mapped
+/// IPv6 included), or an IPv6 /64, the smallest block one user is usually given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct SourceKey(IpAddr);
+
+impl SourceKey {
+    fn of(ip: IpAddr) -> Self {
+        match canon(ip) {
+            IpAddr::V6(v6) => {
+                let s = v6.segments();
+                SourceKey(IpAddr::V6(Ipv6Addr::new(
+                    s[0], s[1], s[2], s[3], 0, 0, 0, 0,
+                )))
+            }
+            v4 => SourceKey(v4),
+        }
+    }
+}
+
+struct Waiting {
+    id: u64,
+    source: SourceKey,
+    /// It has sent a valid Hello: a client at work, dropped only after the silent ones.
+    said_hello: bool,
+    /// A handle on the connection, to shut it down when it is dropped from the pool.
+    stream: TcpStream,
+}
+
+/// Connections in the handshake, oldest first.
+#[derive(Default)]
+struct Pool {
+    waiting: VecDeque<Waiting>,
+    next_id: u64,
+}
+
+struct Failures {
+    window_start: Instant,
+    count: u32,
 }
 
 struct Shared {
     config: ServerConfig,
     host: HostFacts,
+    /// CPUs the server may run on, read once at start: a client may pin only to these.
+    cpus: Vec<usize>,
     active: AtomicU32,
+    memory_in_use: AtomicU64,
+    pool: Mutex<Pool>,
+    failures: Mutex<HashMap<SourceKey, Failures>>,
     stop: AtomicBool,
     counters: ServerCounters,
 }
@@ -124,8 +247,18 @@ impl Server {
     /// Bind every listen address.
     ///
     /// # Errors
-    /// An address is in use or not available.
+    /// An address is in use or not available, or a setting is out of range.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        if config.max_handshakes == 0 || config.max_handshakes_per_source == 0 {
+            return Err(ServerError::Config(
+                "the handshake pool needs room for at least one connection".into(),
+            ));
+        }
+        if config.handshake_timeout.is_zero() || config.idle_timeout.is_zero() {
+            return Err(ServerError::Config(
+                "the handshake and idle timeouts must be more than 0".into(),
+            ));
+        }
         let listeners = config
             .listen
             .iter()
@@ -136,7 +269,11 @@ impl Server {
             shared: Arc::new(Shared {
                 config,
                 host: HostFacts::collect(),
+                cpus: cpu::current_affinity(),
                 active: AtomicU32::new(0),
+                memory_in_use: AtomicU64::new(0),
+                pool: Mutex::new(Pool::default()),
+                failures: Mutex::new(HashMap::new()),
                 stop: AtomicBool::new(false),
                 counters: ServerCounters::default(),
             }),
@@ -235,15 +372,7 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
                 if shared.stop.load(Ordering::SeqCst) {
                     return;
                 }
-                let shared = Arc::clone(shared);
-                let spawned = std::thread::Builder::new()
-                    .name("serve-control".into())
-                    .spawn(move || {
-                        handle_control(stream, peer, &shared);
-                    });
-                if spawned.is_err() {
-                    shared_log_err("cannot start a thread for a control connection");
-                }
+                admit(stream, peer, shared);
             }
             Err(_) if shared.stop.load(Ordering::SeqCst) => return,
             // EMFILE and friends: back off instead of spinning; never exit.
@@ -252,88 +381,318 @@ fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
     }
 }
 
-fn shared_log_err(msg: &str) {
-    eprintln!("rttlab serve: {msg}");
-}
-
-/// Decrements the active-test count when a control connection ends, however it ends.
-struct ActiveGuard<'a>(&'a AtomicU32);
-impl Drop for ActiveGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// Put a new connection into the handshake pool (dropping the oldest waiting one when
+/// a cap is reached) and start its thread; or refuse it at once when its source is
+/// locked out for failed authentications.
+fn admit(mut stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
+    let source = SourceKey::of(peer.ip());
+    if let Some(wait) = locked_out(shared, source) {
+        shared
+            .counters
+            .auth_locked_out
+            .fetch_add(1, Ordering::Relaxed);
+        let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = control::write_msg(
+            &mut stream,
+            &ServerMsg::Error {
+                message: format!(
+                    "too many failed authentications from {}: refused for another {} s",
+                    source.0,
+                    wait.as_secs().max(1)
+                ),
+            },
+        );
+        return;
+    }
+    let Ok(handle) = stream.try_clone() else {
+        return;
+    };
+    let id = {
+        let mut pool = shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let from_source = pool.waiting.iter().filter(|w| w.source == source).count();
+        if from_source >= shared.config.max_handshakes_per_source {
+            let at = oldest(&pool, |w| w.source == source);
+            evict(&mut pool, at, shared);
+        }
+        if pool.waiting.len() >= shared.config.max_handshakes {
+            let at = oldest(&pool, |_| true);
+            evict(&mut pool, at, shared);
+        }
+        pool.next_id += 1;
+        let id = pool.next_id;
+        pool.waiting.push_back(Waiting {
+            id,
+            source,
+            said_hello: false,
+            stream: handle,
+        });
+        id
+    };
+    let s = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("serve-control".into())
+        .stack_size(CONTROL_THREAD_STACK)
+        .spawn(move || handle_control(stream, peer, id, &s));
+    if spawned.is_err() {
+        leave_pool(shared, id);
+        log(shared, "cannot start a thread for a control connection");
     }
 }
 
-fn handle_control(mut ctl: TcpStream, peer: SocketAddr, shared: &Shared) {
-    let _ = ctl.set_nodelay(true);
-    let _ = ctl.set_read_timeout(Some(shared.config.idle_timeout));
-    let _ = ctl.set_write_timeout(Some(shared.config.idle_timeout));
-    let active = shared.active.fetch_add(1, Ordering::SeqCst) + 1;
-    let _guard = ActiveGuard(&shared.active);
-    let result = if active > shared.config.limits.max_concurrent_tests {
-        shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
-        Err(ControlError::Remote(format!(
-            "server busy: {} tests running, the limit is {}",
-            active - 1,
-            shared.config.limits.max_concurrent_tests
-        )))
-    } else {
-        converse(&mut ctl, peer, shared)
-    };
-    if let Err(e) = result {
-        let message = match &e {
-            ControlError::Remote(m) => m.clone(),
-            other => other.to_string(),
+/// The connection to drop among those `matching`: the oldest that has not sent a
+/// whole Hello yet (an idle or slow peer), else the oldest.
+fn oldest(pool: &Pool, matching: impl Fn(&Waiting) -> bool) -> Option<usize> {
+    pool.waiting
+        .iter()
+        .position(|w| matching(w) && !w.said_hello)
+        .or_else(|| pool.waiting.iter().position(matching))
+}
+
+/// Note that connection `id` has said a valid Hello.
+fn said_hello(shared: &Shared, id: u64) {
+    let mut pool = shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(w) = pool.waiting.iter_mut().find(|w| w.id == id) {
+        w.said_hello = true;
+    }
+}
+
+fn evict(pool: &mut Pool, at: Option<usize>, shared: &Shared) {
+    if let Some(w) = at.and_then(|i| pool.waiting.remove(i)) {
+        let _ = w.stream.shutdown(std::net::Shutdown::Both);
+        shared
+            .counters
+            .handshakes_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Take a connection out of the handshake pool; false when it was already dropped.
+fn leave_pool(shared: &Shared, id: u64) -> bool {
+    let mut pool = shared.pool.lock().unwrap_or_else(|p| p.into_inner());
+    match pool.waiting.iter().position(|w| w.id == id) {
+        Some(i) => {
+            pool.waiting.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// How much longer `source` is refused, if it is.
+fn locked_out(shared: &Shared, source: SourceKey) -> Option<Duration> {
+    let table = shared.failures.lock().unwrap_or_else(|p| p.into_inner());
+    let f = table.get(&source)?;
+    let left = FAILURE_WINDOW.checked_sub(f.window_start.elapsed())?;
+    (f.count >= FAILURES_ALLOWED).then_some(left)
+}
+
+fn record_failure(shared: &Shared, source: SourceKey) {
+    let mut table = shared.failures.lock().unwrap_or_else(|p| p.into_inner());
+    if table.len() >= FAILURE_TABLE_MAX {
+        table.retain(|_, f| f.window_start.elapsed() < FAILURE_WINDOW);
+        if table.len() >= FAILURE_TABLE_MAX {
+            let oldest = table
+                .iter()
+                .min_by_key(|(_, f)| f.window_start)
+                .map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                table.remove(&k);
+            }
+        }
+    }
+    let f = table.entry(source).or_insert(Failures {
+        window_start: Instant::now(),
+        count: 0,
+    });
+    if f.window_start.elapsed() >= FAILURE_WINDOW {
+        *f = Failures {
+            window_start: Instant::now(),
+            count: 0,
         };
-        if !matches!(e, ControlError::Io(_)) {
+    }
+    f.count += 1;
+}
+
+fn log(shared: &Shared, msg: &str) {
+    if shared.config.log {
+        eprintln!("rttlab serve: {msg}");
+    }
+}
+
+/// Reads that share one deadline: before each read the socket's receive timeout is
+/// set to what is left, so a peer sending one byte at a time cannot stretch it.
+struct DeadlineReader<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for DeadlineReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::TimedOut, "the handshake took too long")
+            })?;
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
+    }
+}
+
+/// Releases a test's slot and its memory when the test ends, however it ends.
+struct TestSlot<'a> {
+    shared: &'a Shared,
+    memory: u64,
+}
+
+impl Drop for TestSlot<'_> {
+    fn drop(&mut self) {
+        self.shared.active.fetch_sub(1, Ordering::SeqCst);
+        self.shared
+            .memory_in_use
+            .fetch_sub(self.memory, Ordering::SeqCst);
+    }
+}
+
+/// How one connection's conversation ended badly.
+enum Failure {
+    /// Tell the peer (when the connection still works) and count a protocol error.
+    Tell(ControlError),
+    /// A refused test: tell the peer and count a rejection.
+    Refuse(String),
+    /// The connection itself failed (or was dropped from the pool): nothing to tell.
+    Gone(ControlError),
+}
+
+impl From<ControlError> for Failure {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::Io(_) => Failure::Gone(e),
+            other => Failure::Tell(other),
+        }
+    }
+}
+
+/// The writing half of a conversation: plain before authentication, sealed after.
+struct Conversation<'a> {
+    ctl: &'a TcpStream,
+    session: Option<Session>,
+}
+
+impl Conversation<'_> {
+    fn send(&mut self, msg: &ServerMsg) -> Result<(), ControlError> {
+        let mut w = self.ctl;
+        match &mut self.session {
+            Some(s) => s.write(&mut w, msg),
+            None => control::write_msg(&mut w, msg),
+        }
+    }
+
+    fn recv(&mut self, deadline: Option<Instant>) -> Result<ClientMsg, ControlError> {
+        let max = if deadline.is_some() {
+            MAX_HANDSHAKE_FRAME
+        } else {
+            control::MAX_FRAME
+        };
+        let mut plain = self.ctl;
+        match (deadline, &mut self.session) {
+            (Some(deadline), Some(s)) => s.read(&mut DeadlineReader {
+                stream: self.ctl,
+                deadline,
+            }),
+            (Some(deadline), None) => control::read_msg_limited(
+                &mut DeadlineReader {
+                    stream: self.ctl,
+                    deadline,
+                },
+                max,
+            ),
+            (None, Some(s)) => s.read(&mut plain),
+            (None, None) => control::read_msg_limited(&mut plain, max),
+        }
+    }
+}
+
+fn handle_control(ctl: TcpStream, peer: SocketAddr, id: u64, shared: &Shared) {
+    let _ = ctl.set_nodelay(true);
+    let _ = ctl.set_write_timeout(Some(shared.config.handshake_timeout));
+    let mut conv = Conversation {
+        ctl: &ctl,
+        session: None,
+    };
+    let result = converse(&mut conv, peer, id, shared);
+    leave_pool(shared, id);
+    let (message, tell) = match result {
+        Ok(()) => return,
+        Err(Failure::Gone(e)) => (e.to_string(), false),
+        Err(Failure::Tell(e)) => {
             shared
                 .counters
                 .protocol_errors
                 .fetch_add(1, Ordering::Relaxed);
-            let _ = control::write_msg(
-                &mut ctl,
-                &ServerMsg::Error {
-                    message: message.clone(),
+            (
+                match e {
+                    ControlError::Remote(m) => m,
+                    other => other.to_string(),
                 },
-            );
+                true,
+            )
         }
-        if shared.config.log {
-            shared_log_err(&format!("{peer}: {message}"));
+        Err(Failure::Refuse(m)) => {
+            shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
+            (m, true)
         }
+    };
+    if tell {
+        let _ = ctl.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = conv.send(&ServerMsg::Error {
+            message: message.clone(),
+        });
     }
+    log(shared, &format!("{peer}: {message}"));
 }
 
-fn reject(msg: impl Into<String>) -> ControlError {
-    ControlError::Remote(msg.into())
-}
-
-fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<(), ControlError> {
-    match control::read_msg::<_, ClientMsg>(ctl)? {
-        ClientMsg::Hello { magic, version } => {
+fn converse(
+    conv: &mut Conversation<'_>,
+    peer: SocketAddr,
+    id: u64,
+    shared: &Shared,
+) -> Result<(), Failure> {
+    let deadline = Instant::now() + shared.config.handshake_timeout;
+    let client_nonce = match conv.recv(Some(deadline))? {
+        ClientMsg::Hello {
+            magic,
+            version,
+            nonce_hex,
+        } => {
             if magic != MAGIC {
-                return Err(ControlError::NotRttlab);
+                return Err(ControlError::NotRttlab.into());
             }
             if version != PROTOCOL_VERSION {
                 return Err(ControlError::Version {
                     ours: PROTOCOL_VERSION,
                     theirs: version,
-                });
+                }
+                .into());
             }
+            nonce_hex
         }
-        other => return Err(ControlError::Unexpected(format!("{other:?} before Hello"))),
-    }
+        other => return Err(ControlError::Unexpected(format!("{other:?} before Hello")).into()),
+    };
+    said_hello(shared, id);
     if let Some(secret) = &shared.config.secret {
-        let mut nonce = [0u8; 32];
-        getrandom::getrandom(&mut nonce).map_err(|e| reject(format!("no randomness: {e}")))?;
-        control::write_msg(
-            ctl,
-            &ServerMsg::Challenge {
-                nonce_hex: control::to_hex(&nonce),
-            },
-        )?;
-        let ok = match control::read_msg::<_, ClientMsg>(ctl)? {
-            ClientMsg::Auth { mac_hex } => control::from_hex(&mac_hex)
-                .is_some_and(|mac| control::auth_verify(secret, &nonce, &mac)),
+        let client_nonce = control::from_hex(&client_nonce)
+            .filter(|n| n.len() == NONCE_LEN)
+            .ok_or_else(|| ControlError::Malformed("Hello without a valid nonce".into()))?;
+        let server_nonce = control::nonce()?;
+        conv.send(&ServerMsg::Challenge {
+            nonce_hex: control::to_hex(&server_nonce),
+        })?;
+        let ok = match conv.recv(Some(deadline))? {
+            ClientMsg::Auth { mac_hex } => control::from_hex(&mac_hex).is_some_and(|mac| {
+                control::verify_client_proof(secret, &client_nonce, &server_nonce, &mac)
+            }),
             _ => false,
         };
         if !ok {
@@ -341,69 +700,80 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
                 .counters
                 .auth_failures
                 .fetch_add(1, Ordering::Relaxed);
-            // Slow down guessing.
-            std::thread::sleep(Duration::from_millis(200));
-            return Err(reject(
-                "authentication failed: the client's secret does not match the server's",
-            ));
+            record_failure(shared, SourceKey::of(peer.ip()));
+            return Err(Failure::Tell(ControlError::Remote(
+                "authentication failed: the client's secret does not match the server's".into(),
+            )));
         }
+        conv.session = Some(Session::derive(
+            secret,
+            &client_nonce,
+            &server_nonce,
+            Role::Server,
+        ));
     }
-    control::write_msg(
-        ctl,
-        &ServerMsg::Welcome {
-            version: PROTOCOL_VERSION,
-            host: shared.host.clone(),
-            limits: shared.config.limits.clone(),
-        },
-    )?;
-    let spec = match control::read_msg::<_, ClientMsg>(ctl)? {
+    conv.send(&ServerMsg::Welcome {
+        version: PROTOCOL_VERSION,
+        host: shared.host.clone(),
+        limits: shared.config.limits.clone(),
+    })?;
+    let spec = match conv.recv(Some(deadline))? {
         ClientMsg::Start { spec } => spec,
         other => {
-            return Err(ControlError::Unexpected(format!(
-                "{other:?} instead of Start"
-            )))
+            return Err(ControlError::Unexpected(format!("{other:?} instead of Start")).into())
         }
     };
-    validate(&spec, &shared.config.limits).map_err(reject)?;
+    if !leave_pool(shared, id) {
+        return Err(Failure::Gone(ControlError::Io(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            "dropped from the handshake pool",
+        ))));
+    }
+    validate(&spec, &shared.config.limits).map_err(Failure::Refuse)?;
+    check_host(&spec, &shared.cpus).map_err(Failure::Refuse)?;
+    let _slot = take_slot(&spec, shared).map_err(Failure::Refuse)?;
+    let _ = conv.ctl.set_write_timeout(Some(shared.config.idle_timeout));
     shared
         .counters
         .tests_started
         .fetch_add(1, Ordering::Relaxed);
-    let local_ip = ctl.local_addr()?.ip();
-    let test = DataTest::open(&spec, local_ip, peer.ip(), shared.config.idle_timeout)
-        .map_err(|e| reject(format!("cannot open data port {}: {e}", spec.data_port)))?;
-    control::write_msg(
-        ctl,
-        &ServerMsg::Ready {
-            data_port: test.port,
-        },
-    )?;
+    let local_ip = conv.ctl.local_addr().map_err(ControlError::Io)?.ip();
+    let test = DataTest::open(
+        &spec,
+        local_ip,
+        peer.ip(),
+        shared.config.idle_timeout,
+        shared.config.limits.data_ports,
+    )
+    .map_err(Failure::Refuse)?;
+    conv.send(&ServerMsg::Ready {
+        data_port: test.port,
+    })?;
     let started = Instant::now();
+    let idle = test.idle;
     let running = test
         .run()
-        .map_err(|e| reject(format!("data connection: {e}")))?;
-    // The control socket waits for Done as long as the test may last.
+        .map_err(|e| Failure::Tell(ControlError::Remote(format!("data connection: {e}"))))?;
+    // The test may last its announced length and interval plus a grace; it ends
+    // earlier when the client sends nothing for the idle time.
     let limit = Duration::from_millis(spec.max_duration_ms)
         + Duration::from_millis(spec.interval_ms)
         + END_GRACE;
-    let _ = ctl.set_read_timeout(Some(limit));
-    let done = control::read_msg::<_, ClientMsg>(ctl);
+    let waited = wait_for_done(conv, &running, started + limit, idle);
     let mut report = running.finish();
     report.host = Some(shared.host.clone());
-    match done {
+    match waited {
         Ok(ClientMsg::Done) => {
-            control::write_msg(
-                ctl,
-                &ServerMsg::Result {
-                    report: Box::new(report.clone()),
-                },
-            )?;
+            conv.send(&ServerMsg::Result {
+                report: Box::new(report.clone()),
+            })?;
             shared
                 .counters
                 .tests_completed
                 .fetch_add(1, Ordering::Relaxed);
-            if shared.config.log {
-                shared_log_err(&format!(
+            log(
+                shared,
+                &format!(
                     "{peer}: {} {},{} streams {} done: {} transactions in {:.1} s",
                     spec.test.name(),
                     spec.request_size,
@@ -411,15 +781,103 @@ fn converse(ctl: &mut TcpStream, peer: SocketAddr, shared: &Shared) -> Result<()
                     spec.streams,
                     report.transactions,
                     started.elapsed().as_secs_f64()
-                ));
-            }
+                ),
+            );
             Ok(())
         }
-        Ok(other) => Err(ControlError::Unexpected(format!(
-            "{other:?} instead of Done"
-        ))),
-        Err(e) => Err(e),
+        Ok(other) => Err(ControlError::Unexpected(format!("{other:?} instead of Done")).into()),
+        Err(Ended::Control(e)) => Err(e.into()),
+        Err(Ended::ByServer(m)) => {
+            shared
+                .counters
+                .tests_ended_by_server
+                .fetch_add(1, Ordering::Relaxed);
+            Err(Failure::Tell(ControlError::Remote(m)))
+        }
     }
+}
+
+/// Why waiting for a test's Done ended without it.
+enum Ended {
+    Control(ControlError),
+    /// The server ended the test (the message says why).
+    ByServer(String),
+}
+
+/// Wait for Done while the test runs, ending the test when the client has sent no
+/// data for `idle` or `deadline` passes.
+fn wait_for_done(
+    conv: &mut Conversation<'_>,
+    running: &RunningTest,
+    deadline: Instant,
+    idle: Duration,
+) -> Result<ClientMsg, Ended> {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: conv.ctl.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, WATCH_TICK.as_millis() as i32) };
+        if n > 0 {
+            // A frame has begun: it must arrive whole within the idle timeout.
+            let _ = conv.ctl.set_read_timeout(Some(idle));
+            return conv.recv(None).map_err(Ended::Control);
+        }
+        if Instant::now() >= deadline {
+            return Err(Ended::ByServer(
+                "the test ran past its announced length and grace: ended by the server".into(),
+            ));
+        }
+        if let Some(quiet) = running.quiet_for().filter(|q| *q >= idle) {
+            return Err(Ended::ByServer(format!(
+                "no data from the client for {:.1} s (idle timeout {:.1} s): test ended by the server",
+                quiet.as_secs_f64(),
+                idle.as_secs_f64()
+            )));
+        }
+    }
+}
+
+/// Take a test slot and reserve the test's memory, or say which limit refuses it.
+fn take_slot<'a>(spec: &TestSpec, shared: &'a Shared) -> Result<TestSlot<'a>, String> {
+    let max = shared.config.limits.max_concurrent_tests;
+    let active = shared.active.fetch_add(1, Ordering::SeqCst) + 1;
+    let memory = test_memory_bytes(spec);
+    // Holds the slot (and no memory yet) so that every refusal below gives it back.
+    let mut slot = TestSlot { shared, memory: 0 };
+    if active > max {
+        return Err(format!(
+            "server busy: {} tests running, the limit is {max} (--max-tests)",
+            active - 1
+        ));
+    }
+    let budget = shared.config.max_memory_bytes;
+    let reserved = shared
+        .memory_in_use
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+            used.checked_add(memory).filter(|&total| total <= budget)
+        });
+    match reserved {
+        Ok(_) => {
+            slot.memory = memory;
+            Ok(slot)
+        }
+        Err(used) => Err(format!(
+            "server memory budget: this test needs {} MiB, {} of {} MiB are in use (--max-memory)",
+            memory.div_ceil(1 << 20),
+            used.div_ceil(1 << 20),
+            budget >> 20
+        )),
+    }
+}
+
+/// What a test is estimated to cost the server: per stream, its request and response
+/// buffers, its thread's stack and an allowance for its socket's buffers.
+pub fn test_memory_bytes(spec: &TestSpec) -> u64 {
+    u64::from(spec.streams)
+        * (u64::from(spec.request_size) + u64::from(spec.response_size) + STREAM_OVERHEAD_BYTES)
 }
 
 /// Check a spec against the limits before anything is opened.
@@ -433,7 +891,7 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
     ] {
         if v == 0 || v > limits.max_payload {
             return Err(format!(
-                "{what} {v} bytes is outside 1..={} (server limit)",
+                "{what} {v} bytes is outside 1..={} (server limit --max-payload)",
                 limits.max_payload
             ));
         }
@@ -448,20 +906,26 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
     }
     if spec.streams == 0 || spec.streams > limits.max_streams {
         return Err(format!(
-            "{} streams is outside 1..={} (server limit)",
+            "{} streams is outside 1..={} (server limit --max-streams)",
             spec.streams, limits.max_streams
         ));
     }
     if spec.max_duration_ms == 0 || spec.max_duration_ms > limits.max_duration_ms {
         return Err(format!(
-            "test length {} ms is outside 1..={} ms (server limit)",
+            "test length {} ms is outside 1..={} ms (server limit --max-duration)",
             spec.max_duration_ms, limits.max_duration_ms
         ));
     }
-    if spec.interval_ms > limits.max_duration_ms {
+    if spec.interval_ms > limits.max_interval_ms {
         return Err(format!(
-            "interval {} ms is longer than the longest test",
-            spec.interval_ms
+            "interval and timeout {} ms are longer than the server's limit of {} ms",
+            spec.interval_ms, limits.max_interval_ms
+        ));
+    }
+    if spec.data_port != 0 && !limits.data_ports.contains(spec.data_port) {
+        return Err(format!(
+            "data port {} is outside the server's data ports {} (--data-ports)",
+            spec.data_port, limits.data_ports
         ));
     }
     if spec.congestion.as_ref().is_some_and(|c| {
@@ -469,16 +933,36 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
     }) {
         return Err("congestion control name must be 1–15 letters, digits or _".into());
     }
-    if let Some(cpu) = spec.server_cpu {
-        let n = std::thread::available_parallelism().map_or(1, usize::from);
-        if cpu >= n {
+    if spec.udp_drop_one_in == Some(0) {
+        return Err("udp_drop_one_in must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Check what depends on this host: the congestion control is one unprivileged users
+/// may choose (so no request can make the kernel load a module), and the CPU is one
+/// the server may run on.
+fn check_host(spec: &TestSpec, cpus: &[usize]) -> Result<(), String> {
+    if let Some(cc) = &spec.congestion {
+        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+            .unwrap_or_default();
+        if !allowed.split_whitespace().any(|a| a == cc) {
             return Err(format!(
-                "server CPU {cpu} does not exist (the server has {n})"
+                "congestion control {cc:?} is not in this server's net.ipv4.tcp_allowed_congestion_control ({})",
+                allowed.trim()
             ));
         }
     }
-    if spec.udp_drop_one_in == Some(0) {
-        return Err("udp_drop_one_in must be at least 1".into());
+    if let Some(cpu) = spec.server_cpu {
+        if !cpus.contains(&cpu) {
+            return Err(format!(
+                "server CPU {cpu} is not one the server may run on ({})",
+                cpus.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
     }
     Ok(())
 }
@@ -493,7 +977,11 @@ struct DataTest {
     sock: DataSock,
     port: u16,
     peer_ip: IpAddr,
+    /// How long the client may send nothing before the test is ended.
     idle: Duration,
+    started: Instant,
+    /// When the client was last heard from, in ms since `started`.
+    last_activity_ms: AtomicU64,
 }
 
 /// Counters one data thread returns.
@@ -510,6 +998,7 @@ struct ThreadCounters {
 }
 
 struct RunningTest {
+    test: Arc<DataTest>,
     stop: Arc<AtomicBool>,
     streams: Vec<TcpStream>,
     listener_fd: Option<i32>,
@@ -518,12 +1007,47 @@ struct RunningTest {
     server_cpu: Option<usize>,
 }
 
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    let canon = |ip: IpAddr| match ip {
+/// An IPv4-mapped IPv6 address as the IPv4 address it is.
+fn canon(ip: IpAddr) -> IpAddr {
+    match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
-    };
+    }
+}
+
+fn same_ip(a: IpAddr, b: IpAddr) -> bool {
     canon(a) == canon(b)
+}
+
+/// Bind a data socket on `port`. TCP listeners set `SO_REUSEADDR` only so that a test
+/// can reuse a port whose earlier connections are in `TIME_WAIT`: Linux still refuses
+/// the bind when another socket listens there (`inet_csk_bind_conflict`), and
+/// established connections are matched before listeners, so no traffic is taken from
+/// anyone. UDP sockets never set it: two UDP sockets sharing a port would split its
+/// datagrams.
+fn bind_data(test: TestKind, addr: SocketAddr) -> io::Result<DataSock> {
+    Ok(match test {
+        TestKind::TcpRr | TestKind::TcpCrr => {
+            let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            s.set_reuse_address(true)?;
+            s.bind(&addr.into())?;
+            s.listen(1024)?;
+            DataSock::Tcp(s.into())
+        }
+        TestKind::UdpRr => {
+            let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+            s.bind(&addr.into())?;
+            DataSock::Udp(s.into())
+        }
+    })
+}
+
+/// Ports of `range` in the order to try them, starting at a random one so that
+/// concurrent tests rarely race for the same port.
+fn candidate_ports(range: PortRange) -> impl Iterator<Item = u16> {
+    let span = u32::from(range.high - range.low) + 1;
+    let start = rand::random::<u32>() % span;
+    (0..span.min(256)).map(move |i| (u32::from(range.low) + (start + i) % span) as u16)
 }
 
 impl DataTest {
@@ -532,27 +1056,26 @@ impl DataTest {
         local_ip: IpAddr,
         peer_ip: IpAddr,
         idle: Duration,
-    ) -> io::Result<Self> {
-        let addr = SocketAddr::new(local_ip, spec.data_port);
-        let sock = match spec.test {
-            TestKind::TcpRr | TestKind::TcpCrr => {
-                let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-                s.set_reuse_address(true)?;
-                s.bind(&addr.into())?;
-                s.listen(1024)?;
-                DataSock::Tcp(s.into())
-            }
-            TestKind::UdpRr => {
-                let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-                s.set_reuse_address(true)?;
-                s.bind(&addr.into())?;
-                DataSock::Udp(s.into())
-            }
+        ports: PortRange,
+    ) -> Result<Self, String> {
+        let sock = if spec.data_port != 0 {
+            bind_data(spec.test, SocketAddr::new(local_ip, spec.data_port)).map_err(|e| {
+                format!(
+                    "cannot open data port {}: {e} (the server's data ports are {ports}; pick a free one or leave -P out)",
+                    spec.data_port
+                )
+            })?
+        } else {
+            candidate_ports(ports)
+                .find_map(|p| bind_data(spec.test, SocketAddr::new(local_ip, p)).ok())
+                .ok_or_else(|| format!("no free data port in the server's range {ports}"))?
         };
         let port = match &sock {
-            DataSock::Tcp(l) => l.local_addr()?.port(),
-            DataSock::Udp(u) => u.local_addr()?.port(),
-        };
+            DataSock::Tcp(l) => l.local_addr(),
+            DataSock::Udp(u) => u.local_addr(),
+        }
+        .map_err(|e| format!("data socket: {e}"))?
+        .port();
         let idle = idle + Duration::from_millis(spec.interval_ms);
         Ok(Self {
             spec: spec.clone(),
@@ -560,7 +1083,16 @@ impl DataTest {
             port,
             peer_ip,
             idle,
+            started: Instant::now(),
+            last_activity_ms: AtomicU64::new(0),
         })
+    }
+
+    /// Note that the client was heard from (UDP and TCP_CRR threads; TCP_RR's activity
+    /// is read from its sockets' `tcp_info`, to keep the clock off its hot path).
+    fn heard(&self) {
+        self.last_activity_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     fn configure(&self, s: &TcpStream) -> io::Result<()> {
@@ -605,6 +1137,7 @@ impl DataTest {
                     threads.push(
                         std::thread::Builder::new()
                             .name("serve-rr".into())
+                            .stack_size(DATA_THREAD_STACK)
                             .spawn(move || t.serve_rr(s, &st))?,
                     );
                 }
@@ -617,6 +1150,7 @@ impl DataTest {
                     threads.push(
                         std::thread::Builder::new()
                             .name("serve-crr".into())
+                            .stack_size(DATA_THREAD_STACK)
                             .spawn(move || t.serve_crr(&st))?,
                     );
                 }
@@ -628,6 +1162,7 @@ impl DataTest {
                     threads.push(
                         std::thread::Builder::new()
                             .name("serve-udp".into())
+                            .stack_size(DATA_THREAD_STACK)
                             .spawn(move || t.serve_udp(&st))?,
                     );
                 }
@@ -638,6 +1173,7 @@ impl DataTest {
             .and_then(|s| sockopt::congestion(s).ok())
             .or(spec.congestion.clone());
         Ok(RunningTest {
+            test: this,
             stop,
             streams,
             listener_fd,
@@ -687,6 +1223,7 @@ impl DataTest {
                 continue;
             }
             c.connections += 1;
+            self.heard();
             let _ = s.set_read_timeout(Some(POLL_TICK));
             let _ = s.set_write_timeout(Some(POLL_TICK));
             let t0 = Instant::now();
@@ -736,6 +1273,7 @@ impl DataTest {
                 continue;
             }
             idle_since = Instant::now();
+            self.heard();
             seen += 1;
             if self
                 .spec
@@ -789,6 +1327,22 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
 }
 
 impl RunningTest {
+    /// How long the client has sent nothing: TCP_RR from its sockets' `tcp_info`
+    /// (`tcpi_last_data_recv`, the most recently active stream), the others from the
+    /// data threads' last note. `None` before anything can be said.
+    fn quiet_for(&self) -> Option<Duration> {
+        if !self.streams.is_empty() {
+            return self
+                .streams
+                .iter()
+                .filter_map(|s| sockopt::tcp_info(s).ok())
+                .map(|ti| Duration::from_millis(u64::from(ti.last_data_recv_ms)))
+                .min();
+        }
+        let last = Duration::from_millis(self.test.last_activity_ms.load(Ordering::Relaxed));
+        self.test.started.elapsed().checked_sub(last)
+    }
+
     /// Snapshot `tcp_info`, stop every thread and add up the counters.
     fn finish(self) -> ServerReport {
         let mut report = ServerReport {

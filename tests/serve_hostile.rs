@@ -1,0 +1,632 @@
+//! `rttlab serve` against peers that attack it, on loopback, each attack next to a
+//! legitimate `rttlab rr` client that must be served throughout. Attackers connect
+//! from other loopback addresses (127.0.0.2 and up) as a remote attacker would; the
+//! legitimate client comes from 127.0.0.1.
+//!
+//! Witnesses: the server's own replies (each refusal names its limit), the legitimate
+//! client's transaction count against `-n`, the server process's RSS and thread count
+//! from /proc, the kernel's socket table (a port someone else holds stays theirs), and
+//! the kernel's list of congestion-control algorithms (no module loaded on request).
+
+mod common;
+
+use common::{bin, json, ServeChild};
+use rttlab::probe::control::{
+    self, ClientMsg, ServerMsg, TestKind, TestSpec, MAGIC, PROTOCOL_VERSION,
+};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A TCP connection to `port` on 127.0.0.1 from 127.0.0.`from`.
+fn connect_from(from: u8, port: u16) -> std::io::Result<TcpStream> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    s.bind(&SockAddr::from(SocketAddr::from((
+        Ipv4Addr::new(127, 0, 0, from),
+        0,
+    ))))?;
+    s.connect_timeout(
+        &SockAddr::from(SocketAddr::from(([127, 0, 0, 1], port))),
+        Duration::from_secs(2),
+    )?;
+    Ok(s.into())
+}
+
+/// Let this process hold the thousand sockets of a flood.
+fn raise_fd_limit() {
+    // SAFETY: plain struct filled and read by the kernel.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max.min(8192);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+}
+
+/// VmRSS in KiB and the thread count of a process, from /proc.
+fn rss_and_threads(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap()
+    };
+    (field("VmRSS:"), field("Threads:"))
+}
+
+fn secret_file(secret: &str) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), format!("{secret}\n")).unwrap();
+    std::fs::set_permissions(f.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    f
+}
+
+/// Runs an attack on its own thread until dropped; bounded in time by `stop`.
+struct Attack {
+    stop: Arc<AtomicBool>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Drop for Attack {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// 1 000 idle connections (held open), 100 peers sending one byte a second
+/// (reconnecting whenever dropped) and a stream of garbage frames, from 127.0.0.2–23.
+fn flood(port: u16, deadline: Duration) -> (Attack, Arc<AtomicU64>, Arc<AtomicU64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let garbage_sent = Arc::new(AtomicU64::new(0));
+    let idle_opened = Arc::new(AtomicU64::new(0));
+    let t_end = Instant::now() + deadline;
+    let mut threads = Vec::new();
+    for src in 0..10u8 {
+        let stop = Arc::clone(&stop);
+        let opened = Arc::clone(&idle_opened);
+        threads.push(thread::spawn(move || {
+            let mut held = Vec::new();
+            for _ in 0..100 {
+                if stop.load(Ordering::Relaxed) || Instant::now() > t_end {
+                    break;
+                }
+                if let Ok(c) = connect_from(2 + src, port) {
+                    held.push(c);
+                    opened.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            while !stop.load(Ordering::Relaxed) && Instant::now() < t_end {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }));
+    }
+    for src in 0..10u8 {
+        let stop = Arc::clone(&stop);
+        threads.push(thread::spawn(move || {
+            let mut conns: Vec<Option<TcpStream>> = (0..10).map(|_| None).collect();
+            let hello = br#"{"type":"hello","magic":"rttlab","version":2,"nonce_hex":""}"#;
+            let mut frame = (hello.len() as u32).to_be_bytes().to_vec();
+            frame.extend_from_slice(hello);
+            let mut at = 0usize;
+            while !stop.load(Ordering::Relaxed) && Instant::now() < t_end {
+                for c in &mut conns {
+                    if c.is_none() {
+                        *c = connect_from(12 + src, port).ok();
+                    }
+                    let ok = c
+                        .as_mut()
+                        .is_some_and(|s| s.write_all(&frame[at % frame.len()..][..1]).is_ok());
+                    if !ok {
+                        *c = None;
+                    }
+                }
+                at += 1;
+                thread::sleep(Duration::from_secs(1));
+            }
+        }));
+    }
+    {
+        let stop = Arc::clone(&stop);
+        let sent = Arc::clone(&garbage_sent);
+        threads.push(thread::spawn(move || {
+            let frames: [&[u8]; 4] = [
+                &u32::MAX.to_be_bytes(),
+                b"\x00\x00\x00\x05hello",
+                b"\x00\x00\x00\x0f{\"type\":\"done\"}",
+                b"\x00\x00\x10\x00{\"type\":\"hello\"",
+            ];
+            for i in 0..100_000usize {
+                if stop.load(Ordering::Relaxed) || Instant::now() > t_end {
+                    break;
+                }
+                if let Ok(mut c) = connect_from(22, port) {
+                    let _ = c.write_all(frames[i % frames.len()]);
+                    let _ = c.set_read_timeout(Some(Duration::from_millis(20)));
+                    let _ = c.read(&mut [0u8; 256]);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    (Attack { stop, threads }, garbage_sent, idle_opened)
+}
+
+/// Under the flood a legitimate client completes 10 tests in a row, each within one
+/// handshake deadline (5 s) of starting, and the server's memory and threads stay
+/// bounded; run once without and once with a secret.
+#[test]
+fn a_client_is_served_through_idle_slow_and_garbage_floods() {
+    raise_fd_limit();
+    let key = secret_file("flood secret");
+    for secret in [false, true] {
+        let mut args = vec!["--handshake-timeout", "5s"];
+        let path = key.path().to_str().unwrap().to_owned();
+        if secret {
+            args.extend(["--secret-file", &path]);
+        }
+        let srv = ServeChild::start(&args);
+        let (rss_before, _) = rss_and_threads(srv.child.id());
+        let (attack, garbage, idle) = flood(srv.port, Duration::from_secs(60));
+        thread::sleep(Duration::from_millis(1500));
+        let (mut rss_max, mut threads_max, mut slowest) = (0, 0, Duration::ZERO);
+        for i in 0..10 {
+            let mut rr = srv.rr_command(&["-n", "50", "--json"]);
+            if secret {
+                rr.args(["--secret-file", &path]);
+            }
+            let t0 = Instant::now();
+            let o = rr.output().unwrap();
+            let took = t0.elapsed();
+            let v = json(&o);
+            assert_eq!(v["transactions"], 50, "run {i}: {}", stderr(&o));
+            assert_eq!(v["remote_transactions"], 50, "run {i}");
+            assert!(
+                took < Duration::from_secs(5),
+                "run {i} (secret {secret}) took {took:?}: more than one handshake deadline"
+            );
+            slowest = slowest.max(took);
+            let (rss, threads) = rss_and_threads(srv.child.id());
+            rss_max = rss_max.max(rss);
+            threads_max = threads_max.max(threads);
+        }
+        drop(attack);
+        let (garbage, idle) = (
+            garbage.load(Ordering::Relaxed),
+            idle.load(Ordering::Relaxed),
+        );
+        eprintln!(
+            "flood (secret {secret}): {idle} idle connections, {garbage} garbage ones; \
+             slowest of 10 runs {slowest:?}; server RSS {rss_before} KiB before, at most \
+             {rss_max} KiB; at most {threads_max} threads"
+        );
+        assert!(idle >= 990, "the idle flood opened {idle} connections");
+        assert!(garbage > 10, "the garbage stream ran");
+        // 64 handshakes, one accept thread, a test's two: bounded by the pool, not
+        // by the 1 100 connections of the attack.
+        assert!(threads_max <= 80, "{threads_max} threads");
+        assert!(rss_max < 64 * 1024, "{rss_max} KiB");
+    }
+}
+
+#[test]
+fn hostile_frames_get_an_error_and_the_server_keeps_serving() {
+    let srv = ServeChild::start(&[]);
+    for bytes in [
+        &u32::MAX.to_be_bytes()[..],
+        b"\x00\x00\x00\x05hello",
+        b"\x00\x00\x00\x0f{\"type\":\"done\"}",
+        // A handshake frame over 4 KiB.
+        b"\x00\x00\x20\x00{",
+    ] {
+        let mut c = connect_from(2, srv.port).unwrap();
+        c.write_all(bytes).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = Vec::new();
+        let _ = c.read_to_end(&mut reply);
+        assert!(
+            String::from_utf8_lossy(&reply).contains("\"error\""),
+            "{bytes:?} → {:?}",
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    let v = json(&srv.rr(&["-n", "100", "--json"]));
+    assert_eq!(v["transactions"], 100);
+}
+
+/// One byte a second cannot stretch the handshake: the deadline is for all of it.
+#[test]
+fn a_slow_handshake_is_cut_at_the_deadline() {
+    let srv = ServeChild::start(&["--handshake-timeout", "2s"]);
+    let mut c = connect_from(2, srv.port).unwrap();
+    let hello = br#"{"type":"hello","magic":"rttlab","version":2,"nonce_hex":""}"#;
+    let mut frame = (hello.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(hello);
+    let t0 = Instant::now();
+    let mut cut = None;
+    for b in &frame {
+        if c.write_all(std::slice::from_ref(b)).is_err() {
+            cut = Some(t0.elapsed());
+            break;
+        }
+        c.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        match c.read(&mut [0u8; 512]) {
+            Ok(_) => {
+                cut = Some(t0.elapsed());
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => {
+                cut = Some(t0.elapsed());
+                break;
+            }
+        }
+    }
+    let cut = cut.expect("the server never cut a 1-byte-per-500-ms handshake");
+    // 2 s deadline; a per-read timeout would never have cut it (it would take 40 s).
+    assert!(
+        cut >= Duration::from_millis(1900) && cut < Duration::from_secs(6),
+        "{cut:?}"
+    );
+}
+
+/// Hello, Challenge, Auth with `proof` from 127.0.0.`from`; the server's reply.
+fn auth_attempt(from: u8, port: u16, proof: &[u8]) -> String {
+    let mut c = connect_from(from, port).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    control::write_msg(
+        &mut c,
+        &ClientMsg::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            nonce_hex: control::to_hex(&[3u8; 32]),
+        },
+    )
+    .unwrap();
+    match control::read_msg::<_, ServerMsg>(&mut c) {
+        Ok(ServerMsg::Challenge { .. }) => {}
+        Ok(ServerMsg::Error { message }) => return message,
+        other => panic!("{other:?}"),
+    }
+    control::write_msg(
+        &mut c,
+        &ClientMsg::Auth {
+            mac_hex: control::to_hex(proof),
+        },
+    )
+    .unwrap();
+    match control::read_msg::<_, ServerMsg>(&mut c) {
+        Ok(ServerMsg::Error { message }) => message,
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn secrets_are_proved_both_ways_and_guessing_is_rate_limited() {
+    let key = secret_file("correct horse");
+    let path = key.path().to_str().unwrap();
+    let srv = ServeChild::start(&["--secret-file", path]);
+    let port = srv.port.to_string();
+    let rr = |extra: &[&str], env: Option<&str>| {
+        let mut c = Command::new(bin());
+        c.args(["rr", "-H", "127.0.0.1", "-p", &port, "-n", "10", "--json"])
+            .args(extra)
+            .env_remove("RTTLAB_SECRET");
+        if let Some(e) = env {
+            c.env("RTTLAB_SECRET", e);
+        }
+        c.output().unwrap()
+    };
+    assert!(stderr(&rr(&[], None)).contains("requires a secret"));
+    let wrong = secret_file("wrong");
+    let o = rr(&["--secret-file", wrong.path().to_str().unwrap()], None);
+    assert!(
+        stderr(&o).contains("authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        json(&rr(&["--secret-file", path], None))["transactions"],
+        10
+    );
+    assert_eq!(json(&rr(&[], Some("correct horse")))["transactions"], 10);
+
+    // A client with a secret refuses a server that does not ask for one.
+    let open = ServeChild::start(&[]);
+    let o = open.rr(&["-n", "10", "--secret-file", path]);
+    assert!(
+        stderr(&o).contains("did not ask for the secret"),
+        "{}",
+        stderr(&o)
+    );
+
+    // Twenty wrong answers from one address, four at a time (inside the per-source
+    // handshake cap of 8): five are judged (a few more may race past the check at
+    // connect), the rest refused at connect; a client from elsewhere is served.
+    let replies: Vec<String> = (0..5)
+        .flat_map(|_| {
+            thread::scope(|s| {
+                let hs: Vec<_> = (0..4)
+                    .map(|_| s.spawn(|| auth_attempt(7, srv.port, &[0u8; 32])))
+                    .collect();
+                hs.into_iter()
+                    .map(|h| h.join().unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let failed = replies
+        .iter()
+        .filter(|r| r.contains("authentication failed"))
+        .count();
+    let locked = replies
+        .iter()
+        .filter(|r| r.contains("too many failed authentications"))
+        .count();
+    assert!(
+        (5..=8).contains(&failed) && failed + locked == 20,
+        "{failed} judged, {locked} locked out: {replies:?}"
+    );
+    assert!(auth_attempt(7, srv.port, &[0u8; 32]).contains("too many failed"));
+    assert_eq!(
+        json(&rr(&["--secret-file", path], None))["transactions"],
+        10
+    );
+}
+
+/// A relay between client and server that changes one byte of the `nth` frame going
+/// `to_server` (or coming back): the frame's tag no longer verifies.
+fn tampering_relay(server: u16, nth: usize, to_server: bool) -> (u16, thread::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = thread::spawn(move || {
+        let (client, _) = l.accept().unwrap();
+        let upstream = TcpStream::connect(("127.0.0.1", server)).unwrap();
+        let pump = |mut from: TcpStream, mut to: TcpStream, tamper: Option<usize>| {
+            thread::spawn(move || {
+                let mut n = 0;
+                loop {
+                    let mut len = [0u8; 4];
+                    if from.read_exact(&mut len).is_err() {
+                        break;
+                    }
+                    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                    if from.read_exact(&mut body).is_err() {
+                        break;
+                    }
+                    n += 1;
+                    if tamper == Some(n) {
+                        let last = body.len() - 2;
+                        body[last] ^= 0x01;
+                    }
+                    if to
+                        .write_all(&len)
+                        .and_then(|()| to.write_all(&body))
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                let _ = to.shutdown(std::net::Shutdown::Write);
+            })
+        };
+        let a = pump(
+            client.try_clone().unwrap(),
+            upstream.try_clone().unwrap(),
+            to_server.then_some(nth),
+        );
+        let b = pump(upstream, client, (!to_server).then_some(nth));
+        let _ = a.join();
+        let _ = b.join();
+    });
+    (port, h)
+}
+
+#[test]
+fn a_frame_altered_after_authentication_ends_the_conversation() {
+    let key = secret_file("relay secret");
+    let path = key.path().to_str().unwrap();
+    let srv = ServeChild::start(&["--secret-file", path]);
+    // Client → server: Hello, Auth, then Start (the third) is altered.
+    let (port, relay) = tampering_relay(srv.port, 3, true);
+    let o = Command::new(bin())
+        .args(["rr", "-H", "127.0.0.1", "-p", &port.to_string(), "-n", "10"])
+        .args(["--secret-file", path])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("failed authentication"),
+        "{}",
+        stderr(&o)
+    );
+    relay.join().unwrap();
+    // Server → client: Challenge, then the Welcome (the server's proof) is altered.
+    let (port, relay) = tampering_relay(srv.port, 2, false);
+    let o = Command::new(bin())
+        .args(["rr", "-H", "127.0.0.1", "-p", &port.to_string(), "-n", "10"])
+        .args(["--secret-file", path])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("could not prove it knows the secret"),
+        "{}",
+        stderr(&o)
+    );
+    relay.join().unwrap();
+    assert_eq!(
+        json(&srv.rr(&["-n", "10", "--json", "--secret-file", path]))["transactions"],
+        10
+    );
+}
+
+#[test]
+fn data_ports_outside_the_range_or_held_by_others_are_refused() {
+    let srv = ServeChild::start(&["--data-ports", "20000-20999"]);
+    let o = srv.rr(&["-n", "5", "-P", "79"]);
+    assert!(
+        stderr(&o).contains("data port 79 is outside the server's data ports 20000-20999"),
+        "{}",
+        stderr(&o)
+    );
+    // A TCP listener and a UDP socket (with SO_REUSEADDR, which would let a careless
+    // server share the port) held by someone else inside the range.
+    let tcp = TcpListener::bind("127.0.0.1:20123").unwrap();
+    let o = srv.rr(&["-n", "5", "-P", "20123"]);
+    assert!(
+        stderr(&o).contains("cannot open data port 20123") && stderr(&o).contains("20000-20999"),
+        "{}",
+        stderr(&o)
+    );
+    drop(tcp);
+    let udp = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+    udp.set_reuse_address(true).unwrap();
+    udp.bind(&SockAddr::from(SocketAddr::from(([127, 0, 0, 1], 20124))))
+        .unwrap();
+    let udp: UdpSocket = udp.into();
+    let o = srv.rr(&["-t", "UDP_RR", "-n", "5", "-P", "20124"]);
+    assert!(
+        stderr(&o).contains("cannot open data port 20124"),
+        "{}",
+        stderr(&o)
+    );
+    // The port is still the owner's: every datagram sent to it arrives.
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..5u8 {
+        tx.send_to(&[i], "127.0.0.1:20124").unwrap();
+    }
+    udp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let got = (0..5).filter(|_| udp.recv(&mut [0u8; 8]).is_ok()).count();
+    assert_eq!(got, 5);
+    // Without -P the server picks inside its range.
+    let v = json(&srv.rr(&["-n", "5", "--json"]));
+    let p = v["settings"]["remote_data_port"].as_u64().unwrap();
+    assert!((20000..=20999).contains(&p), "{p}");
+}
+
+#[test]
+fn congestion_control_cpus_and_budgets_are_checked_before_anything_opens() {
+    let allowed =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
+    let available_before =
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap();
+    let srv = ServeChild::start(&["--max-streams", "4", "--max-memory", "2MiB"]);
+    let o = srv.rr(&["-n", "5", "--cc", "vegas"]);
+    assert!(
+        stderr(&o)
+            .contains("\"vegas\" is not in this server's net.ipv4.tcp_allowed_congestion_control"),
+        "{}",
+        stderr(&o)
+    );
+    // Nothing was loaded on the client's behalf (the client's own socket may have
+    // refused first: either way the kernel's list is unchanged).
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap(),
+        available_before
+    );
+    let first_allowed = allowed.split_whitespace().next().unwrap();
+    assert_eq!(
+        json(&srv.rr(&["-n", "5", "--json", "--cc", first_allowed]))["transactions"],
+        5
+    );
+    let o = srv.rr(&["-n", "5", "--streams", "8"]);
+    assert!(stderr(&o).contains("8 streams is outside 1..=4 (server limit --max-streams)"));
+    let o = srv.rr(&["-n", "5", "--streams", "4", "-r", "60000,60000"]);
+    assert!(
+        stderr(&o).contains("server memory budget") && stderr(&o).contains("of 2 MiB"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A server confined to CPU 0 pins only there.
+    let port = common::free_port();
+    let mut child = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(bin())
+        .args(["serve", "-L", &format!("127.0.0.1:{port}")])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_listening("127.0.0.1", port, None);
+    let o = Command::new(bin())
+        .args(["rr", "-H", "127.0.0.1", "-p", &port.to_string(), "-n", "5"])
+        .args(["-T", ",1"])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        stderr(&o).contains("server CPU 1 is not one the server may run on (0)"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A client that starts a one-hour test, connects its stream and goes silent: the
+/// server ends the test after its idle timeout, not after the hour.
+#[test]
+fn a_silent_test_is_ended_by_the_server() {
+    let srv = ServeChild::start(&["--idle-timeout", "1s"]);
+    let mut c = connect_from(2, srv.port).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    control::write_msg(
+        &mut c,
+        &ClientMsg::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            nonce_hex: String::new(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        control::read_msg::<_, ServerMsg>(&mut c).unwrap(),
+        ServerMsg::Welcome { .. }
+    ));
+    let spec = TestSpec {
+        test: TestKind::TcpRr,
+        request_size: 1,
+        response_size: 1,
+        max_duration_ms: 3_600_000,
+        interval_ms: 0,
+        data_port: 0,
+        streams: 1,
+        nodelay: true,
+        thin_linear_timeouts: false,
+        congestion: None,
+        server_cpu: None,
+        udp_drop_one_in: None,
+    };
+    control::write_msg(&mut c, &ClientMsg::Start { spec }).unwrap();
+    let ServerMsg::Ready { data_port } = control::read_msg(&mut c).unwrap() else {
+        panic!("no Ready")
+    };
+    let _data = connect_from(2, data_port).unwrap();
+    let t0 = Instant::now();
+    let reply: ServerMsg = control::read_msg(&mut c).unwrap();
+    let took = t0.elapsed();
+    match reply {
+        ServerMsg::Error { message } => {
+            assert!(message.contains("no data from the client"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(json(&srv.rr(&["-n", "5", "--json"]))["transactions"], 5);
+}
