@@ -173,7 +173,9 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     };
     // "This host" is namespace a of a pair the test made; the server runs in b.
     let pair = common::NetnsPair::new();
-    let _server = pair.serve_in_b(pair.b4, 12866, &[]);
+    // The server's admin lets clients choose cubic (the experiment's default), which
+    // this kernel registers but may not list as allowed for unprivileged users.
+    let _server = pair.serve_in_b(pair.b4, 12866, &["--allow-cc", "cubic"]);
     let dir = tmp.path().join("remote");
     let state = tmp.path().join("state");
     let sysctl = |key: &str| {

@@ -5,8 +5,12 @@
 //! A regular file can instead be mapped: records are then read in place (no read(2)
 //! copy, a sixth of a whole run), and pages already passed are released from the
 //! mapping every 4 MiB so the resident set stays bounded however long the file; the
-//! next 2 MiB are mapped ahead in one call rather than faulted in page by page.
+//! next 2 MiB are mapped ahead in one call rather than faulted in page by page. A
+//! mapped file cut while it is read (see [`super::mapped`]) ends the reading at the
+//! cut with [`CaptureError::Cut`]: its size is looked at every 2 MiB, and a record
+//! whose pages fault is never handed out.
 
+use super::mapped::{self, MappedFile};
 use super::CaptureError;
 use std::io::Read;
 
@@ -24,7 +28,9 @@ const POPULATE_STEP: usize = 2 << 20;
 pub struct Buffer<R> {
     r: Option<R>,
     buf: Vec<u8>,
-    map: Option<memmap2::Mmap>,
+    map: Option<MappedFile>,
+    /// The mapped file was found cut to this length.
+    cut: Option<usize>,
     /// Mapped bytes before this offset were released.
     released: usize,
     /// Mapped bytes before this offset were populated ahead of the reader.
@@ -42,6 +48,7 @@ impl<R: Read> Buffer<R> {
             r: Some(r),
             buf: vec![0; INITIAL],
             map: None,
+            cut: None,
             released: 0,
             populated: 0,
             start: 0,
@@ -52,14 +59,15 @@ impl<R: Read> Buffer<R> {
     }
 
     /// Read a mapped file in place.
-    pub fn mapped(map: memmap2::Mmap) -> Self {
-        let _ = map.advise(memmap2::Advice::Sequential);
+    pub fn mapped(map: MappedFile) -> Self {
+        let _ = map.map_ref().advise(memmap2::Advice::Sequential);
         Self {
             r: None,
             buf: Vec::new(),
             start: 0,
-            end: map.len(),
+            end: map.current_len(),
             map: Some(map),
+            cut: None,
             released: 0,
             populated: 0,
             eof: true,
@@ -70,9 +78,54 @@ impl<R: Read> Buffer<R> {
     #[inline]
     fn bytes(&self) -> &[u8] {
         match &self.map {
-            Some(m) => m,
+            Some(m) => m.map_ref(),
             None => &self.buf,
         }
+    }
+
+    /// Look at the mapped file's size again; a shorter file moves the end there.
+    fn recheck_len(&mut self) {
+        if let Some(m) = &self.map {
+            let len = m.current_len();
+            if len < self.end {
+                self.end = len.max(self.start);
+                self.cut = Some(len);
+            }
+        }
+    }
+
+    /// For a mapped file: fault in `[start, start + n)` and one page past it before
+    /// anyone reads them, and if a page turned out cut, learn where the file ends. A
+    /// file cut inside the record's last page keeps that page (its tail zeroed by the
+    /// kernel) but loses the next one, whose fault reveals the cut before the record
+    /// is handed out; the mapping's last page has no next page, so there the size is
+    /// asked directly. (A cut between this check and the engine's use of the record,
+    /// a window of one packet's processing, can still show it zeros.)
+    #[inline]
+    fn check_mapped(&mut self, n: usize) {
+        let Some(m) = &self.map else { return };
+        if self.cut.is_some() {
+            return;
+        }
+        let len = m.map_ref().len();
+        let ahead = (self.start + n)
+            .saturating_add(mapped::page_size())
+            .min(len);
+        mapped::touch(&m.map_ref()[self.start.min(ahead)..ahead]);
+        if let Some(fault) = m.fault_offset() {
+            let now = m.current_len().min(fault);
+            self.end = now.max(self.start).min(self.end);
+            self.cut = Some(now);
+        } else if ahead == len {
+            self.recheck_len();
+        }
+    }
+
+    fn cut_error(&self) -> Option<CaptureError> {
+        self.cut.map(|len| CaptureError::Cut {
+            len: len as u64,
+            offset: self.offset,
+        })
     }
 
     /// File offset of the current position.
@@ -91,6 +144,7 @@ impl<R: Read> Buffer<R> {
                 why: format!("a record of {n} bytes (over {MAX_RECORD})"),
             });
         }
+        self.check_mapped(n);
         if self.end - self.start < n && !self.eof {
             let Some(r) = self.r.as_mut() else {
                 return Ok(&[]);
@@ -127,6 +181,11 @@ impl<R: Read> Buffer<R> {
     pub fn exact(&mut self, n: usize, why: &'static str) -> Result<Option<&[u8]>, CaptureError> {
         let offset = self.offset;
         let got = self.fill(n)?.len();
+        if got < n {
+            if let Some(e) = self.cut_error() {
+                return Err(e);
+            }
+        }
         if got == 0 {
             return Ok(None);
         }
@@ -160,7 +219,10 @@ impl<R: Read> Buffer<R> {
     pub fn consume(&mut self, n: usize) {
         self.start += n;
         self.offset += n as u64;
-        if let Some(m) = &self.map {
+        if self.map.is_some() && self.start + POPULATE_STEP > self.populated {
+            self.recheck_len();
+        }
+        if let Some(m) = self.map.as_ref().map(MappedFile::map_ref) {
             if self.start + POPULATE_STEP > self.populated && self.populated < m.len() {
                 // Map the next step's pages in one call (MADV_POPULATE_READ, Linux
                 // 5.14) rather than one fault per 64 KiB as the reader reaches them;

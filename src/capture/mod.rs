@@ -4,6 +4,7 @@
 
 pub mod buffer;
 pub mod live;
+pub mod mapped;
 pub mod pcap;
 pub mod pcapng;
 
@@ -33,6 +34,10 @@ pub enum CaptureError {
     Truncated { offset: u64, why: &'static str },
     #[error("the capture is corrupt at byte {offset}: {why}; the packets before it were read")]
     Corrupt { offset: u64, why: String },
+    /// The file shrank while it was read (log rotation that truncates, such as
+    /// tcpdump's `-C`/`-W` reopening its oldest file).
+    #[error("the capture file was cut to {len} bytes while it was read (rotated?); the packets before byte {offset} were read")]
+    Cut { len: u64, offset: u64 },
 }
 
 /// A pcap or pcapng reader, chosen by the file's magic number.
@@ -54,7 +59,7 @@ impl<R: Read> CaptureReader<R> {
     ///
     /// # Errors
     /// As [`Self::new`].
-    pub fn mapped(map: memmap2::Mmap) -> Result<Self, CaptureError> {
+    pub fn mapped(map: mapped::MappedFile) -> Result<Self, CaptureError> {
         Self::with_buffer(buffer::Buffer::mapped(map))
     }
 

@@ -5,6 +5,7 @@ use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use rttlab::capture::live::LiveCapture;
+use rttlab::capture::mapped::MappedFile;
 use rttlab::capture::CaptureReader;
 use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
@@ -299,20 +300,21 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             }
             None => false,
         };
-        // A regular file is mapped and read in place; stdin, pipes and gzip stream.
-        let map = match &file {
+        // A regular file is mapped and read in place (guarded against being cut
+        // underneath); stdin, pipes and gzip stream.
+        let (map, file) = match file {
             Some(f) if !gzip && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {
-                // SAFETY: the mapping is read-only; a capture file being truncated
-                // underneath by another process would fault (SIGBUS), as for any
-                // reader that maps files (tcpdump's libpcap reads instead, and so
-                // does rttlab for pipes and stdin).
-                unsafe { memmap2::Mmap::map(f) }.ok()
+                match MappedFile::map(f) {
+                    Ok(m) => (Some(m), None),
+                    Err(f) => (None, Some(f)),
+                }
             }
-            _ => None,
+            other => (None, other),
         };
-        let raw: Box<dyn Read> = match file {
-            Some(f) => Box::new(f),
-            None => Box::new(std::io::stdin().lock()),
+        let raw: Box<dyn Read> = match (file, &map) {
+            (Some(f), _) => Box::new(f),
+            (None, Some(_)) => Box::new(std::io::empty()),
+            (None, None) => Box::new(std::io::stdin().lock()),
         };
         let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
         // A gzip-compressed capture (1f 8b) is read through a decompressor.

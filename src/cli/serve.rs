@@ -5,7 +5,7 @@ use super::values;
 use anyhow::Context;
 use clap::Args;
 use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
-use rttlab::probe::server::{Server, ServerConfig};
+use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// Connections in the handshake at once from one address (IPv6: one /64).
     #[arg(long, default_value_t = 8)]
     pub max_handshakes_per_source: usize,
+    /// Also let clients choose this congestion control (repeatable), beyond
+    /// net.ipv4.tcp_allowed_congestion_control; only algorithms the kernel has already
+    /// loaded are ever used, so no client can make it load a module.
+    #[arg(long = "allow-cc", value_name = "NAME")]
+    pub allow_cc: Vec<String>,
     /// Do not log one line per test on stderr.
     #[arg(short, long)]
     pub quiet: bool,
@@ -118,6 +123,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         max_handshakes: a.max_handshakes,
         max_handshakes_per_source: a.max_handshakes_per_source,
         max_memory_bytes: a.max_memory,
+        congestion: CongestionPolicy::Allowed(a.allow_cc),
         log: !a.quiet,
     };
     let secured = config.secret.is_some();

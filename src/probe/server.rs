@@ -20,8 +20,9 @@
 //!   and never shared with a socket someone else holds (UDP sockets are bound without
 //!   `SO_REUSEADDR`; TCP listeners keep it only to rebind over their own `TIME_WAIT`,
 //!   and Linux refuses it over another listener); congestion control only from
-//!   `net.ipv4.tcp_allowed_congestion_control` (anything else could make a root
-//!   process load a kernel module, `tcp_ca_find_autoload`); CPUs only from the
+//!   `net.ipv4.tcp_allowed_congestion_control` and the admin's `--allow-cc`, and
+//!   only algorithms already registered (anything else could make a root process
+//!   load a kernel module, `tcp_ca_find_autoload`); CPUs only from the
 //!   server's own affinity mask; and the test's estimated memory must fit the global
 //!   budget. Every refusal is an Error message naming the limit and its value.
 //! - **A running test** ends when the client has sent no data for the idle timeout
@@ -93,8 +94,23 @@ pub struct ServerConfig {
     pub max_handshakes_per_source: usize,
     /// Memory all running tests together may be estimated to use, in bytes.
     pub max_memory_bytes: u64,
+    /// Which congestion controls a client may ask for.
+    pub congestion: CongestionPolicy,
     /// Log one line per test on stderr.
     pub log: bool,
+}
+
+/// Which congestion-control algorithms a client may choose for the server's sockets.
+/// Every policy accepts only algorithms the kernel has already registered
+/// (`tcp_available_congestion_control`), so no request can make the kernel load a
+/// module (`tcp_ca_find_autoload` would, for a root process).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CongestionPolicy {
+    /// What the host's admin lets unprivileged users choose
+    /// (`net.ipv4.tcp_allowed_congestion_control`), plus these names.
+    Allowed(Vec<String>),
+    /// Any registered algorithm: a server serving its own run only.
+    AnyRegistered,
 }
 
 impl Default for ServerConfig {
@@ -111,6 +127,7 @@ impl Default for ServerConfig {
             max_handshakes: 64,
             max_handshakes_per_source: 8,
             max_memory_bytes: 512 << 20,
+            congestion: CongestionPolicy::Allowed(Vec::new()),
             log: false,
         }
     }
@@ -126,6 +143,7 @@ impl ServerConfig {
             listen: vec![listen],
             limits: Limits::own_run(),
             max_memory_bytes: 4 << 30,
+            congestion: CongestionPolicy::AnyRegistered,
             ..Self::default()
         }
     }
@@ -730,7 +748,7 @@ fn converse(
         ))));
     }
     validate(&spec, &shared.config.limits).map_err(Failure::Refuse)?;
-    check_host(&spec, &shared.cpus).map_err(Failure::Refuse)?;
+    check_host(&spec, &shared.cpus, &shared.config.congestion).map_err(Failure::Refuse)?;
     let _slot = take_slot(&spec, shared).map_err(Failure::Refuse)?;
     let _ = conv.ctl.set_write_timeout(Some(shared.config.idle_timeout));
     shared
@@ -939,17 +957,32 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
     Ok(())
 }
 
-/// Check what depends on this host: the congestion control is one unprivileged users
-/// may choose (so no request can make the kernel load a module), and the CPU is one
-/// the server may run on.
-fn check_host(spec: &TestSpec, cpus: &[usize]) -> Result<(), String> {
+fn sysctl_words(key: &str) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/sys/{}", key.replace('.', "/")))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Check what depends on this host: the congestion control is one the policy allows
+/// and the kernel has registered (so no request can make it load a module), and the
+/// CPU is one the server may run on.
+fn check_host(spec: &TestSpec, cpus: &[usize], policy: &CongestionPolicy) -> Result<(), String> {
     if let Some(cc) = &spec.congestion {
-        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
-            .unwrap_or_default();
-        if !allowed.split_whitespace().any(|a| a == cc) {
+        let registered = sysctl_words("net.ipv4.tcp_available_congestion_control");
+        let allowed = match policy {
+            CongestionPolicy::Allowed(extra) => {
+                let mut a = sysctl_words("net.ipv4.tcp_allowed_congestion_control");
+                a.extend(extra.iter().filter(|e| registered.contains(e)).cloned());
+                a
+            }
+            CongestionPolicy::AnyRegistered => registered.clone(),
+        };
+        if !allowed.contains(cc) || !registered.contains(cc) {
             return Err(format!(
-                "congestion control {cc:?} is not in this server's net.ipv4.tcp_allowed_congestion_control ({})",
-                allowed.trim()
+                "congestion control {cc:?} is not one this server allows ({}: net.ipv4.tcp_allowed_congestion_control and serve --allow-cc, among those the kernel has loaded)",
+                allowed.join(" ")
             ));
         }
     }
