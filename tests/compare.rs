@@ -144,8 +144,11 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("<figure id=\"cdf.svg\"><svg"));
     std::fs::remove_file(dir.path().join("report.html")).unwrap();
+    // `--out DIR` names the directory itself: re-rendered in place.
     let again = Command::new(bin())
         .arg("report")
+        .arg(dir.path())
+        .arg("--out")
         .arg(dir.path())
         .output()
         .unwrap();

@@ -149,16 +149,29 @@ fn interval_sweep_records_both_tools_at_every_interval() {
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("<figure id=\"mean-latency.svg\"><svg"));
-    // `rttlab report` renders the same page from the same files.
+    // `rttlab report` prints the tables and leaves the directory as it was; with
+    // --out it renders the same page from the same files elsewhere.
     std::fs::remove_file(dir.path().join("report.html")).unwrap();
+    let tables = std::fs::read_to_string(dir.path().join("tables.txt")).unwrap();
     let o = Command::new(bin())
         .arg("report")
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&tables));
+    assert!(!dir.path().join("report.html").exists());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .arg("report")
+        .arg(dir.path())
+        .arg("--out")
+        .arg(elsewhere.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
+        std::fs::read_to_string(elsewhere.path().join("report.html")).unwrap(),
         html
     );
 }

@@ -6,21 +6,30 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Reads run.json to learn which experiment wrote DIR, recomputes the tables from the raw
-files (trials.jsonl, <layer>.hist.csv, …) and writes the tables, the SVG charts and
-report.html again.
+Reads run.json to learn which experiment wrote DIR (and its results schema: directories
+of any earlier rttlab are read; a newer one is refused by name), recomputes the tables
+and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …) and
+prints the tables. DIR itself is never changed: with --out the raw files are copied
+there and the tables, SVG charts and report.html are written beside them (--out DIR
+re-renders DIR in place).
 
-Example:
-  rttlab report results/compare-1763800000")]
+Examples:
+  rttlab report results/compare-1763800000
+  rttlab report docs/results/blackout-route --out /tmp/blackout-route")]
 pub struct ReportArgs {
     /// A results directory written by `rttlab compare` or `rttlab experiment`.
     pub dir: PathBuf,
+    /// Write the re-rendered results directory here.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let text = rttlab::experiment::render_report(&a.dir)
+    let text = rttlab::experiment::render_report_to(&a.dir, a.out.as_deref())
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
     print!("{text}");
-    println!("Report: {}", a.dir.join("report.html").display());
+    if let Some(out) = &a.out {
+        println!("Report: {}", out.join("report.html").display());
+    }
     Ok(())
 }

@@ -661,6 +661,47 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
         .collect()
 }
 
+/// The raw trials of the results directory `dir` with their derived fields (the model's
+/// prediction and boundary, the recovery path) recomputed by this rttlab from the
+/// settings and HZ in `run.json` and each trial's own counters: a directory an older
+/// version wrote (without `boundary_ms`, or before `no_drop`) renders with every
+/// conclusion today's would draw.
+///
+/// # Errors
+/// `run.json` cannot be read or lacks the settings.
+pub fn recompute(
+    dir: &Path,
+    mut trials: Vec<TrialRecord>,
+) -> Result<Vec<TrialRecord>, BlackoutError> {
+    let text = std::fs::read_to_string(dir.join("run.json"))
+        .map_err(|e| BlackoutError::Setup(format!("{}: {e}", dir.display())))?;
+    let run: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| BlackoutError::Setup(e.to_string()))?;
+    let s: Settings = serde_json::from_value(run["settings"].clone())
+        .map_err(|e| BlackoutError::Setup(format!("run.json settings: {e}")))?;
+    let hz = run["host"]["hz"]
+        .as_u64()
+        .and_then(|h| u32::try_from(h).ok())
+        .ok_or_else(|| BlackoutError::Setup("run.json has no host.hz".into()))?;
+    let drop_at = s.blackout_by.drop_at();
+    for r in &mut trials {
+        (r.predicted_ms, r.boundary_ms) =
+            predict(r.rto_min_ms, r.thin, r.disruption_ms, hz, drop_at);
+        if r.error.is_none() {
+            let dropped = (s.blackout_by == BlackoutBy::Emulator).then_some(r.dropped_frames);
+            r.path = path_of(
+                r.loss_probes,
+                r.timeouts,
+                r.idle_ms,
+                r.disruption_ms,
+                dropped,
+            )
+            .into();
+        }
+    }
+    Ok(trials)
+}
+
 /// Write the tables, charts and report of `trials` into the results directory `out`
 /// (summary.json, tables.txt, *.svg, report.html), returning the tables' text.
 ///

@@ -2,11 +2,21 @@
 //! per finished trial, flushed as it is written, so an interrupted run keeps what it
 //! measured), and the rendered tables and report. Opening a directory that holds a run
 //! with the same settings resumes it.
+//!
+//! `run.json` names the layout's version in `"schema"` ([`SCHEMA`]); a directory
+//! without one was written by rttlab 0.1 (version 1). Reports are always recomputed
+//! from the raw files, so a directory of any version this rttlab reads renders with
+//! today's derived fields, and one of a newer version is refused by name.
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+
+/// The version of the results layout this rttlab writes.
+pub const SCHEMA_VERSION: u32 = 2;
+/// Its name in `run.json`.
+pub const SCHEMA: &str = "rttlab.results/2";
 
 /// Errors of a results directory.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +27,9 @@ pub enum ResultsError {
         "{path} holds a run with other settings ({what} differs); give another --out, or remove it"
     )]
     Mismatch { path: String, what: String },
+    /// Written by a newer rttlab whose layout this one does not know.
+    #[error("{path} was written with results schema version {version}; this rttlab reads versions 1 to {SCHEMA_VERSION}: render it with a newer rttlab")]
+    Schema { path: String, version: u64 },
 }
 
 /// An open results directory.
@@ -129,6 +142,7 @@ pub fn write_run(
     std::fs::create_dir_all(path).map_err(io(path))?;
     let run = path.join("run.json");
     let meta = serde_json::json!({
+        "schema": SCHEMA,
         "tool": concat!("rttlab ", env!("CARGO_PKG_VERSION")),
         "experiment": experiment,
         "settings": settings,
@@ -157,10 +171,37 @@ pub fn read_histogram(
     })
 }
 
+/// The layout version of a `run.json`: its `"schema"` (`rttlab.results/N`), or 1 for
+/// the directories rttlab 0.1 wrote without one.
+///
+/// # Errors
+/// A schema this rttlab does not read (another name, or a newer version).
+pub fn schema_version(run: &serde_json::Value, path: &Path) -> Result<u32, ResultsError> {
+    let Some(schema) = run.get("schema") else {
+        return Ok(1);
+    };
+    let version = schema
+        .as_str()
+        .and_then(|s| s.strip_prefix("rttlab.results/"))
+        .and_then(|v| v.parse::<u64>().ok())
+        .ok_or_else(|| ResultsError::Io {
+            path: path.display().to_string(),
+            msg: format!("unknown results schema {schema}"),
+        })?;
+    match u32::try_from(version) {
+        Ok(v) if (1..=SCHEMA_VERSION).contains(&v) => Ok(v),
+        _ => Err(ResultsError::Schema {
+            path: path.display().to_string(),
+            version,
+        }),
+    }
+}
+
 /// The experiment a results directory holds (from its `run.json`), and that file's text.
 ///
 /// # Errors
-/// No readable `run.json`, or one without an experiment name.
+/// No readable `run.json`, one without an experiment name, or a schema this rttlab does
+/// not read.
 pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
     let run = path.join("run.json");
     let text = std::fs::read_to_string(&run).map_err(io(&run))?;
@@ -168,6 +209,7 @@ pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
         path: run.display().to_string(),
         msg: e.to_string(),
     })?;
+    schema_version(&v, &run)?;
     let name = v["experiment"].as_str().ok_or_else(|| ResultsError::Io {
         path: run.display().to_string(),
         msg: "no \"experiment\" field: not a results directory of this rttlab".into(),
@@ -188,9 +230,47 @@ pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsEr
         .collect())
 }
 
+/// Copy the results directory `from` into `to` (created; files only, one level), so
+/// that a report can be rendered there without touching the original.
+///
+/// # Errors
+/// A file cannot be read or written.
+pub fn copy_dir(from: &Path, to: &Path) -> Result<(), ResultsError> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    for entry in std::fs::read_dir(from).map_err(io(from))? {
+        let entry = entry.map_err(io(from))?;
+        if entry.file_type().map_err(io(from))?.is_file() {
+            let dest = to.join(entry.file_name());
+            std::fs::copy(entry.path(), &dest).map_err(io(&dest))?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schema_versions_old_current_and_newer() {
+        let p = Path::new("run.json");
+        assert_eq!(
+            schema_version(&serde_json::json!({"experiment": "x"}), p).unwrap(),
+            1
+        );
+        assert_eq!(
+            schema_version(&serde_json::json!({"schema": SCHEMA}), p).unwrap(),
+            SCHEMA_VERSION
+        );
+        let e = schema_version(&serde_json::json!({"schema": "rttlab.results/9"}), p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("schema version 9") && e.contains("newer rttlab"),
+            "{e}"
+        );
+        assert!(schema_version(&serde_json::json!({"schema": "other/1"}), p).is_err());
+    }
 
     #[test]
     fn resumes_the_same_run_and_refuses_another() {
