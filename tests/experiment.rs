@@ -184,11 +184,28 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
             .unwrap();
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     };
+    let original_thin = sysctl("net.ipv4.tcp_thin_linear_timeouts");
+    assert_eq!(original_thin, "0");
+    // The user tuned thin timeouts on earlier: the experiment must leave that as it
+    // found it, and `rttlab tune revert` must still be able to undo it.
+    let bin = bin();
+    let tuned = common::NetnsPair::exec(
+        &pair.a,
+        &[bin.to_str().unwrap(), "tune", "thin", "set", "on"],
+    )
+    .env("RTTLAB_STATE_DIR", &state)
+    .output()
+    .unwrap();
+    assert!(
+        tuned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tuned.stderr)
+    );
     let before = (
         sysctl("net.ipv4.tcp_rto_min_us"),
         sysctl("net.ipv4.tcp_thin_linear_timeouts"),
     );
-    let bin = bin();
+    assert_eq!(before.1, "1");
     let o = common::NetnsPair::exec(
         &pair.a,
         &[
@@ -202,7 +219,7 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
             "--rto-min",
             "50ms",
             "--thin",
-            "on",
+            "off",
             "--disruption",
             "200ms",
             "--trials",
@@ -233,8 +250,22 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&tables.stdout).contains("rttlab_blackout"));
-    let journal = std::fs::read_to_string(state.join("tune.json")).unwrap_or_default();
-    assert!(!journal.contains("tcp_rto_min_us"), "{journal}");
+    // The journal holds the user's entry alone (the thin value before the user's
+    // change), none of the experiment's.
+    let journal: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state.join("tune.json")).unwrap()).unwrap();
+    let entries = journal.as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{journal}");
+    assert_eq!(entries[0]["key"], "net.ipv4.tcp_thin_linear_timeouts");
+    assert_eq!(entries[0]["previous"], "0");
+    assert!(entries[0].get("owner").is_none(), "{journal}");
+    let reverted =
+        common::NetnsPair::exec(&pair.a, &[bin.to_str().unwrap(), "tune", "revert", "--all"])
+            .env("RTTLAB_STATE_DIR", &state)
+            .output()
+            .unwrap();
+    assert!(reverted.status.success());
+    assert_eq!(sysctl("net.ipv4.tcp_thin_linear_timeouts"), original_thin);
     // The emulator is not there to black out a remote path.
     let refused = common::NetnsPair::exec(
         &pair.a,
@@ -252,4 +283,85 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("needs the lab"));
+}
+
+/// A blackout run killed while its nftables blackout is in place leaves the table and
+/// its knobs recorded: `rttlab tune revert --all` removes the table and restores them.
+/// Witnesses: nft(8) and sysctl(8) in the namespace.
+#[test]
+fn a_killed_remote_blackout_is_undone_by_tune_revert() {
+    let Some((_g, tmp)) = start("a_killed_remote_blackout_is_undone_by_tune_revert") else {
+        return;
+    };
+    let pair = common::NetnsPair::new();
+    let _server = pair.serve_in_b(pair.b4, 12866, &["--allow-cc", "cubic"]);
+    let state = tmp.path().join("state");
+    let sysctl = |key: &str| {
+        let o = common::NetnsPair::exec(&pair.a, &["sysctl", "-n", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let tables = || {
+        let o = common::NetnsPair::exec(&pair.a, &["nft", "list", "tables"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).contains("rttlab_blackout")
+    };
+    let before = sysctl("net.ipv4.tcp_rto_min_us");
+    let bin = bin();
+    let mut child = common::NetnsPair::exec(
+        &pair.a,
+        &[
+            bin.to_str().unwrap(),
+            "experiment",
+            "blackout",
+            "-H",
+            pair.b4,
+            "--mechanism",
+            "sysctl",
+            "--rto-min",
+            "5ms",
+            "--thin",
+            "off",
+            "--disruption",
+            "1500ms",
+            "--trials",
+            "1",
+            "--out",
+            tmp.path().join("run").to_str().unwrap(),
+        ],
+    )
+    .env("RTTLAB_STATE_DIR", &state)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    while !tables() {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no blackout began");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // `ip netns exec` execs rttlab: this is SIGKILL to rttlab itself.
+    let _ = child.kill();
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        tables(),
+        "the killed run's table is still there (the test needs it)"
+    );
+    assert_eq!(sysctl("net.ipv4.tcp_rto_min_us"), "5000");
+    let o = common::NetnsPair::exec(&pair.a, &[bin.to_str().unwrap(), "tune", "revert", "--all"])
+        .env("RTTLAB_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("nft delete table inet rttlab_blackout"),
+        "{said}"
+    );
+    assert!(!tables());
+    assert_eq!(sysctl("net.ipv4.tcp_rto_min_us"), before);
+    assert!(!state.join("tune.json").exists());
 }

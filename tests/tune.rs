@@ -5,7 +5,7 @@
 mod common;
 
 use common::{bin, NetnsPair};
-use rttlab::kernel::hz;
+use rttlab::kernel::{hz, route};
 use std::process::{Command, Output};
 
 struct Tune {
@@ -226,4 +226,206 @@ fn bad_input_changes_nothing() {
         !t.state.path().join("tune.json").exists(),
         "failed changes leave no journal entry"
     );
+}
+
+fn ip_in(ns: &str, args: &[&str]) -> String {
+    let o = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Every route of every table, as iproute2 prints them in detail; without the IPv6
+/// link-local ones, which the kernel adds on its own as the veth's address comes up.
+fn all_routes(ns: &str) -> String {
+    ip_in(ns, &["-4", "-d", "route", "show", "table", "all"])
+        + &ip_in(ns, &["-6", "-d", "route", "show", "table", "all"])
+            .lines()
+            .filter(|l| !l.contains("fe80:"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+}
+
+/// A route with more than a gateway (metric, source, locked mtu, window, realm, an
+/// unlocked rto_min) and a route of a policy-routing table: setting rto_min changes the
+/// route the kernel uses for the address and nothing else, and revert puts back every
+/// route exactly (the unlocked rto_min unlocked). Witness: iproute2's own listing.
+#[test]
+fn routes_round_trip_exactly_through_set_and_revert() {
+    if !common::privileged("routes_round_trip_exactly_through_set_and_revert") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let t = Tune::new();
+    ip_in(
+        &n.a,
+        &[
+            "route",
+            "add",
+            "198.18.77.0/24",
+            "via",
+            n.b4,
+            "dev",
+            &n.dev_a,
+            "metric",
+            "77",
+            "src",
+            n.a4,
+            "mtu",
+            "lock",
+            "1400",
+            "window",
+            "65535",
+            "realm",
+            "7",
+            "rto_min",
+            "30ms",
+        ],
+    );
+    ip_in(
+        &n.a,
+        &["rule", "add", "to", "198.18.88.0/24", "table", "100"],
+    );
+    ip_in(
+        &n.a,
+        &[
+            "route",
+            "add",
+            "198.18.88.0/24",
+            "via",
+            n.b4,
+            "dev",
+            &n.dev_a,
+            "table",
+            "100",
+        ],
+    );
+    // iproute2 always locks rto_min; unlock it (checked by iproute2 below) to have a
+    // route whose rto_min TCP ignores, which revert must put back unlocked.
+    let r = route::lookup(Some(&n.a), "198.18.77.1".parse().unwrap()).unwrap();
+    route::set_rto_min(
+        Some(&n.a),
+        &r,
+        Some(route::RtoMin {
+            ms: 30,
+            locked: false,
+        }),
+    )
+    .unwrap();
+    let before = all_routes(&n.a);
+    assert!(
+        before.contains("rto_min 30ms") && !before.contains("rto_min lock"),
+        "{before}"
+    );
+
+    t.ok(&[
+        "rto-min",
+        "set",
+        "5ms",
+        "--route",
+        "198.18.77.1",
+        "--netns",
+        &n.a,
+    ]);
+    let set = ip_in(&n.a, &["-d", "route", "show", "198.18.77.0/24"]);
+    assert!(set.contains("rto_min lock 5ms"), "{set}");
+    for kept in [
+        "metric 77",
+        "mtu lock 1400",
+        "window 65535",
+        "realm 7",
+        n.a4,
+    ] {
+        assert!(set.contains(kept), "{kept} lost: {set}");
+    }
+    t.ok(&[
+        "rto-min",
+        "set",
+        "5ms",
+        "--route",
+        "198.18.88.1",
+        "--netns",
+        &n.a,
+    ]);
+    let table100 = ip_in(&n.a, &["route", "show", "table", "100"]);
+    assert!(table100.contains("rto_min lock 5ms"), "{table100}");
+    assert!(
+        !ip_in(&n.a, &["route", "show", "table", "main", "198.18.88.0/24"]).contains("198.18.88"),
+        "a policy-routed address must change its own table's route, not add one to main"
+    );
+    t.ok(&["rto-min", "revert", "--netns", &n.a]);
+    assert_eq!(all_routes(&n.a), before);
+
+    // Loopback is a local route of the local table, never the default route.
+    let dry = t.ok(&[
+        "rto-min",
+        "set",
+        "5ms",
+        "--route",
+        "127.0.0.1",
+        "--netns",
+        &n.a,
+        "--dry-run",
+    ]);
+    assert!(
+        dry.contains("route replace local 127.0.0.1/32") && dry.contains("table local"),
+        "{dry}"
+    );
+}
+
+/// Two `rttlab tune` processes at once each record their change; reverting all undoes
+/// both. Witness: the sysctl files.
+#[test]
+fn concurrent_tune_runs_lose_no_journal_entry() {
+    if !common::privileged("concurrent_tune_runs_lose_no_journal_entry") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let t = Tune::new();
+    let read = |ns: &str, key: &str| {
+        let o = NetnsPair::exec(ns, &["sysctl", "-n", key])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    let before: Vec<String> = [&n.a, &n.b]
+        .iter()
+        .flat_map(|ns| {
+            [
+                read(ns, "net.ipv4.tcp_rto_min_us"),
+                read(ns, "net.ipv4.tcp_thin_linear_timeouts"),
+            ]
+        })
+        .collect();
+    for _ in 0..5 {
+        std::thread::scope(|s| {
+            for ns in [&n.a, &n.b] {
+                s.spawn(|| t.ok(&["rto-min", "set", "7ms", "--sysctl", "--netns", ns]));
+                s.spawn(|| t.ok(&["thin", "set", "on", "--netns", ns]));
+            }
+        });
+        let journal: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(t.state.path().join("tune.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(journal.as_array().unwrap().len(), 4, "{journal}");
+        t.ok(&["revert", "--all"]);
+        let after: Vec<String> = [&n.a, &n.b]
+            .iter()
+            .flat_map(|ns| {
+                [
+                    read(ns, "net.ipv4.tcp_rto_min_us"),
+                    read(ns, "net.ipv4.tcp_thin_linear_timeouts"),
+                ]
+            })
+            .collect();
+        assert_eq!(after, before);
+    }
 }

@@ -363,7 +363,15 @@ pub fn run(a: TuneArgs) -> anyhow::Result<()> {
         Knob::RtoMin { action } => rto_min(&j, action),
         Knob::Thin { action } => thin(&j, action),
         Knob::SynRto { action } => syn_rto(&j, action),
-        Knob::Revert { all: _, dry_run } => revert(&j, dry_run, |_| true),
+        Knob::Revert { all: _, dry_run } => {
+            if dry_run {
+                for e in j.all_entries()?.iter().rev() {
+                    println!("{}", e.change.revert_command());
+                }
+                return Ok(());
+            }
+            report_reverted(j.revert_all()?)
+        }
     }
 }
 
@@ -378,8 +386,12 @@ fn revert(
         }
         return Ok(());
     }
+    report_reverted(j.revert(which)?)
+}
+
+fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     let mut failed = 0;
-    for (c, r) in j.revert(which)? {
+    for (c, r) in done {
         match r {
             Ok(()) => println!("reverted: {}", c.revert_command()),
             Err(e) if e.contains("not found") => {
@@ -489,16 +501,18 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     bail!("a route's rto_min is whole milliseconds; {value:?} is not");
                 }
                 let ms = u32::try_from(value.as_millis()).context("rto_min too large")?;
-                let (ip, len) = match tuning::parse_prefix(&dest) {
-                    Some((ip, len)) => (ip, Some(len)),
-                    None => (
+                // An address: the route the kernel would use for it (`ip route get
+                // fibmatch`: local table and policy routing included). A prefix: that
+                // route of the main table.
+                let r = match tuning::parse_prefix(&dest) {
+                    Some((ip, len)) => route::find(&route::list(ns)?, ip, Some(len))?,
+                    None => route::lookup(
+                        ns,
                         dest.parse().with_context(|| {
                             format!("--route {dest:?} is not an address or prefix")
                         })?,
-                        None,
-                    ),
+                    )?,
                 };
-                let r = route::find(&route::list(ns)?, ip, len)?;
                 if at.dry_run {
                     println!("{}", r.ip_command(ns, Some(ms)));
                     return Ok(());
@@ -507,7 +521,15 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                 println!(
                     "route {}: rto_min {} → {ms} ms (locked)",
                     r.prefix(),
-                    prev.map_or("unset".into(), |p| format!("{p} ms"))
+                    prev.map_or("unset".into(), |p| format!(
+                        "{} ms{}",
+                        p.ms,
+                        if p.locked {
+                            ""
+                        } else {
+                            " (unlocked, so unused)"
+                        }
+                    ))
                 );
                 if sysctl::read(ns, RTO_MIN_US).is_err() {
                     eprintln!("warning: this kernel has no {RTO_MIN_US}; on kernels before 6.11 the delayed-ACK timer stays at 40 ms whatever rto_min is");
@@ -538,7 +560,9 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     && match c {
                         tuning::Change::RouteRtoMin { .. } => true,
                         tuning::Change::Sysctl { key, .. } => key == RTO_MIN_US,
-                        tuning::Change::SynRtoAttach { .. } => false,
+                        tuning::Change::SynRtoAttach { .. } | tuning::Change::NftTable { .. } => {
+                            false
+                        }
                     }
             })
         }

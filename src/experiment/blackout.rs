@@ -18,7 +18,7 @@
 
 use super::bench::Nft;
 use super::results::{ResultsDir, ResultsError};
-use crate::kernel::tuning::{self, Change, Journal};
+use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
 use crate::lab::control::Start;
 use crate::lab::emulator::Dir;
@@ -248,8 +248,6 @@ struct Bench {
     /// (namespace, peer) of each host whose knobs the run sets.
     hosts: Vec<(Option<String>, IpAddr)>,
     journal: Option<Journal>,
-    /// The route to the remote server (whose rto_min a route-mechanism run sets).
-    route_prefix: Option<String>,
 }
 
 impl Drop for Bench {
@@ -257,19 +255,11 @@ impl Drop for Bench {
         if let Some(s) = self.server_handle.take() {
             s.shutdown();
         }
+        // This run's own journal entries only (its nftables table, the knobs it set,
+        // each back to what it found): a value the user set earlier with `rttlab
+        // tune` stays, recorded under the user's own entry.
         if let Some(j) = &self.journal {
-            let _ = nft_here(None, REMOVE_TABLE);
-            let _ = j.revert(|c| match c {
-                Change::Sysctl {
-                    netns: None, key, ..
-                } => KNOBS.contains(&key.as_str()),
-                Change::RouteRtoMin {
-                    netns: None,
-                    prefix,
-                    ..
-                } => self.route_prefix.as_ref() == Some(prefix),
-                _ => false,
-            });
+            let _ = j.revert(|_| true);
         }
     }
 }
@@ -278,6 +268,8 @@ const KNOBS: [&str; 2] = [
     "net.ipv4.tcp_rto_min_us",
     "net.ipv4.tcp_thin_linear_timeouts",
 ];
+/// The nftables table of a host blackout.
+const NFT_TABLE: &str = "rttlab_blackout";
 /// Adding the (empty) table first makes the delete succeed whether or not it existed.
 const REMOVE_TABLE: &str = "table inet rttlab_blackout\ndelete table inet rttlab_blackout\n";
 
@@ -314,23 +306,22 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, BlackoutError> {
         server,
         hosts,
         journal: None,
-        route_prefix: None,
     })
 }
 
 fn remote_bench(server: SocketAddr) -> Result<Bench, BlackoutError> {
+    let journal = Journal::for_run("blackout");
+    // Journalled before it exists, so that after a crash `rttlab tune revert --all`
+    // removes it.
+    tuning::record_nft_table(&journal, None, "inet", NFT_TABLE)
+        .map_err(|e| setup_err("journal")(e.to_string()))?;
     nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
-    let route_prefix = route::list(None)
-        .ok()
-        .and_then(|r| route::find(&r, server.ip(), None).ok())
-        .map(|r| r.prefix());
     Ok(Bench {
         lab: None,
         server_handle: None,
         server,
         hosts: vec![(None, server.ip())],
-        journal: Some(Journal::default_location()),
-        route_prefix,
+        journal: Some(journal),
     })
 }
 
@@ -346,13 +337,14 @@ fn set_rto_min(
     let e = |e: &dyn std::fmt::Display| e.to_string();
     match mech {
         Mechanism::Route => {
-            let routes = route::list(ns).map_err(|x| e(&x))?;
-            let r = route::find(&routes, peer, None).map_err(|x| e(&x))?;
+            // The route the kernel uses for the peer (`ip route get fibmatch`).
+            let r = route::lookup(ns, peer).map_err(|x| e(&x))?;
             match j {
                 Some(j) => tuning::set_route_rto_min(j, ns, &r, Some(ms))
                     .map(drop)
                     .map_err(|x| e(&x)),
-                None => route::set_rto_min(ns, &r, Some(ms)).map_err(|x| e(&x)),
+                None => route::set_rto_min(ns, &r, Some(route::RtoMin { ms, locked: true }))
+                    .map_err(|x| e(&x)),
             }
         }
         Mechanism::Sysctl => set_knob(ns, KNOBS[0], &(u64::from(ms) * 1000).to_string(), j),

@@ -139,7 +139,7 @@ impl Override {
         let fs = PrivateBpfFs::mount()?;
         let s = SynRto::at(fs.0.join("syn_rto"));
         let cgroup = syn_rto::cgroup2_root().map_err(|x| e(&x))?;
-        let journal = Journal::default_location();
+        let journal = Journal::for_run("syn-rto");
         tuning::attach_syn_rto(&journal, &s, &cgroup).map_err(|x| e(&x))?;
         let o = Self {
             s,

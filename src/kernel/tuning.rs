@@ -5,12 +5,21 @@
 //! replaces. `revert` restores recorded values newest first and forgets the entries that
 //! were restored; a crash between journal and change leaves an entry whose revert is a
 //! no-op. Setting the same knob twice keeps the first, original, previous value.
+//!
+//! Each entry has an owner: the user's `rttlab tune` (none), or one run of an
+//! experiment. A run that sets a knob the user set earlier records the value it found
+//! (the user's) above the user's own entry, and at its end restores just that, leaving
+//! the user's entry for `rttlab tune revert`; `revert --all` unwinds every owner's
+//! entries newest first, so a crashed run's changes come off before the user's. The
+//! journal is read and rewritten under an exclusive `flock` on `tune.json.lock`, so
+//! concurrent runs lose no entry.
 
 use super::netns::NetnsError;
-use super::route::{self, RouteError};
+use super::route::{self, RouteError, RtoMin};
 use super::sysctl::{self, SysctlError};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
 /// One recorded change.
@@ -23,21 +32,52 @@ pub enum Change {
         key: String,
         previous: String,
     },
-    /// A route's rto_min (ms) before; `None` if it had none.
+    /// A route's rto_min before (`None` if it had none), exactly as it was: locked or
+    /// not. Journals of rttlab 0.1 lack `table` (the main table) and `previous_locked`
+    /// (they recorded locked values only).
     RouteRtoMin {
         netns: Option<String>,
         prefix: String,
+        #[serde(default = "main_table")]
+        table: u32,
         previous_ms: Option<u32>,
+        #[serde(default = "yes")]
+        previous_locked: bool,
     },
     /// The sock_ops program pinned at `pin_dir`, attached to `cgroup`.
     SynRtoAttach { pin_dir: String, cgroup: String },
+    /// An nftables table rttlab created (removed on revert).
+    NftTable {
+        netns: Option<String>,
+        family: String,
+        name: String,
+    },
+}
+
+fn main_table() -> u32 {
+    route::TABLE_MAIN
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A change with its owner (`None`: the user's `rttlab tune`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Entry {
+    #[serde(flatten)]
+    pub change: Change,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl Change {
     /// Namespace the change was made in.
     pub fn netns(&self) -> Option<&str> {
         match self {
-            Change::Sysctl { netns, .. } | Change::RouteRtoMin { netns, .. } => netns.as_deref(),
+            Change::Sysctl { netns, .. }
+            | Change::RouteRtoMin { netns, .. }
+            | Change::NftTable { netns, .. } => netns.as_deref(),
             Change::SynRtoAttach { .. } => None,
         }
     }
@@ -56,15 +96,17 @@ impl Change {
                 Change::RouteRtoMin {
                     netns: a,
                     prefix: p,
+                    table: t,
                     ..
                 },
                 Change::RouteRtoMin {
                     netns: b,
                     prefix: q,
+                    table: u,
                     ..
                 },
-            ) => a == b && p == q,
-            _ => false,
+            ) => a == b && p == q && t == u,
+            (x, y) => x == y,
         }
     }
 
@@ -79,14 +121,30 @@ impl Change {
             Change::RouteRtoMin {
                 netns,
                 prefix,
+                table,
                 previous_ms,
+                previous_locked,
             } => {
                 let n = netns.as_ref().map_or(String::new(), |n| format!(" -n {n}"));
+                let t = match *table {
+                    route::TABLE_MAIN => String::new(),
+                    route::TABLE_LOCAL => " table local".into(),
+                    t => format!(" table {t}"),
+                };
+                let lock = if *previous_locked { "lock " } else { "" };
                 match previous_ms {
-                    Some(ms) => format!("ip{n} route change {prefix} … rto_min {ms}ms"),
-                    None => format!("ip{n} route change {prefix} … (without rto_min)"),
+                    Some(ms) => format!("ip{n} route change {prefix}{t} … rto_min {lock}{ms}ms"),
+                    None => format!("ip{n} route change {prefix}{t} … (without rto_min)"),
                 }
             }
+            Change::NftTable {
+                netns,
+                family,
+                name,
+            } => match netns {
+                Some(n) => format!("ip netns exec {n} nft delete table {family} {name}"),
+                None => format!("nft delete table {family} {name}"),
+            },
             Change::SynRtoAttach { pin_dir, cgroup } => format!(
                 "bpftool cgroup detach {cgroup} sock_ops pinned {pin_dir}/prog && rm -r {pin_dir}"
             ),
@@ -118,27 +176,57 @@ pub enum TuneError {
         "journal {path}: {msg} (fix or remove it; it records what `rttlab tune revert` restores)"
     )]
     Journal { path: String, msg: String },
+    /// `nft` could not remove a table.
+    #[error("nft delete table {table}: {msg}")]
+    Nft { table: String, msg: String },
 }
 
 /// A change `revert` attempted, with its outcome (the error's message if it failed).
 pub type Reverted = (Change, Result<(), String>);
 
-/// The journal file.
+/// The journal file, as one owner sees it.
 pub struct Journal {
     path: PathBuf,
+    /// Whose entries this handle records and reverts (`None`: the user's).
+    owner: Option<String>,
+}
+
+/// Holds the journal's lock until dropped.
+struct Locked(std::fs::File);
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // SAFETY: a valid fd; unlocking cannot fail in a way that matters (closing
+        // the file releases the lock anyway).
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 impl Journal {
-    /// /run/rttlab/tune.json, or `$RTTLAB_STATE_DIR/tune.json`.
+    /// /run/rttlab/tune.json, or `$RTTLAB_STATE_DIR/tune.json`, for the user's changes.
     pub fn default_location() -> Self {
+        Self::at(crate::state_dir().join("tune.json"))
+    }
+
+    /// The default journal for the changes of one run of `what` (this process).
+    pub fn for_run(what: &str) -> Self {
         Self {
-            path: crate::state_dir().join("tune.json"),
+            owner: Some(format!("{what}-{}", std::process::id())),
+            ..Self::default_location()
         }
     }
 
-    /// A journal at `path`.
+    /// A journal at `path`, for the user's changes.
     pub fn at(path: PathBuf) -> Self {
-        Self { path }
+        Self { path, owner: None }
+    }
+
+    /// The same file, for the changes of `owner`.
+    pub fn owned_by(&self, owner: &str) -> Self {
+        Self {
+            path: self.path.clone(),
+            owner: Some(owner.to_owned()),
+        }
     }
 
     fn err(&self, msg: impl ToString) -> TuneError {
@@ -148,11 +236,34 @@ impl Journal {
         }
     }
 
-    /// The changes recorded, oldest first.
+    /// Take the journal's lock (`flock` on its `.lock` file, created if missing).
+    fn lock(&self) -> Result<Locked, TuneError> {
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| self.err(e))?;
+        }
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.path.with_extension("json.lock"))
+            .map_err(|e| self.err(e))?;
+        loop {
+            // SAFETY: a valid fd.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Locked(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(self.err(format!("flock: {e}")));
+            }
+        }
+    }
+
+    /// Every owner's entries, oldest first.
     ///
     /// # Errors
     /// Unreadable or corrupt journal.
-    pub fn entries(&self) -> Result<Vec<Change>, TuneError> {
+    pub fn all_entries(&self) -> Result<Vec<Entry>, TuneError> {
         match std::fs::read(&self.path) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| self.err(e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -160,10 +271,20 @@ impl Journal {
         }
     }
 
-    fn save(&self, all: &[Change]) -> Result<(), TuneError> {
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| self.err(e))?;
-        }
+    /// The changes this handle's owner recorded, oldest first.
+    ///
+    /// # Errors
+    /// Unreadable or corrupt journal.
+    pub fn entries(&self) -> Result<Vec<Change>, TuneError> {
+        Ok(self
+            .all_entries()?
+            .into_iter()
+            .filter(|e| e.owner == self.owner)
+            .map(|e| e.change)
+            .collect())
+    }
+
+    fn save(&self, all: &[Entry]) -> Result<(), TuneError> {
         if all.is_empty() {
             return match std::fs::remove_file(&self.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(self.err(e)),
@@ -176,25 +297,33 @@ impl Journal {
         std::fs::rename(&tmp, &self.path).map_err(|e| self.err(e))
     }
 
-    /// Record `c` unless the same knob is already recorded (its first value is the
-    /// original). Returns whether it was added.
+    /// Record `c` for this owner unless the same knob is already recorded by it (its
+    /// first value is the original). Returns whether it was added.
     ///
     /// # Errors
     /// The journal could not be written.
     pub fn record(&self, c: Change) -> Result<bool, TuneError> {
-        let mut all = self.entries()?;
-        if all.iter().any(|x| x.same_target(&c)) {
+        let _lock = self.lock()?;
+        let mut all = self.all_entries()?;
+        if all
+            .iter()
+            .any(|x| x.owner == self.owner && x.change.same_target(&c))
+        {
             return Ok(false);
         }
-        all.push(c);
+        all.push(Entry {
+            change: c,
+            owner: self.owner.clone(),
+        });
         self.save(&all)?;
         Ok(true)
     }
 
     /// Drop an entry whose change was never made.
     fn forget(&self, c: &Change) -> Result<(), TuneError> {
-        let mut all = self.entries()?;
-        all.retain(|x| x != c);
+        let _lock = self.lock()?;
+        let mut all = self.all_entries()?;
+        all.retain(|x| !(x.owner == self.owner && x.change == *c));
         self.save(&all)
     }
 
@@ -212,26 +341,40 @@ impl Journal {
         r
     }
 
-    /// Revert the recorded changes `which` selects, newest first. Returns each with the
-    /// outcome; entries that failed stay in the journal.
+    /// Revert this owner's recorded changes that `which` selects, newest first.
+    /// Returns each with the outcome; entries that failed stay in the journal.
     ///
     /// # Errors
     /// The journal could not be read or written.
     pub fn revert(&self, which: impl Fn(&Change) -> bool) -> Result<Vec<Reverted>, TuneError> {
-        let all = self.entries()?;
+        self.revert_entries(|e| e.owner == self.owner && which(&e.change))
+    }
+
+    /// Revert every owner's changes (a user's and any run's a crash left), newest
+    /// first.
+    ///
+    /// # Errors
+    /// The journal could not be read or written.
+    pub fn revert_all(&self) -> Result<Vec<Reverted>, TuneError> {
+        self.revert_entries(|_| true)
+    }
+
+    fn revert_entries(&self, which: impl Fn(&Entry) -> bool) -> Result<Vec<Reverted>, TuneError> {
+        let _lock = self.lock()?;
+        let all = self.all_entries()?;
         let mut keep = Vec::new();
         let mut done = Vec::new();
-        for c in all.into_iter().rev() {
-            if !which(&c) {
-                keep.push(c);
+        for e in all.into_iter().rev() {
+            if !which(&e) {
+                keep.push(e);
                 continue;
             }
-            let r = undo(&c);
+            let r = undo(&e.change);
             // A namespace that no longer exists took the change with it.
-            if r.as_ref().is_err_and(|e| !namespace_gone(e)) {
-                keep.push(c.clone());
+            if r.as_ref().is_err_and(|x| !namespace_gone(x)) {
+                keep.push(e.clone());
             }
-            done.push((c, r.map_err(|e| e.to_string())));
+            done.push((e.change, r.map_err(|x| x.to_string())));
         }
         keep.reverse();
         self.save(&keep)?;
@@ -258,13 +401,24 @@ fn undo(c: &Change) -> Result<(), TuneError> {
         Change::RouteRtoMin {
             netns,
             prefix,
+            table,
             previous_ms,
+            previous_locked,
         } => {
             let (ip, len) =
                 parse_prefix(prefix).ok_or_else(|| RouteError::NoRoute(prefix.clone()))?;
-            let r = route::find(&route::list(netns.as_deref())?, ip, Some(len))?;
-            Ok(route::set_rto_min(netns.as_deref(), &r, *previous_ms)?)
+            let r = route::get_exact(netns.as_deref(), ip, len, *table)?;
+            let previous = previous_ms.map(|ms| RtoMin {
+                ms,
+                locked: *previous_locked,
+            });
+            Ok(route::set_rto_min(netns.as_deref(), &r, previous)?)
         }
+        Change::NftTable {
+            netns,
+            family,
+            name,
+        } => delete_nft_table(netns.as_deref(), family, name),
         Change::SynRtoAttach { pin_dir, cgroup } => {
             let s = super::syn_rto::SynRto::at(pin_dir);
             if !s.is_attached() {
@@ -273,6 +427,48 @@ fn undo(c: &Change) -> Result<(), TuneError> {
             Ok(s.detach(std::path::Path::new(cgroup))?)
         }
     }
+}
+
+/// Remove an nftables table with `nft`; one that is already gone is fine.
+fn delete_nft_table(netns: Option<&str>, family: &str, name: &str) -> Result<(), TuneError> {
+    let table = format!("{family} {name}");
+    let out = super::netns::run_in(netns, || {
+        std::process::Command::new("nft")
+            .args(["delete", "table", family, name])
+            .output()
+    })?
+    .map_err(|e| TuneError::Nft {
+        table: table.clone(),
+        msg: format!("{e} (is nftables installed?)"),
+    })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() || stderr.contains("No such file or directory") {
+        Ok(())
+    } else {
+        Err(TuneError::Nft {
+            table,
+            msg: stderr.trim().to_owned(),
+        })
+    }
+}
+
+/// Record an nftables table about to be created, so that a crash leaves it to
+/// `rttlab tune revert --all`.
+///
+/// # Errors
+/// The journal could not be written.
+pub fn record_nft_table(
+    j: &Journal,
+    netns: Option<&str>,
+    family: &str,
+    name: &str,
+) -> Result<(), TuneError> {
+    j.record(Change::NftTable {
+        netns: netns.map(Into::into),
+        family: family.into(),
+        name: name.into(),
+    })
+    .map(drop)
 }
 
 /// Attach the sock_ops program, journalled.
@@ -334,23 +530,27 @@ pub fn set_sysctl(
     Ok(previous)
 }
 
-/// Set (or remove) a route's rto_min, journalled. Returns the previous value.
+/// Set (or remove) a route's rto_min (locked), journalled. Returns the previous
+/// value, locked or not.
 ///
 /// # Errors
-/// Refused replace, journal failure.
+/// Refused replace, a route a replace would change otherwise, journal failure.
 pub fn set_route_rto_min(
     j: &Journal,
     netns: Option<&str>,
     r: &route::Route,
     ms: Option<u32>,
-) -> Result<Option<u32>, TuneError> {
-    let previous = r.rto_min_locked().then(|| r.rto_min_ms()).flatten();
+) -> Result<Option<RtoMin>, TuneError> {
+    let previous = r.rto_min();
     let c = Change::RouteRtoMin {
         netns: netns.map(Into::into),
         prefix: r.prefix(),
-        previous_ms: previous,
+        table: r.table,
+        previous_ms: previous.map(|p| p.ms),
+        previous_locked: previous.is_some_and(|p| p.locked),
     };
-    j.journalled(c, || Ok(route::set_rto_min(netns, r, ms)?))?;
+    let new = ms.map(|ms| RtoMin { ms, locked: true });
+    j.journalled(c, || Ok(route::set_rto_min(netns, r, new)?))?;
     Ok(previous)
 }
 
