@@ -217,9 +217,10 @@ fn a_client_is_served_through_idle_slow_and_garbage_floods() {
         );
         assert!(idle >= 990, "the idle flood opened {idle} connections");
         assert!(garbage > 10, "the garbage stream ran");
-        // 64 handshakes, one accept thread, a test's two: bounded by the pool, not
-        // by the 1 100 connections of the attack.
-        assert!(threads_max <= 80, "{threads_max} threads");
+        // Control threads are capped at the pool (64) plus the test slots (32) plus 8
+        // on their way out; with main, accept and a test's data thread: at most 107,
+        // bounded by the pool, not by the 1 100 connections of the attack.
+        assert!(threads_max <= 107, "{threads_max} threads");
         assert!(rss_max < 64 * 1024, "{rss_max} KiB");
     }
 }

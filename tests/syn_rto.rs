@@ -223,3 +223,41 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
     let g = syn_gaps(&n, n.b4, 1.3);
     assert!(!g.is_empty() && g[0] > 990.0, "after detach {g:?}");
 }
+
+/// A detach the kernel refuses (here: asked of a cgroup the program is not attached
+/// to, with no journal entry to say where it is) keeps the pins and says so, so a
+/// second try with the right cgroup can still detach it. Witness: the pin files and
+/// the kernel's answer to that second try.
+#[test]
+fn a_refused_detach_keeps_the_pins() {
+    if !common::privileged("a_refused_detach_keeps_the_pins") {
+        return;
+    }
+    let fs = BpfFs::new();
+    let ov = Override {
+        pin: fs.0.path().join("rttlab").display().to_string(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    ov.run(&["add", "198.18.201.0/24", "100ms"]);
+    let root = rttlab::kernel::syn_rto::cgroup2_root().unwrap();
+    let other = root.join(format!("rttlab-test-{}", std::process::id()));
+    std::fs::create_dir(&other).unwrap();
+    let fresh_state = tempfile::tempdir().unwrap();
+    let detach = |cgroup: &std::path::Path| {
+        Command::new(bin())
+            .args(["tune", "syn-rto", "detach", "--pin-dir", &ov.pin, "--cgroup"])
+            .arg(cgroup)
+            .env("RTTLAB_STATE_DIR", fresh_state.path())
+            .output()
+            .unwrap()
+    };
+    let o = detach(&other);
+    let _ = std::fs::remove_dir(&other);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("refused to detach") && e.contains("kept"), "{e}");
+    assert!(std::path::Path::new(&ov.pin).join("prog").exists());
+    let o = detach(&root);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!std::path::Path::new(&ov.pin).join("prog").exists());
+}

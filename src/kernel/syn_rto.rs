@@ -79,6 +79,15 @@ pub enum SynRtoError {
     Map { path: String, msg: String },
     #[error(transparent)]
     Syscall(#[from] SyscallError),
+    /// The kernel refused to detach the program: it stays attached, so its pins stay
+    /// (without them nothing could detach it later).
+    #[error("the kernel refused to detach the program from {cgroup}: {source}; it is still attached, and its pins at {pin_dir} are kept so that `rttlab tune syn-rto detach --cgroup CGROUP` can retry (with the cgroup it is attached to)")]
+    DetachRefused {
+        cgroup: String,
+        pin_dir: String,
+        #[source]
+        source: SyscallError,
+    },
 }
 
 fn fs_magic(path: &Path) -> Option<i64> {
@@ -228,9 +237,15 @@ impl SynRto {
             )));
         }
         let prog = obj_get(&self.prog_pin())?;
-        let r = prog_attach(BPF_PROG_DETACH, cgroup, &prog);
-        self.unpin()?;
-        r
+        match prog_attach(BPF_PROG_DETACH, cgroup, &prog) {
+            Ok(()) => self.unpin(),
+            Err(SynRtoError::Syscall(source)) => Err(SynRtoError::DetachRefused {
+                cgroup: cgroup.display().to_string(),
+                pin_dir: self.pin_dir.display().to_string(),
+                source,
+            }),
+            Err(other) => Err(other),
+        }
     }
 
     fn unpin(&self) -> Result<(), SynRtoError> {

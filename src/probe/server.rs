@@ -46,7 +46,7 @@ use std::io::{self, Read};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,6 +64,9 @@ const END_GRACE: Duration = Duration::from_secs(10);
 const DATA_THREAD_STACK: usize = 256 * 1024;
 /// Stack of a control (handshake) thread.
 const CONTROL_THREAD_STACK: usize = 256 * 1024;
+/// Control threads allowed beyond the handshake pool and the test slots: dropped
+/// connections' threads on their way out.
+const CONTROL_THREAD_SLACK: usize = 8;
 /// What one stream is assumed to cost besides its payload buffers: its thread's stack
 /// and an allowance for its socket's kernel buffers.
 const STREAM_OVERHEAD_BYTES: u64 = DATA_THREAD_STACK as u64 + 256 * 1024;
@@ -229,6 +232,10 @@ struct Shared {
     active: AtomicU32,
     memory_in_use: AtomicU64,
     pool: Mutex<Pool>,
+    /// Control threads alive: those in the pool, those running a test, and dropped
+    /// ones still on their way out.
+    control_threads: Mutex<usize>,
+    control_thread_ended: Condvar,
     failures: Mutex<HashMap<SourceKey, Failures>>,
     stop: AtomicBool,
     counters: ServerCounters,
@@ -291,6 +298,8 @@ impl Server {
                 active: AtomicU32::new(0),
                 memory_in_use: AtomicU64::new(0),
                 pool: Mutex::new(Pool::default()),
+                control_threads: Mutex::new(0),
+                control_thread_ended: Condvar::new(),
                 failures: Mutex::new(HashMap::new()),
                 stop: AtomicBool::new(false),
                 counters: ServerCounters::default(),
@@ -446,14 +455,53 @@ fn admit(mut stream: TcpStream, peer: SocketAddr, shared: &Arc<Shared>) {
         });
         id
     };
+    // A dropped connection's thread takes a moment to end: wait for one to end rather
+    // than let a burst of connections raise the thread count past the pool and the
+    // test slots. Dropped threads end in microseconds, so this wait is short.
+    let cap = shared.config.max_handshakes
+        + shared.config.limits.max_concurrent_tests as usize
+        + CONTROL_THREAD_SLACK;
+    {
+        let mut live = shared
+            .control_threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        while *live >= cap {
+            live = shared
+                .control_thread_ended
+                .wait_timeout(live, Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *live += 1;
+    }
     let s = Arc::clone(shared);
     let spawned = std::thread::Builder::new()
         .name("serve-control".into())
         .stack_size(CONTROL_THREAD_STACK)
-        .spawn(move || handle_control(stream, peer, id, &s));
+        .spawn(move || {
+            let _alive = ControlThread(&s);
+            handle_control(stream, peer, id, &s);
+        });
     if spawned.is_err() {
         leave_pool(shared, id);
+        drop(ControlThread(shared));
         log(shared, "cannot start a thread for a control connection");
+    }
+}
+
+/// Counts a control thread out when it ends, however it ends.
+struct ControlThread<'a>(&'a Shared);
+
+impl Drop for ControlThread<'_> {
+    fn drop(&mut self) {
+        let mut live = self
+            .0
+            .control_threads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *live = live.saturating_sub(1);
+        self.0.control_thread_ended.notify_one();
     }
 }
 
