@@ -245,7 +245,14 @@ fn a_refused_detach_keeps_the_pins() {
     let fresh_state = tempfile::tempdir().unwrap();
     let detach = |cgroup: &std::path::Path| {
         Command::new(bin())
-            .args(["tune", "syn-rto", "detach", "--pin-dir", &ov.pin, "--cgroup"])
+            .args([
+                "tune",
+                "syn-rto",
+                "detach",
+                "--pin-dir",
+                &ov.pin,
+                "--cgroup",
+            ])
             .arg(cgroup)
             .env("RTTLAB_STATE_DIR", fresh_state.path())
             .output()

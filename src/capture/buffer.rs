@@ -24,6 +24,9 @@ const RELEASE_STEP: usize = 4 << 20;
 /// Pages ahead of the read position are mapped in steps this big.
 const POPULATE_STEP: usize = 2 << 20;
 
+/// Pages ahead of the read position are touched (checked for a cut) in steps this big.
+const TOUCH_STEP: usize = 64 << 10;
+
 /// A refillable window over a reader, or a mapped file.
 pub struct Buffer<R> {
     r: Option<R>,
@@ -31,6 +34,8 @@ pub struct Buffer<R> {
     map: Option<MappedFile>,
     /// The mapped file was found cut to this length.
     cut: Option<usize>,
+    /// Mapped bytes before this offset have been touched (and were there then).
+    touched: usize,
     /// Mapped bytes before this offset were released.
     released: usize,
     /// Mapped bytes before this offset were populated ahead of the reader.
@@ -49,6 +54,7 @@ impl<R: Read> Buffer<R> {
             buf: vec![0; INITIAL],
             map: None,
             cut: None,
+            touched: 0,
             released: 0,
             populated: 0,
             start: 0,
@@ -68,6 +74,7 @@ impl<R: Read> Buffer<R> {
             end: map.current_len(),
             map: Some(map),
             cut: None,
+            touched: 0,
             released: 0,
             populated: 0,
             eof: true,
@@ -99,24 +106,40 @@ impl<R: Read> Buffer<R> {
     /// file cut inside the record's last page keeps that page (its tail zeroed by the
     /// kernel) but loses the next one, whose fault reveals the cut before the record
     /// is handed out; the mapping's last page has no next page, so there the size is
-    /// asked directly. (A cut between this check and the engine's use of the record,
-    /// a window of one packet's processing, can still show it zeros.)
+    /// asked directly. Pages are touched [`TOUCH_STEP`] at a time as records reach
+    /// them; a cut after that shows as a fault when the engine reads the record, and
+    /// the fault flag is looked at before every record, so at most that one record
+    /// can have read zeros. The common case is two comparisons and one load.
     #[inline]
     fn check_mapped(&mut self, n: usize) {
+        if self.map.is_some()
+            && (self.start + n + mapped::page_size() > self.touched || mapped::fault_seen())
+        {
+            self.check_mapped_slow(n);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_mapped_slow(&mut self, n: usize) {
         let Some(m) = &self.map else { return };
         if self.cut.is_some() {
             return;
         }
         let len = m.map_ref().len();
-        let ahead = (self.start + n)
+        let need = (self.start + n)
             .saturating_add(mapped::page_size())
             .min(len);
-        mapped::touch(&m.map_ref()[self.start.min(ahead)..ahead]);
+        if need > self.touched {
+            let ahead = (need + TOUCH_STEP).min(len);
+            mapped::touch(&m.map_ref()[self.touched.max(self.start)..ahead]);
+            self.touched = ahead;
+        }
         if let Some(fault) = m.fault_offset() {
             let now = m.current_len().min(fault);
             self.end = now.max(self.start).min(self.end);
             self.cut = Some(now);
-        } else if ahead == len {
+        } else if need == len {
             self.recheck_len();
         }
     }
@@ -219,11 +242,15 @@ impl<R: Read> Buffer<R> {
     pub fn consume(&mut self, n: usize) {
         self.start += n;
         self.offset += n as u64;
-        if self.map.is_some() && self.start + POPULATE_STEP > self.populated {
+        let populate = self.map.as_ref().is_some_and(|m| {
+            self.start + POPULATE_STEP > self.populated && self.populated < m.map_ref().len()
+        });
+        if populate {
+            // Once per step: has the file been cut since?
             self.recheck_len();
         }
         if let Some(m) = self.map.as_ref().map(MappedFile::map_ref) {
-            if self.start + POPULATE_STEP > self.populated && self.populated < m.len() {
+            if populate {
                 // Map the next step's pages in one call (MADV_POPULATE_READ, Linux
                 // 5.14) rather than one fault per 64 KiB as the reader reaches them;
                 // older kernels refuse it and the faults happen as before.

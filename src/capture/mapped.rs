@@ -120,11 +120,13 @@ impl MappedFile {
     }
 
     /// The mapping.
+    #[inline]
     pub fn map_ref(&self) -> &memmap2::Mmap {
         &self.map
     }
 
     /// The offset of the first page found cut, if any.
+    #[inline]
     pub fn fault_offset(&self) -> Option<usize> {
         let f = FAULT_OFFSET.load(Ordering::SeqCst);
         (f != usize::MAX).then_some(f)
@@ -149,6 +151,12 @@ impl Drop for MappedFile {
         REGION_START.store(0, Ordering::SeqCst);
         IN_USE.store(false, Ordering::SeqCst);
     }
+}
+
+/// Whether any page of the guarded file has faulted (one load: the readers' fast path).
+#[inline]
+pub fn fault_seen() -> bool {
+    FAULT_OFFSET.load(Ordering::Relaxed) != usize::MAX
 }
 
 /// The page size (read when the first file is mapped; 4096 before).
