@@ -145,7 +145,7 @@ def pacing(n=2000, wait_us=1000):
                 pcap = tempfile.mktemp(suffix=".pcap")
                 td = subprocess.Popen(["tcpdump", "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "96", "--time-stamp-precision=nano", "-w", pcap, "tcp port 5002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)
-                out = subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-P", "5002", "-n", str(n), "-w", f"{wait_us}us", "--pace", pace, "-T", cpus,
+                out = subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-P", "20002", "-n", str(n), "-w", f"{wait_us}us", "--pace", pace, "-T", cpus,
                                       "--json"], capture_output=True, text=True).stdout
                 time.sleep(0.5)
                 td.terminate(); td.wait()

@@ -1,6 +1,6 @@
 //! rttlab: round-trip time at every layer, side by side.
 //!
-//! See DESIGN.md for the module map. Data flows one way: sources ([`probe`],
+//! See docs/ARCHITECTURE.md for the module map. Data flows one way: sources ([`probe`],
 //! [`kernel`]) → samples → [`stats`] → [`report`].
 
 pub mod capture;

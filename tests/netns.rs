@@ -35,19 +35,19 @@ fn remote_retransmits_rise_when_the_server_loses_packets() {
     }
     let n = NetnsPair::new();
     let srv = n.serve_in_b(n.b4, 12866, &[]);
-    // Drop one in five of the server's data segments (fixed data port 5001; PSH marks
+    // Drop one in five of the server's data segments (fixed data port 20001; PSH marks
     // data, so pure ACKs, which TCP never retransmits, are spared), counted,
     // where they arrive at the client: lost on the path, as far as the server knows.
     // (Dropped in the server's own OUTPUT hook instead, the send fails locally, TCP
-    // never counts it as sent and never retransmits it: KERNEL_RTO.md §7.)
+    // never counts it as sent and never retransmits it: docs/ARCHITECTURE.md §7.)
     NetnsPair::nft(
         &n.a,
         "table inet rttlab_test {
            counter dropped {}
-           chain inp { type filter hook input priority 0; tcp sport 5001 tcp flags & (syn|fin|rst|psh) == psh numgen inc mod 5 == 0 counter name dropped drop; }
+           chain inp { type filter hook input priority 0; tcp sport 20001 tcp flags & (syn|fin|rst|psh) == psh numgen inc mod 5 == 0 counter name dropped drop; }
          }",
     );
-    let v = json(&n.rttlab_in_a(&["rr", "-H", n.b4, "-P", "5001", "-n", "25", "--json"]));
+    let v = json(&n.rttlab_in_a(&["rr", "-H", n.b4, "-P", "20001", "-n", "25", "--json"]));
     let dropped = NetnsPair::nft_counter(&n.a, "rttlab_test", "dropped");
     let remote = v["remote_retrans"].as_u64().unwrap();
     assert!(dropped >= 4, "nft dropped {dropped}");
@@ -135,7 +135,7 @@ fn ping_agrees_with_iputils_ping() {
         return;
     }
     let n = NetnsPair::new();
-    // Same placement for both (DESIGN.md: a round trip across idle vCPUs costs tens of
+    // Same placement for both (docs/ARCHITECTURE.md: a round trip across idle vCPUs costs tens of
     // µs more than on one), so the comparison is of the tools, not of the scheduler.
     let bin = common::bin();
     let ours = NetnsPair::exec(
@@ -206,7 +206,7 @@ fn tcpinfo_looks_inside_a_named_namespace() {
             "-H",
             n.b4,
             "-P",
-            "5004",
+            "20004",
             "-l",
             "2",
             "-o",
@@ -219,7 +219,7 @@ fn tcpinfo_looks_inside_a_named_namespace() {
     std::thread::sleep(std::time::Duration::from_millis(800));
     // From the root namespace, look into b: the server's data socket, and nothing of a's.
     let o = std::process::Command::new(common::bin())
-        .args(["tcpinfo", "--netns", &n.b, "--sport", "5004", "--json"])
+        .args(["tcpinfo", "--netns", &n.b, "--sport", "20004", "--json"])
         .output()
         .unwrap();
     let _ = client.wait_with_output();
@@ -229,7 +229,7 @@ fn tcpinfo_looks_inside_a_named_namespace() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(lines.len(), 1, "{text}");
-    assert_eq!(lines[0]["local"], format!("{}:5004", n.b4));
+    assert_eq!(lines[0]["local"], format!("{}:20004", n.b4));
     assert!(lines[0]["remote"].as_str().unwrap().starts_with(n.a4));
     assert!(lines[0]["tcp_info"]["rtt_us"].as_u64().unwrap() > 0);
     drop(srv);

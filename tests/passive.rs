@@ -675,3 +675,63 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("CAP_NET_RAW"), "{err}");
 }
+
+/// A capture file cut while `rttlab passive` reads it (tcpdump `-C`/`-W` rotation
+/// truncates its oldest file): never a signal, and when the cut came before the end
+/// of the read, exit 1 with the cut and its offset named and the samples read so far
+/// on stdout. The file is the corpus capture's records repeated to 150 MB and the
+/// cut 20 ms into the read; a read that finished first is tried again, up to 5 times.
+/// Witness: the exit status and what was printed.
+#[test]
+fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
+    let raw = capture_bytes("rr-v4-gw.pcap.gz");
+    assert_eq!(
+        &raw[..4],
+        &0xa1b2_c3d4u32.to_le_bytes(),
+        "a little-endian pcap"
+    );
+    let (header, records) = raw.split_at(24);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.pcap");
+    let mut body = header.to_vec();
+    while body.len() < 150 << 20 {
+        body.extend_from_slice(records);
+    }
+    for attempt in 0..5 {
+        std::fs::write(&path, &body).unwrap();
+        let child = Command::new(bin())
+            .args(["passive", "-r"])
+            .arg(&path)
+            .args(["--method", "ts"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(body.len() as u64 / 4)
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(
+            o.status.code().is_some(),
+            "killed by a signal: {:?}",
+            o.status
+        );
+        if o.status.success() {
+            eprintln!("attempt {attempt}: the read ended before the cut; again");
+            continue;
+        }
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("was cut to") && err.contains("bytes while it was read"),
+            "{err}"
+        );
+        assert!(!o.stdout.is_empty(), "the samples before the cut were kept");
+        return;
+    }
+    panic!("in 5 attempts the read always finished before the cut");
+}

@@ -52,7 +52,7 @@ fn json_carries_each_cells_timeline_and_improvement() {
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2);
     let c5 = &cells[0];
-    // TLP 12–16, RTO1 28–32, RTO2 56–60, RTO3 108–112 ms (KERNEL_RTO.md §11): 110 ms.
+    // TLP 12–16, RTO1 28–32, RTO2 56–60, RTO3 108–112 ms (docs/ARCHITECTURE.md §11): 110 ms.
     assert_eq!(c5["idle_ms"], 110.0);
     assert_eq!(c5["timeline"].as_array().unwrap().len(), 4);
     assert_eq!(c5["timeline"][0]["kind"], "tlp");

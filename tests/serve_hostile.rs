@@ -649,3 +649,29 @@ fn a_silent_test_is_ended_by_the_server() {
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert_eq!(json(&srv.rr(&["-n", "5", "--json"]))["transactions"], 5);
 }
+
+/// As root, between namespaces: the server in b; 300 idle connections and then the
+/// legitimate client, all from a's one address. The per-source cap (8) drops the
+/// oldest silent connections as new ones come, so the client's is never the one
+/// dropped. Witness: the client's transaction count.
+#[test]
+fn idle_peers_on_the_clients_own_address_do_not_lock_it_out() {
+    if !common::privileged("idle_peers_on_the_clients_own_address_do_not_lock_it_out") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let _srv = pair.serve_in_b(pair.b4, 12866, &[]);
+    let b4 = pair.b4;
+    let held = rttlab::kernel::netns::run_in(Some(&pair.a), || {
+        (0..300)
+            .filter_map(|_| TcpStream::connect((b4, 12866)).ok())
+            .collect::<Vec<_>>()
+    })
+    .unwrap();
+    assert!(held.len() >= 290, "{} idle connections", held.len());
+    for _ in 0..5 {
+        let o = pair.rttlab_in_a(&["rr", "-H", pair.b4, "-n", "50", "--json"]);
+        assert_eq!(json(&o)["transactions"], 50, "{}", stderr(&o));
+    }
+    drop(held);
+}

@@ -184,7 +184,7 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
     }
 
     // The same entry set rto_min 5 ms on established connections: tcp_info.rto of a new
-    // connection is rto_min in whole jiffies plus one (KERNEL_RTO.md R1).
+    // connection is rto_min in whole jiffies plus one (docs/ARCHITECTURE.md R1).
     let srv = n.serve_in_b(n.b4, 12866, &[]);
     let _ = Command::new("ip")
         .args(["-n", &n.a, "tcp_metrics", "flush", "all"])

@@ -95,10 +95,10 @@ fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
     // RTT vs Response/Request Interval").
     let n = NetnsPair::new();
     let srv = n.serve_in_b(n.b4, 12866, &[]);
-    let r0 = server_srtt(&n, 5010, "0");
-    let r10 = server_srtt(&n, 5011, "10ms");
-    let r25 = server_srtt(&n, 5012, "25ms");
-    let r80 = server_srtt(&n, 5013, "80ms");
+    let r0 = server_srtt(&n, 20010, "0");
+    let r10 = server_srtt(&n, 20011, "10ms");
+    let r25 = server_srtt(&n, 20012, "25ms");
+    let r80 = server_srtt(&n, 20013, "80ms");
     drop(srv);
     assert!(r0 < 2_000.0, "w=0: {r0} µs");
     assert!((8_000.0..20_000.0).contains(&r10), "w=10ms: {r10} µs");

@@ -1,5 +1,5 @@
 //! `rttlab tune` in namespaces the test makes: the effect is checked on a new
-//! connection's tcp_info.rto (the kernel's own word) against KERNEL_RTO.md's rule R1 at
+//! connection's tcp_info.rto (the kernel's own word) against docs/ARCHITECTURE.md's rule R1 at
 //! this kernel's HZ, and on `ip route show` / the sysctl files — not on rttlab's output.
 
 mod common;
@@ -38,7 +38,7 @@ impl Tune {
 }
 
 /// Forget cached RTTs in `ns`: `tcp_init_metrics` would otherwise start a new
-/// connection's RTO from the last one's RTT (KERNEL_RTO.md §10).
+/// connection's RTO from the last one's RTT (docs/ARCHITECTURE.md §10).
 fn flush_metrics(ns: &str) {
     let o = Command::new("ip")
         .args(["-n", ns, "tcp_metrics", "flush", "all"])

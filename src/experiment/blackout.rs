@@ -155,7 +155,7 @@ pub const NO_DROP: &str = "no_drop";
 
 /// The recovery path from the kernel's counters: any loss probe or timeout is the
 /// TLP/RTO schedule; a stall with neither is the zero-window-probe timer of a send the
-/// local hook refused (never counted as sent, so never retransmitted: KERNEL_RTO.md §7).
+/// local hook refused (never counted as sent, so never retransmitted: docs/ARCHITECTURE.md §7).
 /// An emulator's window that dropped nothing (`dropped` `Some(0)`) met no frame
 /// although TCP_RR sends thousands a second: the hosts, or the emulator itself, were
 /// stalled for all of D, so whatever TCP did was not recovering from this blackout —

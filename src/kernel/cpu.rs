@@ -1,5 +1,5 @@
 //! CPU placement. On a small VM where an idle vCPU halts, a round trip between two
-//! vCPUs costs ~85 µs and on one vCPU ~5 µs (DESIGN.md), so where each end ran is a
+//! vCPUs costs ~85 µs and on one vCPU ~5 µs (docs/ARCHITECTURE.md), so where each end ran is a
 //! setting of every result, like the interval.
 
 use super::SyscallError;

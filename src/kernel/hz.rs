@@ -1,7 +1,7 @@
 //! The running kernel's CONFIG_HZ, which no interface reports directly (`CLK_TCK` is
 //! USER_HZ, always 100). TCP shows it: a new connection's RTO after a µs-scale RTT
 //! sample is rto_min rounded up to whole jiffies plus one jiffy (`tcp_set_rto`,
-//! `usecs_to_jiffies`; KERNEL_RTO.md rule R1), e.g. 204 ms at HZ=250, 201 ms at 1000.
+//! `usecs_to_jiffies`; docs/ARCHITECTURE.md rule R1), e.g. 204 ms at HZ=250, 201 ms at 1000.
 
 use super::sockopt;
 use std::io;
@@ -25,7 +25,7 @@ pub fn usecs_to_jiffies(us: u64, hz: u32) -> u64 {
 /// `icsk_rto` in jiffies once RTT samples of `srtt_us` have set rttvar to rto_min:
 /// `__tcp_set_rto` = `usecs_to_jiffies(srtt + rttvar)` with `rttvar = max(mdev,
 /// tcp_rto_min_us)` (`tcp_rtt_estimator`), and `tcp_rto_min_us` a whole number of
-/// jiffies — so any srtt > 0 adds one (KERNEL_RTO.md rule R1).
+/// jiffies — so any srtt > 0 adds one (docs/ARCHITECTURE.md rule R1).
 pub fn rto_jiffies(srtt_us: u64, rto_min_us: u64, hz: u32) -> u64 {
     let t = jiffy_us(hz);
     (usecs_to_jiffies(rto_min_us, hz) * t + srtt_us.max(1)).div_ceil(t)
@@ -48,7 +48,7 @@ pub fn detect(rto_min_us: u64) -> io::Result<u32> {
     for _ in 0..8 {
         // A fresh loopback address each time: the tcp_metrics cache keeps the RTT of
         // past connections per destination, and `tcp_init_metrics` then sets the RTO
-        // from the cached RTT instead (KERNEL_RTO.md §10).
+        // from the cached RTT instead (docs/ARCHITECTURE.md §10).
         let mut b = [0u8; 3];
         getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
         let l = TcpListener::bind((std::net::Ipv4Addr::new(127, b[0], b[1], b[2].max(2)), 0))?;
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn jiffies_round_up_like_the_kernel() {
-        // KERNEL_RTO.md §2: 5 ms → 2 j at HZ=250, 50 ms → 13 j, 200 ms → 50 j.
+        // docs/ARCHITECTURE.md §2: 5 ms → 2 j at HZ=250, 50 ms → 13 j, 200 ms → 50 j.
         assert_eq!(
             [5, 50, 200, 100, 1000].map(|m| usecs_to_jiffies(m * 1000, 250)),
             [2, 13, 50, 25, 250]
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn predictions_match_kernel_rto_md() {
-        // KERNEL_RTO.md R1: rto_min 5/50/200 ms → RTO 12/56/204 ms at HZ=250; 6/51/201 at 1000.
+        // docs/ARCHITECTURE.md R1: rto_min 5/50/200 ms → RTO 12/56/204 ms at HZ=250; 6/51/201 at 1000.
         assert_eq!(
             [5_000, 50_000, 200_000].map(|m| predicted_rto_us(m, 250)),
             [12_000, 56_000, 204_000]

@@ -1,6 +1,6 @@
 //! The kernel's SNMP-style counters (/proc/net/netstat, /proc/net/snmp) of one network
 //! namespace: TcpExt's TCPLossProbes, TCPTimeouts, TCPRetransFail tell which
-//! retransmission path a connection took (KERNEL_RTO.md §7).
+//! retransmission path a connection took (docs/ARCHITECTURE.md §7).
 
 use super::netns;
 use std::collections::HashMap;

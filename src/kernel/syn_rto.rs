@@ -388,7 +388,7 @@ mod tests {
     #[test]
     fn values_are_the_kernels_shapes_and_ranges() {
         assert_eq!(std::mem::size_of::<Tuning>(), 16);
-        // KERNEL_RTO.md §3: 1000 µs → EINVAL, 5000 µs → 2 jiffies (accepted), 300000 → EINVAL.
+        // docs/ARCHITECTURE.md §3: 1000 µs → EINVAL, 5000 µs → 2 jiffies (accepted), 300000 → EINVAL.
         assert!(!bpf_timeout_ok(1_000, 250) && !bpf_timeout_ok(4_000, 250));
         assert!(
             bpf_timeout_ok(5_000, 250)

@@ -1,5 +1,5 @@
 //! The lab: hosts A and B in network namespaces joined through a router namespace R in
-//! which a built-in link emulator forwards every frame (DESIGN.md, "The lab"). This
+//! which a built-in link emulator forwards every frame (docs/ARCHITECTURE.md, "The lab"). This
 //! machine's kernel has no netem, so the emulator is ours, as mahimahi's is.
 //!
 //! [`Lab::up`] builds it in-process and returns an RAII handle: dropping it stops the

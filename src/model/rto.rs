@@ -6,7 +6,7 @@
 //!   thick doubles (R, 3R, 7R, …: R·(2ᵏ−1)); thin repeats rto_min for the first six
 //!   retransmissions, then doubles (R … 6R, 8R, 12R, 20R, …). No TLP, no jiffies. The
 //!   idle is the first retransmission at or after the disruption's end.
-//! - [`Flavour::Linux`], the kernel's rules (../shared/KERNEL_RTO.md; each cited where
+//! - [`Flavour::Linux`], the kernel's rules (docs/ARCHITECTURE.md, "Linux TCP retransmission timing"; each cited where
 //!   used): times in jiffies at the running HZ, a tail loss probe in front, the timer
 //!   wheel's rounding, thin-stream linear timeouts as `tcp_retransmit_timer` applies them,
 //!   and — when the blackout is a netfilter drop on the sending host — the zero-window
@@ -161,7 +161,7 @@ fn fire(n: u64) -> (u64, u64) {
     }
 }
 
-/// The base RTO in jiffies (KERNEL_RTO.md R1, [`crate::kernel::hz::rto_jiffies`]).
+/// The base RTO in jiffies (docs/ARCHITECTURE.md R1, [`crate::kernel::hz::rto_jiffies`]).
 fn base_rto_jiffies(m: &RtoModel) -> u64 {
     let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
     crate::kernel::hz::rto_jiffies(us(m.srtt), us(m.rto_min), m.hz)
@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(mismatches.len(), 25);
     }
 
-    /// KERNEL_RTO.md §11's schedule table at HZ=250 (ms after the lost transmission).
+    /// docs/ARCHITECTURE.md §11's schedule table at HZ=250 (ms after the lost transmission).
     #[test]
     fn linux_matches_kernel_rto_schedules() {
         type Schedule = &'static [(u64, u64)];
@@ -430,7 +430,7 @@ mod tests {
             .filter(|e| matches!(e.kind, EventKind::Probe0(_)))
             .map(|e| (e.lo_us / 1e3, e.hi_us / 1e3))
             .collect();
-        // KERNEL_RTO.md §11, rto_min 200: 204–208, 616–648, 1436–1496.
+        // docs/ARCHITECTURE.md §11, rto_min 200: 204–208, 616–648, 1436–1496.
         assert_eq!(
             &p0[..3],
             &[(204.0, 208.0), (616.0, 648.0), (1436.0, 1496.0)]
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn delayed_ack_ceiling_follows_rto_min() {
-        // KERNEL_RTO.md §9 at HZ=250: rto_min 5 ms → 4 ms, 50 ms → 48 ms, 200 ms → 196 ms.
+        // docs/ARCHITECTURE.md §9 at HZ=250: rto_min 5 ms → 4 ms, 50 ms → 48 ms, 200 ms → 196 ms.
         assert_eq!(
             [5, 50, 200].map(|r| delack_max_us(MS(r), 250)),
             [4_000, 48_000, 196_000]
