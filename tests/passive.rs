@@ -735,3 +735,55 @@ fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
     }
     panic!("in 5 attempts the read always finished before the cut");
 }
+
+/// Reading a pipe, each sample line leaves as it is made: with the first 100 packets of
+/// a capture written into stdin (their lines are far less than the 64 KiB output
+/// buffer) and stdin still open, the first line arrives; before, it waited for the
+/// input to close. Witness: the line read from the child's stdout while its input is
+/// still open, and the same line the whole file gives as its first.
+#[test]
+fn a_pipe_gets_its_sample_lines_as_they_are_made() {
+    use std::io::{BufRead, Write};
+    let whole = capture_bytes("rr-v4-gw.pcap.gz");
+    // The pcap header and its first 100 records (16-byte record header + caplen).
+    let mut end = 24;
+    for _ in 0..100 {
+        let caplen = u32::from_le_bytes(whole[end + 8..end + 12].try_into().unwrap()) as usize;
+        end += 16 + caplen;
+    }
+    let raw = &whole[..end];
+    let first_of_file = {
+        let o = Command::new(bin())
+            .args(["passive", "-r"])
+            .arg(corpus("rr-v4-gw.pcap.gz"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let mut child = Command::new(bin())
+        .args(["passive", "-r", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(raw).unwrap();
+    stdin.flush().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(std::time::Duration::from_secs(5));
+    drop(stdin);
+    let _ = child.wait();
+    let line = line.expect("no sample line while the input was still open");
+    assert_eq!(line.trim_end(), first_of_file);
+}

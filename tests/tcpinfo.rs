@@ -174,3 +174,40 @@ fn bad_filters_are_named() {
         );
     }
 }
+
+/// `tcpinfo -i` without -l or -c is a stream until Ctrl-C: rows arrive while it runs,
+/// and SIGINT ends it cleanly. Witness: rows read from the running child, the count of
+/// rows against the elapsed intervals, and its exit status.
+#[test]
+fn an_interval_without_a_length_streams_until_interrupted() {
+    use std::io::BufRead;
+    let port = free_port();
+    let client = rr_in_background(port, "10ms", "4");
+    std::thread::sleep(Duration::from_millis(500));
+    let mut child = Command::new(bin())
+        .args([
+            "tcpinfo",
+            "--sport",
+            &port.to_string(),
+            "-i",
+            "50ms",
+            "--csv",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.starts_with("t_ms"), "{header}");
+    let t0 = std::time::Instant::now();
+    let rows: Vec<String> = lines.by_ref().take(10).map(Result::unwrap).collect();
+    let took = t0.elapsed();
+    assert_eq!(rows.len(), 10);
+    // 10 rows of one socket at 50 ms: about half a second, far from a buffer's flush.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    // SAFETY: a child we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = client.wait_with_output();
+}

@@ -14,8 +14,10 @@ use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink}
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
 use rttlab::wire::LinkType;
+use std::cell::RefCell;
 use std::io::{BufWriter, Read, Write};
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -179,6 +181,38 @@ fn sampler_arg(s: &str) -> Result<SamplerConfig, String> {
     Ok(cfg)
 }
 
+/// Standard output, shared by the sample lines and the input reader: the reader flushes
+/// the lines before every read that may wait (a pipe, stdin), so a stream's samples
+/// leave as they are made, while a fast input still writes them in 64 KiB blocks.
+#[derive(Clone)]
+struct SharedOut(Rc<RefCell<BufWriter<std::io::StdoutLock<'static>>>>);
+
+impl Write for SharedOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.0.borrow_mut().write_all(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.borrow_mut().flush()
+    }
+}
+
+/// An input that flushes the sample lines before each of its reads (see [`SharedOut`]).
+/// A failed flush is left for the next write of a line to report.
+struct FlushBeforeRead<R> {
+    inner: R,
+    out: SharedOut,
+}
+
+impl<R: Read> Read for FlushBeforeRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let _ = self.out.flush();
+        self.inner.read(buf)
+    }
+}
+
 /// Sample lines, summary and histograms at once.
 struct Out<W: Write> {
     lines: Option<LineWriter<W>>,
@@ -239,15 +273,12 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     } else {
         LineFormat::Pping
     };
-    let stdout = std::io::stdout();
+    let shared = SharedOut(Rc::new(RefCell::new(BufWriter::with_capacity(
+        1 << 16,
+        std::io::stdout().lock(),
+    ))));
     let mut out = Out {
-        lines: (!a.quiet).then(|| {
-            LineWriter::new(
-                BufWriter::with_capacity(1 << 16, stdout.lock()),
-                format,
-                methods.len() == 2,
-            )
-        }),
+        lines: (!a.quiet).then(|| LineWriter::new(shared.clone(), format, methods.len() == 2)),
         summary: (a.summary || a.histogram).then(Summary::default),
         error: None,
     };
@@ -275,6 +306,12 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                     an.packet(ts, link, frame, &mut out);
                 }
             })?;
+            // What this batch of frames made goes out now, not when 64 KiB piled up.
+            if let Some(l) = out.lines.as_mut() {
+                if let Err(e) = l.flush() {
+                    out.error.get_or_insert(e);
+                }
+            }
             if let Some(e) = out.error.take() {
                 return broken_pipe_or(e);
             }
@@ -312,9 +349,15 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             other => (None, other),
         };
         let raw: Box<dyn Read> = match (file, &map) {
-            (Some(f), _) => Box::new(f),
+            (Some(f), _) => Box::new(FlushBeforeRead {
+                inner: f,
+                out: shared.clone(),
+            }),
             (None, Some(_)) => Box::new(std::io::empty()),
-            (None, None) => Box::new(std::io::stdin().lock()),
+            (None, None) => Box::new(FlushBeforeRead {
+                inner: std::io::stdin().lock(),
+                out: shared.clone(),
+            }),
         };
         let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
         // A gzip-compressed capture (1f 8b) is read through a decompressor.

@@ -57,7 +57,7 @@ pub struct TcpinfoArgs {
     /// Number of samples of a time series.
     #[arg(short = 'c', long)]
     pub count: Option<u64>,
-    /// Length of a time series (default 10 s unless -c is given).
+    /// Length of a time series (without it and -c: until interrupted, like `ss -E`/`watch`).
     #[arg(short = 'l', long = "length", value_parser = values::seconds)]
     pub length: Option<Duration>,
     /// JSON (one object per socket and sample, one per line).
@@ -132,11 +132,10 @@ pub fn run(a: TcpinfoArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = Arc::clone(&stop);
     on_interrupt(move || s2.store(true, Ordering::SeqCst));
-    let length = a.length.or(if a.count.is_none() {
-        Some(Duration::from_secs(10))
-    } else {
-        None
-    });
+    // A time series is a stream: every line leaves as it is made (a pipe to another
+    // tool sees each sample at once), and without -l or -c it runs until Ctrl-C.
+    let length = a.length;
+    let mut out = std::io::LineWriter::new(out.into_inner().map_err(|e| e.into_error())?);
     if !a.json {
         writeln!(out, "{}", render::CSV_HEADER)?;
     }
