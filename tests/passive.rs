@@ -787,3 +787,81 @@ fn a_pipe_gets_its_sample_lines_as_they_are_made() {
     let line = line.expect("no sample line while the input was still open");
     assert_eq!(line.trim_end(), first_of_file);
 }
+
+/// `--summary-interval` against pping on the same capture: pping's own samples
+/// (tests/corpus/rr-v4-gw.pping.txt), bucketed into the same 200 ms intervals of
+/// capture time, give every (interval, flow direction) the same count, minimum and
+/// maximum as rttlab's interval rows (pping's rule, so the samples are pping's one for
+/// one; pping prints times to 1 µs, so an interval with a sample within 1 µs of its edge
+/// is compared on its count across both neighbours only).
+#[test]
+fn summary_intervals_agree_with_pping_bucketed_by_time() {
+    use std::collections::BTreeMap;
+    const LEN_US: u64 = 200_000;
+    let o = Command::new(bin())
+        .args(["passive", "-r"])
+        .arg(corpus("rr-v4-gw.pcap.gz"))
+        .args(["-q", "--ts-rule", "pping", "--idle-timeout", "300s"])
+        .args(["--summary-interval", "200ms", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut ours: BTreeMap<(u64, String), (u64, u64, u64)> = BTreeMap::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        let start_us = v["interval_start_ns"].as_u64().unwrap() / 1000;
+        assert_eq!(
+            v["interval_end_ns"].as_u64().unwrap() / 1000,
+            start_us + LEN_US
+        );
+        let flow = format!(
+            "{}+{}",
+            v["host"].as_str().unwrap(),
+            v["peer"].as_str().unwrap()
+        );
+        let row = (
+            v["samples"].as_u64().unwrap(),
+            v["min_us"].as_f64().unwrap() as u64,
+            v["max_us"].as_f64().unwrap() as u64,
+        );
+        assert!(ours.insert((start_us, flow), row).is_none(), "{l}");
+    }
+    let mut theirs: BTreeMap<(u64, String), (u64, u64, u64)> = BTreeMap::new();
+    let mut near_edge = std::collections::HashSet::new();
+    for (ts_us, rtt_us, flow) in pping_samples("rr-v4-gw.pping.txt") {
+        let start = ts_us - ts_us % LEN_US;
+        if ts_us % LEN_US <= 1 {
+            near_edge.insert((start - LEN_US, flow.clone()));
+            near_edge.insert((start, flow.clone()));
+        } else if ts_us % LEN_US >= LEN_US - 1 {
+            near_edge.insert((start, flow.clone()));
+            near_edge.insert((start + LEN_US, flow.clone()));
+        }
+        let e = theirs.entry((start, flow)).or_insert((0, u64::MAX, 0));
+        e.0 += 1;
+        e.1 = e.1.min(rtt_us);
+        e.2 = e.2.max(rtt_us);
+    }
+    assert!(theirs.len() > 20, "{} intervals × flows", theirs.len());
+    let total = |m: &BTreeMap<(u64, String), (u64, u64, u64)>| m.values().map(|r| r.0).sum::<u64>();
+    assert_eq!(total(&ours), total(&theirs));
+    let mut compared = 0;
+    for (key, t) in &theirs {
+        if near_edge.contains(key) {
+            continue;
+        }
+        let o = ours
+            .get(key)
+            .unwrap_or_else(|| panic!("no row for {key:?}"));
+        assert_eq!(o.0, t.0, "{key:?}: samples");
+        assert!(
+            o.1.abs_diff(t.1) <= 1 && o.2.abs_diff(t.2) <= 1,
+            "{key:?}: {o:?} vs {t:?}"
+        );
+        compared += 1;
+    }
+    assert!(
+        compared + near_edge.len() >= theirs.len() && compared > 20,
+        "{compared} compared"
+    );
+}

@@ -9,7 +9,7 @@ use rttlab::capture::mapped::MappedFile;
 use rttlab::capture::CaptureReader;
 use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
-use rttlab::passive::summary::Summary;
+use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
 use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
@@ -115,6 +115,10 @@ pub struct PassiveArgs {
     /// At the end, a log-linear histogram per method and place.
     #[arg(long)]
     pub histogram: bool,
+    /// Every INTERVAL of capture time, per flow and direction: samples, min, P50, P90,
+    /// P99, max (pping's --sumInt); JSON lines with --json.
+    #[arg(long, value_name = "INTERVAL", value_parser = values::duration)]
+    pub summary_interval: Option<Duration>,
     /// Emulate a sampled flow metric: `1/N[,period=60s][,seed=S]`.
     #[arg(long, value_parser = sampler_arg)]
     pub sampler: Option<SamplerConfig>,
@@ -213,11 +217,41 @@ impl<R: Read> Read for FlushBeforeRead<R> {
     }
 }
 
-/// Sample lines, summary and histograms at once.
+/// Sample lines, interval summaries, summary and histograms at once.
 struct Out<W: Write> {
     lines: Option<LineWriter<W>>,
     summary: Option<Summary>,
+    /// `--summary-interval`: the intervals, where they go, and whether as JSON lines.
+    intervals: Option<(IntervalSummary, SharedOut, bool)>,
     error: Option<std::io::Error>,
+}
+
+impl<W: Write> Out<W> {
+    /// Write a finished interval (keeping the first error).
+    fn interval(&mut self, iv: Option<Interval>) {
+        let (Some(iv), Some((_, out, json))) = (iv, self.intervals.as_mut()) else {
+            return;
+        };
+        let text = if *json {
+            render::interval_json(&iv)
+        } else {
+            let mut t = String::new();
+            let _ = render::interval(&mut t, &iv);
+            t + "\n"
+        };
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    /// The capture clock reads `now_ns` (a live capture that may be quiet).
+    fn tick(&mut self, now_ns: u64) {
+        let done = self
+            .intervals
+            .as_mut()
+            .and_then(|(iv, _, _)| iv.tick(now_ns));
+        self.interval(done);
+    }
 }
 
 impl<W: Write> Sink for Out<W> {
@@ -229,6 +263,14 @@ impl<W: Write> Sink for Out<W> {
         }
         if let Some(x) = self.summary.as_mut() {
             x.sample(s);
+        }
+        let done = self.intervals.as_mut().and_then(|(iv, _, _)| iv.sample(s));
+        if done.is_some() {
+            // The lines of this interval first, then its summary.
+            if let Some(l) = self.lines.as_mut() {
+                let _ = l.flush();
+            }
+            self.interval(done);
         }
     }
     fn flow_done(&mut self, f: &rttlab::passive::flow::Flow) {
@@ -280,8 +322,18 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     let mut out = Out {
         lines: (!a.quiet).then(|| LineWriter::new(shared.clone(), format, methods.len() == 2)),
         summary: (a.summary || a.histogram).then(Summary::default),
+        intervals: a.summary_interval.map(|d| {
+            (
+                IntervalSummary::new(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+                shared.clone(),
+                a.json,
+            )
+        }),
         error: None,
     };
+    if a.summary_interval.is_some_and(|d| d.is_zero()) {
+        bail!("--summary-interval must be more than 0");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     on_interrupt(move || s2.store(true, Ordering::Release));
@@ -306,6 +358,8 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                     an.packet(ts, link, frame, &mut out);
                 }
             })?;
+            // A quiet interface still ends its intervals on time.
+            out.tick(rttlab::kernel::realtime_ns());
             // What this batch of frames made goes out now, not when 64 KiB piled up.
             if let Some(l) = out.lines.as_mut() {
                 if let Err(e) = l.flush() {
@@ -404,6 +458,14 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     };
     let mut analyzer = analyzer;
     analyzer.finish(&mut out);
+    let last = out.intervals.as_mut().and_then(|(iv, _, _)| iv.finish());
+    if let Some(l) = out.lines.as_mut() {
+        let _ = l.flush();
+    }
+    out.interval(last);
+    if let Some(e) = out.error.take() {
+        return broken_pipe_or(e);
+    }
     if let Some(mut l) = out.lines.take() {
         if let Err(e) = l.flush() {
             return broken_pipe_or(e);

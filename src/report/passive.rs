@@ -3,7 +3,7 @@
 
 use super::table::{write_aligned, Table};
 use crate::passive::sampler::Period;
-use crate::passive::summary::{Row, Total};
+use crate::passive::summary::{Interval, Row, Total};
 use crate::passive::{Counters, Method, Place, Sample};
 use std::io::{self, Write};
 
@@ -168,6 +168,58 @@ fn f1(v: f64) -> String {
 
 fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), f1)
+}
+
+/// One finished interval of `--summary-interval`, as a table: a heading with the
+/// interval (capture time, seconds since the epoch) and one row per flow direction and
+/// method that had samples in it.
+///
+/// # Errors
+/// The writer's.
+pub fn interval(out: &mut impl std::fmt::Write, iv: &Interval) -> std::fmt::Result {
+    writeln!(
+        out,
+        "Interval {:.3}–{:.3} s: {} flow direction(s)",
+        iv.start_ns as f64 / 1e9,
+        iv.end_ns as f64 / 1e9,
+        iv.rows.len()
+    )?;
+    write_aligned(
+        out,
+        &[
+            "HOST", "PEER", "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us",
+            "MAX_us",
+        ],
+        || {
+            iv.rows.iter().map(|r| {
+                [
+                    r.host.clone(),
+                    r.peer.clone(),
+                    r.method.name().into(),
+                    place_name(r.place).into(),
+                    r.samples.to_string(),
+                    f1(r.min_us),
+                    f1(r.p50_us),
+                    f1(r.p90_us),
+                    f1(r.p99_us),
+                    f1(r.max_us),
+                ]
+            })
+        },
+    )
+}
+
+/// One finished interval as JSON lines, one per row, each with its interval.
+pub fn interval_json(iv: &Interval) -> String {
+    iv.rows
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["interval_start_ns"] = iv.start_ns.into();
+            v["interval_end_ns"] = iv.end_ns.into();
+            v.to_string() + "\n"
+        })
+        .collect()
 }
 
 /// The per-flow summary and the totals, as tables, written row by row (a capture of
