@@ -178,12 +178,7 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     let _server = pair.serve_in_b(pair.b4, 12866, &["--allow-cc", "cubic"]);
     let dir = tmp.path().join("remote");
     let state = tmp.path().join("state");
-    let sysctl = |key: &str| {
-        let o = common::NetnsPair::exec(&pair.a, &["sysctl", "-n", key])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
+    let sysctl = |key: &str| common::NetnsPair::sysctl(&pair.a, key);
     let original_thin = sysctl("net.ipv4.tcp_thin_linear_timeouts");
     assert_eq!(original_thin, "0");
     // The user tuned thin timeouts on earlier: the experiment must leave that as it
@@ -296,12 +291,7 @@ fn a_killed_remote_blackout_is_undone_by_tune_revert() {
     let pair = common::NetnsPair::new();
     let _server = pair.serve_in_b(pair.b4, 12866, &["--allow-cc", "cubic"]);
     let state = tmp.path().join("state");
-    let sysctl = |key: &str| {
-        let o = common::NetnsPair::exec(&pair.a, &["sysctl", "-n", key])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_string()
-    };
+    let sysctl = |key: &str| common::NetnsPair::sysctl(&pair.a, key);
     let tables = || {
         let o = common::NetnsPair::exec(&pair.a, &["nft", "list", "tables"])
             .output()

@@ -389,12 +389,7 @@ fn concurrent_tune_runs_lose_no_journal_entry() {
     }
     let n = NetnsPair::new();
     let t = Tune::new();
-    let read = |ns: &str, key: &str| {
-        let o = NetnsPair::exec(ns, &["sysctl", "-n", key])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&o.stdout).trim().to_owned()
-    };
+    let read = |ns: &str, key: &str| NetnsPair::sysctl(ns, key);
     let before: Vec<String> = [&n.a, &n.b]
         .iter()
         .flat_map(|ns| {

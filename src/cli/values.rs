@@ -177,13 +177,8 @@ pub fn bitrate(s: &str) -> Result<Option<u64>, String> {
         .ok_or_else(|| format!("{s:?} is not a positive rate; use e.g. 10mbit or none"))
 }
 
-/// A queue limit: bytes `100kB` (kB = 1000, KiB = 1024, MB, B) or packets `1000p`
-/// (`pkt`, `packets`).
-///
-/// # Errors
-/// An unknown unit, zero, or not a number.
-pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
-    use rttlab::lab::impair::QueueLimit;
+/// `100kB` → (100, "kB"): a number of at least 1 and the unit after it (trimmed).
+fn number_and_unit(s: &str) -> Option<(f64, &str)> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -192,10 +187,21 @@ pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
     let x: f64 = num
         .parse()
         .ok()
-        .filter(|x: &f64| x.is_finite() && *x >= 1.0)
+        .filter(|x: &f64| x.is_finite() && *x >= 1.0)?;
+    Some((x, unit.trim()))
+}
+
+/// A queue limit: bytes `100kB` (kB = 1000, KiB = 1024, MB, B) or packets `1000p`
+/// (`pkt`, `packets`).
+///
+/// # Errors
+/// An unknown unit, zero, or not a number.
+pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
+    use rttlab::lab::impair::QueueLimit;
+    let (x, unit) = number_and_unit(s)
         .ok_or_else(|| format!("{s:?} is not a queue size; use e.g. 100kB or 1000p"))?;
     let bytes = |m: f64| Ok(QueueLimit::Bytes((x * m).round() as u64));
-    match unit.trim() {
+    match unit {
         "p" | "pkt" | "pkts" | "packets" => Ok(QueueLimit::Packets(x.round() as u64)),
         "" | "b" | "B" => bytes(1.0),
         "kB" | "KB" | "kb" => bytes(1e3),
@@ -213,17 +219,9 @@ pub fn queue(s: &str) -> Result<rttlab::lab::impair::QueueLimit, String> {
 /// # Errors
 /// An unknown unit, zero, or not a number.
 pub fn bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let x: f64 = num
-        .parse()
-        .ok()
-        .filter(|x: &f64| x.is_finite() && *x >= 1.0)
-        .ok_or_else(|| format!("{s:?} is not a size; use e.g. 512MiB"))?;
-    let m = match unit.trim() {
+    let (x, unit) =
+        number_and_unit(s).ok_or_else(|| format!("{s:?} is not a size; use e.g. 512MiB"))?;
+    let m = match unit {
         "" | "B" => 1.0,
         "kB" | "KB" => 1e3,
         "KiB" => 1024.0,

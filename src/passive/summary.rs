@@ -58,6 +58,31 @@ struct Acc {
     rec: Recorder,
 }
 
+impl Acc {
+    fn new(place: Place) -> Self {
+        Self {
+            place,
+            count: 0,
+            min: u64::MAX,
+            max: 0,
+            sum: 0,
+            rec: Recorder::Few(Vec::new()),
+        }
+    }
+
+    fn record(&mut self, ns: u64) {
+        self.count += 1;
+        self.min = self.min.min(ns);
+        self.max = self.max.max(ns);
+        self.sum += u128::from(ns);
+        self.rec.record(ns);
+    }
+
+    fn mean_us(&self) -> f64 {
+        self.sum as f64 / self.count as f64 / 1e3
+    }
+}
+
 /// One flow direction's samples by one method.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
@@ -139,22 +164,10 @@ impl Summary {
 impl Sink for Summary {
     fn sample(&mut self, s: &Sample) {
         let (key, _) = FlowKey::of(s.host, s.peer);
-        let a = self
-            .open
+        self.open
             .entry((key, s.host, s.method))
-            .or_insert_with(|| Acc {
-                place: s.place,
-                count: 0,
-                min: u64::MAX,
-                max: 0,
-                sum: 0,
-                rec: Recorder::Few(Vec::new()),
-            });
-        a.count += 1;
-        a.min = a.min.min(s.rtt_ns);
-        a.max = a.max.max(s.rtt_ns);
-        a.sum += u128::from(s.rtt_ns);
-        a.rec.record(s.rtt_ns);
+            .or_insert_with(|| Acc::new(s.place))
+            .record(s.rtt_ns);
         self.totals
             .entry((s.method, s.place))
             .or_default()
@@ -177,7 +190,7 @@ impl Sink for Summary {
                     place: a.place,
                     samples: a.count,
                     min_us: us(a.min),
-                    mean_us: a.sum as f64 / a.count as f64 / 1e3,
+                    mean_us: a.mean_us(),
                     p50_us: us(a.rec.quantile(0.5)),
                     p90_us: us(a.rec.quantile(0.9)),
                     p99_us: us(a.rec.quantile(0.99)),
@@ -242,22 +255,10 @@ impl IntervalSummary {
         let done = self.tick(s.ts_ns);
         let start = s.ts_ns - s.ts_ns % self.len_ns;
         self.start_ns.get_or_insert(start);
-        let a = self
-            .open
+        self.open
             .entry((s.host, s.peer, s.method))
-            .or_insert_with(|| Acc {
-                place: s.place,
-                count: 0,
-                min: u64::MAX,
-                max: 0,
-                sum: 0,
-                rec: Recorder::Few(Vec::new()),
-            });
-        a.count += 1;
-        a.min = a.min.min(s.rtt_ns);
-        a.max = a.max.max(s.rtt_ns);
-        a.sum += u128::from(s.rtt_ns);
-        a.rec.record(s.rtt_ns);
+            .or_insert_with(|| Acc::new(s.place))
+            .record(s.rtt_ns);
         done
     }
 
@@ -285,7 +286,7 @@ impl IntervalSummary {
                 place: a.place,
                 samples: a.count,
                 min_us: us(a.min),
-                mean_us: a.sum as f64 / a.count as f64 / 1e3,
+                mean_us: a.mean_us(),
                 p50_us: us(a.rec.quantile(0.5)),
                 p90_us: us(a.rec.quantile(0.9)),
                 p99_us: us(a.rec.quantile(0.99)),

@@ -264,6 +264,12 @@ impl NetnsPair {
         KillOnDrop(child)
     }
 
+    /// A sysctl's value inside `ns`, as sysctl(8) reads it.
+    pub fn sysctl(ns: &str, key: &str) -> String {
+        let o = Self::exec(ns, &["sysctl", "-n", key]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
     /// Run `rttlab ARGS` in `a`.
     pub fn rttlab_in_a(&self, args: &[&str]) -> Output {
         let bin = bin();
