@@ -201,3 +201,49 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
     }
     assert_eq!(compare_labs(), Vec::<String>::new());
 }
+
+/// `compare -H` against a real `rttlab serve` that requires a secret, between two
+/// namespaces the test made: the secret from `--secret-file` reaches every layer that
+/// talks to the server (TCP_RR and UDP_RR measure, no layer reports an error), and is
+/// not written into the results. Witness: the server's refusal of the same run without
+/// the secret, and each request/response layer's sample count.
+#[test]
+fn against_a_server_with_a_secret_every_layer_is_measured() {
+    if !privileged("against_a_server_with_a_secret_every_layer_is_measured") {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("secret");
+    std::fs::write(&key, "compare secret\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key.to_str().unwrap().to_owned();
+    let pair = common::NetnsPair::new();
+    let _server = pair.serve_in_b(pair.b4, 12866, &["--secret-file", &key]);
+    let out = dir.path().join("run");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["compare", "-H", pair.b4, "-l", "2s", "-w", "5ms", "--json"];
+        args.extend_from_slice(extra);
+        args.extend(["--out", out.to_str().unwrap()]);
+        pair.rttlab_in_a(&args)
+    };
+    let without = run(&[]);
+    let said = String::from_utf8_lossy(&without.stdout).to_string()
+        + &String::from_utf8_lossy(&without.stderr);
+    assert!(said.contains("requires a secret"), "{said}");
+    let o = run(&["--secret-file", &key]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        v["errors"].as_array().unwrap().is_empty(),
+        "{}",
+        v["errors"]
+    );
+    for name in ["tcp_rr", "udp_rr"] {
+        assert!(layer(&v, name)["samples"].as_u64().unwrap() > 50, "{name}");
+    }
+    for f in std::fs::read_dir(&out).unwrap() {
+        let text = std::fs::read(f.unwrap().path()).unwrap();
+        assert!(!String::from_utf8_lossy(&text).contains("compare secret"));
+    }
+}

@@ -174,8 +174,17 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     // "This host" is namespace a of a pair the test made; the server runs in b.
     let pair = common::NetnsPair::new();
     // The server's admin lets clients choose cubic (the experiment's default), which
-    // this kernel registers but may not list as allowed for unprivileged users.
-    let _server = pair.serve_in_b(pair.b4, 12866, &["--allow-cc", "cubic"]);
+    // this kernel registers but may not list as allowed for unprivileged users, and
+    // requires a secret, which the experiment passes to every rr it runs.
+    let key = tmp.path().join("secret");
+    std::fs::write(&key, "remote blackout secret\n").unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let key = key.to_str().unwrap();
+    let _server = pair.serve_in_b(
+        pair.b4,
+        12866,
+        &["--allow-cc", "cubic", "--secret-file", key],
+    );
     let dir = tmp.path().join("remote");
     let state = tmp.path().join("state");
     let sysctl = |key: &str| common::NetnsPair::sysctl(&pair.a, key);
@@ -219,6 +228,8 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
             "200ms",
             "--trials",
             "1",
+            "--secret-file",
+            key,
             "--out",
             dir.to_str().unwrap(),
         ],
@@ -227,6 +238,11 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     .output()
     .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(
+        !run.contains("remote blackout secret"),
+        "the secret must not be recorded"
+    );
     let t = trials(&dir);
     let x = &t[0];
     assert!(x["error"].is_null(), "{x}");
