@@ -133,6 +133,23 @@ fn udp_loss_is_counted_when_the_server_drops() {
     }
 }
 
+/// Without `--timeout`, UDP_RR's timeout follows the round trips (RFC 6298, floor
+/// 10 ms): the server drops one request in ten on purpose, and each loss costs about
+/// the floor, not a second. Witnesses: the server's own drop count, and the run's
+/// length against the ≥ 40 s that 40 one-second timeouts would take.
+#[test]
+fn udp_rr_timeout_adapts_so_a_loss_costs_a_round_trip() {
+    let s = ServeChild::start(&[]);
+    let v = json(&s.rr(&["-t", "UDP_RR", "-n", "400", "--udp-drop", "1/10", "--json"]));
+    let n = |k: &str| v["udp"][k].as_u64().unwrap();
+    let (lost, late, dropped) = (n("lost"), n("late_replies"), n("dropped_by_server"));
+    assert!(dropped >= 40, "{v}");
+    assert_eq!(lost, dropped + late, "{v}");
+    assert_eq!(v["settings"]["timeout_adaptive"], true);
+    let elapsed = v["elapsed_s"].as_f64().unwrap();
+    assert!(elapsed < 10.0, "{dropped} losses took {elapsed} s");
+}
+
 #[test]
 fn pacing_excludes_the_wait_from_latency() {
     let s = ServeChild::start(&[]);

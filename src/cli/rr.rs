@@ -115,9 +115,11 @@ pub struct RrArgs {
     /// Pin client and server to CPUs: LCPU,RCPU (either may be empty).
     #[arg(short = 'T', value_name = "LCPU,RCPU", value_parser = values::cpu_pair)]
     pub cpus: Option<(Option<usize>, Option<usize>)>,
-    /// UDP: a request with no reply after this is lost.
-    #[arg(long, default_value = "1s", value_parser = values::duration)]
-    pub timeout: Duration,
+    /// UDP: a request with no reply after this is lost. Without it, UDP_RR's timeout
+    /// follows the round trips as TCP's RTO does (smoothed RTT + 4 deviations, between
+    /// 10 ms and 1 s), so a loss costs about a round trip, not a second.
+    #[arg(long, value_parser = values::duration)]
+    pub timeout: Option<Duration>,
     /// Open loop: send at this rate per stream whatever the replies do (e.g. 1000/s).
     #[arg(long, value_parser = values::rate)]
     pub rate: Option<f64>,
@@ -208,10 +210,13 @@ impl RrArgs {
             }
             (s.local_cpu, s.remote_cpu) = (l, r);
         }
-        if self.timeout.is_zero() {
+        if self.timeout.is_some_and(|t| t.is_zero()) {
             bail!("--timeout must be more than 0");
         }
-        s.timeout = self.timeout;
+        if let Some(t) = self.timeout {
+            s.timeout = t;
+            s.adaptive_timeout = false;
+        }
         s.open_loop = self.rate.map(|rate_per_s| OpenLoop {
             rate_per_s,
             schedule: match self.schedule {

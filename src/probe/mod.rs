@@ -6,3 +6,4 @@ pub mod pacing;
 pub mod ping;
 pub mod rr;
 pub mod server;
+pub mod udp_timeout;

@@ -17,6 +17,7 @@ use super::control::{
 };
 use super::io::{read_full, write_full, ReadEnd};
 use super::pacing::{self, Arrivals, PaceMode, Schedule};
+use super::udp_timeout::UdpTimeout;
 use crate::kernel::cpu::{self, CpuTracker, Placement};
 use crate::kernel::host::HostFacts;
 use crate::kernel::sockopt;
@@ -46,6 +47,9 @@ const WATCH_TICK: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a transaction in flight at the end of the run may still complete.
 const IN_FLIGHT_GRACE: Duration = Duration::from_secs(5);
+/// The adaptive UDP timeout's floor: a reply later than this on a sub-millisecond path
+/// is a scheduling stall more often than a loss, and is still counted late if it comes.
+pub const UDP_TIMEOUT_FLOOR: Duration = Duration::from_millis(10);
 /// A run bounded only by count still ends after this.
 pub const MAX_RUN: Duration = Duration::from_secs(3600);
 /// Cap on the `--tcpinfo-interval` series kept in memory.
@@ -90,8 +94,12 @@ pub struct RrSettings {
     pub congestion: Option<String>,
     pub local_cpu: Option<usize>,
     pub remote_cpu: Option<usize>,
-    /// UDP: a request without a reply after this is lost.
+    /// UDP: a request without a reply after this is lost; with `adaptive_timeout`, the
+    /// ceiling of the adaptive timeout.
     pub timeout: Duration,
+    /// UDP_RR (closed loop): the timeout follows the measured round trips as TCP's RTO
+    /// does ([`super::udp_timeout`]), between [`UDP_TIMEOUT_FLOOR`] and `timeout`.
+    pub adaptive_timeout: bool,
     pub open_loop: Option<OpenLoop>,
     pub tcpinfo_interval: Option<Duration>,
     /// Tell the server to drop one UDP request in N (tests loss accounting).
@@ -122,6 +130,7 @@ impl RrSettings {
             local_cpu: None,
             remote_cpu: None,
             timeout: Duration::from_secs(1),
+            adaptive_timeout: true,
             open_loop: None,
             tcpinfo_interval: None,
             udp_drop_one_in: None,
@@ -344,6 +353,8 @@ pub struct RrReportSettings {
     pub thin_linear_timeouts: bool,
     pub congestion: Option<String>,
     pub timeout_ms: Option<f64>,
+    /// The UDP timeout adapts to the round trips (`timeout_ms` is then its ceiling).
+    pub timeout_adaptive: bool,
     pub open_loop: Option<OpenLoop>,
 }
 
@@ -714,6 +725,9 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 .clone()
                 .or_else(|| server.as_ref().and_then(|r| r.congestion.clone())),
             timeout_ms: (s.test == TestKind::UdpRr).then_some(s.timeout.as_secs_f64() * 1e3),
+            timeout_adaptive: s.test == TestKind::UdpRr
+                && s.adaptive_timeout
+                && s.open_loop.is_none(),
             open_loop: s.open_loop,
         },
         brand: None,
@@ -973,10 +987,26 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     let mut seq = 0u64;
     let mut now = cx.start;
     let mut target = None;
+    let mut rto = UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout);
+    let mut sock_timeout = cx.s.timeout.min(POLL_TICK);
     'run: while cx.more(out.transactions + out.lost, now) {
         for _ in 0..cx.s.burst {
             seq += 1;
             put_seq(&mut req, seq, k);
+            let limit = if cx.s.adaptive_timeout {
+                rto.current()
+            } else {
+                cx.s.timeout
+            };
+            // Wake when the request is due to be lost, in whole ms (so that the
+            // socket option changes only when the timeout really moves).
+            let want = Duration::from_millis(
+                u64::try_from(limit.min(POLL_TICK).as_millis()).unwrap_or(100) + 1,
+            )
+            .min(POLL_TICK);
+            if want != sock_timeout && u.set_read_timeout(Some(want)).is_ok() {
+                sock_timeout = want;
+            }
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = u.send(&req) {
@@ -990,6 +1020,7 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                     {
                         now = Instant::now();
                         record(&mut out, &mut rec, cx.ctl, t0, now);
+                        rto.sample(now - t0);
                         break;
                     }
                     Ok(_) => out.late_replies += 1,
@@ -997,7 +1028,7 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                         if super::io::is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted =>
                     {
                         now = Instant::now();
-                        if now - t0 >= cx.s.timeout {
+                        if now - t0 >= limit {
                             out.lost += 1;
                             break;
                         }

@@ -1,0 +1,83 @@
+//! UDP_RR's per-request timeout, adapted to the measured round trips as TCP's RTO is
+//! (RFC 6298 §2: SRTT and RTTVAR with gains 1/8 and 1/4, RTO = SRTT + 4·RTTVAR), with a
+//! floor and a ceiling. A fixed 1 s timeout makes every lost request or response cost a
+//! second: on a 10 ms path with 3 % loss each way, UDP_RR was sampled a quarter as often
+//! as TCP_RR, and only between losses. Karn's rule needs no care here: a late reply is
+//! told apart by its sequence number and never sampled.
+
+use std::time::Duration;
+
+/// The adaptive timeout of one UDP_RR stream.
+#[derive(Clone, Copy, Debug)]
+pub struct UdpTimeout {
+    srtt_ns: Option<u64>,
+    rttvar_ns: u64,
+    floor: Duration,
+    ceiling: Duration,
+}
+
+impl UdpTimeout {
+    /// Before any sample the timeout is `ceiling` (RFC 6298's initial RTO is 1 s).
+    pub fn new(floor: Duration, ceiling: Duration) -> Self {
+        Self {
+            srtt_ns: None,
+            rttvar_ns: 0,
+            floor,
+            ceiling: ceiling.max(floor),
+        }
+    }
+
+    /// Take one round trip into the estimate.
+    pub fn sample(&mut self, rtt: Duration) {
+        let r = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+        match self.srtt_ns {
+            None => {
+                self.srtt_ns = Some(r);
+                self.rttvar_ns = r / 2;
+            }
+            Some(srtt) => {
+                self.rttvar_ns = (3 * self.rttvar_ns + srtt.abs_diff(r)) / 4;
+                self.srtt_ns = Some((7 * srtt + r) / 8);
+            }
+        }
+    }
+
+    /// A request without a reply after this is lost.
+    pub fn current(&self) -> Duration {
+        match self.srtt_ns {
+            None => self.ceiling,
+            Some(srtt) => Duration::from_nanos(srtt.saturating_add(4 * self.rttvar_ns))
+                .clamp(self.floor, self.ceiling),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// Witness: RFC 6298's arithmetic by hand.
+    #[test]
+    fn follows_rfc_6298_between_its_floor_and_ceiling() {
+        let mut t = UdpTimeout::new(10 * MS, 1000 * MS);
+        assert_eq!(t.current(), 1000 * MS);
+        // First sample 40 ms: SRTT 40, RTTVAR 20, RTO 40 + 80 = 120 ms.
+        t.sample(40 * MS);
+        assert_eq!(t.current(), 120 * MS);
+        // Then 80 ms: RTTVAR = 3/4·20 + 1/4·|40 − 80| = 25; SRTT = 7/8·40 + 1/8·80 = 45.
+        t.sample(80 * MS);
+        assert_eq!(t.current(), (45 + 100) * MS);
+        // A steady 100 µs path settles at the floor.
+        let mut f = UdpTimeout::new(10 * MS, 1000 * MS);
+        for _ in 0..100 {
+            f.sample(Duration::from_micros(100));
+        }
+        assert_eq!(f.current(), 10 * MS);
+        // A 2 s path is held at the ceiling.
+        let mut c = UdpTimeout::new(10 * MS, 1000 * MS);
+        c.sample(2000 * MS);
+        assert_eq!(c.current(), 1000 * MS);
+    }
+}
