@@ -166,6 +166,42 @@ fn an_nftables_blackout_on_the_host_is_labelled_by_its_path() {
     assert!(x["idle_ms"].as_f64().unwrap() >= 200.0, "{x}");
 }
 
+/// `experiment blackout -H` from namespace a against the server in b: sysctl rto_min,
+/// thin off, one trial of one disruption, journal in `state`.
+fn remote_blackout(
+    pair: &common::NetnsPair,
+    state: &std::path::Path,
+    out: &std::path::Path,
+    rto_min: &str,
+    disruption: &str,
+    extra: &[&str],
+) -> Command {
+    let bin = bin();
+    let mut args = vec![
+        bin.to_str().unwrap(),
+        "experiment",
+        "blackout",
+        "-H",
+        pair.b4,
+        "--mechanism",
+        "sysctl",
+        "--rto-min",
+        rto_min,
+        "--thin",
+        "off",
+        "--disruption",
+        disruption,
+        "--trials",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut c = common::NetnsPair::exec(&pair.a, &args);
+    c.env("RTTLAB_STATE_DIR", state);
+    c
+}
+
 #[test]
 fn against_a_remote_server_this_host_is_tuned_then_restored() {
     let Some((_g, tmp)) = start("against_a_remote_server_this_host_is_tuned_then_restored") else {
@@ -210,31 +246,14 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
         sysctl("net.ipv4.tcp_thin_linear_timeouts"),
     );
     assert_eq!(before.1, "1");
-    let o = common::NetnsPair::exec(
-        &pair.a,
-        &[
-            bin.to_str().unwrap(),
-            "experiment",
-            "blackout",
-            "-H",
-            pair.b4,
-            "--mechanism",
-            "sysctl",
-            "--rto-min",
-            "50ms",
-            "--thin",
-            "off",
-            "--disruption",
-            "200ms",
-            "--trials",
-            "1",
-            "--secret-file",
-            key,
-            "--out",
-            dir.to_str().unwrap(),
-        ],
+    let o = remote_blackout(
+        &pair,
+        &state,
+        &dir,
+        "50ms",
+        "200ms",
+        &["--secret-file", key],
     )
-    .env("RTTLAB_STATE_DIR", &state)
     .output()
     .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -316,33 +335,11 @@ fn a_killed_remote_blackout_is_undone_by_tune_revert() {
     };
     let before = sysctl("net.ipv4.tcp_rto_min_us");
     let bin = bin();
-    let mut child = common::NetnsPair::exec(
-        &pair.a,
-        &[
-            bin.to_str().unwrap(),
-            "experiment",
-            "blackout",
-            "-H",
-            pair.b4,
-            "--mechanism",
-            "sysctl",
-            "--rto-min",
-            "5ms",
-            "--thin",
-            "off",
-            "--disruption",
-            "1500ms",
-            "--trials",
-            "1",
-            "--out",
-            tmp.path().join("run").to_str().unwrap(),
-        ],
-    )
-    .env("RTTLAB_STATE_DIR", &state)
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = remote_blackout(&pair, &state, &tmp.path().join("run"), "5ms", "1500ms", &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let t0 = std::time::Instant::now();
     while !tables() {
         assert!(t0.elapsed() < Duration::from_secs(20), "no blackout began");

@@ -78,14 +78,27 @@ impl Acc {
         self.rec.record(ns);
     }
 
-    fn mean_us(&self) -> f64 {
-        self.sum as f64 / self.count as f64 / 1e3
+    fn rtt(&mut self, host: Endpoint, peer: Endpoint, method: Method) -> FlowRtt {
+        FlowRtt {
+            host: host.to_string(),
+            peer: peer.to_string(),
+            method,
+            place: self.place,
+            samples: self.count,
+            min_us: us(self.min),
+            mean_us: self.sum as f64 / self.count as f64 / 1e3,
+            p50_us: us(self.rec.quantile(0.5)),
+            p90_us: us(self.rec.quantile(0.9)),
+            p99_us: us(self.rec.quantile(0.99)),
+            max_us: us(self.max),
+        }
     }
 }
 
-/// One flow direction's samples by one method.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Row {
+/// One flow direction's samples by one method: over a whole flow (in a [`Row`]) or
+/// over one interval (in an [`Interval`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FlowRtt {
     /// The host whose answers closed the loops.
     pub host: String,
     /// The other end (it sent the data or TSvals being answered).
@@ -99,6 +112,14 @@ pub struct Row {
     pub p90_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+}
+
+/// One flow direction's samples by one method over the whole flow, with what the
+/// flow's sequence numbers say of the data being answered.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    #[serde(flatten)]
+    pub rtt: FlowRtt,
     /// Segments the peer sent more than once (seen at the capture point).
     pub retransmissions: u64,
     /// Retransmissions of data the host had already acknowledged.
@@ -150,8 +171,9 @@ impl Summary {
             })
             .collect();
         totals.sort_by_key(|t| (t.method, t.place == Place::LocalHost));
-        self.rows
-            .sort_by(|a, b| (&a.host, &a.peer, a.method).cmp(&(&b.host, &b.peer, b.method)));
+        self.rows.sort_by(|a, b| {
+            (&a.rtt.host, &a.rtt.peer, a.rtt.method).cmp(&(&b.rtt.host, &b.rtt.peer, b.rtt.method))
+        });
         (self.rows, totals)
     }
 
@@ -184,17 +206,7 @@ impl Sink for Summary {
                     continue;
                 };
                 self.rows.push(Row {
-                    host: host.to_string(),
-                    peer: peer.to_string(),
-                    method,
-                    place: a.place,
-                    samples: a.count,
-                    min_us: us(a.min),
-                    mean_us: a.mean_us(),
-                    p50_us: us(a.rec.quantile(0.5)),
-                    p90_us: us(a.rec.quantile(0.9)),
-                    p99_us: us(a.rec.quantile(0.99)),
-                    max_us: us(a.max),
+                    rtt: a.rtt(host, peer, method),
                     retransmissions: sent.retransmissions,
                     spurious_retransmissions: sent.spurious,
                     out_of_order: sent.out_of_order,
@@ -204,28 +216,12 @@ impl Sink for Summary {
     }
 }
 
-/// One flow direction's samples by one method within one interval.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct IntervalRow {
-    pub host: String,
-    pub peer: String,
-    pub method: Method,
-    pub place: Place,
-    pub samples: u64,
-    pub min_us: f64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub max_us: f64,
-}
-
 /// The rows of one finished interval `[start_ns, end_ns)` of capture time.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Interval {
     pub start_ns: u64,
     pub end_ns: u64,
-    pub rows: Vec<IntervalRow>,
+    pub rows: Vec<FlowRtt>,
 }
 
 /// Per-flow summaries of every interval of capture time (`--summary-interval`, pping's
@@ -276,22 +272,10 @@ impl IntervalSummary {
 
     fn close(&mut self) -> Interval {
         let start_ns = self.start_ns.take().unwrap_or(0);
-        let mut rows: Vec<IntervalRow> = self
+        let mut rows: Vec<FlowRtt> = self
             .open
             .drain()
-            .map(|((host, peer, method), mut a)| IntervalRow {
-                host: host.to_string(),
-                peer: peer.to_string(),
-                method,
-                place: a.place,
-                samples: a.count,
-                min_us: us(a.min),
-                mean_us: a.mean_us(),
-                p50_us: us(a.rec.quantile(0.5)),
-                p90_us: us(a.rec.quantile(0.9)),
-                p99_us: us(a.rec.quantile(0.99)),
-                max_us: us(a.max),
-            })
+            .map(|((host, peer, method), mut a)| a.rtt(host, peer, method))
             .collect();
         rows.sort_by(|a, b| (&a.host, &a.peer, a.method).cmp(&(&b.host, &b.peer, b.method)));
         Interval {

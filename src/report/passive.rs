@@ -3,7 +3,7 @@
 
 use super::table::{write_aligned, Table};
 use crate::passive::sampler::Period;
-use crate::passive::summary::{Interval, Row, Total};
+use crate::passive::summary::{FlowRtt, Interval, Row, Total};
 use crate::passive::{Counters, Method, Place, Sample};
 use std::io::{self, Write};
 
@@ -190,23 +190,25 @@ pub fn interval(out: &mut impl std::fmt::Write, iv: &Interval) -> std::fmt::Resu
             "HOST", "PEER", "METHOD", "PLACE", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us",
             "MAX_us",
         ],
-        || {
-            iv.rows.iter().map(|r| {
-                [
-                    r.host.clone(),
-                    r.peer.clone(),
-                    r.method.name().into(),
-                    place_name(r.place).into(),
-                    r.samples.to_string(),
-                    f1(r.min_us),
-                    f1(r.p50_us),
-                    f1(r.p90_us),
-                    f1(r.p99_us),
-                    f1(r.max_us),
-                ]
-            })
-        },
+        || iv.rows.iter().map(rtt_cells),
     )
+}
+
+/// The cells of a flow direction's RTT columns, shared by `--summary` and
+/// `--summary-interval`: HOST PEER METHOD PLACE SAMPLES MIN P50 P90 P99 MAX.
+fn rtt_cells(r: &FlowRtt) -> [String; 10] {
+    [
+        r.host.clone(),
+        r.peer.clone(),
+        r.method.name().into(),
+        place_name(r.place).into(),
+        r.samples.to_string(),
+        f1(r.min_us),
+        f1(r.p50_us),
+        f1(r.p90_us),
+        f1(r.p99_us),
+        f1(r.max_us),
+    ]
 }
 
 /// One finished interval as JSON lines, one per row, each with its interval.
@@ -229,17 +231,18 @@ pub fn summary(out: &mut impl std::fmt::Write, rows: &[Row], totals: &[Total]) -
         "Per flow and direction: the host's answers to the peer, timed at the capture point\n",
     )?;
     let cells = |r: &Row| {
+        let [host, peer, method, place, samples, min, p50, p90, p99, max] = rtt_cells(&r.rtt);
         [
-            r.host.clone(),
-            r.peer.clone(),
-            r.method.name().into(),
-            place_name(r.place).into(),
-            r.samples.to_string(),
-            f1(r.min_us),
-            f1(r.p50_us),
-            f1(r.p90_us),
-            f1(r.p99_us),
-            f1(r.max_us),
+            host,
+            peer,
+            method,
+            place,
+            samples,
+            min,
+            p50,
+            p90,
+            p99,
+            max,
             r.retransmissions.to_string(),
             r.spurious_retransmissions.to_string(),
             r.out_of_order.to_string(),
