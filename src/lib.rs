@@ -1,7 +1,9 @@
 //! rttlab: round-trip time at every layer, side by side.
 //!
 //! See docs/ARCHITECTURE.md for the module map. Data flows one way: sources ([`probe`],
-//! [`kernel`]) → samples → [`stats`] → [`report`].
+//! [`kernel`], [`capture`]) → samples → [`stats`] → records ([`results`]) → [`report`];
+//! [`experiment`] composes sources and hands records to [`report`]. No module imports
+//! one above it (checked by tests/structure.rs).
 
 pub mod capture;
 pub mod experiment;
@@ -11,6 +13,7 @@ pub mod model;
 pub mod passive;
 pub mod probe;
 pub mod report;
+pub mod results;
 pub mod stats;
 pub mod wire;
 

@@ -3,7 +3,8 @@
 use super::values;
 use anyhow::Context;
 use clap::Args;
-use rttlab::experiment::compare::{self, CompareSettings};
+use rttlab::experiment::compare;
+use rttlab::results::compare::CompareSettings;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 

@@ -4,8 +4,9 @@ use super::progress::on_interrupt;
 use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use rttlab::experiment::blackout::{self, BlackoutBy, Mechanism, Settings};
+use rttlab::experiment::blackout;
 use rttlab::experiment::{passive_active, resreq, sweep, synrto};
+use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -362,7 +363,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         eprint!("\r\x1b[K");
     }
     let failed = trials.iter().filter(|t| t.error.is_some()).count();
-    let text = blackout::write_report(&out, &trials)?;
+    let text = rttlab::report::blackout::write(&out, &trials)?;
     print!("{text}");
     println!(
         "{} trials ({} failed) in {}: run.json, trials.jsonl, summary.json, tables.txt, *.svg, report.html",
@@ -452,7 +453,12 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
         eprint!("\r\x1b[K");
     }
     let failed = points.iter().filter(|p| p.error.is_some()).count();
-    finish(&out, resreq::write_report(&out, &points)?, &stop, failed)
+    finish(
+        &out,
+        rttlab::report::resreq::write(&out, &points)?,
+        &stop,
+        failed,
+    )
 }
 
 fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
@@ -495,7 +501,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     }
     finish(
         &out,
-        sweep::write_report(&out, &points)?,
+        rttlab::report::sweep::write(&out, &points)?,
         &stop,
         points.iter().filter(|p| p.error.is_some()).count(),
     )
@@ -549,7 +555,12 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
     );
     let cases = synrto::run(&s, &out, &host_facts(), &lab_name("sy"), &stop)?;
     let failed = cases.iter().filter(|c| c.error.is_some()).count();
-    finish(&out, synrto::write_report(&out, &cases)?, &stop, failed)
+    finish(
+        &out,
+        rttlab::report::synrto::write(&out, &cases)?,
+        &stop,
+        failed,
+    )
 }
 
 fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
@@ -589,7 +600,7 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     let failed = results.iter().filter(|r| r.error.is_some()).count();
     finish(
         &out,
-        passive_active::write_report(&out, &results)?,
+        rttlab::report::passive_active::write(&out, &results)?,
         &stop,
         failed,
     )

@@ -25,7 +25,7 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let text = rttlab::experiment::render_report_to(&a.dir, a.out.as_deref())
+    let text = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
     print!("{text}");
     if let Some(out) = &a.out {

@@ -5,125 +5,19 @@
 //! between them explained from the data.
 
 use super::bench::{capture_port, port_srtt, LabServer};
-use super::results::{self, ResultsError};
 use crate::kernel::{netns, route};
 use crate::lab::impair::Impairments;
 use crate::lab::{LabSpec, Node};
-use crate::passive::sampler::Period;
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrResult, RrSettings, RunControl};
+use crate::results::compare::{CompareResult, CompareSettings, Layer};
+use crate::results::{self, ResultsError};
 use crate::stats::LatencyHistogram;
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-/// What to compare and how.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CompareSettings {
-    /// `rttlab serve` on the far host; `None`: a lab built for the run.
-    pub server: Option<SocketAddr>,
-    /// The lab's round-trip delay (split evenly between the two directions).
-    pub lab_rtt: Duration,
-    /// Wait between a response and the next request (and between pings).
-    pub interval: Duration,
-    pub duration: Duration,
-    /// The TCP_RR data port (fixed so the capture and sock_diag find the connection).
-    pub data_port: u16,
-    /// The sampled metric keeps one packet in this many.
-    pub sampler_one_in: u32,
-    /// Capture interface on the client (`None`: the route's, or the lab's eth0).
-    pub interface: Option<String>,
-    /// The lab's emulator busy-polls one CPU instead of sleeping between frames: its
-    /// delays stay within µs even when the hypervisor steals time, where a sleeping
-    /// emulator's wake-ups stretch to milliseconds.
-    #[serde(default)]
-    pub lab_poll: bool,
-    /// The secret shared with the server (never written to a results file).
-    #[serde(skip)]
-    pub secret: Option<Vec<u8>>,
-}
-
-impl Default for CompareSettings {
-    fn default() -> Self {
-        Self {
-            server: None,
-            lab_rtt: Duration::from_millis(10),
-            interval: Duration::from_millis(10),
-            duration: Duration::from_secs(10),
-            data_port: 12867,
-            sampler_one_in: 1,
-            interface: None,
-            lab_poll: true,
-            secret: None,
-        }
-    }
-}
-
-/// One layer's numbers, µs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Layer {
-    pub name: String,
-    /// What a sample is.
-    pub what: String,
-    pub samples: u64,
-    pub min_us: Option<f64>,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    pub max_us: Option<f64>,
-    pub mean_us: Option<f64>,
-    /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
-    #[serde(skip)]
-    pub histogram: Option<LatencyHistogram>,
-}
-
-impl Layer {
-    /// A layer's row from its samples.
-    pub fn from_histogram(name: &str, what: &str, h: &LatencyHistogram) -> Self {
-        let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
-        Self {
-            name: name.into(),
-            what: what.into(),
-            samples: h.count(),
-            min_us: us(h.min_ns()),
-            p50_us: us(h.quantile_ns(0.5)),
-            p90_us: us(h.quantile_ns(0.9)),
-            p99_us: us(h.quantile_ns(0.99)),
-            max_us: us(h.max_ns()),
-            mean_us: h.mean_ns().map(|v| v / 1e3),
-            histogram: Some(h.clone()),
-        }
-    }
-
-    /// The file, in a results directory, that holds this layer's samples.
-    pub fn histogram_file(&self) -> String {
-        format!("{}.hist.csv", self.name.replace(' ', "_"))
-    }
-}
-
-/// The result: the layers, facts the explanations rest on, and the explanations.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct CompareResult {
-    pub settings: CompareSettings,
-    pub server: SocketAddr,
-    pub capture_interface: String,
-    pub layers: Vec<Layer>,
-    pub tcp_retransmissions_client: Option<u64>,
-    pub tcp_retransmissions_server: Option<u64>,
-    pub ping_lost: u64,
-    pub udp_lost: u64,
-    /// Passive samples answered by the client itself (its own time to answer).
-    pub passive_local_samples: u64,
-    pub capture_drops: u64,
-    pub sampler: Vec<Period>,
-    pub explanations: Vec<String>,
-    /// Errors of layers that could not run (the others are still reported).
-    pub errors: Vec<String>,
-}
 
 /// Why a comparison could not start.
 #[derive(Debug, thiserror::Error)]
@@ -530,46 +424,5 @@ pub fn write_results(
             put(&l.histogram_file(), &h.to_csv())?;
         }
     }
-    render_report(dir).map(|_| ())
-}
-
-/// Re-render `compare.txt`, `cdf.svg` and `report.html` in `dir` from `compare.json`
-/// and the layers' histogram files, recomputing every row from its histogram file;
-/// returns the table's text.
-///
-/// # Errors
-/// A file is missing or unreadable, or a histogram file disagrees with compare.json.
-pub fn render_report(dir: &Path) -> Result<String, ResultsError> {
-    let bad = |p: &Path, msg: String| ResultsError::Io {
-        path: p.display().to_string(),
-        msg,
-    };
-    let (_, run) = results::read_run(dir)?;
-    let cp = dir.join("compare.json");
-    let text = std::fs::read_to_string(&cp).map_err(|e| bad(&cp, e.to_string()))?;
-    let mut r: CompareResult = serde_json::from_str(&text).map_err(|e| bad(&cp, e.to_string()))?;
-    for l in &mut r.layers {
-        if l.name == "sampled metric" {
-            continue;
-        }
-        let h = results::read_histogram(dir, &l.histogram_file())?;
-        let again = Layer::from_histogram(&l.name, &l.what, &h);
-        if again.samples != l.samples || again.p50_us != l.p50_us {
-            return Err(bad(
-                &dir.join(l.histogram_file()),
-                format!("holds other samples than compare.json's {} row", l.name),
-            ));
-        }
-        *l = again;
-    }
-    let table = crate::report::compare::render(&r);
-    let cdf = crate::report::compare::cdf_chart(&r);
-    let write = |name: &str, t: &str| results::write_file(dir, name, t);
-    write("compare.txt", &table)?;
-    write("cdf.svg", &cdf)?;
-    write(
-        "report.html",
-        &crate::report::compare::html(&run, &r, &table, &cdf),
-    )?;
-    Ok(table)
+    crate::report::compare::write(dir).map(|_| ())
 }

@@ -16,13 +16,14 @@
 //! them, so a message held behind a lost one waits in the receive buffer.
 
 use super::bench::{capture_port, LabServer};
-use super::results::{write_file, ResultsDir, ResultsError};
 use super::ExperimentError;
 use crate::kernel::{netns, realtime_ns, sockopt};
 use crate::lab::emulator::Dir;
 use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
+use crate::results::passive_active::{stats, Scenario, ScenarioResult};
+use crate::results::{write_file, ResultsDir};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{Read, Write};
@@ -34,45 +35,6 @@ use std::time::{Duration, Instant};
 
 const ECHO_PORT: u16 = 12870;
 const BULK_PORT: u16 = 12871;
-
-/// A scenario, parsed from its name.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scenario {
-    Delay,
-    Loss { percent: u32 },
-    Queue { kbytes: u32 },
-}
-
-impl Scenario {
-    /// `delay`, `loss-N` (percent) or `queue-NKB`.
-    pub fn parse(s: &str) -> Option<Self> {
-        if s == "delay" {
-            return Some(Self::Delay);
-        }
-        if let Some(p) = s.strip_prefix("loss-") {
-            return p
-                .parse()
-                .ok()
-                .filter(|&p| p < 100)
-                .map(|percent| Self::Loss { percent });
-        }
-        s.strip_prefix("queue-")?
-            .strip_suffix("KB")?
-            .parse()
-            .ok()
-            .filter(|&k| k > 0)
-            .map(|kbytes| Self::Queue { kbytes })
-    }
-
-    /// The seed's scenarios, in its order.
-    pub fn seed_names() -> Vec<String> {
-        ["delay", "loss-5", "loss-10", "loss-15", "loss-20"]
-            .into_iter()
-            .map(String::from)
-            .chain([10, 100, 200, 300].map(|k| format!("queue-{k}KB")))
-            .collect()
-    }
-}
 
 /// What to run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -113,35 +75,6 @@ impl Default for Settings {
     }
 }
 
-/// One layer's RTTs in a scenario (ms).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct LayerStats {
-    pub layer: String,
-    pub samples: u64,
-    /// Probes with no answer: pings lost, echoes still outstanding at the end.
-    pub unanswered: u64,
-    pub mean_ms: Option<f64>,
-    pub p5_ms: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p95_ms: Option<f64>,
-    pub max_ms: Option<f64>,
-}
-
-/// A scenario's results.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ScenarioResult {
-    pub scenario: String,
-    pub layers: Vec<LayerStats>,
-    /// TCP retransmissions of the echo connection (client side, tcp_info).
-    pub echo_retransmissions: Option<u32>,
-    /// Bytes the bulk flow moved (queue scenarios).
-    pub bulk_bytes: u64,
-    pub capture_drops: u64,
-    /// Every sample: `t_s,layer,rtt_ms` (seconds since the scenario started).
-    pub samples_file: String,
-    pub error: Option<String>,
-}
-
 /// (seconds since the start, RTT ms) of one layer.
 type Series = Vec<(f64, f64)>;
 
@@ -157,25 +90,6 @@ impl Sink for TsSink {
             let t = s.ts_ns.saturating_sub(self.t0_realtime_ns) as f64 / 1e9;
             self.series.push((t, s.rtt_ns as f64 / 1e6));
         }
-    }
-}
-
-/// Summary of one layer's samples (exact percentiles by rank).
-pub fn stats(layer: &str, series: &[(f64, f64)], unanswered: u64) -> LayerStats {
-    let mut v: Vec<f64> = series.iter().map(|&(_, r)| r).collect();
-    v.sort_by(f64::total_cmp);
-    let q = |p: f64| -> Option<f64> {
-        (!v.is_empty()).then(|| v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)])
-    };
-    LayerStats {
-        layer: layer.into(),
-        samples: v.len() as u64,
-        unanswered,
-        mean_ms: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
-        p5_ms: q(0.05),
-        p50_ms: q(0.5),
-        p95_ms: q(0.95),
-        max_ms: v.last().copied(),
     }
 }
 
@@ -629,63 +543,4 @@ pub fn run(
         progress(done.len(), total, done.last().expect("just pushed"));
     }
     Ok(done)
-}
-
-/// Read a scenario's samples file back: (layer, t_s, rtt_ms) rows.
-///
-/// # Errors
-/// The file is missing or a row does not parse.
-pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, ResultsError> {
-    let p = out.join(file);
-    let bad = |msg: String| ResultsError::Io {
-        path: p.display().to_string(),
-        msg,
-    };
-    let text = std::fs::read_to_string(&p).map_err(|e| bad(e.to_string()))?;
-    text.lines()
-        .skip(1)
-        .enumerate()
-        .map(|(k, l)| {
-            let mut f = l.split(',');
-            let (t, layer, r) = (f.next(), f.next(), f.next());
-            match (
-                t.and_then(|t| t.parse().ok()),
-                layer,
-                r.and_then(|r| r.parse().ok()),
-            ) {
-                (Some(t), Some(layer), Some(r)) => Ok((layer.to_string(), t, r)),
-                _ => Err(bad(format!("line {}: cannot read {l:?}", k + 2))),
-            }
-        })
-        .collect()
-}
-
-/// Write `tables.txt`, the charts and `report.html`, recomputing every layer's
-/// statistics from the samples files; returns the tables' text.
-///
-/// # Errors
-/// A file could not be read or written.
-pub fn write_report(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsError> {
-    let mut series = Vec::new();
-    for r in results {
-        let rows = if r.samples_file.is_empty() {
-            Vec::new()
-        } else {
-            read_samples(out, &r.samples_file)?
-        };
-        series.push((r.clone(), rows));
-    }
-    let text = crate::report::passive_active::tables(&series);
-    let charts = crate::report::passive_active::charts(&series);
-    write_file(out, "tables.txt", &text)?;
-    for (name, _, svg) in &charts {
-        write_file(out, name, svg)?;
-    }
-    let (_, run) = super::results::read_run(out)?;
-    write_file(
-        out,
-        "report.html",
-        &crate::report::passive_active::html(&run, &series, &text, &charts),
-    )?;
-    Ok(text)
 }

@@ -14,14 +14,14 @@
 //! packet rate stays roughly the same.
 
 use super::bench::{capture_port, port_srtt, until_interrupted, LabServer};
-use super::results::{write_file, ResultsDir, ResultsError};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
 use crate::lab::LabSpec;
-use crate::passive::sampler::Period;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
+use crate::results::resreq::Point;
+use crate::results::ResultsDir;
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -89,32 +89,6 @@ impl Settings {
             lab_poll: true,
         }
     }
-}
-
-/// One wait's results (µs unless named otherwise).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Point {
-    pub wait_ms: f64,
-    pub streams: u32,
-    pub transactions: u64,
-    pub min_us: Option<f64>,
-    pub mean_us: Option<f64>,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub p99_us: Option<f64>,
-    /// Medians of the srtt samples (every 10 ms) of the client's and the server's
-    /// data sockets.
-    pub client_srtt_us: Option<f64>,
-    pub server_srtt_us: Option<f64>,
-    /// The sampled metric of each end's VM over the whole point: data leaving that
-    /// host, ACKs coming back (buckets, interpolated median, exact median).
-    pub client_metric: Option<Period>,
-    pub server_metric: Option<Period>,
-    pub retransmissions: u64,
-    pub capture_drops: u64,
-    /// Files (in the results directory) holding this point's histograms.
-    pub files: Vec<String>,
-    pub error: Option<String>,
 }
 
 /// The metric needs no per-sample output.
@@ -307,27 +281,4 @@ pub fn run(
     }
     done.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
     Ok(done)
-}
-
-/// Write `tables.txt`, the charts and `report.html` from the points; returns the
-/// tables' text.
-///
-/// # Errors
-/// A file could not be written.
-pub fn write_report(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
-    let mut points = points.to_vec();
-    points.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
-    let text = crate::report::resreq::tables(&points);
-    let charts = crate::report::resreq::charts(&points);
-    write_file(out, "tables.txt", &text)?;
-    for (name, _, svg) in &charts {
-        write_file(out, name, svg)?;
-    }
-    let (_, run) = super::results::read_run(out)?;
-    write_file(
-        out,
-        "report.html",
-        &crate::report::resreq::html(&run, &points, &text, &charts),
-    )?;
-    Ok(text)
 }

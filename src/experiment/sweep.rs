@@ -11,7 +11,6 @@
 //! of requests in flight and measure their queue, not the seed's flat curve.
 
 use super::bench::{until_interrupted, LabServer};
-use super::results::{write_file, ResultsDir, ResultsError};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
@@ -19,6 +18,8 @@ use crate::lab::LabSpec;
 use crate::probe::pacing::PaceMode;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrSettings, RunControl};
+use crate::results::sweep::Point;
+use crate::results::{write_file, ResultsDir};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -66,23 +67,6 @@ impl Default for Settings {
             lab_poll: false,
         }
     }
-}
-
-/// One tool at one interval (µs).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Point {
-    pub interval_us: f64,
-    /// `icmp` or `tcp_rr`.
-    pub tool: String,
-    pub samples: u64,
-    pub min_us: Option<f64>,
-    pub mean_us: Option<f64>,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub lost: u64,
-    /// The file (in the results directory) holding the samples.
-    pub file: Option<String>,
-    pub error: Option<String>,
 }
 
 fn point(
@@ -215,28 +199,4 @@ pub fn run(
         progress(done.len(), total, done.last().expect("just pushed"));
     }
     Ok(done)
-}
-
-/// Write `tables.txt`, `mean-latency.svg` and `report.html`; returns the table.
-///
-/// # Errors
-/// A file could not be written.
-pub fn write_report(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
-    let mut points = points.to_vec();
-    points.sort_by(|a, b| {
-        a.interval_us
-            .total_cmp(&b.interval_us)
-            .then(a.tool.cmp(&b.tool))
-    });
-    let text = crate::report::sweep::table(&points);
-    let chart = crate::report::sweep::chart(&points);
-    write_file(out, "tables.txt", &text)?;
-    write_file(out, "mean-latency.svg", &chart)?;
-    let (_, run) = super::results::read_run(out)?;
-    write_file(
-        out,
-        "report.html",
-        &crate::report::sweep::html(&run, &points, &text, &chart),
-    )?;
-    Ok(text)
 }

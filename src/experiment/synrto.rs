@@ -11,13 +11,14 @@
 //! one really was lost and the time is the RTO's.
 
 use super::bench::{LabServer, Nft};
-use super::results::{write_file, ResultsDir, ResultsError};
 use super::ExperimentError;
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{hz, netns, netstat};
 use crate::lab::impair::Impairments;
 use crate::lab::{LabSpec, Node};
+use crate::results::synrto::{Case, CASES};
+use crate::results::{write_file, ResultsDir};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpStream};
@@ -39,32 +40,6 @@ pub struct Settings {
     /// The lab's emulator busy-polls instead of sleeping between frames: a SYN-ACK
     /// that a loaded VM holds back past the override's backed-off RTO is sent again.
     pub lab_poll: bool,
-}
-
-/// The three cases, in the order they run.
-pub const CASES: [&str; 3] = [
-    "no drop",
-    "first SYN dropped",
-    "first SYN dropped, override",
-];
-
-/// One case's connection set-up times (ms).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Case {
-    pub case: String,
-    pub connections: u32,
-    pub failed: u32,
-    pub min_ms: Option<f64>,
-    pub p50_ms: Option<f64>,
-    pub p90_ms: Option<f64>,
-    pub max_ms: Option<f64>,
-    /// SYNs a sent again during the case (TcpExt.TCPSynRetrans in a).
-    pub syn_retransmits: u64,
-    /// What the kernel's rule predicts for the median: the path's RTT, plus the
-    /// initial RTO in whole jiffies when the first SYN is lost.
-    pub predicted_ms: f64,
-    pub file: Option<String>,
-    pub error: Option<String>,
 }
 
 /// Drop the first SYN from each client port to `port` (b's input hook).
@@ -288,29 +263,4 @@ pub fn run(
         done.push(c);
     }
     Ok(done)
-}
-
-/// Write `tables.txt`, `setup-time.svg` and `report.html`; returns the table.
-///
-/// # Errors
-/// A file could not be written or read.
-pub fn write_report(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
-    let mut hists = Vec::new();
-    for c in cases {
-        if let Some(f) = &c.file {
-            let h = super::results::read_histogram(out, f)?;
-            hists.push((c.case.clone(), h));
-        }
-    }
-    let text = crate::report::synrto::table(cases);
-    let chart = crate::report::synrto::chart(&hists);
-    write_file(out, "tables.txt", &text)?;
-    write_file(out, "setup-time.svg", &chart)?;
-    let (_, run) = super::results::read_run(out)?;
-    write_file(
-        out,
-        "report.html",
-        &crate::report::synrto::html(&run, cases, &text, &chart),
-    )?;
-    Ok(text)
 }

@@ -3,7 +3,9 @@
 
 use super::rto::seed_layout;
 use super::svg::{LineChart, Series};
-use crate::experiment::blackout::{CellSummary, NO_DROP};
+use crate::results::blackout::{summarise, CellSummary, TrialRecord, NO_DROP};
+use crate::results::{write_file, ResultsError};
+use std::path::Path;
 
 /// Every table, each with a title line.
 pub fn tables(cells: &[CellSummary]) -> String {
@@ -88,7 +90,7 @@ pub fn tables(cells: &[CellSummary]) -> String {
 }
 
 /// Trials whose blackout dropped nothing, one line per cell: not compared with the
-/// model (see [`crate::experiment::blackout::path_of`]).
+/// model (see [`crate::results::blackout::path_of`]).
 fn no_drop(cells: &[CellSummary]) -> String {
     let stalled: Vec<&CellSummary> = cells.iter().filter(|c| c.path == NO_DROP).collect();
     let n: usize = stalled.iter().map(|c| c.n).sum();
@@ -254,4 +256,30 @@ pub fn html(run_json: &str, tables_text: &str, charts: &[(String, String)]) -> S
     }
     p.heading("Tables").pre(tables_text).run_facts(run_json);
     p.render()
+}
+
+/// Write the tables, charts and report of `trials` into the results directory `out`
+/// (summary.json, tables.txt, *.svg, report.html), returning the tables' text.
+///
+/// # Errors
+/// A write failed.
+pub fn write(out: &Path, trials: &[TrialRecord]) -> Result<String, ResultsError> {
+    let cells = summarise(trials);
+    let text = tables(&cells);
+    let json = serde_json::to_string_pretty(&cells)
+        .map_err(crate::results::json(&out.join("summary.json")))?;
+    write_file(out, "summary.json", &json)?;
+    write_file(out, "tables.txt", &text)?;
+    let measured: Vec<CellSummary> = cells
+        .iter()
+        .filter(|c| c.path != NO_DROP)
+        .cloned()
+        .collect();
+    let charts = charts(&measured);
+    for (name, svg) in &charts {
+        write_file(out, name, svg)?;
+    }
+    let (_, run) = crate::results::read_run(out)?;
+    write_file(out, "report.html", &html(&run, &text, &charts))?;
+    Ok(text)
 }

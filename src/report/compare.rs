@@ -3,8 +3,10 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::experiment::compare::CompareResult;
 use crate::passive::sampler::BOUNDS_MS;
+use crate::results::compare::{CompareResult, Layer};
+use crate::results::{self, ResultsError};
+use std::path::Path;
 
 /// The layers side by side (µs), then the gaps explained.
 pub fn render(r: &CompareResult) -> String {
@@ -162,4 +164,37 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
     p.pre(table);
     p.run_facts(run_json);
     p.render()
+}
+
+/// Re-render `compare.txt`, `cdf.svg` and `report.html` in `dir` from `compare.json`
+/// and the layers' histogram files, recomputing every row from its histogram file;
+/// returns the table's text.
+///
+/// # Errors
+/// A file is missing or unreadable, or a histogram file disagrees with compare.json.
+pub fn write(dir: &Path) -> Result<String, ResultsError> {
+    let (_, run) = results::read_run(dir)?;
+    let cp = dir.join("compare.json");
+    let text = std::fs::read_to_string(&cp).map_err(results::io(&cp))?;
+    let mut r: CompareResult = serde_json::from_str(&text).map_err(results::json(&cp))?;
+    for l in &mut r.layers {
+        if l.name == "sampled metric" {
+            continue;
+        }
+        let h = results::read_histogram(dir, &l.histogram_file())?;
+        let again = Layer::from_histogram(&l.name, &l.what, &h);
+        if again.samples != l.samples || again.p50_us != l.p50_us {
+            return Err(results::invalid(
+                &dir.join(l.histogram_file()),
+                format!("holds other samples than compare.json's {} row", l.name),
+            ));
+        }
+        *l = again;
+    }
+    let table = render(&r);
+    let cdf = cdf_chart(&r);
+    results::write_file(dir, "compare.txt", &table)?;
+    results::write_file(dir, "cdf.svg", &cdf)?;
+    results::write_file(dir, "report.html", &html(&run, &r, &table, &cdf))?;
+    Ok(table)
 }

@@ -3,6 +3,7 @@
 
 pub mod blackout;
 pub mod compare;
+pub mod dir;
 pub mod html;
 pub mod lab;
 pub mod passive;

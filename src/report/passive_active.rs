@@ -3,7 +3,9 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::experiment::passive_active::{stats, LayerStats, Scenario, ScenarioResult};
+use crate::results::passive_active::{read_samples, stats, LayerStats, Scenario, ScenarioResult};
+use crate::results::{read_run, write_file, ResultsError};
+use std::path::Path;
 
 /// A scenario and its samples: (layer, t_s, rtt_ms).
 pub type WithSamples = (ScenarioResult, Vec<(String, f64, f64)>);
@@ -305,4 +307,30 @@ pub fn html(
     }
     p.heading("Tables").pre(tables).run_facts(run_json);
     p.render()
+}
+
+/// Write `tables.txt`, the charts and `report.html`, recomputing every layer's
+/// statistics from the samples files; returns the tables' text.
+///
+/// # Errors
+/// A file could not be read or written.
+pub fn write(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsError> {
+    let mut series = Vec::new();
+    for r in results {
+        let rows = if r.samples_file.is_empty() {
+            Vec::new()
+        } else {
+            read_samples(out, &r.samples_file)?
+        };
+        series.push((r.clone(), rows));
+    }
+    let text = tables(&series);
+    let charts = charts(&series);
+    write_file(out, "tables.txt", &text)?;
+    for (name, _, svg) in &charts {
+        write_file(out, name, svg)?;
+    }
+    let (_, run) = read_run(out)?;
+    write_file(out, "report.html", &html(&run, &series, &text, &charts))?;
+    Ok(text)
 }

@@ -3,7 +3,9 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::experiment::resreq::Point;
+use crate::results::resreq::Point;
+use crate::results::{read_run, write_file, ResultsError};
+use std::path::Path;
 
 fn f1(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
@@ -330,6 +332,25 @@ pub fn html(
     }
     p.heading("Tables").pre(tables_text).run_facts(run_json);
     p.render()
+}
+
+/// Write `tables.txt`, the charts and `report.html` from the points; returns the
+/// tables' text.
+///
+/// # Errors
+/// A file could not be written.
+pub fn write(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+    let mut points = points.to_vec();
+    points.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
+    let text = tables(&points);
+    let charts = charts(&points);
+    write_file(out, "tables.txt", &text)?;
+    for (name, _, svg) in &charts {
+        write_file(out, name, svg)?;
+    }
+    let (_, run) = read_run(out)?;
+    write_file(out, "report.html", &html(&run, &points, &text, &charts))?;
+    Ok(text)
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::experiment::sweep::Point;
+use crate::results::sweep::Point;
+use crate::results::{read_run, write_file, ResultsError};
+use std::path::Path;
 
 fn f1(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
@@ -142,4 +144,24 @@ pub fn html(run_json: &str, points: &[Point], table: &str, chart: &str) -> Strin
     );
     p.heading("Table").pre(table).run_facts(run_json);
     p.render()
+}
+
+/// Write `tables.txt`, `mean-latency.svg` and `report.html`; returns the table.
+///
+/// # Errors
+/// A file could not be written.
+pub fn write(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+    let mut points = points.to_vec();
+    points.sort_by(|a, b| {
+        a.interval_us
+            .total_cmp(&b.interval_us)
+            .then(a.tool.cmp(&b.tool))
+    });
+    let text = table(&points);
+    let chart = chart(&points);
+    write_file(out, "tables.txt", &text)?;
+    write_file(out, "mean-latency.svg", &chart)?;
+    let (_, run) = read_run(out)?;
+    write_file(out, "report.html", &html(&run, &points, &text, &chart))?;
+    Ok(text)
 }

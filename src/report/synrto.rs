@@ -3,8 +3,10 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::experiment::synrto::Case;
+use crate::results::synrto::{Case, CASES};
+use crate::results::{read_histogram, read_run, write_file, ResultsError};
 use crate::stats::LatencyHistogram;
+use std::path::Path;
 
 fn f1(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
@@ -89,7 +91,7 @@ pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String 
     let med = |k: usize| {
         cases
             .iter()
-            .find(|c| c.case == crate::experiment::synrto::CASES[k])
+            .find(|c| c.case == CASES[k])
             .and_then(|c| c.p50_ms)
     };
     if let (Some(clean), Some(lost), Some(fixed)) = (med(0), med(1), med(2)) {
@@ -116,4 +118,24 @@ pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String 
     );
     p.heading("Table").pre(table).run_facts(run_json);
     p.render()
+}
+
+/// Write `tables.txt`, `setup-time.svg` and `report.html`; returns the table.
+///
+/// # Errors
+/// A file could not be written or read.
+pub fn write(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
+    let mut hists = Vec::new();
+    for c in cases {
+        if let Some(f) = &c.file {
+            hists.push((c.case.clone(), read_histogram(out, f)?));
+        }
+    }
+    let text = table(cases);
+    let chart = chart(&hists);
+    write_file(out, "tables.txt", &text)?;
+    write_file(out, "setup-time.svg", &chart)?;
+    let (_, run) = read_run(out)?;
+    write_file(out, "report.html", &html(&run, cases, &text, &chart))?;
+    Ok(text)
 }

@@ -1,3 +1,8 @@
+//! What runs leave behind, below the reports that render it: the results directory and
+//! the record types each experiment writes into it (with what is derived from a record
+//! alone), so that [`crate::report`] renders and [`crate::experiment`] records without
+//! either importing the other (docs/ARCHITECTURE.md, "Data flow").
+//!
 //! A results directory: `run.json` (settings and host facts), `trials.jsonl` (one line
 //! per finished trial, flushed as it is written, so an interrupted run keeps what it
 //! measured), and the rendered tables and report. Opening a directory that holds a run
@@ -7,6 +12,13 @@
 //! without one was written by rttlab 0.1 (version 1). Reports are always recomputed
 //! from the raw files, so a directory of any version this rttlab reads renders with
 //! today's derived fields, and one of a newer version is refused by name.
+
+pub mod blackout;
+pub mod compare;
+pub mod passive_active;
+pub mod resreq;
+pub mod sweep;
+pub mod synrto;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -21,8 +33,21 @@ pub const SCHEMA: &str = "rttlab.results/2";
 /// Errors of a results directory.
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
-    #[error("results directory {path}: {msg}")]
-    Io { path: String, msg: String },
+    #[error("results directory {}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not the JSON this rttlab writes", .path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A file that parses but says something this rttlab cannot use.
+    #[error("{}: {msg}", .path.display())]
+    Invalid { path: PathBuf, msg: String },
     #[error(
         "{path} holds a run with other settings ({what} differs); give another --out, or remove it"
     )]
@@ -38,10 +63,25 @@ pub struct ResultsDir {
     trials: std::fs::File,
 }
 
-fn io(path: &Path) -> impl Fn(std::io::Error) -> ResultsError + '_ {
-    move |e| ResultsError::Io {
-        path: path.display().to_string(),
-        msg: e.to_string(),
+pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> ResultsError + '_ {
+    move |source| ResultsError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+pub(crate) fn json(path: &Path) -> impl Fn(serde_json::Error) -> ResultsError + '_ {
+    move |source| ResultsError::Json {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A file of `dir` that says something this rttlab cannot use.
+pub(crate) fn invalid(path: &Path, msg: impl Into<String>) -> ResultsError {
+    ResultsError::Invalid {
+        path: path.to_owned(),
+        msg: msg.into(),
     }
 }
 
@@ -61,11 +101,7 @@ impl ResultsDir {
         let run = path.join("run.json");
         let mut done = Vec::new();
         if let Ok(b) = std::fs::read(&run) {
-            let old: serde_json::Value =
-                serde_json::from_slice(&b).map_err(|e| ResultsError::Io {
-                    path: run.display().to_string(),
-                    msg: e.to_string(),
-                })?;
+            let old: serde_json::Value = serde_json::from_slice(&b).map_err(json(&run))?;
             if old["experiment"] != experiment || old["settings"] != *settings {
                 let what = settings
                     .as_object()
@@ -109,10 +145,7 @@ impl ResultsDir {
     /// # Errors
     /// The write failed.
     pub fn record<T: Serialize>(&mut self, trial: &T) -> Result<(), ResultsError> {
-        let mut line = serde_json::to_vec(trial).map_err(|e| ResultsError::Io {
-            path: self.path.display().to_string(),
-            msg: e.to_string(),
-        })?;
+        let mut line = serde_json::to_vec(trial).map_err(json(&self.path))?;
         line.push(b'\n');
         self.trials.write_all(&line).map_err(io(&self.path))?;
         self.trials.sync_data().map_err(io(&self.path))
@@ -148,10 +181,7 @@ pub fn write_run(
         "settings": settings,
         "host": facts,
     });
-    let text = serde_json::to_vec_pretty(&meta).map_err(|e| ResultsError::Io {
-        path: run.display().to_string(),
-        msg: e.to_string(),
-    })?;
+    let text = serde_json::to_vec_pretty(&meta).map_err(json(&run))?;
     std::fs::write(&run, text).map_err(io(&run))
 }
 
@@ -165,10 +195,7 @@ pub fn read_histogram(
 ) -> Result<crate::stats::LatencyHistogram, ResultsError> {
     let p = dir.join(name);
     let text = std::fs::read_to_string(&p).map_err(io(&p))?;
-    crate::stats::LatencyHistogram::from_csv(&text).map_err(|msg| ResultsError::Io {
-        path: p.display().to_string(),
-        msg,
-    })
+    crate::stats::LatencyHistogram::from_csv(&text).map_err(|msg| invalid(&p, msg))
 }
 
 /// The layout version of a `run.json`: its `"schema"` (`rttlab.results/N`), or 1 for
@@ -184,10 +211,7 @@ pub fn schema_version(run: &serde_json::Value, path: &Path) -> Result<u32, Resul
         .as_str()
         .and_then(|s| s.strip_prefix("rttlab.results/"))
         .and_then(|v| v.parse::<u64>().ok())
-        .ok_or_else(|| ResultsError::Io {
-            path: path.display().to_string(),
-            msg: format!("unknown results schema {schema}"),
-        })?;
+        .ok_or_else(|| invalid(path, format!("unknown results schema {schema}")))?;
     match u32::try_from(version) {
         Ok(v) if (1..=SCHEMA_VERSION).contains(&v) => Ok(v),
         _ => Err(ResultsError::Schema {
@@ -205,14 +229,13 @@ pub fn schema_version(run: &serde_json::Value, path: &Path) -> Result<u32, Resul
 pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
     let run = path.join("run.json");
     let text = std::fs::read_to_string(&run).map_err(io(&run))?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ResultsError::Io {
-        path: run.display().to_string(),
-        msg: e.to_string(),
-    })?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(json(&run))?;
     schema_version(&v, &run)?;
-    let name = v["experiment"].as_str().ok_or_else(|| ResultsError::Io {
-        path: run.display().to_string(),
-        msg: "no \"experiment\" field: not a results directory of this rttlab".into(),
+    let name = v["experiment"].as_str().ok_or_else(|| {
+        invalid(
+            &run,
+            "no \"experiment\" field: not a results directory of this rttlab",
+        )
     })?;
     Ok((name.to_string(), text))
 }

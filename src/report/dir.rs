@@ -1,0 +1,77 @@
+//! Rendering a results directory again from its raw data, whatever experiment wrote
+//! it: `rttlab report`, and every experiment's last step.
+
+use crate::results::{self, ResultsError};
+use std::path::Path;
+
+/// Render the report of the results directory `dir` again from its raw data, whatever
+/// experiment wrote it, into `dir` itself; returns its tables' text. Derived fields of
+/// the raw records (blackout's model prediction and boundary marks) are recomputed, so
+/// a directory an older rttlab wrote keeps every conclusion. See [`render_to`]
+/// to leave the original untouched.
+///
+/// # Errors
+/// Not a results directory, an experiment this rttlab does not know, or a file that
+/// cannot be read or written.
+pub fn render(dir: &Path) -> Result<String, ResultsError> {
+    let (name, _) = results::read_run(dir)?;
+    match name.as_str() {
+        "compare" => super::compare::write(dir),
+        "blackout" => {
+            let trials = results::blackout::recompute(dir, results::read_trials(dir)?)?;
+            super::blackout::write(dir, &trials)
+        }
+        "resreq-interval" => super::resreq::write(dir, &results::read_trials(dir)?),
+        "interval-sweep" => super::sweep::write(dir, &results::read_trials(dir)?),
+        "syn-rto" => super::synrto::write(dir, &results::read_trials(dir)?),
+        "passive-vs-active" => super::passive_active::write(dir, &results::read_trials(dir)?),
+        _ => Err(results::invalid(
+            &dir.join("run.json"),
+            format!("written by experiment {name:?}, which this rttlab does not know"),
+        )),
+    }
+}
+
+/// Render the report of `dir` into `out` (a copy of `dir`'s files with the report
+/// written anew), or, with no `out`, only compute its tables and leave every file as
+/// it was; returns the tables' text.
+///
+/// # Errors
+/// As [`render`].
+pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<String, ResultsError> {
+    results::read_run(dir)?;
+    match out {
+        Some(out) if same_dir(dir, out) => render(dir),
+        Some(out) => {
+            results::copy_dir(dir, out)?;
+            render(out)
+        }
+        None => {
+            let scratch = tempdir_for(dir)?;
+            results::copy_dir(dir, &scratch)?;
+            let text = render(&scratch);
+            let _ = std::fs::remove_dir_all(&scratch);
+            text
+        }
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// A fresh directory for a throw-away rendering.
+fn tempdir_for(dir: &Path) -> Result<std::path::PathBuf, ResultsError> {
+    let p = std::env::temp_dir().join(format!(
+        "rttlab-report-{}-{}",
+        std::process::id(),
+        dir.file_name()
+            .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
+    ));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).map_err(results::io(&p))?;
+    Ok(p)
+}

@@ -1,0 +1,112 @@
+//! The record of `rttlab compare` (compare.json): every layer's numbers, the facts the
+//! explanations rest on, and the settings.
+
+use crate::passive::sampler::Period;
+use crate::stats::LatencyHistogram;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What to compare and how.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareSettings {
+    /// `rttlab serve` on the far host; `None`: a lab built for the run.
+    pub server: Option<SocketAddr>,
+    /// The lab's round-trip delay (split evenly between the two directions).
+    pub lab_rtt: Duration,
+    /// Wait between a response and the next request (and between pings).
+    pub interval: Duration,
+    pub duration: Duration,
+    /// The TCP_RR data port (fixed so the capture and sock_diag find the connection).
+    pub data_port: u16,
+    /// The sampled metric keeps one packet in this many.
+    pub sampler_one_in: u32,
+    /// Capture interface on the client (`None`: the route's, or the lab's eth0).
+    pub interface: Option<String>,
+    /// The lab's emulator busy-polls one CPU instead of sleeping between frames: its
+    /// delays stay within µs even when the hypervisor steals time, where a sleeping
+    /// emulator's wake-ups stretch to milliseconds.
+    #[serde(default)]
+    pub lab_poll: bool,
+    /// The secret shared with the server (never written to a results file).
+    #[serde(skip)]
+    pub secret: Option<Vec<u8>>,
+}
+
+impl Default for CompareSettings {
+    fn default() -> Self {
+        Self {
+            server: None,
+            lab_rtt: Duration::from_millis(10),
+            interval: Duration::from_millis(10),
+            duration: Duration::from_secs(10),
+            data_port: 12867,
+            sampler_one_in: 1,
+            interface: None,
+            lab_poll: true,
+            secret: None,
+        }
+    }
+}
+
+/// One layer's numbers, µs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Layer {
+    pub name: String,
+    /// What a sample is.
+    pub what: String,
+    pub samples: u64,
+    pub min_us: Option<f64>,
+    pub p50_us: Option<f64>,
+    pub p90_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub max_us: Option<f64>,
+    pub mean_us: Option<f64>,
+    /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
+    #[serde(skip)]
+    pub histogram: Option<LatencyHistogram>,
+}
+
+impl Layer {
+    /// A layer's row from its samples.
+    pub fn from_histogram(name: &str, what: &str, h: &LatencyHistogram) -> Self {
+        let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
+        Self {
+            name: name.into(),
+            what: what.into(),
+            samples: h.count(),
+            min_us: us(h.min_ns()),
+            p50_us: us(h.quantile_ns(0.5)),
+            p90_us: us(h.quantile_ns(0.9)),
+            p99_us: us(h.quantile_ns(0.99)),
+            max_us: us(h.max_ns()),
+            mean_us: h.mean_ns().map(|v| v / 1e3),
+            histogram: Some(h.clone()),
+        }
+    }
+
+    /// The file, in a results directory, that holds this layer's samples.
+    pub fn histogram_file(&self) -> String {
+        format!("{}.hist.csv", self.name.replace(' ', "_"))
+    }
+}
+
+/// The result: the layers, facts the explanations rest on, and the explanations.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareResult {
+    pub settings: CompareSettings,
+    pub server: SocketAddr,
+    pub capture_interface: String,
+    pub layers: Vec<Layer>,
+    pub tcp_retransmissions_client: Option<u64>,
+    pub tcp_retransmissions_server: Option<u64>,
+    pub ping_lost: u64,
+    pub udp_lost: u64,
+    /// Passive samples answered by the client itself (its own time to answer).
+    pub passive_local_samples: u64,
+    pub capture_drops: u64,
+    pub sampler: Vec<Period>,
+    pub explanations: Vec<String>,
+    /// Errors of layers that could not run (the others are still reported).
+    pub errors: Vec<String>,
+}

@@ -1,0 +1,121 @@
+//! The records of seed 002's passive-vs-active experiment: each scenario's per-layer
+//! statistics (trials.jsonl) and its samples file, read back for the report.
+
+use super::ResultsError;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A scenario, parsed from its name.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scenario {
+    Delay,
+    Loss { percent: u32 },
+    Queue { kbytes: u32 },
+}
+
+impl Scenario {
+    /// `delay`, `loss-N` (percent) or `queue-NKB`.
+    pub fn parse(s: &str) -> Option<Self> {
+        if s == "delay" {
+            return Some(Self::Delay);
+        }
+        if let Some(p) = s.strip_prefix("loss-") {
+            return p
+                .parse()
+                .ok()
+                .filter(|&p| p < 100)
+                .map(|percent| Self::Loss { percent });
+        }
+        s.strip_prefix("queue-")?
+            .strip_suffix("KB")?
+            .parse()
+            .ok()
+            .filter(|&k| k > 0)
+            .map(|kbytes| Self::Queue { kbytes })
+    }
+
+    /// The seed's scenarios, in its order.
+    pub fn seed_names() -> Vec<String> {
+        ["delay", "loss-5", "loss-10", "loss-15", "loss-20"]
+            .into_iter()
+            .map(String::from)
+            .chain([10, 100, 200, 300].map(|k| format!("queue-{k}KB")))
+            .collect()
+    }
+}
+
+/// One layer's RTTs in a scenario (ms).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LayerStats {
+    pub layer: String,
+    pub samples: u64,
+    /// Probes with no answer: pings lost, echoes still outstanding at the end.
+    pub unanswered: u64,
+    pub mean_ms: Option<f64>,
+    pub p5_ms: Option<f64>,
+    pub p50_ms: Option<f64>,
+    pub p95_ms: Option<f64>,
+    pub max_ms: Option<f64>,
+}
+
+/// A scenario's results.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScenarioResult {
+    pub scenario: String,
+    pub layers: Vec<LayerStats>,
+    /// TCP retransmissions of the echo connection (client side, tcp_info).
+    pub echo_retransmissions: Option<u32>,
+    /// Bytes the bulk flow moved (queue scenarios).
+    pub bulk_bytes: u64,
+    pub capture_drops: u64,
+    /// Every sample: `t_s,layer,rtt_ms` (seconds since the scenario started).
+    pub samples_file: String,
+    pub error: Option<String>,
+}
+
+/// Summary of one layer's samples (exact percentiles by rank).
+pub fn stats(layer: &str, series: &[(f64, f64)], unanswered: u64) -> LayerStats {
+    let mut v: Vec<f64> = series.iter().map(|&(_, r)| r).collect();
+    v.sort_by(f64::total_cmp);
+    let q = |p: f64| -> Option<f64> {
+        (!v.is_empty()).then(|| v[((p * (v.len() - 1) as f64).round() as usize).min(v.len() - 1)])
+    };
+    LayerStats {
+        layer: layer.into(),
+        samples: v.len() as u64,
+        unanswered,
+        mean_ms: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+        p5_ms: q(0.05),
+        p50_ms: q(0.5),
+        p95_ms: q(0.95),
+        max_ms: v.last().copied(),
+    }
+}
+
+/// Read a scenario's samples file back: (layer, t_s, rtt_ms) rows.
+///
+/// # Errors
+/// The file is missing or a row does not parse.
+pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, ResultsError> {
+    let p = out.join(file);
+    let text = std::fs::read_to_string(&p).map_err(super::io(&p))?;
+    text.lines()
+        .skip(1)
+        .enumerate()
+        .map(|(k, l)| {
+            let mut f = l.split(',');
+            let (t, layer, r) = (f.next(), f.next(), f.next());
+            match (
+                t.and_then(|t| t.parse().ok()),
+                layer,
+                r.and_then(|r| r.parse().ok()),
+            ) {
+                (Some(t), Some(layer), Some(r)) => Ok((layer.to_string(), t, r)),
+                _ => Err(super::invalid(
+                    &p,
+                    format!("line {}: cannot read {l:?}", k + 2),
+                )),
+            }
+        })
+        .collect()
+}
