@@ -177,6 +177,67 @@ fn interval_sweep_records_both_tools_at_every_interval() {
 }
 
 #[test]
+fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval() {
+    if !privileged("repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "experiment",
+        "interval-sweep",
+        "--interval",
+        "1ms",
+        "--count",
+        "20",
+        "--trials",
+        "3",
+    ];
+    let text = run(&args, dir.path());
+    let t = trials(dir.path());
+    assert_eq!(t.len(), 6);
+    // Every (tool, repeat) once, each with its own histogram file.
+    let mut keys: Vec<(String, u64)> = t
+        .iter()
+        .map(|p| (p["tool"].as_str().unwrap().to_string(), p["trial"].as_u64().unwrap()))
+        .collect();
+    let order = keys.clone();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 6);
+    let files: std::collections::BTreeSet<&str> =
+        t.iter().map(|p| p["file"].as_str().unwrap()).collect();
+    assert_eq!(files.len(), 6);
+    // Seeded: a second directory with the same seed runs the same order.
+    let again = tempfile::tempdir().unwrap();
+    run(&args, again.path());
+    let order2: Vec<(String, u64)> = trials(again.path())
+        .iter()
+        .map(|p| (p["tool"].as_str().unwrap().to_string(), p["trial"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(order, order2);
+    // Arithmetic from the raw records: each tool's row is the median of its three
+    // trials' means, and with three trials the interval is [min, max].
+    for tool in ["icmp", "tcp_rr"] {
+        let mut m: Vec<f64> = t
+            .iter()
+            .filter(|p| p["tool"] == tool)
+            .map(|p| p["mean_us"].as_f64().unwrap())
+            .collect();
+        m.sort_by(f64::total_cmp);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{tool}@1000us")))
+            .unwrap_or_else(|| panic!("no across-trials row for {tool}: {text}"));
+        let want = format!("3  {:.1}  {:.1}-{:.1}", m[1], m[0], m[2]);
+        let squeezed = row.split_whitespace().collect::<Vec<_>>().join("  ");
+        assert!(squeezed.contains(&want), "{row:?} lacks {want:?}");
+    }
+    assert!(text.contains("lowest coverage here 75.0 %"), "{text}");
+    let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    assert!(html.matches("class=\"ci\"").count() >= 2, "error bars drawn");
+}
+
+#[test]
 fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
     if !privileged("syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies") {
         return;
@@ -186,7 +247,7 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
         &[
             "experiment",
             "syn-rto",
-            "--trials",
+            "--connections",
             "5",
             "--syn-rto",
             "40ms",
@@ -194,9 +255,17 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
         dir.path(),
     );
     assert!(text.contains("PREDICTED_ms"), "{text}");
-    let t = trials(dir.path());
+    let mut t = trials(dir.path());
     assert_eq!(t.len(), 3);
-    for c in &t {
+    // The runner shuffles the cases; the records name theirs.
+    let order = [
+        "no drop",
+        "first SYN dropped",
+        "first SYN dropped, override",
+    ];
+    t.sort_by_key(|c| order.iter().position(|o| c["case"] == *o));
+    for (c, name) in t.iter().zip(order) {
+        assert_eq!(c["case"], name);
         assert!(c["error"].is_null(), "{c}");
         assert_eq!(c["connections"].as_u64(), Some(5), "{c}");
     }
@@ -240,8 +309,10 @@ fn passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits() 
         dir.path(),
     );
     assert!(text.contains("tcp_ts"), "{text}");
-    let t = trials(dir.path());
+    let mut t = trials(dir.path());
     assert_eq!(t.len(), 2);
+    // The runner shuffles the scenarios; the records name theirs.
+    t.sort_by_key(|r| r["scenario"] != "delay");
     let layer = |r: &serde_json::Value, l: &str| -> serde_json::Value {
         r["layers"]
             .as_array()

@@ -5,13 +5,26 @@ use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout;
+use rttlab::experiment::runner::{self, Experiment};
 use rttlab::experiment::{passive_active, resreq, sweep, synrto};
 use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How often each cell of an experiment runs, and in which order (every experiment).
+#[derive(Args, Debug)]
+pub struct TrialArgs {
+    /// Repeats of each cell, run in a seeded random order; tables and charts show each
+    /// cell's median with its 95 % interval (default: 3 for blackout, else 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub trials: Option<u32>,
+    /// Seed of the randomised trial order.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
 
 #[derive(Args, Debug)]
 pub struct ExperimentArgs {
@@ -64,6 +77,8 @@ pub struct PvaArgs {
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trials: TrialArgs,
 }
 
 #[derive(Args, Debug)]
@@ -75,11 +90,11 @@ Three cases in one lab: no drop, the first SYN of each connection dropped by hos
 case*.hist.csv, tables.txt, setup-time.svg and report.html.
 
 Example:
-  rttlab experiment syn-rto --syn-rto 50ms --trials 20")]
+  rttlab experiment syn-rto --syn-rto 50ms --connections 20 --trials 5")]
 pub struct SynRtoArgs {
-    /// Connections per case.
-    #[arg(long, default_value_t = 20)]
-    pub trials: u32,
+    /// Connections per case in each trial.
+    #[arg(short = 'n', long, default_value_t = 20)]
+    pub connections: u32,
     /// The override's initial RTO (whole jiffies; at least 2).
     #[arg(long, default_value = "50ms", value_parser = values::duration)]
     pub syn_rto: Duration,
@@ -92,6 +107,8 @@ pub struct SynRtoArgs {
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trials: TrialArgs,
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +141,8 @@ pub struct SweepArgs {
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trials: TrialArgs,
 }
 
 #[derive(Args, Debug)]
@@ -162,6 +181,8 @@ pub struct ResreqArgs {
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trials: TrialArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -199,9 +220,6 @@ pub struct BlackoutArgs {
         default_value = "10ms,20ms,30ms,50ms,70ms,100ms,200ms,300ms,500ms,700ms,1s,1.5s"
     )]
     pub disruption: Vec<Duration>,
-    /// Trials per cell (the median is reported).
-    #[arg(long, default_value_t = 3)]
-    pub trials: u32,
     /// How rto_min is set on both hosts: a locked route metric, or net.ipv4.tcp_rto_min_us.
     #[arg(long, value_enum, default_value = "route")]
     pub mechanism: MechanismArg,
@@ -222,9 +240,8 @@ pub struct BlackoutArgs {
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Seed of the randomised trial order.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub trials: TrialArgs,
     /// The kernel's HZ for the model (detected when not given).
     #[arg(long)]
     pub hz: Option<u32>,
@@ -269,7 +286,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
             .iter()
             .map(|&d| ms(d))
             .collect::<anyhow::Result<_>>()?,
-        trials: a.trials.max(1),
+        trials: a.trials.trials.unwrap_or(3),
         mechanism: match a.mechanism {
             MechanismArg::Route => Mechanism::Route,
             MechanismArg::Sysctl => Mechanism::Sysctl,
@@ -292,7 +309,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         },
         cc: a.cc.clone(),
         warmup_ms: 1000,
-        seed: a.seed,
+        seed: a.trials.seed,
         lab_poll: a.lab_poll,
         secret: a.secret.load()?,
     };
@@ -303,13 +320,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
     }
     let hz = match a.hz {
         Some(h) => h,
-        None => {
-            let rto_min = rttlab::kernel::sysctl::read(None, "net.ipv4.tcp_rto_min_us")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(200_000);
-            rttlab::kernel::hz::detect(rto_min).context("detecting this kernel's HZ (pass --hz)")?
-        }
+        None => rttlab::kernel::hz::detect_here()?,
     };
     let out = a.out.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
@@ -327,52 +338,47 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         "host": rttlab::kernel::host::HostFacts::collect(),
         "hz": hz,
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    on_interrupt(move || s2.store(true, Ordering::SeqCst));
+    drive(&blackout::Blackout { settings: s, hz }, &out, &facts)
+}
+
+/// Run an experiment on the trial runner with a progress line on a terminal, print its
+/// tables and where its report is; fail when interrupted or when trials failed (what
+/// was measured stays in `out`, and a rerun with the same `--out` resumes).
+fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow::Result<()> {
+    let stop = interrupt_flag();
     let tty = std::io::stderr().is_terminal();
     eprintln!(
-        "rttlab: blackout sweep into {} (interrupt and rerun with --out {} to resume)",
+        "rttlab: {} into {} (interrupt and rerun with --out {} to resume)",
+        E::NAME,
         out.display(),
         out.display()
     );
-    let trials = blackout::run(
-        &s,
-        &out,
-        hz,
-        &facts,
-        &|| stop.load(Ordering::SeqCst),
-        &mut |p| {
-            if tty {
-                let l = p.last;
-                eprint!(
-                    "\r\x1b[K{}/{} trials, {:.0} s left; last: rto_min {} ms {} D {} ms → idle {} ms ({})",
-                    p.done,
-                    p.total,
-                    p.eta.as_secs_f64(),
-                    l.rto_min_ms,
-                    if l.thin { "thin" } else { "thick" },
-                    l.disruption_ms,
-                    l.idle_ms.map_or("-".into(), |x| format!("{x:.1}")),
-                    l.path
-                );
-            }
-        },
-    )?;
+    let o = runner::run(e, out, facts, &stop, &mut |p| {
+        if tty {
+            eprint!(
+                "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
+                p.done,
+                p.total,
+                p.eta.as_secs_f64(),
+                p.last
+            );
+        }
+    })?;
     if tty {
         eprint!("\r\x1b[K");
     }
-    let failed = trials.iter().filter(|t| t.error.is_some()).count();
-    let text = rttlab::report::blackout::write(&out, &trials)?;
-    print!("{text}");
+    print!("{}", o.text);
     println!(
-        "{} trials ({} failed) in {}: run.json, trials.jsonl, summary.json, tables.txt, *.svg, report.html",
-        trials.len(),
-        failed,
-        out.display()
+        "{} trials ({} failed); report: {}",
+        o.records.len(),
+        o.failed,
+        out.join("report.html").display()
     );
-    if stop.load(Ordering::SeqCst) {
+    if o.interrupted {
         anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
+    }
+    if o.failed > 0 {
+        anyhow::bail!("{} trial(s) failed: see NOTE in the tables", o.failed);
     }
     Ok(())
 }
@@ -417,48 +423,18 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     if let Some(d) = a.duration {
         s.duration_s = d.as_secs_f64();
     }
-    s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
+    s.lab_rtt_us = micros(a.lab_rtt);
     if let Some(n) = a.sampler {
         s.sampler_one_in = n;
     }
     s.lab_poll = !a.lab_sleep;
-    let out = out_dir(a.out, "resreq-interval");
-    let stop = interrupt_flag();
-    let tty = std::io::stderr().is_terminal();
-    eprintln!(
-        "rttlab: resreq-interval into {} (interrupt and rerun with --out {} to resume)",
-        out.display(),
-        out.display()
-    );
-    let t0 = std::time::Instant::now();
-    let points = resreq::run(
-        &s,
-        &out,
-        &host_facts(),
-        &lab_name("rq"),
-        &stop,
-        &mut |done, total, p| {
-            if tty {
-                let left = t0.elapsed().as_secs_f64() / done as f64 * (total - done) as f64;
-                eprint!(
-                "\r\x1b[K{done}/{total} waits, ~{left:.0} s left; last: wait {} ms → P50 {} µs, server srtt {} ms",
-                p.wait_ms,
-                p.p50_us.map_or("-".into(), |v| format!("{v:.0}")),
-                p.server_srtt_us.map_or("-".into(), |v| format!("{:.1}", v / 1e3)),
-            );
-            }
-        },
-    )?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
-    let failed = points.iter().filter(|p| p.error.is_some()).count();
-    finish(
-        &out,
-        rttlab::report::resreq::write(&out, &points)?,
-        &stop,
-        failed,
-    )
+    s.trials = a.trials.trials.unwrap_or(1);
+    s.seed = a.trials.seed;
+    let e = resreq::ResreqInterval {
+        settings: s,
+        lab_name: lab_name("rq"),
+    };
+    drive(&e, &out_dir(a.out, "resreq-interval"), &host_facts())
 }
 
 fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
@@ -468,70 +444,25 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     }
     s.count = a.count.max(1);
     s.max_time_s = a.max_time.as_secs_f64();
-    s.lab_rtt_us = a.lab_rtt.as_micros() as u64;
+    s.lab_rtt_us = micros(a.lab_rtt);
     s.spin = !a.sleep;
     s.lab_poll = a.lab_poll;
-    let out = out_dir(a.out, "interval-sweep");
-    let stop = interrupt_flag();
-    let tty = std::io::stderr().is_terminal();
-    eprintln!(
-        "rttlab: interval-sweep into {} (interrupt and rerun with --out {} to resume)",
-        out.display(),
-        out.display()
-    );
-    let points = sweep::run(
-        &s,
-        &out,
-        &host_facts(),
-        &lab_name("sw"),
-        &stop,
-        &mut |done, total, p| {
-            if tty {
-                eprint!(
-                    "\r\x1b[K{done}/{total}; last: {} at {} µs → mean {} µs",
-                    p.tool,
-                    p.interval_us,
-                    p.mean_us.map_or("-".into(), |v| format!("{v:.0}")),
-                );
-            }
-        },
-    )?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
-    finish(
-        &out,
-        rttlab::report::sweep::write(&out, &points)?,
-        &stop,
-        points.iter().filter(|p| p.error.is_some()).count(),
-    )
+    s.trials = a.trials.trials.unwrap_or(1);
+    s.seed = a.trials.seed;
+    let e = sweep::IntervalSweep {
+        settings: s,
+        lab_name: lab_name("sw"),
+    };
+    drive(&e, &out_dir(a.out, "interval-sweep"), &host_facts())
 }
 
-/// Print the tables and where the report is; fail when interrupted or when some
-/// points failed.
-fn finish(
-    out: &std::path::Path,
-    text: String,
-    stop: &AtomicBool,
-    failed: usize,
-) -> anyhow::Result<()> {
-    print!("{text}");
-    println!("Report: {}", out.join("report.html").display());
-    if stop.load(Ordering::SeqCst) {
-        anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
-    }
-    if failed > 0 {
-        anyhow::bail!("{failed} point(s) failed: see NOTE in the table");
-    }
-    Ok(())
+/// A lab RTT in whole µs (the settings' unit).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
-    let rto_min = rttlab::kernel::sysctl::read(None, "net.ipv4.tcp_rto_min_us")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
-    let hz = rttlab::kernel::hz::detect(rto_min).context("detecting this kernel's HZ")?;
+    let hz = rttlab::kernel::hz::detect_here()?;
     let us = u64::try_from(a.syn_rto.as_micros()).unwrap_or(u64::MAX);
     if us > 120_000_000 || rttlab::kernel::hz::usecs_to_jiffies(us, hz) < 2 {
         anyhow::bail!(
@@ -540,27 +471,19 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
         );
     }
     let s = synrto::Settings {
-        trials: a.trials.max(1),
+        connections: a.connections.max(1),
         syn_rto_ms: ms(a.syn_rto)?,
-        lab_rtt_ms: u32::try_from(a.lab_rtt.as_millis()).unwrap_or(u32::MAX),
+        lab_rtt_us: micros(a.lab_rtt),
         hz,
         lab_poll: !a.lab_sleep,
+        trials: a.trials.trials.unwrap_or(1),
+        seed: a.trials.seed,
     };
-    let out = out_dir(a.out, "syn-rto");
-    let stop = interrupt_flag();
-    eprintln!(
-        "rttlab: syn-rto into {} (3 cases × {} connections)",
-        out.display(),
-        s.trials
-    );
-    let cases = synrto::run(&s, &out, &host_facts(), &lab_name("sy"), &stop)?;
-    let failed = cases.iter().filter(|c| c.error.is_some()).count();
-    finish(
-        &out,
-        rttlab::report::synrto::write(&out, &cases)?,
-        &stop,
-        failed,
-    )
+    let e = synrto::SynRtoExperiment {
+        settings: s,
+        lab_name: lab_name("sy"),
+    };
+    drive(&e, &out_dir(a.out, "syn-rto"), &host_facts())
 }
 
 fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
@@ -572,36 +495,8 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     s.delay_step_s = a.delay_step.as_secs_f64();
     s.interval_s = a.interval.as_secs_f64().max(0.01);
     s.congestion = a.cc;
-    let out = out_dir(a.out, "passive-vs-active");
-    let stop = interrupt_flag();
-    let tty = std::io::stderr().is_terminal();
-    eprintln!(
-        "rttlab: passive-vs-active into {}: {} scenario(s) of {:.0} s (interrupt and rerun with --out {} to resume)",
-        out.display(),
-        s.scenarios.len(),
-        s.duration_s,
-        out.display()
-    );
-    let results = passive_active::run(
-        &s,
-        &out,
-        &host_facts(),
-        &lab_name("pa"),
-        &stop,
-        &mut |done, total, r| {
-            if tty {
-                eprint!("\r\x1b[K{done}/{total} scenarios; last: {}", r.scenario);
-            }
-        },
-    )?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
-    let failed = results.iter().filter(|r| r.error.is_some()).count();
-    finish(
-        &out,
-        rttlab::report::passive_active::write(&out, &results)?,
-        &stop,
-        failed,
-    )
+    s.trials = a.trials.trials.unwrap_or(1);
+    s.seed = a.trials.seed;
+    let e = passive_active::PassiveVsActive::new(s, &lab_name("pa"))?;
+    drive(&e, &out_dir(a.out, "passive-vs-active"), &host_facts())
 }

@@ -3,7 +3,7 @@
 use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use rttlab::kernel::{hz, sysctl};
+use rttlab::kernel::hz;
 use rttlab::model::rto::{self, DropAt, Flavour, RtoModel};
 use rttlab::report::rto::{Cell, Grid};
 use std::time::Duration;
@@ -133,13 +133,7 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
         (Some(h), _) if [100, 250, 300, 1000].contains(&h) => h,
         (Some(h), _) => bail!("--hz {h}: Linux is built with HZ 100, 250, 300 or 1000"),
         (None, FlavourArg::Simple) => 1000,
-        (None, FlavourArg::Linux) => {
-            let rto_min = sysctl::read(None, "net.ipv4.tcp_rto_min_us")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(200_000);
-            hz::detect(rto_min).context("detecting this kernel's HZ (pass --hz)")?
-        }
+        (None, FlavourArg::Linux) => hz::detect_here()?,
     };
     let flavour = match m.flavour {
         FlavourArg::Simple => Flavour::Simple,

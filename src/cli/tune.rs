@@ -161,11 +161,6 @@ fn cidr(s: &str) -> Result<(std::net::IpAddr, u8), String> {
     Ok((ip, len))
 }
 
-fn hz_here() -> anyhow::Result<u32> {
-    let (rto_min, _) = sysctl_rto_min_us(None)?;
-    hz::detect(rto_min).context("detecting the kernel's HZ")
-}
-
 impl Attachment {
     fn cgroup(&self) -> anyhow::Result<std::path::PathBuf> {
         Ok(match &self.cgroup {
@@ -185,7 +180,7 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             at,
             dry_run,
         } => {
-            let hz = hz_here()?;
+            let hz = hz::detect_here()?;
             let jiffy = Duration::from_micros(hz::jiffy_us(hz));
             let jiffies =
                 hz::usecs_to_jiffies(u64::try_from(syn.as_micros()).unwrap_or(u64::MAX), hz);
@@ -287,7 +282,7 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
                 println!("not attached (nothing pinned at {})", at.pin_dir.display());
                 return Ok(());
             }
-            let hz = hz_here()?;
+            let hz = hz::detect_here()?;
             let mut t = rttlab::report::table::Table::new([
                 "prefix",
                 "SYN RTO jiffies",
@@ -409,18 +404,6 @@ fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// rto_min new sockets get from the sysctl, in µs (200 ms when the kernel has none).
-fn sysctl_rto_min_us(netns: Option<&str>) -> anyhow::Result<(u64, bool)> {
-    match sysctl::read(netns, RTO_MIN_US) {
-        Ok(v) => Ok((
-            v.parse().with_context(|| format!("{RTO_MIN_US} = {v:?}"))?,
-            true,
-        )),
-        Err(sysctl::SysctlError::Missing(_)) => Ok((200_000, false)),
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
     let addr: SocketAddr = target
         .to_socket_addrs()
@@ -432,7 +415,7 @@ fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
             .with_context(|| format!("connecting to {addr} (something must listen there)"))?;
         Ok(sockopt::tcp_info(&s)?)
     })??;
-    let (rto_min, _) = sysctl_rto_min_us(netns)?;
+    let (rto_min, _) = hz::rto_min_us(netns)?;
     let hz = netns::run_in(netns, || hz::detect(rto_min))?.ok();
     println!(
         "a new connection to {addr} has rto {:.1} ms (srtt {} µs){}",
@@ -453,7 +436,7 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             probe: target,
         } => {
             let ns = netns.as_deref();
-            let (us, has) = sysctl_rto_min_us(ns)?;
+            let (us, has) = hz::rto_min_us(ns)?;
             if has {
                 println!(
                     "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",

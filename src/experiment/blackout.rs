@@ -17,55 +17,27 @@
 //! change a new connection's first RTO.
 
 use super::bench::Nft;
+use super::runner::{Experiment, TrialContext};
+use super::ExperimentError;
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
 use crate::lab::control::Start;
 use crate::lab::emulator::Dir;
 use crate::lab::impair::Impairments;
-use crate::lab::{Lab, LabError, LabSpec, Node};
+use crate::lab::{Lab, LabSpec, Node};
 use crate::probe::rr::{self, RrSettings, RunControl};
 use crate::probe::server::{Server, ServerConfig};
 use crate::results::blackout::{path_of, predict, BlackoutBy, Mechanism, Settings, TrialRecord};
-use crate::results::{ResultsDir, ResultsError};
+use crate::results::ResultsError;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Errors of the experiment.
-#[derive(Debug, thiserror::Error)]
-pub enum BlackoutError {
-    #[error(transparent)]
-    Lab(#[from] LabError),
-    #[error(transparent)]
-    Results(#[from] ResultsError),
-    #[error("{0}")]
-    Setup(String),
-}
-
-/// Trials in the seed script's randomised order (a Fisher–Yates shuffle of every
-/// cell × trial, from `seed`).
-pub fn plan(s: &Settings) -> Vec<(u32, bool, u32, u32)> {
-    use rand::seq::SliceRandom;
-    use rand::SeedableRng;
-    let mut v = Vec::new();
-    for &r in &s.rto_min_ms {
-        for &t in &s.thin {
-            for &d in &s.disruption_ms {
-                for k in 0..s.trials {
-                    v.push((r, t, d, k));
-                }
-            }
-        }
-    }
-    v.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(s.seed));
-    v
-}
 
 const SERVER_PORT: u16 = 12866;
 
 /// Where trials run: the lab (hosts a and b, both tuned), or this host against a
 /// remote server (this host tuned, every change journalled and reverted at the end).
-struct Bench {
+pub struct Bench {
     lab: Option<Lab>,
     server_handle: Option<crate::probe::server::ServerHandle>,
     server: SocketAddr,
@@ -97,11 +69,11 @@ const NFT_TABLE: &str = "rttlab_blackout";
 /// Adding the (empty) table first makes the delete succeed whether or not it existed.
 const REMOVE_TABLE: &str = "table inet rttlab_blackout\ndelete table inet rttlab_blackout\n";
 
-fn setup_err(what: &str) -> impl FnOnce(String) -> BlackoutError + '_ {
-    move |e| BlackoutError::Setup(format!("{what}: {e}"))
+fn setup_err(what: &str) -> impl FnOnce(String) -> ExperimentError + '_ {
+    move |e| ExperimentError::Setup(format!("{what}: {e}"))
 }
 
-fn lab_bench(name: &str, poll: bool) -> Result<Bench, BlackoutError> {
+fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
     let mut spec = LabSpec::new(name, Impairments::default());
     spec.poll = poll;
     let lab = Lab::up(&spec)?;
@@ -133,7 +105,7 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, BlackoutError> {
     })
 }
 
-fn remote_bench(server: SocketAddr) -> Result<Bench, BlackoutError> {
+fn remote_bench(server: SocketAddr) -> Result<Bench, ExperimentError> {
     let journal = Journal::for_run("blackout");
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
@@ -193,7 +165,8 @@ fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
 fn trial(
     b: &Bench,
     s: &Settings,
-    (rto_min_ms, thin, d_ms, k): (u32, bool, u32, u32),
+    (rto_min_ms, thin, d_ms): Cell,
+    k: u32,
     port: u16,
     hz: u32,
 ) -> TrialRecord {
@@ -342,74 +315,95 @@ fn trial(
     rec
 }
 
-/// What the runner reports after each trial.
-pub struct Progress<'a> {
-    pub done: usize,
-    pub total: usize,
-    pub eta: Duration,
-    pub last: &'a TrialRecord,
+/// A cell of the grid: (rto_min ms, thin, disruption ms).
+pub type Cell = (u32, bool, u32);
+
+/// The blackout sweep as the runner drives it.
+pub struct Blackout {
+    pub settings: Settings,
+    /// The kernel's HZ (the model's jiffies; also in run.json's host facts).
+    pub hz: u32,
 }
 
-/// Run the sweep into `out` (resuming what it holds), calling `progress` after each
-/// trial; stop early when `stop` returns true. Returns every trial of the run.
-///
-/// # Errors
-/// The lab or results directory could not be set up. Failed trials are recorded with
-/// their error, not returned.
-pub fn run(
-    s: &Settings,
-    out: &Path,
-    hz: u32,
-    facts: &serde_json::Value,
-    stop: &dyn Fn() -> bool,
-    progress: &mut dyn FnMut(Progress<'_>),
-) -> Result<Vec<TrialRecord>, BlackoutError> {
-    let settings = serde_json::to_value(s).map_err(|e| BlackoutError::Setup(e.to_string()))?;
-    let (mut dir, mut done) = ResultsDir::open::<TrialRecord>(out, "blackout", &settings, facts)?;
-    // Tables always show this version's model, also for trials an older one recorded.
-    let drop_at = s.blackout_by.drop_at();
-    for r in &mut done {
-        (r.predicted_ms, r.boundary_ms) =
-            predict(r.rto_min_ms, r.thin, r.disruption_ms, hz, drop_at);
+impl Experiment for Blackout {
+    const NAME: &'static str = "blackout";
+    type Cell = Cell;
+    type Record = TrialRecord;
+    type Bench = Bench;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
     }
-    let todo: Vec<_> = plan(s)
-        .into_iter()
-        .filter(|&(r, t, d, k)| {
-            !done
-                .iter()
-                .any(|x| (x.rto_min_ms, x.thin, x.disruption_ms, x.trial) == (r, t, d, k))
-        })
-        .collect();
-    if todo.is_empty() {
-        return Ok(done);
-    }
-    let b = match s.remote {
-        Some(server) => remote_bench(server)?,
-        None => lab_bench(
-            &format!("blackout-{}", std::process::id() % 100_000),
-            s.lab_poll,
-        )?,
-    };
-    let total = todo.len();
-    let t0 = Instant::now();
-    for (i, cell) in todo.into_iter().enumerate() {
-        if stop() {
-            break;
+
+    /// rto_min × thin × D, in the seed script's nesting.
+    fn cells(&self) -> Vec<Cell> {
+        let s = &self.settings;
+        let mut v = Vec::new();
+        for &r in &s.rto_min_ms {
+            for &t in &s.thin {
+                for &d in &s.disruption_ms {
+                    v.push((r, t, d));
+                }
+            }
         }
-        // Inside `rttlab serve`'s default data ports (12867-32767).
-        let port = 20_000 + (i % 10_000) as u16;
-        let rec = trial(&b, s, cell, port, hz);
-        dir.record(&rec)?;
-        let per = t0.elapsed() / (i as u32 + 1);
-        progress(Progress {
-            done: i + 1,
-            total,
-            eta: per * (total - i - 1) as u32,
-            last: &rec,
-        });
-        done.push(rec);
+        v
     }
-    Ok(done)
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, r: &TrialRecord) -> (Cell, u32) {
+        ((r.rto_min_ms, r.thin, r.disruption_ms), r.trial)
+    }
+
+    fn bench(&self) -> Result<Bench, ExperimentError> {
+        match self.settings.remote {
+            Some(server) => remote_bench(server),
+            None => lab_bench(
+                &format!("blackout-{}", std::process::id() % 100_000),
+                self.settings.lab_poll,
+            ),
+        }
+    }
+
+    fn trial(
+        &self,
+        b: &Bench,
+        &cell: &Cell,
+        k: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<TrialRecord, ExperimentError> {
+        // Inside `rttlab serve`'s default data ports (12867-32767).
+        let port = 20_000 + (ctx.index % 10_000) as u16;
+        Ok(trial(b, &self.settings, cell, k, port, self.hz))
+    }
+
+    fn describe(&self, l: &TrialRecord) -> String {
+        format!(
+            "rto_min {} ms {} D {} ms → idle {} ms ({})",
+            l.rto_min_ms,
+            if l.thin { "thin" } else { "thick" },
+            l.disruption_ms,
+            l.idle_ms.map_or("-".into(), |x| format!("{x:.1}")),
+            l.path
+        )
+    }
+
+    fn failed(&self, r: &TrialRecord) -> bool {
+        r.error.is_some()
+    }
+
+    /// The model's prediction and each trial's path recomputed from run.json, then the
+    /// tables: an older rttlab's trials show today's model.
+    fn report(&self, out: &Path, records: &[TrialRecord]) -> Result<String, ResultsError> {
+        let trials = crate::results::blackout::recompute(out, records.to_vec())?;
+        crate::report::blackout::write(out, &trials)
+    }
 }
 
 #[cfg(test)]
@@ -417,19 +411,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plan_covers_every_cell_once_in_a_seeded_order() {
-        let s = Settings::seed_grid();
-        let p = plan(&s);
-        assert_eq!(p.len(), 3 * 2 * 12 * 3);
-        let mut q = p.clone();
-        q.sort();
-        q.dedup();
-        assert_eq!(q.len(), p.len());
-        assert_eq!(p, plan(&s));
-        assert_ne!(p, {
-            let mut x = p.clone();
-            x.sort();
-            x
-        });
+    fn the_seed_grid_has_every_cell_once() {
+        let b = Blackout {
+            settings: Settings::seed_grid(),
+            hz: 250,
+        };
+        let mut c = b.cells();
+        assert_eq!(c.len(), 3 * 2 * 12);
+        c.sort_by_key(|&(r, t, d)| (r, t, d));
+        c.dedup();
+        assert_eq!(c.len(), 72);
+        assert_eq!(b.trials(), 3);
     }
 }

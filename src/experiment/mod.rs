@@ -7,6 +7,7 @@ pub mod blackout;
 pub mod compare;
 pub mod passive_active;
 pub mod resreq;
+pub mod runner;
 pub mod sweep;
 pub mod synrto;
 
@@ -21,4 +22,17 @@ pub enum ExperimentError {
     /// Settings that cannot run (the message says which and what to use).
     #[error("{0}")]
     Invalid(String),
+    /// Where the trials run could not be set up (the message names the step).
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Serde's default for `trials` in settings written before `--trials` existed.
+fn one_trial() -> u32 {
+    1
+}
+
+/// Serde's default for `seed` in settings written before `--trials` existed.
+fn first_seed() -> u64 {
+    1
 }

@@ -16,6 +16,7 @@
 //! them, so a message held behind a lost one waits in the receive buffer.
 
 use super::bench::{capture_port, LabServer};
+use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::{netns, realtime_ns, sockopt};
 use crate::lab::emulator::Dir;
@@ -23,7 +24,7 @@ use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::results::passive_active::{stats, Scenario, ScenarioResult};
-use crate::results::{write_file, ResultsDir};
+use crate::results::{write_file, ResultsError};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{Read, Write};
@@ -57,6 +58,11 @@ pub struct Settings {
     /// kernel defaulted to cubic, which fills a drop-tail queue; this one defaults to
     /// bbr, which keeps it nearly empty and would hide the seed's queue scenarios.
     pub congestion: String,
+    /// Repeats of each scenario, and the seed of their order.
+    #[serde(default = "super::one_trial")]
+    pub trials: u32,
+    #[serde(default = "super::first_seed")]
+    pub seed: u64,
 }
 
 impl Default for Settings {
@@ -71,6 +77,8 @@ impl Default for Settings {
             interval_s: 1.0,
             grace_s: 20.0,
             congestion: "cubic".into(),
+            trials: 1,
+            seed: 1,
         }
     }
 }
@@ -292,10 +300,7 @@ fn echo_client(
 
 /// The lab's impairments for a scenario (the `delay` scenario starts at the base).
 fn impairments(sc: Scenario, s: &Settings) -> Impairments {
-    let mut imp = Impairments {
-        delay_ns: u64::from(s.base_rtt_ms) * 500_000,
-        ..Impairments::default()
-    };
+    let mut imp = Impairments::with_rtt(Duration::from_millis(u64::from(s.base_rtt_ms)));
     match sc {
         Scenario::Delay => {}
         Scenario::Loss { percent } => {
@@ -317,6 +322,7 @@ fn scenario(
     s: &Settings,
     name: &str,
     sc: Scenario,
+    trial: u32,
     out: &Path,
     interrupt: &AtomicBool,
 ) -> Result<ScenarioResult, String> {
@@ -472,10 +478,15 @@ fn scenario(
             csv += &format!("{t:.6},{layer},{r:.6}\n");
         }
     }
-    let samples_file = format!("{name}.samples.csv");
+    let samples_file = if trial == 0 {
+        format!("{name}.samples.csv")
+    } else {
+        format!("{name}-t{trial}.samples.csv")
+    };
     write_file(out, &samples_file, &csv).map_err(|e| e.to_string())?;
     Ok(ScenarioResult {
         scenario: name.into(),
+        trial,
         layers: vec![
             stats("icmp", &icmp, lost),
             stats("app", &app, app_unanswered),
@@ -489,58 +500,124 @@ fn scenario(
     })
 }
 
-/// Run every scenario not already in `out`, one after another in one lab.
-///
-/// # Errors
-/// An unknown scenario name, the lab or the results directory failed; a scenario
-/// that fails is recorded with its error.
-pub fn run(
-    s: &Settings,
-    out: &Path,
-    facts: &serde_json::Value,
-    lab_name: &str,
-    interrupt: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize, &ScenarioResult),
-) -> Result<Vec<ScenarioResult>, ExperimentError> {
-    let parsed: Vec<(String, Scenario)> = s
-        .scenarios
-        .iter()
-        .map(|n| {
-            Scenario::parse(n).map(|sc| (n.clone(), sc)).ok_or_else(|| {
-                ExperimentError::Invalid(format!(
-                    "unknown scenario {n:?}: use delay, loss-N (percent) or queue-NKB"
-                ))
+/// The experiment as the runner drives it.
+pub struct PassiveVsActive {
+    pub settings: Settings,
+    pub lab_name: String,
+    scenarios: Vec<(String, Scenario)>,
+}
+
+impl PassiveVsActive {
+    /// # Errors
+    /// An unknown scenario name.
+    pub fn new(settings: Settings, lab_name: &str) -> Result<Self, ExperimentError> {
+        let scenarios = settings
+            .scenarios
+            .iter()
+            .map(|n| {
+                Scenario::parse(n).map(|sc| (n.clone(), sc)).ok_or_else(|| {
+                    ExperimentError::Invalid(format!(
+                        "unknown scenario {n:?}: use delay, loss-N (percent) or queue-NKB"
+                    ))
+                })
             })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            settings,
+            lab_name: lab_name.into(),
+            scenarios,
         })
-        .collect::<Result<_, _>>()?;
-    let settings = serde_json::to_value(s).unwrap_or_default();
-    let (mut dir, mut done) =
-        ResultsDir::open::<ScenarioResult>(out, "passive-vs-active", &settings, facts)?;
-    let todo: Vec<_> = parsed
-        .into_iter()
-        .filter(|(n, _)| !done.iter().any(|d| d.scenario == *n))
-        .collect();
-    if todo.is_empty() {
-        return Ok(done);
     }
-    let bench = LabServer::up(lab_name, Impairments::default())?;
-    let total = s.scenarios.len();
-    for (name, sc) in todo {
-        if interrupt.load(Ordering::Acquire) {
-            break;
-        }
-        let r = scenario(&bench, s, &name, sc, out, interrupt).unwrap_or_else(|e| ScenarioResult {
+}
+
+impl Experiment for PassiveVsActive {
+    const NAME: &'static str = "passive-vs-active";
+    /// A scenario's name.
+    type Cell = String;
+    type Record = ScenarioResult;
+    type Bench = LabServer;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
+    }
+
+    fn cells(&self) -> Vec<String> {
+        self.scenarios.iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, r: &ScenarioResult) -> (String, u32) {
+        (r.scenario.clone(), r.trial)
+    }
+
+    fn bench(&self) -> Result<LabServer, ExperimentError> {
+        Ok(LabServer::up(&self.lab_name, Impairments::default())?)
+    }
+
+    fn trial(
+        &self,
+        bench: &LabServer,
+        name: &String,
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<ScenarioResult, ExperimentError> {
+        let sc = self
+            .scenarios
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, sc)| *sc)
+            .ok_or_else(|| ExperimentError::Invalid(format!("unknown scenario {name:?}")))?;
+        Ok(scenario(
+            bench,
+            &self.settings,
+            name,
+            sc,
+            trial,
+            ctx.out,
+            ctx.interrupt,
+        )
+        .unwrap_or_else(|e| ScenarioResult {
             scenario: name.clone(),
+            trial,
             layers: Vec::new(),
             echo_retransmissions: None,
             bulk_bytes: 0,
             capture_drops: 0,
             samples_file: String::new(),
             error: Some(e),
-        });
-        dir.record(&r)?;
-        done.push(r);
-        progress(done.len(), total, done.last().expect("just pushed"));
+        }))
     }
-    Ok(done)
+
+    fn describe(&self, r: &ScenarioResult) -> String {
+        let mean = |l: &str| {
+            r.layers
+                .iter()
+                .find(|x| x.layer == l)
+                .and_then(|x| x.mean_ms)
+                .map_or("-".into(), |v| format!("{v:.1}"))
+        };
+        format!(
+            "{} (trial {}) → mean icmp {} ms, app {} ms, TCP TS {} ms",
+            r.scenario,
+            r.trial + 1,
+            mean("icmp"),
+            mean("app"),
+            mean("tcp_ts")
+        )
+    }
+
+    fn failed(&self, r: &ScenarioResult) -> bool {
+        r.error.is_some()
+    }
+
+    fn report(&self, out: &Path, records: &[ScenarioResult]) -> Result<String, ResultsError> {
+        crate::report::passive_active::write(out, records)
+    }
 }

@@ -14,6 +14,7 @@
 //! packet rate stays roughly the same.
 
 use super::bench::{capture_port, port_srtt, until_interrupted, LabServer};
+use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
@@ -21,7 +22,7 @@ use crate::lab::LabSpec;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
 use crate::results::resreq::Point;
-use crate::results::ResultsDir;
+use crate::results::ResultsError;
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -49,6 +50,11 @@ pub struct Settings {
     /// The lab's emulator busy-polls (one CPU spinning, µs-steady delays) instead of
     /// sleeping between frames (whose wake-ups a loaded VM stretches to milliseconds).
     pub lab_poll: bool,
+    /// Repeats of each wait, and the seed of their order.
+    #[serde(default = "super::one_trial")]
+    pub trials: u32,
+    #[serde(default = "super::first_seed")]
+    pub seed: u64,
 }
 
 impl Settings {
@@ -64,6 +70,8 @@ impl Settings {
             response_size: 2,
             sampler_one_in: 1,
             lab_poll: true,
+            trials: 1,
+            seed: 1,
         }
     }
 
@@ -87,6 +95,8 @@ impl Settings {
             response_size: 2,
             sampler_one_in: 10,
             lab_poll: true,
+            trials: 1,
+            seed: 1,
         }
     }
 }
@@ -107,14 +117,24 @@ fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<
     h.join().unwrap_or_else(|_| Err("panicked".into()))
 }
 
-fn stem(wait_ms: f64) -> String {
-    format!("wait-{wait_ms}ms")
+/// The files of one trial: `wait-40ms`, `wait-40ms-t1` for its second repeat.
+fn stem(wait_ms: f64, trial: u32) -> String {
+    if trial == 0 {
+        format!("wait-{wait_ms}ms")
+    } else {
+        format!("wait-{wait_ms}ms-t{trial}")
+    }
 }
 
 /// One wait in the lab.
-fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &AtomicBool) -> Point {
-    let wait_ms = s.waits_ms[k];
-    let streams = s.streams[k];
+fn point(
+    bench: &LabServer,
+    s: &Settings,
+    (wait_ms, streams): Cell,
+    trial: u32,
+    out: &Path,
+    interrupt: &AtomicBool,
+) -> Point {
     let duration = Duration::from_secs_f64(s.duration_s);
     let stop = AtomicBool::new(false);
     let ctl = RunControl::default();
@@ -197,7 +217,7 @@ fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &Atom
     ];
     for (name, h) in hists {
         let Some(h) = h else { continue };
-        let f = format!("{}.{name}.hist.csv", stem(wait_ms));
+        let f = format!("{}.{name}.hist.csv", stem(wait_ms, trial));
         match std::fs::write(out.join(&f), h.to_csv()) {
             Ok(()) => files.push(f),
             Err(e) => errors.push(format!("{f}: {e}")),
@@ -218,6 +238,7 @@ fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &Atom
     Point {
         wait_ms,
         streams,
+        trial,
         transactions,
         min_us: h.and_then(LatencyHistogram::min_ns).map(|v| v as f64 / 1e3),
         mean_us: h.and_then(LatencyHistogram::mean_ns).map(|v| v / 1e3),
@@ -235,50 +256,88 @@ fn point(bench: &LabServer, s: &Settings, k: usize, out: &Path, interrupt: &Atom
     }
 }
 
-/// Run every wait not already in `out` (a resumed run skips those), one after another
-/// in one lab, recording each as it finishes; `progress` hears of each.
-///
-/// # Errors
-/// The lab or the results directory failed. A point that fails is recorded with its
-/// error and the run goes on.
-pub fn run(
-    s: &Settings,
-    out: &Path,
-    facts: &serde_json::Value,
-    lab_name: &str,
-    interrupt: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize, &Point),
-) -> Result<Vec<Point>, ExperimentError> {
-    let settings = serde_json::to_value(s).unwrap_or_default();
-    let (mut dir, mut done) = ResultsDir::open::<Point>(out, "resreq-interval", &settings, facts)?;
-    let todo: Vec<usize> = (0..s.waits_ms.len())
-        .filter(|&k| !done.iter().any(|p| p.wait_ms == s.waits_ms[k]))
-        .collect();
-    if todo.is_empty() {
-        return Ok(done);
+/// A wait (ms) and its number of streams.
+pub type Cell = (f64, u32);
+
+/// The experiment as the runner drives it.
+pub struct ResreqInterval {
+    pub settings: Settings,
+    pub lab_name: String,
+}
+
+impl Experiment for ResreqInterval {
+    const NAME: &'static str = "resreq-interval";
+    type Cell = Cell;
+    type Record = Point;
+    type Bench = LabServer;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
     }
-    let mut spec = LabSpec::new(
-        lab_name,
-        Impairments {
-            delay_ns: s.lab_rtt_us * 500,
-            ..Impairments::default()
-        },
-    );
-    spec.poll = s.lab_poll;
-    let bench = LabServer::up_spec(&spec)?;
-    for k in todo {
-        if interrupt.load(Ordering::Acquire) {
-            break;
-        }
-        let p = point(&bench, s, k, out, interrupt);
-        dir.record(&p)?;
-        done.push(p);
-        progress(
-            done.len(),
-            s.waits_ms.len(),
-            done.last().expect("just pushed"),
+
+    fn cells(&self) -> Vec<Cell> {
+        let s = &self.settings;
+        s.waits_ms
+            .iter()
+            .copied()
+            .zip(s.streams.iter().copied())
+            .collect()
+    }
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, p: &Point) -> (Cell, u32) {
+        ((p.wait_ms, p.streams), p.trial)
+    }
+
+    fn bench(&self) -> Result<LabServer, ExperimentError> {
+        let s = &self.settings;
+        let mut spec = LabSpec::new(
+            &self.lab_name,
+            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
         );
+        spec.poll = s.lab_poll;
+        Ok(LabServer::up_spec(&spec)?)
     }
-    done.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
-    Ok(done)
+
+    fn trial(
+        &self,
+        bench: &LabServer,
+        &cell: &Cell,
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<Point, ExperimentError> {
+        Ok(point(
+            bench,
+            &self.settings,
+            cell,
+            trial,
+            ctx.out,
+            ctx.interrupt,
+        ))
+    }
+
+    fn describe(&self, p: &Point) -> String {
+        format!(
+            "wait {} ms → P50 {} µs, server srtt {} ms",
+            p.wait_ms,
+            p.p50_us.map_or("-".into(), |v| format!("{v:.0}")),
+            p.server_srtt_us
+                .map_or("-".into(), |v| format!("{:.1}", v / 1e3)),
+        )
+    }
+
+    fn failed(&self, p: &Point) -> bool {
+        p.error.is_some()
+    }
+
+    fn report(&self, out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+        crate::report::resreq::write(out, points)
+    }
 }

@@ -11,6 +11,7 @@
 //! of requests in flight and measure their queue, not the seed's flat curve.
 
 use super::bench::{until_interrupted, LabServer};
+use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::lab::impair::Impairments;
@@ -19,11 +20,11 @@ use crate::probe::pacing::PaceMode;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrSettings, RunControl};
 use crate::results::sweep::Point;
-use crate::results::{write_file, ResultsDir};
+use crate::results::{write_file, ResultsError};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+
 use std::time::Duration;
 
 /// What to run.
@@ -42,6 +43,11 @@ pub struct Settings {
     pub spin: bool,
     /// The lab's emulator busy-polls instead of sleeping between frames.
     pub lab_poll: bool,
+    /// Repeats of each tool and interval, and the seed of their order.
+    #[serde(default = "super::one_trial")]
+    pub trials: u32,
+    #[serde(default = "super::first_seed")]
+    pub seed: u64,
 }
 
 impl Default for Settings {
@@ -65,27 +71,35 @@ impl Default for Settings {
             lab_rtt_us: 0,
             spin: true,
             lab_poll: false,
+            trials: 1,
+            seed: 1,
         }
     }
 }
 
 fn point(
-    tool: &str,
-    interval_us: f64,
+    (interval_us, tool): &Cell,
+    trial: u32,
     r: Result<(&LatencyHistogram, u64), String>,
     out: &Path,
 ) -> Point {
+    let interval_us = *interval_us;
     let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
     match r {
         Ok((h, lost)) => {
-            let file = format!("{tool}-{interval_us}us.hist.csv");
+            let file = if trial == 0 {
+                format!("{tool}-{interval_us}us.hist.csv")
+            } else {
+                format!("{tool}-{interval_us}us-t{trial}.hist.csv")
+            };
             let (file, error) = match write_file(out, &file, &h.to_csv()) {
                 Ok(()) => (Some(file), None),
                 Err(e) => (None, Some(e.to_string())),
             };
             Point {
                 interval_us,
-                tool: tool.into(),
+                tool: tool.clone(),
+                trial,
                 samples: h.count(),
                 min_us: us(h.min_ns()),
                 mean_us: h.mean_ns().map(|v| v / 1e3),
@@ -98,7 +112,8 @@ fn point(
         }
         Err(e) => Point {
             interval_us,
-            tool: tool.into(),
+            tool: tool.clone(),
+            trial,
             samples: 0,
             min_us: None,
             mean_us: None,
@@ -111,48 +126,67 @@ fn point(
     }
 }
 
-/// Run ping then TCP_RR at each interval not already in `out`, one after the other
-/// (never together: each would keep the other's CPUs awake), in one lab.
-///
-/// # Errors
-/// The lab or the results directory failed; a point that fails is recorded with its
-/// error and the run goes on.
-pub fn run(
-    s: &Settings,
-    out: &Path,
-    facts: &serde_json::Value,
-    lab_name: &str,
-    interrupt: &AtomicBool,
-    progress: &mut dyn FnMut(usize, usize, &Point),
-) -> Result<Vec<Point>, ExperimentError> {
-    let settings = serde_json::to_value(s).unwrap_or_default();
-    let (mut dir, mut done) = ResultsDir::open::<Point>(out, "interval-sweep", &settings, facts)?;
-    let total = s.intervals_us.len() * 2;
-    let todo: Vec<(f64, &str)> = s
-        .intervals_us
-        .iter()
-        .flat_map(|&i| [(i, "icmp"), (i, "tcp_rr")])
-        .filter(|&(i, t)| !done.iter().any(|p| p.interval_us == i && p.tool == t))
-        .collect();
-    if todo.is_empty() {
-        return Ok(done);
+/// An interval (µs) and a tool (`icmp` or `tcp_rr`).
+pub type Cell = (f64, String);
+
+/// The experiment as the runner drives it.
+pub struct IntervalSweep {
+    pub settings: Settings,
+    pub lab_name: String,
+}
+
+impl Experiment for IntervalSweep {
+    const NAME: &'static str = "interval-sweep";
+    type Cell = Cell;
+    type Record = Point;
+    type Bench = LabServer;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
     }
-    let mut spec = LabSpec::new(
-        lab_name,
-        Impairments {
-            delay_ns: s.lab_rtt_us * 500,
-            ..Impairments::default()
-        },
-    );
-    spec.poll = s.lab_poll;
-    let bench = LabServer::up_spec(&spec)?;
-    for (interval_us, tool) in todo {
-        if interrupt.load(Ordering::Acquire) {
-            break;
-        }
+
+    fn cells(&self) -> Vec<Cell> {
+        self.settings
+            .intervals_us
+            .iter()
+            .flat_map(|&i| [(i, "icmp".to_string()), (i, "tcp_rr".to_string())])
+            .collect()
+    }
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, p: &Point) -> (Cell, u32) {
+        ((p.interval_us, p.tool.clone()), p.trial)
+    }
+
+    fn bench(&self) -> Result<LabServer, ExperimentError> {
+        let s = &self.settings;
+        let mut spec = LabSpec::new(
+            &self.lab_name,
+            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
+        );
+        spec.poll = s.lab_poll;
+        Ok(LabServer::up_spec(&spec)?)
+    }
+
+    fn trial(
+        &self,
+        bench: &LabServer,
+        cell: &Cell,
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<Point, ExperimentError> {
+        let (s, out, interrupt) = (&self.settings, ctx.out, ctx.interrupt);
+        let (interval_us, tool) = (cell.0, cell.1.as_str());
         let interval = Duration::from_secs_f64(interval_us / 1e6);
         let time = Duration::from_secs_f64(s.max_time_s).max(interval * s.min_samples as u32);
-        let p = netns::run_in(Some(bench.client_ns()), || {
+        Ok(netns::run_in(Some(bench.client_ns()), || {
             if tool == "icmp" {
                 let mut p = PingSettings::new(bench.server.ip());
                 p.count = Some(s.count);
@@ -163,8 +197,8 @@ pub fn run(
                 let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
                 let r = r.map_err(|e| e.to_string());
                 point(
-                    tool,
-                    interval_us,
+                    cell,
+                    trial,
                     r.as_ref()
                         .map(|r| (&r.histogram, r.lost))
                         .map_err(Clone::clone),
@@ -184,8 +218,8 @@ pub fn run(
                 let res = until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl));
                 let res = res.map_err(|e| e.to_string());
                 point(
-                    tool,
-                    interval_us,
+                    cell,
+                    trial,
                     res.as_ref()
                         .map(|r| (&r.histogram, 0))
                         .map_err(Clone::clone),
@@ -193,10 +227,23 @@ pub fn run(
                 )
             }
         })
-        .unwrap_or_else(|e| point(tool, interval_us, Err(e.to_string()), out));
-        dir.record(&p)?;
-        done.push(p);
-        progress(done.len(), total, done.last().expect("just pushed"));
+        .unwrap_or_else(|e| point(cell, trial, Err(e.to_string()), out)))
     }
-    Ok(done)
+
+    fn describe(&self, p: &Point) -> String {
+        format!(
+            "{} at {} µs → mean {} µs",
+            p.tool,
+            p.interval_us,
+            p.mean_us.map_or("-".into(), |v| format!("{v:.0}")),
+        )
+    }
+
+    fn failed(&self, p: &Point) -> bool {
+        p.error.is_some()
+    }
+
+    fn report(&self, out: &Path, points: &[Point]) -> Result<String, ResultsError> {
+        crate::report::sweep::write(out, points)
+    }
 }

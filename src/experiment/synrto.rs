@@ -11,6 +11,7 @@
 //! one really was lost and the time is the RTO's.
 
 use super::bench::{LabServer, Nft};
+use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
@@ -18,7 +19,7 @@ use crate::kernel::{hz, netns, netstat};
 use crate::lab::impair::Impairments;
 use crate::lab::{LabSpec, Node};
 use crate::results::synrto::{Case, CASES};
-use crate::results::{write_file, ResultsDir};
+use crate::results::{write_file, ResultsError};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpStream};
@@ -29,17 +30,20 @@ use std::time::{Duration, Instant};
 /// What to run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Settings {
-    /// Connections per case.
-    pub trials: u32,
+    /// Connections per case in each trial.
+    pub connections: u32,
     /// The override's initial RTO, ms.
     pub syn_rto_ms: u32,
-    /// The lab's round-trip delay, ms.
-    pub lab_rtt_ms: u32,
+    /// The lab's round-trip delay, µs.
+    pub lab_rtt_us: u64,
     /// The kernel's HZ (the override is whole jiffies).
     pub hz: u32,
     /// The lab's emulator busy-polls instead of sleeping between frames: a SYN-ACK
     /// that a loaded VM holds back past the override's backed-off RTO is sent again.
     pub lab_poll: bool,
+    /// Repeats of each case, and the seed of their order.
+    pub trials: u32,
+    pub seed: u64,
 }
 
 /// Drop the first SYN from each client port to `port` (b's input hook).
@@ -170,39 +174,67 @@ fn connect_times(
     ))
 }
 
-/// Run the three cases (those not already in `out`) in one lab.
-///
-/// # Errors
-/// The lab, the results directory, or the nftables rule failed; a case that fails
-/// is recorded with its error.
-pub fn run(
-    s: &Settings,
-    out: &Path,
-    facts: &serde_json::Value,
-    lab_name: &str,
-    interrupt: &AtomicBool,
-) -> Result<Vec<Case>, ExperimentError> {
-    let settings = serde_json::to_value(s).unwrap_or_default();
-    let (mut dir, mut done) = ResultsDir::open::<Case>(out, "syn-rto", &settings, facts)?;
-    if CASES.iter().all(|c| done.iter().any(|d| d.case == *c)) {
-        return Ok(done);
+/// The experiment as the runner drives it.
+pub struct SynRtoExperiment {
+    pub settings: Settings,
+    pub lab_name: String,
+}
+
+impl Experiment for SynRtoExperiment {
+    const NAME: &'static str = "syn-rto";
+    /// An index into [`CASES`].
+    type Cell = usize;
+    type Record = Case;
+    type Bench = LabServer;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
     }
-    let mut spec = LabSpec::new(
-        lab_name,
-        Impairments {
-            delay_ns: u64::from(s.lab_rtt_ms) * 500_000,
-            ..Impairments::default()
-        },
-    );
-    spec.poll = s.lab_poll;
-    let bench = LabServer::up_spec(&spec)?;
-    let to = bench.server;
-    let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
-    let rtt = f64::from(s.lab_rtt_ms);
-    for (k, case) in CASES.iter().enumerate() {
-        if done.iter().any(|d| d.case == *case) || interrupt.load(Ordering::Acquire) {
-            continue;
-        }
+
+    fn cells(&self) -> Vec<usize> {
+        (0..CASES.len()).collect()
+    }
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, c: &Case) -> (usize, u32) {
+        (
+            CASES
+                .iter()
+                .position(|x| *x == c.case)
+                .unwrap_or(usize::MAX),
+            c.trial,
+        )
+    }
+
+    fn bench(&self) -> Result<LabServer, ExperimentError> {
+        let s = &self.settings;
+        let mut spec = LabSpec::new(
+            &self.lab_name,
+            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
+        );
+        spec.poll = s.lab_poll;
+        Ok(LabServer::up_spec(&spec)?)
+    }
+
+    fn trial(
+        &self,
+        bench: &LabServer,
+        &k: &usize,
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<Case, ExperimentError> {
+        let s = &self.settings;
+        let case = CASES[k];
+        let to = bench.server;
+        let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
+        let rtt = s.lab_rtt_us as f64 / 1e3;
         let nft = |script: &str| Nft::spawn(Some(bench.lab()), Node::B)?.run(script);
         let predicted_ms = match k {
             0 => rtt,
@@ -219,20 +251,25 @@ pub fn run(
             } else {
                 None
             };
-            let r = connect_times(&bench, to, s.trials, interrupt);
+            let r = connect_times(bench, to, s.connections, ctx.interrupt);
             drop(guard);
             if k > 0 {
                 nft(REMOVE)?;
             }
             r
         })();
-        let file = format!("case{k}.hist.csv");
-        let c = match result {
+        let file = if trial == 0 {
+            format!("case{k}.hist.csv")
+        } else {
+            format!("case{k}-t{trial}.hist.csv")
+        };
+        Ok(match result {
             Ok((h, failed, retrans)) => {
                 let ms = |v: Option<u64>| v.map(|x| x as f64 / 1e6);
-                write_file(out, &file, &h.to_csv())?;
+                write_file(ctx.out, &file, &h.to_csv())?;
                 Case {
-                    case: (*case).into(),
+                    case: case.into(),
+                    trial,
                     connections: u32::try_from(h.count()).unwrap_or(u32::MAX),
                     failed,
                     min_ms: ms(h.min_ns()),
@@ -246,7 +283,8 @@ pub fn run(
                 }
             }
             Err(e) => Case {
-                case: (*case).into(),
+                case: case.into(),
+                trial,
                 connections: 0,
                 failed: 0,
                 min_ms: None,
@@ -258,9 +296,22 @@ pub fn run(
                 file: None,
                 error: Some(e),
             },
-        };
-        dir.record(&c)?;
-        done.push(c);
+        })
     }
-    Ok(done)
+
+    fn describe(&self, c: &Case) -> String {
+        format!(
+            "{} → P50 {} ms",
+            c.case,
+            c.p50_ms.map_or("-".into(), |v| format!("{v:.1}"))
+        )
+    }
+
+    fn failed(&self, c: &Case) -> bool {
+        c.error.is_some()
+    }
+
+    fn report(&self, out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
+        crate::report::synrto::write(out, cases)
+    }
 }

@@ -4,8 +4,48 @@
 //! `usecs_to_jiffies`; docs/ARCHITECTURE.md rule R1), e.g. 204 ms at HZ=250, 201 ms at 1000.
 
 use super::sockopt;
+use super::sysctl::{self, SysctlError};
 use std::io;
 use std::net::{TcpListener, TcpStream};
+
+/// `TCP_RTO_MIN` (include/net/tcp.h): rto_min on kernels without the sysctl.
+pub const TCP_RTO_MIN_US: u64 = 200_000;
+
+const RTO_MIN_SYSCTL: &str = "net.ipv4.tcp_rto_min_us";
+
+/// Why rto_min or HZ could not be found.
+#[derive(Debug, thiserror::Error)]
+pub enum HzError {
+    #[error(transparent)]
+    Sysctl(#[from] SysctlError),
+    #[error("{RTO_MIN_SYSCTL} = {0:?} is not a whole number of µs")]
+    RtoMin(String),
+    #[error("detecting this kernel's HZ from loopback connections (pass --hz)")]
+    Detect(#[source] io::Error),
+}
+
+/// The rto_min new sockets get in the namespace `netns`, µs
+/// (`net.ipv4.tcp_rto_min_us`, Linux ≥ 6.11), and whether the kernel has that sysctl
+/// (without it, [`TCP_RTO_MIN_US`] unless a route sets another).
+///
+/// # Errors
+/// The sysctl exists but cannot be read or parsed.
+pub fn rto_min_us(netns: Option<&str>) -> Result<(u64, bool), HzError> {
+    match sysctl::read(netns, RTO_MIN_SYSCTL) {
+        Ok(v) => Ok((v.parse().map_err(|_| HzError::RtoMin(v))?, true)),
+        Err(SysctlError::Missing(_)) => Ok((TCP_RTO_MIN_US, false)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// This kernel's HZ, detected with the rto_min of the calling thread's namespace.
+///
+/// # Errors
+/// rto_min cannot be read, or [`detect`] fails.
+pub fn detect_here() -> Result<u32, HzError> {
+    let (rto_min, _) = rto_min_us(None)?;
+    detect(rto_min).map_err(HzError::Detect)
+}
 
 /// HZ values Linux is built with.
 const CANDIDATES: [u32; 4] = [100, 250, 300, 1000];

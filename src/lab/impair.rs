@@ -15,6 +15,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
+use std::time::Duration;
 
 /// How frames are lost at random.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
@@ -156,6 +157,16 @@ pub enum ImpairError {
 pub const MAX_DELAY_NS: u64 = 60_000_000_000;
 
 impl Impairments {
+    /// A path of round-trip delay `rtt`, split evenly between the two directions (each
+    /// direction's emulator delays by half; an odd nanosecond goes to neither), and no
+    /// other impairment. Every `--lab-rtt` becomes the lab's delay here and only here.
+    pub fn with_rtt(rtt: Duration) -> Self {
+        Self {
+            delay_ns: u64::try_from(rtt.as_nanos() / 2).unwrap_or(u64::MAX),
+            ..Self::default()
+        }
+    }
+
     /// Check every value.
     ///
     /// # Errors

@@ -41,6 +41,30 @@ pub fn tables(cells: &[CellSummary]) -> String {
         );
         out += "Measured median TCP idle (ms)\n";
         out += &seed_layout("Practice", &sorted(&|c| format!("{:.1}", c.median_ms), p));
+        if cells.iter().any(|c| c.path == p && c.n > 1) {
+            let lowest = cells
+                .iter()
+                .filter(|c| c.path == p && c.n > 1)
+                .map(|c| c.ci_coverage)
+                .fold(1.0, f64::min);
+            out += &format!(
+                "\nInterval of the median (ms; order statistics, 95 % where the cell's trials allow; the lowest coverage here is {:.1} %: with n trials [min, max] covers 1 − 2⁻⁽ⁿ⁻¹⁾)\n",
+                100.0 * lowest
+            );
+            out += &seed_layout(
+                "Interval",
+                &sorted(
+                    &|c| {
+                        if c.n > 1 {
+                            format!("{:.1}–{:.1}", c.ci_low_ms, c.ci_high_ms)
+                        } else {
+                            "-".into()
+                        }
+                    },
+                    p,
+                ),
+            );
+        }
         out += "\nPredicted by the linux model (ms)\n";
         out += &seed_layout("Model", &sorted(&|c| format!("{:.1}", c.predicted_ms), p));
         out += "\nMeasured − predicted (ms; * outside max(5 ms, 5 %), b: a retransmission is due within a jiffy of D)\n";
@@ -131,10 +155,17 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
     let mut out = Vec::new();
     for (k, (r, t)) in configs(cells).into_iter().enumerate() {
         for p in &paths {
-            let points: Vec<(f64, f64)> = cells
-                .iter()
-                .filter(|c| (c.rto_min_ms, c.thin) == (r, t) && c.path == *p)
+            let mine = || {
+                cells
+                    .iter()
+                    .filter(move |c| (c.rto_min_ms, c.thin) == (r, t) && c.path == *p)
+            };
+            let points: Vec<(f64, f64)> = mine()
                 .map(|c| (f64::from(c.disruption_ms), c.median_ms))
+                .collect();
+            let intervals = mine()
+                .filter(|c| c.n > 1)
+                .map(|c| (f64::from(c.disruption_ms), c.ci_low_ms, c.ci_high_ms))
                 .collect();
             if !points.is_empty() {
                 let suffix = if paths.len() > 1 {
@@ -147,6 +178,7 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
                     points,
                     dashed: false,
                     colour: Some(k),
+                    intervals,
                 });
             }
         }
@@ -163,6 +195,7 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
             points,
             dashed: true,
             colour: Some(k),
+            intervals: Vec::new(),
         });
     }
     out
@@ -226,6 +259,7 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
                 .collect(),
             dashed: false,
             colour: Some(k),
+            intervals: Vec::new(),
         })
         .collect();
     out.push((

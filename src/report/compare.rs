@@ -68,6 +68,7 @@ pub fn cdf_chart(r: &CompareResult) -> String {
             points,
             dashed: false,
             colour: None,
+            intervals: Vec::new(),
         });
     }
     if let Some(p) = r.sampler.iter().max_by_key(|p| p.samples) {
@@ -87,6 +88,7 @@ pub fn cdf_chart(r: &CompareResult) -> String {
             points,
             dashed: true,
             colour: None,
+            intervals: Vec::new(),
         });
     }
     LineChart {

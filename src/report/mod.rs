@@ -18,6 +18,7 @@ pub mod sweep;
 pub mod synrto;
 pub mod table;
 pub mod tcpinfo;
+pub mod trials;
 
 pub use selectors::{Selectable, Selector, SelectorError, Value};
 

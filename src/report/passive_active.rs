@@ -5,6 +5,7 @@ use super::svg::{LineChart, Series};
 use super::table::Table;
 use crate::results::passive_active::{read_samples, stats, LayerStats, Scenario, ScenarioResult};
 use crate::results::{read_run, write_file, ResultsError};
+use crate::stats::{MedianCi, CI_LEVEL};
 use std::path::Path;
 
 /// A scenario and its samples: (layer, t_s, rtt_ms).
@@ -57,10 +58,13 @@ pub fn tables(results: &[WithSamples]) -> String {
         "MAX_ms",
         "NOTE",
     ]);
+    let several = results.iter().any(|r| r.0.trial > 0);
     for r in results {
         for (k, l) in layer_stats(r).iter().enumerate() {
             t.row([
-                if k == 0 {
+                if k == 0 && several {
+                    format!("{}#{}", r.0.scenario, r.0.trial + 1)
+                } else if k == 0 {
                     r.0.scenario.clone()
                 } else {
                     String::new()
@@ -88,8 +92,81 @@ pub fn tables(results: &[WithSamples]) -> String {
             ]);
         }
     }
+    let mut text = format!(
+        "RTT by layer, measured together through the lab (seeds 002/003){}\n{}",
+        if several { ", each trial (#k)" } else { "" },
+        t.render()
+    );
+    if several {
+        text += &across_table(results);
+    }
+    text
+}
+
+/// The scenarios in the order they first appear, each with its trials in trial order.
+fn by_scenario(results: &[WithSamples]) -> Vec<(String, Vec<&WithSamples>)> {
+    let mut out: Vec<(String, Vec<&WithSamples>)> = Vec::new();
+    for r in results {
+        match out.iter_mut().find(|(n, _)| *n == r.0.scenario) {
+            Some((_, v)) => v.push(r),
+            None => out.push((r.0.scenario.clone(), vec![r])),
+        }
+    }
+    for (_, v) in &mut out {
+        v.sort_by_key(|r| r.0.trial);
+    }
+    out
+}
+
+/// A layer statistic over a scenario's trials: its median and 95 % interval.
+fn across(
+    trials: &[&WithSamples],
+    layer: &str,
+    f: fn(&LayerStats) -> Option<f64>,
+) -> Option<MedianCi> {
+    let v: Vec<f64> = trials
+        .iter()
+        .filter_map(|r| f(&stats(layer, &layer_series(&r.1, layer), 0)))
+        .collect();
+    MedianCi::of(&v, CI_LEVEL)
+}
+
+/// Each scenario's layers over its trials: the median of the trials' means and
+/// medians, with 95 % order-statistic intervals.
+fn across_table(results: &[WithSamples]) -> String {
+    let mut t = Table::new([
+        "SCENARIO",
+        "LAYER",
+        "TRIALS",
+        "MEAN_ms",
+        "MEAN_CI_ms",
+        "P50_ms",
+        "P50_CI_ms",
+        "CI_COVERAGE_%",
+    ]);
+    let ci = |c: &Option<MedianCi>| {
+        c.filter(|c| c.n > 1)
+            .map_or("-".into(), |c| format!("{:.1}-{:.1}", c.lo, c.hi))
+    };
+    for (name, trials) in by_scenario(results) {
+        for (k, (l, _)) in LAYERS.iter().enumerate() {
+            let mean = across(&trials, l, |s| s.mean_ms);
+            let p50 = across(&trials, l, |s| s.p50_ms);
+            t.row([
+                if k == 0 { name.clone() } else { String::new() },
+                (*l).to_string(),
+                trials.len().to_string(),
+                f1(mean.map(|c| c.median)),
+                ci(&mean),
+                f1(p50.map(|c| c.median)),
+                ci(&p50),
+                mean.filter(|c| c.n > 1)
+                    .map_or("-".into(), |c| format!("{:.1}", 100.0 * c.coverage)),
+            ]);
+        }
+    }
     format!(
-        "RTT by layer, measured together through the lab (seeds 002/003)\n{}",
+        "\nAcross trials: the median of each trial's mean and median RTT, with the interval of that median (order statistics)\n{}",
         t.render()
     )
 }
@@ -111,7 +188,11 @@ fn chart(title: &str, x: &str, y: &str, x_log: bool, y_log: bool, series: Vec<Se
 /// (file, caption, SVG) for each figure the scenarios allow.
 pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
-    if let Some(d) = results.iter().find(|r| r.0.scenario == "delay") {
+    if let Some(d) = results
+        .iter()
+        .filter(|r| r.0.scenario == "delay")
+        .min_by_key(|r| r.0.trial)
+    {
         let series = LAYERS
             .iter()
             .enumerate()
@@ -128,6 +209,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                         .collect(),
                     dashed: false,
                     colour: Some(k),
+                    intervals: Vec::new(),
                 }
             })
             .collect();
@@ -144,6 +226,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                 points: layer_series(&d.1, l),
                 dashed: false,
                 colour: Some(k),
+                intervals: Vec::new(),
             })
             .collect();
         out.push((
@@ -159,10 +242,11 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
             ),
         ));
     }
-    let by = |f: fn(Scenario) -> Option<f64>| -> Vec<(f64, &WithSamples)> {
-        let mut v: Vec<_> = results
+    let groups = by_scenario(results);
+    let by = |f: fn(Scenario) -> Option<f64>| -> Vec<(f64, Vec<&WithSamples>)> {
+        let mut v: Vec<_> = groups
             .iter()
-            .filter_map(|r| Some((f(Scenario::parse(&r.0.scenario)?)?, r)))
+            .filter_map(|(n, t)| Some((f(Scenario::parse(n)?)?, t.clone())))
             .collect();
         v.sort_by(|a, b| a.0.total_cmp(&b.0));
         v
@@ -175,21 +259,29 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         Scenario::Queue { kbytes } => Some(f64::from(kbytes)),
         _ => None,
     });
-    let stat_series = |pts: &[(f64, &WithSamples)], median: bool| -> Vec<Series> {
+    // Each point is the median over the scenario's trials, with its interval.
+    let stat_series = |pts: &[(f64, Vec<&WithSamples>)], median: bool| -> Vec<Series> {
         LAYERS
             .iter()
             .enumerate()
-            .map(|(k, (l, name))| Series {
-                name: format!("{name} {}", if median { "median" } else { "mean" }),
-                points: pts
+            .map(|(k, (l, name))| {
+                let f: fn(&LayerStats) -> Option<f64> =
+                    if median { |s| s.p50_ms } else { |s| s.mean_ms };
+                let cis: Vec<(f64, MedianCi)> = pts
                     .iter()
-                    .filter_map(|(x, r)| {
-                        let s = stats(l, &layer_series(&r.1, l), 0);
-                        Some((*x, if median { s.p50_ms? } else { s.mean_ms? }))
-                    })
-                    .collect(),
-                dashed: median,
-                colour: Some(k),
+                    .filter_map(|(x, trials)| Some((*x, across(trials, l, f)?)))
+                    .collect();
+                Series {
+                    name: format!("{name} {}", if median { "median" } else { "mean" }),
+                    points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
+                    dashed: median,
+                    colour: Some(k),
+                    intervals: cis
+                        .iter()
+                        .filter(|(_, c)| c.n > 1)
+                        .map(|(x, c)| (*x, c.lo, c.hi))
+                        .collect(),
+                }
             })
             .collect()
     };
@@ -198,7 +290,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         s.extend(stat_series(&loss, true));
         out.push((
             "loss.svg".into(),
-            "mean (solid) and median (dashed) RTT of each layer against the loss rate (the seed's figure 3)".into(),
+            "mean (solid) and median (dashed) RTT of each layer against the loss rate, each the median over the scenario's trials with its 95 % interval (the seed's figure 3)".into(),
             chart("RTT under random loss", "loss (%)", "RTT (ms)", false, true, s),
         ));
     }
@@ -207,10 +299,10 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         s.extend(stat_series(&queue, true));
         out.push((
             "queue.svg".into(),
-            "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow (the seed's figure 4)".into(),
+            "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow, each the median over the scenario's trials with its 95 % interval (the seed's figure 4)".into(),
             chart("RTT with a filled queue at 10 Mbit/s", "queue (KB)", "RTT (ms)", false, false, s),
         ));
-        if let Some((kb, r)) = queue.last() {
+        if let Some((kb, r)) = queue.last().and_then(|(kb, t)| Some((kb, *t.first()?))) {
             let series = LAYERS
                 .iter()
                 .enumerate()
@@ -219,6 +311,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                     points: layer_series(&r.1, l),
                     dashed: false,
                     colour: Some(k),
+                    intervals: Vec::new(),
                 })
                 .collect();
             out.push((
@@ -241,14 +334,19 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
 /// The seed's findings next to ours, each computed from the samples.
 pub fn findings(results: &[WithSamples]) -> Vec<String> {
     let mut out = Vec::new();
-    let mean = |r: &WithSamples, l: &str| stats(l, &layer_series(&r.1, l), 0).mean_ms;
-    for r in results {
-        let (i, a, t) = (mean(r, "icmp"), mean(r, "app"), mean(r, "tcp_ts"));
+    let groups = by_scenario(results);
+    let mean = |t: &[&WithSamples], l: &str| across(t, l, |s| s.mean_ms).map(|c| c.median);
+    for (name, trials) in &groups {
+        let (i, a, t) = (
+            mean(trials, "icmp"),
+            mean(trials, "app"),
+            mean(trials, "tcp_ts"),
+        );
         let (Some(i), Some(a), Some(t)) = (i, a, t) else {
             continue;
         };
         let spread = |x: f64, y: f64| 100.0 * (x - y).abs() / y.max(1e-9);
-        match Scenario::parse(&r.0.scenario) {
+        match Scenario::parse(name) {
             Some(Scenario::Delay) => out.push(format!(
                 "Changing delay — seed: the three layers' means within 1 %. Here: icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms (app {:.1} %, TS {:.1} % from icmp).",
                 spread(a, i),
@@ -266,7 +364,7 @@ pub fn findings(results: &[WithSamples]) -> Vec<String> {
                     "{percent} % loss — app mean {a:.1} ms{seed}, TCP TS mean {t:.1} ms, icmp {i:.1} ms: the application waits {:.1} ms more than TCP measures.",
                     a - t
                 ));
-                let app_median = stats("app", &layer_series(&r.1, "app"), 0).p50_ms;
+                let app_median = across(trials, "app", |s| s.p50_ms).map(|c| c.median);
                 if let (20, Some(m)) = (percent, app_median) {
                     let here = if m < 1000.0 {
                         format!("Here the median is {m:.1} ms: no backlog formed, the connection recovering from each loss within the second (this kernel has RACK-TLP loss detection, the seed's was of 2016; the cause is not isolated here).")
@@ -284,7 +382,52 @@ pub fn findings(results: &[WithSamples]) -> Vec<String> {
             None => {}
         }
     }
+    if let Some(trend) = loss_trend(&groups) {
+        out.push(trend);
+    }
     out
+}
+
+/// Whether the application's mean RTT grows with the loss rate across the loss
+/// scenarios, from the medians over trials and their intervals: a rise is called one
+/// only where the neighbours' intervals do not overlap.
+fn loss_trend(groups: &[(String, Vec<&WithSamples>)]) -> Option<String> {
+    let mut pts: Vec<(u32, MedianCi)> = groups
+        .iter()
+        .filter_map(|(n, t)| match Scenario::parse(n)? {
+            Scenario::Loss { percent } => Some((percent, across(t, "app", |s| s.mean_ms)?)),
+            _ => None,
+        })
+        .collect();
+    pts.sort_by_key(|p| p.0);
+    if pts.len() < 2 || pts.iter().all(|(_, c)| c.n < 2) {
+        return None;
+    }
+    let list: Vec<String> = pts
+        .iter()
+        .map(|(p, c)| format!("{p} % {} ms (n {})", c.display(1), c.n))
+        .collect();
+    let steps: Vec<String> = pts
+        .windows(2)
+        .map(|w| {
+            let ((p0, a), (p1, b)) = (&w[0], &w[1]);
+            let verdict = if b.lo > a.hi {
+                "rises (intervals apart)"
+            } else if b.hi < a.lo {
+                "falls (intervals apart)"
+            } else if b.median >= a.median {
+                "rises, within the intervals' overlap"
+            } else {
+                "falls, within the intervals' overlap"
+            };
+            format!("{p0}→{p1} % {verdict}")
+        })
+        .collect();
+    Some(format!(
+        "Application mean RTT against loss, the median over trials [95 % interval]: {}. Step by step: {}.",
+        list.join(", "),
+        steps.join("; ")
+    ))
 }
 
 /// The report page.

@@ -72,13 +72,25 @@ pub fn tables(points: &[Point]) -> String {
             p.error.clone().unwrap_or_default(),
         ]);
     }
-    format!(
+    let cells = super::trials::group(
+        points,
+        |p| format!("{}ms", p.wait_ms),
+        |p| vec![p.p50_us, p.p99_us, p.client_srtt_us, p.server_srtt_us],
+    );
+    let across = super::trials::across(
+        "By wait, across trials",
+        "WAIT",
+        &["P50_us", "P99_us", "SRTT_CLIENT_us", "SRTT_SERVER_us"],
+        &cells,
+    );
+    let text = format!(
         "TCP_RR latency (µs) by the wait between a response and the next request (seed 000's table)\n{}\n\
          TCP's srtt on each end (median of samples every 10 ms) and the sampled metric of each end's VM\n\
          (median interpolated in the 0-1-2-4… ms buckets, next to the exact median of the same samples)\n{}",
         t.render(),
         k.render()
-    )
+    );
+    text + &across
 }
 
 fn series(
@@ -88,15 +100,11 @@ fn series(
     dashed: bool,
     colour: usize,
 ) -> Series {
-    Series {
-        name: name.into(),
-        points: points
-            .iter()
-            .filter_map(|p| Some((p.wait_ms, f(p)?)))
-            .collect(),
-        dashed,
-        colour: Some(colour),
-    }
+    let raw: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| Some((p.wait_ms, f(p)?)))
+        .collect();
+    Series::over_trials(name, &raw, dashed, colour)
 }
 
 /// (file, caption, SVG) of each chart: the seed's two charts and the rr percentiles.

@@ -3,6 +3,7 @@
 //! reports need x–y line charts only, readable offline, with no font files (text is
 //! left to the viewer's sans-serif).
 
+use crate::stats::{MedianCi, CI_LEVEL};
 use std::fmt::Write;
 
 /// One line of a chart.
@@ -15,6 +16,38 @@ pub struct Series {
     /// Palette index (`None`: the series' position), so a prediction can share the
     /// colour of what it predicts.
     pub colour: Option<usize>,
+    /// Error bars, (x, low, high): each point's confidence interval over repeated
+    /// trials (empty: none).
+    pub intervals: Vec<(f64, f64, f64)>,
+}
+
+impl Series {
+    /// A solid or dashed series of raw (x, y) points where an x may repeat (one point
+    /// per trial): each x becomes the median of its ys, with an error bar of the
+    /// median's 95 % interval where it has more than one.
+    pub fn over_trials(name: &str, raw: &[(f64, f64)], dashed: bool, colour: usize) -> Self {
+        let mut xs: Vec<f64> = raw.iter().map(|p| p.0).collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let cis: Vec<(f64, MedianCi)> = xs
+            .into_iter()
+            .filter_map(|x| {
+                let ys: Vec<f64> = raw.iter().filter(|p| p.0 == x).map(|p| p.1).collect();
+                Some((x, MedianCi::of(&ys, CI_LEVEL)?))
+            })
+            .collect();
+        Self {
+            name: name.into(),
+            points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
+            dashed,
+            colour: Some(colour),
+            intervals: cis
+                .iter()
+                .filter(|(_, c)| c.n > 1)
+                .map(|(x, c)| (*x, c.lo, c.hi))
+                .collect(),
+        }
+    }
 }
 
 /// An x–y line chart.
@@ -154,11 +187,19 @@ fn range(points: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
 impl LineChart {
     /// The chart as an `<svg>` element.
     pub fn render(&self) -> String {
-        let pts = || self.series.iter().flat_map(|s| s.points.iter());
+        let pts = || {
+            self.series.iter().flat_map(|s| {
+                s.points.iter().copied().chain(
+                    s.intervals
+                        .iter()
+                        .flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]),
+                )
+            })
+        };
         let xr = self
             .x_range
             .unwrap_or_else(|| range(pts().map(|p| p.0), self.x_log));
-        let in_x = |p: &&(f64, f64)| p.0 >= xr.0 && p.0 <= xr.1;
+        let in_x = |p: &(f64, f64)| p.0 >= xr.0 && p.0 <= xr.1;
         let yr = self
             .y_range
             .unwrap_or_else(|| range(pts().filter(in_x).map(|p| p.1), self.y_log));
@@ -266,6 +307,22 @@ impl LineChart {
                 path.join(" "),
                 esc(&s.name)
             );
+            let shown = |v: f64| v.is_finite() && (!self.y_log || v > 0.0);
+            for &(a, lo, hi) in &s.intervals {
+                if a.is_finite() && (!self.x_log || a > 0.0) && shown(lo) && shown(hi) {
+                    let (xa, y0, y1) = (px(a), py(lo), py(hi));
+                    let _ = write!(
+                        o,
+                        r#"<path class="ci" stroke="{c}" stroke-width="1.5" d="M{xa:.1},{y0:.1}V{y1:.1}M{:.1},{y0:.1}h8M{:.1},{y1:.1}h8"><title>{}: {}, 95 % interval {}–{}</title></path>"#,
+                        xa - 4.0,
+                        xa - 4.0,
+                        esc(&s.name),
+                        fmt_tick(a),
+                        fmt_tick((lo * 10.0).round() / 10.0),
+                        fmt_tick((hi * 10.0).round() / 10.0)
+                    );
+                }
+            }
             if !s.dashed {
                 for &(a, b) in &p {
                     let _ = write!(
@@ -316,12 +373,14 @@ mod tests {
                     points: vec![(10.0, 204.0), (100.0, 204.0), (1000.0, 1404.0)],
                     dashed: false,
                     colour: None,
+                    intervals: Vec::new(),
                 },
                 Series {
                     name: "model".into(),
                     points: vec![(10.0, 204.0), (1000.0, 1404.0)],
                     dashed: true,
                     colour: Some(0),
+                    intervals: Vec::new(),
                 },
             ],
         };

@@ -37,23 +37,36 @@ pub fn table(points: &[Point]) -> String {
             p.error.clone().unwrap_or_default(),
         ]);
     }
+    let cells = super::trials::group(
+        points,
+        |p| format!("{}@{}us", p.tool, p.interval_us),
+        |p| vec![p.mean_us, p.p50_us],
+    );
     format!(
         "Latency against the interval between transactions (seed 004)\n{}",
         t.render()
+    ) + &super::trials::across(
+        "By tool and interval, across trials",
+        "TOOL_INTERVAL",
+        &["MEAN_us", "P50_us"],
+        &cells,
     )
 }
 
 /// Mean latency of each tool against the interval (log x), medians dashed.
 pub fn chart(points: &[Point]) -> String {
-    let series = |tool: &str, median: bool, colour: usize| Series {
-        name: format!("{tool} {}", if median { "median" } else { "mean" }),
-        points: points
+    let series = |tool: &str, median: bool, colour: usize| {
+        let raw: Vec<(f64, f64)> = points
             .iter()
             .filter(|p| p.tool == tool)
             .filter_map(|p| Some((p.interval_us, if median { p.p50_us? } else { p.mean_us? })))
-            .collect(),
-        dashed: median,
-        colour: Some(colour),
+            .collect();
+        Series::over_trials(
+            &format!("{tool} {}", if median { "median" } else { "mean" }),
+            &raw,
+            median,
+            colour,
+        )
     };
     LineChart {
         title: "Round-trip latency vs interval between transactions".into(),

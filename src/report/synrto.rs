@@ -40,9 +40,19 @@ pub fn table(cases: &[Case]) -> String {
             c.error.clone().unwrap_or_default(),
         ]);
     }
+    let cells = super::trials::group(
+        cases,
+        |c| c.case.replace(' ', "_"),
+        |c| vec![c.p50_ms, c.p90_ms],
+    );
     format!(
         "Connection set-up time (connect() to its return) when the first SYN is lost (seed 001, appendix)\n{}",
         t.render()
+    ) + &super::trials::across(
+        "By case, across trials",
+        "CASE",
+        &["P50_ms", "P90_ms"],
+        &cells,
     )
 }
 
@@ -67,6 +77,7 @@ pub fn chart(hists: &[(String, LatencyHistogram)]) -> String {
                     .collect(),
                 dashed: false,
                 colour: Some(k),
+                intervals: Vec::new(),
             }
         })
         .collect();

@@ -4,6 +4,7 @@
 
 use super::ResultsError;
 use crate::model::rto::{self, DropAt, Flavour, RtoModel};
+use crate::stats::{MedianCi, CI_LEVEL};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -201,6 +202,10 @@ pub struct CellSummary {
     pub boundary_ms: Option<f64>,
     /// Every trial's idle (ms), sorted.
     pub idles_ms: Vec<f64>,
+    /// The median's 95 % interval over the trials (order statistics; its coverage).
+    pub ci_low_ms: f64,
+    pub ci_high_ms: f64,
+    pub ci_coverage: f64,
 }
 
 /// Summarise trials per cell and path (failed trials left out).
@@ -224,11 +229,8 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
                 .filter_map(|x| x.idle_ms)
                 .collect();
             v.sort_by(f64::total_cmp);
-            let median = if v.len() % 2 == 1 {
-                v[v.len() / 2]
-            } else {
-                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-            };
+            let ci = MedianCi::of(&v, CI_LEVEL).expect("a key comes from a trial with an idle");
+            let median = ci.median;
             let first = trials
                 .iter()
                 .find(|x| (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d));
@@ -244,6 +246,9 @@ pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
                 within: (median - predicted).abs() <= (0.05 * predicted).max(5.0),
                 boundary_ms: first.and_then(|x| x.boundary_ms),
                 idles_ms: v,
+                ci_low_ms: ci.lo,
+                ci_high_ms: ci.hi,
+                ci_coverage: ci.coverage,
             }
         })
         .collect()

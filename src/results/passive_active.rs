@@ -62,6 +62,9 @@ pub struct LayerStats {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScenarioResult {
     pub scenario: String,
+    /// Which repeat of this scenario (0 for the first; absent in older results).
+    #[serde(default)]
+    pub trial: u32,
     pub layers: Vec<LayerStats>,
     /// TCP retransmissions of the echo connection (client side, tcp_info).
     pub echo_retransmissions: Option<u32>,

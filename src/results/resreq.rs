@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 pub struct Point {
     pub wait_ms: f64,
     pub streams: u32,
+    /// Which repeat of this wait (0 for the first; absent in older results).
+    #[serde(default)]
+    pub trial: u32,
     pub transactions: u64,
     pub min_us: Option<f64>,
     pub mean_us: Option<f64>,

@@ -8,6 +8,9 @@ pub struct Point {
     pub interval_us: f64,
     /// `icmp` or `tcp_rr`.
     pub tool: String,
+    /// Which repeat of this tool and interval (0 for the first; absent in older results).
+    #[serde(default)]
+    pub trial: u32,
     pub samples: u64,
     pub min_us: Option<f64>,
     pub mean_us: Option<f64>,

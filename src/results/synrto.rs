@@ -13,6 +13,9 @@ pub const CASES: [&str; 3] = [
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Case {
     pub case: String,
+    /// Which repeat of this case (0 for the first; absent in older results).
+    #[serde(default)]
+    pub trial: u32,
     pub connections: u32,
     pub failed: u32,
     pub min_ms: Option<f64>,

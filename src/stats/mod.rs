@@ -7,9 +7,11 @@
 mod hdr_log;
 mod histogram;
 mod loglinear;
+mod median_ci;
 mod summary;
 
 pub use hdr_log::{HdrLogWriter, IntervalRecorder};
 pub use histogram::{LatencyHistogram, MAX_TRACKABLE_NS};
 pub use loglinear::{LogLinear, LogLinearRow};
+pub use median_ci::{MedianCi, LEVEL as CI_LEVEL};
 pub use summary::{Percentile, Summary, DEFAULT_PERCENTILES};

@@ -1,0 +1,275 @@
+//! The one trial runner every lab experiment runs on. It owns what they share: the
+//! results directory and resuming it, the plan (every cell × `--trials` repeats in a
+//! seeded random order, as seed 001's script shuffled its trials, so drift in the host
+//! spreads over the cells instead of biasing the last ones), where trials run (set up
+//! only when a trial is left to do), interrupts, progress and the final report. An
+//! experiment supplies its cells, how to run one trial, and how to report.
+
+use super::ExperimentError;
+use crate::results::{ResultsDir, ResultsError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// One experiment, as the runner drives it.
+pub trait Experiment {
+    /// Its name in `run.json`.
+    const NAME: &'static str;
+    /// A point of the plan: what tells trials apart, apart from their repeat number.
+    type Cell: Clone + PartialEq + Debug;
+    /// A line of `trials.jsonl` (a failed trial is a record holding its error).
+    type Record: Serialize + DeserializeOwned;
+    /// Where trials run: the lab and its server, or this host and a remote server.
+    type Bench;
+
+    /// The settings `run.json` records (a rerun with the same settings resumes).
+    fn settings(&self) -> serde_json::Value;
+    /// Every cell, in a fixed order (the shuffle is over this order).
+    fn cells(&self) -> Vec<Self::Cell>;
+    /// Repeats of each cell (`--trials`).
+    fn trials(&self) -> u32;
+    /// Seed of the order.
+    fn seed(&self) -> u64;
+    /// The cell and repeat number a recorded trial belongs to.
+    fn key(&self, r: &Self::Record) -> (Self::Cell, u32);
+    /// Set up where the trials run.
+    ///
+    /// # Errors
+    /// The lab, the server or the journal could not be set up.
+    fn bench(&self) -> Result<Self::Bench, ExperimentError>;
+    /// Run one trial.
+    ///
+    /// # Errors
+    /// Only what stops the whole run (a results file that cannot be written); a trial
+    /// that fails is a record with its error.
+    fn trial(
+        &self,
+        bench: &Self::Bench,
+        cell: &Self::Cell,
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<Self::Record, ExperimentError>;
+    /// One line on what a trial found, for the progress line.
+    fn describe(&self, r: &Self::Record) -> String;
+    /// The trial failed (its error is in the record).
+    fn failed(&self, r: &Self::Record) -> bool;
+    /// Write the tables, charts and report of every record into `out`; returns the
+    /// tables' text.
+    ///
+    /// # Errors
+    /// A file could not be read or written.
+    fn report(&self, out: &Path, records: &[Self::Record]) -> Result<String, ResultsError>;
+}
+
+/// What a trial may use besides its bench.
+pub struct TrialContext<'a> {
+    /// The results directory (trials write their sample files here).
+    pub out: &'a Path,
+    /// Set by Ctrl-C: a long trial should end early and keep what it measured.
+    pub interrupt: &'a AtomicBool,
+    /// The trial's position in this run (0, 1, …), for per-trial ports.
+    pub index: usize,
+}
+
+/// What the runner reports after each trial.
+pub struct Progress {
+    pub done: usize,
+    pub total: usize,
+    pub eta: Duration,
+    /// [`Experiment::describe`] of the trial just done.
+    pub last: String,
+}
+
+/// A finished (or interrupted) run.
+pub struct Outcome<R> {
+    /// Every trial of the directory, earlier runs' included.
+    pub records: Vec<R>,
+    /// The tables' text.
+    pub text: String,
+    pub failed: usize,
+    /// Ctrl-C ended the run before its plan did.
+    pub interrupted: bool,
+}
+
+/// Every (cell, repeat) in the seeded order: a Fisher–Yates shuffle of
+/// `cells × 0..trials` (cell-major), so a given seed always gives the same order.
+pub fn plan<C: Clone>(cells: &[C], trials: u32, seed: u64) -> Vec<(C, u32)> {
+    use rand::seq::SliceRandom;
+    use rand::SeedableRng;
+    let mut v: Vec<(C, u32)> = cells
+        .iter()
+        .flat_map(|c| (0..trials).map(move |k| (c.clone(), k)))
+        .collect();
+    v.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(seed));
+    v
+}
+
+/// Run `e` into `out` (resuming what it holds), calling `progress` after each trial and
+/// stopping early when `interrupt` is set; then write its report.
+///
+/// # Errors
+/// The results directory or the bench could not be set up, or a record could not be
+/// written. Failed trials are records, not errors.
+pub fn run<E: Experiment>(
+    e: &E,
+    out: &Path,
+    facts: &serde_json::Value,
+    interrupt: &AtomicBool,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Outcome<E::Record>, ExperimentError> {
+    let (mut dir, mut records) = ResultsDir::open::<E::Record>(out, E::NAME, &e.settings(), facts)?;
+    let done: Vec<(E::Cell, u32)> = records.iter().map(|r| e.key(r)).collect();
+    let todo: Vec<(E::Cell, u32)> = plan(&e.cells(), e.trials(), e.seed())
+        .into_iter()
+        .filter(|t| !done.contains(t))
+        .collect();
+    let total = todo.len();
+    if total > 0 && !interrupt.load(Ordering::Acquire) {
+        let bench = e.bench()?;
+        let t0 = Instant::now();
+        for (index, (cell, k)) in todo.into_iter().enumerate() {
+            if interrupt.load(Ordering::Acquire) {
+                break;
+            }
+            let ctx = TrialContext {
+                out,
+                interrupt,
+                index,
+            };
+            let r = e.trial(&bench, &cell, k, &ctx)?;
+            dir.record(&r)?;
+            let per = t0.elapsed() / (index as u32 + 1);
+            progress(&Progress {
+                done: index + 1,
+                total,
+                eta: per * (total - index - 1) as u32,
+                last: e.describe(&r),
+            });
+            records.push(r);
+        }
+    }
+    let text = e.report(out, &records)?;
+    Ok(Outcome {
+        failed: records.iter().filter(|r| e.failed(r)).count(),
+        interrupted: interrupt.load(Ordering::Acquire),
+        records,
+        text,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn plan_covers_every_cell_and_repeat_once_in_a_seeded_order() {
+        let cells: Vec<u32> = (0..12).collect();
+        let p = plan(&cells, 3, 1);
+        assert_eq!(p.len(), 36);
+        let mut q = p.clone();
+        q.sort();
+        q.dedup();
+        assert_eq!(q.len(), 36);
+        assert_eq!(p, plan(&cells, 3, 1));
+        assert_ne!(p, plan(&cells, 3, 2));
+        assert_ne!(p, q, "shuffled, not in cell order");
+    }
+
+    /// A made-up experiment: cells 0..4, each trial records (cell, repeat); the
+    /// `stop_after`-th trial of its first run sets the interrupt.
+    struct Counting {
+        ran: RefCell<Vec<(u32, u32)>>,
+        benches: RefCell<u32>,
+        stop_after: RefCell<Option<usize>>,
+    }
+
+    impl Experiment for Counting {
+        const NAME: &'static str = "counting";
+        type Cell = u32;
+        type Record = (u32, u32);
+        type Bench = ();
+        fn settings(&self) -> serde_json::Value {
+            serde_json::json!({"cells": 4, "trials": 2})
+        }
+        fn cells(&self) -> Vec<u32> {
+            (0..4).collect()
+        }
+        fn trials(&self) -> u32 {
+            2
+        }
+        fn seed(&self) -> u64 {
+            7
+        }
+        fn key(&self, r: &(u32, u32)) -> (u32, u32) {
+            *r
+        }
+        fn bench(&self) -> Result<(), ExperimentError> {
+            *self.benches.borrow_mut() += 1;
+            Ok(())
+        }
+        fn trial(
+            &self,
+            (): &(),
+            cell: &u32,
+            k: u32,
+            ctx: &TrialContext<'_>,
+        ) -> Result<(u32, u32), ExperimentError> {
+            self.ran.borrow_mut().push((*cell, k));
+            if *self.stop_after.borrow() == Some(ctx.index + 1) {
+                self.stop_after.borrow_mut().take();
+                ctx.interrupt.store(true, Ordering::Release);
+            }
+            Ok((*cell, k))
+        }
+        fn describe(&self, r: &(u32, u32)) -> String {
+            format!("{r:?}")
+        }
+        fn failed(&self, r: &(u32, u32)) -> bool {
+            r.0 == 3
+        }
+        fn report(&self, _: &Path, records: &[(u32, u32)]) -> Result<String, ResultsError> {
+            Ok(format!("{} records", records.len()))
+        }
+    }
+
+    /// Witness: the trials.jsonl the runner wrote, read back, and the made-up
+    /// experiment's own log of what it ran.
+    #[test]
+    fn an_interrupted_run_resumes_where_it_stopped_and_runs_nothing_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Counting {
+            ran: RefCell::default(),
+            benches: RefCell::default(),
+            stop_after: RefCell::new(Some(3)),
+        };
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |p| {
+            seen.push((p.done, p.total));
+        })
+        .unwrap();
+        assert!(o.interrupted);
+        assert_eq!(o.records.len(), 3);
+        assert_eq!(seen, vec![(1, 8), (2, 8), (3, 8)]);
+        assert_eq!(o.text, "3 records");
+        let stop = AtomicBool::new(false);
+        let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
+        assert!(!o.interrupted);
+        assert_eq!(o.records.len(), 8);
+        assert_eq!(o.failed, 2, "cell 3's two trials");
+        let mut ran = e.ran.borrow().clone();
+        assert_eq!(ran[..], plan(&e.cells(), 2, 7)[..], "in the planned order");
+        ran.sort_unstable();
+        ran.dedup();
+        assert_eq!(ran.len(), 8, "no trial twice");
+        let on_disk: Vec<(u32, u32)> = crate::results::read_trials(dir.path()).unwrap();
+        assert_eq!(on_disk, *e.ran.borrow());
+        // A third run has nothing to do and sets up no bench.
+        let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
+        assert_eq!((o.records.len(), *e.benches.borrow()), (8, 2));
+    }
+}
