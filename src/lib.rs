@@ -17,6 +17,20 @@ pub mod results;
 pub mod stats;
 pub mod wire;
 
+/// An error and each of its sources, joined by ": " — the text of an error that is
+/// kept as a string (a trial's recorded error, a layer that could not run), where the
+/// error's own `Display` names only its context and leaves the cause to `source()`.
+pub fn error_chain<E: std::error::Error + ?Sized>(e: &E) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        next = s.source();
+    }
+    text
+}
+
 /// Where runs keep state that must outlive them (the tuning journal, labs):
 /// `$RTTLAB_STATE_DIR`, else /run/rttlab (tmpfs: gone at reboot, as the kernel state
 /// it describes).

@@ -190,15 +190,38 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let wire = num(layer(&v, "passive seq"), "p50_us");
     let metric = num(layer(&v, "sampled metric"), "p50_us");
-    // Seed 000: with (nearly) every sample in the 0–1 ms bucket, the interpolated
-    // median reads about 0.5 ms whatever the true RTT; arithmetic on the buckets.
-    if wire < 400.0 {
-        assert!(
-            (500.0..1000.0).contains(&metric),
-            "metric {metric} µs, wire {wire} µs"
-        );
-        assert!(v["explanations"].to_string().contains("bucketing"));
-    }
+    // The metric's own period: its buckets and the exact median of the same samples.
+    let period = v["sampler"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .max_by_key(|p| p["samples"].as_u64().unwrap())
+        .unwrap();
+    let buckets: Vec<u64> = serde_json::from_value(period["buckets"].clone()).unwrap();
+    let n: u64 = buckets.iter().sum();
+    let exact_us = period["exact_median_ms"].as_f64().unwrap() * 1e3;
+    // On a 0 ms path the samples' exact median is far below the first bucket's 1 ms…
+    assert!(exact_us < 1000.0, "exact median {exact_us} µs");
+    // …so more than half the samples sit in the 0–1 ms bucket, and the interpolated
+    // median is 1 ms × ½ / (that bucket's share): at least 0.5 ms whatever the true RTT
+    // (seed 000). Witness: arithmetic on the buckets, against the exact median.
+    let share = buckets[0] as f64 / n as f64;
+    assert!(share > 0.5, "{buckets:?}");
+    assert!(
+        (metric - 500.0 / share).abs() < 0.5,
+        "metric {metric} µs, {buckets:?}"
+    );
+    assert!(
+        metric >= 500.0 && metric > exact_us,
+        "metric {metric}, exact {exact_us} µs"
+    );
+    // The explanation names the bucketing exactly when the numbers show it.
+    let explained = v["explanations"].to_string();
+    assert_eq!(
+        explained.contains("bucketing:"),
+        metric > 1.5 * wire,
+        "metric {metric} µs, wire {wire} µs: {explained}"
+    );
     assert_eq!(compare_labs(), Vec::<String>::new());
 }
 

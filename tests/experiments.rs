@@ -178,7 +178,9 @@ fn interval_sweep_records_both_tools_at_every_interval() {
 
 #[test]
 fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval() {
-    if !privileged("repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval") {
+    if !privileged(
+        "repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval",
+    ) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -198,7 +200,12 @@ fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interv
     // Every (tool, repeat) once, each with its own histogram file.
     let mut keys: Vec<(String, u64)> = t
         .iter()
-        .map(|p| (p["tool"].as_str().unwrap().to_string(), p["trial"].as_u64().unwrap()))
+        .map(|p| {
+            (
+                p["tool"].as_str().unwrap().to_string(),
+                p["trial"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let order = keys.clone();
     keys.sort();
@@ -212,7 +219,12 @@ fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interv
     run(&args, again.path());
     let order2: Vec<(String, u64)> = trials(again.path())
         .iter()
-        .map(|p| (p["tool"].as_str().unwrap().to_string(), p["trial"].as_u64().unwrap()))
+        .map(|p| {
+            (
+                p["tool"].as_str().unwrap().to_string(),
+                p["trial"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(order, order2);
     // Arithmetic from the raw records: each tool's row is the median of its three
@@ -234,7 +246,10 @@ fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interv
     }
     assert!(text.contains("lowest coverage here 75.0 %"), "{text}");
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert!(html.matches("class=\"ci\"").count() >= 2, "error bars drawn");
+    assert!(
+        html.matches("class=\"ci\"").count() >= 2,
+        "error bars drawn"
+    );
 }
 
 #[test]

@@ -411,3 +411,29 @@ fn a_frozen_server_cannot_hang_the_client() {
         .unwrap();
     assert!(n > 0, "the transactions before the freeze are reported");
 }
+
+/// An error names its context once and its cause once: the chain the binary prints is
+/// one line, and the kernel's refusal appears in it exactly once. Witness: connect(2)
+/// on a port nothing listens on, whose error text comes from the kernel (std's own
+/// `io::Error` for the same connect).
+#[test]
+fn a_refused_connection_is_one_line_naming_the_cause_once() {
+    // A port nothing listens on: bind one, note it, close it.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cause = TcpStream::connect(("127.0.0.1", port))
+        .unwrap_err()
+        .to_string();
+    let o = Command::new(bin())
+        .args(["rr", "-H", "127.0.0.1", "-p", &port.to_string(), "-l", "1s"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(e.matches(cause.as_str()).count(), 1, "{e}");
+    assert!(e.contains("cannot reach the rttlab server"), "{e}");
+}

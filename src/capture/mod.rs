@@ -26,7 +26,7 @@ pub struct Packet<'a> {
 /// Why reading stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("reading the capture: {0}")]
+    #[error("reading the capture")]
     Io(#[from] std::io::Error),
     #[error("not a pcap or pcapng file (magic {0:#010x}); convert it with `editcap -F pcap`")]
     NotACapture(u32),

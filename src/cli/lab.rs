@@ -286,7 +286,7 @@ fn daemon(spec: &str) -> anyhow::Result<()> {
     let lab = match Lab::up(&spec) {
         Ok(l) => l,
         Err(e) => {
-            println!("error: {e}");
+            println!("error: {}", rttlab::error_chain(&e));
             std::process::exit(1);
         }
     };
@@ -391,7 +391,7 @@ fn list(json: bool) -> anyhow::Result<()> {
                 (Some(i), true) => match control::request(&i.control, &Request::Status) {
                     Ok(Reply::Status(s)) => Ok(*s),
                     Ok(_) => Err("unexpected reply".into()),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(rttlab::error_chain(&e)),
                 },
                 _ => Err("left by a run that has gone: remove with `rttlab lab down --all`".into()),
             };
@@ -448,7 +448,7 @@ fn down(d: DownArgs) -> anyhow::Result<()> {
         }
         match topology::remove(&f.name) {
             Ok(()) => println!("lab {} removed", f.name),
-            Err(e) => failed.push(format!("lab {}: {e}", f.name)),
+            Err(e) => failed.push(format!("lab {}: {}", f.name, rttlab::error_chain(&e))),
         }
     }
     if failed.is_empty() {

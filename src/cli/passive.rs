@@ -427,7 +427,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             Some(m) => CaptureReader::mapped(m),
             None => CaptureReader::new(input),
         }
-        .map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+        .map_err(|e| anyhow::Error::new(e).context(path.to_string()))?;
         let mut an = Analyzer::new(cfg);
         let mut seen = 0u64;
         let mut failure = None;
@@ -449,7 +449,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    failure = Some(anyhow::anyhow!("{path}: {e}"));
+                    failure = Some(anyhow::Error::new(e).context(path.to_string()));
                     break;
                 }
             }

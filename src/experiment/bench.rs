@@ -45,12 +45,12 @@ impl LabServer {
         let server = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), SERVER_PORT);
         let handle = netns::run_in(Some(lab.netns(Node::B)), || {
             Server::bind(ServerConfig::for_own_run(server))
-                .map_err(|e| e.to_string())?
+                .map_err(|e| crate::error_chain(&e))?
                 .spawn()
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::error_chain(&e))
         })
-        .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?
-        .map_err(|e| LabError::Setup(format!("server in the lab: {e}")))?;
+        .map_err(|e| LabError::Setup(format!("server in the lab: {}", crate::error_chain(&e))))?
+        .map_err(|e| LabError::Setup(format!("server in the lab: {}", e)))?;
         lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
         Ok(Self {
             server,
@@ -106,7 +106,7 @@ pub fn capture_port<S: Sink>(
     stop: &AtomicBool,
     mut sink: S,
 ) -> Result<Captured<S>, String> {
-    let mut cap = LiveCapture::open(iface, ns).map_err(|e| e.to_string())?;
+    let mut cap = LiveCapture::open(iface, ns).map_err(|e| crate::error_chain(&e))?;
     let link = cap.link();
     let mut a = Analyzer::new(Config {
         local: cap.addresses.clone(),
@@ -123,11 +123,11 @@ pub fn capture_port<S: Sink>(
     });
     while !stop.load(Ordering::Acquire) {
         cap.poll(50, |ts, frame| a.packet(ts, link, frame, &mut sink))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| crate::error_chain(&e))?;
     }
     // What is still in the ring.
     cap.poll(0, |ts, frame| a.packet(ts, link, frame, &mut sink))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::error_chain(&e))?;
     a.finish(&mut sink);
     Ok(Captured {
         sink,
@@ -147,7 +147,7 @@ pub fn port_srtt(
     until: Duration,
     stop: &AtomicBool,
 ) -> Result<LatencyHistogram, String> {
-    let mut d = SockDiag::open(ns).map_err(|e| e.to_string())?;
+    let mut d = SockDiag::open(ns).map_err(|e| crate::error_chain(&e))?;
     let mut h = LatencyHistogram::new();
     let f = DiagFilter {
         sport: Some(port),
@@ -166,7 +166,7 @@ pub fn port_srtt(
             }
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::error_chain(&e))?;
     Ok(h)
 }
 
@@ -187,16 +187,20 @@ impl Nft {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .map(Nft)
-            .map_err(|e| format!("nft: {e} (apt-get install nftables)"))
+            .map_err(|e| format!("nft: {} (apt-get install nftables)", crate::error_chain(&e)))
     }
 
     /// Hand it `script` and wait until the ruleset is changed.
     pub fn run(mut self, script: &str) -> Result<(), String> {
         use std::io::Write;
         if let Some(mut i) = self.0.stdin.take() {
-            i.write_all(script.as_bytes()).map_err(|e| e.to_string())?;
+            i.write_all(script.as_bytes())
+                .map_err(|e| crate::error_chain(&e))?;
         }
-        let o = self.0.wait_with_output().map_err(|e| e.to_string())?;
+        let o = self
+            .0
+            .wait_with_output()
+            .map_err(|e| crate::error_chain(&e))?;
         if o.status.success() {
             Ok(())
         } else {

@@ -70,7 +70,7 @@ const NFT_TABLE: &str = "rttlab_blackout";
 const REMOVE_TABLE: &str = "table inet rttlab_blackout\ndelete table inet rttlab_blackout\n";
 
 fn setup_err(what: &str) -> impl FnOnce(String) -> ExperimentError + '_ {
-    move |e| ExperimentError::Setup(format!("{what}: {e}"))
+    move |e| ExperimentError::Setup(format!("{what}: {}", e))
 }
 
 fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
@@ -79,17 +79,17 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
     let lab = Lab::up(&spec)?;
     for n in [Node::A, Node::B] {
         sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
-            .map_err(|e| setup_err("tcp_no_metrics_save")(e.to_string()))?;
+            .map_err(|e| setup_err("tcp_no_metrics_save")(crate::error_chain(&e)))?;
     }
     let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
     let server = SocketAddr::new(b, SERVER_PORT);
     let handle = netns::run_in(Some(lab.netns(Node::B)), || {
         Server::bind(ServerConfig::for_own_run(server))
-            .map_err(|e| e.to_string())?
+            .map_err(|e| crate::error_chain(&e))?
             .spawn()
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::error_chain(&e))
     })
-    .map_err(|e| setup_err("server")(e.to_string()))?
+    .map_err(|e| setup_err("server")(crate::error_chain(&e)))?
     .map_err(setup_err("server"))?;
     lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
     let hosts = vec![
@@ -110,7 +110,7 @@ fn remote_bench(server: SocketAddr) -> Result<Bench, ExperimentError> {
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
     tuning::record_nft_table(&journal, None, "inet", NFT_TABLE)
-        .map_err(|e| setup_err("journal")(e.to_string()))?;
+        .map_err(|e| setup_err("journal")(crate::error_chain(&e)))?;
     nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
     Ok(Bench {
         lab: None,
@@ -151,8 +151,8 @@ fn set_knob(ns: Option<&str>, key: &str, value: &str, j: Option<&Journal>) -> Re
     match j {
         Some(j) => tuning::set_sysctl(j, ns, key, value)
             .map(drop)
-            .map_err(|e| e.to_string()),
-        None => sysctl::write(ns, key, value).map_err(|e| e.to_string()),
+            .map_err(|e| crate::error_chain(&e)),
+        None => sysctl::write(ns, key, value).map_err(|e| crate::error_chain(&e)),
     }
 }
 
@@ -190,6 +190,7 @@ fn trial(
         blackout_start_ns: 0,
         blackout_end_ns: 0,
         dropped_frames: 0,
+        last_drop_ns: 0,
         started_ns: realtime_ns(),
         elapsed_s: 0.0,
         error: None,
@@ -248,7 +249,7 @@ fn trial(
                 (BlackoutBy::Emulator, Some(lab)) => {
                     let w = lab
                         .blackout(&Dir::BOTH, d, Some(port), Start::After { ns: warmup.as_nanos() as u64 })
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| crate::error_chain(&e))?;
                     Ok((w.start_ns, w.end_ns))
                 }
                 (BlackoutBy::Emulator, None) => {
@@ -277,12 +278,21 @@ fn trial(
     });
     let after = counters();
     rec.dropped_frames = drops().saturating_sub(dropped0);
+    if rec.dropped_frames > 0 {
+        rec.last_drop_ns = b.lab.as_ref().map_or(0, |l| {
+            let st = l.status();
+            st.a2b
+                .counters
+                .last_blackout_drop_ns
+                .max(st.b2a.counters.last_blackout_drop_ns)
+        });
+    }
     match result.1 {
         Ok(Ok((s0, s1))) => {
             rec.blackout_start_ns = s0;
             rec.blackout_end_ns = s1;
         }
-        Ok(Err(e)) => rec.error = Some(format!("blackout: {e}")),
+        Ok(Err(e)) => rec.error = Some(format!("blackout: {}", e)),
         Err(_) => rec.error = Some("blackout thread panicked".into()),
     }
     match result.0 {
@@ -296,10 +306,10 @@ fn trial(
             }
         }
         Ok(Err(e)) => {
-            rec.error.get_or_insert(e.to_string());
+            rec.error.get_or_insert(crate::error_chain(&e));
         }
         Err(e) => {
-            rec.error.get_or_insert(e.to_string());
+            rec.error.get_or_insert(crate::error_chain(&e));
         }
     }
     for (b0, b1) in before.iter().zip(&after) {

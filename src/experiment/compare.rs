@@ -114,7 +114,7 @@ pub fn run(
     };
     let in_client =
         |f: &(dyn Fn() -> Result<RrResult, String> + Sync)| -> Result<RrResult, String> {
-            netns::run_in(client_ns.as_deref(), f).map_err(|e| e.to_string())?
+            netns::run_in(client_ns.as_deref(), f).map_err(|e| crate::error_chain(&e))?
         };
     let (tcp, udp, icmp, srv, pas) = std::thread::scope(|sc| {
         let pas = sc.spawn(|| {
@@ -156,7 +156,7 @@ pub fn run(
         let udp = sc.spawn(|| {
             in_client(&|| {
                 rr::run(&rr_settings(TestKind::UdpRr, s.data_port + 1), &udp_ctl)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| crate::error_chain(&e))
             })
         });
         let icmp = sc.spawn(|| {
@@ -165,12 +165,13 @@ pub fn run(
                 p.count = None;
                 p.duration = Some(s.duration);
                 p.interval = s.interval;
-                ping::run(&p, &ping_ctl).map_err(|e| e.to_string())
+                ping::run(&p, &ping_ctl).map_err(|e| crate::error_chain(&e))
             })
-            .map_err(|e| e.to_string())?
+            .map_err(|e| crate::error_chain(&e))?
         });
         let tcp = in_client(&|| {
-            rr::run(&rr_settings(TestKind::TcpRr, s.data_port), &tcp_ctl).map_err(|e| e.to_string())
+            rr::run(&rr_settings(TestKind::TcpRr, s.data_port), &tcp_ctl)
+                .map_err(|e| crate::error_chain(&e))
         });
         let udp = udp.join().unwrap_or_else(|_| Err("UDP_RR panicked".into()));
         let icmp = icmp.join().unwrap_or_else(|_| Err("ping panicked".into()));
@@ -234,7 +235,7 @@ pub fn run(
     let server_srtt = match srv {
         Some(Ok(h)) => h,
         Some(Err(e)) => {
-            errors.push(format!("tcp_info server: {e}"));
+            errors.push(format!("tcp_info server: {}", e));
             LatencyHistogram::new()
         }
         None => {
@@ -319,7 +320,7 @@ fn push_layer(
     match r {
         Ok(h) => layers.push(Layer::from_histogram(name, what, h)),
         Err(e) => {
-            errors.push(format!("{name}: {e}"));
+            errors.push(format!("{name}: {}", e));
             layers.push(Layer::from_histogram(name, what, &LatencyHistogram::new()));
         }
     }

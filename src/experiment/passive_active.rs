@@ -170,21 +170,25 @@ fn bulk_sink(l: TcpListener, stop: &AtomicBool) -> u64 {
 /// A TCP connection to `to` with congestion control `cc`.
 fn connect(to: SocketAddr, cc: &str, timeout: Duration) -> Result<TcpStream, String> {
     let sock = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| e.to_string())?;
-    sockopt::set_congestion(&sock, cc).map_err(|e| format!("congestion control {cc}: {e}"))?;
+        .map_err(|e| crate::error_chain(&e))?;
+    sockopt::set_congestion(&sock, cc)
+        .map_err(|e| format!("congestion control {cc}: {}", crate::error_chain(&e)))?;
     sock.connect_timeout(&SockAddr::from(to), timeout)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::error_chain(&e))?;
     Ok(sock.into())
 }
 
 /// A listener on `at` whose connections use congestion control `cc`.
 fn listen(at: SocketAddr, cc: &str) -> Result<TcpListener, String> {
     let sock = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| e.to_string())?;
-    sockopt::set_congestion(&sock, cc).map_err(|e| format!("congestion control {cc}: {e}"))?;
-    sock.set_reuse_address(true).map_err(|e| e.to_string())?;
-    sock.bind(&SockAddr::from(at)).map_err(|e| e.to_string())?;
-    sock.listen(16).map_err(|e| e.to_string())?;
+        .map_err(|e| crate::error_chain(&e))?;
+    sockopt::set_congestion(&sock, cc)
+        .map_err(|e| format!("congestion control {cc}: {}", crate::error_chain(&e)))?;
+    sock.set_reuse_address(true)
+        .map_err(|e| crate::error_chain(&e))?;
+    sock.bind(&SockAddr::from(at))
+        .map_err(|e| crate::error_chain(&e))?;
+    sock.listen(16).map_err(|e| crate::error_chain(&e))?;
     Ok(sock.into())
 }
 
@@ -201,7 +205,7 @@ fn bulk_send(to: SocketAddr, cc: &str, stop: &AtomicBool) -> Result<(), String> 
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(crate::error_chain(&e)),
         }
     }
     Ok(())
@@ -217,8 +221,8 @@ fn echo_client(
     interrupt: &AtomicBool,
 ) -> Result<(Series, u64, Option<u32>), String> {
     let c = connect(to, &s.congestion, Duration::from_secs(30))?;
-    c.set_nodelay(true).map_err(|e| e.to_string())?;
-    let mut rx = c.try_clone().map_err(|e| e.to_string())?;
+    c.set_nodelay(true).map_err(|e| crate::error_chain(&e))?;
+    let mut rx = c.try_clone().map_err(|e| crate::error_chain(&e))?;
     rx.set_read_timeout(Some(Duration::from_millis(200))).ok();
     let sent = std::sync::atomic::AtomicU64::new(0);
     let done_sending = AtomicBool::new(false);
@@ -338,7 +342,7 @@ fn scenario(
             ..ImpairmentPatch::default()
         },
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::error_chain(&e))?;
     let b_ip = bench.server.ip();
     let (echo_l, bulk_l) = netns::run_in(Some(bench.server_ns()), || {
         Ok::<_, String>((
@@ -346,8 +350,8 @@ fn scenario(
             listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
         ))
     })
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("listening in b: {e}"))?;
+    .map_err(|e| crate::error_chain(&e))?
+    .map_err(|e| format!("listening in b: {}", e))?;
     let stop = AtomicBool::new(false);
     let stop_bulk = AtomicBool::new(false);
     let bulk = matches!(sc, Scenario::Queue { .. });
@@ -375,7 +379,7 @@ fn scenario(
                 netns::run_in(Some(bench.client_ns()), || {
                     bulk_send(SocketAddr::new(b_ip, BULK_PORT), &s.congestion, &stop_bulk)
                 })
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::error_chain(&e))
                 .and_then(|x| x)
             })
         });
@@ -415,9 +419,9 @@ fn scenario(
                 p.timeout = Duration::from_secs(5);
                 p.keep_series = true;
                 let ctl = PingControl::default();
-                ping::run(&p, &ctl).map_err(|e| e.to_string())
+                ping::run(&p, &ctl).map_err(|e| crate::error_chain(&e))
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::error_chain(&e))
             .and_then(|x| x)
         });
         let echo = netns::run_in(Some(bench.client_ns()), || {
@@ -428,7 +432,7 @@ fn scenario(
                 interrupt,
             )
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error_chain(&e))
         .and_then(|x| x);
         let ping = pinger
             .join()
@@ -449,7 +453,7 @@ fn scenario(
     });
     let mut errors = Vec::new();
     let (app, app_unanswered, retrans) = echo.unwrap_or_else(|e| {
-        errors.push(format!("echo: {e}"));
+        errors.push(format!("echo: {}", e));
         (Series::new(), 0, None)
     });
     let (icmp, lost) = match ping {
@@ -458,19 +462,19 @@ fn scenario(
             p.lost,
         ),
         Err(e) => {
-            errors.push(format!("ping: {e}"));
+            errors.push(format!("ping: {}", e));
             (Series::new(), 0)
         }
     };
     let (ts, drops) = match cap {
         Ok(c) => (c.sink.series, c.drops),
         Err(e) => {
-            errors.push(format!("capture: {e}"));
+            errors.push(format!("capture: {}", e));
             (Series::new(), 0)
         }
     };
     if let Some(Err(e)) = sent {
-        errors.push(format!("bulk: {e}"));
+        errors.push(format!("bulk: {}", e));
     }
     let mut csv = String::from("t_s,layer,rtt_ms\n");
     for (layer, series) in [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)] {
@@ -483,7 +487,7 @@ fn scenario(
     } else {
         format!("{name}-t{trial}.samples.csv")
     };
-    write_file(out, &samples_file, &csv).map_err(|e| e.to_string())?;
+    write_file(out, &samples_file, &csv).map_err(|e| crate::error_chain(&e))?;
     Ok(ScenarioResult {
         scenario: name.into(),
         trial,

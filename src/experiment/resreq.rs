@@ -181,9 +181,10 @@ fn point(
         });
         std::thread::sleep(Duration::from_millis(300));
         let rr = netns::run_in(Some(bench.client_ns()), || {
-            until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl)).map_err(|e| e.to_string())
+            until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl))
+                .map_err(|e| crate::error_chain(&e))
         })
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::error_chain(&e))
         .and_then(|x| x);
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Release);
@@ -191,13 +192,13 @@ fn point(
     });
     let mut errors = Vec::new();
     let server_srtt = srv.unwrap_or_else(|e| {
-        errors.push(format!("server srtt: {e}"));
+        errors.push(format!("server srtt: {}", e));
         LatencyHistogram::new()
     });
     let mut metric = |c: Result<super::bench::Captured<Ignore>, String>, who: &str| match c {
         Ok(c) => (c.periods.into_iter().max_by_key(|p| p.samples), c.drops),
         Err(e) => {
-            errors.push(format!("{who} capture: {e}"));
+            errors.push(format!("{who} capture: {}", e));
             (None, 0)
         }
     };
@@ -220,7 +221,7 @@ fn point(
         let f = format!("{}.{name}.hist.csv", stem(wait_ms, trial));
         match std::fs::write(out.join(&f), h.to_csv()) {
             Ok(()) => files.push(f),
-            Err(e) => errors.push(format!("{f}: {e}")),
+            Err(e) => errors.push(format!("{f}: {}", crate::error_chain(&e))),
         }
     }
     let (h, transactions, retr) = match &rr {
@@ -230,7 +231,7 @@ fn point(
             r.local_retrans.unwrap_or(0) + r.remote_retrans.unwrap_or(0),
         ),
         Err(e) => {
-            errors.push(format!("TCP_RR: {e}"));
+            errors.push(format!("TCP_RR: {}", e));
             (None, 0, 0)
         }
     };

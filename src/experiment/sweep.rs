@@ -94,7 +94,7 @@ fn point(
             };
             let (file, error) = match write_file(out, &file, &h.to_csv()) {
                 Ok(()) => (Some(file), None),
-                Err(e) => (None, Some(e.to_string())),
+                Err(e) => (None, Some(crate::error_chain(&e))),
             };
             Point {
                 interval_us,
@@ -195,7 +195,7 @@ impl Experiment for IntervalSweep {
                 p.one_in_flight = true;
                 let ctl = PingControl::default();
                 let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
-                let r = r.map_err(|e| e.to_string());
+                let r = r.map_err(|e| crate::error_chain(&e));
                 point(
                     cell,
                     trial,
@@ -216,7 +216,7 @@ impl Experiment for IntervalSweep {
                 }
                 let ctl = RunControl::default();
                 let res = until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl));
-                let res = res.map_err(|e| e.to_string());
+                let res = res.map_err(|e| crate::error_chain(&e));
                 point(
                     cell,
                     trial,
@@ -227,7 +227,7 @@ impl Experiment for IntervalSweep {
                 )
             }
         })
-        .unwrap_or_else(|e| point(cell, trial, Err(e.to_string()), out)))
+        .unwrap_or_else(|e| point(cell, trial, Err(crate::error_chain(&e)), out)))
     }
 
     fn describe(&self, p: &Point) -> String {

@@ -68,7 +68,8 @@ struct PrivateBpfFs(std::path::PathBuf);
 impl PrivateBpfFs {
     fn mount() -> Result<Self, String> {
         let dir = std::env::temp_dir().join(format!("rttlab-bpffs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("{}: {}", dir.display(), crate::error_chain(&e)))?;
         let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
         let target = c(&dir.display().to_string());
         // SAFETY: NUL-terminated strings that outlive the call; no data argument.
@@ -165,7 +166,7 @@ fn connect_times(
         }
         (h, failed)
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| crate::error_chain(&e))?;
     let after = netstat::read(Some(ns))?;
     Ok((
         h,

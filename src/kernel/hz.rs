@@ -94,7 +94,7 @@ pub fn detect(rto_min_us: u64) -> io::Result<u32> {
         let l = TcpListener::bind((std::net::Ipv4Addr::new(127, b[0], b[1], b[2].max(2)), 0))?;
         let c = TcpStream::connect(l.local_addr()?)?;
         let _s = l.accept()?;
-        let ti = sockopt::tcp_info(&c).map_err(|e| io::Error::other(e.to_string()))?;
+        let ti = sockopt::tcp_info(&c).map_err(|e| io::Error::other(crate::error_chain(&e)))?;
         let (rtt, rto) = (u64::from(ti.rtt_us), u64::from(ti.rto_us));
         seen.push((rtt, rto));
         // tcpi_rtt is srtt truncated to µs: allow the one-µs slack either way.

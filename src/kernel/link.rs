@@ -30,7 +30,7 @@ const NUD_PERMANENT: u16 = 0x80;
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
     /// A system call or netlink request failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Failed {
         what: String,
         #[source]

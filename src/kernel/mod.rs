@@ -18,7 +18,7 @@ pub mod tuning;
 
 /// A system call failed.
 #[derive(Debug, thiserror::Error)]
-#[error("{call} failed: {source}")]
+#[error("{call} failed")]
 pub struct SyscallError {
     /// The call that failed.
     pub call: &'static str,

@@ -13,7 +13,7 @@ pub enum NetnsError {
     #[error("network namespace {name:?} not found ({path}): create it with `ip netns add` or check the name")]
     NotFound { name: String, path: String },
     /// setns refused (not root / no CAP_SYS_ADMIN).
-    #[error("entering network namespace {name:?}: {source} (needs root or CAP_SYS_ADMIN)")]
+    #[error("entering network namespace {name:?} (needs root or CAP_SYS_ADMIN)")]
     Enter {
         name: String,
         #[source]
@@ -23,7 +23,7 @@ pub enum NetnsError {
     #[error("network namespace {name:?} exists already")]
     Exists { name: String },
     /// Creating or deleting the namespace failed.
-    #[error("network namespace {name:?}: {source} (needs root)")]
+    #[error("network namespace {name:?} (needs root)")]
     Create {
         name: String,
         #[source]

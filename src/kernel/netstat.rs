@@ -44,12 +44,13 @@ pub fn read(ns: Option<&str>) -> Result<Counters, String> {
             "/proc/thread-self/net/netstat",
             "/proc/thread-self/net/snmp",
         ] {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("{f}: {}", crate::error_chain(&e)))?;
             c.extend(parse(&text));
         }
         Ok(c)
     })
-    .map_err(|e| e.to_string())?
+    .map_err(|e| crate::error_chain(&e))?
 }
 
 /// `after − before` for `key` (0 when missing).

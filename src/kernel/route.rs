@@ -101,7 +101,7 @@ pub struct Route {
 pub enum RouteError {
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    #[error("rtnetlink: {0}")]
+    #[error("rtnetlink")]
     Syscall(#[from] SyscallError),
     /// No route covers the destination.
     #[error("no route to {0} in the main table: give a prefix that has a route (see `ip route`)")]

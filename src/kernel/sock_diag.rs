@@ -108,7 +108,7 @@ pub struct SockEntry {
 pub enum DiagError {
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    #[error("sock_diag: {0} (is the inet_diag/tcp_diag module available?)")]
+    #[error("sock_diag (is the inet_diag/tcp_diag module available?)")]
     Syscall(#[from] SyscallError),
     #[error("{0}")]
     Filter(String),

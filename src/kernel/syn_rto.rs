@@ -81,7 +81,7 @@ pub enum SynRtoError {
     Syscall(#[from] SyscallError),
     /// The kernel refused to detach the program: it stays attached, so its pins stay
     /// (without them nothing could detach it later).
-    #[error("the kernel refused to detach the program from {cgroup}: {source}; it is still attached, and its pins at {pin_dir} are kept so that `rttlab tune syn-rto detach --cgroup CGROUP` can retry (with the cgroup it is attached to)")]
+    #[error("the kernel refused to detach the program from {cgroup}; it is still attached, and its pins at {pin_dir} are kept so that `rttlab tune syn-rto detach --cgroup CGROUP` can retry (with the cgroup it is attached to)")]
     DetachRefused {
         cgroup: String,
         pin_dir: String,
@@ -129,8 +129,13 @@ fn obj_get(path: &Path) -> Result<OwnedFd, SyscallError> {
 }
 
 fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<(), SynRtoError> {
-    let cg = std::fs::File::open(cgroup)
-        .map_err(|e| SynRtoError::Setup(format!("cgroup {}: {e}", cgroup.display())))?;
+    let cg = std::fs::File::open(cgroup).map_err(|e| {
+        SynRtoError::Setup(format!(
+            "cgroup {}: {}",
+            cgroup.display(),
+            crate::error_chain(&e)
+        ))
+    })?;
     let mut attr = [0u64; 16];
     // union bpf_attr { struct { u32 target_fd, attach_bpf_fd, attach_type, attach_flags; } }
     attr[0] = u64::from(cg.as_raw_fd() as u32) | (u64::from(prog.as_raw_fd() as u32) << 32);
@@ -195,8 +200,13 @@ impl SynRto {
                 self.prog_pin().display()
             )));
         }
-        std::fs::create_dir_all(&self.pin_dir)
-            .map_err(|e| SynRtoError::Setup(format!("{}: {e}", self.pin_dir.display())))?;
+        std::fs::create_dir_all(&self.pin_dir).map_err(|e| {
+            SynRtoError::Setup(format!(
+                "{}: {}",
+                self.pin_dir.display(),
+                crate::error_chain(&e)
+            ))
+        })?;
         let r = self.load_pin_attach(cgroup);
         if r.is_err() {
             let _ = self.unpin();
@@ -205,23 +215,28 @@ impl SynRto {
     }
 
     fn load_pin_attach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| SynRtoError::Load(e.to_string()))?;
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
         for (name, file) in [(MAP_V4, "v4"), (MAP_V6, "v6")] {
             let map = ebpf
                 .map(name)
                 .ok_or_else(|| SynRtoError::Load(format!("no map {name}")))?;
-            map.pin(self.pin_dir.join(file))
-                .map_err(|e| SynRtoError::Load(format!("pinning {name}: {e}")))?;
+            map.pin(self.pin_dir.join(file)).map_err(|e| {
+                SynRtoError::Load(format!("pinning {name}: {}", crate::error_chain(&e)))
+            })?;
         }
         let prog: &mut SockOps = ebpf
             .program_mut(PROGRAM)
             .ok_or_else(|| SynRtoError::Load(format!("no program {PROGRAM}")))?
             .try_into()
-            .map_err(|e: aya::programs::ProgramError| SynRtoError::Load(e.to_string()))?;
-        prog.load().map_err(|e| SynRtoError::Load(e.to_string()))?;
-        prog.pin(self.prog_pin())
-            .map_err(|e| SynRtoError::Load(format!("pinning the program: {e}")))?;
-        let fd = prog.fd().map_err(|e| SynRtoError::Load(e.to_string()))?;
+            .map_err(|e: aya::programs::ProgramError| SynRtoError::Load(crate::error_chain(&e)))?;
+        prog.load()
+            .map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
+        prog.pin(self.prog_pin()).map_err(|e| {
+            SynRtoError::Load(format!("pinning the program: {}", crate::error_chain(&e)))
+        })?;
+        let fd = prog
+            .fd()
+            .map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
         prog_attach(BPF_PROG_ATTACH, cgroup, &fd.as_fd())
     }
 
@@ -252,8 +267,9 @@ impl SynRto {
         for f in ["prog", "v4", "v6"] {
             let p = self.pin_dir.join(f);
             if p.exists() {
-                std::fs::remove_file(&p)
-                    .map_err(|e| SynRtoError::Setup(format!("{}: {e}", p.display())))?;
+                std::fs::remove_file(&p).map_err(|e| {
+                    SynRtoError::Setup(format!("{}: {}", p.display(), crate::error_chain(&e)))
+                })?;
             }
         }
         let _ = std::fs::remove_dir(&self.pin_dir);
@@ -270,17 +286,21 @@ impl SynRto {
             path: path.display().to_string(),
             msg,
         };
-        let data = MapData::from_pin(&path)
-            .map_err(|e| err(format!("{e} (attach first: rttlab tune syn-rto add …)")))?;
+        let data = MapData::from_pin(&path).map_err(|e| {
+            err(format!(
+                "{} (attach first: rttlab tune syn-rto add …)",
+                crate::error_chain(&e)
+            ))
+        })?;
         let map = Map::LpmTrie(data);
         if v6 {
             let mut t: LpmTrie<MapData, [u8; 16], Tuning> =
-                LpmTrie::try_from(map).map_err(|e| err(e.to_string()))?;
-            f(&mut t).map_err(|e| err(e.to_string()))
+                LpmTrie::try_from(map).map_err(|e| err(crate::error_chain(&e)))?;
+            f(&mut t).map_err(|e| err(crate::error_chain(&e)))
         } else {
             let mut t: LpmTrie<MapData, [u8; 4], Tuning> =
-                LpmTrie::try_from(map).map_err(|e| err(e.to_string()))?;
-            f(&mut t).map_err(|e| err(e.to_string()))
+                LpmTrie::try_from(map).map_err(|e| err(crate::error_chain(&e)))?;
+            f(&mut t).map_err(|e| err(crate::error_chain(&e)))
         }
     }
 

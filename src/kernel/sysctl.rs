@@ -12,7 +12,7 @@ pub enum SysctlError {
     #[error("this kernel has no {0}")]
     Missing(String),
     /// Reading or writing failed.
-    #[error("{key}: {source}{hint}", hint = if source.kind() == std::io::ErrorKind::PermissionDenied { " (run as root or grant CAP_NET_ADMIN)" } else { "" })]
+    #[error("{key}{hint}", hint = if source.kind() == std::io::ErrorKind::PermissionDenied { " (run as root or grant CAP_NET_ADMIN)" } else { "" })]
     Io {
         key: String,
         #[source]

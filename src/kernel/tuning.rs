@@ -254,7 +254,7 @@ impl Journal {
             }
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(self.err(format!("flock: {e}")));
+                return Err(self.err(format!("flock: {}", crate::error_chain(&e))));
             }
         }
     }
@@ -374,7 +374,7 @@ impl Journal {
             if r.as_ref().is_err_and(|x| !namespace_gone(x)) {
                 keep.push(e.clone());
             }
-            done.push((e.change, r.map_err(|x| x.to_string())));
+            done.push((e.change, r.map_err(|x| crate::error_chain(&x))));
         }
         keep.reverse();
         self.save(&keep)?;
@@ -439,7 +439,7 @@ fn delete_nft_table(netns: Option<&str>, family: &str, name: &str) -> Result<(),
     })?
     .map_err(|e| TuneError::Nft {
         table: table.clone(),
-        msg: format!("{e} (is nftables installed?)"),
+        msg: format!("{} (is nftables installed?)", crate::error_chain(&e)),
     })?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if out.status.success() || stderr.contains("No such file or directory") {

@@ -76,11 +76,13 @@ pub enum Reply {
 /// # Errors
 /// The socket is gone or silent (the owner died), or the owner answered with an error.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, LabError> {
-    let gone = |e: std::io::Error| LabError::Unreachable(format!("{}: {e}", path.display()));
+    let gone = |e: std::io::Error| {
+        LabError::Unreachable(format!("{}: {}", path.display(), crate::error_chain(&e)))
+    };
     let mut s = UnixStream::connect(path).map_err(gone)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(gone)?;
-    let mut line = serde_json::to_vec(req).map_err(|e| LabError::Setup(e.to_string()))?;
+    let mut line = serde_json::to_vec(req).map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
     line.push(b'\n');
     s.write_all(&line).map_err(gone)?;
     let mut reply = String::new();
@@ -116,7 +118,7 @@ pub fn serve(
         let reply = match serde_json::from_str::<Request>(&line) {
             Ok(req) => handle(req),
             Err(e) => Reply::Error {
-                message: format!("bad request: {e}"),
+                message: format!("bad request: {}", crate::error_chain(&e)),
             },
         };
         if let Ok(mut out) = serde_json::to_vec(&reply) {

@@ -69,6 +69,10 @@ pub struct DirCounters {
     /// Frames the kernel dropped before the emulator saw them (receive ring full).
     pub ring_drops: AtomicU64,
     pub max_backlog_bytes: AtomicU64,
+    /// The kernel's receive stamp (CLOCK_REALTIME ns) of the latest frame a blackout
+    /// dropped: a witness, independent of the window's own arithmetic, that drops fall
+    /// inside the window.
+    pub last_blackout_drop_ns: AtomicU64,
 }
 
 /// A snapshot of [`DirCounters`].
@@ -85,6 +89,8 @@ pub struct CounterSnapshot {
     pub tx_errors: u64,
     pub ring_drops: u64,
     pub max_backlog_bytes: u64,
+    #[serde(default)]
+    pub last_blackout_drop_ns: u64,
 }
 
 impl DirCounters {
@@ -103,6 +109,7 @@ impl DirCounters {
             tx_errors: r(&self.tx_errors),
             ring_drops: r(&self.ring_drops),
             max_backlog_bytes: r(&self.max_backlog_bytes),
+            last_blackout_drop_ns: r(&self.last_blackout_drop_ns),
         }
     }
 }
@@ -403,6 +410,9 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
                             }));
                         }
                         Verdict::Drop(why) => {
+                            if why == DropReason::Blackout {
+                                c.last_blackout_drop_ns.store(f.ts_ns, Ordering::Relaxed);
+                            }
                             bump(
                                 match why {
                                     DropReason::Blackout => &c.drop_blackout,

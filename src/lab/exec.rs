@@ -18,7 +18,7 @@ pub fn command(netns: &str, program: &str) -> std::process::Command {
         cmd.pre_exec(move || {
             let ns = ns
                 .as_ref()
-                .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))?;
+                .map_err(|e| std::io::Error::new(e.kind(), crate::error_chain(&e)))?;
             enter(ns.as_raw_fd(), &hosts)
         });
     }

@@ -39,7 +39,7 @@ pub enum LabError {
     Setup(String),
     #[error("removing the lab failed: {0}")]
     Teardown(String),
-    #[error("{0}")]
+    #[error(transparent)]
     Invalid(#[from] impair::ImpairError),
     #[error("the lab's emulator cannot be reached ({0}); it is not running: remove the lab with `rttlab lab down`")]
     Unreachable(String),
@@ -207,7 +207,7 @@ impl Inner {
             ))),
         };
         r.unwrap_or_else(|e| Reply::Error {
-            message: e.to_string(),
+            message: crate::error_chain(&e),
         })
     }
 }
@@ -253,8 +253,9 @@ impl Lab {
                 detail: "its owner still runs".into(),
             });
         }
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| LabError::Setup(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            LabError::Setup(format!("{}: {}", dir.display(), crate::error_chain(&e)))
+        })?;
         let index = topology::free_index()?;
         let (a, b) = topology::hosts(&spec.name, index);
         let pid = std::process::id() as i32;
@@ -285,13 +286,15 @@ impl Lab {
         };
         let write_info = || {
             serde_json::to_vec_pretty(&info)
-                .map_err(|e| LabError::Setup(e.to_string()))
+                .map_err(|e| LabError::Setup(crate::error_chain(&e)))
                 .and_then(|j| {
                     // Written whole then renamed, so a reader never sees half of it.
                     let tmp = dir.join("lab.json.tmp");
                     std::fs::write(&tmp, j)
                         .and_then(|()| std::fs::rename(&tmp, dir.join("lab.json")))
-                        .map_err(|e| LabError::Setup(format!("lab.json: {e}")))
+                        .map_err(|e| {
+                            LabError::Setup(format!("lab.json: {}", crate::error_chain(&e)))
+                        })
                 })
         };
         let written = write_info();
@@ -310,14 +313,16 @@ impl Lab {
     }
 
     fn start(info: LabInfo, impairments: [Impairments; 2]) -> Result<Lab, LabError> {
-        let shared =
-            Arc::new(Shared::new(impairments).map_err(|e| LabError::Setup(e.to_string()))?);
+        let shared = Arc::new(
+            Shared::new(impairments).map_err(|e| LabError::Setup(crate::error_chain(&e)))?,
+        );
         let log = EventLog::open(info.events.as_deref())
-            .map_err(|e| LabError::Setup(format!("event log: {e}")))?;
+            .map_err(|e| LabError::Setup(format!("event log: {}", crate::error_chain(&e))))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let router = crate::kernel::netns::path_of(&info.router_netns);
-        let ns = std::fs::File::open(&router)
-            .map_err(|e| LabError::Setup(format!("{}: {e}", router.display())))?;
+        let ns = std::fs::File::open(&router).map_err(|e| {
+            LabError::Setup(format!("{}: {}", router.display(), crate::error_chain(&e)))
+        })?;
         let sh = shared.clone();
         let (poll, seed) = (info.poll, info.seed);
         let emulator = std::thread::Builder::new()
@@ -333,9 +338,10 @@ impl Lab {
                     return;
                 }
                 let open = || -> Result<Ports, String> {
-                    let ix = |n: &str| crate::kernel::link::index(n).map_err(|e| e.to_string());
+                    let ix =
+                        |n: &str| crate::kernel::link::index(n).map_err(|e| crate::error_chain(&e));
                     let (ia, ib) = (ix(topology::ROUTER_IF[0])?, ix(topology::ROUTER_IF[1])?);
-                    let e = |e: crate::kernel::SyscallError| e.to_string();
+                    let e = |e: crate::kernel::SyscallError| crate::error_chain(&e);
                     Ok(Ports {
                         rx: [
                             ring::RxRing::open(ia).map_err(e)?,
@@ -357,10 +363,10 @@ impl Lab {
                     }
                 }
             })
-            .map_err(|e| LabError::Setup(e.to_string()))?;
+            .map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
         match rx.recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(LabError::Setup(format!("starting the emulator: {e}"))),
+            Ok(Err(e)) => return Err(LabError::Setup(format!("starting the emulator: {}", e))),
             Err(_) => return Err(LabError::Setup("the emulator thread died".into())),
         }
         while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
@@ -373,13 +379,13 @@ impl Lab {
         });
         let _ = std::fs::remove_file(&inner.info.control);
         let listener = std::os::unix::net::UnixListener::bind(&inner.info.control)
-            .map_err(|e| LabError::Setup(format!("control socket: {e}")))?;
+            .map_err(|e| LabError::Setup(format!("control socket: {}", crate::error_chain(&e))))?;
         let control_stop = Arc::new(AtomicBool::new(false));
         let (i2, stop2) = (inner.clone(), control_stop.clone());
         let control = std::thread::Builder::new()
             .name("lab-control".into())
             .spawn(move || control::serve(listener, &stop2, |r| i2.handle(r)))
-            .map_err(|e| LabError::Setup(e.to_string()))?;
+            .map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
         Ok(Lab {
             inner,
             emulator: Some(emulator),

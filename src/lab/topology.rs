@@ -121,7 +121,7 @@ fn parse_mac(s: &str) -> [u8; 6] {
 }
 
 fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> LabError + '_ {
-    move |e| LabError::Setup(format!("{what}: {e}"))
+    move |e| LabError::Setup(format!("{what}: {}", e))
 }
 
 /// Create the namespaces, links, addresses and names of `info`. On error the caller
@@ -136,7 +136,7 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 name: info.name.clone(),
                 detail: format!("namespace {ns} exists"),
             },
-            e => LabError::Setup(e.to_string()),
+            e => LabError::Setup(crate::error_chain(&e)),
         })?;
     }
     // The router has no addresses: no IPv6 link-locals, no router solicitations, no
@@ -168,7 +168,8 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
         }
     }
     let open = |ns: &str| {
-        std::fs::File::open(netns::path_of(ns)).map_err(|e| LabError::Setup(format!("{ns}: {e}")))
+        std::fs::File::open(netns::path_of(ns))
+            .map_err(|e| LabError::Setup(format!("{ns}: {}", crate::error_chain(&e))))
     };
     let (fa, fb) = (open(&info.a.netns)?, open(&info.b.netns)?);
     netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
@@ -245,7 +246,7 @@ pub fn remove(name: &str) -> Result<(), LabError> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     for ns in &nss {
-        netns::delete(ns).map_err(|e| LabError::Teardown(e.to_string()))?;
+        netns::delete(ns).map_err(|e| LabError::Teardown(crate::error_chain(&e)))?;
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(ns));
     }
     // /etc/netns itself only if nothing else uses it.
@@ -343,14 +344,14 @@ pub struct RegistryLock {
 pub fn lock_registry() -> Result<RegistryLock, LabError> {
     let root = crate::state_dir();
     std::fs::create_dir_all(&root)
-        .map_err(|e| LabError::Setup(format!("{}: {e}", root.display())))?;
+        .map_err(|e| LabError::Setup(format!("{}: {}", root.display(), crate::error_chain(&e))))?;
     let path = root.join("lab.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| LabError::Setup(format!("{}: {e}", path.display())))?;
+        .map_err(|e| LabError::Setup(format!("{}: {}", path.display(), crate::error_chain(&e))))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock(2) on a file this function opened; released when it closes.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {

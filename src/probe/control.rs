@@ -274,7 +274,7 @@ pub enum ServerMsg {
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// Reading or writing the socket failed.
-    #[error("control connection: {0}")]
+    #[error("control connection")]
     Io(#[from] std::io::Error),
     /// The peer announced a frame larger than [`MAX_FRAME`].
     #[error("control frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
@@ -304,7 +304,7 @@ pub enum ControlError {
 /// # Errors
 /// Not a valid message.
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ControlError> {
-    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(e.to_string()))
+    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))
 }
 
 /// Read a server's first message. Its version is checked before the rest is decoded,
@@ -338,7 +338,8 @@ pub fn read_first_server_msg<R: Read>(r: &mut R) -> Result<ServerMsg, ControlErr
 /// # Errors
 /// The socket failed or the message is too large (a bug).
 pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), ControlError> {
-    let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    let body =
+        serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))?;
     write_frame(w, &body, MAX_FRAME)
 }
 
@@ -469,7 +470,8 @@ impl Session {
         w: &mut W,
         msg: &T,
     ) -> Result<(), ControlError> {
-        let body = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+        let body =
+            serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))?;
         let tag = self
             .mac(self.role, self.sent, &body)
             .finalize()

@@ -85,16 +85,16 @@ impl PingSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum PingError {
     /// No ICMP socket could be opened.
-    #[error("cannot open an ICMP socket: {0} (run as root, grant CAP_NET_RAW, or widen net.ipv4.ping_group_range to include your group)")]
+    #[error("cannot open an ICMP socket (run as root, grant CAP_NET_RAW, or widen net.ipv4.ping_group_range to include your group)")]
     Socket(#[source] io::Error),
     /// The socket option for kernel timestamps was refused.
-    #[error("cannot enable kernel receive timestamps: {0}")]
+    #[error("cannot enable kernel receive timestamps")]
     Timestamps(#[source] io::Error),
     /// Payload too large for one packet.
     #[error("payload of {0} bytes is too large (at most 65000)")]
     Size(usize),
     /// The HdrHistogram log could not be created.
-    #[error("--hdr-log: {0}")]
+    #[error("--hdr-log")]
     HdrLog(#[source] io::Error),
 }
 
@@ -341,7 +341,10 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             sent_at[slot] = crate::kernel::realtime_ns();
             answered[slot] = false;
             if let Err(e) = sock.send_to(&pkt, &dest) {
-                error = Some(format!("sending echo request {sent}: {e}"));
+                error = Some(format!(
+                    "sending echo request {sent}: {}",
+                    crate::error_chain(&e)
+                ));
                 break;
             }
             last_send = Instant::now();
@@ -407,7 +410,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
                 continue
             }
             Err(e) => {
-                error = Some(format!("receiving: {e}"));
+                error = Some(format!("receiving: {}", crate::error_chain(&e)));
                 break;
             }
         };
@@ -455,7 +458,10 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     drop(recorder);
     if let Some(h) = hdr {
         if let Err(e) = h.finish() {
-            error = error.or(Some(format!("writing the HdrHistogram log: {e}")));
+            error = error.or(Some(format!(
+                "writing the HdrHistogram log: {}",
+                crate::error_chain(&e)
+            )));
         }
     }
     let unique = received - dups;

@@ -153,9 +153,7 @@ pub struct RunControl {
 #[derive(Debug, thiserror::Error)]
 pub enum RrError {
     /// The control connection could not be made.
-    #[error(
-        "cannot reach the rttlab server at {addr}: {source} (is `rttlab serve` running there?)"
-    )]
+    #[error("cannot reach the rttlab server at {addr} (is `rttlab serve` running there?)")]
     Connect {
         addr: SocketAddr,
         #[source]
@@ -172,7 +170,7 @@ pub enum RrError {
     #[error("the server at {0} did not ask for the secret, so it cannot prove it knows it (a server started without one, or not the server you meant); refusing to run unauthenticated")]
     ServerUnauthenticated(SocketAddr),
     /// The data connections could not be set up.
-    #[error("data connection to port {port}: {source}")]
+    #[error("data connection to port {port}")]
     Data {
         port: u16,
         #[source]
@@ -699,7 +697,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let server = match client.finish(wait) {
         Ok(r) => Some(r),
         Err(e) => {
-            error = error.or(Some(format!("collecting the server's report: {e}")));
+            error = error.or(Some(format!(
+                "collecting the server's report: {}",
+                crate::error_chain(&e)
+            )));
             None
         }
     };
@@ -899,7 +900,7 @@ fn tcp_rr(
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
-                out.error = Some(format!("sending a request: {e}"));
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
             match read_full(&mut sock, &mut resp, || cx.keep()) {
@@ -919,7 +920,7 @@ fn tcp_rr(
                     break 'run;
                 }
                 Err(e) => {
-                    out.error = Some(format!("reading a response: {e}"));
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
                     break 'run;
                 }
             }
@@ -971,7 +972,7 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     let u = match udp_socket(cx) {
         Ok(u) => u,
         Err(e) => {
-            out.error = Some(format!("UDP data socket: {e}"));
+            out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
             return out;
         }
     };
@@ -1010,7 +1011,7 @@ fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = u.send(&req) {
-                out.error = Some(format!("sending a request: {e}"));
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
             loop {
@@ -1072,13 +1073,13 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                     } else {
                         ""
                     };
-                    out.error = Some(format!("connecting: {e}{hint}"));
+                    out.error = Some(format!("connecting: {}{hint}", crate::error_chain(&e)));
                     break 'run;
                 }
             };
             let tc = Instant::now();
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
-                out.error = Some(format!("sending a request: {e}"));
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
             match read_full(&mut sock, &mut resp, || cx.keep()) {
@@ -1089,7 +1090,7 @@ fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
                     break 'run;
                 }
                 Err(e) => {
-                    out.error = Some(format!("reading a response: {e}"));
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
                     break 'run;
                 }
             }
@@ -1137,7 +1138,7 @@ fn open_loop(
         Endpoint::Tcp(Some(s)) => match s.try_clone() {
             Ok(c) => (Some(c), Some(s), None),
             Err(e) => {
-                out.error = Some(format!("data socket: {e}"));
+                out.error = Some(format!("data socket: {}", crate::error_chain(&e)));
                 return out;
             }
         },
@@ -1148,7 +1149,7 @@ fn open_loop(
         Endpoint::Udp => match udp_socket(cx) {
             Ok(u) => (None, None, Some(u)),
             Err(e) => {
-                out.error = Some(format!("UDP data socket: {e}"));
+                out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
                 return out;
             }
         },
@@ -1213,7 +1214,7 @@ fn open_loop(
                 };
                 if let Err(e) = r {
                     *send_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(format!("sending a request: {e}"));
+                        Some(format!("sending a request: {}", crate::error_chain(&e)));
                     break;
                 }
             }
@@ -1273,7 +1274,8 @@ fn open_loop(
                     Ok(_) => out.late_replies += 1,
                     Err(e) if super::io::is_timeout(&e) => {}
                     Err(e) => {
-                        out.error = Some(format!("receiving a response: {e}"));
+                        out.error =
+                            Some(format!("receiving a response: {}", crate::error_chain(&e)));
                         break;
                     }
                 }

@@ -156,7 +156,7 @@ impl ServerConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A listen address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another server running there? pick another port with --port or --listen)")]
+    #[error("cannot listen on {addr} (is another server running there? pick another port with --port or --listen)")]
     Bind {
         addr: SocketAddr,
         #[source]
@@ -691,7 +691,7 @@ fn handle_control(ctl: TcpStream, peer: SocketAddr, id: u64, shared: &Shared) {
     leave_pool(shared, id);
     let (message, tell) = match result {
         Ok(()) => return,
-        Err(Failure::Gone(e)) => (e.to_string(), false),
+        Err(Failure::Gone(e)) => (crate::error_chain(&e), false),
         Err(Failure::Tell(e)) => {
             shared
                 .counters
@@ -817,9 +817,12 @@ fn converse(
     })?;
     let started = Instant::now();
     let idle = test.idle;
-    let running = test
-        .run()
-        .map_err(|e| Failure::Tell(ControlError::Remote(format!("data connection: {e}"))))?;
+    let running = test.run().map_err(|e| {
+        Failure::Tell(ControlError::Remote(format!(
+            "data connection: {}",
+            crate::error_chain(&e)
+        )))
+    })?;
     // The test may last its announced length and interval plus a grace; it ends
     // earlier when the client sends nothing for the idle time.
     let limit = Duration::from_millis(spec.max_duration_ms)
@@ -1155,7 +1158,7 @@ impl DataTest {
             DataSock::Tcp(l) => l.local_addr(),
             DataSock::Udp(u) => u.local_addr(),
         }
-        .map_err(|e| format!("data socket: {e}"))?
+        .map_err(|e| format!("data socket: {}", crate::error_chain(&e)))?
         .port();
         let idle = idle + Duration::from_millis(spec.interval_ms);
         Ok(Self {

@@ -37,10 +37,10 @@ pub fn render(r: &CompareResult) -> String {
     );
     s.push_str("\nWhy they differ:\n");
     for e in &r.explanations {
-        s.push_str(&format!("- {e}\n"));
+        s.push_str(&format!("- {}\n", e));
     }
     for e in &r.errors {
-        s.push_str(&format!("! {e}\n"));
+        s.push_str(&format!("! {}\n", e));
     }
     s
 }
@@ -158,7 +158,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         p.para(e);
     }
     for e in &r.errors {
-        p.para(&format!("Could not run: {e}"));
+        p.para(&format!("Could not run: {}", e));
     }
     p.heading("Distributions");
     p.chart("cdf.svg", "each layer's samples, cumulative", cdf);

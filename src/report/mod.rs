@@ -51,7 +51,7 @@ pub fn render<R: Report>(r: &R, format: &OutputFormat) -> Result<String, Selecto
     match format {
         OutputFormat::Human { histogram } => Ok(r.human(*histogram)),
         OutputFormat::Json => Ok(serde_json::to_string_pretty(r)
-            .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+            .unwrap_or_else(|e| format!("{{\"error\":\"{}\"}}", crate::error_chain(&e)))
             + "\n"),
         OutputFormat::Csv => selectors::render_lines(r, &R::all_selectors()),
         OutputFormat::Selectors(list) => selectors::render_lines(r, list),

@@ -122,6 +122,10 @@ pub struct TrialRecord {
     pub blackout_end_ns: u64,
     /// Frames the emulator dropped for the blackout (0 with nftables).
     pub dropped_frames: u64,
+    /// The kernel's receive stamp (CLOCK_REALTIME ns) of the last frame the emulator
+    /// dropped for this blackout (0: none, or nftables).
+    #[serde(default)]
+    pub last_drop_ns: u64,
     /// When the trial began (CLOCK_REALTIME ns) and how long it took (s).
     pub started_ns: u64,
     pub elapsed_s: f64,
@@ -324,6 +328,7 @@ mod tests {
             blackout_start_ns: 0,
             blackout_end_ns: 0,
             dropped_frames: 0,
+            last_drop_ns: 0,
             started_ns: 0,
             elapsed_s: 0.0,
             error: None,
