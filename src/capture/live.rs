@@ -4,22 +4,17 @@
 //! rather than one system call per packet. Optionally inside a named network
 //! namespace. Kernel drops (ring full) are read from PACKET_STATISTICS.
 
+use super::filter::{self, Selection};
+use crate::kernel::packet::{
+    attach_filter, bind, map_ring, packet_statistics, setopt, socket, ARPHRD_ETHER,
+    ARPHRD_LOOPBACK, ETH_P_ALL, PACKET_OUTGOING, PACKET_RX_RING, PACKET_VERSION, TPACKET_V3,
+    TP_STATUS_KERNEL, TP_STATUS_USER,
+};
 use crate::kernel::{netns, SyscallError};
-use crate::lab::ring::{bind, packet_statistics, setopt, socket};
 use crate::wire::LinkType;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-
-const TPACKET_V3: libc::c_int = 2;
-const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_VERSION: libc::c_int = 10;
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
-const ETH_P_ALL: u16 = 0x0003;
-const PACKET_OUTGOING: u8 = 4;
-const ARPHRD_ETHER: u16 = 1;
-const ARPHRD_LOOPBACK: u16 = 772;
 
 /// Ring geometry: 64 blocks of 256 KiB (16 MiB), a block retired after 10 ms so a
 /// quiet link still shows its samples promptly.
@@ -139,17 +134,36 @@ impl LiveCapture {
     /// # Errors
     /// No such interface or namespace, no CAP_NET_RAW, ring set-up failed.
     pub fn open(interface: &str, netns: Option<&str>) -> Result<Self, LiveError> {
-        let iface = interface.to_string();
-        netns::run_in(netns, move || Self::open_here(&iface))?.map_err(|e| match (e, netns) {
-            (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
-                name,
-                place: format!(" in network namespace {n}"),
-            },
-            (e, _) => e,
-        })
+        Self::open_with(interface, netns, &Selection::default(), 0)
     }
 
-    fn open_here(interface: &str) -> Result<Self, LiveError> {
+    /// As [`Self::open`], keeping only what `select` may match and at most `snaplen`
+    /// bytes of each frame (0: whole frames): a classic BPF program the kernel runs
+    /// before copying a frame into the ring, so a busy interface's other traffic costs
+    /// no copy ([`filter::program`]).
+    ///
+    /// # Errors
+    /// As [`Self::open`]; the kernel refused the filter.
+    pub fn open_with(
+        interface: &str,
+        netns: Option<&str>,
+        select: &Selection,
+        snaplen: u32,
+    ) -> Result<Self, LiveError> {
+        let iface = interface.to_string();
+        let select = select.clone();
+        netns::run_in(netns, move || Self::open_here(&iface, &select, snaplen))?.map_err(
+            |e| match (e, netns) {
+                (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
+                    name,
+                    place: format!(" in network namespace {n}"),
+                },
+                (e, _) => e,
+            },
+        )
+    }
+
+    fn open_here(interface: &str, select: &Selection, snaplen: u32) -> Result<Self, LiveError> {
         let (index, hwtype) =
             ifindex_and_type(interface).ok_or_else(|| LiveError::NoInterface {
                 name: interface.into(),
@@ -175,47 +189,21 @@ impl LiveCapture {
             0,
         ];
         setopt(raw, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
-        let len = (BLOCK_SIZE * BLOCK_NR) as usize;
-        // SAFETY: mapping the ring the kernel just allocated for this socket.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_LOCKED,
-                raw,
-                0,
-            )
-        };
-        let map = if map == libc::MAP_FAILED {
-            // MAP_LOCKED can fail under a low memlock limit; the ring works unlocked.
-            // SAFETY: as above, without MAP_LOCKED.
-            let m = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    raw,
-                    0,
-                )
-            };
-            if m == libc::MAP_FAILED {
-                return Err(SyscallError::last("mmap(PACKET_RX_RING)").into());
-            }
-            m
+        let link = if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
+            LinkType::Ethernet
         } else {
-            map
+            LinkType::Raw
         };
+        // Before the ring fills: from here on only frames the program keeps are copied.
+        if !select.is_empty() || snaplen != 0 {
+            attach_filter(raw, &filter::program(link, select, snaplen))?;
+        }
+        let map = map_ring(raw, (BLOCK_SIZE * BLOCK_NR) as usize, true)?;
         let mut cap = Self {
             fd,
             map: map.cast(),
             block: 0,
-            link: if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
-                LinkType::Ethernet
-            } else {
-                LinkType::Raw
-            },
+            link,
             loopback: hwtype == ARPHRD_LOOPBACK,
             addresses: addresses_of(interface),
             stats: LiveStats::default(),

@@ -3,10 +3,14 @@
 //! Each packet is lent out as a view into that buffer; nothing is allocated per packet.
 
 pub mod buffer;
+pub mod filter;
 pub mod live;
 pub mod mapped;
 pub mod pcap;
 pub mod pcapng;
+pub mod source;
+
+pub use source::{open, Batch, Capture, Options, Source, SourceError};
 
 use std::io::Read;
 

@@ -2,20 +2,17 @@
 
 use super::progress::on_interrupt;
 use super::values;
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
-use rttlab::capture::live::LiveCapture;
-use rttlab::capture::mapped::MappedFile;
-use rttlab::capture::CaptureReader;
+use rttlab::capture::{self, Batch, Source};
 use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
 use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
 use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
-use rttlab::wire::LinkType;
 use std::cell::RefCell;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +75,15 @@ pub struct PassiveArgs {
     /// The interface is inside this network namespace (a name under /run/netns).
     #[arg(long, requires = "interface")]
     pub netns: Option<String>,
+    /// Live: bytes kept of each frame, enough for the headers the engines read (0:
+    /// whole frames). The kernel cuts the frame before copying it to the capture.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 256,
+        requires = "interface"
+    )]
+    pub snaplen: u32,
     /// Which engine(s).
     #[arg(long, value_enum, default_value = "ts")]
     pub method: MethodArg,
@@ -203,20 +209,6 @@ impl Write for SharedOut {
     }
 }
 
-/// An input that flushes the sample lines before each of its reads (see [`SharedOut`]).
-/// A failed flush is left for the next write of a line to report.
-struct FlushBeforeRead<R> {
-    inner: R,
-    out: SharedOut,
-}
-
-impl<R: Read> Read for FlushBeforeRead<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let _ = self.out.flush();
-        self.inner.read(buf)
-    }
-}
-
 /// Sample lines, interval summaries, summary and histograms at once.
 struct Out<W: Write> {
     lines: Option<LineWriter<W>>,
@@ -338,26 +330,57 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     let s2 = stop.clone();
     on_interrupt(move || s2.store(true, Ordering::Release));
 
-    let mut live_note = None;
-    let (analyzer, failure) = if let Some(iface) = &a.interface {
-        let mut cap = LiveCapture::open(iface, a.netns.as_deref())?;
-        if cfg.local.is_empty() {
-            cfg.local = cap.addresses.clone();
+    let source = match (&a.interface, &a.read) {
+        (Some(name), _) => Source::Interface {
+            name: name.clone(),
+            netns: a.netns.clone(),
+        },
+        (None, path) => Source::File(path.as_deref().unwrap_or("-").into()),
+    };
+    // Live, the kernel keeps only frames the host and port selections may match (a
+    // flow's endpoints are both), and only their headers.
+    let mut select = capture::filter::Selection {
+        hosts: a.host.clone(),
+        ports: a.port.clone(),
+    };
+    if select.hosts.is_empty() && select.ports.is_empty() {
+        for (x, y) in &a.flow {
+            for e in [x, y] {
+                select.hosts.push(e.ip());
+                select.ports.push(e.port);
+            }
         }
-        let mut an = Analyzer::new(cfg);
-        let link = cap.link();
-        let t0 = Instant::now();
-        let mut seen = 0u64;
-        while !stop.load(Ordering::Acquire)
-            && a.seconds.is_none_or(|s| t0.elapsed() < s)
-            && a.count.is_none_or(|c| seen < c)
-        {
-            cap.poll(100, |ts, frame| {
-                if a.count.is_none_or(|c| seen < c) {
-                    seen += 1;
-                    an.packet(ts, link, frame, &mut out);
-                }
-            })?;
+    }
+    let mut flush_first = shared.clone();
+    let mut cap = capture::open(
+        &source,
+        capture::Options {
+            select,
+            snaplen: a.snaplen,
+            before_wait: Some(Box::new(move || {
+                // A failed flush is left for the next write of a line to report.
+                let _ = flush_first.flush();
+            })),
+        },
+    )?;
+    if cfg.local.is_empty() {
+        cfg.local = cap.addresses().to_vec();
+    }
+    let mut analyzer = Analyzer::new(cfg);
+    let t0 = Instant::now();
+    let mut seen = 0u64;
+    let mut failure = None;
+    while !stop.load(Ordering::Acquire)
+        && a.seconds.is_none_or(|s| t0.elapsed() < s)
+        && a.count.is_none_or(|c| seen < c)
+    {
+        let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
+            if a.count.is_none_or(|c| seen < c) {
+                seen += 1;
+                analyzer.packet(ts, link, frame, &mut out);
+            }
+        });
+        if cap.is_live() {
             // A quiet interface still ends its intervals on time.
             out.tick(rttlab::kernel::realtime_ns());
             // What this batch of frames made goes out now, not when 64 KiB piled up.
@@ -366,97 +389,25 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                     out.error.get_or_insert(e);
                 }
             }
-            if let Some(e) = out.error.take() {
-                return broken_pipe_or(e);
+        }
+        if let Some(e) = out.error.take() {
+            return broken_pipe_or(e);
+        }
+        match batch {
+            Ok(Batch::More(_)) => {}
+            Ok(Batch::End) => break,
+            Err(e) => {
+                failure = Some(e);
+                break;
             }
         }
-        let st = cap.stats();
-        live_note = Some(format!(
+    }
+    let live_note = cap.live_stats().map(|st| {
+        format!(
             "kernel: {} packets to the capture socket, {} dropped (ring full)",
             st.packets, st.drops
-        ));
-        (an, None)
-    } else {
-        let path = a.read.as_deref().unwrap_or("-");
-        let file = (path != "-")
-            .then(|| {
-                std::fs::File::open(path).with_context(|| format!("cannot open capture {path:?}"))
-            })
-            .transpose()?;
-        let mut peek = [0u8; 2];
-        let gzip = match &file {
-            Some(f) => {
-                std::os::unix::fs::FileExt::read_at(f, &mut peek, 0).ok() == Some(2)
-                    && peek == [0x1f, 0x8b]
-            }
-            None => false,
-        };
-        // A regular file is mapped and read in place (guarded against being cut
-        // underneath); stdin, pipes and gzip stream.
-        let (map, file) = match file {
-            Some(f) if !gzip && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {
-                match MappedFile::map(f) {
-                    Ok(m) => (Some(m), None),
-                    Err(f) => (None, Some(f)),
-                }
-            }
-            other => (None, other),
-        };
-        let raw: Box<dyn Read> = match (file, &map) {
-            (Some(f), _) => Box::new(FlushBeforeRead {
-                inner: f,
-                out: shared.clone(),
-            }),
-            (None, Some(_)) => Box::new(std::io::empty()),
-            (None, None) => Box::new(FlushBeforeRead {
-                inner: std::io::stdin().lock(),
-                out: shared.clone(),
-            }),
-        };
-        let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
-        // A gzip-compressed capture (1f 8b) is read through a decompressor.
-        let input: Box<dyn Read> = if std::io::BufRead::fill_buf(&mut buffered)
-            .with_context(|| format!("cannot read capture {path:?}"))?
-            .starts_with(&[0x1f, 0x8b])
-        {
-            Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
-        } else {
-            Box::new(buffered)
-        };
-        let mut reader = match map {
-            Some(m) => CaptureReader::mapped(m),
-            None => CaptureReader::new(input),
-        }
-        .map_err(|e| anyhow::Error::new(e).context(path.to_string()))?;
-        let mut an = Analyzer::new(cfg);
-        let mut seen = 0u64;
-        let mut failure = None;
-        while !stop.load(Ordering::Relaxed) && a.count.is_none_or(|c| seen < c) {
-            match reader.next_packet() {
-                Ok(Some(p)) => {
-                    let Some(link) = LinkType::from_number(p.link) else {
-                        failure = Some(anyhow::anyhow!(
-                            "{path}: link type {} is not supported (rttlab reads Ethernet, Linux cooked v1/v2, raw IP, BSD loopback); convert with `editcap -T ether`",
-                            p.link
-                        ));
-                        break;
-                    };
-                    seen += 1;
-                    an.packet(p.ts_ns, link, p.data, &mut out);
-                    if let Some(e) = out.error.take() {
-                        return broken_pipe_or(e);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    failure = Some(anyhow::Error::new(e).context(path.to_string()));
-                    break;
-                }
-            }
-        }
-        (an, failure)
-    };
-    let mut analyzer = analyzer;
+        )
+    });
     analyzer.finish(&mut out);
     let last = out.intervals.as_mut().and_then(|(iv, _, _)| iv.finish());
     if let Some(l) = out.lines.as_mut() {
@@ -511,7 +462,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         eprintln!("{n}");
     }
     if let Some(f) = failure {
-        return Err(f);
+        return Err(f.into());
     }
     Ok(())
 }

@@ -8,6 +8,7 @@ pub mod link;
 pub mod netlink;
 pub mod netns;
 pub mod netstat;
+pub mod packet;
 pub mod route;
 pub mod sock_diag;
 pub mod sockopt;

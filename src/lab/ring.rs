@@ -6,107 +6,20 @@
 //! fills or its timer retires it), which would add milliseconds to a lone ping; V2
 //! hands over each frame as soon as it is written.
 
+use crate::kernel::packet::{
+    bind, map_ring, packet_statistics, setopt, setopt_at, socket, ETH_P_8021Q, ETH_P_ALL,
+    PACKET_IGNORE_OUTGOING, PACKET_QDISC_BYPASS, PACKET_RX_RING, PACKET_VERSION, TPACKET_V2,
+    TP_STATUS_COPY, TP_STATUS_KERNEL, TP_STATUS_USER, TP_STATUS_VLAN_TPID_VALID,
+    TP_STATUS_VLAN_VALID,
+};
 use crate::kernel::SyscallError;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-
-const TPACKET_V2: libc::c_int = 1;
-const PACKET_RX_RING: libc::c_int = 5;
-const PACKET_STATISTICS: libc::c_int = 6;
-const PACKET_VERSION: libc::c_int = 10;
-const PACKET_QDISC_BYPASS: libc::c_int = 20;
-const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
-const TP_STATUS_COPY: u32 = 2;
-const TP_STATUS_VLAN_VALID: u32 = 0x10;
-const TP_STATUS_VLAN_TPID_VALID: u32 = 0x40;
-const ETH_P_ALL: u16 = 0x0003;
-const ETH_P_8021Q: u16 = 0x8100;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 /// Slot size: a 1518-byte frame (VLAN tag included) after the 32-byte header and the
 /// kernel's alignment padding.
 pub const FRAME_SIZE: usize = 2048;
 const BLOCK_SIZE: usize = 1 << 16;
 const BLOCK_NR: usize = 128;
-
-pub(crate) fn socket(protocol: u16) -> Result<OwnedFd, SyscallError> {
-    // SAFETY: plain socket(2); the fd is owned below.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(protocol.to_be()),
-        )
-    };
-    if fd < 0 {
-        return Err(SyscallError::last("socket(AF_PACKET)"));
-    }
-    // SAFETY: fresh fd owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-pub(crate) fn setopt<T>(
-    fd: RawFd,
-    name: libc::c_int,
-    v: &T,
-    call: &'static str,
-) -> Result<(), SyscallError> {
-    // SAFETY: v is valid for size_of::<T>() bytes.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as u32,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(SyscallError::last(call))
-    }
-}
-
-pub(crate) fn bind(fd: RawFd, ifindex: u32, protocol: u16) -> Result<(), SyscallError> {
-    // SAFETY: sockaddr_ll is plain data.
-    let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sa.sll_family = libc::AF_PACKET as u16;
-    sa.sll_protocol = protocol.to_be();
-    sa.sll_ifindex = ifindex as i32;
-    // SAFETY: binding a valid sockaddr_ll of its own size.
-    let rc = unsafe {
-        libc::bind(
-            fd,
-            (&sa as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(SyscallError::last("bind(AF_PACKET)"))
-    }
-}
-
-/// PACKET_STATISTICS of a packet socket: (frames passed to it, frames dropped because
-/// its ring was full) since the last call, which resets them. The buffer fits
-/// tpacket_stats_v3 (a third word, freeze_q_cnt, unused); V2 sockets fill two words.
-pub(crate) fn packet_statistics(fd: RawFd) -> Option<(u64, u64)> {
-    let mut st = [0u32; 3];
-    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
-    // SAFETY: getsockopt writes at most len bytes into st.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_PACKET,
-            PACKET_STATISTICS,
-            st.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (rc == 0).then(|| (u64::from(st[0]), u64::from(st[1])))
-}
 
 /// One received frame, borrowed from the ring.
 pub struct RxFrame<'a> {
@@ -172,33 +85,14 @@ impl RxRing {
         // (net.core.netdev_tstamp_prequeue), so a frame is stamped when the sender's
         // veth hands it over, not when a possibly deferred softirq (ksoftirqd on a busy
         // vCPU) delivers it to the ring; the ring then reports that stamp.
-        // SAFETY: an int option on our socket.
-        if unsafe {
-            libc::setsockopt(
-                raw,
-                libc::SOL_SOCKET,
-                libc::SO_TIMESTAMPNS,
-                (&1i32 as *const i32).cast(),
-                4,
-            )
-        } != 0
-        {
-            return Err(SyscallError::last("SO_TIMESTAMPNS"));
-        }
-        // SAFETY: mapping the ring the kernel just allocated for this socket.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                BLOCK_SIZE * BLOCK_NR,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                raw,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(SyscallError::last("mmap(PACKET_RX_RING)"));
-        }
+        setopt_at(
+            raw,
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            &1i32,
+            "SO_TIMESTAMPNS",
+        )?;
+        let map = map_ring(raw, BLOCK_SIZE * BLOCK_NR, false)?;
         let ring = Self {
             fd,
             map: map.cast(),

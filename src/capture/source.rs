@@ -1,0 +1,241 @@
+//! One front door for packets: a capture file (pcap or pcapng, gzip or not, mapped
+//! when it is a regular file), standard input, or a live interface, each handing out
+//! `(timestamp ns, LinkType, frame)` alike, a batch at a time.
+
+use super::filter::Selection;
+use super::live::{LiveCapture, LiveError, LiveStats};
+use super::mapped::MappedFile;
+use super::{CaptureError, CaptureReader};
+use crate::wire::LinkType;
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where packets come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A capture file; `-` is standard input.
+    File(PathBuf),
+    /// A live interface, in a named network namespace if given.
+    Interface { name: String, netns: Option<String> },
+}
+
+/// How a source is opened.
+#[derive(Default)]
+pub struct Options {
+    /// Live: what the kernel keeps ([`super::filter`]); files are read whole.
+    pub select: Selection,
+    /// Live: bytes kept of each frame (0: whole frames).
+    pub snaplen: u32,
+    /// Files and pipes: called before each read that may wait for input, so that what
+    /// was made of the packets so far can be written out first.
+    pub before_wait: Option<Box<dyn FnMut()>>,
+}
+
+/// What reading a batch gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    /// This many packets; more may follow.
+    More(usize),
+    /// The source has ended (a file's end; never for an interface).
+    End,
+}
+
+/// Why a source could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot open capture {}", .path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: CaptureError,
+    },
+    #[error("{}: link type {link} is not supported (rttlab reads Ethernet, Linux cooked v1/v2, raw IP, BSD loopback); convert with `editcap -T ether`", .path.display())]
+    LinkType { path: PathBuf, link: u32 },
+    #[error(transparent)]
+    Live(#[from] LiveError),
+    #[error("reading interface {name}")]
+    Poll {
+        name: String,
+        #[source]
+        source: crate::kernel::SyscallError,
+    },
+}
+
+/// An input that calls a hook before each of its reads.
+struct BeforeRead<R> {
+    inner: R,
+    hook: Option<Box<dyn FnMut()>>,
+}
+
+impl<R: Read> Read for BeforeRead<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(h) = self.hook.as_mut() {
+            h();
+        }
+        self.inner.read(buf)
+    }
+}
+
+enum Kind {
+    File {
+        path: PathBuf,
+        reader: CaptureReader<Box<dyn Read>>,
+    },
+    Live {
+        name: String,
+        cap: LiveCapture,
+    },
+}
+
+/// An open source.
+pub struct Capture {
+    kind: Kind,
+}
+
+/// Open `source`.
+///
+/// # Errors
+/// The file cannot be opened or is not a capture; the interface cannot be captured.
+pub fn open(source: &Source, opts: Options) -> Result<Capture, SourceError> {
+    let kind = match source {
+        Source::Interface { name, netns } => Kind::Live {
+            name: name.clone(),
+            cap: LiveCapture::open_with(name, netns.as_deref(), &opts.select, opts.snaplen)?,
+        },
+        Source::File(path) => Kind::File {
+            path: path.clone(),
+            reader: open_file(path, opts.before_wait)?,
+        },
+    };
+    Ok(Capture { kind })
+}
+
+/// A capture file or stdin: a regular file is mapped and read in place (guarded
+/// against being cut underneath); stdin, pipes and gzip stream.
+fn open_file(
+    path: &std::path::Path,
+    before_wait: Option<Box<dyn FnMut()>>,
+) -> Result<CaptureReader<Box<dyn Read>>, SourceError> {
+    let open_err = |source| SourceError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let read_err = |source| SourceError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let stdin = path.as_os_str() == "-";
+    let file = (!stdin)
+        .then(|| std::fs::File::open(path))
+        .transpose()
+        .map_err(open_err)?;
+    let gzip = file.as_ref().is_some_and(|f| {
+        let mut peek = [0u8; 2];
+        std::os::unix::fs::FileExt::read_at(f, &mut peek, 0).ok() == Some(2) && peek == [0x1f, 0x8b]
+    });
+    let file = match file {
+        Some(f) if !gzip && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0) => {
+            match MappedFile::map(f) {
+                Ok(m) => return CaptureReader::mapped(m).map_err(read_err),
+                Err(f) => Some(f),
+            }
+        }
+        other => other,
+    };
+    let raw: Box<dyn Read> = match file {
+        Some(f) => Box::new(BeforeRead {
+            inner: f,
+            hook: before_wait,
+        }),
+        None => Box::new(BeforeRead {
+            inner: std::io::stdin().lock(),
+            hook: before_wait,
+        }),
+    };
+    let mut buffered = std::io::BufReader::with_capacity(1 << 16, raw);
+    // A gzip-compressed capture (1f 8b) is read through a decompressor.
+    let input: Box<dyn Read> = if std::io::BufRead::fill_buf(&mut buffered)
+        .map_err(open_err)?
+        .starts_with(&[0x1f, 0x8b])
+    {
+        Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+    } else {
+        Box::new(buffered)
+    };
+    CaptureReader::new(input).map_err(read_err)
+}
+
+impl Capture {
+    /// A live interface (packets stamped by this host's clock as they arrive).
+    pub fn is_live(&self) -> bool {
+        matches!(self.kind, Kind::Live { .. })
+    }
+
+    /// A live interface's own addresses (empty for files).
+    pub fn addresses(&self) -> &[IpAddr] {
+        match &self.kind {
+            Kind::Live { cap, .. } => &cap.addresses,
+            Kind::File { .. } => &[],
+        }
+    }
+
+    /// A live interface's kernel counters.
+    pub fn live_stats(&mut self) -> Option<LiveStats> {
+        match &mut self.kind {
+            Kind::Live { cap, .. } => Some(cap.stats()),
+            Kind::File { .. } => None,
+        }
+    }
+
+    /// Hand up to `max` packets to `f` as (timestamp ns, link type, frame): a file's
+    /// next packets, or a live ring's ready blocks after waiting up to `wait` for one.
+    ///
+    /// # Errors
+    /// A read error, a truncated or corrupt record, a link type rttlab cannot read;
+    /// the packets before it were handed out.
+    pub fn read(
+        &mut self,
+        wait: Duration,
+        max: usize,
+        f: &mut dyn FnMut(u64, LinkType, &[u8]),
+    ) -> Result<Batch, SourceError> {
+        match &mut self.kind {
+            Kind::Live { name, cap } => {
+                let link = cap.link();
+                let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+                let n = cap
+                    .poll(ms, |ts, frame| f(ts, link, frame))
+                    .map_err(|source| SourceError::Poll {
+                        name: name.clone(),
+                        source,
+                    })?;
+                Ok(Batch::More(n))
+            }
+            Kind::File { path, reader } => {
+                for n in 0..max {
+                    let p = reader.next_packet().map_err(|source| SourceError::Read {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    let Some(p) = p else {
+                        return Ok(if n == 0 { Batch::End } else { Batch::More(n) });
+                    };
+                    let link = LinkType::from_number(p.link).ok_or(SourceError::LinkType {
+                        path: path.clone(),
+                        link: p.link,
+                    })?;
+                    f(p.ts_ns, link, p.data);
+                }
+                Ok(Batch::More(max))
+            }
+        }
+    }
+}
