@@ -220,25 +220,7 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
                         at.cgroup()?.display()
                     );
                 }
-                let key: Vec<String> = std::iter::once(u32::from(len).to_ne_bytes().to_vec())
-                    .chain(std::iter::once(match ip {
-                        std::net::IpAddr::V4(a) => a.octets().to_vec(),
-                        std::net::IpAddr::V6(a) => a.octets().to_vec(),
-                    }))
-                    .flatten()
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                let val: Vec<String> = [t.syn_rto_jiffies, t.rto_min_us, t.delack_max_us, 0]
-                    .iter()
-                    .flat_map(|v| v.to_ne_bytes())
-                    .map(|b| format!("{b:02x}"))
-                    .collect();
-                println!(
-                    "bpftool map update pinned {pin}/rttlab_{} key hex {} value hex {}",
-                    if ip.is_ipv4() { "v4" } else { "v6" },
-                    key.join(" "),
-                    val.join(" ")
-                );
+                println!("{}", syn_rto::bpftool_update(&at.pin_dir, ip, len, t));
                 return Ok(());
             }
             if !s.is_attached() {

@@ -68,6 +68,35 @@ impl Tuning {
     }
 }
 
+/// The `bpftool map update` that sets `t` for `ip/prefix` in the maps pinned at
+/// `pin_dir`, for hosts without rttlab: the LPM trie key is `struct bpf_lpm_trie_key`
+/// (a host-order u32 prefix length, then the address in network order) and the value
+/// this [`Tuning`]'s four host-order u32 words, as the program reads them.
+pub fn bpftool_update(pin_dir: &Path, ip: IpAddr, prefix: u8, t: Tuning) -> String {
+    let hex = |b: &[u8]| -> String {
+        b.iter()
+            .map(|x| format!("{x:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let mut key = u32::from(prefix).to_ne_bytes().to_vec();
+    key.extend_from_slice(&match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    });
+    let value: Vec<u8> = [t.syn_rto_jiffies, t.rto_min_us, t.delack_max_us, t.pad]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    format!(
+        "bpftool map update pinned {}/rttlab_{} key hex {} value hex {}",
+        pin_dir.display(),
+        if ip.is_ipv4() { "v4" } else { "v6" },
+        hex(&key),
+        hex(&value)
+    )
+}
+
 /// Errors of the override.
 #[derive(Debug, thiserror::Error)]
 pub enum SynRtoError {
@@ -403,6 +432,36 @@ pub fn bpf_timeout_ok(us: u64, hz: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// Witness: `struct bpf_lpm_trie_key` and the program's value struct, written out
+    /// by hand: prefix length 8 as a little-endian u32, 10.0.0.0 in network order; 5
+    /// jiffies and 8 ms as little-endian u32s.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn the_bpftool_command_encodes_key_and_value_as_the_program_reads_them() {
+        let c = bpftool_update(
+            Path::new("/sys/fs/bpf/rttlab"),
+            "10.0.0.0".parse().unwrap(),
+            8,
+            Tuning::new(5, 0, 8000),
+        );
+        assert_eq!(
+            c,
+            "bpftool map update pinned /sys/fs/bpf/rttlab/rttlab_v4 key hex 08 00 00 00 0a 00 00 00 value hex 05 00 00 00 00 00 00 00 40 1f 00 00 00 00 00 00"
+        );
+        let v6 = bpftool_update(
+            Path::new("/p"),
+            "2001:2::".parse().unwrap(),
+            48,
+            Tuning::default(),
+        );
+        assert!(
+            v6.starts_with(
+                "bpftool map update pinned /p/rttlab_v6 key hex 30 00 00 00 20 01 00 02 00 00"
+            ),
+            "{v6}"
+        );
+    }
+
     use super::*;
 
     #[test]
