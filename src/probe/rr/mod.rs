@@ -1,0 +1,370 @@
+//! `rttlab rr`: application round-trip time, as netperf's TCP_RR, UDP_RR and TCP_CRR
+//! measure it (seeds 000, 001, 004).
+//!
+//! A transaction is timed from just before the request's `send()` to just after the
+//! last byte of the response is read. Waits between transactions (`-w`) are never part
+//! of a transaction's time, so paced runs report the latency of the transactions, not
+//! elapsed/transactions (netperf's RT_LATENCY counts the wait when pacing).
+//!
+//! Open-loop mode sends on a schedule whatever the replies do and records each
+//! transaction twice: service time (actual send → response) and response time
+//! (intended send → response). A slow reply delays the next sends in a closed loop and
+//! hides its own effect (coordinated omission); the response time shows it.
+
+mod client;
+mod open_loop;
+mod result;
+mod settings;
+mod stream;
+
+pub use client::ControlClient;
+pub use result::{OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
+pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEOUT_FLOOR};
+
+use crate::kernel::cpu;
+use crate::kernel::host::HostFacts;
+use crate::probe::control::{TestKind, TestSpec};
+use crate::probe::pacing;
+use crate::stats::{HdrLogWriter, Summary};
+use open_loop::{open_loop, Endpoint};
+use settings::{IN_FLIGHT_GRACE, REPORT_WAIT, REPORT_WAIT_CUT};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+use stream::{
+    publish, tcp_crr, tcp_rr, tcp_socket, thread_cpu_ns, udp_rr, watch, Ctx, StreamOutcome, Totals,
+};
+
+/// Run one rr test against a running server.
+///
+/// # Errors
+/// Nothing could be measured (server unreachable, test refused, data port closed).
+/// Failures after measuring began are reported in [`RrResult::error`] with the partial
+/// numbers.
+pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
+    let mut client = ControlClient::connect(s.server, s.secret.as_deref())?;
+    check_sizes(s, client.limits.max_payload)?;
+    // A run bounded only by count asks for as long as the server allows.
+    let server_max = Duration::from_millis(client.limits.max_duration_ms);
+    let run_for = s.duration.unwrap_or(server_max.min(MAX_RUN)).min(MAX_RUN);
+    let port = client.start(&test_spec(s, run_for))?;
+    let data = SocketAddr::new(s.server.ip(), port);
+    let mut hdr = open_hdr_log(s, port)?;
+    let conns = connect_streams(s, data, port)?;
+
+    let watched: Vec<TcpStream> = conns
+        .iter()
+        .flatten()
+        .filter_map(|c| c.try_clone().ok())
+        .collect();
+
+    let cutoff = AtomicBool::new(false);
+    let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
+    let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (i, conn) in conns.into_iter().enumerate() {
+            let quota = stream_quota(s.count, s.streams, i);
+            let barrier = Arc::clone(&barrier);
+            let start_cell = Arc::clone(&start_cell);
+            let recorder = hdr.as_mut().map(HdrLogWriter::recorder);
+            let cutoff = &cutoff;
+            handles.push(scope.spawn(move || {
+                if let Some(c) = s.local_cpu {
+                    let _ = cpu::pin_current_thread(c);
+                }
+                pacing::tighten_timer_slack();
+                barrier.wait();
+                let start = start_cell
+                    .lock()
+                    .map(|g| g.unwrap_or_else(Instant::now))
+                    .unwrap_or_else(|_| Instant::now());
+                if s.spread_starts {
+                    let phase = s.interval.mul_f64(i as f64 / f64::from(s.streams.max(1)));
+                    std::thread::sleep((start + phase).saturating_duration_since(Instant::now()));
+                }
+                let cx = Ctx {
+                    s,
+                    data,
+                    ctl,
+                    start,
+                    deadline: start + run_for,
+                    hard_deadline: start + run_for + IN_FLIGHT_GRACE,
+                    quota,
+                    cutoff,
+                };
+                let cpu0 = thread_cpu_ns();
+                let mut out = match (s.test, s.open_loop) {
+                    (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
+                    (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
+                    (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),
+                    (TestKind::TcpRr, Some(ol)) => {
+                        open_loop(&cx, ol, Endpoint::Tcp(conn), recorder)
+                    }
+                    (TestKind::UdpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Udp, recorder),
+                };
+                out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+                publish(&mut out, ctl);
+                out
+            }));
+        }
+        let start = Instant::now();
+        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
+        barrier.wait();
+        let hard_deadline = start + run_for + IN_FLIGHT_GRACE;
+        let series = watch(s, &watched, ctl, &cutoff, hard_deadline, &handles);
+        let outs: Vec<StreamOutcome> = handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| StreamOutcome {
+                    error: Some("a measuring thread panicked".into()),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        (outs, series)
+    });
+    let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
+    let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    if let Some(h) = hdr.take() {
+        let _ = h.finish();
+    }
+
+    let t = Totals::of(&outcomes);
+    let mut error = t.error.clone();
+    // A server that let the watchdog cut the run off is unlikely to answer promptly.
+    let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
+        REPORT_WAIT_CUT
+    } else {
+        REPORT_WAIT
+    };
+    let server = match client.finish(wait) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            error = error.or(Some(format!(
+                "collecting the server's report: {}",
+                crate::error_chain(&e)
+            )));
+            None
+        }
+    };
+    let tcp = s.test != TestKind::UdpRr;
+    Ok(RrResult {
+        settings: report_settings(
+            s,
+            t.local_addr,
+            port,
+            server.as_ref().and_then(|r| r.congestion.clone()),
+        ),
+        brand: None,
+        local_host: HostFacts::collect(),
+        remote_host: server
+            .as_ref()
+            .and_then(|r| r.host.clone())
+            .or(Some(client.server_host.clone())),
+        elapsed_s: elapsed.as_secs_f64(),
+        transactions: t.transactions,
+        throughput_tps: if elapsed.is_zero() {
+            0.0
+        } else {
+            t.transactions as f64 / elapsed.as_secs_f64()
+        },
+        latency: Summary::from_histogram(&t.hist, &s.percentiles),
+        histogram: t.hist.clone(),
+        connect: (s.test == TestKind::TcpCrr)
+            .then(|| Summary::from_histogram(&t.connect, &s.percentiles)),
+        pacing_error: (!s.interval.is_zero() && s.open_loop.is_none())
+            .then(|| Summary::from_histogram(&t.pacing, &s.percentiles)),
+        open_loop: s.open_loop.map(|_| OpenLoopStats {
+            response_time: Summary::from_histogram(&t.intended, &s.percentiles),
+            unanswered: t.unanswered,
+            late_sends: t.late_sends,
+        }),
+        udp: (s.test == TestKind::UdpRr).then(|| UdpStats {
+            lost: t.lost,
+            late_replies: t.late_replies,
+            dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose),
+        }),
+        remote_transactions: server.as_ref().map(|r| r.transactions),
+        local_tcp_info: t.info.clone(),
+        remote_tcp_info: server
+            .as_ref()
+            .map(|r| r.tcp_info.clone())
+            .unwrap_or_default(),
+        local_retrans: tcp.then_some(t.retrans),
+        remote_retrans: if tcp {
+            server.as_ref().map(|r| r.total_retrans)
+        } else {
+            None
+        },
+        local_placement: t.cpus.placement(s.local_cpu),
+        remote_placement: server.as_ref().map(|r| r.placement.clone()),
+        client_cpu_us_per_transaction: (t.transactions > 0)
+            .then(|| t.cpu_ns as f64 / 1e3 / t.transactions as f64),
+        tcpinfo_series,
+        error,
+    })
+}
+
+/// Both payloads within what the server accepts.
+fn check_sizes(s: &RrSettings, max_payload: u32) -> Result<(), RrError> {
+    for (what, v) in [
+        ("request size", s.request_size),
+        ("response size", s.response_size),
+    ] {
+        if v == 0 || v > max_payload {
+            return Err(RrError::Limit(format!(
+                "{what} {v} is outside the server's limit 1..={max_payload}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the client asks the server for.
+fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
+    TestSpec {
+        test: s.test,
+        request_size: s.request_size,
+        response_size: s.response_size,
+        // The server adds its own grace for transactions in flight at the end.
+        max_duration_ms: run_for.as_millis() as u64,
+        interval_ms: s.interval.as_millis() as u64 + s.timeout.as_millis() as u64,
+        data_port: s.data_port,
+        streams: s.streams,
+        nodelay: true,
+        thin_linear_timeouts: s.thin_linear_timeouts,
+        congestion: s.congestion.clone(),
+        server_cpu: s.remote_cpu,
+        udp_drop_one_in: s.udp_drop_one_in,
+    }
+}
+
+/// The `--hdr-log` writer, one tag per stream, one interval a second.
+fn open_hdr_log(s: &RrSettings, port: u16) -> Result<Option<HdrLogWriter>, RrError> {
+    let Some(p) = &s.hdr_log else {
+        return Ok(None);
+    };
+    HdrLogWriter::create(
+        p,
+        s.streams as usize,
+        Duration::from_secs(1),
+        &format!(
+            "{} -r {},{} -w {:?}",
+            s.test.name(),
+            s.request_size,
+            s.response_size,
+            s.interval
+        ),
+    )
+    .map(Some)
+    .map_err(|source| RrError::Data { port, source })
+}
+
+/// TCP_RR connects every stream before timing starts, so a refused data port is an
+/// error rather than an empty result; the other tests connect in their streams.
+fn connect_streams(
+    s: &RrSettings,
+    data: SocketAddr,
+    port: u16,
+) -> Result<Vec<Option<TcpStream>>, RrError> {
+    if s.test != TestKind::TcpRr {
+        return Ok((0..s.streams).map(|_| None).collect());
+    }
+    (0..s.streams)
+        .map(|_| {
+            tcp_socket(s, data, s.open_loop.is_some())
+                .map(Some)
+                .map_err(|source| RrError::Data { port, source })
+        })
+        .collect()
+}
+
+/// Stream `i`'s share of a `count`-bounded run: the count split as evenly as whole
+/// transactions allow, the first streams taking one more.
+fn stream_quota(count: Option<u64>, streams: u32, i: usize) -> u64 {
+    count.map_or(u64::MAX, |n| {
+        n / u64::from(streams) + u64::from((i as u64) < n % u64::from(streams))
+    })
+}
+
+/// The settings a result reports: what was asked, and what the server chose where the
+/// client left it open (congestion control).
+fn report_settings(
+    s: &RrSettings,
+    local_data_addr: Option<SocketAddr>,
+    remote_data_port: u16,
+    server_congestion: Option<String>,
+) -> RrReportSettings {
+    RrReportSettings {
+        test: s.test.name(),
+        request_size: s.request_size,
+        response_size: s.response_size,
+        interval_us: s.interval.as_secs_f64() * 1e6,
+        burst: s.burst,
+        pacing: s.pace.name(),
+        streams: s.streams,
+        duration_limit_s: s.duration.map(|d| d.as_secs_f64()),
+        count_limit: s.count,
+        server: s.server,
+        local_data_addr,
+        remote_data_port,
+        nodelay: true,
+        thin_linear_timeouts: s.thin_linear_timeouts,
+        congestion: s.congestion.clone().or(server_congestion),
+        timeout_ms: (s.test == TestKind::UdpRr).then_some(s.timeout.as_secs_f64() * 1e3),
+        // Closed-loop UDP_RR adapts its timeout unless --timeout fixed it; open loop
+        // keeps the fixed one.
+        timeout_adaptive: s.test == TestKind::UdpRr && s.adaptive_timeout && s.open_loop.is_none(),
+        open_loop: s.open_loop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: arithmetic — 10 transactions over 3 streams are 4 + 3 + 3.
+    #[test]
+    fn a_count_splits_evenly_over_the_streams() {
+        let q: Vec<u64> = (0..3).map(|i| stream_quota(Some(10), 3, i)).collect();
+        assert_eq!(q, vec![4, 3, 3]);
+        assert_eq!(q.iter().sum::<u64>(), 10);
+        assert_eq!(stream_quota(Some(2), 4, 3), 0);
+        assert_eq!(stream_quota(None, 4, 0), u64::MAX);
+    }
+
+    #[test]
+    fn sizes_outside_the_servers_limit_are_refused_by_name() {
+        let mut s = RrSettings::new("127.0.0.1:1".parse().unwrap());
+        assert!(check_sizes(&s, 64).is_ok());
+        s.response_size = 65;
+        let e = check_sizes(&s, 64).unwrap_err().to_string();
+        assert!(
+            e.contains("response size 65") && e.contains("1..=64"),
+            "{e}"
+        );
+        s.response_size = 0;
+        assert!(check_sizes(&s, 64).is_err());
+    }
+
+    #[test]
+    fn only_closed_loop_udp_rr_without_a_fixed_timeout_adapts_it() {
+        let mut s = RrSettings::new("127.0.0.1:1".parse().unwrap());
+        s.test = TestKind::UdpRr;
+        s.adaptive_timeout = true;
+        assert!(report_settings(&s, None, 1, None).timeout_adaptive);
+        s.open_loop = Some(OpenLoop {
+            rate_per_s: 100.0,
+            schedule: crate::probe::pacing::Schedule::Fixed,
+            max_outstanding: 10,
+        });
+        assert!(!report_settings(&s, None, 1, None).timeout_adaptive);
+        s.open_loop = None;
+        s.test = TestKind::TcpRr;
+        let r = report_settings(&s, None, 1, Some("bbr".into()));
+        assert!(!r.timeout_adaptive);
+        assert_eq!((r.timeout_ms, r.congestion.as_deref()), (None, Some("bbr")));
+    }
+}

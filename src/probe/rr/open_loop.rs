@@ -1,0 +1,206 @@
+//! Open loop: a sender thread sends on the schedule whatever the replies do, and
+//! the stream's thread matches the replies (coordinated omission shows in the
+//! response time).
+
+use super::settings::OpenLoop;
+use super::stream::{get_seq, put_seq, record, seq_len, udp_socket, Ctx, StreamOutcome};
+use crate::kernel::cpu::{self};
+use crate::kernel::sockopt;
+use crate::probe::io::{read_full, write_full, ReadEnd};
+use crate::probe::pacing::{self, Arrivals};
+use crate::stats::IntervalRecorder;
+use std::collections::VecDeque;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+pub(super) enum Endpoint {
+    Tcp(Option<TcpStream>),
+    Udp,
+}
+
+pub(super) struct Pending {
+    pub(super) seq: u64,
+    pub(super) intended: Instant,
+    pub(super) sent: Instant,
+}
+
+/// Open loop: a sender thread sends on the schedule; this thread receives and matches
+/// replies (TCP: in order; UDP: by the echoed sequence number).
+pub(super) fn open_loop(
+    cx: &Ctx<'_>,
+    ol: OpenLoop,
+    ep: Endpoint,
+    mut rec: Option<IntervalRecorder>,
+) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let (mut tx_tcp, mut rx_tcp, udp) = match ep {
+        Endpoint::Tcp(Some(s)) => match s.try_clone() {
+            Ok(c) => (Some(c), Some(s), None),
+            Err(e) => {
+                out.error = Some(format!("data socket: {}", crate::error_chain(&e)));
+                return out;
+            }
+        },
+        Endpoint::Tcp(None) => {
+            out.error = Some("no data connection".into());
+            return out;
+        }
+        Endpoint::Udp => match udp_socket(cx) {
+            Ok(u) => (None, None, Some(u)),
+            Err(e) => {
+                out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
+                return out;
+            }
+        },
+    };
+    out.local_addr = rx_tcp
+        .as_ref()
+        .and_then(|s| s.local_addr().ok())
+        .or(udp.as_ref().and_then(|u| u.local_addr().ok()));
+    let k = seq_len(cx.s);
+    let mask = if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
+    let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
+    let sender_done = AtomicBool::new(false);
+    let send_error: Mutex<Option<String>> = Mutex::new(None);
+    let late_sends = std::thread::scope(|scope| {
+        let sender = scope.spawn(|| {
+            if let Some(c) = cx.s.local_cpu {
+                let _ = cpu::pin_current_thread(c);
+            }
+            pacing::tighten_timer_slack();
+            let mut arrivals = Arrivals::new(
+                ol.rate_per_s,
+                ol.schedule,
+                0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64,
+            );
+            let mut req = vec![0u8; cx.s.request_size as usize];
+            let (mut seq, mut late) = (0u64, 0u64);
+            while seq < cx.quota && !cx.ctl.stop.load(Ordering::Relaxed) {
+                let intended = cx.start + arrivals.next_offset();
+                if intended >= cx.deadline {
+                    break;
+                }
+                if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed))
+                {
+                    break;
+                }
+                while pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize
+                    && cx.keep()
+                {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                seq += 1;
+                put_seq(&mut req, seq, k);
+                let sent = Instant::now();
+                if sent - intended > Duration::from_millis(1) {
+                    late += 1;
+                }
+                if let Ok(mut p) = pending.lock() {
+                    p.push_back(Pending {
+                        seq,
+                        intended,
+                        sent,
+                    });
+                }
+                let r = match (&mut tx_tcp, &udp) {
+                    (Some(t), _) => write_full(t, &req, || cx.keep()),
+                    (None, Some(u)) => u.send(&req).map(|_| ()),
+                    (None, None) => Ok(()),
+                };
+                if let Err(e) = r {
+                    *send_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(format!("sending a request: {}", crate::error_chain(&e)));
+                    break;
+                }
+            }
+            sender_done.store(true, Ordering::Release);
+            late
+        });
+        let mut resp = vec![0u8; cx.s.response_size as usize + 1];
+        let rlen = cx.s.response_size as usize;
+        loop {
+            let idle = sender_done.load(Ordering::Acquire)
+                && pending.lock().map_or(true, |p| p.is_empty());
+            if idle || !cx.keep() {
+                break;
+            }
+            if let Some(s) = rx_tcp.as_mut() {
+                match read_full(s, &mut resp[..rlen], || {
+                    cx.keep()
+                        && !(sender_done.load(Ordering::Acquire)
+                            && pending.lock().map_or(true, |p| p.is_empty()))
+                }) {
+                    Ok(ReadEnd::Full) => {
+                        let t1 = Instant::now();
+                        let front = pending.lock().ok().and_then(|mut p| p.pop_front());
+                        if let Some(p) = front {
+                            record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                            out.intended.record_ns(
+                                u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
+                            );
+                        }
+                    }
+                    Ok(ReadEnd::Stopped { .. }) => break,
+                    Ok(ReadEnd::Closed { .. }) | Err(_) => {
+                        out.error = Some("the data connection broke mid-test".into());
+                        break;
+                    }
+                }
+            } else if let Some(u) = &udp {
+                match u.recv(&mut resp) {
+                    Ok(n) if n == rlen => {
+                        let t1 = Instant::now();
+                        let got = get_seq(&resp, k);
+                        let matched = pending.lock().ok().and_then(|mut p| {
+                            p.iter()
+                                .position(|x| x.seq & mask == got)
+                                .and_then(|i| p.remove(i))
+                        });
+                        match matched {
+                            Some(p) => {
+                                record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                                out.intended.record_ns(
+                                    u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
+                                );
+                            }
+                            None => out.late_replies += 1,
+                        }
+                    }
+                    Ok(_) => out.late_replies += 1,
+                    Err(e) if crate::probe::io::is_timeout(&e) => {}
+                    Err(e) => {
+                        out.error =
+                            Some(format!("receiving a response: {}", crate::error_chain(&e)));
+                        break;
+                    }
+                }
+                // Requests older than the timeout are lost.
+                let now = Instant::now();
+                if let Ok(mut p) = pending.lock() {
+                    while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
+                        p.pop_front();
+                        out.lost += 1;
+                    }
+                }
+            }
+        }
+        sender.join().unwrap_or(0)
+    });
+    out.late_sends = late_sends;
+    out.unanswered = pending.lock().map_or(0, |p| p.len() as u64);
+    if out.error.is_none() {
+        out.error = send_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    }
+    if let Some(s) = &rx_tcp {
+        if let Ok(ti) = sockopt::tcp_info(s) {
+            out.retrans = u64::from(ti.total_retrans);
+            out.info = Some(ti);
+        }
+    }
+    out
+}

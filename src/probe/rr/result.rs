@@ -1,0 +1,100 @@
+//! What an rr run reports: its settings, every layer's numbers, and both hosts' facts.
+
+use super::settings::OpenLoop;
+use crate::kernel::cpu::Placement;
+use crate::kernel::host::HostFacts;
+use crate::kernel::tcp_info::TcpInfo;
+use crate::stats::{LatencyHistogram, Summary};
+use serde::Serialize;
+use std::net::SocketAddr;
+/// The settings as a result reports them.
+#[derive(Clone, Debug, Serialize)]
+pub struct RrReportSettings {
+    pub test: &'static str,
+    pub request_size: u32,
+    pub response_size: u32,
+    pub interval_us: f64,
+    pub burst: u32,
+    pub pacing: &'static str,
+    pub streams: u32,
+    pub duration_limit_s: Option<f64>,
+    pub count_limit: Option<u64>,
+    pub server: SocketAddr,
+    pub local_data_addr: Option<SocketAddr>,
+    pub remote_data_port: u16,
+    pub nodelay: bool,
+    pub thin_linear_timeouts: bool,
+    pub congestion: Option<String>,
+    pub timeout_ms: Option<f64>,
+    /// The UDP timeout adapts to the round trips (`timeout_ms` is then its ceiling).
+    pub timeout_adaptive: bool,
+    pub open_loop: Option<OpenLoop>,
+}
+
+/// Open-loop results.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenLoopStats {
+    /// Intended send time → response: what a user of the schedule saw.
+    pub response_time: Summary,
+    /// Requests with no response at the end.
+    pub unanswered: u64,
+    /// Sends that happened more than 1 ms after their intended time.
+    pub late_sends: u64,
+}
+
+/// UDP_RR results.
+#[derive(Clone, Debug, Serialize)]
+pub struct UdpStats {
+    /// Requests whose reply did not arrive within the timeout.
+    pub lost: u64,
+    /// Replies that arrived after their request had been declared lost.
+    pub late_replies: u64,
+    /// Requests the server dropped on purpose (`--udp-drop-one-in`).
+    pub dropped_by_server: u64,
+}
+
+/// One `--tcpinfo-interval` sample of a client data socket.
+#[derive(Clone, Debug, Serialize)]
+pub struct TcpInfoSample {
+    pub t_ms: f64,
+    pub stream: usize,
+    pub info: TcpInfo,
+}
+
+/// Everything an rr run measured, with the settings that shaped it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RrResult {
+    pub settings: RrReportSettings,
+    pub brand: Option<String>,
+    pub local_host: HostFacts,
+    pub remote_host: Option<HostFacts>,
+    pub elapsed_s: f64,
+    pub transactions: u64,
+    pub throughput_tps: f64,
+    /// Round-trip time of each transaction (actual send → last byte of the response).
+    pub latency: Summary,
+    #[serde(skip)]
+    pub histogram: LatencyHistogram,
+    /// TCP_CRR: time of the connect() alone.
+    pub connect: Option<Summary>,
+    /// With `-w`: how late each request after a wait left (intended time → just before
+    /// `send()`), the pacing's own error.
+    pub pacing_error: Option<Summary>,
+    pub open_loop: Option<OpenLoopStats>,
+    pub udp: Option<UdpStats>,
+    /// Transactions the server counted.
+    pub remote_transactions: Option<u64>,
+    pub local_tcp_info: Vec<TcpInfo>,
+    pub remote_tcp_info: Vec<TcpInfo>,
+    /// Segments retransmitted by the client's data sockets.
+    pub local_retrans: Option<u64>,
+    /// Segments retransmitted by the server's data sockets.
+    pub remote_retrans: Option<u64>,
+    pub local_placement: Placement,
+    pub remote_placement: Option<Placement>,
+    /// CPU time of the client's measuring threads per transaction.
+    pub client_cpu_us_per_transaction: Option<f64>,
+    pub tcpinfo_series: Vec<TcpInfoSample>,
+    /// What cut the run short, if anything; the numbers above are what was measured.
+    pub error: Option<String>,
+}

@@ -1,0 +1,159 @@
+//! What an rr run is asked to do, how it is stopped, and why it can fail.
+
+use crate::probe::control::{ControlError, TestKind};
+use crate::probe::pacing::{PaceMode, Schedule};
+use crate::stats::Percentile;
+use serde::Serialize;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Duration;
+
+/// How often a blocked socket call wakes up to look at the stop flag and deadline.
+pub(super) const POLL_TICK: Duration = Duration::from_millis(100);
+/// Transactions between looks at the CPU and updates of the shared progress count.
+pub(super) const SAMPLE_EVERY: u64 = 64;
+/// How long the server has to send its report at the end.
+pub(super) const REPORT_WAIT: Duration = Duration::from_secs(10);
+/// The same after the run was cut off because the server stopped answering.
+pub(super) const REPORT_WAIT_CUT: Duration = Duration::from_secs(2);
+/// How often the watchdog looks at the stop flag and the hard deadline.
+pub(super) const WATCH_TICK: Duration = Duration::from_millis(50);
+/// Time allowed to connect the control and data connections.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a transaction in flight at the end of the run may still complete.
+pub(super) const IN_FLIGHT_GRACE: Duration = Duration::from_secs(5);
+/// The adaptive UDP timeout's floor: a reply later than this on a sub-millisecond path
+/// is a scheduling stall more often than a loss, and is still counted late if it comes.
+pub const UDP_TIMEOUT_FLOOR: Duration = Duration::from_millis(10);
+/// A run bounded only by count still ends after this.
+pub const MAX_RUN: Duration = Duration::from_secs(3600);
+/// Cap on the `--tcpinfo-interval` series kept in memory.
+pub(super) const MAX_TCPINFO_SAMPLES: usize = 100_000;
+
+/// Open-loop settings.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct OpenLoop {
+    /// Requests per second per stream.
+    pub rate_per_s: f64,
+    pub schedule: Schedule,
+    /// Requests without a reply after which the sender waits (the intended times keep
+    /// their schedule, so the wait shows in the response time).
+    pub max_outstanding: u32,
+}
+
+/// Everything that shapes an rr run.
+#[derive(Clone, Debug)]
+pub struct RrSettings {
+    /// The server's control address.
+    pub server: SocketAddr,
+    pub secret: Option<Vec<u8>>,
+    pub test: TestKind,
+    pub request_size: u32,
+    pub response_size: u32,
+    /// `-l`: run this long.
+    pub duration: Option<Duration>,
+    /// `-n`: run this many transactions in all (split across streams).
+    pub count: Option<u64>,
+    /// `-w`: wait between receipt of a response and the next request.
+    pub interval: Duration,
+    pub pace: PaceMode,
+    /// `-b`: transactions back to back per interval.
+    pub burst: u32,
+    pub streams: u32,
+    /// Start stream i at i/streams of `interval`, so that many streams' requests do
+    /// not leave in one burst every interval (seed 000 started its netperfs 50 ms apart).
+    pub spread_starts: bool,
+    /// `-P`: fixed server data port (0: any).
+    pub data_port: u16,
+    pub thin_linear_timeouts: bool,
+    pub congestion: Option<String>,
+    pub local_cpu: Option<usize>,
+    pub remote_cpu: Option<usize>,
+    /// UDP: a request without a reply after this is lost; with `adaptive_timeout`, the
+    /// ceiling of the adaptive timeout.
+    pub timeout: Duration,
+    /// UDP_RR (closed loop): the timeout follows the measured round trips as TCP's RTO
+    /// does ([`super::udp_timeout`]), between [`UDP_TIMEOUT_FLOOR`] and `timeout`.
+    pub adaptive_timeout: bool,
+    pub open_loop: Option<OpenLoop>,
+    pub tcpinfo_interval: Option<Duration>,
+    /// Tell the server to drop one UDP request in N (tests loss accounting).
+    pub udp_drop_one_in: Option<u32>,
+    pub percentiles: Vec<Percentile>,
+    pub hdr_log: Option<PathBuf>,
+}
+
+impl RrSettings {
+    /// netperf's defaults: TCP_RR, 1-byte request and response, 10 s, one stream.
+    pub fn new(server: SocketAddr) -> Self {
+        Self {
+            server,
+            secret: None,
+            test: TestKind::TcpRr,
+            request_size: 1,
+            response_size: 1,
+            duration: Some(Duration::from_secs(10)),
+            count: None,
+            interval: Duration::ZERO,
+            pace: PaceMode::Sleep,
+            burst: 1,
+            streams: 1,
+            spread_starts: false,
+            data_port: 0,
+            thin_linear_timeouts: false,
+            congestion: None,
+            local_cpu: None,
+            remote_cpu: None,
+            timeout: Duration::from_secs(1),
+            adaptive_timeout: true,
+            open_loop: None,
+            tcpinfo_interval: None,
+            udp_drop_one_in: None,
+            percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
+            hdr_log: None,
+        }
+    }
+}
+
+/// Shared between a run and whoever watches it (progress line, Ctrl-C).
+#[derive(Debug, Default)]
+pub struct RunControl {
+    /// Set to end the run early; what was measured is kept.
+    pub stop: AtomicBool,
+    /// Transactions completed so far.
+    pub transactions: AtomicU64,
+}
+
+/// Errors that end a run before anything was measured.
+#[derive(Debug, thiserror::Error)]
+pub enum RrError {
+    /// The control connection could not be made.
+    #[error("cannot reach the rttlab server at {addr} (is `rttlab serve` running there?)")]
+    Connect {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The control conversation failed.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The server wants a secret and we have none.
+    #[error("the server requires a secret: pass --secret-file PATH or set RTTLAB_SECRET")]
+    SecretRequired,
+    /// We have a secret and the server did not ask for it: it cannot prove it is the
+    /// server we share the secret with.
+    #[error("the server at {0} did not ask for the secret, so it cannot prove it knows it (a server started without one, or not the server you meant); refusing to run unauthenticated")]
+    ServerUnauthenticated(SocketAddr),
+    /// The data connections could not be set up.
+    #[error("data connection to port {port}")]
+    Data {
+        port: u16,
+        #[source]
+        source: io::Error,
+    },
+    /// A setting the server's limits forbid, caught before asking.
+    #[error("{0}")]
+    Limit(String),
+}

@@ -1,0 +1,543 @@
+//! One measuring stream of TCP_RR, UDP_RR or TCP_CRR in a closed loop, and the
+//! watchdog that samples and stops them.
+
+use super::result::TcpInfoSample;
+use super::settings::{
+    RrSettings, RunControl, CONNECT_TIMEOUT, IN_FLIGHT_GRACE, MAX_TCPINFO_SAMPLES, POLL_TICK,
+    SAMPLE_EVERY, UDP_TIMEOUT_FLOOR, WATCH_TICK,
+};
+use crate::kernel::cpu::CpuTracker;
+use crate::kernel::sockopt;
+use crate::kernel::tcp_info::TcpInfo;
+use crate::probe::io::{read_full, write_full, ReadEnd};
+use crate::probe::pacing::{self};
+use crate::probe::udp_timeout::UdpTimeout;
+use crate::stats::{IntervalRecorder, LatencyHistogram};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+#[derive(Default)]
+pub(super) struct StreamOutcome {
+    pub(super) hist: LatencyHistogram,
+    /// Transactions already added to the shared progress count.
+    pub(super) published: u64,
+    pub(super) pacing: LatencyHistogram,
+    pub(super) connect: LatencyHistogram,
+    pub(super) intended: LatencyHistogram,
+    pub(super) transactions: u64,
+    pub(super) lost: u64,
+    pub(super) late_replies: u64,
+    pub(super) unanswered: u64,
+    pub(super) late_sends: u64,
+    pub(super) retrans: u64,
+    pub(super) info: Option<TcpInfo>,
+    pub(super) cpus: CpuTracker,
+    pub(super) cpu_ns: u64,
+    pub(super) local_addr: Option<SocketAddr>,
+    pub(super) error: Option<String>,
+}
+
+/// Every stream's outcome added up: histograms merged, counts summed, the first
+/// error and local address kept.
+#[derive(Default)]
+pub(super) struct Totals {
+    pub(super) hist: LatencyHistogram,
+    pub(super) connect: LatencyHistogram,
+    pub(super) intended: LatencyHistogram,
+    pub(super) pacing: LatencyHistogram,
+    pub(super) cpus: CpuTracker,
+    pub(super) transactions: u64,
+    pub(super) lost: u64,
+    pub(super) late_replies: u64,
+    pub(super) unanswered: u64,
+    pub(super) late_sends: u64,
+    pub(super) retrans: u64,
+    pub(super) cpu_ns: u64,
+    pub(super) info: Vec<TcpInfo>,
+    pub(super) error: Option<String>,
+    pub(super) local_addr: Option<SocketAddr>,
+}
+
+impl Totals {
+    pub(super) fn of(outcomes: &[StreamOutcome]) -> Self {
+        let mut t = Self::default();
+        for o in outcomes {
+            t.hist.merge(&o.hist);
+            t.connect.merge(&o.connect);
+            t.intended.merge(&o.intended);
+            t.pacing.merge(&o.pacing);
+            t.cpus.merge(&o.cpus);
+            t.transactions += o.transactions;
+            t.lost += o.lost;
+            t.late_replies += o.late_replies;
+            t.unanswered += o.unanswered;
+            t.late_sends += o.late_sends;
+            t.retrans += o.retrans;
+            t.cpu_ns += o.cpu_ns;
+            t.info.extend(o.info.clone());
+            t.error = t.error.take().or_else(|| o.error.clone());
+            t.local_addr = t.local_addr.or(o.local_addr);
+        }
+        t
+    }
+}
+
+pub(super) struct Ctx<'a> {
+    pub(super) s: &'a RrSettings,
+    pub(super) data: SocketAddr,
+    pub(super) ctl: &'a RunControl,
+    pub(super) start: Instant,
+    pub(super) deadline: Instant,
+    pub(super) hard_deadline: Instant,
+    pub(super) quota: u64,
+    /// Set by the watchdog when it shut the sockets down (stop or hard deadline).
+    pub(super) cutoff: &'a AtomicBool,
+}
+
+impl Ctx<'_> {
+    pub(super) fn keep(&self) -> bool {
+        !self.ctl.stop.load(Ordering::Relaxed) && Instant::now() < self.hard_deadline
+    }
+    pub(super) fn more(&self, done: u64, now: Instant) -> bool {
+        done < self.quota && now < self.deadline && !self.ctl.stop.load(Ordering::Relaxed)
+    }
+}
+
+pub(super) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A connected data socket. Closed-loop TCP_RR sockets block without a timeout: a
+/// finite `SO_RCVTIMEO` makes every blocking `recv` arm and cancel a kernel timer,
+/// which cost TCP_RR ~15 % of its transactions/s at one vCPU (bench/RESULTS-rr.md);
+/// the watchdog in [`run`] shuts them down instead when the run must end.
+pub(super) fn tcp_socket(
+    s: &RrSettings,
+    addr: SocketAddr,
+    timeouts: bool,
+) -> io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_nodelay(true)?;
+    if s.thin_linear_timeouts {
+        sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
+    }
+    if let Some(cc) = &s.congestion {
+        sockopt::set_congestion(&sock, cc).map_err(|e| {
+            io::Error::new(
+                e.source.kind(),
+                format!("congestion control {cc}: {}", e.source),
+            )
+        })?;
+    }
+    sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
+    if timeouts {
+        sock.set_read_timeout(Some(POLL_TICK))?;
+        sock.set_write_timeout(Some(POLL_TICK))?;
+    }
+    Ok(sock.into())
+}
+
+/// The main thread while the streams run: samples the client's data sockets every
+/// `--tcpinfo-interval`, and when the user stops the run or the hard deadline passes,
+/// shuts the blocking sockets down so the streams' `recv` returns.
+pub(super) fn watch<T>(
+    s: &RrSettings,
+    socks: &[TcpStream],
+    ctl: &RunControl,
+    cutoff: &AtomicBool,
+    hard_deadline: Instant,
+    handles: &[std::thread::ScopedJoinHandle<'_, T>],
+) -> Vec<TcpInfoSample> {
+    let mut series = Vec::new();
+    let t0 = Instant::now();
+    let mut next_sample = t0;
+    while !handles.iter().all(|h| h.is_finished()) {
+        let now = Instant::now();
+        if !cutoff.load(Ordering::Relaxed)
+            && (ctl.stop.load(Ordering::Relaxed) || now >= hard_deadline)
+        {
+            cutoff.store(true, Ordering::SeqCst);
+            for sock in socks {
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        let mut wake = now + WATCH_TICK;
+        if let Some(every) = s.tcpinfo_interval {
+            if now >= next_sample {
+                for (stream, sock) in socks.iter().enumerate() {
+                    if series.len() >= MAX_TCPINFO_SAMPLES {
+                        break;
+                    }
+                    if let Ok(info) = sockopt::tcp_info(sock) {
+                        series.push(TcpInfoSample {
+                            t_ms: t0.elapsed().as_secs_f64() * 1e3,
+                            stream,
+                            info,
+                        });
+                    }
+                }
+                next_sample = (next_sample + every).max(now);
+            }
+            wake = wake.min(next_sample);
+        }
+        std::thread::sleep(wake.saturating_duration_since(Instant::now()));
+    }
+    series
+}
+
+#[inline]
+pub(super) fn record(
+    out: &mut StreamOutcome,
+    rec: &mut Option<IntervalRecorder>,
+    ctl: &RunControl,
+    t0: Instant,
+    t1: Instant,
+) {
+    let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+    out.hist.record_ns(ns);
+    if let Some(r) = rec.as_mut() {
+        r.record(t1, ns);
+    }
+    out.transactions += 1;
+    // Where the thread runs and the shared progress count change slowly: look and
+    // publish every 64 transactions (each costs a few tens of ns on a VM).
+    if out.transactions % SAMPLE_EVERY == 1 {
+        out.cpus.sample();
+        ctl.transactions
+            .fetch_add(out.transactions - out.published, Ordering::Relaxed);
+        out.published = out.transactions;
+    }
+}
+
+/// Publish the transactions not yet counted in [`RunControl::transactions`].
+pub(super) fn publish(out: &mut StreamOutcome, ctl: &RunControl) {
+    ctl.transactions
+        .fetch_add(out.transactions - out.published, Ordering::Relaxed);
+    out.published = out.transactions;
+}
+
+/// Wait `-w` after `after`; returns the intended send time of the next request.
+pub(super) fn pause(cx: &Ctx<'_>, after: Instant) -> Option<Instant> {
+    if cx.s.interval.is_zero() {
+        return None;
+    }
+    let target = after + cx.s.interval;
+    pacing::wait_until(cx.s.pace, target, || !cx.ctl.stop.load(Ordering::Relaxed));
+    Some(target)
+}
+
+/// How late the request after a wait left: intended time → just before `send()`.
+#[inline]
+pub(super) fn note_pacing(out: &mut StreamOutcome, target: &mut Option<Instant>, t0: Instant) {
+    if let Some(t) = target.take() {
+        out.pacing.record_ns(
+            u64::try_from(t0.saturating_duration_since(t).as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
+}
+
+pub(super) fn tcp_rr(
+    cx: &Ctx<'_>,
+    conn: Option<TcpStream>,
+    mut rec: Option<IntervalRecorder>,
+) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let Some(mut sock) = conn else {
+        out.error = Some("no data connection".into());
+        return out;
+    };
+    out.local_addr = sock.local_addr().ok();
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut now = cx.start;
+    let mut target = None;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let t0 = Instant::now();
+            note_pacing(&mut out, &mut target, t0);
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
+                break 'run;
+            }
+            match read_full(&mut sock, &mut resp, || cx.keep()) {
+                Ok(ReadEnd::Full) => {}
+                Ok(ReadEnd::Stopped { .. }) => break 'run,
+                Ok(ReadEnd::Closed { .. }) | Err(_) if cx.cutoff.load(Ordering::SeqCst) => {
+                    if !cx.ctl.stop.load(Ordering::Relaxed) {
+                        out.error = Some(format!(
+                            "a transaction was still unanswered {} s after the end of the run",
+                            IN_FLIGHT_GRACE.as_secs()
+                        ));
+                    }
+                    break 'run;
+                }
+                Ok(ReadEnd::Closed { .. }) => {
+                    out.error = Some("the server closed the data connection mid-test".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    break 'run;
+                }
+            }
+            now = Instant::now();
+            record(&mut out, &mut rec, cx.ctl, t0, now);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        target = pause(cx, now);
+        now = Instant::now();
+    }
+    if let Ok(ti) = sockopt::tcp_info(&sock) {
+        out.retrans = u64::from(ti.total_retrans);
+        out.info = Some(ti);
+    }
+    out
+}
+
+/// Sequence bytes carried at the start of a UDP request and echoed by the server.
+pub(super) fn seq_len(s: &RrSettings) -> usize {
+    (s.request_size.min(s.response_size) as usize).min(8)
+}
+
+pub(super) fn put_seq(buf: &mut [u8], seq: u64, k: usize) {
+    buf[..k].copy_from_slice(&seq.to_le_bytes()[..k]);
+}
+
+pub(super) fn get_seq(buf: &[u8], k: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b[..k].copy_from_slice(&buf[..k]);
+    u64::from_le_bytes(b)
+}
+
+pub(super) fn udp_socket(cx: &Ctx<'_>) -> io::Result<UdpSocket> {
+    let bind: SocketAddr = if cx.data.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal")
+    } else {
+        "[::]:0".parse().expect("literal")
+    };
+    let u = UdpSocket::bind(bind)?;
+    u.connect(cx.data)?;
+    u.set_read_timeout(Some(cx.s.timeout.min(POLL_TICK)))?;
+    Ok(u)
+}
+
+pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let u = match udp_socket(cx) {
+        Ok(u) => u,
+        Err(e) => {
+            out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
+            return out;
+        }
+    };
+    out.local_addr = u.local_addr().ok();
+    let k = seq_len(cx.s);
+    let mask = if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
+    let mut req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize + 1];
+    let mut seq = 0u64;
+    let mut now = cx.start;
+    let mut target = None;
+    let mut rto = UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout);
+    let mut sock_timeout = cx.s.timeout.min(POLL_TICK);
+    'run: while cx.more(out.transactions + out.lost, now) {
+        for _ in 0..cx.s.burst {
+            seq += 1;
+            put_seq(&mut req, seq, k);
+            let limit = if cx.s.adaptive_timeout {
+                rto.current()
+            } else {
+                cx.s.timeout
+            };
+            // Wake when the request is due to be lost, in whole ms (so that the
+            // socket option changes only when the timeout really moves).
+            let want = Duration::from_millis(
+                u64::try_from(limit.min(POLL_TICK).as_millis()).unwrap_or(100) + 1,
+            )
+            .min(POLL_TICK);
+            if want != sock_timeout && u.set_read_timeout(Some(want)).is_ok() {
+                sock_timeout = want;
+            }
+            let t0 = Instant::now();
+            note_pacing(&mut out, &mut target, t0);
+            if let Err(e) = u.send(&req) {
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
+                break 'run;
+            }
+            loop {
+                match u.recv(&mut resp) {
+                    Ok(n)
+                        if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask =>
+                    {
+                        now = Instant::now();
+                        record(&mut out, &mut rec, cx.ctl, t0, now);
+                        rto.sample(now - t0);
+                        break;
+                    }
+                    Ok(_) => out.late_replies += 1,
+                    Err(e)
+                        if crate::probe::io::is_timeout(&e)
+                            || e.kind() == io::ErrorKind::Interrupted =>
+                    {
+                        now = Instant::now();
+                        if now - t0 >= limit {
+                            out.lost += 1;
+                            break;
+                        }
+                        if !cx.keep() {
+                            break 'run;
+                        }
+                    }
+                    Err(e) => {
+                        out.error = Some(format!(
+                            "receiving a response: {e} (is the server still running?)"
+                        ));
+                        break 'run;
+                    }
+                }
+            }
+            if !cx.more(out.transactions + out.lost, now) {
+                break 'run;
+            }
+        }
+        target = pause(cx, now);
+        now = Instant::now();
+    }
+    out
+}
+
+pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    let mut out = StreamOutcome::default();
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut now = cx.start;
+    let mut target = None;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let t0 = Instant::now();
+            note_pacing(&mut out, &mut target, t0);
+            let mut sock = match tcp_socket(cx.s, cx.data, true) {
+                Ok(s) => s,
+                Err(e) => {
+                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                        " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
+                    } else {
+                        ""
+                    };
+                    out.error = Some(format!("connecting: {}{hint}", crate::error_chain(&e)));
+                    break 'run;
+                }
+            };
+            let tc = Instant::now();
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
+                break 'run;
+            }
+            match read_full(&mut sock, &mut resp, || cx.keep()) {
+                Ok(ReadEnd::Full) => {}
+                Ok(ReadEnd::Stopped { .. }) => break 'run,
+                Ok(ReadEnd::Closed { .. }) => {
+                    out.error = Some("the server closed the connection before responding".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    break 'run;
+                }
+            }
+            now = Instant::now();
+            out.connect
+                .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+            record(&mut out, &mut rec, cx.ctl, t0, now);
+            if let Ok(ti) = sockopt::tcp_info(&sock) {
+                out.retrans += u64::from(ti.total_retrans);
+                out.info = Some(ti);
+            }
+            out.local_addr = out.local_addr.or(sock.local_addr().ok());
+            drop(sock);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        target = pause(cx, now);
+        now = Instant::now();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: arithmetic on two made-up streams' outcomes.
+    #[test]
+    fn totals_add_every_stream_and_keep_the_first_error() {
+        let mut a = StreamOutcome {
+            transactions: 3,
+            lost: 1,
+            retrans: 2,
+            cpu_ns: 100,
+            ..Default::default()
+        };
+        for ns in [10_000, 20_000, 30_000] {
+            a.hist.record_ns(ns);
+        }
+        let mut b = StreamOutcome {
+            transactions: 2,
+            late_replies: 1,
+            error: Some("second".into()),
+            local_addr: Some("10.0.0.1:5".parse().unwrap()),
+            ..Default::default()
+        };
+        b.hist.record_ns(40_000);
+        b.hist.record_ns(50_000);
+        let c = StreamOutcome {
+            error: Some("third".into()),
+            ..Default::default()
+        };
+        let t = Totals::of(&[a, b, c]);
+        assert_eq!(
+            (t.transactions, t.lost, t.late_replies, t.retrans, t.cpu_ns),
+            (5, 1, 1, 2, 100)
+        );
+        assert_eq!(t.hist.count(), 5);
+        assert_eq!(t.hist.min_ns(), Some(10_000));
+        assert_eq!(t.hist.max_ns(), Some(50_000));
+        assert_eq!(t.error.as_deref(), Some("second"));
+        assert_eq!(t.local_addr, Some("10.0.0.1:5".parse().unwrap()));
+    }
+
+    /// Witness: the bytes written and read back (the sequence number rides in the
+    /// first bytes of a request, little-endian, as many as the shorter message holds, up
+    /// to 8).
+    #[test]
+    fn sequence_numbers_round_trip_through_a_request() {
+        let mut buf = [0u8; 8];
+        put_seq(&mut buf, 0x0102_0304_0506_0708, 8);
+        assert_eq!(buf, [8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(get_seq(&buf, 8), 0x0102_0304_0506_0708);
+        let mut short = [0u8; 3];
+        put_seq(&mut short, 0x0a0b_0c0d, 3);
+        assert_eq!(short, [0x0d, 0x0c, 0x0b]);
+        assert_eq!(get_seq(&short, 3), 0x0b_0c0d);
+        let mut s = RrSettings::new("127.0.0.1:1".parse().unwrap());
+        (s.request_size, s.response_size) = (1, 2);
+        assert_eq!(seq_len(&s), 1);
+        (s.request_size, s.response_size) = (100, 64);
+        assert_eq!(seq_len(&s), 8);
+    }
+}
