@@ -270,3 +270,72 @@ fn against_a_server_with_a_secret_every_layer_is_measured() {
         assert!(!String::from_utf8_lossy(&text).contains("compare secret"));
     }
 }
+
+/// `compare --trials 2`: two comparisons in one lab, each recorded with its own
+/// histogram files, compare.json the first, and each layer's median over the two with
+/// its interval. Witness: arithmetic on the trials' own records (with two trials the
+/// median is their mean and the interval [min, max]), and each layer file's count.
+#[test]
+fn repeated_comparisons_report_each_layers_median_over_the_trials() {
+    if !privileged("repeated_comparisons_report_each_layers_median_over_the_trials") {
+        return;
+    }
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .args([
+            "compare",
+            "--lab-rtt",
+            "2ms",
+            "-w",
+            "5ms",
+            "-l",
+            "1s",
+            "--trials",
+            "2",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let trials: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("trials.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(trials.len(), 2);
+    let mut p50: Vec<f64> = trials
+        .iter()
+        .map(|t| num(layer(t, "tcp_rr"), "p50_us"))
+        .collect();
+    p50.sort_by(f64::total_cmp);
+    let row = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Each layer across trials"))
+        .find(|l| l.starts_with("tcp_rr "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cols[1], "2", "{row}");
+    assert_eq!(cols[2], format!("{:.1}", (p50[0] + p50[1]) / 2.0), "{row}");
+    assert_eq!(cols[3], format!("{:.1}-{:.1}", p50[0], p50[1]), "{row}");
+    for t in &trials {
+        let k = t["trial"].as_u64().unwrap();
+        let file = if k == 0 {
+            "tcp_rr.hist.csv".to_string()
+        } else {
+            format!("tcp_rr-t{k}.hist.csv")
+        };
+        let h = rttlab::stats::LatencyHistogram::from_csv(
+            &std::fs::read_to_string(dir.path().join(file)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(h.count(), layer(t, "tcp_rr")["samples"].as_u64().unwrap());
+    }
+    let first: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("compare.json")).unwrap())
+            .unwrap();
+    assert_eq!(first["trial"], 0);
+    assert_eq!(compare_labs(), Vec::<String>::new());
+}

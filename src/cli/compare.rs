@@ -4,7 +4,9 @@ use super::values;
 use anyhow::Context;
 use clap::Args;
 use rttlab::experiment::compare;
+use rttlab::experiment::runner;
 use rttlab::results::compare::CompareSettings;
+use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -52,6 +54,8 @@ pub struct CompareArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
+    pub trials: super::experiment::TrialArgs,
+    #[command(flatten)]
     pub secret: super::secret::SecretArgs,
     /// Results directory (run.json, compare.json, compare.txt, <layer>.hist.csv, cdf.svg,
     /// report.html); default results/compare-<unix time>.
@@ -86,38 +90,60 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         sampler_one_in: a.sampler,
         interface: a.interface,
         lab_poll: !a.lab_sleep,
+        trials: a.trials.trials.unwrap_or(1),
+        seed: a.trials.seed,
         secret: a.secret.load()?,
     };
-    let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let i2 = interrupt.clone();
-    super::progress::on_interrupt(move || i2.store(true, std::sync::atomic::Ordering::Release));
-    let r = compare::run(
-        &s,
-        &format!("cmp{}", std::process::id() % 100_000),
-        &interrupt,
-    )?;
     let out = a.out.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         std::path::PathBuf::from(format!("results/compare-{t}"))
     });
+    let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let i2 = interrupt.clone();
+    super::progress::on_interrupt(move || i2.store(true, std::sync::atomic::Ordering::Release));
     let facts = serde_json::json!({ "host": rttlab::kernel::host::HostFacts::collect() });
-    compare::write_results(&out, &r, &facts)?;
-    let text = rttlab::report::compare::render(&r);
+    let trials = s.trials;
+    let e = compare::Compare {
+        settings: s,
+        lab_name: format!("cmp{}", std::process::id() % 100_000),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| {
+        if tty && p.total > 1 {
+            eprint!(
+                "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
+                p.done,
+                p.total,
+                p.eta.as_secs_f64(),
+                p.last
+            );
+        }
+    })?;
+    if tty && trials > 1 {
+        eprint!("\r\x1b[K");
+    }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let first = o.records.iter().min_by_key(|r| r.trial);
+        println!("{}", serde_json::to_string_pretty(&first)?);
     } else {
-        print!("{text}");
+        print!("{}", o.text);
         println!("Report: {}", out.join("report.html").display());
     }
-    if r.errors.is_empty() {
-        Ok(())
-    } else {
+    if (o.records.len() as u32) < trials {
         anyhow::bail!(
+            "interrupted after {} of {trials} trials; rerun with --out {} to finish",
+            o.records.len(),
+            out.display()
+        );
+    }
+    match o.records.iter().find(|r| !r.errors.is_empty()) {
+        None => Ok(()),
+        Some(r) => anyhow::bail!(
             "{} layer(s) could not run: {}",
             r.errors.len(),
             r.errors.join("; ")
-        )
+        ),
     }
 }

@@ -5,6 +5,8 @@
 //! between them explained from the data.
 
 use super::bench::{capture_port, port_srtt, LabServer};
+use super::runner::{Experiment, TrialContext};
+use super::ExperimentError;
 use crate::kernel::{netns, route};
 use crate::lab::impair::Impairments;
 use crate::lab::{LabSpec, Node};
@@ -46,35 +48,31 @@ impl Sink for PassiveSink {
     }
 }
 
-/// Run every layer at once and explain the gaps.
+/// The lab a comparison runs in, with its server; `None` against a real server.
 ///
 /// # Errors
-/// The lab or the server could not be set up. A layer that fails is reported in
-/// [`CompareResult::errors`], the others still are.
-///
-/// Setting `interrupt` (Ctrl-C) ends every layer early; what was measured is kept and
-/// the lab is still removed.
-pub fn run(
+/// The lab or its server could not be set up.
+pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>, CompareError> {
+    if s.server.is_some() {
+        return Ok(None);
+    }
+    let mut spec = LabSpec::new(lab_name, Impairments::with_rtt(s.lab_rtt));
+    spec.poll = s.lab_poll;
+    Ok(Some(LabServer::up_spec(&spec)?))
+}
+
+/// Every layer at once, against the lab's server or `s.server`, and the gaps between
+/// them explained; trial `trial` of the run. A layer that fails is reported in
+/// [`CompareResult::errors`], the others still are. Setting `interrupt` (Ctrl-C) ends
+/// every layer early; what was measured is kept.
+pub fn measure(
     s: &CompareSettings,
-    lab_name: &str,
+    bench: Option<&LabServer>,
+    trial: u32,
     interrupt: &AtomicBool,
-) -> Result<CompareResult, CompareError> {
-    let bench = match s.server {
-        Some(_) => None,
-        None => {
-            let mut spec = LabSpec::new(
-                lab_name,
-                Impairments {
-                    delay_ns: s.lab_rtt.as_nanos() as u64 / 2,
-                    ..Impairments::default()
-                },
-            );
-            spec.poll = s.lab_poll;
-            Some(LabServer::up_spec(&spec)?)
-        }
-    };
-    let lab = bench.as_ref().map(LabServer::lab);
-    let server = match (&bench, s.server) {
+) -> CompareResult {
+    let lab = bench.map(LabServer::lab);
+    let server = match (bench, s.server) {
         (Some(b), _) => b.server,
         (None, Some(a)) => a,
         (None, None) => unreachable!("a lab is built when no server is given"),
@@ -186,7 +184,6 @@ pub fn run(
             .unwrap_or_else(|_| Err("capture panicked".into()));
         (tcp, udp, icmp, srv, pas)
     });
-    drop(bench);
 
     let mut layers = Vec::new();
     push_layer(
@@ -304,9 +301,10 @@ pub fn run(
         sampler,
         explanations: Vec::new(),
         errors,
+        trial,
     };
     result.explanations = explain(&result);
-    Ok(result)
+    result
 }
 
 /// A layer's row, or an empty row and the error that kept it from running.
@@ -402,28 +400,77 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     out
 }
 
-/// Write a comparison into the results directory `dir`: `run.json` (settings and host
-/// facts), `compare.json` (every number of the report), `compare.txt` (the table),
-/// `<layer>.hist.csv` (each layer's samples), `cdf.svg` and `report.html`.
-///
-/// # Errors
-/// A file could not be written.
-pub fn write_results(
-    dir: &Path,
-    r: &CompareResult,
-    facts: &serde_json::Value,
-) -> Result<(), ResultsError> {
-    let settings = serde_json::to_value(&r.settings).unwrap_or_default();
-    results::write_run(dir, "compare", &settings, facts)?;
-    let put = |name: &str, text: &str| results::write_file(dir, name, text);
-    put(
-        "compare.json",
-        &serde_json::to_string_pretty(r).unwrap_or_default(),
-    )?;
-    for l in &r.layers {
-        if let Some(h) = &l.histogram {
-            put(&l.histogram_file(), &h.to_csv())?;
-        }
+/// `rttlab compare` as the runner drives it: one cell, `--trials` repeats in one lab.
+pub struct Compare {
+    pub settings: CompareSettings,
+    pub lab_name: String,
+}
+
+impl Experiment for Compare {
+    const NAME: &'static str = "compare";
+    type Cell = ();
+    type Record = CompareResult;
+    type Bench = Option<LabServer>;
+
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.settings).unwrap_or_default()
     }
-    crate::report::compare::write(dir).map(|_| ())
+
+    fn cells(&self) -> Vec<()> {
+        vec![()]
+    }
+
+    fn trials(&self) -> u32 {
+        self.settings.trials
+    }
+
+    fn seed(&self) -> u64 {
+        self.settings.seed
+    }
+
+    fn key(&self, r: &CompareResult) -> ((), u32) {
+        ((), r.trial)
+    }
+
+    fn bench(&self) -> Result<Option<LabServer>, ExperimentError> {
+        lab_for(&self.settings, &self.lab_name).map_err(|e| match e {
+            CompareError::Lab(l) => ExperimentError::Lab(l),
+            CompareError::Setup(m) => ExperimentError::Setup(m),
+        })
+    }
+
+    fn trial(
+        &self,
+        bench: &Option<LabServer>,
+        (): &(),
+        trial: u32,
+        ctx: &TrialContext<'_>,
+    ) -> Result<CompareResult, ExperimentError> {
+        let r = measure(&self.settings, bench.as_ref(), trial, ctx.interrupt);
+        for l in &r.layers {
+            if let Some(h) = &l.histogram {
+                results::write_file(ctx.out, &l.histogram_file(trial), &h.to_csv())?;
+            }
+        }
+        Ok(r)
+    }
+
+    fn describe(&self, r: &CompareResult) -> String {
+        let p50 = |n: &str| p50(r, n).map_or("-".into(), |v| format!("{v:.0}"));
+        format!(
+            "trial {}: icmp {} µs, tcp_rr {} µs, passive seq {} µs at the median",
+            r.trial + 1,
+            p50("icmp"),
+            p50("tcp_rr"),
+            p50("passive seq")
+        )
+    }
+
+    fn failed(&self, r: &CompareResult) -> bool {
+        !r.errors.is_empty()
+    }
+
+    fn report(&self, out: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
+        crate::report::compare::write_trials(out, records)
+    }
 }

@@ -2,8 +2,9 @@
 //! results directory and resuming it, the plan (every cell × `--trials` repeats in a
 //! seeded random order, as seed 001's script shuffled its trials, so drift in the host
 //! spreads over the cells instead of biasing the last ones), where trials run (set up
-//! only when a trial is left to do), interrupts, progress and the final report. An
-//! experiment supplies its cells, how to run one trial, and how to report.
+//! only when a trial is left to do), interrupts, progress and the final report. A
+//! resumed run does again the trials that failed (their records move to failed.jsonl).
+//! An experiment supplies its cells, how to run one trial, and how to report.
 
 use super::ExperimentError;
 use crate::results::{ResultsDir, ResultsError};
@@ -120,7 +121,11 @@ pub fn run<E: Experiment>(
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome<E::Record>, ExperimentError> {
-    let (mut dir, mut records) = ResultsDir::open::<E::Record>(out, E::NAME, &e.settings(), facts)?;
+    let (mut dir, all) = ResultsDir::open::<E::Record>(out, E::NAME, &e.settings(), facts)?;
+    // A trial that failed (its error is in its record) is done again: its record moves
+    // to failed.jsonl.
+    let (mut records, failed): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| !e.failed(r));
+    dir.set_aside(&records, &failed)?;
     let done: Vec<(E::Cell, u32)> = records.iter().map(|r| e.key(r)).collect();
     let todo: Vec<(E::Cell, u32)> = plan(&e.cells(), e.trials(), e.seed())
         .into_iter()
@@ -179,18 +184,20 @@ mod tests {
         assert_ne!(p, q, "shuffled, not in cell order");
     }
 
-    /// A made-up experiment: cells 0..4, each trial records (cell, repeat); the
-    /// `stop_after`-th trial of its first run sets the interrupt.
+    /// A made-up experiment: cells 0..4, each trial records (cell, repeat, failed);
+    /// the trials in `failing` fail once; the `stop_after`-th trial of its first run
+    /// sets the interrupt.
     struct Counting {
         ran: RefCell<Vec<(u32, u32)>>,
         benches: RefCell<u32>,
         stop_after: RefCell<Option<usize>>,
+        failing: RefCell<Vec<(u32, u32)>>,
     }
 
     impl Experiment for Counting {
         const NAME: &'static str = "counting";
         type Cell = u32;
-        type Record = (u32, u32);
+        type Record = (u32, u32, bool);
         type Bench = ();
         fn settings(&self) -> serde_json::Value {
             serde_json::json!({"cells": 4, "trials": 2})
@@ -204,8 +211,8 @@ mod tests {
         fn seed(&self) -> u64 {
             7
         }
-        fn key(&self, r: &(u32, u32)) -> (u32, u32) {
-            *r
+        fn key(&self, r: &(u32, u32, bool)) -> (u32, u32) {
+            (r.0, r.1)
         }
         fn bench(&self) -> Result<(), ExperimentError> {
             *self.benches.borrow_mut() += 1;
@@ -217,34 +224,40 @@ mod tests {
             cell: &u32,
             k: u32,
             ctx: &TrialContext<'_>,
-        ) -> Result<(u32, u32), ExperimentError> {
+        ) -> Result<(u32, u32, bool), ExperimentError> {
             self.ran.borrow_mut().push((*cell, k));
             if *self.stop_after.borrow() == Some(ctx.index + 1) {
                 self.stop_after.borrow_mut().take();
                 ctx.interrupt.store(true, Ordering::Release);
             }
-            Ok((*cell, k))
+            let mut failing = self.failing.borrow_mut();
+            let fails = failing.contains(&(*cell, k));
+            failing.retain(|&x| x != (*cell, k));
+            Ok((*cell, k, fails))
         }
-        fn describe(&self, r: &(u32, u32)) -> String {
+        fn describe(&self, r: &(u32, u32, bool)) -> String {
             format!("{r:?}")
         }
-        fn failed(&self, r: &(u32, u32)) -> bool {
-            r.0 == 3
+        fn failed(&self, r: &(u32, u32, bool)) -> bool {
+            r.2
         }
-        fn report(&self, _: &Path, records: &[(u32, u32)]) -> Result<String, ResultsError> {
+        fn report(&self, _: &Path, records: &[(u32, u32, bool)]) -> Result<String, ResultsError> {
             Ok(format!("{} records", records.len()))
         }
     }
 
-    /// Witness: the trials.jsonl the runner wrote, read back, and the made-up
-    /// experiment's own log of what it ran.
+    /// Witness: the trials.jsonl and failed.jsonl the runner wrote, read back, and the
+    /// made-up experiment's own log of what it ran.
     #[test]
-    fn an_interrupted_run_resumes_where_it_stopped_and_runs_nothing_twice() {
+    fn an_interrupted_run_resumes_where_it_stopped_and_redoes_only_failed_trials() {
         let dir = tempfile::tempdir().unwrap();
+        let plan = plan(&(0..4).collect::<Vec<u32>>(), 2, 7);
         let e = Counting {
             ran: RefCell::default(),
             benches: RefCell::default(),
             stop_after: RefCell::new(Some(3)),
+            // The first and the fifth trial of the plan fail once.
+            failing: RefCell::new(vec![plan[0], plan[4]]),
         };
         let stop = AtomicBool::new(false);
         let mut seen = Vec::new();
@@ -253,23 +266,30 @@ mod tests {
         })
         .unwrap();
         assert!(o.interrupted);
-        assert_eq!(o.records.len(), 3);
+        assert_eq!((o.records.len(), o.failed), (3, 1));
         assert_eq!(seen, vec![(1, 8), (2, 8), (3, 8)]);
         assert_eq!(o.text, "3 records");
         let stop = AtomicBool::new(false);
         let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
         assert!(!o.interrupted);
-        assert_eq!(o.records.len(), 8);
-        assert_eq!(o.failed, 2, "cell 3's two trials");
-        let mut ran = e.ran.borrow().clone();
-        assert_eq!(ran[..], plan(&e.cells(), 2, 7)[..], "in the planned order");
-        ran.sort_unstable();
-        ran.dedup();
-        assert_eq!(ran.len(), 8, "no trial twice");
-        let on_disk: Vec<(u32, u32)> = crate::results::read_trials(dir.path()).unwrap();
-        assert_eq!(on_disk, *e.ran.borrow());
-        // A third run has nothing to do and sets up no bench.
+        // plan[0] done again; plan[4] failed in this run, recorded with its error.
+        assert_eq!((o.records.len(), o.failed), (8, 1));
         let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
-        assert_eq!((o.records.len(), *e.benches.borrow()), (8, 2));
+        assert_eq!((o.records.len(), o.failed), (8, 0));
+        let ran = e.ran.borrow().clone();
+        // The planned order, each run doing first what failed before.
+        assert_eq!(ran[..3], plan[..3]);
+        assert_eq!(ran[3], plan[0]);
+        assert_eq!(ran[4..9], plan[3..]);
+        assert_eq!(ran[9..], [plan[4]]);
+        let on_disk: Vec<(u32, u32, bool)> = crate::results::read_trials(dir.path()).unwrap();
+        assert_eq!(on_disk.len(), 8);
+        assert!(on_disk.iter().all(|r| !r.2));
+        let failed = std::fs::read_to_string(dir.path().join("failed.jsonl")).unwrap();
+        assert_eq!(failed.lines().count(), 2, "{failed}");
+        // A fourth run has nothing to do and sets up no bench.
+        let benches = *e.benches.borrow();
+        let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
+        assert_eq!((o.records.len(), *e.benches.borrow()), (8, benches));
     }
 }

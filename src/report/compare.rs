@@ -131,7 +131,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
                 f(l.mean_us),
                 l.what.clone(),
                 if l.histogram.is_some() {
-                    l.histogram_file()
+                    l.histogram_file(r.trial)
                 } else {
                     "compare.json: sampler".into()
                 },
@@ -183,11 +183,11 @@ pub fn write(dir: &Path) -> Result<String, ResultsError> {
         if l.name == "sampled metric" {
             continue;
         }
-        let h = results::read_histogram(dir, &l.histogram_file())?;
+        let h = results::read_histogram(dir, &l.histogram_file(r.trial))?;
         let again = Layer::from_histogram(&l.name, &l.what, &h);
         if again.samples != l.samples || again.p50_us != l.p50_us {
             return Err(results::invalid(
-                &dir.join(l.histogram_file()),
+                &dir.join(l.histogram_file(r.trial)),
                 format!("holds other samples than compare.json's {} row", l.name),
             ));
         }
@@ -199,4 +199,59 @@ pub fn write(dir: &Path) -> Result<String, ResultsError> {
     results::write_file(dir, "cdf.svg", &cdf)?;
     results::write_file(dir, "report.html", &html(&run, &r, &table, &cdf))?;
     Ok(table)
+}
+
+/// Write a comparison of one or more trials: `compare.json` is the first trial (the
+/// layout a single comparison has always had) and the tables, charts and report are
+/// its, followed by every layer's median over the trials with its interval.
+///
+/// # Errors
+/// As [`write`]; no trial recorded.
+pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
+    let first = records
+        .iter()
+        .min_by_key(|r| r.trial)
+        .ok_or_else(|| results::invalid(&dir.join("trials.jsonl"), "no trial recorded"))?;
+    let cp = dir.join("compare.json");
+    let json = serde_json::to_string_pretty(first).map_err(results::json(&cp))?;
+    results::write_file(dir, "compare.json", &json)?;
+    let mut text = write(dir)?;
+    let mut sorted: Vec<&CompareResult> = records.iter().collect();
+    sorted.sort_by_key(|r| r.trial);
+    let names: Vec<String> = first
+        .layers
+        .iter()
+        .map(|l| l.name.replace(' ', "_"))
+        .collect();
+    let cells: Vec<super::trials::CellValues> = names
+        .iter()
+        .map(|n| {
+            let of = |f: fn(&Layer) -> Option<f64>| -> Vec<Option<f64>> {
+                sorted
+                    .iter()
+                    .map(|r| {
+                        r.layers
+                            .iter()
+                            .find(|l| l.name.replace(' ', "_") == *n)
+                            .and_then(f)
+                    })
+                    .collect()
+            };
+            (n.clone(), vec![of(|l| l.p50_us), of(|l| l.p99_us)])
+        })
+        .collect();
+    let across = super::trials::across(
+        "Each layer across trials",
+        "LAYER",
+        &["P50_us", "P99_us"],
+        &cells,
+    );
+    if !across.is_empty() {
+        text += &across;
+        let mut all = std::fs::read_to_string(dir.join("compare.txt"))
+            .map_err(results::io(&dir.join("compare.txt")))?;
+        all += &across;
+        results::write_file(dir, "compare.txt", &all)?;
+    }
+    Ok(text)
 }

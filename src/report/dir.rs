@@ -16,6 +16,10 @@ use std::path::Path;
 pub fn render(dir: &Path) -> Result<String, ResultsError> {
     let (name, _) = results::read_run(dir)?;
     match name.as_str() {
+        // trials.jsonl: written by the trial runner; before it, compare.json alone.
+        "compare" if dir.join("trials.jsonl").exists() => {
+            super::compare::write_trials(dir, &results::read_trials(dir)?)
+        }
         "compare" => super::compare::write(dir),
         "blackout" => {
             let trials = results::blackout::recompute(dir, results::read_trials(dir)?)?;

@@ -28,6 +28,11 @@ pub struct CompareSettings {
     /// emulator's wake-ups stretch to milliseconds.
     #[serde(default)]
     pub lab_poll: bool,
+    /// Repeats of the whole comparison, and the seed of their order.
+    #[serde(default = "one")]
+    pub trials: u32,
+    #[serde(default = "one_u64")]
+    pub seed: u64,
     /// The secret shared with the server (never written to a results file).
     #[serde(skip)]
     pub secret: Option<Vec<u8>>,
@@ -44,6 +49,8 @@ impl Default for CompareSettings {
             sampler_one_in: 1,
             interface: None,
             lab_poll: true,
+            trials: 1,
+            seed: 1,
             secret: None,
         }
     }
@@ -86,8 +93,13 @@ impl Layer {
     }
 
     /// The file, in a results directory, that holds this layer's samples.
-    pub fn histogram_file(&self) -> String {
-        format!("{}.hist.csv", self.name.replace(' ', "_"))
+    pub fn histogram_file(&self, trial: u32) -> String {
+        let stem = self.name.replace(' ', "_");
+        if trial == 0 {
+            format!("{stem}.hist.csv")
+        } else {
+            format!("{stem}-t{trial}.hist.csv")
+        }
     }
 }
 
@@ -109,4 +121,16 @@ pub struct CompareResult {
     pub explanations: Vec<String>,
     /// Errors of layers that could not run (the others are still reported).
     pub errors: Vec<String>,
+    /// Which repeat of the comparison (0 for the first; absent in older results).
+    #[serde(default)]
+    pub trial: u32,
+}
+
+/// Serde's defaults for settings written before `--trials` existed.
+fn one() -> u32 {
+    1
+}
+
+fn one_u64() -> u64 {
+    1
 }

@@ -140,6 +140,43 @@ impl ResultsDir {
         &self.path
     }
 
+    /// Keep only `kept` in `trials.jsonl` and append `aside` to `failed.jsonl`: failed
+    /// trials a resumed run will do again leave the raw data, and nothing is lost.
+    /// trials.jsonl is replaced atomically (written beside it, then renamed).
+    ///
+    /// # Errors
+    /// A file could not be written.
+    pub fn set_aside<T: Serialize>(&mut self, kept: &[T], aside: &[T]) -> Result<(), ResultsError> {
+        if aside.is_empty() {
+            return Ok(());
+        }
+        let lines = |v: &[T], p: &Path| -> Result<Vec<u8>, ResultsError> {
+            let mut b = Vec::new();
+            for r in v {
+                b.extend(serde_json::to_vec(r).map_err(json(p))?);
+                b.push(b'\n');
+            }
+            Ok(b)
+        };
+        let fp = self.path.join("failed.jsonl");
+        let mut failed = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&fp)
+            .map_err(io(&fp))?;
+        failed.write_all(&lines(aside, &fp)?).map_err(io(&fp))?;
+        failed.sync_data().map_err(io(&fp))?;
+        let tp = self.path.join("trials.jsonl");
+        let tmp = self.path.join("trials.jsonl.new");
+        std::fs::write(&tmp, lines(kept, &tp)?).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &tp).map_err(io(&tp))?;
+        self.trials = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&tp)
+            .map_err(io(&tp))?;
+        Ok(())
+    }
+
     /// Append one trial and flush it to the file.
     ///
     /// # Errors
