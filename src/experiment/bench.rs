@@ -2,11 +2,12 @@
 //! capture of one TCP port with the passive engines and the sampled metric, and the
 //! kernel's srtt of one port sampled through sock_diag.
 
+use super::ExperimentError;
 use crate::capture::live::LiveCapture;
 use crate::kernel::netns;
 use crate::kernel::sock_diag::{self, DiagFilter, SockDiag};
 use crate::lab::impair::Impairments;
-use crate::lab::{Lab, LabError, LabSpec, Node};
+use crate::lab::{Lab, LabSpec, Node};
 use crate::passive::sampler::{Period, SamplerConfig};
 use crate::passive::{self, Analyzer, Config, Sink};
 use crate::probe::server::{Server, ServerConfig, ServerHandle};
@@ -32,7 +33,7 @@ impl LabServer {
     ///
     /// # Errors
     /// The lab or the server could not be set up.
-    pub fn up(name: &str, imp: Impairments) -> Result<Self, LabError> {
+    pub fn up(name: &str, imp: Impairments) -> Result<Self, ExperimentError> {
         Self::up_spec(&LabSpec::new(name, imp))
     }
 
@@ -40,17 +41,15 @@ impl LabServer {
     ///
     /// # Errors
     /// The lab or the server could not be set up.
-    pub fn up_spec(spec: &LabSpec) -> Result<Self, LabError> {
+    pub fn up_spec(spec: &LabSpec) -> Result<Self, ExperimentError> {
         let lab = Lab::up(spec)?;
         let server = SocketAddr::new(IpAddr::V4(lab.info().b.ipv4), SERVER_PORT);
         let handle = netns::run_in(Some(lab.netns(Node::B)), || {
             Server::bind(ServerConfig::for_own_run(server))
-                .map_err(|e| crate::error_chain(&e))?
+                .map_err(ExperimentError::Server)?
                 .spawn()
-                .map_err(|e| crate::error_chain(&e))
-        })
-        .map_err(|e| LabError::Setup(format!("server in the lab: {}", crate::error_chain(&e))))?
-        .map_err(|e| LabError::Setup(format!("server in the lab: {}", e)))?;
+                .map_err(ExperimentError::ServerThreads)
+        })??;
         lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
         Ok(Self {
             server,

@@ -16,7 +16,7 @@
 //! the seed's per-trial `ip tcp_metrics flush` made permanent: a cached RTT would
 //! change a new connection's first RTO.
 
-use super::bench::Nft;
+use super::bench::{LabServer, Nft};
 use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::tuning::{self, Journal};
@@ -26,31 +26,30 @@ use crate::lab::emulator::Dir;
 use crate::lab::impair::Impairments;
 use crate::lab::{Lab, LabSpec, Node};
 use crate::probe::rr::{self, RrSettings, RunControl};
-use crate::probe::server::{Server, ServerConfig};
 use crate::results::blackout::{path_of, predict, BlackoutBy, Mechanism, Settings, TrialRecord};
 use crate::results::ResultsError;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const SERVER_PORT: u16 = 12866;
-
 /// Where trials run: the lab (hosts a and b, both tuned), or this host against a
 /// remote server (this host tuned, every change journalled and reverted at the end).
 pub struct Bench {
-    lab: Option<Lab>,
-    server_handle: Option<crate::probe::server::ServerHandle>,
+    lab: Option<LabServer>,
     server: SocketAddr,
     /// (namespace, peer) of each host whose knobs the run sets.
     hosts: Vec<(Option<String>, IpAddr)>,
     journal: Option<Journal>,
 }
 
+impl Bench {
+    fn lab(&self) -> Option<&Lab> {
+        self.lab.as_ref().map(LabServer::lab)
+    }
+}
+
 impl Drop for Bench {
     fn drop(&mut self) {
-        if let Some(s) = self.server_handle.take() {
-            s.shutdown();
-        }
         // This run's own journal entries only (its nftables table, the knobs it set,
         // each back to what it found): a value the user set earlier with `rttlab
         // tune` stays, recorded under the user's own entry.
@@ -76,30 +75,20 @@ fn setup_err(what: &str) -> impl FnOnce(String) -> ExperimentError + '_ {
 fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
     let mut spec = LabSpec::new(name, Impairments::default());
     spec.poll = poll;
-    let lab = Lab::up(&spec)?;
+    let bench = LabServer::up_spec(&spec)?;
+    let lab = bench.lab();
     for n in [Node::A, Node::B] {
         sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
             .map_err(|e| setup_err("tcp_no_metrics_save")(crate::error_chain(&e)))?;
     }
     let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
-    let server = SocketAddr::new(b, SERVER_PORT);
-    let handle = netns::run_in(Some(lab.netns(Node::B)), || {
-        Server::bind(ServerConfig::for_own_run(server))
-            .map_err(|e| crate::error_chain(&e))?
-            .spawn()
-            .map_err(|e| crate::error_chain(&e))
-    })
-    .map_err(|e| setup_err("server")(crate::error_chain(&e)))?
-    .map_err(setup_err("server"))?;
-    lab.wait_quiet(Duration::from_millis(1200), Duration::from_secs(6));
     let hosts = vec![
         (Some(lab.netns(Node::A).to_string()), b),
         (Some(lab.netns(Node::B).to_string()), a),
     ];
     Ok(Bench {
-        lab: Some(lab),
-        server_handle: Some(handle),
-        server,
+        server: bench.server,
+        lab: Some(bench),
         hosts,
         journal: None,
     })
@@ -114,7 +103,6 @@ fn remote_bench(server: SocketAddr) -> Result<Bench, ExperimentError> {
     nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
     Ok(Bench {
         lab: None,
-        server_handle: None,
         server,
         hosts: vec![(None, server.ip())],
         journal: Some(journal),
@@ -215,7 +203,7 @@ fn trial(
             .collect()
     };
     let drops = || {
-        b.lab.as_ref().map_or(0, |l| {
+        b.lab().map_or(0, |l| {
             let st = l.status();
             st.a2b.counters.drop_blackout + st.b2a.counters.drop_blackout
         })
@@ -245,7 +233,7 @@ fn trial(
     let ctl = RunControl::default();
     let result = std::thread::scope(|sc| {
         let blackout = sc.spawn(|| -> Result<(u64, u64), String> {
-            match (s.blackout_by, &b.lab) {
+            match (s.blackout_by, b.lab()) {
                 (BlackoutBy::Emulator, Some(lab)) => {
                     let w = lab
                         .blackout(&Dir::BOTH, d, Some(port), Start::After { ns: warmup.as_nanos() as u64 })
@@ -257,8 +245,8 @@ fn trial(
                 }
                 (BlackoutBy::Nftables, lab) => {
                     let (add, del) = (
-                        Nft::spawn(lab.as_ref(), Node::A)?,
-                        Nft::spawn(lab.as_ref(), Node::A)?,
+                        Nft::spawn(lab, Node::A)?,
+                        Nft::spawn(lab, Node::A)?,
                     );
                     std::thread::sleep(warmup);
                     add.run(
@@ -279,7 +267,7 @@ fn trial(
     let after = counters();
     rec.dropped_frames = drops().saturating_sub(dropped0);
     if rec.dropped_frames > 0 {
-        rec.last_drop_ns = b.lab.as_ref().map_or(0, |l| {
+        rec.last_drop_ns = b.lab().map_or(0, |l| {
             let st = l.status();
             st.a2b
                 .counters

@@ -21,15 +21,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// Why a comparison could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum CompareError {
-    #[error(transparent)]
-    Lab(#[from] crate::lab::LabError),
-    #[error("{0}")]
-    Setup(String),
-}
-
 /// Passive samples of the TCP_RR connection, by method and place.
 #[derive(Default)]
 struct PassiveSink {
@@ -52,13 +43,13 @@ impl Sink for PassiveSink {
 ///
 /// # Errors
 /// The lab or its server could not be set up.
-pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>, CompareError> {
+pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>, ExperimentError> {
     if s.server.is_some() {
         return Ok(None);
     }
     let mut spec = LabSpec::new(lab_name, Impairments::with_rtt(s.lab_rtt));
     spec.poll = s.lab_poll;
-    Ok(Some(LabServer::up_spec(&spec)?))
+    LabServer::up_spec(&spec).map(Some)
 }
 
 /// Every layer at once, against the lab's server or `s.server`, and the gaps between
@@ -433,10 +424,7 @@ impl Experiment for Compare {
     }
 
     fn bench(&self) -> Result<Option<LabServer>, ExperimentError> {
-        lab_for(&self.settings, &self.lab_name).map_err(|e| match e {
-            CompareError::Lab(l) => ExperimentError::Lab(l),
-            CompareError::Setup(m) => ExperimentError::Setup(m),
-        })
+        lab_for(&self.settings, &self.lab_name)
     }
 
     fn trial(

@@ -25,6 +25,14 @@ pub enum ExperimentError {
     /// Where the trials run could not be set up (the message names the step).
     #[error("{0}")]
     Setup(String),
+    /// The rttlab server inside the lab did not start.
+    #[error("starting the rttlab server in the lab")]
+    Server(#[source] crate::probe::server::ServerError),
+    /// Its threads could not be started.
+    #[error("starting the rttlab server in the lab")]
+    ServerThreads(#[source] std::io::Error),
+    #[error(transparent)]
+    Netns(#[from] crate::kernel::netns::NetnsError),
 }
 
 /// Serde's default for `trials` in settings written before `--trials` existed.

@@ -562,7 +562,7 @@ impl Experiment for PassiveVsActive {
     }
 
     fn bench(&self) -> Result<LabServer, ExperimentError> {
-        Ok(LabServer::up(&self.lab_name, Impairments::default())?)
+        LabServer::up(&self.lab_name, Impairments::default())
     }
 
     fn trial(

@@ -221,7 +221,7 @@ impl Experiment for SynRtoExperiment {
             Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
         );
         spec.poll = s.lab_poll;
-        Ok(LabServer::up_spec(&spec)?)
+        LabServer::up_spec(&spec)
     }
 
     fn trial(
