@@ -6,7 +6,6 @@ use clap::Args;
 use rttlab::experiment::compare;
 use rttlab::experiment::runner;
 use rttlab::results::compare::CompareSettings;
-use std::io::IsTerminal;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -109,21 +108,9 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: format!("cmp{}", std::process::id() % 100_000),
     };
-    let tty = std::io::stderr().is_terminal();
-    let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| {
-        if tty && p.total > 1 {
-            eprint!(
-                "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
-                p.done,
-                p.total,
-                p.eta.as_secs_f64(),
-                p.last
-            );
-        }
-    })?;
-    if tty && trials > 1 {
-        eprint!("\r\x1b[K");
-    }
+    let mut line = super::progress::TrialLine::new();
+    let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| line.show(p))?;
+    line.clear();
     if a.json {
         let first = o.records.iter().min_by_key(|r| r.trial);
         println!("{}", serde_json::to_string_pretty(&first)?);

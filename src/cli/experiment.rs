@@ -1,6 +1,6 @@
 //! `rttlab experiment`: the seeds' experiments, each into a results directory.
 
-use super::progress::on_interrupt;
+use super::progress::{on_interrupt, TrialLine};
 use super::values;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
@@ -8,7 +8,6 @@ use rttlab::experiment::blackout;
 use rttlab::experiment::runner::{self, Experiment};
 use rttlab::experiment::{passive_active, resreq, sweep, synrto};
 use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -346,27 +345,15 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
 /// was measured stays in `out`, and a rerun with the same `--out` resumes).
 fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow::Result<()> {
     let stop = interrupt_flag();
-    let tty = std::io::stderr().is_terminal();
     eprintln!(
         "rttlab: {} into {} (interrupt and rerun with --out {} to resume)",
         E::NAME,
         out.display(),
         out.display()
     );
-    let o = runner::run(e, out, facts, &stop, &mut |p| {
-        if tty {
-            eprint!(
-                "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
-                p.done,
-                p.total,
-                p.eta.as_secs_f64(),
-                p.last
-            );
-        }
-    })?;
-    if tty {
-        eprint!("\r\x1b[K");
-    }
+    let mut line = TrialLine::new();
+    let o = runner::run(e, out, facts, &stop, &mut |p| line.show(p))?;
+    line.clear();
     print!("{}", o.text);
     println!(
         "{} trials ({} failed); report: {}",

@@ -65,3 +65,34 @@ impl Drop for ProgressLine {
         }
     }
 }
+
+/// The trial runner's progress on stderr, one line rewritten in place, when stderr is a
+/// terminal and there is more than one trial; [`TrialLine::clear`] removes it.
+pub struct TrialLine {
+    shown: bool,
+}
+
+impl TrialLine {
+    pub fn new() -> Self {
+        Self { shown: false }
+    }
+
+    pub fn show(&mut self, p: &rttlab::experiment::runner::Progress) {
+        if p.total > 1 && std::io::stderr().is_terminal() {
+            self.shown = true;
+            eprint!(
+                "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
+                p.done,
+                p.total,
+                p.eta.as_secs_f64(),
+                p.last
+            );
+        }
+    }
+
+    pub fn clear(&self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+        }
+    }
+}

@@ -37,6 +37,17 @@ impl LabServer {
         Self::up_spec(&LabSpec::new(name, imp))
     }
 
+    /// A lab of round-trip delay `rtt` (split between the directions), its emulator
+    /// busy-polling when `poll`, with the server in b.
+    ///
+    /// # Errors
+    /// The lab or the server could not be set up.
+    pub fn with_rtt(name: &str, rtt: Duration, poll: bool) -> Result<Self, ExperimentError> {
+        let mut spec = LabSpec::new(name, Impairments::with_rtt(rtt));
+        spec.poll = poll;
+        Self::up_spec(&spec)
+    }
+
     /// As [`LabServer::up`] with a full lab spec.
     ///
     /// # Errors

@@ -8,8 +8,7 @@ use super::bench::{capture_port, port_srtt, LabServer};
 use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::{netns, route};
-use crate::lab::impair::Impairments;
-use crate::lab::{LabSpec, Node};
+use crate::lab::Node;
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
 use crate::probe::ping::{self, PingControl, PingSettings};
@@ -47,9 +46,7 @@ pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>,
     if s.server.is_some() {
         return Ok(None);
     }
-    let mut spec = LabSpec::new(lab_name, Impairments::with_rtt(s.lab_rtt));
-    spec.poll = s.lab_poll;
-    LabServer::up_spec(&spec).map(Some)
+    LabServer::with_rtt(lab_name, s.lab_rtt, s.lab_poll).map(Some)
 }
 
 /// Every layer at once, against the lab's server or `s.server`, and the gaps between

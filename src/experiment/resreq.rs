@@ -17,8 +17,6 @@ use super::bench::{capture_port, port_srtt, until_interrupted, LabServer};
 use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::netns;
-use crate::lab::impair::Impairments;
-use crate::lab::LabSpec;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
 use crate::results::resreq::Point;
@@ -299,12 +297,11 @@ impl Experiment for ResreqInterval {
 
     fn bench(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
-        let mut spec = LabSpec::new(
+        LabServer::with_rtt(
             &self.lab_name,
-            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
-        );
-        spec.poll = s.lab_poll;
-        LabServer::up_spec(&spec)
+            Duration::from_micros(s.lab_rtt_us),
+            s.lab_poll,
+        )
     }
 
     fn trial(

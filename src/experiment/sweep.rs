@@ -14,8 +14,6 @@ use super::bench::{until_interrupted, LabServer};
 use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::netns;
-use crate::lab::impair::Impairments;
-use crate::lab::LabSpec;
 use crate::probe::pacing::PaceMode;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -167,12 +165,11 @@ impl Experiment for IntervalSweep {
 
     fn bench(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
-        let mut spec = LabSpec::new(
+        LabServer::with_rtt(
             &self.lab_name,
-            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
-        );
-        spec.poll = s.lab_poll;
-        LabServer::up_spec(&spec)
+            Duration::from_micros(s.lab_rtt_us),
+            s.lab_poll,
+        )
     }
 
     fn trial(

@@ -16,8 +16,7 @@ use super::ExperimentError;
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{hz, netns, netstat};
-use crate::lab::impair::Impairments;
-use crate::lab::{LabSpec, Node};
+use crate::lab::Node;
 use crate::results::synrto::{Case, CASES};
 use crate::results::{write_file, ResultsError};
 use crate::stats::LatencyHistogram;
@@ -216,12 +215,11 @@ impl Experiment for SynRtoExperiment {
 
     fn bench(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
-        let mut spec = LabSpec::new(
+        LabServer::with_rtt(
             &self.lab_name,
-            Impairments::with_rtt(Duration::from_micros(s.lab_rtt_us)),
-        );
-        spec.poll = s.lab_poll;
-        LabServer::up_spec(&spec)
+            Duration::from_micros(s.lab_rtt_us),
+            s.lab_poll,
+        )
     }
 
     fn trial(

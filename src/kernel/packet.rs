@@ -3,7 +3,7 @@
 //! kernel's counters, and attaching a classic BPF socket filter (linux/if_packet.h,
 //! linux/filter.h, Documentation/networking/packet_mmap.rst).
 
-use super::SyscallError;
+use super::{sockopt, SyscallError};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 pub const TPACKET_V2: libc::c_int = 1;
@@ -46,34 +46,6 @@ pub fn socket(protocol: u16) -> Result<OwnedFd, SyscallError> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// setsockopt(2) at `level` with a plain-data value.
-///
-/// # Errors
-/// The kernel refused the option.
-pub fn setopt_at<T>(
-    fd: RawFd,
-    level: libc::c_int,
-    name: libc::c_int,
-    v: &T,
-    call: &'static str,
-) -> Result<(), SyscallError> {
-    // SAFETY: v is valid for size_of::<T>() bytes.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (v as *const T).cast(),
-            std::mem::size_of::<T>() as u32,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(SyscallError::last(call))
-    }
-}
-
 /// A SOL_PACKET option.
 ///
 /// # Errors
@@ -84,7 +56,7 @@ pub fn setopt<T>(
     v: &T,
     call: &'static str,
 ) -> Result<(), SyscallError> {
-    setopt_at(fd, libc::SOL_PACKET, name, v, call)
+    sockopt::set(fd, libc::SOL_PACKET, name, v, call)
 }
 
 /// Bind the socket to interface `ifindex` for `protocol`.
@@ -185,7 +157,7 @@ pub fn attach_filter(fd: RawFd, prog: &[SockFilter]) -> Result<(), SyscallError>
         len: u16::try_from(prog.len()).unwrap_or(u16::MAX),
         filter: prog.as_ptr().cast_mut().cast(),
     };
-    setopt_at(
+    sockopt::set(
         fd,
         libc::SOL_SOCKET,
         libc::SO_ATTACH_FILTER,

@@ -57,20 +57,35 @@ fn set_int(
     v: libc::c_int,
     call: &'static str,
 ) -> Result<(), SyscallError> {
-    // SAFETY: passing a pointer to a live c_int and its size.
+    set(fd, level, opt, &v, call)
+}
+
+/// setsockopt(2) with a plain-data value at `level`.
+///
+/// # Errors
+/// The kernel refused the option.
+pub fn set<T>(
+    fd: RawFd,
+    level: libc::c_int,
+    opt: libc::c_int,
+    v: &T,
+    call: &'static str,
+) -> Result<(), SyscallError> {
+    // SAFETY: v is valid for size_of::<T>() bytes.
     let rc = unsafe {
         libc::setsockopt(
             fd,
             level,
             opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
-    if rc != 0 {
-        return Err(SyscallError::last(call));
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(SyscallError::last(call))
     }
-    Ok(())
 }
 
 /// Turn thin-stream linear timeouts on or off for one socket (`tp->thin_lto`, read by

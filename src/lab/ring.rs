@@ -7,7 +7,7 @@
 //! hands over each frame as soon as it is written.
 
 use crate::kernel::packet::{
-    bind, map_ring, packet_statistics, setopt, setopt_at, socket, ETH_P_8021Q, ETH_P_ALL,
+    bind, map_ring, packet_statistics, setopt, socket, ETH_P_8021Q, ETH_P_ALL,
     PACKET_IGNORE_OUTGOING, PACKET_QDISC_BYPASS, PACKET_RX_RING, PACKET_VERSION, TPACKET_V2,
     TP_STATUS_COPY, TP_STATUS_KERNEL, TP_STATUS_USER, TP_STATUS_VLAN_TPID_VALID,
     TP_STATUS_VLAN_VALID,
@@ -85,7 +85,7 @@ impl RxRing {
         // (net.core.netdev_tstamp_prequeue), so a frame is stamped when the sender's
         // veth hands it over, not when a possibly deferred softirq (ksoftirqd on a busy
         // vCPU) delivers it to the ring; the ring then reports that stamp.
-        setopt_at(
+        crate::kernel::sockopt::set(
             raw,
             libc::SOL_SOCKET,
             libc::SO_TIMESTAMPNS,
