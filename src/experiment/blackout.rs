@@ -149,6 +149,67 @@ fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
     Nft::spawn(lab, Node::A)?.run(script)
 }
 
+/// TCP_RR `-r 1,2` on `port` for `run_for`, thin per socket too (so a remote server's
+/// end is thin as well), with the sweep's congestion control.
+fn rr_settings(
+    server: SocketAddr,
+    s: &Settings,
+    thin: bool,
+    port: u16,
+    run_for: Duration,
+) -> RrSettings {
+    let mut rs = RrSettings::new(server);
+    rs.secret.clone_from(&s.secret);
+    rs.thin_linear_timeouts = thin;
+    rs.request_size = 1;
+    rs.response_size = 2;
+    rs.duration = Some(run_for);
+    rs.data_port = port;
+    rs.congestion = Some(s.cc.clone());
+    rs.percentiles = vec![];
+    rs
+}
+
+/// Black out `port` for `d`, `warmup` from now: the lab's emulator (both directions, in
+/// the path) or nftables on host a. Returns when it began and ended (CLOCK_REALTIME ns).
+fn black_out(
+    b: &Bench,
+    by: BlackoutBy,
+    warmup: Duration,
+    d: Duration,
+    port: u16,
+) -> Result<(u64, u64), String> {
+    match (by, b.lab()) {
+        (BlackoutBy::Emulator, Some(lab)) => {
+            let w = lab
+                .blackout(
+                    &Dir::BOTH,
+                    d,
+                    Some(port),
+                    Start::After {
+                        ns: warmup.as_nanos() as u64,
+                    },
+                )
+                .map_err(|e| crate::error_chain(&e))?;
+            Ok((w.start_ns, w.end_ns))
+        }
+        (BlackoutBy::Emulator, None) => {
+            Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
+        }
+        (BlackoutBy::Nftables, lab) => {
+            let (add, del) = (Nft::spawn(lab, Node::A)?, Nft::spawn(lab, Node::A)?);
+            std::thread::sleep(warmup);
+            add.run(&format!(
+                "table inet rttlab_blackout {{\n chain input {{ type filter hook input priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n chain output {{ type filter hook output priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n}}\n"
+            ))?;
+            let start = realtime_ns();
+            std::thread::sleep(d);
+            del.run("delete table inet rttlab_blackout\n")?;
+            Ok((start, realtime_ns()))
+        }
+    }
+}
+
 /// Run one trial.
 fn trial(
     b: &Bench,
@@ -160,29 +221,8 @@ fn trial(
 ) -> TrialRecord {
     let drop_at = s.blackout_by.drop_at();
     let (predicted_ms, boundary_ms) = predict(rto_min_ms, thin, d_ms, hz, drop_at);
-    let mut rec = TrialRecord {
-        rto_min_ms,
-        thin,
-        disruption_ms: d_ms,
-        trial: k,
-        idle_ms: None,
-        predicted_ms,
-        boundary_ms,
-        transactions: 0,
-        client_retrans: None,
-        server_retrans: None,
-        loss_probes: 0,
-        timeouts: 0,
-        retrans_fail: 0,
-        path: "none".into(),
-        blackout_start_ns: 0,
-        blackout_end_ns: 0,
-        dropped_frames: 0,
-        last_drop_ns: 0,
-        started_ns: realtime_ns(),
-        elapsed_s: 0.0,
-        error: None,
-    };
+    let mut rec = TrialRecord::new((rto_min_ms, thin, d_ms), k, realtime_ns());
+    (rec.predicted_ms, rec.boundary_ms) = (predicted_ms, boundary_ms);
     let t0 = Instant::now();
     let j = b.journal.as_ref();
     let prep = || -> Result<(), String> {
@@ -220,47 +260,10 @@ fn trial(
             // nft's own time to change the ruleset delays the blackout's real start.
             BlackoutBy::Nftables => Duration::from_millis(1000),
         };
-    let mut rs = RrSettings::new(b.server);
-    rs.secret.clone_from(&s.secret);
-    // Per socket too, so a remote server's end is thin as well.
-    rs.thin_linear_timeouts = thin;
-    rs.request_size = 1;
-    rs.response_size = 2;
-    rs.duration = Some(run_for);
-    rs.data_port = port;
-    rs.congestion = Some(s.cc.clone());
-    rs.percentiles = vec![];
+    let rs = rr_settings(b.server, s, thin, port, run_for);
     let ctl = RunControl::default();
     let result = std::thread::scope(|sc| {
-        let blackout = sc.spawn(|| -> Result<(u64, u64), String> {
-            match (s.blackout_by, b.lab()) {
-                (BlackoutBy::Emulator, Some(lab)) => {
-                    let w = lab
-                        .blackout(&Dir::BOTH, d, Some(port), Start::After { ns: warmup.as_nanos() as u64 })
-                        .map_err(|e| crate::error_chain(&e))?;
-                    Ok((w.start_ns, w.end_ns))
-                }
-                (BlackoutBy::Emulator, None) => {
-                    Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
-                }
-                (BlackoutBy::Nftables, lab) => {
-                    let (add, del) = (
-                        Nft::spawn(lab, Node::A)?,
-                        Nft::spawn(lab, Node::A)?,
-                    );
-                    std::thread::sleep(warmup);
-                    add.run(
-                        &format!(
-                            "table inet rttlab_blackout {{\n chain input {{ type filter hook input priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n chain output {{ type filter hook output priority 0; tcp sport {port} drop; tcp dport {port} drop; }}\n}}\n"
-                        ),
-                    )?;
-                    let start = realtime_ns();
-                    std::thread::sleep(d);
-                    del.run("delete table inet rttlab_blackout\n")?;
-                    Ok((start, realtime_ns()))
-                }
-            }
-        });
+        let blackout = sc.spawn(|| black_out(b, s.blackout_by, warmup, d, port));
         let r = netns::run_in(client_ns, || rr::run(&rs, &ctl));
         (r, blackout.join())
     });

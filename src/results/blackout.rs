@@ -132,6 +132,40 @@ pub struct TrialRecord {
     pub error: Option<String>,
 }
 
+impl TrialRecord {
+    /// A trial of `cell` (rto_min ms, thin, D ms) begun at `started_ns`, nothing
+    /// measured yet.
+    pub fn new(
+        (rto_min_ms, thin, disruption_ms): (u32, bool, u32),
+        trial: u32,
+        started_ns: u64,
+    ) -> Self {
+        Self {
+            rto_min_ms,
+            thin,
+            disruption_ms,
+            trial,
+            idle_ms: None,
+            predicted_ms: f64::NAN,
+            boundary_ms: None,
+            transactions: 0,
+            client_retrans: None,
+            server_retrans: None,
+            loss_probes: 0,
+            timeouts: 0,
+            retrans_fail: 0,
+            path: "none".into(),
+            blackout_start_ns: 0,
+            blackout_end_ns: 0,
+            dropped_frames: 0,
+            last_drop_ns: 0,
+            started_ns,
+            elapsed_s: 0.0,
+            error: None,
+        }
+    }
+}
+
 /// The path of a trial whose blackout (the emulator's) dropped no frame at all.
 pub const NO_DROP: &str = "no_drop";
 
@@ -311,27 +345,11 @@ mod tests {
         assert_eq!(path_of(0, 0, Some(160.0), 30, Some(0)), NO_DROP);
         assert_eq!(path_of(1, 0, Some(160.0), 30, Some(0)), NO_DROP);
         let t = |idle: f64, path: &str| TrialRecord {
-            rto_min_ms: 5,
-            thin: false,
-            disruption_ms: 100,
-            trial: 0,
             idle_ms: Some(idle),
             predicted_ms: 100.0,
-            boundary_ms: None,
             transactions: 1,
-            client_retrans: None,
-            server_retrans: None,
-            loss_probes: 0,
-            timeouts: 0,
-            retrans_fail: 0,
             path: path.into(),
-            blackout_start_ns: 0,
-            blackout_end_ns: 0,
-            dropped_frames: 0,
-            last_drop_ns: 0,
-            started_ns: 0,
-            elapsed_s: 0.0,
-            error: None,
+            ..TrialRecord::new((5, false, 100), 0, 0)
         };
         let s = summarise(&[t(104.0, "tlp_rto"), t(98.0, "tlp_rto"), t(300.0, "probe0")]);
         assert_eq!(s.len(), 2);
