@@ -9,6 +9,7 @@ use super::runner::{Experiment, TrialContext};
 use super::ExperimentError;
 use crate::kernel::{netns, route};
 use crate::lab::Node;
+use crate::passive::sampler::Period;
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
 use crate::probe::ping::{self, PingControl, PingSettings};
@@ -204,14 +205,10 @@ pub fn measure(
     let (retr_c, retr_s) = tcp
         .as_ref()
         .map_or((None, None), |r| (r.local_retrans, r.remote_retrans));
-    let mut client_srtt = LatencyHistogram::new();
-    if let Ok(r) = &tcp {
-        for t in &r.tcpinfo_series {
-            if t.info.rtt_us > 0 {
-                client_srtt.record_ns(u64::from(t.info.rtt_us) * 1000);
-            }
-        }
-    }
+    let client_srtt = srtt_histogram(
+        tcp.iter()
+            .flat_map(|r| r.tcpinfo_series.iter().map(|t| t.info.rtt_us)),
+    );
     layers.push(Layer::from_histogram(
         "tcp_info client",
         "srtt, sampled every 10 ms",
@@ -223,18 +220,11 @@ pub fn measure(
             errors.push(format!("tcp_info server: {}", e));
             LatencyHistogram::new()
         }
-        None => {
-            // A remote server: the srtt it reported at the end of the run.
-            let mut h = LatencyHistogram::new();
-            if let Ok(r) = &tcp {
-                for t in &r.remote_tcp_info {
-                    if t.rtt_us > 0 {
-                        h.record_ns(u64::from(t.rtt_us) * 1000);
-                    }
-                }
-            }
-            h
-        }
+        // A remote server: the srtt it reported at the end of the run.
+        None => srtt_histogram(
+            tcp.iter()
+                .flat_map(|r| r.remote_tcp_info.iter().map(|t| t.rtt_us)),
+        ),
     };
     layers.push(Layer::from_histogram(
         "tcp_info server",
@@ -262,19 +252,7 @@ pub fn measure(
     let (sampler, local, drops) = pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
         (p.periods.clone(), p.sink.local, p.drops)
     });
-    let metric = sampler.iter().max_by_key(|p| p.samples);
-    layers.push(Layer {
-        name: "sampled metric".into(),
-        what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated".into(),
-        samples: metric.map_or(0, |p| p.samples),
-        min_us: None,
-        p50_us: metric.and_then(|p| p.median_ms).map(|v| v * 1e3),
-        p90_us: metric.and_then(|p| p.p90_ms).map(|v| v * 1e3),
-        p99_us: metric.and_then(|p| p.p99_ms).map(|v| v * 1e3),
-        max_us: None,
-        mean_us: None,
-        histogram: None,
-    });
+    layers.push(metric_layer(sampler.iter().max_by_key(|p| p.samples)));
     let mut result = CompareResult {
         settings: s.clone(),
         server,
@@ -293,6 +271,33 @@ pub fn measure(
     };
     result.explanations = explain(&result);
     result
+}
+
+/// tcp_info srtt values (µs; 0: no sample yet) as a histogram.
+fn srtt_histogram(rtt_us: impl Iterator<Item = u32>) -> LatencyHistogram {
+    let mut h = LatencyHistogram::new();
+    for us in rtt_us.filter(|&us| us > 0) {
+        h.record_ns(u64::from(us) * 1000);
+    }
+    h
+}
+
+/// The sampled metric's row: its busiest period's interpolated percentiles (it has no
+/// histogram of its own, only buckets).
+fn metric_layer(metric: Option<&Period>) -> Layer {
+    let us = |ms: Option<f64>| ms.map(|v| v * 1e3);
+    Layer {
+        name: "sampled metric".into(),
+        what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated".into(),
+        samples: metric.map_or(0, |p| p.samples),
+        min_us: None,
+        p50_us: us(metric.and_then(|p| p.median_ms)),
+        p90_us: us(metric.and_then(|p| p.p90_ms)),
+        p99_us: us(metric.and_then(|p| p.p99_ms)),
+        max_us: None,
+        mean_us: None,
+        histogram: None,
+    }
 }
 
 /// A layer's row, or an empty row and the error that kept it from running.
