@@ -97,13 +97,30 @@ pub fn bpftool_update(pin_dir: &Path, ip: IpAddr, prefix: u8, t: Tuning) -> Stri
     )
 }
 
+/// A step of loading the program that failed, keeping the error as its source.
+fn load<E: std::error::Error + Send + Sync + 'static>(
+    step: &str,
+) -> impl FnOnce(E) -> SynRtoError + '_ {
+    move |e| SynRtoError::Load {
+        step: step.into(),
+        source: Box::new(e),
+    }
+}
+
 /// Errors of the override.
 #[derive(Debug, thiserror::Error)]
 pub enum SynRtoError {
     #[error("{0}")]
     Setup(String),
-    #[error("loading the eBPF program: {0} (needs root: CAP_BPF and CAP_NET_ADMIN)")]
-    Load(String),
+    #[error("loading the eBPF program: {step} (needs root: CAP_BPF and CAP_NET_ADMIN)")]
+    Load {
+        step: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The compiled object lacks a map or program this rttlab expects.
+    #[error("the eBPF object has no {0}: rebuild it with bpf/build.sh")]
+    Object(String),
     #[error("{path}: {msg}")]
     Map { path: String, msg: String },
     #[error(transparent)]
@@ -244,28 +261,23 @@ impl SynRto {
     }
 
     fn load_pin_attach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
-        let mut ebpf = Ebpf::load(OBJECT).map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
+        let mut ebpf = Ebpf::load(OBJECT).map_err(load("opening the object"))?;
         for (name, file) in [(MAP_V4, "v4"), (MAP_V6, "v6")] {
             let map = ebpf
                 .map(name)
-                .ok_or_else(|| SynRtoError::Load(format!("no map {name}")))?;
-            map.pin(self.pin_dir.join(file)).map_err(|e| {
-                SynRtoError::Load(format!("pinning {name}: {}", crate::error_chain(&e)))
-            })?;
+                .ok_or_else(|| SynRtoError::Object(format!("map {name}")))?;
+            map.pin(self.pin_dir.join(file))
+                .map_err(load("pinning a map"))?;
         }
         let prog: &mut SockOps = ebpf
             .program_mut(PROGRAM)
-            .ok_or_else(|| SynRtoError::Load(format!("no program {PROGRAM}")))?
+            .ok_or_else(|| SynRtoError::Object(format!("program {PROGRAM}")))?
             .try_into()
-            .map_err(|e: aya::programs::ProgramError| SynRtoError::Load(crate::error_chain(&e)))?;
-        prog.load()
-            .map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
-        prog.pin(self.prog_pin()).map_err(|e| {
-            SynRtoError::Load(format!("pinning the program: {}", crate::error_chain(&e)))
-        })?;
-        let fd = prog
-            .fd()
-            .map_err(|e| SynRtoError::Load(crate::error_chain(&e)))?;
+            .map_err(load("finding the sock_ops program"))?;
+        prog.load().map_err(load("the kernel's verifier"))?;
+        prog.pin(self.prog_pin())
+            .map_err(load("pinning the program"))?;
+        let fd = prog.fd().map_err(load("the program's descriptor"))?;
         prog_attach(BPF_PROG_ATTACH, cgroup, &fd.as_fd())
     }
 
