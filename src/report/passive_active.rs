@@ -458,8 +458,11 @@ pub fn html(
 /// # Errors
 /// A file could not be read or written.
 pub fn write(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsError> {
+    // The seed's order (trials ran shuffled), each scenario's trials in turn.
+    let mut results = results.to_vec();
+    results.sort_by_key(|r| (Scenario::order(&r.scenario), r.trial));
     let mut series = Vec::new();
-    for r in results {
+    for r in &results {
         let rows = if r.samples_file.is_empty() {
             Vec::new()
         } else {

@@ -349,7 +349,7 @@ pub fn html(
 /// A file could not be written.
 pub fn write(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
     let mut points = points.to_vec();
-    points.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms));
+    points.sort_by(|a, b| a.wait_ms.total_cmp(&b.wait_ms).then(a.trial.cmp(&b.trial)));
     let text = tables(&points);
     let charts = charts(&points);
     write_file(out, "tables.txt", &text)?;

@@ -169,6 +169,7 @@ pub fn write(out: &Path, points: &[Point]) -> Result<String, ResultsError> {
         a.interval_us
             .total_cmp(&b.interval_us)
             .then(a.tool.cmp(&b.tool))
+            .then(a.trial.cmp(&b.trial))
     });
     let text = table(&points);
     let chart = chart(&points);

@@ -136,6 +136,10 @@ pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String 
 /// # Errors
 /// A file could not be written or read.
 pub fn write(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
+    // The cases in the order they are defined (trials ran shuffled), trials in turn.
+    let mut cases = cases.to_vec();
+    cases.sort_by_key(|c| (CASES.iter().position(|x| *x == c.case), c.trial));
+    let cases = &cases[..];
     let mut hists = Vec::new();
     for c in cases {
         if let Some(f) = &c.file {

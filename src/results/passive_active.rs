@@ -34,6 +34,17 @@ impl Scenario {
             .map(|kbytes| Self::Queue { kbytes })
     }
 
+    /// Where a scenario named `name` sorts in tables: delay, then loss and queue
+    /// scenarios by size, then names this rttlab does not know.
+    pub fn order(name: &str) -> (u8, u32) {
+        match Self::parse(name) {
+            Some(Self::Delay) => (0, 0),
+            Some(Self::Loss { percent }) => (1, percent),
+            Some(Self::Queue { kbytes }) => (2, kbytes),
+            None => (3, 0),
+        }
+    }
+
     /// The seed's scenarios, in its order.
     pub fn seed_names() -> Vec<String> {
         ["delay", "loss-5", "loss-10", "loss-15", "loss-20"]
