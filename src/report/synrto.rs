@@ -140,10 +140,15 @@ pub fn write(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
     let mut cases = cases.to_vec();
     cases.sort_by_key(|c| (CASES.iter().position(|x| *x == c.case), c.trial));
     let cases = &cases[..];
-    let mut hists = Vec::new();
+    // One distribution per case: its trials' connections together.
+    let mut hists: Vec<(String, LatencyHistogram)> = Vec::new();
     for c in cases {
         if let Some(f) = &c.file {
-            hists.push((c.case.clone(), read_histogram(out, f)?));
+            let h = read_histogram(out, f)?;
+            match hists.iter_mut().find(|(n, _)| *n == c.case) {
+                Some((_, all)) => all.merge(&h),
+                None => hists.push((c.case.clone(), h)),
+            }
         }
     }
     let text = table(cases);
