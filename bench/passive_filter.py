@@ -117,8 +117,8 @@ def main():
         f.write(f"Recorded by `sudo bench/passive_filter.py --before <build without the filter> --packets {a.packets} "
                 f"--runs {a.runs}` on {time.strftime('%Y-%m-%d')}, kernel {os.uname().release}, 2 vCPUs shared by "
                 "the sender (trafgen on every CPU) and the capture. One frame in ten is the selected flow "
-                "(port 5001, 86 bytes); nine in ten are a 1 400-byte bulk flow on port 9999. `before`: every "
-                "frame copied whole into the ring, the port chosen in user space; `after`: the kernel keeps "
+                "(port 5001, 74 bytes); nine in ten are a 1 400-byte bulk flow on port 9999. `before`: every "
+                "frame copied whole into the ring, the port chosen in user space (the build before the filter, commit 6c20e85); `after`: the kernel keeps "
                 "256 bytes of port-5001 TCP frames only.\n\n")
         f.write("| run | build | offered (interface counter) | given to the capture socket | dropped by the ring | read by the analysis | CPU s |\n")
         f.write("|---:|---|---:|---:|---:|---:|---:|\n")
