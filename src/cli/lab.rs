@@ -312,7 +312,14 @@ fn find(name: &str) -> anyhow::Result<LabInfo> {
         .ok_or_else(|| LabError::NoSuchLab(name.into()))?;
     match (f.info, f.live) {
         (Some(i), true) => Ok(i),
-        _ => Err(LabError::Unreachable(format!("lab {name}'s owner has gone")).into()),
+        _ => Err(LabError::Unreachable {
+            path: topology::state_dir(name)
+                .join("control.sock")
+                .display()
+                .to_string(),
+            source: "the process that owns the lab has gone".into(),
+        }
+        .into()),
     }
 }
 

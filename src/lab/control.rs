@@ -76,13 +76,14 @@ pub enum Reply {
 /// # Errors
 /// The socket is gone or silent (the owner died), or the owner answered with an error.
 pub fn request(path: &Path, req: &Request) -> Result<Reply, LabError> {
-    let gone = |e: std::io::Error| {
-        LabError::Unreachable(format!("{}: {}", path.display(), crate::error_chain(&e)))
+    let gone = |e: std::io::Error| LabError::Unreachable {
+        path: path.display().to_string(),
+        source: e.into(),
     };
     let mut s = UnixStream::connect(path).map_err(gone)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(gone)?;
-    let mut line = serde_json::to_vec(req).map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
+    let mut line = serde_json::to_vec(req).map_err(super::setup("encoding a control request"))?;
     line.push(b'\n');
     s.write_all(&line).map_err(gone)?;
     let mut reply = String::new();
@@ -90,10 +91,10 @@ pub fn request(path: &Path, req: &Request) -> Result<Reply, LabError> {
     match serde_json::from_str(&reply) {
         Ok(Reply::Error { message }) => Err(LabError::Refused(message)),
         Ok(r) => Ok(r),
-        Err(e) => Err(LabError::Unreachable(format!(
-            "{}: bad reply ({e})",
-            path.display()
-        ))),
+        Err(e) => Err(LabError::Unreachable {
+            path: path.display().to_string(),
+            source: format!("its reply is not one this rttlab understands: {e}").into(),
+        }),
     }
 }
 

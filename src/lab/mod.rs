@@ -23,6 +23,17 @@ use std::sync::Arc;
 pub use topology::{HostInfo, LabInfo};
 
 /// Errors building, changing or removing a lab.
+/// A failed step of building the lab, keeping the error as its source.
+pub(crate) fn setup<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    step: impl Into<String>,
+) -> impl FnOnce(E) -> LabError {
+    let step = step.into();
+    move |e| LabError::Setup {
+        step,
+        source: e.into(),
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error("lab name {0:?} is not valid: use 1–32 of a-z, 0-9, '-' and '_'")]
@@ -35,14 +46,31 @@ pub enum LabError {
     NoSuchLab(String),
     #[error("building the lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run with sudo")]
     NotRoot,
+    /// A step of building the lab failed; what the kernel or the file system said is
+    /// its source.
+    #[error("building the lab: {step}")]
+    Setup {
+        step: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Building the lab cannot go on, with no error underneath.
     #[error("building the lab failed: {0}")]
-    Setup(String),
-    #[error("removing the lab failed: {0}")]
-    Teardown(String),
+    Cannot(String),
+    #[error("removing the lab: {step}")]
+    Teardown {
+        step: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error(transparent)]
     Invalid(#[from] impair::ImpairError),
-    #[error("the lab's emulator cannot be reached ({0}); it is not running: remove the lab with `rttlab lab down`")]
-    Unreachable(String),
+    #[error("the lab's emulator at {path} cannot be reached, so it is not running: remove the lab with `rttlab lab down`")]
+    Unreachable {
+        path: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("{0}")]
     Refused(String),
     #[error("the lab's emulator stopped: {0}; remove the lab with `rttlab lab down`")]
@@ -253,9 +281,7 @@ impl Lab {
                 detail: "its owner still runs".into(),
             });
         }
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            LabError::Setup(format!("{}: {}", dir.display(), crate::error_chain(&e)))
-        })?;
+        std::fs::create_dir_all(&dir).map_err(setup(format!("creating {}", dir.display())))?;
         let index = topology::free_index()?;
         let (a, b) = topology::hosts(&spec.name, index);
         let pid = std::process::id() as i32;
@@ -286,15 +312,13 @@ impl Lab {
         };
         let write_info = || {
             serde_json::to_vec_pretty(&info)
-                .map_err(|e| LabError::Setup(crate::error_chain(&e)))
+                .map_err(setup("encoding lab.json"))
                 .and_then(|j| {
                     // Written whole then renamed, so a reader never sees half of it.
                     let tmp = dir.join("lab.json.tmp");
                     std::fs::write(&tmp, j)
                         .and_then(|()| std::fs::rename(&tmp, dir.join("lab.json")))
-                        .map_err(|e| {
-                            LabError::Setup(format!("lab.json: {}", crate::error_chain(&e)))
-                        })
+                        .map_err(setup("writing lab.json"))
                 })
         };
         let written = write_info();
@@ -313,16 +337,13 @@ impl Lab {
     }
 
     fn start(info: LabInfo, impairments: [Impairments; 2]) -> Result<Lab, LabError> {
-        let shared = Arc::new(
-            Shared::new(impairments).map_err(|e| LabError::Setup(crate::error_chain(&e)))?,
-        );
-        let log = EventLog::open(info.events.as_deref())
-            .map_err(|e| LabError::Setup(format!("event log: {}", crate::error_chain(&e))))?;
+        let shared =
+            Arc::new(Shared::new(impairments).map_err(setup("the emulator's impairments"))?);
+        let log = EventLog::open(info.events.as_deref()).map_err(setup("opening the event log"))?;
         let (tx, rx) = std::sync::mpsc::channel();
         let router = crate::kernel::netns::path_of(&info.router_netns);
-        let ns = std::fs::File::open(&router).map_err(|e| {
-            LabError::Setup(format!("{}: {}", router.display(), crate::error_chain(&e)))
-        })?;
+        let ns =
+            std::fs::File::open(&router).map_err(setup(format!("opening {}", router.display())))?;
         let sh = shared.clone();
         let (poll, seed) = (info.poll, info.seed);
         let emulator = std::thread::Builder::new()
@@ -363,11 +384,11 @@ impl Lab {
                     }
                 }
             })
-            .map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
+            .map_err(setup("starting the emulator's thread"))?;
         match rx.recv() {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(LabError::Setup(format!("starting the emulator: {}", e))),
-            Err(_) => return Err(LabError::Setup("the emulator thread died".into())),
+            Ok(Err(e)) => return Err(setup("starting the emulator")(e)),
+            Err(_) => return Err(LabError::Cannot("the emulator thread died".into())),
         }
         while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
             std::thread::yield_now();
@@ -379,13 +400,13 @@ impl Lab {
         });
         let _ = std::fs::remove_file(&inner.info.control);
         let listener = std::os::unix::net::UnixListener::bind(&inner.info.control)
-            .map_err(|e| LabError::Setup(format!("control socket: {}", crate::error_chain(&e))))?;
+            .map_err(setup("binding the control socket"))?;
         let control_stop = Arc::new(AtomicBool::new(false));
         let (i2, stop2) = (inner.clone(), control_stop.clone());
         let control = std::thread::Builder::new()
             .name("lab-control".into())
             .spawn(move || control::serve(listener, &stop2, |r| i2.handle(r)))
-            .map_err(|e| LabError::Setup(crate::error_chain(&e)))?;
+            .map_err(setup("starting the control thread"))?;
         Ok(Lab {
             inner,
             emulator: Some(emulator),

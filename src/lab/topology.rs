@@ -120,10 +120,6 @@ fn parse_mac(s: &str) -> [u8; 6] {
     m
 }
 
-fn step<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> LabError + '_ {
-    move |e| LabError::Setup(format!("{what}: {}", e))
-}
-
 /// Create the namespaces, links, addresses and names of `info`. On error the caller
 /// removes what was made ([`remove`]).
 ///
@@ -136,7 +132,7 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 name: info.name.clone(),
                 detail: format!("namespace {ns} exists"),
             },
-            e => LabError::Setup(crate::error_chain(&e)),
+            e => super::setup(format!("creating namespace {ns}"))(e),
         })?;
     }
     // The router has no addresses: no IPv6 link-locals, no router solicitations, no
@@ -164,12 +160,12 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
             } else {
                 "1"
             };
-            sysctl::write(Some(ns), k, v).map_err(step(k))?;
+            sysctl::write(Some(ns), k, v).map_err(super::setup(*k))?;
         }
     }
     let open = |ns: &str| {
         std::fs::File::open(netns::path_of(ns))
-            .map_err(|e| LabError::Setup(format!("{ns}: {}", crate::error_chain(&e))))
+            .map_err(super::setup(format!("opening namespace {ns}")))
     };
     let (fa, fb) = (open(&info.a.netns)?, open(&info.b.netns)?);
     netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
@@ -187,25 +183,29 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 },
                 MTU,
             )
-            .map_err(step("veth"))?;
-            link::disable_offloads(ROUTER_IF[i]).map_err(step("offloads"))?;
-            link::set_up(ROUTER_IF[i]).map_err(step("link up"))?;
+            .map_err(super::setup("veth"))?;
+            link::disable_offloads(ROUTER_IF[i]).map_err(super::setup("offloads"))?;
+            link::set_up(ROUTER_IF[i]).map_err(super::setup("link up"))?;
         }
-        link::set_up("lo").map_err(step("lo up"))
+        link::set_up("lo").map_err(super::setup("lo up"))
     })
-    .map_err(step("router namespace"))??;
+    .map_err(super::setup("router namespace"))??;
     for (me, peer) in [(&info.a, &info.b), (&info.b, &info.a)] {
         netns::run_in(Some(&me.netns), || -> Result<(), LabError> {
-            link::set_up("lo").map_err(step("lo up"))?;
-            link::disable_offloads(&me.ifname).map_err(step("offloads"))?;
-            link::add_address(&me.ifname, IpAddr::V4(me.ipv4), 24).map_err(step("address"))?;
-            link::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64).map_err(step("address"))?;
-            link::set_up(&me.ifname).map_err(step("link up"))?;
+            link::set_up("lo").map_err(super::setup("lo up"))?;
+            link::disable_offloads(&me.ifname).map_err(super::setup("offloads"))?;
+            link::add_address(&me.ifname, IpAddr::V4(me.ipv4), 24)
+                .map_err(super::setup("address"))?;
+            link::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64)
+                .map_err(super::setup("address"))?;
+            link::set_up(&me.ifname).map_err(super::setup("link up"))?;
             let m = parse_mac(&peer.mac);
-            link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m).map_err(step("neighbour"))?;
-            link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m).map_err(step("neighbour"))
+            link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m)
+                .map_err(super::setup("neighbour"))?;
+            link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m)
+                .map_err(super::setup("neighbour"))
         })
-        .map_err(step("host namespace"))??;
+        .map_err(super::setup("host namespace"))??;
         write_hosts_file(info, &me.netns);
     }
     Ok(())
@@ -246,7 +246,10 @@ pub fn remove(name: &str) -> Result<(), LabError> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     for ns in &nss {
-        netns::delete(ns).map_err(|e| LabError::Teardown(crate::error_chain(&e)))?;
+        netns::delete(ns).map_err(|e| LabError::Teardown {
+            step: format!("deleting namespace {ns}"),
+            source: e.into(),
+        })?;
         let _ = std::fs::remove_dir_all(PathBuf::from("/etc/netns").join(ns));
     }
     // /etc/netns itself only if nothing else uses it.
@@ -254,10 +257,10 @@ pub fn remove(name: &str) -> Result<(), LabError> {
     match std::fs::remove_dir_all(state_dir(name)) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LabError::Teardown(format!(
-            "{}: {e}",
-            state_dir(name).display()
-        ))),
+        Err(e) => Err(LabError::Teardown {
+            step: format!("removing {}", state_dir(name).display()),
+            source: e.into(),
+        }),
     }
 }
 
@@ -343,23 +346,20 @@ pub struct RegistryLock {
 /// The state directory or its lock file cannot be created or locked.
 pub fn lock_registry() -> Result<RegistryLock, LabError> {
     let root = crate::state_dir();
-    std::fs::create_dir_all(&root)
-        .map_err(|e| LabError::Setup(format!("{}: {}", root.display(), crate::error_chain(&e))))?;
+    std::fs::create_dir_all(&root).map_err(super::setup(format!("creating {}", root.display())))?;
     let path = root.join("lab.lock");
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| LabError::Setup(format!("{}: {}", path.display(), crate::error_chain(&e))))?;
+        .map_err(super::setup(format!("opening {}", path.display())))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock(2) on a file this function opened; released when it closes.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(LabError::Setup(format!(
-            "locking {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        )));
+        return Err(super::setup(format!("locking {}", path.display()))(
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok(RegistryLock { _file: f })
 }
@@ -388,7 +388,7 @@ pub fn free_index() -> Result<u8, LabError> {
         .collect();
     (0..=255u8)
         .find(|i| !used.contains(i))
-        .ok_or_else(|| LabError::Setup("256 labs exist already".into()))
+        .ok_or_else(|| LabError::Cannot("256 labs exist already".into()))
 }
 
 #[cfg(test)]
