@@ -68,8 +68,13 @@ const NFT_TABLE: &str = "rttlab_blackout";
 /// Adding the (empty) table first makes the delete succeed whether or not it existed.
 const REMOVE_TABLE: &str = "table inet rttlab_blackout\ndelete table inet rttlab_blackout\n";
 
-fn setup_err(what: &str) -> impl FnOnce(String) -> ExperimentError + '_ {
-    move |e| ExperimentError::Setup(format!("{what}: {}", e))
+fn setup_err<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+    step: &'static str,
+) -> impl FnOnce(E) -> ExperimentError {
+    move |e| ExperimentError::Setup {
+        step: step.into(),
+        source: e.into(),
+    }
 }
 
 fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
@@ -79,7 +84,7 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
     let lab = bench.lab();
     for n in [Node::A, Node::B] {
         sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
-            .map_err(|e| setup_err("tcp_no_metrics_save")(crate::error_chain(&e)))?;
+            .map_err(setup_err("tcp_no_metrics_save"))?;
     }
     let (a, b) = (IpAddr::V4(lab.info().a.ipv4), IpAddr::V4(lab.info().b.ipv4));
     let hosts = vec![
@@ -98,8 +103,7 @@ fn remote_bench(server: SocketAddr) -> Result<Bench, ExperimentError> {
     let journal = Journal::for_run("blackout");
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
-    tuning::record_nft_table(&journal, None, "inet", NFT_TABLE)
-        .map_err(|e| setup_err("journal")(crate::error_chain(&e)))?;
+    tuning::record_nft_table(&journal, None, "inet", NFT_TABLE).map_err(setup_err("journal"))?;
     nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
     Ok(Bench {
         lab: None,

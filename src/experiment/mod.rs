@@ -22,9 +22,13 @@ pub enum ExperimentError {
     /// Settings that cannot run (the message says which and what to use).
     #[error("{0}")]
     Invalid(String),
-    /// Where the trials run could not be set up (the message names the step).
-    #[error("{0}")]
-    Setup(String),
+    /// A step of setting up where the trials run failed; its error is the source.
+    #[error("setting up the experiment: {step}")]
+    Setup {
+        step: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The rttlab server inside the lab did not start.
     #[error("starting the rttlab server in the lab")]
     Server(#[source] crate::probe::server::ServerError),

@@ -118,6 +118,13 @@ pub enum SynRtoError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A file or directory of the program (its cgroup, its pins) could not be used.
+    #[error("{}", .path.display())]
+    Path {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// The compiled object lacks a map or program this rttlab expects.
     #[error("the eBPF object has no {0}: rebuild it with bpf/build.sh")]
     Object(String),
@@ -175,12 +182,9 @@ fn obj_get(path: &Path) -> Result<OwnedFd, SyscallError> {
 }
 
 fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<(), SynRtoError> {
-    let cg = std::fs::File::open(cgroup).map_err(|e| {
-        SynRtoError::Setup(format!(
-            "cgroup {}: {}",
-            cgroup.display(),
-            crate::error_chain(&e)
-        ))
+    let cg = std::fs::File::open(cgroup).map_err(|source| SynRtoError::Path {
+        path: cgroup.to_owned(),
+        source,
     })?;
     let mut attr = [0u64; 16];
     // union bpf_attr { struct { u32 target_fd, attach_bpf_fd, attach_type, attach_flags; } }
@@ -246,12 +250,9 @@ impl SynRto {
                 self.prog_pin().display()
             )));
         }
-        std::fs::create_dir_all(&self.pin_dir).map_err(|e| {
-            SynRtoError::Setup(format!(
-                "{}: {}",
-                self.pin_dir.display(),
-                crate::error_chain(&e)
-            ))
+        std::fs::create_dir_all(&self.pin_dir).map_err(|source| SynRtoError::Path {
+            path: self.pin_dir.clone(),
+            source,
         })?;
         let r = self.load_pin_attach(cgroup);
         if r.is_err() {
@@ -308,8 +309,9 @@ impl SynRto {
         for f in ["prog", "v4", "v6"] {
             let p = self.pin_dir.join(f);
             if p.exists() {
-                std::fs::remove_file(&p).map_err(|e| {
-                    SynRtoError::Setup(format!("{}: {}", p.display(), crate::error_chain(&e)))
+                std::fs::remove_file(&p).map_err(|source| SynRtoError::Path {
+                    path: p.clone(),
+                    source,
                 })?;
             }
         }

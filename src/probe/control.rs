@@ -282,6 +282,9 @@ pub enum ControlError {
     /// The frame is not a message of this protocol.
     #[error("malformed control message: {0}")]
     Malformed(String),
+    /// The frame is not JSON of a message of this protocol.
+    #[error("malformed control message")]
+    Json(#[from] serde_json::Error),
     /// The peer speaks another protocol version.
     #[error("protocol version mismatch: we speak {ours}, the peer {theirs}; use the same rttlab release on both ends")]
     Version { ours: u32, theirs: u32 },
@@ -304,7 +307,7 @@ pub enum ControlError {
 /// # Errors
 /// Not a valid message.
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ControlError> {
-    serde_json::from_slice(body).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))
+    Ok(serde_json::from_slice(body)?)
 }
 
 /// Read a server's first message. Its version is checked before the rest is decoded,
@@ -338,8 +341,7 @@ pub fn read_first_server_msg<R: Read>(r: &mut R) -> Result<ServerMsg, ControlErr
 /// # Errors
 /// The socket failed or the message is too large (a bug).
 pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), ControlError> {
-    let body =
-        serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))?;
+    let body = serde_json::to_vec(msg)?;
     write_frame(w, &body, MAX_FRAME)
 }
 
@@ -470,8 +472,7 @@ impl Session {
         w: &mut W,
         msg: &T,
     ) -> Result<(), ControlError> {
-        let body =
-            serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(crate::error_chain(&e)))?;
+        let body = serde_json::to_vec(msg)?;
         let tag = self
             .mac(self.role, self.sent, &body)
             .finalize()
@@ -567,7 +568,7 @@ mod tests {
         buf.extend_from_slice(b"hello");
         assert!(matches!(
             read_msg::<_, ClientMsg>(&mut &buf[..]),
-            Err(ControlError::Malformed(_))
+            Err(ControlError::Json(_))
         ));
         assert!(matches!(
             read_msg::<_, ClientMsg>(&mut &buf[..6]),
