@@ -41,6 +41,20 @@ fn compare_labs() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `rttlab compare ARGS --out DIR` in its own lab; its stdout, after checking it
+/// succeeded.
+fn compare_in_lab(args: &[&str], dir: &std::path::Path) -> String {
+    let o = Command::new(bin())
+        .arg("compare")
+        .args(args)
+        .arg("--out")
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
 #[test]
 fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     if !privileged("every_layer_is_measured_and_the_gaps_follow_the_seeds") {
@@ -49,24 +63,12 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let o = Command::new(bin())
-        .args([
-            "compare",
-            "--lab-rtt",
-            "4ms",
-            "-w",
-            "2ms",
-            "-l",
-            "3s",
-            "--json",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = compare_in_lab(
+        &["--lab-rtt", "4ms", "-w", "2ms", "-l", "3s", "--json"],
+        dir.path(),
+    );
     assert!(t0.elapsed() < Duration::from_secs(60));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(
         v["errors"].as_array().unwrap().is_empty(),
         "{}",
@@ -171,23 +173,11 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
     }
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(bin())
-        .args([
-            "compare",
-            "--lab-rtt",
-            "0ms",
-            "-w",
-            "1ms",
-            "-l",
-            "2s",
-            "--json",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let stdout = compare_in_lab(
+        &["--lab-rtt", "0ms", "-w", "1ms", "-l", "2s", "--json"],
+        dir.path(),
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let wire = num(layer(&v, "passive seq"), "p50_us");
     let metric = num(layer(&v, "sampled metric"), "p50_us");
     // The metric's own period: its buckets and the exact median of the same samples.
@@ -282,24 +272,10 @@ fn repeated_comparisons_report_each_layers_median_over_the_trials() {
     }
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(bin())
-        .args([
-            "compare",
-            "--lab-rtt",
-            "2ms",
-            "-w",
-            "5ms",
-            "-l",
-            "1s",
-            "--trials",
-            "2",
-            "--out",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = compare_in_lab(
+        &["--lab-rtt", "2ms", "-w", "5ms", "-l", "1s", "--trials", "2"],
+        dir.path(),
+    );
     let trials: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("trials.jsonl"))
         .unwrap()
         .lines()
