@@ -5,6 +5,7 @@
 //! [`experiment`] composes sources and hands records to [`report`]. No module imports
 //! one above it (checked by tests/structure.rs).
 
+pub mod agent;
 pub mod capture;
 pub mod experiment;
 pub mod kernel;

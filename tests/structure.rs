@@ -12,7 +12,7 @@ use std::path::Path;
 
 /// The library's top-level modules, lowest first: a module may import only modules at
 /// its own position or before it.
-const LAYERS: [&str; 11] = [
+const LAYERS: [&str; 12] = [
     "wire",
     "stats",
     "kernel",
@@ -21,6 +21,7 @@ const LAYERS: [&str; 11] = [
     "lab",
     "passive",
     "probe",
+    "agent",
     "results",
     "report",
     "experiment",

@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand. Arguments are validated into the
 //! library's settings before anything opens a socket.
 
+pub mod agent;
 pub mod compare;
 pub mod experiment;
 pub mod lab;
@@ -26,6 +27,7 @@ Examples:
   rttlab rr -t UDP_RR -r 64,64 -l 5 -o P50_LATENCY,P99_LATENCY,THROUGHPUT
   rttlab serve                               serve tests on port 12866 (IPv4 and IPv6)
   rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
+  rttlab agent --peers-file peers.json       serve, probe every peer, export /metrics for Prometheus
   rttlab ping ::1 -c 100 -i 10ms --histogram
   rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv   the kernel's RTT of live sockets, every 10 ms
   rttlab passive -r trace.pcap --method both --summary   RTT from packet headers
@@ -49,6 +51,8 @@ pub enum Command {
     Rr(rr::RrArgs),
     /// Serve request/response tests to `rttlab rr` clients.
     Serve(serve::ServeArgs),
+    /// Serve and probe peers at every layer continuously, exported for Prometheus.
+    Agent(agent::AgentArgs),
     /// ICMP echo round trips, timed by the kernel's receive timestamps.
     Ping(ping::PingArgs),
     /// TCP's own view of live sockets (tcp_info via sock_diag), once or as a time series.
@@ -78,6 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Compare(a) => compare::run(a),
         Command::Rr(a) => rr::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Agent(a) => agent::run(a),
         Command::Ping(a) => ping::run(a),
         Command::Tcpinfo(a) => tcpinfo::run(a),
         Command::Passive(a) => passive::run(a),

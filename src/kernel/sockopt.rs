@@ -103,6 +103,23 @@ pub fn set_thin_linear_timeouts(sock: &impl AsRawFd, on: bool) -> Result<(), Sys
     )
 }
 
+/// Acknowledge the next data at once (`TCP_QUICKACK`: `inet_csk_enter_pingpong_mode`
+/// is left and the ACK goes out from `tcp_rcv_established` instead of after the
+/// delayed-ACK timer). Not sticky: the kernel may delay ACKs again afterwards, so it is
+/// set before each read whose ACK the peer times.
+///
+/// # Errors
+/// The kernel refused the option.
+pub fn set_quickack(sock: &impl AsRawFd) -> Result<(), SyscallError> {
+    set_int(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_QUICKACK,
+        1,
+        "setsockopt(TCP_QUICKACK)",
+    )
+}
+
 /// Choose the congestion control for one socket (`TCP_CONGESTION`).
 ///
 /// # Errors

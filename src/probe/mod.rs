@@ -1,6 +1,8 @@
-//! Active probes: request/response over TCP and UDP (`rr`), its server, and ICMP echo.
+//! Active probes: request/response over TCP and UDP (`rr`), its server, and ICMP echo
+//! (`ping`, and `echo` for many targets at once).
 
 pub mod control;
+pub mod echo;
 pub mod io;
 pub mod pacing;
 pub mod ping;

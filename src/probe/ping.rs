@@ -142,8 +142,9 @@ pub struct PingControl {
     pub received: AtomicU64,
 }
 
-fn open(settings: &PingSettings) -> Result<(Socket, SocketKind), PingError> {
-    let (domain, proto) = match settings.target {
+/// An ICMP socket for `target`'s family: datagram, raw, or the first that opens.
+pub(super) fn open(target: IpAddr, kind: SocketKind) -> Result<(Socket, SocketKind), PingError> {
+    let (domain, proto) = match target {
         IpAddr::V4(_) => (Domain::IPV4, Protocol::ICMPV4),
         IpAddr::V6(_) => (Domain::IPV6, Protocol::ICMPV6),
     };
@@ -155,14 +156,33 @@ fn open(settings: &PingSettings) -> Result<(Socket, SocketKind), PingError> {
         };
         Socket::new(domain, ty, Some(proto)).map(|s| (s, kind))
     };
-    let r = match settings.socket {
+    let r = match kind {
         SocketKind::Auto => try_kind(SocketKind::Dgram).or_else(|_| try_kind(SocketKind::Raw)),
         k => try_kind(k),
     };
     r.map_err(PingError::Socket)
 }
 
-fn checksum(data: &[u8]) -> u16 {
+/// Have the kernel stamp every received datagram (`SO_TIMESTAMPNS`, CLOCK_REALTIME).
+pub(super) fn enable_timestamps(sock: &Socket) -> Result<(), PingError> {
+    let one: libc::c_int = 1;
+    // SAFETY: passing a pointer to a live c_int.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&one as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    if rc != 0 {
+        return Err(PingError::Timestamps(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+pub(super) fn checksum(data: &[u8]) -> u16 {
     let mut sum = 0u32;
     for c in data.chunks(2) {
         sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
@@ -174,12 +194,18 @@ fn checksum(data: &[u8]) -> u16 {
 }
 
 /// Payload byte `i` of request `seq`: a pattern the reply must carry back intact.
-fn pattern(seq: u16, i: usize) -> u8 {
+pub(super) fn pattern(seq: u16, i: usize) -> u8 {
     (i as u8).wrapping_add(seq as u8)
 }
 
-/// One received datagram: bytes, and the kernel's receive time.
-fn recv_with_ts(fd: i32, buf: &mut [u8], nonblocking: bool) -> io::Result<(usize, Option<u64>)> {
+/// One received datagram: bytes, and the kernel's receive time; its sender in `from`
+/// when given.
+pub(super) fn recv_with_ts(
+    fd: i32,
+    buf: &mut [u8],
+    nonblocking: bool,
+    from: Option<&mut libc::sockaddr_storage>,
+) -> io::Result<(usize, Option<u64>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -191,6 +217,10 @@ fn recv_with_ts(fd: i32, buf: &mut [u8], nonblocking: bool) -> io::Result<(usize
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    if let Some(f) = from {
+        msg.msg_name = (f as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+    }
     let flags = if nonblocking { libc::MSG_DONTWAIT } else { 0 };
     // SAFETY: msg is fully initialised and its buffers are valid.
     let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
@@ -274,22 +304,9 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         None => None,
     };
     let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
-    let (sock, kind) = open(settings)?;
+    let (sock, kind) = open(settings.target, settings.socket)?;
+    enable_timestamps(&sock)?;
     let fd = sock.as_raw_fd();
-    let one: libc::c_int = 1;
-    // SAFETY: passing a pointer to a live c_int.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&one as *const libc::c_int).cast(),
-            4,
-        )
-    };
-    if rc != 0 {
-        return Err(PingError::Timestamps(io::Error::last_os_error()));
-    }
     let v6 = settings.target.is_ipv6();
     let raw = kind == SocketKind::Raw;
     let ident = (std::process::id() as u16) ^ 0x5254;
@@ -371,7 +388,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             last_send + settings.timeout
         };
         let got = if spin {
-            match recv_with_ts(fd, &mut rbuf, true) {
+            match recv_with_ts(fd, &mut rbuf, true, None) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() >= wait_until {
                         continue;
@@ -397,7 +414,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             if ready <= 0 {
                 continue;
             }
-            recv_with_ts(fd, &mut rbuf, true)
+            recv_with_ts(fd, &mut rbuf, true, None)
         };
         let (n, ts) = match got {
             Ok(x) => x,

@@ -14,11 +14,13 @@
 mod client;
 mod open_loop;
 mod result;
+mod session;
 mod settings;
 mod stream;
 
 pub use client::ControlClient;
 pub use result::{OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
+pub use session::{Outcome, Session, SessionSpec, Transaction, SESSION_PAYLOAD};
 pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEOUT_FLOOR};
 
 use crate::kernel::cpu;

@@ -1,0 +1,445 @@
+//! The agent's metrics and their exposition, in OpenMetrics 1.0 and in the Prometheus
+//! text format 0.0.4, chosen by the scraper's `Accept` header as Prometheus servers
+//! negotiate it (they ask for OpenMetrics first; curl and node_exporter's textfile
+//! collector read the older format).
+//!
+//! Cardinality is bounded by peers × layers: no port, connection or sequence number is
+//! ever a label value.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A series' labels: `peer`, `layer`, then the peer's own labels from file_sd.
+pub type Labels = Vec<(String, String)>;
+
+/// Label names the agent sets itself; file_sd may not reuse them.
+pub const OWN_LABELS: [&str; 2] = ["peer", "layer"];
+
+/// The layers `rttlab_rtt_seconds` is measured at.
+pub const LAYERS: [&str; 8] = [
+    "icmp",
+    "tcp_rr",
+    "udp_rr",
+    "tcp_crr",
+    "tcp_connect",
+    "srtt_client",
+    "srtt_server",
+    "passive_ts",
+];
+
+/// Log-spaced histogram bounds: `per_decade` per power of ten from `min` to `max`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buckets(Arc<Vec<f64>>);
+
+impl Buckets {
+    /// # Errors
+    /// Bounds not positive, `min` not below `max`, no bucket per decade, or more than
+    /// 100 buckets (each is a series per peer and layer).
+    pub fn log(min: Duration, max: Duration, per_decade: u32) -> Result<Self, String> {
+        let (lo, hi) = (min.as_secs_f64(), max.as_secs_f64());
+        if lo <= 0.0 || hi <= lo || per_decade == 0 {
+            return Err(format!(
+                "buckets need 0 < min < max and at least one per decade (got {min:?}, {max:?}, {per_decade})"
+            ));
+        }
+        let decades = (hi / lo).log10();
+        let n = (decades * f64::from(per_decade)).round() as usize + 1;
+        if n > 100 {
+            return Err(format!("{n} buckets is too many (at most 100)"));
+        }
+        let step = decades / (n - 1).max(1) as f64;
+        // Rounded to 6 significant digits: `le` values stay readable and stable.
+        let v = (0..n)
+            .map(|i| {
+                let x = lo * 10f64.powf(step * i as f64);
+                let mag = 10f64.powi(5 - x.log10().floor() as i32);
+                (x * mag).round() / mag
+            })
+            .collect();
+        Ok(Self(Arc::new(v)))
+    }
+
+    /// The upper bounds, ascending.
+    pub fn bounds(&self) -> &[f64] {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for Buckets {
+    type Err = String;
+    /// `MIN:MAX:PER_DECADE`, e.g. `10us:10s:3`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let [min, max, per] = parts[..] else {
+            return Err(format!("{s:?}: give MIN:MAX:PER_DECADE, e.g. 10us:10s:3"));
+        };
+        let d = |x: &str| {
+            humantime::parse_duration(x).map_err(|e| format!("{x:?} is not a duration: {e}"))
+        };
+        let per = per
+            .parse()
+            .map_err(|_| format!("{per:?} is not a number of buckets per decade"))?;
+        Self::log(d(min)?, d(max)?, per)
+    }
+}
+
+impl MetricConstructor<Histogram> for Buckets {
+    fn new_metric(&self) -> Histogram {
+        Histogram::new(self.0.iter().copied())
+    }
+}
+
+type Gauge64 = Gauge<f64, AtomicU64>;
+
+/// Every metric the agent exports.
+pub struct Metrics {
+    registry: Registry,
+    pub rtt: Family<Labels, Histogram, Buckets>,
+    pub sent: Family<Labels, Counter>,
+    pub lost: Family<Labels, Counter>,
+    pub timed_out: Family<Labels, Counter>,
+    pub errors: Family<Labels, Counter>,
+    pub retransmissions: Family<Labels, Counter>,
+    pub srtt: Family<Labels, Gauge64>,
+    pub min_rtt: Family<Labels, Gauge64>,
+    pub peers: Gauge,
+    pub lag: Histogram,
+    pub late: Family<Labels, Counter>,
+    pub scrape_duration: Gauge64,
+    pub reloads: Family<Labels, Counter>,
+    pub reload_ok: Gauge,
+}
+
+impl Metrics {
+    /// Register every metric.
+    pub fn new(buckets: &Buckets) -> Self {
+        let mut registry = Registry::default();
+        let rtt = Family::new_with_constructor(buckets.clone());
+        let lag = Histogram::new(buckets.bounds().iter().copied());
+        let m = Self {
+            rtt,
+            sent: Family::default(),
+            lost: Family::default(),
+            timed_out: Family::default(),
+            errors: Family::default(),
+            retransmissions: Family::default(),
+            srtt: Family::default(),
+            min_rtt: Family::default(),
+            peers: Gauge::default(),
+            lag,
+            late: Family::default(),
+            scrape_duration: Gauge::default(),
+            reloads: Family::default(),
+            reload_ok: Gauge::default(),
+            registry: Registry::default(),
+        };
+        let r = &mut registry;
+        r.register(
+            "rttlab_rtt_seconds",
+            "Round-trip time to a peer at one layer (icmp, tcp_rr, udp_rr, tcp_crr, tcp_connect: one probe transaction; srtt_client, srtt_server: TCP's smoothed RTT of the probe connection, sampled once a probe; passive_ts: from TCP timestamps on the wire)",
+            m.rtt.clone(),
+        );
+        r.register(
+            "rttlab_probes_sent",
+            "Probe transactions started",
+            m.sent.clone(),
+        );
+        r.register(
+            "rttlab_probes_lost",
+            "ICMP and UDP probes whose reply never came within the timeout",
+            m.lost.clone(),
+        );
+        r.register(
+            "rttlab_probes_timed_out",
+            "TCP probes unanswered within the timeout (the connection is then opened anew)",
+            m.timed_out.clone(),
+        );
+        r.register(
+            "rttlab_probe_errors",
+            "Probes that could not be sent or whose session could not be opened (refused, unreachable, rejected by the peer)",
+            m.errors.clone(),
+        );
+        r.register(
+            "rttlab_tcp_retransmissions",
+            "Segments the kernel retransmitted on probe connections (tcp_info total_retrans)",
+            m.retransmissions.clone(),
+        );
+        r.register(
+            "rttlab_tcp_srtt_seconds",
+            "TCP's smoothed RTT of the probe connection at its last probe",
+            m.srtt.clone(),
+        );
+        r.register(
+            "rttlab_tcp_min_rtt_seconds",
+            "TCP's windowed minimum RTT of the probe connection at its last probe",
+            m.min_rtt.clone(),
+        );
+        r.register(
+            "rttlab_agent_peers",
+            "Peers this agent probes",
+            m.peers.clone(),
+        );
+        r.register(
+            "rttlab_agent_probe_lag_seconds",
+            "How late probes started against their paced schedule (the probe loop's own delay)",
+            m.lag.clone(),
+        );
+        r.register(
+            "rttlab_agent_late_probes",
+            "Probes that started more than a tenth of the interval late, per peer",
+            m.late.clone(),
+        );
+        r.register(
+            "rttlab_agent_scrape_duration_seconds",
+            "Time the previous scrape took to encode",
+            m.scrape_duration.clone(),
+        );
+        r.register(
+            "rttlab_agent_config_reloads",
+            "Reloads of the configuration and peers file, by result",
+            m.reloads.clone(),
+        );
+        r.register(
+            "rttlab_agent_config_last_reload_successful",
+            "1 when the last reload of the configuration and peers file succeeded",
+            m.reload_ok.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The exposition in `format`; the time it took is the next scrape's
+    /// `rttlab_agent_scrape_duration_seconds`.
+    pub fn expose(&self, format: Format) -> String {
+        let t0 = std::time::Instant::now();
+        let mut s = String::with_capacity(1 << 16);
+        // Writing into a String cannot fail.
+        let _ = encode(&mut s, &self.registry);
+        let out = match format {
+            Format::OpenMetrics => s,
+            Format::Text => text_004(&s),
+        };
+        self.scrape_duration.set(t0.elapsed().as_secs_f64());
+        out
+    }
+}
+
+/// The two exposition formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    Text,
+}
+
+impl Format {
+    /// OpenMetrics when the `Accept` header lists it (Prometheus ≥ 2.5 does), else
+    /// the text format 0.0.4.
+    pub fn negotiate(accept: Option<&str>) -> Self {
+        let wants = accept.is_some_and(|a| {
+            a.split(',').any(|part| {
+                let mut fields = part.split(';').map(str::trim);
+                let ty = fields.next().unwrap_or("");
+                let q = fields
+                    .find_map(|f| f.strip_prefix("q="))
+                    .and_then(|q| q.parse::<f64>().ok())
+                    .unwrap_or(1.0);
+                ty.eq_ignore_ascii_case("application/openmetrics-text") && q > 0.0
+            })
+        });
+        if wants {
+            Self::OpenMetrics
+        } else {
+            Self::Text
+        }
+    }
+
+    /// The `Content-Type` of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+}
+
+/// OpenMetrics as the text format 0.0.4: a counter's family is named with its
+/// `_total` (0.0.4 has no separate sample suffix), `# UNIT` and `# EOF` do not exist,
+/// and everything else (samples, label escaping, histograms) is the same text.
+fn text_004(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut counters: Vec<&str> = Vec::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(name) = rest.strip_suffix(" counter") {
+                counters.push(name);
+                out.push_str(&format!("# TYPE {name}_total counter\n"));
+                continue;
+            }
+            if let Some(name) = rest.strip_suffix(" unknown") {
+                out.push_str(&format!("# TYPE {name} untyped\n"));
+                continue;
+            }
+        }
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    // HELP comes before TYPE: rename the counters' HELP lines in a second pass.
+    if counters.is_empty() {
+        return out;
+    }
+    out.lines()
+        .map(|l| {
+            match l.strip_prefix("# HELP ").and_then(|r| {
+                let (name, help) = r.split_once(' ').unwrap_or((r, ""));
+                counters
+                    .contains(&name)
+                    .then(|| format!("# HELP {name}_total {help}"))
+            }) {
+                Some(h) => h + "\n",
+                None => format!("{l}\n"),
+            }
+        })
+        .collect()
+}
+
+/// The labels of one series.
+pub fn labels(peer: &str, layer: &str, extra: &[(String, String)]) -> Labels {
+    let mut l = Vec::with_capacity(2 + extra.len());
+    l.push(("peer".to_string(), peer.to_string()));
+    l.push(("layer".to_string(), layer.to_string()));
+    l.extend(extra.iter().cloned());
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Metrics {
+        Metrics::new(&"1ms:100ms:1".parse().unwrap())
+    }
+
+    /// Witness: arithmetic — 10 µs to 10 s at 3 a decade is 19 bounds, 10^(1/3) apart.
+    #[test]
+    fn buckets_are_log_spaced_from_min_to_max() {
+        let b: Buckets = "10us:10s:3".parse().unwrap();
+        let v = b.bounds();
+        assert_eq!(v.len(), 19);
+        assert_eq!((v[0], v[18]), (1e-5, 10.0));
+        assert_eq!(v[3], 1e-4);
+        assert!((v[1] / v[0] - 10f64.powf(1.0 / 3.0)).abs() < 1e-4, "{v:?}");
+        for bad in [
+            "10s:10us:3",
+            "0s:1s:3",
+            "1ms:1s:0",
+            "1ms:1s",
+            "1ns:1000s:10",
+        ] {
+            assert!(bad.parse::<Buckets>().is_err(), "{bad}");
+        }
+    }
+
+    /// Witness: the OpenMetrics 1.0 and text 0.0.4 grammars, written out by hand for
+    /// one observation of each kind.
+    #[test]
+    fn both_formats_match_their_golden_text() {
+        let m = small();
+        let l = labels("b:12866", "tcp_rr", &[("zone".into(), "z1".into())]);
+        m.rtt.get_or_create(&l).observe(0.005);
+        m.sent.get_or_create(&l).inc();
+        m.peers.set(1);
+        let om = m.expose(Format::OpenMetrics);
+        let want_hist = "# HELP rttlab_rtt_seconds Round-trip time";
+        assert!(om.contains(want_hist), "{om}");
+        assert!(om.contains("# TYPE rttlab_rtt_seconds histogram\n"), "{om}");
+        assert!(om.contains(
+            "rttlab_rtt_seconds_bucket{le=\"0.001\",peer=\"b:12866\",layer=\"tcp_rr\",zone=\"z1\"} 0\n"
+        ), "{om}");
+        assert!(om.contains(
+            "rttlab_rtt_seconds_bucket{le=\"0.01\",peer=\"b:12866\",layer=\"tcp_rr\",zone=\"z1\"} 1\n"
+        ), "{om}");
+        assert!(om.contains(
+            "rttlab_rtt_seconds_bucket{le=\"+Inf\",peer=\"b:12866\",layer=\"tcp_rr\",zone=\"z1\"} 1\n"
+        ), "{om}");
+        assert!(om.contains("# TYPE rttlab_probes_sent counter\n"), "{om}");
+        assert!(
+            om.contains(
+                "rttlab_probes_sent_total{peer=\"b:12866\",layer=\"tcp_rr\",zone=\"z1\"} 1\n"
+            ),
+            "{om}"
+        );
+        assert!(om.ends_with("# EOF\n"), "{om}");
+
+        let text = m.expose(Format::Text);
+        assert!(
+            text.contains("# TYPE rttlab_probes_sent_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP rttlab_probes_sent_total Probe transactions started.\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rttlab_probes_sent_total{peer=\"b:12866\",layer=\"tcp_rr\",zone=\"z1\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF") && !text.contains("# TYPE rttlab_probes_sent counter"));
+        assert!(text.contains("rttlab_agent_peers 1\n"), "{text}");
+    }
+
+    /// Witness: the histogram's definition — every bucket counts all observations at
+    /// or below its bound, so counts never fall as `le` rises, and `+Inf` is `_count`.
+    #[test]
+    fn buckets_are_cumulative_and_inf_is_the_count() {
+        let m = small();
+        let l = labels("p", "icmp", &[]);
+        for v in [0.0005, 0.002, 0.002, 0.05, 3.0] {
+            m.rtt.get_or_create(&l).observe(v);
+        }
+        let text = m.expose(Format::Text);
+        let counts: Vec<u64> = text
+            .lines()
+            .filter(|l| l.starts_with("rttlab_rtt_seconds_bucket"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect();
+        assert_eq!(counts, vec![1, 3, 4, 5]);
+        assert!(text.contains("rttlab_rtt_seconds_count{peer=\"p\",layer=\"icmp\"} 5\n"));
+    }
+
+    /// Witness: the exposition formats' escaping rules (backslash, double quote and
+    /// newline in label values).
+    #[test]
+    fn label_values_are_escaped() {
+        let m = small();
+        let l = labels("a\"b\\c\nd", "icmp", &[]);
+        m.sent.get_or_create(&l).inc();
+        let text = m.expose(Format::Text);
+        assert!(
+            text.contains(r#"rttlab_probes_sent_total{peer="a\"b\\c\nd",layer="icmp"} 1"#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn prometheus_gets_openmetrics_and_curl_gets_text() {
+        let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prom)), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
+        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;q=0")),
+            Format::Text
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! `rttlab agent`: one long-running process per host that serves probes as
+//! `rttlab serve` does, probes its peers at every layer on a paced schedule, and
+//! exports what it measures for Prometheus to scrape (smokeping_prober and Pingmesh's
+//! job, at all layers at once).
+//!
+//! Peers come and go without a restart: [`Agent::set_peers`] starts the probes of new
+//! peers, stops those of removed ones and drops their series; a peer that stays keeps
+//! its counters, so they only ever grow.
+
+pub mod exposition;
+pub mod metrics;
+pub mod peers;
+pub mod prober;
+
+use crate::kernel::sock_diag::{DiagFilter, SockDiag};
+use crate::probe::control::PortRange;
+use crate::probe::echo::Echoer;
+use metrics::{labels, Metrics, LAYERS};
+use peers::Peer;
+use prober::{PeerProbes, Probe, ProbeSettings, Shared};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Errors starting the agent.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("ICMP probes need an ICMP socket (drop icmp from --probes to run without one)")]
+    Icmp(#[source] crate::probe::ping::PingError),
+    #[error("starting the agent's {0} thread")]
+    Thread(&'static str, #[source] std::io::Error),
+}
+
+/// The agent: its metrics and the probes of every peer.
+pub struct Agent {
+    metrics: Arc<Metrics>,
+    shared: Arc<Shared>,
+    probes: Vec<Probe>,
+    running: BTreeMap<String, PeerProbes>,
+    /// Peers by address, for naming the clients of our own server.
+    by_ip: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Agent {
+    /// An agent with no peer yet; `data_ports` are its server's, whose TCP sockets the
+    /// `srtt_server` layer samples, except those on `control_ports` (the server's own
+    /// listening ports may lie inside the range; their connections' srtt is the
+    /// control protocol's, delayed ACKs and all).
+    ///
+    /// # Errors
+    /// ICMP asked for and no ICMP socket opens; a thread cannot start.
+    pub fn new(
+        metrics: Arc<Metrics>,
+        probes: Vec<Probe>,
+        settings: ProbeSettings,
+        data_ports: PortRange,
+        control_ports: Vec<u16>,
+    ) -> Result<Self, AgentError> {
+        let interval = settings.interval;
+        let shared = shared(&metrics, &probes, settings, None)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let by_ip = Arc::new(RwLock::new(HashMap::new()));
+        {
+            let (m, by_ip, stop) = (Arc::clone(&metrics), Arc::clone(&by_ip), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("srtt-server".into())
+                .spawn(move || {
+                    sample_server_srtt(&m, &by_ip, data_ports, &control_ports, interval, &stop)
+                })
+                .map_err(|e| AgentError::Thread("srtt_server", e))?;
+        }
+        Ok(Self {
+            metrics,
+            shared,
+            probes,
+            running: BTreeMap::new(),
+            by_ip,
+            stop,
+        })
+    }
+
+    /// Run other probes, or the same differently: every peer's probes restart; their
+    /// series and counters stay.
+    ///
+    /// # Errors
+    /// ICMP newly asked for and no ICMP socket opens.
+    pub fn set_probes(
+        &mut self,
+        probes: Vec<Probe>,
+        settings: ProbeSettings,
+    ) -> Result<(), AgentError> {
+        self.shared = shared(&self.metrics, &probes, settings, self.shared.echoer.clone())?;
+        self.probes = probes;
+        let peers: Vec<Peer> = self.running.values().map(|r| r.peer.clone()).collect();
+        for (_, r) in std::mem::take(&mut self.running) {
+            r.stop();
+        }
+        self.set_peers(peers);
+        Ok(())
+    }
+
+    /// Probe exactly `peers` from now on.
+    pub fn set_peers(&mut self, peers: Vec<Peer>) {
+        let wanted: BTreeMap<String, Peer> =
+            peers.into_iter().map(|p| (p.target.clone(), p)).collect();
+        let gone: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(t, r)| wanted.get(*t) != Some(&r.peer))
+            .map(|(t, _)| t.clone())
+            .collect();
+        for t in gone {
+            if let Some(r) = self.running.remove(&t) {
+                self.forget(&r.peer);
+                r.stop();
+            }
+        }
+        for (t, p) in wanted {
+            if !self.running.contains_key(&t) {
+                let r = PeerProbes::start(p, &self.probes, &self.shared);
+                self.running.insert(t, r);
+            }
+        }
+        self.metrics.peers.set(self.running.len() as i64);
+        let mut by_ip = HashMap::new();
+        for r in self.running.values() {
+            if let Ok(addrs) = (r.peer.host.as_str(), r.peer.port).to_socket_addrs() {
+                for a in addrs {
+                    by_ip.insert(a.ip(), r.peer.clone());
+                }
+            }
+        }
+        *self
+            .by_ip
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = by_ip;
+    }
+
+    /// Drop every series of a peer that is no longer probed.
+    fn forget(&self, p: &Peer) {
+        let m = &self.metrics;
+        for layer in LAYERS {
+            let l = labels(&p.target, layer, &p.labels);
+            m.rtt.remove(&l);
+            m.sent.remove(&l);
+            m.lost.remove(&l);
+            m.timed_out.remove(&l);
+            m.errors.remove(&l);
+            m.retransmissions.remove(&l);
+            m.srtt.remove(&l);
+            m.min_rtt.remove(&l);
+            m.late.remove(&l);
+        }
+    }
+
+    /// The peers probed now.
+    pub fn peers(&self) -> impl Iterator<Item = &Peer> {
+        self.running.values().map(|r| &r.peer)
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for (_, r) in std::mem::take(&mut self.running) {
+            r.stop();
+        }
+    }
+}
+
+/// What the probe threads share; an ICMP socket only when ICMP is probed (`echoer`:
+/// one already open).
+fn shared(
+    metrics: &Arc<Metrics>,
+    probes: &[Probe],
+    settings: ProbeSettings,
+    echoer: Option<Arc<Echoer>>,
+) -> Result<Arc<Shared>, AgentError> {
+    let echoer = match echoer {
+        _ if !probes.contains(&Probe::Icmp) => None,
+        Some(e) => Some(e),
+        None => Some(Arc::new(Echoer::new().map_err(AgentError::Icmp)?)),
+    };
+    Ok(Arc::new(Shared {
+        metrics: Arc::clone(metrics),
+        echoer,
+        settings,
+    }))
+}
+
+/// The `srtt_server` layer: TCP's srtt of the connections our own server holds for
+/// the peers' TCP_RR probes (its data ports), read with sock_diag as `ss -ti` does,
+/// once an interval. Clients that are not our peers are named by address.
+fn sample_server_srtt(
+    m: &Metrics,
+    by_ip: &RwLock<HashMap<IpAddr, Peer>>,
+    data_ports: PortRange,
+    control_ports: &[u16],
+    interval: Duration,
+    stop: &AtomicBool,
+) {
+    let Ok(mut diag) = SockDiag::open(None) else {
+        return;
+    };
+    let filter = DiagFilter {
+        states: 1 << 1, // ESTABLISHED
+        ..DiagFilter::default()
+    };
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(interval);
+        let names = by_ip
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = diag.dump_tcp(&filter, |e| {
+            let port = e.local.port();
+            if !data_ports.contains(port) || control_ports.contains(&port) {
+                return;
+            }
+            let Some(info) = e.tcp_info.as_ref().filter(|i| i.rtt_us > 0) else {
+                return;
+            };
+            let ip = canonical(e.remote.ip());
+            let l = match names.get(&ip) {
+                Some(p) => labels(&p.target, "srtt_server", &p.labels),
+                None => labels(&ip.to_string(), "srtt_server", &[]),
+            };
+            let srtt = f64::from(info.rtt_us) / 1e6;
+            m.rtt.get_or_create(&l).observe(srtt);
+            m.srtt.get_or_create(&l).set(srtt);
+            if let Some(min) = info.min_rtt_us {
+                m.min_rtt.get_or_create(&l).set(f64::from(min) / 1e6);
+            }
+        });
+    }
+}
+
+/// An IPv4-mapped IPv6 address (a v4 client of a `[::]` listener) as IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}

@@ -1,0 +1,437 @@
+//! Who the agent probes: targets from the command line, the config file and a
+//! Prometheus `file_sd` file (`[{"targets": ["HOST:PORT", …], "labels": {…}}, …]`, as
+//! Prometheus's `file_sd_configs` read it), and the subset a partial mesh keeps
+//! (Pingmesh, SIGCOMM 2015: a full mesh inside a group such as a rack, plus a few
+//! peers outside it).
+//!
+//! Errors in a file name the file, the line and the key: `serde_json` places every
+//! error raised while deserializing, including the ones our own checks raise.
+
+use super::metrics::OWN_LABELS;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Deserializer};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The control port of `rttlab serve` and of every agent.
+pub const DEFAULT_PORT: u16 = crate::probe::control::DEFAULT_CONTROL_PORT;
+
+/// A peer: where it is, the name its series carry, and its own labels.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Peer {
+    /// `HOST:PORT` as given (the port added when missing): the `peer` label.
+    pub target: String,
+    pub host: String,
+    pub port: u16,
+    /// Extra labels from file_sd, sorted by name.
+    pub labels: Vec<(String, String)>,
+}
+
+impl Peer {
+    /// `HOST`, `HOST:PORT`, `[V6]:PORT` or a bare IPv6 address.
+    ///
+    /// # Errors
+    /// Empty host, or a port that is not a number in 1–65535.
+    pub fn parse(s: &str, labels: Vec<(String, String)>) -> Result<Self, String> {
+        let s = s.trim();
+        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+            let (h, after) = rest
+                .split_once(']')
+                .ok_or_else(|| format!("target {s:?}: unclosed '['"))?;
+            match after.strip_prefix(':') {
+                Some(p) => (h, Some(p)),
+                None if after.is_empty() => (h, None),
+                None => return Err(format!("target {s:?}: expected :PORT after ']'")),
+            }
+        } else if s.parse::<std::net::Ipv6Addr>().is_ok() {
+            (s, None)
+        } else {
+            match s.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (s, None),
+            }
+        };
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return Err(format!("target {s:?}: no host"));
+        }
+        let port = match port {
+            None => DEFAULT_PORT,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("target {s:?}: port {p:?} is not in 1-65535"))?,
+        };
+        let target = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        Ok(Self {
+            target,
+            host: host.to_string(),
+            port,
+            labels,
+        })
+    }
+
+    /// The value of label `name`.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A Prometheus label name that the agent does not set itself.
+///
+/// # Errors
+/// Not `[a-zA-Z_][a-zA-Z0-9_]*`, reserved (`__…`), or one of the agent's own.
+pub fn check_label_name(k: &str) -> Result<(), String> {
+    let ok = k
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    if !ok {
+        return Err(format!("label {k:?} is not a Prometheus label name"));
+    }
+    if k.starts_with("__") {
+        return Err(format!(
+            "label {k:?}: names starting with __ are Prometheus's own"
+        ));
+    }
+    if OWN_LABELS.contains(&k) {
+        return Err(format!("label {k:?} is set by the agent itself"));
+    }
+    Ok(())
+}
+
+/// One group of a file_sd file.
+struct Group(Vec<Peer>);
+
+impl<'de> Deserialize<'de> for Group {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            #[serde(deserialize_with = "labels")]
+            #[serde(default)]
+            labels: Vec<(String, String)>,
+            targets: Vec<Target>,
+        }
+        let raw = Raw::deserialize(d)?;
+        Ok(Group(
+            raw.targets
+                .into_iter()
+                .map(|t| Peer {
+                    labels: raw.labels.clone(),
+                    ..t.0
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// One target, checked where it stands (so an error points at its line).
+struct Target(Peer);
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Peer::parse(&s, Vec::new())
+            .map(Target)
+            .map_err(|e| serde::de::Error::custom(format!("targets: {e}")))
+    }
+}
+
+fn labels<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    let m = BTreeMap::<String, String>::deserialize(d)?;
+    for k in m.keys() {
+        check_label_name(k).map_err(|e| serde::de::Error::custom(format!("labels: {e}")))?;
+    }
+    Ok(m.into_iter().collect())
+}
+
+/// Read a file_sd JSON file: every target of every group, with its group's labels.
+///
+/// # Errors
+/// Unreadable or malformed: the message names the file, line and key.
+pub fn read_file_sd(path: &Path) -> Result<Vec<Peer>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_file_sd(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`read_file_sd`] on text.
+///
+/// # Errors
+/// Malformed, with the line and key.
+pub fn parse_file_sd(text: &str) -> Result<Vec<Peer>, String> {
+    let groups: Vec<Group> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok(groups.into_iter().flat_map(|g| g.0).collect())
+}
+
+/// Which peers a host probes.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Mesh {
+    /// Only peers whose label has this host's value (a full mesh inside the group);
+    /// `None`: every peer.
+    pub group: Option<String>,
+    /// Plus this many peers outside the group, chosen at random (deterministically
+    /// for a host and a peer list).
+    pub random: usize,
+}
+
+impl std::str::FromStr for Mesh {
+    type Err = String;
+    /// `full`, `group:LABEL`, `random:K`, or `group:LABEL,random:K`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut m = Self::default();
+        if s == "full" {
+            return Ok(m);
+        }
+        for part in s.split(',') {
+            match part.split_once(':') {
+                Some(("group", l)) => {
+                    check_label_name(l)?;
+                    m.group = Some(l.to_string());
+                }
+                Some(("random", k)) => {
+                    m.random = k
+                        .parse()
+                        .map_err(|_| format!("random:{k}: not a number of peers"))?;
+                }
+                _ => {
+                    return Err(format!(
+                        "{s:?}: give full, group:LABEL, random:K or group:LABEL,random:K"
+                    ))
+                }
+            }
+        }
+        if m.group.is_none() && m.random == 0 {
+            return Err(format!("{s:?} selects no peer"));
+        }
+        Ok(m)
+    }
+}
+
+impl Mesh {
+    /// The peers `me` probes out of `all` (which may include `me`): with no group
+    /// every other peer, else the other members of `me`'s group; then `random` of
+    /// the rest, drawn with a seed made from `me`'s target so that every reload of
+    /// the same list keeps the same peers. Sorted and without duplicates.
+    ///
+    /// # Errors
+    /// A group is asked for but `me` is unknown or has no value for its label.
+    pub fn select(&self, all: &[Peer], me: Option<&Peer>) -> Result<Vec<Peer>, String> {
+        let mut others: Vec<Peer> = all
+            .iter()
+            .filter(|p| me.is_none_or(|m| p.target != m.target))
+            .cloned()
+            .collect();
+        others.sort();
+        others.dedup_by(|a, b| a.target == b.target);
+        let (mut chosen, rest): (Vec<Peer>, Vec<Peer>) = match &self.group {
+            None if self.random == 0 => return Ok(others),
+            None => (Vec::new(), others),
+            Some(label) => {
+                let me = me.ok_or_else(|| {
+                    format!("--mesh group:{label}: this host is not among the targets (give --self TARGET)")
+                })?;
+                let mine = me.label(label).ok_or_else(|| {
+                    format!(
+                        "--mesh group:{label}: this host ({}) has no label {label:?}",
+                        me.target
+                    )
+                })?;
+                others
+                    .into_iter()
+                    .partition(|p| p.label(label) == Some(mine))
+            }
+        };
+        let seed = me.map_or(0, |m| fnv(m.target.as_bytes()));
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut rest = rest;
+        rest.shuffle(&mut rng);
+        chosen.extend(rest.into_iter().take(self.random));
+        chosen.sort();
+        Ok(chosen)
+    }
+}
+
+/// FNV-1a: a stable hash (std's is seeded per process).
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &c| {
+        (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The agent's config file (TOML); every key is optional and a flag given on the
+/// command line wins.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub peers: Option<Vec<String>>,
+    pub peers_file: Option<std::path::PathBuf>,
+    pub probes: Option<Vec<String>>,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub mesh: Option<String>,
+    pub buckets: Option<String>,
+    #[serde(rename = "self")]
+    pub self_target: Option<String>,
+}
+
+/// Read the config file.
+///
+/// # Errors
+/// Unreadable, not TOML, or an unknown key: the message names the file, line and key.
+pub fn read_config(path: &Path) -> Result<ConfigFile, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_config(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// [`read_config`] on text.
+///
+/// # Errors
+/// As [`read_config`].
+pub fn parse_config(text: &str) -> Result<ConfigFile, String> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map(|s| {
+            text.as_bytes()[..s.start.min(text.len())]
+                .iter()
+                .filter(|&&c| c == b'\n')
+                .count()
+                + 1
+        });
+        let msg = e.message().trim().to_string();
+        match line {
+            Some(l) => format!("line {l}: {msg}"),
+            None => msg,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_take_the_default_port_and_bracket_v6() {
+        let p = Peer::parse("db1", vec![]).unwrap();
+        assert_eq!((p.target.as_str(), p.port), ("db1:12866", 12866));
+        assert_eq!(
+            Peer::parse("10.0.0.1:9000", vec![]).unwrap().target,
+            "10.0.0.1:9000"
+        );
+        assert_eq!(
+            Peer::parse("[fd00::1]:9", vec![]).unwrap().target,
+            "[fd00::1]:9"
+        );
+        assert_eq!(
+            Peer::parse("fd00::1", vec![]).unwrap().target,
+            "[fd00::1]:12866"
+        );
+        for bad in ["", ":80", "h:0", "h:x", "[::1", "[::1]x"] {
+            assert!(Peer::parse(bad, vec![]).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Witness: Prometheus's file_sd format (documentation example shape).
+    #[test]
+    fn file_sd_groups_carry_their_labels() {
+        let text = r#"[
+  {"targets": ["a:12866", "b"], "labels": {"zone": "z1", "rack": "r1"}},
+  {"targets": ["c:1"]}
+]"#;
+        let p = parse_file_sd(text).unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[1].target, "b:12866");
+        assert_eq!(p[1].label("rack"), Some("r1"));
+        assert_eq!(p[0].labels[0].0, "rack", "sorted by name");
+        assert!(p[2].labels.is_empty());
+    }
+
+    #[test]
+    fn bad_file_sd_names_line_and_key() {
+        let cases = [
+            ("[\n {\"targets\": [\"a:99999\"]}\n]", "line 2", "targets"),
+            (
+                "[\n {\"targets\": [\"a\"],\n  \"labels\": {\"peer\": \"x\"}}\n]",
+                "line 3",
+                "peer",
+            ),
+            (
+                "[\n {\"targets\": [\"a\"],\n  \"labels\": {\"1x\": \"x\"}}\n]",
+                "line 3",
+                "1x",
+            ),
+            ("[\n {\"target\": [\"a\"]}\n]", "line 2", "target"),
+            ("[\n {\"targets\": [\"a\"]\n", "line 3", ""),
+        ];
+        for (text, line, key) in cases {
+            let e = parse_file_sd(text).unwrap_err();
+            assert!(e.contains(line) && e.contains(key), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn config_errors_name_line_and_key() {
+        let ok =
+            parse_config("peers = [\"a\", \"b:1\"]\ninterval = \"2s\"\nself = \"a\"\n").unwrap();
+        assert_eq!(ok.peers.unwrap().len(), 2);
+        assert_eq!(ok.self_target.as_deref(), Some("a"));
+        let e = parse_config("interval = \"1s\"\n\nintervall = \"2s\"\n").unwrap_err();
+        assert!(e.contains("line 3") && e.contains("intervall"), "{e}");
+        let e = parse_config("peers = \"a\"\n").unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    fn fleet(n: usize) -> Vec<Peer> {
+        (0..n)
+            .map(|i| {
+                Peer::parse(
+                    &format!("h{i:03}:1"),
+                    vec![("rack".into(), format!("r{}", i % 10))],
+                )
+                .unwrap()
+            })
+            .collect()
+    }
+
+    /// Witness: arithmetic — 100 hosts in 10 racks of 10: 9 rack mates + 5 others.
+    #[test]
+    fn a_group_mesh_is_full_inside_the_group_plus_k_outside() {
+        let all = fleet(100);
+        let me = &all[7];
+        let m: Mesh = "group:rack,random:5".parse().unwrap();
+        let sel = m.select(&all, Some(me)).unwrap();
+        assert_eq!(sel.len(), 14);
+        let mates: Vec<_> = sel
+            .iter()
+            .filter(|p| p.label("rack") == Some("r7"))
+            .collect();
+        assert_eq!(mates.len(), 9);
+        assert!(sel.iter().all(|p| p.target != me.target));
+        // Deterministic for the host, whatever order the list comes in.
+        let mut shuffled = all.clone();
+        shuffled.reverse();
+        assert_eq!(m.select(&shuffled, Some(me)).unwrap(), sel);
+        // Another host draws other outsiders.
+        let other = m.select(&all, Some(&all[17])).unwrap();
+        assert_ne!(
+            other
+                .iter()
+                .filter(|p| p.label("rack") != Some("r7"))
+                .collect::<Vec<_>>(),
+            sel.iter()
+                .filter(|p| p.label("rack") != Some("r7"))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(Mesh::default().select(&all, Some(me)).unwrap().len(), 99);
+        assert!(m.select(&all, None).is_err());
+        assert!("random:0".parse::<Mesh>().is_err());
+    }
+}

@@ -1,0 +1,353 @@
+//! `rttlab agent`.
+
+use super::secret::SecretArgs;
+use super::values;
+use anyhow::{bail, Context};
+use clap::Args;
+use rttlab::agent::exposition::{write_textfile, MetricsServer};
+use rttlab::agent::metrics::{Buckets, Metrics};
+use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
+use rttlab::agent::prober::{self, Probe, ProbeSettings};
+use rttlab::agent::Agent;
+use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
+use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Serves probes as `rttlab serve` does (same hardened server, port 12866), probes every
+peer at every layer about once a second each (jittered, spread over the interval; an
+unreachable peer is retried with a growing back-off), and exports the results on
+http://ADDR/metrics (default port 9812) in the Prometheus text format or OpenMetrics,
+as the scraper asks:
+  rttlab_rtt_seconds{peer,layer}   histogram; layers icmp, tcp_rr, udp_rr, tcp_crr,
+                                   tcp_connect, srtt_client, srtt_server
+  rttlab_probes_{sent,lost,timed_out}_total, rttlab_probe_errors_total,
+  rttlab_tcp_retransmissions_total{peer,layer}, rttlab_tcp_{srtt,min_rtt}_seconds,
+  rttlab_agent_*                   the agent's own health (peers, probe lag, reloads)
+Labels of a file_sd group pass through to its peers' series. The peers file is read
+again when it changes; SIGHUP reads the config file and the peers file again. A peer
+that is this host (one of its addresses, on the agent's own port) is skipped.
+
+Examples:
+  rttlab agent --peer db1 --peer db2:12866
+  rttlab agent --peers-file /etc/prometheus/rttlab_peers.json --secret-file /etc/rttlab/secret
+  rttlab agent --config /etc/rttlab/agent.toml --mesh group:rack,random:3
+  rttlab agent --peer 10.0.0.2 --textfile /var/lib/node_exporter/textfile/rttlab.prom")]
+pub struct AgentArgs {
+    /// A peer to probe, HOST[:PORT] (repeatable; the port defaults to 12866).
+    #[arg(long = "peer", value_name = "HOST[:PORT]")]
+    pub peers: Vec<String>,
+    /// Peers in Prometheus file_sd JSON; re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    pub peers_file: Option<PathBuf>,
+    /// TOML file with any of: peers, peers_file, probes, interval, timeout, mesh,
+    /// buckets, self (flags given here win); re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Probes to run, comma-separated: icmp, tcp_rr, udp_rr, tcp_crr [default:
+    /// icmp,tcp_rr,udp_rr].
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub probes: Vec<Probe>,
+    /// Between two probes of one kind to one peer [default: 1s].
+    #[arg(long, value_parser = values::seconds)]
+    pub interval: Option<Duration>,
+    /// A TCP probe unanswered this long ends its connection (a new one is opened);
+    /// ICMP and UDP probes are lost after this or the interval, whichever is shorter
+    /// [default: 10s].
+    #[arg(long, value_parser = values::seconds)]
+    pub timeout: Option<Duration>,
+    /// Which peers to probe: full, group:LABEL (the peers with this host's value of a
+    /// file_sd label), random:K, or group:LABEL,random:K [default: full].
+    #[arg(long)]
+    pub mesh: Option<Mesh>,
+    /// This host's target in the peers list (for --mesh group:…); default: the
+    /// target that is one of this host's addresses on the agent's port.
+    #[arg(long = "self", value_name = "TARGET")]
+    pub self_target: Option<String>,
+    /// Histogram buckets, MIN:MAX:PER_DECADE, log-spaced [default: 10us:10s:3].
+    #[arg(long)]
+    pub buckets: Option<Buckets>,
+    /// Address of the probe server (repeatable), ADDR or ADDR:PORT [default: [::]:12866].
+    #[arg(short = 'L', long = "listen", value_name = "ADDR")]
+    pub listen: Vec<String>,
+    /// Where /metrics is served, ADDR:PORT.
+    #[arg(long, default_value = "[::]:9812")]
+    pub metrics_listen: SocketAddr,
+    /// Also write the metrics to this file every interval (atomically), for
+    /// node_exporter's textfile collector.
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+    #[command(flatten)]
+    pub secret: SecretArgs,
+    /// Ports the probe server's data connections may use, LOW-HIGH.
+    #[arg(long, default_value_t = PortRange::DEFAULT)]
+    pub data_ports: PortRange,
+    /// Most tests the probe server runs at once (each peer probing this host holds
+    /// one per TCP_RR, UDP_RR and TCP_CRR probe).
+    #[arg(long, default_value_t = 1024)]
+    pub max_tests: u32,
+    /// Memory the probe server's tests may use together.
+    #[arg(long, default_value = "1GiB", value_parser = values::bytes)]
+    pub max_memory: u64,
+}
+
+/// Everything that a reload may change, resolved from the flags and the config file.
+#[derive(Clone, Debug, PartialEq)]
+struct Plan {
+    peers: Vec<Peer>,
+    peers_file: Option<PathBuf>,
+    probes: Vec<Probe>,
+    settings: ProbeSettings,
+    buckets: Buckets,
+}
+
+fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result<Plan> {
+    let file = match &a.config {
+        Some(p) => peers::read_config(p).map_err(anyhow::Error::msg)?,
+        None => ConfigFile::default(),
+    };
+    let at = |key: &str| {
+        a.config
+            .as_ref()
+            .map_or(String::new(), |p| format!("{}: {key}: ", p.display()))
+    };
+    let probes = if !a.probes.is_empty() {
+        a.probes.clone()
+    } else if let Some(list) = &file.probes {
+        list.iter()
+            .map(|s| s.parse())
+            .collect::<Result<Vec<Probe>, String>>()
+            .map_err(|e| anyhow::anyhow!("{}{e}", at("probes")))?
+    } else {
+        Probe::DEFAULT.to_vec()
+    };
+    let duration = |flag: Option<Duration>, key: &str, v: &Option<String>, default: &str| {
+        flag.map_or_else(
+            || {
+                values::seconds(v.as_deref().unwrap_or(default))
+                    .map_err(|e| anyhow::anyhow!("{}{e}", at(key)))
+            },
+            Ok,
+        )
+    };
+    let interval = duration(a.interval, "interval", &file.interval, "1s")?;
+    let timeout = duration(a.timeout, "timeout", &file.timeout, "10s")?;
+    if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
+        bail!("{}the interval must be within 10ms..60s", at("interval"));
+    }
+    let mesh = match (&a.mesh, &file.mesh) {
+        (Some(m), _) => m.clone(),
+        (None, Some(m)) => m
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}{e}", at("mesh")))?,
+        (None, None) => Mesh::default(),
+    };
+    let buckets = match (&a.buckets, &file.buckets) {
+        (Some(b), _) => b.clone(),
+        (None, Some(b)) => b
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{}{e}", at("buckets")))?,
+        (None, None) => "10us:10s:3".parse().map_err(anyhow::Error::msg)?,
+    };
+    let peers_file = a.peers_file.clone().or(file.peers_file.clone());
+    let mut all = Vec::new();
+    for t in a.peers.iter().chain(file.peers.iter().flatten()) {
+        all.push(Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--peer: {e}"))?);
+    }
+    if let Some(f) = &peers_file {
+        all.extend(peers::read_file_sd(f).map_err(anyhow::Error::msg)?);
+    }
+    let me = match a.self_target.as_ref().or(file.self_target.as_ref()) {
+        Some(t) => {
+            let p = Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--self: {e}"))?;
+            Some(
+                all.iter()
+                    .find(|x| x.target == p.target)
+                    .cloned()
+                    .unwrap_or(p),
+            )
+        }
+        None => all.iter().find(|p| is_me(p, own_port)).cloned(),
+    };
+    let peers = mesh.select(&all, me.as_ref()).map_err(anyhow::Error::msg)?;
+    Ok(Plan {
+        peers,
+        peers_file,
+        probes,
+        settings: ProbeSettings {
+            interval,
+            timeout,
+            secret,
+        },
+        buckets,
+    })
+}
+
+/// A target that is this host: one of its addresses, on the agent's own port.
+fn is_me(p: &Peer, own_port: u16) -> bool {
+    p.port == own_port
+        && (p.host.as_str(), p.port)
+            .to_socket_addrs()
+            .is_ok_and(|mut it| it.any(|a| prober::is_local(a.ip())))
+}
+
+fn listen_addrs(a: &AgentArgs) -> anyhow::Result<Vec<SocketAddr>> {
+    if a.listen.is_empty() {
+        return Ok(vec![SocketAddr::from(([0u16; 8], DEFAULT_CONTROL_PORT))]);
+    }
+    a.listen
+        .iter()
+        .map(|s| {
+            s.parse::<SocketAddr>()
+                .or_else(|_| {
+                    s.trim_matches(['[', ']'])
+                        .parse()
+                        .map(|ip| SocketAddr::new(ip, DEFAULT_CONTROL_PORT))
+                })
+                .map_err(|_| anyhow::anyhow!("--listen {s:?} is not an address"))
+        })
+        .collect()
+}
+
+/// The peers file's identity, to notice it changed (also replaced by a rename).
+fn stamp(p: &Option<PathBuf>) -> Option<(SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p.as_ref()?).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let secret = a.secret.load()?;
+    let listen = listen_addrs(&a)?;
+    let own_port = listen[0].port();
+    let mut current = plan(&a, secret.clone(), own_port)?;
+
+    let server = Server::bind(ServerConfig {
+        listen,
+        secret: secret.clone(),
+        limits: Limits {
+            max_concurrent_tests: a.max_tests,
+            data_ports: a.data_ports,
+            ..Limits::default()
+        },
+        max_memory_bytes: a.max_memory,
+        congestion: CongestionPolicy::Allowed(Vec::new()),
+        log: false,
+        ..ServerConfig::default()
+    })?;
+    let served: Vec<String> = server
+        .local_addrs()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let control_ports: Vec<u16> = server.local_addrs().iter().map(SocketAddr::port).collect();
+    let _server = server.spawn().context("starting the probe server")?;
+
+    let metrics = Arc::new(Metrics::new(&current.buckets));
+    let http = MetricsServer::bind(a.metrics_listen).with_context(|| {
+        format!(
+            "cannot serve metrics on {} (--metrics-listen)",
+            a.metrics_listen
+        )
+    })?;
+    let mut agent = Agent::new(
+        Arc::clone(&metrics),
+        current.probes.clone(),
+        current.settings.clone(),
+        a.data_ports,
+        control_ports,
+    )?;
+    agent.set_peers(current.peers.clone());
+    metrics.reload_ok.set(1);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .context("installing signal handlers")?;
+    }
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
+        .context("installing the SIGHUP handler")?;
+    eprintln!(
+        "rttlab agent: serving probes on {}, metrics on http://{}/metrics, probing {} peer(s) with {}",
+        served.join(", "),
+        http.addr,
+        current.peers.len(),
+        current.probes.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
+    );
+
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        s.spawn(|| http.serve(&metrics, &stop));
+        let mut seen = stamp(&current.peers_file);
+        let mut next_textfile = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            let changed = stamp(&current.peers_file) != seen;
+            if hup.swap(false, Ordering::Relaxed) || changed {
+                seen = stamp(&current.peers_file);
+                match plan(&a, secret.clone(), own_port) {
+                    Ok(next) => {
+                        reload(&mut agent, &mut current, next);
+                        metrics
+                            .reloads
+                            .get_or_create(&vec![("result".into(), "success".into())])
+                            .inc();
+                        metrics.reload_ok.set(1);
+                    }
+                    Err(e) => {
+                        // The running peers keep being probed.
+                        eprintln!("rttlab agent: reload failed, keeping the previous peers: {e:#}");
+                        metrics
+                            .reloads
+                            .get_or_create(&vec![("result".into(), "failure".into())])
+                            .inc();
+                        metrics.reload_ok.set(0);
+                    }
+                }
+            }
+            if let Some(path) = &a.textfile {
+                if Instant::now() >= next_textfile {
+                    next_textfile = Instant::now() + current.settings.interval;
+                    if let Err(e) = write_textfile(path, &metrics) {
+                        eprintln!("rttlab agent: --textfile {}: {e}", path.display());
+                    }
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        Ok(())
+    })?;
+    drop(agent);
+    eprintln!("rttlab agent: stopped");
+    Ok(())
+}
+
+/// Apply a reloaded plan: new probe settings restart every peer's probes (their
+/// series and counters stay); otherwise only peers added, removed or relabelled change.
+fn reload(agent: &mut Agent, current: &mut Plan, next: Plan) {
+    if next.buckets != current.buckets {
+        eprintln!("rttlab agent: new histogram buckets take effect at the next start");
+    }
+    if next.probes != current.probes || next.settings != current.settings {
+        if let Err(e) = agent.set_probes(next.probes.clone(), next.settings.clone()) {
+            eprintln!(
+                "rttlab agent: keeping the previous probes: {}",
+                rttlab::error_chain(&e)
+            );
+        }
+    }
+    agent.set_peers(next.peers.clone());
+    eprintln!(
+        "rttlab agent: reloaded, probing {} peer(s)",
+        next.peers.len()
+    );
+    *current = Plan {
+        buckets: current.buckets.clone(),
+        ..next
+    };
+}
