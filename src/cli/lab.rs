@@ -66,9 +66,10 @@ pub enum Dist {
 /// Impairments of one or both directions.
 #[derive(Args, Debug, Default)]
 pub struct ImpairArgs {
-    /// One-way delay (so 50ms gives a 100 ms RTT when set both ways).
-    #[arg(long, value_parser = values::duration)]
-    pub delay: Option<Duration>,
+    /// One-way delay (so 50ms gives a 100 ms RTT when set both ways); with `lab up
+    /// --hosts N`, one per host's link, comma-separated (or one for all).
+    #[arg(long, value_parser = values::duration, value_delimiter = ',')]
+    pub delay: Vec<Duration>,
     /// Jitter around the delay.
     #[arg(long, value_parser = values::duration)]
     pub jitter: Option<Duration>,
@@ -103,7 +104,7 @@ fn link_rate(s: &str) -> Result<LinkRate, String> {
 impl ImpairArgs {
     fn patch(&self) -> ImpairmentPatch {
         ImpairmentPatch {
-            delay_ns: self.delay.map(|d| d.as_nanos() as u64),
+            delay_ns: self.delay.first().map(|d| d.as_nanos() as u64),
             jitter_ns: self.jitter.map(|d| d.as_nanos() as u64),
             jitter_dist: self.jitter_dist.map(|d| match d {
                 Dist::Uniform => JitterDist::Uniform,
@@ -136,6 +137,12 @@ pub struct UpArgs {
     /// Apply the impairments to one direction only (the other has none).
     #[arg(long, value_enum, default_value = "both")]
     pub dir: DirArg,
+    /// A star of N hosts (a, b, c, …; 2–16) around the router instead of a and b,
+    /// each on its own link: `--delay` and the other impairments apply to every
+    /// link both ways, `--delay D1,D2,…` gives each host's link its own, so the RTT
+    /// between hosts i and j is 2·(Di + Dj).
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<usize>,
     /// Busy-poll: the emulator spins on one vCPU and releases frames within µs of their time.
     #[arg(long)]
     pub poll: bool,
@@ -151,6 +158,10 @@ pub struct UpArgs {
 pub struct SetArgs {
     #[arg(long, default_value = "default")]
     pub name: String,
+    /// In a star, change only this host's link (a2b: from the host into the hub,
+    /// b2a: back to it); without it, every link.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
     #[command(flatten)]
     pub impair: ImpairArgs,
     /// Direction to change.
@@ -178,7 +189,7 @@ fn at(s: &str) -> Result<Duration, String> {
 pub struct ExecArgs {
     #[arg(long, default_value = "default")]
     pub name: String,
-    /// a, b or r.
+    /// A host (a, b, or a star's c, d, …) or the router r.
     pub node: String,
     /// The command and its arguments (after --).
     #[arg(last = true, required = true)]
@@ -218,7 +229,38 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         DirArg::A2b => [imp, Impairments::default()],
         DirArg::B2a => [Impairments::default(), imp],
     };
+    let star = match u.hosts {
+        None if u.impair.delay.len() > 1 => {
+            bail!("--delay takes one value per host only with --hosts N")
+        }
+        None => Vec::new(),
+        Some(n) if !(2..=topology::MAX_HOSTS).contains(&n) => {
+            bail!("--hosts {n}: a lab has 2 to {} hosts", topology::MAX_HOSTS)
+        }
+        Some(_) if u.dir != DirArg::Both => {
+            bail!("--dir applies to the two-host lab; a star's links are impaired both ways")
+        }
+        Some(n) => {
+            let delays = &u.impair.delay;
+            if delays.len() > 1 && delays.len() != n {
+                bail!(
+                    "--delay gives {} values for {n} hosts: give one, or one per host",
+                    delays.len()
+                );
+            }
+            (0..n)
+                .map(|i| {
+                    let mut link = imp;
+                    if let Some(d) = delays.get(i).or(delays.first()) {
+                        link.delay_ns = d.as_nanos() as u64;
+                    }
+                    link
+                })
+                .collect()
+        }
+    };
     let spec = LabSpec {
+        star: star.clone(),
         name: u.name.clone(),
         impairments,
         poll: u.poll,
@@ -266,8 +308,19 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         }
     )?;
     write!(o, "{}", rttlab::report::lab::hosts(&info))?;
-    for (d, i) in [("a2b", &impairments[0]), ("b2a", &impairments[1])] {
-        writeln!(o, "{d}: {}", rttlab::report::lab::impairments(i))?;
+    if star.is_empty() {
+        for (d, i) in [("a2b", &impairments[0]), ("b2a", &impairments[1])] {
+            writeln!(o, "{d}: {}", rttlab::report::lab::impairments(i))?;
+        }
+    } else {
+        for (h, i) in info.all_hosts().iter().zip(&star) {
+            writeln!(
+                o,
+                "link {} (both ways): {}",
+                h.name,
+                rttlab::report::lab::impairments(i)
+            )?;
+        }
     }
     writeln!(
         o,
@@ -327,6 +380,9 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
     let info = find(&s.name)?;
     let dirs = s.dir.dirs();
     let patch = s.impair.patch();
+    if s.impair.delay.len() > 1 {
+        bail!("lab set takes one --delay (use --host to change one link of a star)");
+    }
     if patch.is_empty() && s.blackout.is_none() {
         bail!("nothing to change: give an impairment (--delay, --loss, ...) or --blackout");
     }
@@ -334,6 +390,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         control::request(
             &info.control,
             &Request::Set {
+                link: s.host.clone(),
                 dirs: dirs.clone(),
                 patch,
             },
@@ -356,6 +413,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         let r = control::request(
             &info.control,
             &Request::Blackout {
+                link: s.host.clone(),
                 dirs,
                 duration_ns: d.as_nanos() as u64,
                 port: s.port,
@@ -379,10 +437,19 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
 fn exec(e: ExecArgs) -> anyhow::Result<()> {
     let info = find(&e.name)?;
     let ns = match e.node.as_str() {
-        "a" => info.a.netns,
-        "b" => info.b.netns,
-        "r" => info.router_netns,
-        n => bail!("no node {n:?} in a lab: use a, b or r"),
+        "r" => info.router_netns.clone(),
+        n => match info.host(n) {
+            Some(h) => h.netns.clone(),
+            None => bail!(
+                "no node {n:?} in lab {}: use {} or r",
+                info.name,
+                info.all_hosts()
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
     };
     let mut cmd = rttlab::lab::exec::command(&ns, &e.command[0]);
     cmd.args(&e.command[1..]);

@@ -13,6 +13,7 @@ const RTM_NEWNEIGH: u16 = 28;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MTU: u16 = 4;
+const IFLA_MASTER: u16 = 10;
 const IFLA_LINKINFO: u16 = 18;
 const IFLA_NET_NS_FD: u16 = 28;
 const IFLA_INFO_KIND: u16 = 1;
@@ -103,6 +104,38 @@ pub fn add_veth(local: &VethEnd<'_>, peer: &VethEnd<'_>, mtu: u32) -> Result<(),
         &body,
         &format!("creating veth {} ⇄ {}", local.name, peer.name),
     )
+}
+
+/// Create a bridge `name` (no STP: its ports forward as soon as they are up).
+///
+/// # Errors
+/// The kernel refused (the name exists, no bridge module).
+pub fn add_bridge(name: &str, mac: [u8; 6]) -> Result<(), LinkError> {
+    let mut body = ifinfomsg(0, 0, 0);
+    let mut n = name.as_bytes().to_vec();
+    n.push(0);
+    push_attr(&mut body, IFLA_IFNAME, &n);
+    push_attr(&mut body, IFLA_ADDRESS, &mac);
+    let mut info = Vec::new();
+    push_attr(&mut info, IFLA_INFO_KIND, b"bridge");
+    push_attr(&mut body, IFLA_LINKINFO, &info);
+    request(RTM_NEWLINK, &body, &format!("creating bridge {name}"))
+}
+
+/// Make interface `name` a port of bridge `master` (`ip link set NAME master MASTER`).
+///
+/// # Errors
+/// Either interface is missing, or the kernel refused.
+pub fn set_master(name: &str, master: &str) -> Result<(), LinkError> {
+    let (i, m) = (index(name)?, index(master)?);
+    let mut body = ifinfomsg(i as i32, 0, 0);
+    push_attr(&mut body, IFLA_MASTER, &m.to_ne_bytes());
+    let what = format!("adding {name} to bridge {master}");
+    let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed(&what))?;
+    let seq = s
+        .send(RTM_NEWLINK, libc::NLM_F_ACK as u16, &body)
+        .map_err(failed(&what))?;
+    s.replies(seq, |_, _| {}).map_err(failed(&what))
 }
 
 /// The index of interface `name` in this namespace.

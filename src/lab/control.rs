@@ -30,11 +30,16 @@ pub enum Start {
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Status,
+    /// `link`: a star's host whose link changes; `None`: every link.
     Set {
+        #[serde(default)]
+        link: Option<String>,
         dirs: Vec<Dir>,
         patch: ImpairmentPatch,
     },
     Blackout {
+        #[serde(default)]
+        link: Option<String>,
         dirs: Vec<Dir>,
         duration_ns: u64,
         port: Option<u16>,
@@ -51,6 +56,17 @@ pub struct Status {
     pub emulator: String,
     pub a2b: DirStatus,
     pub b2a: DirStatus,
+    /// A star's links, host by host (`a2b`/`b2a` above are `a`'s up and down).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkStatus>,
+}
+
+/// One link of a star: `up` from the host into the hub, `down` back to it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LinkStatus {
+    pub host: String,
+    pub up: DirStatus,
+    pub down: DirStatus,
 }
 
 /// One direction's impairments, scheduled blackouts and counters.

@@ -99,6 +99,10 @@ pub struct LabSpec {
     pub events: Option<PathBuf>,
     /// Marks a `lab up` daemon, which `lab down` may stop.
     pub daemon: bool,
+    /// A star instead of two hosts: each host's link with its impairments (both
+    /// ways), `a`'s first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub star: Vec<Impairments>,
 }
 
 impl LabSpec {
@@ -111,82 +115,143 @@ impl LabSpec {
             seed: None,
             events: None,
             daemon: false,
+            star: Vec::new(),
         }
     }
 }
 
 struct Inner {
     info: LabInfo,
-    shared: Arc<Shared>,
+    /// One emulator per link: the two-host lab's one, or a star's per host.
+    links: Vec<Arc<Shared>>,
     shutdown: AtomicBool,
 }
 
 impl Inner {
     fn status(&self) -> Status {
-        let s = self.shared.settings();
-        let emulator = if self.shared.running.load(Ordering::Acquire) {
-            "running".to_string()
-        } else {
-            self.shared
-                .failure
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-                .unwrap_or_else(|| "stopped".into())
+        let dirs = |shared: &Shared| {
+            let s = shared.settings();
+            let dir = |d: Dir| DirStatus {
+                impairments: s.impairments[d.index()],
+                blackouts: s.blackouts[d.index()].clone(),
+                counters: shared.counters[d.index()].snapshot(),
+            };
+            (dir(Dir::A2b), dir(Dir::B2a))
         };
-        let dir = |d: Dir| DirStatus {
-            impairments: s.impairments[d.index()],
-            blackouts: s.blackouts[d.index()].clone(),
-            counters: self.shared.counters[d.index()].snapshot(),
+        let emulator = match self.failure() {
+            None => "running".to_string(),
+            Some(why) => why,
+        };
+        let (a2b, b2a) = dirs(&self.links[0]);
+        let links = if self.info.is_star() {
+            self.info
+                .all_hosts()
+                .iter()
+                .zip(&self.links)
+                .map(|(h, l)| {
+                    let (up, down) = dirs(l);
+                    control::LinkStatus {
+                        host: h.name.clone(),
+                        up,
+                        down,
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
         Status {
             info: self.info.clone(),
             emulator,
-            a2b: dir(Dir::A2b),
-            b2a: dir(Dir::B2a),
+            a2b,
+            b2a,
+            links,
         }
+    }
+
+    /// Why an emulator stopped, if one has.
+    fn failure(&self) -> Option<String> {
+        self.links
+            .iter()
+            .find(|l| !l.running.load(Ordering::Acquire))
+            .map(|l| {
+                l.failure
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone()
+                    .unwrap_or_else(|| "stopped".into())
+            })
     }
 
     fn alive(&self) -> Result<(), LabError> {
-        if self.shared.running.load(Ordering::Acquire) {
-            return Ok(());
+        match self.failure() {
+            None => Ok(()),
+            Some(why) => Err(LabError::EmulatorDied(why)),
         }
-        let why = self
-            .shared
-            .failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .unwrap_or_else(|| "stopped".into());
-        Err(LabError::EmulatorDied(why))
     }
 
-    fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
-        self.alive()?;
-        let mut next = self.shared.settings().impairments;
-        for d in dirs {
-            patch.apply(&mut next[d.index()]);
-            next[d.index()].validate()?;
+    /// The links a request names: host `link`'s, or every link when `None`.
+    fn select(&self, link: Option<&str>) -> Result<Vec<&Arc<Shared>>, LabError> {
+        match link {
+            None => Ok(self.links.iter().collect()),
+            Some(name) => {
+                let i = self
+                    .info
+                    .all_hosts()
+                    .iter()
+                    .position(|h| h.name == name && self.info.is_star())
+                    .ok_or_else(|| {
+                        LabError::Refused(format!(
+                            "lab {:?} has no link of a host {name:?} (links are a star's: lab up --hosts N)",
+                            self.info.name
+                        ))
+                    })?;
+                Ok(vec![&self.links[i]])
+            }
         }
-        let event = format!(
-            "\"event\":\"set\",\"dirs\":{},\"patch\":{},\"a2b\":{},\"b2a\":{}",
-            serde_json::json!(dirs),
-            serde_json::json!(patch),
-            serde_json::json!(next[0]),
-            serde_json::json!(next[1])
-        );
-        self.shared.update(event, |s| s.impairments = next);
+    }
+
+    fn set(
+        &self,
+        link: Option<&str>,
+        dirs: &[Dir],
+        patch: &ImpairmentPatch,
+    ) -> Result<(), LabError> {
+        self.alive()?;
+        let links = self.select(link)?;
+        let mut changes = Vec::new();
+        for shared in &links {
+            let mut next = shared.settings().impairments;
+            for d in dirs {
+                patch.apply(&mut next[d.index()]);
+                next[d.index()].validate()?;
+            }
+            changes.push(next);
+        }
+        for (shared, next) in links.into_iter().zip(changes) {
+            let event = format!(
+                "\"event\":\"set\",\"link\":{},\"dirs\":{},\"patch\":{},\"a2b\":{},\"b2a\":{}",
+                serde_json::json!(link),
+                serde_json::json!(dirs),
+                serde_json::json!(patch),
+                serde_json::json!(next[0]),
+                serde_json::json!(next[1])
+            );
+            shared.update(event, |s| s.impairments = next);
+        }
         Ok(())
     }
 
     fn blackout(
         &self,
+        link: Option<&str>,
         dirs: &[Dir],
         duration_ns: u64,
         port: Option<u16>,
         start: Start,
     ) -> Result<Blackout, LabError> {
         self.alive()?;
+        let links = self.select(link)?;
         let now = crate::kernel::realtime_ns();
         let start_ns = match start {
             Start::Now => now,
@@ -205,25 +270,30 @@ impl Inner {
             w.end_ns,
             serde_json::json!(port)
         );
-        self.shared.update(event, |s| {
-            for d in dirs {
-                s.blackouts[d.index()].push(w);
-            }
-        });
+        for shared in links {
+            shared.update(event.clone(), |s| {
+                for d in dirs {
+                    s.blackouts[d.index()].push(w);
+                }
+            });
+        }
         Ok(w)
     }
 
     fn handle(&self, req: Request) -> Reply {
         let r = match req {
             Request::Status => return Reply::Status(Box::new(self.status())),
-            Request::Set { dirs, patch } => self.set(&dirs, &patch).map(|()| Reply::Ok),
+            Request::Set { link, dirs, patch } => self
+                .set(link.as_deref(), &dirs, &patch)
+                .map(|()| Reply::Ok),
             Request::Blackout {
+                link,
                 dirs,
                 duration_ns,
                 port,
                 start,
             } => self
-                .blackout(&dirs, duration_ns, port, start)
+                .blackout(link.as_deref(), &dirs, duration_ns, port, start)
                 .map(|window| Reply::Blackout { window }),
             Request::Shutdown if self.info.daemon => {
                 self.shutdown.store(true, Ordering::Release);
@@ -243,7 +313,7 @@ impl Inner {
 /// A running lab; dropping it removes it.
 pub struct Lab {
     inner: Arc<Inner>,
-    emulator: Option<std::thread::JoinHandle<()>>,
+    emulators: Vec<std::thread::JoinHandle<()>>,
     control: Option<std::thread::JoinHandle<()>>,
     control_stop: Arc<AtomicBool>,
 }
@@ -262,8 +332,15 @@ impl Lab {
     /// kernel refused (everything made so far is removed again).
     pub fn up(spec: &LabSpec) -> Result<Lab, LabError> {
         topology::check_name(&spec.name)?;
-        for imp in &spec.impairments {
+        for imp in spec.impairments.iter().chain(&spec.star) {
             imp.validate()?;
+        }
+        if spec.star.len() == 1 || spec.star.len() > topology::MAX_HOSTS {
+            return Err(LabError::Cannot(format!(
+                "a star has 2 to {} hosts, not {}",
+                topology::MAX_HOSTS,
+                spec.star.len()
+            )));
         }
         if !is_root() {
             return Err(LabError::NotRoot);
@@ -271,11 +348,7 @@ impl Lab {
         let registry = topology::lock_registry()?;
         topology::sweep_stale()?;
         let dir = topology::state_dir(&spec.name);
-        if dir.exists()
-            || ['a', 'r', 'b'].iter().any(|&n| {
-                crate::kernel::netns::path_of(&topology::netns_name(&spec.name, n)).exists()
-            })
-        {
+        if dir.exists() || !topology::namespaces_of(&spec.name).is_empty() {
             return Err(LabError::Exists {
                 name: spec.name.clone(),
                 detail: "its owner still runs".into(),
@@ -283,7 +356,13 @@ impl Lab {
         }
         std::fs::create_dir_all(&dir).map_err(setup(format!("creating {}", dir.display())))?;
         let index = topology::free_index()?;
-        let (a, b) = topology::hosts(&spec.name, index);
+        let (a, b, hosts) = if spec.star.is_empty() {
+            let (a, b) = topology::hosts(&spec.name, index);
+            (a, b, Vec::new())
+        } else {
+            let h = topology::star_hosts(&spec.name, index, spec.star.len());
+            (h[0].clone(), h[1].clone(), h)
+        };
         let pid = std::process::id() as i32;
         let seed = spec.seed.unwrap_or_else(|| {
             let mut b = [0u8; 8];
@@ -302,6 +381,7 @@ impl Lab {
             seed,
             a,
             b,
+            hosts,
             router_netns: topology::netns_name(&spec.name, 'r'),
             control: dir.join("control.sock"),
             events: Some(
@@ -325,7 +405,12 @@ impl Lab {
         drop(registry);
         let started = written.and_then(|()| {
             topology::build(&info)?;
-            Self::start(info.clone(), spec.impairments)
+            let links = if spec.star.is_empty() {
+                vec![spec.impairments]
+            } else {
+                spec.star.iter().map(|&i| [i, i]).collect()
+            };
+            Self::start(info.clone(), &links)
         });
         match started {
             Ok(lab) => Ok(lab),
@@ -336,66 +421,46 @@ impl Lab {
         }
     }
 
-    fn start(info: LabInfo, impairments: [Impairments; 2]) -> Result<Lab, LabError> {
-        let shared =
-            Arc::new(Shared::new(impairments).map_err(setup("the emulator's impairments"))?);
-        let log = EventLog::open(info.events.as_deref()).map_err(setup("opening the event log"))?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let router = crate::kernel::netns::path_of(&info.router_netns);
-        let ns =
-            std::fs::File::open(&router).map_err(setup(format!("opening {}", router.display())))?;
-        let sh = shared.clone();
-        let (poll, seed) = (info.poll, info.seed);
-        let emulator = std::thread::Builder::new()
-            .name("lab-emulator".into())
-            .spawn(move || {
-                use std::os::fd::AsRawFd;
-                // SAFETY: setns on an open namespace file; affects only this thread.
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    let _ = tx.send(Err(format!(
-                        "entering the router namespace: {}",
-                        std::io::Error::last_os_error()
-                    )));
-                    return;
+    fn start(info: LabInfo, links: &[[Impairments; 2]]) -> Result<Lab, LabError> {
+        let mut shared = Vec::new();
+        let mut emulators = Vec::new();
+        for (i, impairments) in links.iter().enumerate() {
+            let sh =
+                Arc::new(Shared::new(*impairments).map_err(setup("the emulator's impairments"))?);
+            let host = info.all_hosts()[i].name.clone();
+            // The two-host lab's one emulator joins to-a and to-b; a star's joins
+            // each host's to-X with its up-X into the hub.
+            let (near, far) = if info.is_star() {
+                (topology::router_if(&info, i), topology::hub_ifs(&host).0)
+            } else {
+                (topology::ROUTER_IF[0].into(), topology::ROUTER_IF[1].into())
+            };
+            let events = info.events.as_ref().map(|p| {
+                if info.is_star() {
+                    events_of_link(p, &host)
+                } else {
+                    p.clone()
                 }
-                let open = || -> Result<Ports, String> {
-                    let ix =
-                        |n: &str| crate::kernel::link::index(n).map_err(|e| crate::error_chain(&e));
-                    let (ia, ib) = (ix(topology::ROUTER_IF[0])?, ix(topology::ROUTER_IF[1])?);
-                    let e = |e: crate::kernel::SyscallError| crate::error_chain(&e);
-                    Ok(Ports {
-                        rx: [
-                            ring::RxRing::open(ia).map_err(e)?,
-                            ring::RxRing::open(ib).map_err(e)?,
-                        ],
-                        tx: [
-                            ring::TxSocket::open(ib).map_err(e)?,
-                            ring::TxSocket::open(ia).map_err(e)?,
-                        ],
-                    })
-                };
-                match open() {
-                    Ok(mut ports) => {
-                        let _ = tx.send(Ok(()));
-                        emulator::run(&sh, &mut ports, log, poll, seed);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            })
-            .map_err(setup("starting the emulator's thread"))?;
-        match rx.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(setup("starting the emulator")(e)),
-            Err(_) => return Err(LabError::Cannot("the emulator thread died".into())),
-        }
-        while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
-            std::thread::yield_now();
+            });
+            // The two-host lab keeps the seed as given (runs recorded with a seed
+            // stay reproducible); each link of a star draws from its own.
+            let seed = if info.is_star() {
+                info.seed ^ fnv(near.as_bytes())
+            } else {
+                info.seed
+            };
+            emulators.push(spawn_emulator(
+                &info,
+                Arc::clone(&sh),
+                (&near, &far),
+                seed,
+                events,
+            )?);
+            shared.push(sh);
         }
         let inner = Arc::new(Inner {
             info,
-            shared,
+            links: shared,
             shutdown: AtomicBool::new(false),
         });
         let _ = std::fs::remove_file(&inner.info.control);
@@ -409,7 +474,7 @@ impl Lab {
             .map_err(setup("starting the control thread"))?;
         Ok(Lab {
             inner,
-            emulator: Some(emulator),
+            emulators,
             control: Some(control),
             control_stop,
         })
@@ -439,7 +504,41 @@ impl Lab {
     /// # Errors
     /// Impossible values, or the emulator has stopped.
     pub fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
-        self.inner.set(dirs, patch)
+        self.inner.set(None, dirs, patch)
+    }
+
+    /// Change the impairments of star host `host`'s link (`Dir::A2b`: from the host
+    /// into the hub, `Dir::B2a`: back).
+    ///
+    /// # Errors
+    /// No such host in a star, impossible values, or the emulator has stopped.
+    pub fn set_link(
+        &self,
+        host: &str,
+        dirs: &[Dir],
+        patch: &ImpairmentPatch,
+    ) -> Result<(), LabError> {
+        self.inner.set(Some(host), dirs, patch)
+    }
+
+    /// A blackout of star host `host`'s link (as [`Lab::blackout`]).
+    ///
+    /// # Errors
+    /// No such host in a star, or the emulator has stopped.
+    pub fn blackout_link(
+        &self,
+        host: &str,
+        dirs: &[Dir],
+        duration: std::time::Duration,
+        start: Start,
+    ) -> Result<Blackout, LabError> {
+        self.inner
+            .blackout(Some(host), dirs, duration.as_nanos() as u64, None, start)
+    }
+
+    /// The namespace of host `name` (a star's too).
+    pub fn host_netns(&self, name: &str) -> Option<&str> {
+        self.inner.info.host(name).map(|h| h.netns.as_str())
     }
 
     /// Drop every frame of `dirs` (of `port` only, if given) arriving at the router
@@ -455,7 +554,7 @@ impl Lab {
         start: Start,
     ) -> Result<Blackout, LabError> {
         self.inner
-            .blackout(dirs, duration.as_nanos() as u64, port, start)
+            .blackout(None, dirs, duration.as_nanos() as u64, port, start)
     }
 
     /// Wait until no frame has crossed the link for `quiet` (at most `max`): a fresh
@@ -465,8 +564,12 @@ impl Lab {
     pub fn wait_quiet(&self, quiet: std::time::Duration, max: std::time::Duration) {
         let t0 = std::time::Instant::now();
         let frames = || {
-            let s = self.status();
-            s.a2b.counters.rx_frames + s.b2a.counters.rx_frames
+            self.inner
+                .links
+                .iter()
+                .flat_map(|l| &l.counters)
+                .map(|c| c.snapshot().rx_frames)
+                .sum::<u64>()
         };
         let mut last = frames();
         let mut since = std::time::Instant::now();
@@ -499,8 +602,10 @@ impl Lab {
     }
 
     fn teardown(&mut self) -> Result<(), LabError> {
-        self.inner.shared.stop();
-        if let Some(h) = self.emulator.take() {
+        for l in &self.inner.links {
+            l.stop();
+        }
+        for h in self.emulators.drain(..) {
             let _ = h.join();
         }
         if let Some(h) = self.control.take() {
@@ -512,9 +617,95 @@ impl Lab {
     }
 }
 
+/// A star's event log per link: `events.jsonl` → `events-c.jsonl`.
+fn events_of_link(p: &std::path::Path, host: &str) -> PathBuf {
+    let stem = p.file_stem().map_or_else(
+        || "events".to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
+    let ext = p
+        .extension()
+        .map_or(String::new(), |e| format!(".{}", e.to_string_lossy()));
+    p.with_file_name(format!("{stem}-{host}{ext}"))
+}
+
+/// Start an emulator in the router's namespace forwarding between `near` (rx[0],
+/// tx[1]) and `far` (rx[1], tx[0]).
+fn spawn_emulator(
+    info: &LabInfo,
+    shared: Arc<Shared>,
+    (near, far): (&str, &str),
+    seed: u64,
+    events: Option<PathBuf>,
+) -> Result<std::thread::JoinHandle<()>, LabError> {
+    let log = EventLog::open(events.as_deref()).map_err(setup("opening the event log"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let router = crate::kernel::netns::path_of(&info.router_netns);
+    let ns =
+        std::fs::File::open(&router).map_err(setup(format!("opening {}", router.display())))?;
+    let sh = Arc::clone(&shared);
+    let poll = info.poll;
+    let (near, far) = (near.to_string(), far.to_string());
+    let emulator = std::thread::Builder::new()
+        .name("lab-emulator".into())
+        .spawn(move || {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on an open namespace file; affects only this thread.
+            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                let _ = tx.send(Err(format!(
+                    "entering the router namespace: {}",
+                    std::io::Error::last_os_error()
+                )));
+                return;
+            }
+            let open = || -> Result<Ports, String> {
+                let ix =
+                    |n: &str| crate::kernel::link::index(n).map_err(|e| crate::error_chain(&e));
+                let (ia, ib) = (ix(&near)?, ix(&far)?);
+                let e = |e: crate::kernel::SyscallError| crate::error_chain(&e);
+                Ok(Ports {
+                    rx: [
+                        ring::RxRing::open(ia).map_err(e)?,
+                        ring::RxRing::open(ib).map_err(e)?,
+                    ],
+                    tx: [
+                        ring::TxSocket::open(ib).map_err(e)?,
+                        ring::TxSocket::open(ia).map_err(e)?,
+                    ],
+                })
+            };
+            match open() {
+                Ok(mut ports) => {
+                    let _ = tx.send(Ok(()));
+                    emulator::run(&sh, &mut ports, log, poll, seed);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(setup("starting the emulator's thread"))?;
+    match rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(setup("starting the emulator")(e)),
+        Err(_) => return Err(LabError::Cannot("the emulator thread died".into())),
+    }
+    while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
+        std::thread::yield_now();
+    }
+    Ok(emulator)
+}
+
+/// FNV-1a, so that each link of a star draws its own loss and jitter from the seed.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &c| {
+        (h ^ u64::from(c)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 impl Drop for Lab {
     fn drop(&mut self) {
-        if self.emulator.is_some() || self.control.is_some() {
+        if !self.emulators.is_empty() || self.control.is_some() {
             let _ = self.teardown();
         }
     }

@@ -5,6 +5,12 @@
 //! R is a bump in the wire: it has no addresses and forwards frames between its two
 //! interfaces through the emulator, so A and B share one subnet and each sees the
 //! other one hop away, as seed 002's hosts saw each other across the tc router.
+//!
+//! A star of N hosts (`lab up --hosts N`) gives every host its own link into R: host
+//! X's `eth0` ⇄ R's `to-X`, an emulator between `to-X` and `up-X`, and `up-X` ⇄
+//! `br-X`, a port of the bridge `hub`. A frame from X to Y crosses X's link and Y's
+//! link, so with one-way delays dₓ and dᵧ each way their RTT is 2·(dₓ + dᵧ), and a
+//! blackout of X's link cuts exactly X's pairs.
 
 use super::LabError;
 use crate::kernel::{link, netns, sysctl};
@@ -18,6 +24,10 @@ pub const NETNS_PREFIX: &str = "rttlab-lab-";
 pub const HOST_IF: &str = "eth0";
 /// R's interfaces towards A and towards B.
 pub const ROUTER_IF: [&str; 2] = ["to-a", "to-b"];
+/// The bridge joining a star's links in R.
+pub const HUB: &str = "hub";
+/// Most hosts of a star (one letter each, `r` being the router's).
+pub const MAX_HOSTS: usize = 16;
 /// The link MTU.
 pub const MTU: u32 = 1500;
 
@@ -51,9 +61,43 @@ pub struct LabInfo {
     pub seed: u64,
     pub a: HostInfo,
     pub b: HostInfo,
+    /// A star's hosts, `a` and `b` first; empty for the two-host lab.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostInfo>,
     pub router_netns: String,
     pub control: PathBuf,
     pub events: Option<PathBuf>,
+}
+
+impl LabInfo {
+    /// Every host: a star's, or `a` and `b`.
+    pub fn all_hosts(&self) -> Vec<&HostInfo> {
+        if self.hosts.is_empty() {
+            vec![&self.a, &self.b]
+        } else {
+            self.hosts.iter().collect()
+        }
+    }
+
+    /// The host named `name`.
+    pub fn host(&self, name: &str) -> Option<&HostInfo> {
+        self.all_hosts().into_iter().find(|h| h.name == name)
+    }
+
+    /// Whether this is a star (`lab up --hosts N`).
+    pub fn is_star(&self) -> bool {
+        !self.hosts.is_empty()
+    }
+}
+
+/// The name of a star's host `i`: a, b, c, … skipping r (the router's).
+pub fn host_name(i: usize) -> char {
+    let c = (b'a' + i as u8) as char;
+    if c >= 'r' {
+        (c as u8 + 1) as char
+    } else {
+        c
+    }
 }
 
 /// The namespace of node `n` (`a`, `r`, `b`) of lab `name`.
@@ -101,15 +145,25 @@ fn mac_text(m: [u8; 6]) -> String {
 
 /// The hosts of lab `name` at `index`.
 pub fn hosts(name: &str, index: u8) -> (HostInfo, HostInfo) {
-    let host = |n: char, last: u8| HostInfo {
+    (host(name, index, 'a', 1), host(name, index, 'b', 2))
+}
+
+/// The `n` hosts of a star.
+pub fn star_hosts(name: &str, index: u8, n: usize) -> Vec<HostInfo> {
+    (0..n)
+        .map(|i| host(name, index, host_name(i), i as u8 + 1))
+        .collect()
+}
+
+fn host(name: &str, index: u8, n: char, last: u8) -> HostInfo {
+    HostInfo {
         name: n.to_string(),
         netns: netns_name(name, n),
         ifname: HOST_IF.into(),
         mac: mac_text(mac(index, last, 0)),
         ipv4: Ipv4Addr::new(198, 18, index, last),
         ipv6: Ipv6Addr::new(0x2001, 2, 0, u16::from(index), 0, 0, 0, u16::from(last)),
-    };
-    (host('a', 1), host('b', 2))
+    }
 }
 
 fn parse_mac(s: &str) -> [u8; 6] {
@@ -120,13 +174,31 @@ fn parse_mac(s: &str) -> [u8; 6] {
     m
 }
 
+/// R's interface towards host `i` of `info`.
+pub fn router_if(info: &LabInfo, i: usize) -> String {
+    if info.is_star() {
+        format!("to-{}", info.all_hosts()[i].name)
+    } else {
+        ROUTER_IF[i].to_string()
+    }
+}
+
+/// R's interface on the hub side of a star's link to host `name` (the emulator's
+/// second port), and its peer, the bridge port.
+pub fn hub_ifs(name: &str) -> (String, String) {
+    (format!("up-{name}"), format!("br-{name}"))
+}
+
 /// Create the namespaces, links, addresses and names of `info`. On error the caller
 /// removes what was made ([`remove`]).
 ///
 /// # Errors
 /// Any step the kernel refuses.
 pub fn build(info: &LabInfo) -> Result<(), LabError> {
-    for ns in [&info.a.netns, &info.router_netns, &info.b.netns] {
+    let hosts = info.all_hosts();
+    let mut nss: Vec<&str> = hosts.iter().map(|h| h.netns.as_str()).collect();
+    nss.insert(1, &info.router_netns);
+    for ns in nss {
         netns::create(ns).map_err(|e| match e {
             netns::NetnsError::Exists { .. } => LabError::Exists {
                 name: info.name.clone(),
@@ -137,42 +209,34 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
     }
     // The router has no addresses: no IPv6 link-locals, no router solicitations, no
     // replies of its own on the wire. The hosts send no solicitations either.
-    for (ns, keys) in [
-        (
-            &info.router_netns,
-            &[
-                "net.ipv6.conf.all.disable_ipv6",
-                "net.ipv6.conf.default.disable_ipv6",
-            ][..],
-        ),
-        (
-            &info.a.netns,
-            &["net.ipv6.conf.default.router_solicitations"][..],
-        ),
-        (
-            &info.b.netns,
-            &["net.ipv6.conf.default.router_solicitations"][..],
-        ),
+    for k in [
+        "net.ipv6.conf.all.disable_ipv6",
+        "net.ipv6.conf.default.disable_ipv6",
     ] {
-        for k in keys {
-            let v = if k.ends_with("solicitations") {
-                "0"
-            } else {
-                "1"
-            };
-            sysctl::write(Some(ns), k, v).map_err(super::setup(*k))?;
-        }
+        sysctl::write(Some(&info.router_netns), k, "1").map_err(super::setup(k))?;
     }
-    let open = |ns: &str| {
-        std::fs::File::open(netns::path_of(ns))
-            .map_err(super::setup(format!("opening namespace {ns}")))
-    };
-    let (fa, fb) = (open(&info.a.netns)?, open(&info.b.netns)?);
+    for h in &hosts {
+        let k = "net.ipv6.conf.default.router_solicitations";
+        sysctl::write(Some(&h.netns), k, "0").map_err(super::setup(k))?;
+    }
+    let files = hosts
+        .iter()
+        .map(|h| {
+            std::fs::File::open(netns::path_of(&h.netns))
+                .map_err(super::setup(format!("opening namespace {}", h.netns)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
-        for (i, (host, file)) in [(&info.a, &fa), (&info.b, &fb)].into_iter().enumerate() {
+        if info.is_star() {
+            link::add_bridge(HUB, mac(info.index, 0x20, 0)).map_err(super::setup("bridge"))?;
+            link::disable_offloads(HUB).map_err(super::setup("offloads"))?;
+            link::set_up(HUB).map_err(super::setup("link up"))?;
+        }
+        for (i, (host, file)) in hosts.iter().zip(&files).enumerate() {
+            let to = router_if(info, i);
             link::add_veth(
                 &link::VethEnd {
-                    name: ROUTER_IF[i],
+                    name: &to,
                     mac: mac(info.index, 0x10 + i as u8, 1),
                     netns: None,
                 },
@@ -184,13 +248,37 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 MTU,
             )
             .map_err(super::setup("veth"))?;
-            link::disable_offloads(ROUTER_IF[i]).map_err(super::setup("offloads"))?;
-            link::set_up(ROUTER_IF[i]).map_err(super::setup("link up"))?;
+            link::disable_offloads(&to).map_err(super::setup("offloads"))?;
+            link::set_up(&to).map_err(super::setup("link up"))?;
+            if info.is_star() {
+                let (up, br) = hub_ifs(&host.name);
+                link::add_veth(
+                    &link::VethEnd {
+                        name: &up,
+                        mac: mac(info.index, 0x30 + i as u8, 1),
+                        netns: None,
+                    },
+                    &link::VethEnd {
+                        name: &br,
+                        mac: mac(info.index, 0x30 + i as u8, 2),
+                        netns: None,
+                    },
+                    MTU,
+                )
+                .map_err(super::setup("veth"))?;
+                for n in [&up, &br] {
+                    link::disable_offloads(n).map_err(super::setup("offloads"))?;
+                }
+                link::set_master(&br, HUB).map_err(super::setup("bridge port"))?;
+                for n in [&up, &br] {
+                    link::set_up(n).map_err(super::setup("link up"))?;
+                }
+            }
         }
         link::set_up("lo").map_err(super::setup("lo up"))
     })
     .map_err(super::setup("router namespace"))??;
-    for (me, peer) in [(&info.a, &info.b), (&info.b, &info.a)] {
+    for me in &hosts {
         netns::run_in(Some(&me.netns), || -> Result<(), LabError> {
             link::set_up("lo").map_err(super::setup("lo up"))?;
             link::disable_offloads(&me.ifname).map_err(super::setup("offloads"))?;
@@ -199,11 +287,14 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
             link::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64)
                 .map_err(super::setup("address"))?;
             link::set_up(&me.ifname).map_err(super::setup("link up"))?;
-            let m = parse_mac(&peer.mac);
-            link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m)
-                .map_err(super::setup("neighbour"))?;
-            link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m)
-                .map_err(super::setup("neighbour"))
+            for peer in hosts.iter().filter(|p| p.name != me.name) {
+                let m = parse_mac(&peer.mac);
+                link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m)
+                    .map_err(super::setup("neighbour"))?;
+                link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m)
+                    .map_err(super::setup("neighbour"))?;
+            }
+            Ok(())
         })
         .map_err(super::setup("host namespace"))??;
         write_hosts_file(info, &me.netns);
@@ -212,15 +303,30 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
 }
 
 /// /etc/netns/NS/hosts, which `lab exec` (like `ip netns exec`) binds over /etc/hosts
-/// so `a` and `b` resolve inside the lab. Best effort: a read-only /etc only loses the
-/// names.
+/// so the hosts' names resolve inside the lab. Best effort: a read-only /etc only
+/// loses the names.
 fn write_hosts_file(info: &LabInfo, ns: &str) {
     let dir = PathBuf::from("/etc/netns").join(ns);
-    let text = format!(
-        "127.0.0.1\tlocalhost\n::1\tlocalhost\n{}\ta\n{}\tb\n{}\ta\n{}\tb\n",
-        info.a.ipv4, info.b.ipv4, info.a.ipv6, info.b.ipv6
-    );
+    let mut text = String::from("127.0.0.1\tlocalhost\n::1\tlocalhost\n");
+    for h in info.all_hosts() {
+        text.push_str(&format!("{}\t{}\n", h.ipv4, h.name));
+    }
+    for h in info.all_hosts() {
+        text.push_str(&format!("{}\t{}\n", h.ipv6, h.name));
+    }
     let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("hosts"), text));
+}
+
+/// The namespaces of lab `name` that exist: `rttlab-lab-NAME-X`, X one letter.
+pub fn namespaces_of(name: &str) -> Vec<String> {
+    let prefix = format!("{NETNS_PREFIX}{name}-");
+    netns::list()
+        .into_iter()
+        .filter(|ns| {
+            ns.strip_prefix(&prefix)
+                .is_some_and(|x| x.len() == 1 && x.bytes().all(|c| c.is_ascii_lowercase()))
+        })
+        .collect()
 }
 
 /// Remove everything of lab `name`: processes inside its namespaces (this one
@@ -230,10 +336,7 @@ fn write_hosts_file(info: &LabInfo, ns: &str) {
 /// # Errors
 /// A namespace or directory that exists cannot be removed.
 pub fn remove(name: &str) -> Result<(), LabError> {
-    let nss: Vec<String> = ['a', 'r', 'b']
-        .iter()
-        .map(|&n| netns_name(name, n))
-        .collect();
+    let nss = namespaces_of(name);
     let mut pids: Vec<i32> = nss.iter().flat_map(|ns| netns::pids_in(ns)).collect();
     pids.sort_unstable();
     pids.dedup();
@@ -304,12 +407,11 @@ pub fn find_all() -> Vec<Found> {
         .unwrap_or_default();
     for ns in netns::list() {
         if let Some(rest) = ns.strip_prefix(NETNS_PREFIX) {
-            if let Some(n) = rest
-                .strip_suffix("-a")
-                .or_else(|| rest.strip_suffix("-r"))
-                .or_else(|| rest.strip_suffix("-b"))
-            {
-                names.push(n.to_string());
+            // NAME-X, X one letter (names may contain '-' themselves).
+            if let Some((n, x)) = rest.rsplit_once('-') {
+                if x.len() == 1 && x.bytes().all(|c| c.is_ascii_lowercase()) {
+                    names.push(n.to_string());
+                }
             }
         }
     }

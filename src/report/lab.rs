@@ -59,7 +59,7 @@ pub fn impairments(i: &Impairments) -> String {
 /// The hosts of a lab, for `lab up`.
 pub fn hosts(info: &LabInfo) -> String {
     let mut t = Table::new(["host", "ipv4", "ipv6", "mac", "netns"]);
-    for h in [&info.a, &info.b] {
+    for h in info.all_hosts() {
         t.row([
             h.name.clone(),
             h.ipv4.to_string(),
@@ -107,7 +107,20 @@ pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
                     "ring_drop",
                     "max_backlog_B",
                 ]);
-                for (d, ds) in [("a2b", &s.a2b), ("b2a", &s.b2a)] {
+                let mut dirs = vec![("a2b".to_string(), &s.a2b), ("b2a".to_string(), &s.b2a)];
+                if !s.links.is_empty() {
+                    dirs = s
+                        .links
+                        .iter()
+                        .flat_map(|l| {
+                            [
+                                (format!("{}-up", l.host), &l.up),
+                                (format!("{}-down", l.host), &l.down),
+                            ]
+                        })
+                        .collect();
+                }
+                for (d, ds) in &dirs {
                     let c = &ds.counters;
                     t.row([
                         d.to_string(),
@@ -122,7 +135,7 @@ pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
                         c.max_backlog_bytes.to_string(),
                     ]);
                 }
-                for (d, ds) in [("a2b", &s.a2b), ("b2a", &s.b2a)] {
+                for (d, ds) in &dirs {
                     out.push_str(&format!("{d}: {}\n", impairments(&ds.impairments)));
                     for b in &ds.blackouts {
                         out.push_str(&format!(
