@@ -1,0 +1,500 @@
+//! `rttlab agent` end to end. Witnesses: promtool (the exposition's grammar and
+//! lint), a real Prometheus server scraping the agents (its parser, storage and
+//! PromQL compute every number checked), and the lab's configured link delays.
+
+mod common;
+
+use common::{bin, free_port, privileged, wait_listening, ServeChild};
+use rttlab::lab::control::Start;
+use rttlab::lab::emulator::Dir;
+use rttlab::lab::impair::Impairments;
+use rttlab::lab::{Lab, LabSpec};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An HTTP/1.0 GET (so no chunked body), from inside namespace `ns` when given.
+fn http_get(addr: &str, path: &str, accept: Option<&str>, ns: Option<&str>) -> (String, String) {
+    let mut s = rttlab::kernel::netns::run_in(ns, || std::net::TcpStream::connect(addr))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n{accept}\r\n").unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    (head.to_string(), body.to_string())
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn promtool_check(exposition: &str) {
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    p.stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
+    let o = p.wait_with_output().unwrap();
+    assert!(
+        o.status.success() && o.stdout.is_empty() && o.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The value of the sample `name{labels…}` in a text exposition.
+fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// Witness: promtool. The agent on loopback (TCP_RR and UDP_RR against `rttlab serve`
+/// children, no privilege needed): both exposition formats by content negotiation,
+/// promtool finds nothing to say; peers follow their file_sd file; a broken file keeps
+/// the running peers and says so; counters never go down across reloads.
+#[test]
+fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
+    let s1 = ServeChild::start(&[]);
+    let s2 = ServeChild::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.json");
+    let write_peers = |targets: &[u16]| {
+        let list: Vec<String> = targets
+            .iter()
+            .map(|p| format!("\"127.0.0.1:{p}\""))
+            .collect();
+        let tmp = dir.path().join("peers.tmp");
+        std::fs::write(
+            &tmp,
+            format!(
+                "[{{\"targets\": [{}], \"labels\": {{\"zone\": \"z1\"}}}}]",
+                list.join(",")
+            ),
+        )
+        .unwrap();
+        std::fs::rename(&tmp, &peers).unwrap();
+    };
+    write_peers(&[s1.port]);
+    let metrics_port = free_port();
+    let agent = Killed(
+        Command::new(bin())
+            .args(["agent", "--peers-file"])
+            .arg(&peers)
+            .args([
+                "--probes",
+                "tcp_rr,udp_rr",
+                "--interval",
+                "100ms",
+                "-L",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-listen",
+                &format!("127.0.0.1:{metrics_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("127.0.0.1", metrics_port, None);
+    let addr = format!("127.0.0.1:{metrics_port}");
+    let p1 = format!("127.0.0.1:{}", s1.port);
+    let p2 = format!("127.0.0.1:{}", s2.port);
+    let sent = |text: &str, peer: &str| {
+        sample(
+            text,
+            &format!("rttlab_probes_sent_total{{peer=\"{peer}\",layer=\"tcp_rr\",zone=\"z1\"}}"),
+        )
+    };
+    let scrape = || http_get(&addr, "/metrics", None, None).1;
+    let t0 = Instant::now();
+    while sent(&scrape(), &p1).unwrap_or(0.0) < 5.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no tcp_rr probes: {}",
+            scrape()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (head, text) = http_get(&addr, "/metrics", None, None);
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    promtool_check(&text);
+    let (head, om) = http_get(
+        &addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"),
+        None,
+    );
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(om.ends_with("# EOF\n") && om.contains("# TYPE rttlab_probes_sent counter"));
+    let before = sent(&text, &p1).unwrap();
+
+    // A second peer appears without a restart; the first keeps its counters.
+    write_peers(&[s1.port, s2.port]);
+    let t0 = Instant::now();
+    while sent(&scrape(), &p2).unwrap_or(0.0) < 1.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the new peer is not probed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = scrape();
+    assert!(
+        sent(&text, &p1).unwrap() >= before,
+        "a counter went down across a reload"
+    );
+    assert!(
+        sample(&text, "rttlab_agent_peers").is_some_and(|v| v == 2.0),
+        "{text}"
+    );
+
+    // A broken file: the reload fails, both peers go on being probed.
+    std::fs::write(&peers, "[{\"targets\": [\"127.0.0.1:0\"]}]").unwrap();
+    let t0 = Instant::now();
+    while sample(&scrape(), "rttlab_agent_config_last_reload_successful") != Some(0.0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the broken file was not noticed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = scrape();
+    assert!(
+        sample(&text, "rttlab_agent_peers").is_some_and(|v| v == 2.0),
+        "{text}"
+    );
+    assert!(
+        sample(
+            &text,
+            "rttlab_agent_config_reloads_total{result=\"failure\"}"
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
+    drop(agent);
+}
+
+/// A config error names the file, the line and the key, and nothing starts.
+#[test]
+fn agent_config_errors_name_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    std::fs::write(
+        &cfg,
+        "interval = \"1s\"\npeers = [\"a\"]\nprobes = [\"icmp\", \"tcp-rr\"]\n",
+    )
+    .unwrap();
+    let o = Command::new(bin())
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .args(["--metrics-listen", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("agent.toml") && err.contains("probes") && err.contains("tcp-rr"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "interval = \"1s\"\n\n[peer]\nx = 1\n").unwrap();
+    let o = Command::new(bin())
+        .args(["agent", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("agent.toml")
+            && err.contains("line 3")
+            && err.contains("peer"),
+        "{err}"
+    );
+}
+
+/// One-way delay of each star host's link (ms): RTT(i, j) = 2·(dᵢ + dⱼ).
+const DELAYS_MS: [u64; 4] = [2, 5, 10, 20];
+const HOSTS: [&str; 4] = ["a", "b", "c", "d"];
+/// The layers whose median is one round trip (tcp_crr is two: connect, then the
+/// transaction).
+const ONE_RTT: [&str; 6] = [
+    "icmp",
+    "tcp_rr",
+    "udp_rr",
+    "tcp_connect",
+    "srtt_client",
+    "srtt_server",
+];
+/// The agents' buckets: 20 a decade from 1 ms, so a bucket is 12 % wide.
+const BUCKETS: &str = "1ms:1s:20";
+
+fn bucket_width(x: f64) -> f64 {
+    let step = 10f64.powf(1.0 / 20.0);
+    let k = (x / 1e-3).log(step).floor();
+    1e-3 * step.powf(k) * (step - 1.0)
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// A PromQL instant query: each result's labels and value.
+fn query(ns: &str, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    let (_, body) = http_get(
+        "127.0.0.1:9090",
+        &format!("/api/v1/query?query={}", percent_encode(q)),
+        None,
+        Some(ns),
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(v["status"], "success", "{q}: {body}");
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let labels = r["metric"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                .collect();
+            let value = r["value"][1].as_str().unwrap().parse().unwrap();
+            (labels, value)
+        })
+        .collect()
+}
+
+/// (prober host, probed host) of a result: `instance` is "X:9812", `peer` "Y:12866".
+fn pair(l: &BTreeMap<String, String>) -> (String, String) {
+    let host = |k: &str| l[k].split(':').next().unwrap().to_string();
+    (host("instance"), host("peer"))
+}
+
+/// Loss, timeouts and retransmissions per (prober, probed), summed over layers.
+fn trouble(ns: &str) -> BTreeMap<(String, String), f64> {
+    let mut m = BTreeMap::new();
+    for metric in [
+        "rttlab_probes_lost_total",
+        "rttlab_probes_timed_out_total",
+        "rttlab_tcp_retransmissions_total",
+    ] {
+        for (l, v) in query(ns, metric) {
+            *m.entry(pair(&l)).or_insert(0.0) += v;
+        }
+    }
+    m
+}
+
+/// Witnesses: a real Prometheus server (it scrapes four agents, stores their
+/// histograms and computes every median with histogram_quantile) and the lab's link
+/// delays. Four hosts in a star, each link with its own one-way delay, each host an
+/// agent probing the three others at every layer: every pair's median at every layer
+/// is the pair's configured RTT within a bucket's width. Then host d's link goes dark
+/// for 3 s: exactly the pairs with d show loss, timeouts or retransmissions.
+#[test]
+fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
+    if !privileged("prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble") {
+        return;
+    }
+    let mut star: Vec<Impairments> = DELAYS_MS
+        .iter()
+        .map(|&d| Impairments {
+            delay_ns: d * 1_000_000,
+            ..Impairments::default()
+        })
+        .collect();
+    // Host e watches: Prometheus runs there, on a link without delay.
+    star.push(Impairments::default());
+    let lab = Lab::up(&LabSpec {
+        star,
+        ..LabSpec::new(
+            &format!("ag{}", std::process::id() % 100_000),
+            Impairments::default(),
+        )
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.json");
+    let targets: Vec<String> = HOSTS.iter().map(|h| format!("\"{h}:12866\"")).collect();
+    std::fs::write(
+        &peers,
+        format!(
+            "[{{\"targets\": [{}], \"labels\": {{\"zone\": \"lab\"}}}}]",
+            targets.join(",")
+        ),
+    )
+    .unwrap();
+    let mut agents = Vec::new();
+    for h in HOSTS {
+        let ns = lab.host_netns(h).unwrap();
+        let child = rttlab::lab::exec::command(ns, bin().to_str().unwrap())
+            .args(["agent", "--peers-file"])
+            .arg(&peers)
+            .args([
+                "--probes",
+                "icmp,tcp_rr,udp_rr,tcp_crr",
+                "--interval",
+                "500ms",
+                "--buckets",
+                BUCKETS,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        agents.push(Killed(child));
+    }
+    let config = dir.path().join("prometheus.yml");
+    let list: Vec<String> = HOSTS.iter().map(|h| format!("'{h}:9812'")).collect();
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: rttlab\n    static_configs:\n      - targets: [{}]\n",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+    let watcher = lab.host_netns("e").unwrap().to_string();
+    let _prometheus = Killed(
+        rttlab::lab::exec::command(&watcher, "prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .args(["--web.listen-address=127.0.0.1:9090", "--log.level=warn"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (apt-get install prometheus)"),
+    );
+    wait_listening("127.0.0.1", 9090, Some(&watcher));
+    let t0 = Instant::now();
+    while !http_get("127.0.0.1:9090", "/-/ready", None, Some(&watcher))
+        .0
+        .contains(" 200 ")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "Prometheus never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Every prober, probed host and layer with at least 10 round trips.
+    let layers = ONE_RTT.len() + 1;
+    let want = HOSTS.len() * (HOSTS.len() - 1) * layers;
+    let t0 = Instant::now();
+    loop {
+        let n = query(&watcher, "rttlab_rtt_seconds_count >= 10").len();
+        if n >= want {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "only {n} of {want} series have 10 samples in Prometheus"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let medians = query(
+        &watcher,
+        "histogram_quantile(0.5, rttlab_rtt_seconds_bucket)",
+    );
+    let delay = |h: &str| DELAYS_MS[HOSTS.iter().position(|x| *x == h).unwrap()] as f64 / 1e3;
+    let mut checked = 0;
+    let mut misses = Vec::new();
+    for (l, median) in &medians {
+        let (from, to) = pair(l);
+        let layer = l["layer"].as_str();
+        assert_eq!(l["zone"], "lab", "file_sd labels pass through: {l:?}");
+        let rtt = 2.0 * (delay(&from) + delay(&to));
+        let expected = if layer == "tcp_crr" { 2.0 * rtt } else { rtt };
+        assert!(layer == "tcp_crr" || ONE_RTT.contains(&layer), "{l:?}");
+        let width = bucket_width(expected);
+        eprintln!(
+            "{from}→{to} {layer:12} median {:7.2} ms, configured {:7.2} ms ± {:.2}",
+            median * 1e3,
+            expected * 1e3,
+            width * 1e3
+        );
+        if (median - expected).abs() > width {
+            misses.push(format!(
+                "{from}→{to} {layer}: median {:.2} ms, configured {:.2} ms ± {:.2}",
+                median * 1e3,
+                expected * 1e3,
+                width * 1e3
+            ));
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, want, "{medians:?}");
+    assert!(misses.is_empty(), "{}", misses.join("\n"));
+
+    // d's link goes dark both ways for 3 s.
+    let before = trouble(&watcher);
+    lab.blackout_link("d", &Dir::BOTH, Duration::from_secs(3), Start::Now)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    let t0 = Instant::now();
+    let with_d = |(a, b): &(String, String)| a == "d" || b == "d";
+    loop {
+        // Scrapes of d resumed, and every pair with d has counted its trouble.
+        let after = trouble(&watcher);
+        let grew = |k: &(String, String)| {
+            after.get(k).copied().unwrap_or(0.0) > before.get(k).copied().unwrap_or(0.0)
+        };
+        let pairs_with_d: Vec<(String, String)> = HOSTS
+            .iter()
+            .filter(|h| **h != "d")
+            .flat_map(|h| {
+                [
+                    (h.to_string(), "d".to_string()),
+                    ("d".to_string(), h.to_string()),
+                ]
+            })
+            .collect();
+        if pairs_with_d.iter().all(grew) {
+            let others: Vec<_> = after
+                .iter()
+                .filter(|(k, v)| !with_d(k) && **v > before.get(*k).copied().unwrap_or(0.0))
+                .collect();
+            assert!(others.is_empty(), "pairs without d had trouble: {others:?}");
+            eprintln!("trouble before the blackout {before:?}\nafter {after:?}");
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "not every pair with d counted loss or retransmissions: before {before:?}, after {after:?}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    drop(agents);
+}
