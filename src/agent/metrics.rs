@@ -96,7 +96,8 @@ impl MetricConstructor<Histogram> for Buckets {
     }
 }
 
-type Gauge64 = Gauge<f64, AtomicU64>;
+/// A gauge of seconds.
+pub type Gauge64 = Gauge<f64, AtomicU64>;
 
 /// Every metric the agent exports.
 pub struct Metrics {
@@ -270,46 +271,43 @@ impl Format {
 
 /// OpenMetrics as the text format 0.0.4: a counter's family is named with its
 /// `_total` (0.0.4 has no separate sample suffix), `# UNIT` and `# EOF` do not exist,
-/// and everything else (samples, label escaping, histograms) is the same text.
+/// and everything else (samples, label escaping, histograms) is the same text. One
+/// pass, copying slices: only the counters' HELP and TYPE lines change, and the
+/// registry's counter families are known by name.
 fn text_004(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
-    let mut counters: Vec<&str> = Vec::new();
-    for line in om.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            if let Some(name) = rest.strip_suffix(" counter") {
-                counters.push(name);
-                out.push_str(&format!("# TYPE {name}_total counter\n"));
+    let mut out = String::with_capacity(om.len() + 1024);
+    for line in om.split_inclusive('\n') {
+        if let Some(rest) = line.strip_prefix("# ") {
+            if rest.starts_with("EOF") || rest.starts_with("UNIT ") {
                 continue;
             }
-            if let Some(name) = rest.strip_suffix(" unknown") {
-                out.push_str(&format!("# TYPE {name} untyped\n"));
+            let kind = rest.split(' ').next().unwrap_or("");
+            let name = rest.split(' ').nth(1).unwrap_or("");
+            if (kind == "HELP" || kind == "TYPE") && COUNTERS.contains(&name) {
+                out.push_str("# ");
+                out.push_str(kind);
+                out.push(' ');
+                out.push_str(name);
+                out.push_str("_total");
+                out.push_str(&rest[kind.len() + 1 + name.len()..]);
                 continue;
             }
-        }
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
         }
         out.push_str(line);
-        out.push('\n');
     }
-    // HELP comes before TYPE: rename the counters' HELP lines in a second pass.
-    if counters.is_empty() {
-        return out;
-    }
-    out.lines()
-        .map(|l| {
-            match l.strip_prefix("# HELP ").and_then(|r| {
-                let (name, help) = r.split_once(' ').unwrap_or((r, ""));
-                counters
-                    .contains(&name)
-                    .then(|| format!("# HELP {name}_total {help}"))
-            }) {
-                Some(h) => h + "\n",
-                None => format!("{l}\n"),
-            }
-        })
-        .collect()
+    out
 }
+
+/// The counter families [`Metrics::new`] registers (checked by a test).
+const COUNTERS: [&str; 7] = [
+    "rttlab_probes_sent",
+    "rttlab_probes_lost",
+    "rttlab_probes_timed_out",
+    "rttlab_probe_errors",
+    "rttlab_tcp_retransmissions",
+    "rttlab_agent_late_probes",
+    "rttlab_agent_config_reloads",
+];
 
 /// The labels of one series.
 pub fn labels(peer: &str, layer: &str, extra: &[(String, String)]) -> Labels {
@@ -429,6 +427,33 @@ mod tests {
             text.contains(r#"rttlab_probes_sent_total{peer="a\"b\\c\nd",layer="icmp"} 1"#),
             "{text}"
         );
+    }
+
+    /// Witness: the OpenMetrics exposition's own TYPE lines name every counter family.
+    #[test]
+    fn every_counter_family_is_renamed_in_the_text_format() {
+        let m = small();
+        let l = labels("p", "icmp", &[]);
+        for f in [
+            &m.sent,
+            &m.lost,
+            &m.timed_out,
+            &m.errors,
+            &m.retransmissions,
+            &m.late,
+            &m.reloads,
+        ] {
+            f.get_or_create(&l).inc();
+        }
+        let om = m.expose(Format::OpenMetrics);
+        let mut counters: Vec<&str> = om
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+            .collect();
+        counters.sort_unstable();
+        let mut known = COUNTERS.to_vec();
+        known.sort_unstable();
+        assert_eq!(counters, known);
     }
 
     #[test]

@@ -205,8 +205,11 @@ fn sample_server_srtt(
     let Ok(mut diag) = SockDiag::open(None) else {
         return;
     };
+    // The kernel keeps only our server's sockets (inet_diag bytecode): the agent's
+    // own client sockets, on ephemeral ports, never reach user space.
     let filter = DiagFilter {
         states: 1 << 1, // ESTABLISHED
+        sports: Some((data_ports.low, data_ports.high)),
         ..DiagFilter::default()
     };
     while !stop.load(Ordering::Relaxed) {

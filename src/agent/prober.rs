@@ -2,12 +2,14 @@
 //! jittered schedule, so that a TCP probe waiting out a retransmission never delays
 //! the peer's ICMP echoes (what is measured at one layer does not shape another's).
 
-use super::metrics::{labels, Labels, Metrics};
+use super::metrics::{labels, Gauge64, Metrics};
 use super::peers::Peer;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::control::TestKind;
 use crate::probe::echo::Echoer;
 use crate::probe::rr::{Outcome, Session, SessionSpec};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use rand::{Rng, SeedableRng};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,11 +93,15 @@ impl PeerProbes {
         let threads = probes
             .iter()
             .filter_map(|&probe| {
+                // Looked up here, one thread at a time: thousands of new threads
+                // creating series at once would queue on each family's lock, and
+                // every writer's release wakes every waiting reader.
+                let series = Series::new(&shared.metrics, &peer, probe);
                 let (peer, shared, stop) = (peer.clone(), Arc::clone(shared), Arc::clone(&stop));
                 std::thread::Builder::new()
                     .name(format!("probe-{}", probe.name()))
                     .stack_size(STACK)
-                    .spawn(move || run(&peer, probe, &shared, &stop))
+                    .spawn(move || run(&peer, probe, &series, &shared, &stop))
                     .ok()
             })
             .collect();
@@ -130,28 +136,62 @@ fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
     }
 }
 
-/// The metrics of one peer at one layer, looked up once.
+/// The series one probe thread writes, looked up once: a lookup takes the family's
+/// lock, and thousands of threads taking it at every probe queue behind a scrape.
+/// The handles share their values with the families, so a thread restarted with new
+/// settings continues the same counters.
 struct Series {
-    layer: Labels,
+    rtt: Histogram,
+    sent: Counter,
+    errors: Counter,
+    late: Counter,
+    /// ICMP and UDP_RR.
+    lost: Option<Counter>,
+    /// The TCP probes.
+    timed_out: Option<Counter>,
+    retransmissions: Option<Counter>,
+    /// TCP_CRR: `tcp_connect`.
+    connect: Option<Histogram>,
+    /// TCP_RR: `srtt_client`, and its last srtt and min_rtt.
+    srtt: Option<(Histogram, Gauge64, Gauge64)>,
 }
 
 impl Series {
-    fn new(peer: &Peer, layer: &str) -> Self {
+    fn new(m: &Metrics, peer: &Peer, probe: Probe) -> Self {
+        let l = labels(&peer.target, probe.name(), &peer.labels);
+        let tcp = probe != Probe::Icmp && probe != Probe::UdpRr;
         Self {
-            layer: labels(&peer.target, layer, &peer.labels),
+            rtt: m.rtt.get_or_create_owned(&l),
+            sent: m.sent.get_or_create_owned(&l),
+            errors: m.errors.get_or_create_owned(&l),
+            late: m.late.get_or_create_owned(&l),
+            lost: (!tcp).then(|| m.lost.get_or_create_owned(&l)),
+            timed_out: tcp.then(|| m.timed_out.get_or_create_owned(&l)),
+            retransmissions: tcp.then(|| m.retransmissions.get_or_create_owned(&l)),
+            connect: (probe == Probe::TcpCrr).then(|| {
+                m.rtt
+                    .get_or_create_owned(&labels(&peer.target, "tcp_connect", &peer.labels))
+            }),
+            srtt: (probe == Probe::TcpRr).then(|| {
+                let l = labels(&peer.target, "srtt_client", &peer.labels);
+                (
+                    m.rtt.get_or_create_owned(&l),
+                    m.srtt.get_or_create_owned(&l),
+                    m.min_rtt.get_or_create_owned(&l),
+                )
+            }),
         }
     }
 }
 
 /// One probe kind against one peer until stopped.
-fn run(peer: &Peer, probe: Probe, shared: &Shared, stop: &AtomicBool) {
+fn run(peer: &Peer, probe: Probe, main: &Series, shared: &Shared, stop: &AtomicBool) {
     let s = &shared.settings;
     let m = &shared.metrics;
     let mut rng =
         rand::rngs::SmallRng::seed_from_u64(peer.target.bytes().fold(probe as u64, |h, b| {
             h.wrapping_mul(31).wrapping_add(u64::from(b))
         }));
-    let main = Series::new(peer, probe.name());
     let mut state = State::default();
     // Peers and kinds start spread over the first interval, not all at once.
     let mut due = Instant::now() + s.interval.mul_f64(rng.random::<f64>());
@@ -160,14 +200,12 @@ fn run(peer: &Peer, probe: Probe, shared: &Shared, stop: &AtomicBool) {
         let lag = due.elapsed();
         m.lag.observe(lag.as_secs_f64());
         if lag > s.interval / 10 {
-            m.late
-                .get_or_create(&labels(&peer.target, probe.name(), &peer.labels))
-                .inc();
+            main.late.inc();
         }
         let ok = match probe {
-            Probe::Icmp => icmp(peer, shared, &main, &mut state),
+            Probe::Icmp => icmp(peer, shared, main, &mut state),
             Probe::TcpRr | Probe::UdpRr | Probe::TcpCrr => {
-                session_probe(peer, probe, shared, &main, &mut state)
+                session_probe(peer, probe, &shared.settings, main, &mut state)
             }
         };
         backoff = if ok {
@@ -188,6 +226,8 @@ struct State {
     session: Option<Session>,
     /// total_retrans of the kept connection at its last probe.
     retrans: u32,
+    /// The ICMP echo sent at the last probe.
+    echo: Option<crate::probe::echo::Echo>,
 }
 
 /// How long a resolved address is reused before the name is looked up again.
@@ -207,31 +247,35 @@ fn resolve(peer: &Peer, state: &mut State) -> Option<SocketAddr> {
     a
 }
 
+/// Settle the previous echo (its reply, or its loss) and send the next: the thread
+/// never waits for a reply, the receiving thread notes it.
 fn icmp(peer: &Peer, shared: &Shared, series: &Series, state: &mut State) -> bool {
-    let m = &shared.metrics;
     let Some(echoer) = &shared.echoer else {
         return false;
     };
-    m.sent.get_or_create(&series.layer).inc();
+    let wait = shared.settings.timeout.min(shared.settings.interval);
+    if let Some(prev) = state.echo.take() {
+        match prev.rtt(wait) {
+            Some(rtt) => series.rtt.observe(rtt.as_secs_f64()),
+            None => {
+                series.lost.iter().for_each(|c| {
+                    c.inc();
+                });
+            }
+        }
+    }
+    series.sent.inc();
     let Some(addr) = resolve(peer, state) else {
-        m.errors.get_or_create(&series.layer).inc();
+        series.errors.inc();
         return false;
     };
-    let wait = shared.settings.timeout.min(shared.settings.interval);
-    match echoer.echo(addr.ip(), wait) {
-        Ok(Some(rtt)) => {
-            m.rtt
-                .get_or_create(&series.layer)
-                .observe(rtt.as_secs_f64());
-            true
-        }
-        // An unanswered echo is the measurement, not a reason to back off.
-        Ok(None) => {
-            m.lost.get_or_create(&series.layer).inc();
+    match echoer.send(addr.ip()) {
+        Ok(e) => {
+            state.echo = Some(e);
             true
         }
         Err(_) => {
-            m.errors.get_or_create(&series.layer).inc();
+            series.errors.inc();
             state.addr = None;
             false
         }
@@ -249,12 +293,10 @@ fn test_kind(p: Probe) -> TestKind {
 fn session_probe(
     peer: &Peer,
     probe: Probe,
-    shared: &Shared,
+    s: &ProbeSettings,
     series: &Series,
     state: &mut State,
 ) -> bool {
-    let m = &shared.metrics;
-    let s = &shared.settings;
     let now = Instant::now();
     // Renew a session before the server's grant runs out under a probe.
     if state
@@ -266,7 +308,7 @@ fn session_probe(
     }
     if state.session.is_none() {
         let Some(server) = resolve(peer, state) else {
-            m.errors.get_or_create(&series.layer).inc();
+            series.errors.inc();
             return false;
         };
         let spec = SessionSpec {
@@ -288,7 +330,7 @@ fn session_probe(
                 state.retrans = 0;
             }
             Err(_) => {
-                m.errors.get_or_create(&series.layer).inc();
+                series.errors.inc();
                 state.addr = None;
                 return false;
             }
@@ -297,37 +339,37 @@ fn session_probe(
     let Some(session) = state.session.as_mut() else {
         return false;
     };
-    m.sent.get_or_create(&series.layer).inc();
+    series.sent.inc();
     match session.transact() {
         Ok(Outcome::Answered(t)) => {
-            m.rtt
-                .get_or_create(&series.layer)
-                .observe(t.rtt.as_secs_f64());
-            if let Some(c) = t.connect {
-                m.rtt
-                    .get_or_create(&labels(&peer.target, "tcp_connect", &peer.labels))
-                    .observe(c.as_secs_f64());
+            series.rtt.observe(t.rtt.as_secs_f64());
+            if let (Some(c), Some(h)) = (t.connect, &series.connect) {
+                h.observe(c.as_secs_f64());
             }
             if let Some(info) = &t.tcp_info {
-                tcp_layers(peer, probe, m, info, state);
+                tcp_layers(probe, series, info, state);
             }
             true
         }
         Ok(Outcome::Lost) => {
-            m.lost.get_or_create(&series.layer).inc();
+            series.lost.iter().for_each(|c| {
+                c.inc();
+            });
             true
         }
         Ok(Outcome::TimedOut) => {
-            m.timed_out.get_or_create(&series.layer).inc();
+            series.timed_out.iter().for_each(|c| {
+                c.inc();
+            });
             // What the kernel retransmitted on the connection given up on still counts.
             if let Some(info) = state.session.as_ref().and_then(Session::tcp_info) {
-                tcp_layers(peer, probe, m, &info, state);
+                tcp_layers(probe, series, &info, state);
             }
             state.session = None;
             true
         }
         Err(_) => {
-            m.errors.get_or_create(&series.layer).inc();
+            series.errors.inc();
             state.session = None;
             false
         }
@@ -336,28 +378,27 @@ fn session_probe(
 
 /// TCP's own view of a probe connection: its retransmissions (as a delta of
 /// `total_retrans`), and for the kept TCP_RR connection its srtt and min_rtt.
-fn tcp_layers(peer: &Peer, probe: Probe, m: &Metrics, info: &TcpInfo, state: &mut State) {
-    let retrans_labels = labels(&peer.target, probe.name(), &peer.labels);
+fn tcp_layers(probe: Probe, series: &Series, info: &TcpInfo, state: &mut State) {
     let new = match probe {
         // A TCP_CRR connection is new every time: all its retransmissions are new.
         Probe::TcpCrr => info.total_retrans,
         _ => info.total_retrans.saturating_sub(state.retrans),
     };
     state.retrans = info.total_retrans;
-    if new > 0 {
-        m.retransmissions
-            .get_or_create(&retrans_labels)
-            .inc_by(u64::from(new));
+    if let (true, Some(c)) = (new > 0, &series.retransmissions) {
+        c.inc_by(u64::from(new));
     }
-    if probe != Probe::TcpRr || info.rtt_us == 0 {
+    let Some((hist, last, min_rtt)) = &series.srtt else {
+        return;
+    };
+    if info.rtt_us == 0 {
         return;
     }
-    let l = labels(&peer.target, "srtt_client", &peer.labels);
     let srtt = f64::from(info.rtt_us) / 1e6;
-    m.rtt.get_or_create(&l).observe(srtt);
-    m.srtt.get_or_create(&l).set(srtt);
+    hist.observe(srtt);
+    last.set(srtt);
     if let Some(min) = info.min_rtt_us {
-        m.min_rtt.get_or_create(&l).set(f64::from(min) / 1e6);
+        min_rtt.set(f64::from(min) / 1e6);
     }
 }
 

@@ -96,6 +96,7 @@ pub fn run(a: TcpinfoArgs) -> anyhow::Result<()> {
         },
         sport: a.sport,
         dport: a.dport,
+        sports: None,
         src: a.src,
         dst: a.dst,
         ipv4: !a.ipv6,

@@ -52,6 +52,8 @@ pub struct DiagFilter {
     pub states: u32,
     pub sport: Option<u16>,
     pub dport: Option<u16>,
+    /// Local ports LOW..=HIGH.
+    pub sports: Option<(u16, u16)>,
     /// Local address prefix.
     pub src: Option<(IpAddr, u8)>,
     /// Remote address prefix.
@@ -66,6 +68,7 @@ impl Default for DiagFilter {
             states: CONNECTED,
             sport: None,
             dport: None,
+            sports: None,
             src: None,
             dst: None,
             ipv4: true,
@@ -131,17 +134,20 @@ fn addr_bytes(ip: IpAddr) -> Vec<u8> {
 pub fn bytecode(f: &DiagFilter) -> Result<Vec<u8>, String> {
     // (code, operand bytes)
     let mut ops: Vec<(u8, Vec<u8>)> = Vec::new();
-    let port_ops = |ops: &mut Vec<(u8, Vec<u8>)>, ge: u8, le: u8, port: u16| {
+    let port_ops = |ops: &mut Vec<(u8, Vec<u8>)>, ge: u8, le: u8, (lo, hi): (u16, u16)| {
         // Comparison ops carry the port in the `no` field of a second op.
         let operand = |p: u16| [0u8, 0, p.to_ne_bytes()[0], p.to_ne_bytes()[1]].to_vec();
-        ops.push((ge, operand(port)));
-        ops.push((le, operand(port)));
+        ops.push((ge, operand(lo)));
+        ops.push((le, operand(hi)));
     };
     if let Some(p) = f.sport {
-        port_ops(&mut ops, BC_S_GE, BC_S_LE, p);
+        port_ops(&mut ops, BC_S_GE, BC_S_LE, (p, p));
+    }
+    if let Some(r) = f.sports {
+        port_ops(&mut ops, BC_S_GE, BC_S_LE, r);
     }
     if let Some(p) = f.dport {
-        port_ops(&mut ops, BC_D_GE, BC_D_LE, p);
+        port_ops(&mut ops, BC_D_GE, BC_D_LE, (p, p));
     }
     for (code, cond) in [(BC_S_COND, f.src), (BC_D_COND, f.dst)] {
         if let Some((ip, prefix)) = cond {

@@ -5,7 +5,9 @@
 //! with N peers; and the datagram sockets that the kernel demultiplexes are refused
 //! to root's group by the default `net.ipv4.ping_group_range`. One socket per family
 //! and one receiving thread that hands each reply to the caller waiting for it keep
-//! the cost at one delivery per reply.
+//! the cost at one delivery per reply. The sender does not wait for its reply (a
+//! thread woken per reply would double the context switches, the agent's main cost):
+//! it looks at the outcome when it is next due.
 
 use super::ping::{checksum, enable_timestamps, open, parse_reply, pattern, recv_with_ts};
 use super::ping::{PingError, SocketKind};
@@ -14,19 +16,44 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// ICMP payload bytes of every echo (ping's default is 56; a probe needs no more than
 /// its pattern).
 const PAYLOAD: usize = 16;
 
-/// What the receiving thread hands a waiting caller: the kernel's receive time.
+/// Where the receiving thread leaves the kernel's receive time of a reply (0: none
+/// yet).
 #[derive(Default)]
 struct Slot {
-    received_ns: Mutex<Option<u64>>,
-    ready: Condvar,
+    received_ns: AtomicU64,
+}
+
+/// An echo request in flight.
+pub struct Echo {
+    family: Arc<Family>,
+    seq: u16,
+    sent_ns: u64,
+    slot: Arc<Slot>,
+}
+
+impl Echo {
+    /// The round trip if the reply has come, and came within `timeout`.
+    pub fn rtt(&self, timeout: Duration) -> Option<Duration> {
+        match self.slot.received_ns.load(Ordering::Acquire) {
+            0 => None,
+            rx => Some(Duration::from_nanos(rx.saturating_sub(self.sent_ns)))
+                .filter(|rtt| *rtt <= timeout),
+        }
+    }
+}
+
+impl Drop for Echo {
+    fn drop(&mut self) {
+        lock(&self.family.waiting).remove(&self.seq);
+    }
 }
 
 struct Family {
@@ -87,12 +114,11 @@ impl Echoer {
         }
     }
 
-    /// Send one echo request to `target` and wait up to `timeout` for its reply.
-    /// `Ok(None)`: no reply in time.
+    /// Send one echo request to `target`; its reply is looked up with [`Echo::rtt`].
     ///
     /// # Errors
     /// The request could not be sent (no route, no socket for the family).
-    pub fn echo(&self, target: IpAddr, timeout: Duration) -> io::Result<Option<Duration>> {
+    pub fn send(&self, target: IpAddr) -> io::Result<Echo> {
         let f = match target {
             IpAddr::V4(_) => self.v4.as_ref(),
             IpAddr::V6(_) => self.v6.as_ref(),
@@ -110,22 +136,17 @@ impl Echoer {
             let c = checksum(&pkt);
             pkt[2..4].copy_from_slice(&c.to_be_bytes());
         }
-        let slot = Arc::new(Slot::default());
-        lock(&f.waiting).insert(seq, (target, Arc::clone(&slot)));
-        let sent_ns = crate::kernel::realtime_ns();
-        let sent = f
-            .sock
-            .send_to(&pkt, &SockAddr::from(SocketAddr::new(target, 0)));
-        let got = sent.map(|_| {
-            let guard = lock(&slot.received_ns);
-            let (guard, _) = slot
-                .ready
-                .wait_timeout_while(guard, timeout, |r| r.is_none())
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            *guard
-        });
-        lock(&f.waiting).remove(&seq);
-        Ok(got?.map(|rx| Duration::from_nanos(rx.saturating_sub(sent_ns))))
+        let mut echo = Echo {
+            family: Arc::clone(f),
+            seq,
+            sent_ns: 0,
+            slot: Arc::new(Slot::default()),
+        };
+        lock(&f.waiting).insert(seq, (target, Arc::clone(&echo.slot)));
+        echo.sent_ns = crate::kernel::realtime_ns();
+        f.sock
+            .send_to(&pkt, &SockAddr::from(SocketAddr::new(target, 0)))?;
+        Ok(echo)
     }
 }
 
@@ -162,8 +183,7 @@ fn receive(f: &Family, stop: &AtomicBool) {
         let waiting = lock(&f.waiting);
         if let Some((target, slot)) = waiting.get(&reply.seq) {
             if reply.intact && src == Some(*target) {
-                *lock(&slot.received_ns) = Some(rx);
-                slot.ready.notify_one();
+                slot.received_ns.store(rx.max(1), Ordering::Release);
             }
         }
     }

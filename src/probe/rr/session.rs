@@ -69,6 +69,8 @@ pub struct Session {
     resp: Vec<u8>,
     seq: u64,
     rto: UdpTimeout,
+    /// The UDP socket's receive timeout now.
+    udp_timeout: Option<Duration>,
     /// When the server's grant runs out (open a new session before).
     pub ends: Instant,
 }
@@ -99,7 +101,12 @@ impl Session {
         let data = SocketAddr::new(spec.server.ip(), port);
         let data_err = |source| RrError::Data { port, source };
         let (tcp, udp) = match spec.test {
-            TestKind::TcpRr => (Some(connect(data, spec.timeout).map_err(data_err)?), None),
+            TestKind::TcpRr => {
+                let s = connect(data, spec.timeout).map_err(data_err)?;
+                // Set once: a transaction never waits longer than the timeout.
+                set_timeouts(&s, spec.timeout).map_err(data_err)?;
+                (Some(s), None)
+            }
             TestKind::UdpRr => (None, Some(udp_socket(data).map_err(data_err)?)),
             TestKind::TcpCrr => (None, None),
         };
@@ -113,6 +120,7 @@ impl Session {
             resp: vec![0; SESSION_PAYLOAD as usize + 1],
             seq: 0,
             rto: UdpTimeout::new(UDP_TIMEOUT_FLOOR, spec.timeout),
+            udp_timeout: None,
             // The server's own grace for transactions in flight is not ours to use.
             ends: Instant::now() + length,
         })
@@ -166,6 +174,7 @@ impl Session {
             Err(e) => return Err(e),
         };
         let connected = t0.elapsed();
+        set_timeouts(&sock, self.spec.timeout)?;
         let r = exchange(
             &mut sock,
             &self.req,
@@ -190,7 +199,12 @@ impl Session {
         self.seq += 1;
         put_seq(&mut self.req, self.seq, 8);
         let limit = self.rto.current();
-        u.set_read_timeout(Some(limit))?;
+        // In whole milliseconds, so the option changes only when the timeout moves.
+        let want = Duration::from_millis(limit.as_millis().max(1) as u64);
+        if self.udp_timeout != Some(want) {
+            u.set_read_timeout(Some(want))?;
+            self.udp_timeout = Some(want);
+        }
         let t0 = Instant::now();
         u.send(&self.req)?;
         loop {
@@ -211,7 +225,9 @@ impl Session {
                     if waited >= limit {
                         return Ok(Outcome::Lost);
                     }
-                    u.set_read_timeout(Some(limit - waited))?;
+                    let rest = (limit - waited).max(Duration::from_millis(1));
+                    u.set_read_timeout(Some(rest))?;
+                    self.udp_timeout = Some(rest);
                 }
                 Err(e) => return Err(e),
             }
@@ -228,10 +244,6 @@ fn exchange(
     t0: Instant,
     timeout: Duration,
 ) -> io::Result<Option<Duration>> {
-    let left = || timeout.saturating_sub(t0.elapsed());
-    sock.set_write_timeout(Some(left().max(Duration::from_millis(1))))?;
-    // The socket's timeout is the whole budget: a wake-up in between changes nothing.
-    sock.set_read_timeout(Some(left().max(Duration::from_millis(1))))?;
     let keep = || t0.elapsed() < timeout;
     match write_full(sock, req, keep) {
         Ok(()) => {}
@@ -251,6 +263,11 @@ fn exchange(
         Err(e) if is_timeout(&e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+fn set_timeouts(s: &TcpStream, timeout: Duration) -> io::Result<()> {
+    s.set_write_timeout(Some(timeout))?;
+    s.set_read_timeout(Some(timeout))
 }
 
 fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
