@@ -9,6 +9,7 @@
 
 pub mod exposition;
 pub mod metrics;
+pub mod passive;
 pub mod peers;
 pub mod prober;
 
@@ -154,6 +155,22 @@ impl Agent {
             m.min_rtt.remove(&l);
             m.late.remove(&l);
         }
+    }
+
+    /// Watch `settings`' interface for the `passive_ts` layer.
+    ///
+    /// # Errors
+    /// The interface cannot be captured on.
+    pub fn watch(
+        &self,
+        settings: &passive::PassiveSettings,
+    ) -> Result<(), crate::capture::SourceError> {
+        passive::start(
+            settings,
+            Arc::clone(&self.metrics),
+            Arc::clone(&self.by_ip),
+            Arc::clone(&self.stop),
+        )
     }
 
     /// The peers probed now.

@@ -6,6 +6,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use rttlab::agent::exposition::{write_textfile, MetricsServer};
 use rttlab::agent::metrics::{Buckets, Metrics};
+use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
 use rttlab::agent::prober::{self, Probe, ProbeSettings};
 use rttlab::agent::Agent;
@@ -25,7 +26,7 @@ unreachable peer is retried with a growing back-off), and exports the results on
 http://ADDR/metrics (default port 9812) in the Prometheus text format or OpenMetrics,
 as the scraper asks:
   rttlab_rtt_seconds{peer,layer}   histogram; layers icmp, tcp_rr, udp_rr, tcp_crr,
-                                   tcp_connect, srtt_client, srtt_server
+                                   tcp_connect, srtt_client, srtt_server, passive_ts
   rttlab_probes_{sent,lost,timed_out}_total, rttlab_probe_errors_total,
   rttlab_tcp_retransmissions_total{peer,layer}, rttlab_tcp_{srtt,min_rtt}_seconds,
   rttlab_agent_*                   the agent's own health (peers, probe lag, reloads)
@@ -37,7 +38,8 @@ Examples:
   rttlab agent --peer db1 --peer db2:12866
   rttlab agent --peers-file /etc/prometheus/rttlab_peers.json --secret-file /etc/rttlab/secret
   rttlab agent --config /etc/rttlab/agent.toml --mesh group:rack,random:3
-  rttlab agent --peer 10.0.0.2 --textfile /var/lib/node_exporter/textfile/rttlab.prom")]
+  rttlab agent --peer 10.0.0.2 --textfile /var/lib/node_exporter/textfile/rttlab.prom
+  rttlab agent --peers-file peers.json --passive-iface eth0 --passive-port 5432,443")]
 pub struct AgentArgs {
     /// A peer to probe, HOST[:PORT] (repeatable; the port defaults to 12866).
     #[arg(long = "peer", value_name = "HOST[:PORT]")]
@@ -82,6 +84,13 @@ pub struct AgentArgs {
     /// node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+    /// Also measure RTT passively (layer passive_ts: TCP timestamps of the traffic on
+    /// --passive-port between this host and its peers) on this interface.
+    #[arg(long, value_name = "IF", requires = "passive_ports")]
+    pub passive_iface: Option<String>,
+    /// The ports whose traffic passive_ts watches (repeatable or comma-separated).
+    #[arg(long = "passive-port", value_name = "PORT", value_delimiter = ',')]
+    pub passive_ports: Vec<u16>,
     #[command(flatten)]
     pub secret: SecretArgs,
     /// Ports the probe server's data connections may use, LOW-HIGH.
@@ -263,6 +272,14 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         control_ports,
     )?;
     agent.set_peers(current.peers.clone());
+    if let Some(iface) = &a.passive_iface {
+        agent
+            .watch(&PassiveSettings {
+                interface: iface.clone(),
+                ports: a.passive_ports.clone(),
+            })
+            .with_context(|| format!("--passive-iface {iface}"))?;
+    }
     metrics.reload_ok.set(1);
 
     let stop = Arc::new(AtomicBool::new(false));
