@@ -64,9 +64,17 @@ def status(pid, key):
     return 0.0
 
 
-def scrape():
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                     "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def scrape(openmetrics=False):
+    """GET /metrics as curl does (text 0.0.4), or as Prometheus does (OpenMetrics)."""
+    req = urllib.request.Request(f"http://{METRICS}/metrics")
+    if openmetrics:
+        req.add_header("Accept", PROMETHEUS_ACCEPT)
     t0 = time.perf_counter()
-    body = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=30).read().decode()
+    body = urllib.request.urlopen(req, timeout=30).read().decode()
     return time.perf_counter() - t0, body
 
 
@@ -159,10 +167,11 @@ def main():
             time.sleep(rest)
         c1, t1 = cpu_s(agent.pid), time.monotonic()
         rss = status(agent.pid, "VmRSS")
-        times = []
+        times, om_times = [], []
         for _ in range(10):
             dt, body1 = scrape()
             times.append(dt)
+            om_times.append(scrape(openmetrics=True)[0])
         hwm = status(agent.pid, "VmHWM")
         elapsed = t1 - t0
         sent = total(body1, "rttlab_probes_sent_total") - total(body0, "rttlab_probes_sent_total")
@@ -184,8 +193,9 @@ def main():
         print(f"peers {a.peers}, probes {a.probes}, measured {elapsed:.1f} s after {a.warmup:.0f} s warm-up")
         print(f"agent CPU            {100 * (c1 - c0) / elapsed:.2f} % of one core")
         print(f"agent RSS            {rss:.1f} MiB (peak {hwm:.1f} MiB)")
-        print(f"GET /metrics         median {1e3 * statistics.median(times):.1f} ms, max {1e3 * max(times):.1f} ms, "
-              f"{len(body1) / 1e6:.2f} MB, {body1.count(chr(10))} lines")
+        print(f"GET /metrics         OpenMetrics (as Prometheus asks): median {1e3 * statistics.median(om_times):.1f} ms, "
+              f"max {1e3 * max(om_times):.1f} ms; text 0.0.4 (curl): median {1e3 * statistics.median(times):.1f} ms, "
+              f"max {1e3 * max(times):.1f} ms; {len(body1) / 1e6:.2f} MB, {body1.count(chr(10))} lines")
         print(f"probes/s             {sent / elapsed:.0f} (asked {a.peers * nprobes}); lost {lost:.0f}, errors {errors:.0f}")
         agent_mean = 1e6 * (total(body1, "rttlab_rtt_seconds_sum", layer="tcp_rr")
                             - total(body0, "rttlab_rtt_seconds_sum", layer="tcp_rr")) / max(

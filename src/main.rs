@@ -30,9 +30,20 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::SUCCESS;
             }
-            let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
-            eprintln!("rttlab: {}", chain.join(": "));
-            ExitCode::FAILURE
+            // As a context, an Exit is found by anyhow's own downcast only.
+            let code = e
+                .downcast_ref::<cli::Exit>()
+                .or_else(|| e.chain().find_map(|c| c.downcast_ref::<cli::Exit>()))
+                .map_or(1, |x| x.0);
+            let chain: Vec<String> = e
+                .chain()
+                .map(ToString::to_string)
+                .filter(|s| !s.is_empty())
+                .collect();
+            if !chain.is_empty() {
+                eprintln!("rttlab: {}", chain.join(": "));
+            }
+            ExitCode::from(code)
         }
     }
 }

@@ -230,3 +230,160 @@ fn tcpinfo_looks_inside_a_named_namespace() {
     assert!(lines[0]["tcp_info"]["rtt_us"].as_u64().unwrap() > 0);
     drop(srv);
 }
+
+/// iputils ping's per-reply line and its two summary lines, as scripts parse them.
+struct IputilsOutput {
+    /// (bytes, from, icmp_seq, ttl, time ms) per reply.
+    replies: Vec<(u32, String, u32, u32, f64)>,
+    transmitted: u64,
+    received: u64,
+    loss_percent: f64,
+    /// min, avg, max, mdev (ms), when anything came back.
+    rtt: Option<[f64; 4]>,
+}
+
+fn parse_iputils(text: &str) -> IputilsOutput {
+    let reply = regex::Regex::new(
+        r"^(\d+) bytes from ([0-9a-f.:]+): icmp_seq=(\d+) ttl=(\d+) time=([\d.]+) ms$",
+    )
+    .unwrap();
+    let counts = regex::Regex::new(
+        r"^(\d+) packets transmitted, (\d+) received,(?: \+\d+ duplicates,)? ([\d.]+)% packet loss, time \d+ms$",
+    )
+    .unwrap();
+    let rtt = regex::Regex::new(r"^rtt min/avg/max/mdev = ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms$")
+        .unwrap();
+    let replies = text
+        .lines()
+        .filter_map(|l| reply.captures(l))
+        .map(|c| {
+            (
+                c[1].parse().unwrap(),
+                c[2].to_string(),
+                c[3].parse().unwrap(),
+                c[4].parse().unwrap(),
+                c[5].parse().unwrap(),
+            )
+        })
+        .collect();
+    let c = text
+        .lines()
+        .find_map(|l| counts.captures(l))
+        .unwrap_or_else(|| panic!("no counts line: {text}"));
+    IputilsOutput {
+        replies,
+        transmitted: c[1].parse().unwrap(),
+        received: c[2].parse().unwrap(),
+        loss_percent: c[3].parse().unwrap(),
+        rtt: text
+            .lines()
+            .find_map(|l| rtt.captures(l))
+            .map(|c| [1, 2, 3, 4].map(|i| c[i].parse::<f64>().unwrap())),
+    }
+}
+
+/// Witnesses: iputils ping, run with the same flags on the same path, and nftables
+/// counting on the far side the requests with the asked TOS and TTL. Both outputs are
+/// parsed with the same regular expressions (what scripts that parse iputils do); the
+/// exit statuses agree when nothing comes back (1) and on an error (2).
+#[test]
+fn ping_is_a_drop_in_for_iputils() {
+    if !common::privileged("ping_is_a_drop_in_for_iputils") {
+        return;
+    }
+    let n = NetnsPair::new();
+    NetnsPair::nft(
+        &n.b,
+        "table inet rttlab_test {
+           counter tos {}
+           counter ttl {}
+           chain in { type filter hook input priority 0;
+             ip dscp 0x04 icmp type echo-request counter name tos;
+             ip ttl 9 icmp type echo-request counter name ttl; }
+         }",
+    );
+    let bin = common::bin();
+    let flags = ["-c", "5", "-i", "0.2", "-Q", "0x10", "-t", "9"];
+    let run = |prog: &str| {
+        let mut args = vec![prog];
+        if prog != "ping" {
+            args.push("ping");
+        }
+        args.push(n.b4);
+        args.extend(flags);
+        let o = NetnsPair::exec(&n.a, &args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+        )
+    };
+    let (their_code, theirs) = run("ping");
+    let (our_code, ours) = run(bin.to_str().unwrap());
+    let (t, o) = (parse_iputils(&theirs), parse_iputils(&ours));
+    assert_eq!((their_code, our_code), (Some(0), Some(0)));
+    for (who, p) in [("iputils", &t), ("rttlab", &o)] {
+        assert_eq!(
+            (p.transmitted, p.received, p.loss_percent),
+            (5, 5, 0.0),
+            "{who}"
+        );
+        let seqs: Vec<u32> = p.replies.iter().map(|r| r.2).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4, 5], "{who}: {theirs}\n{ours}");
+        let [min, avg, max, mdev] = p.rtt.unwrap();
+        assert!(
+            min <= avg && avg <= max && mdev >= 0.0 && mdev <= max - min,
+            "{who}"
+        );
+        let times: Vec<f64> = p.replies.iter().map(|r| r.4).collect();
+        let lo = times.iter().copied().fold(f64::MAX, f64::min);
+        assert!(
+            (lo - min).abs() <= 0.0015,
+            "{who}: min {min} vs the lines' {lo}"
+        );
+    }
+    // Same bytes, source and TTL on every reply line.
+    let shape = |p: &IputilsOutput| {
+        p.replies
+            .iter()
+            .map(|r| (r.0, r.1.clone(), r.3))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&o), shape(&t));
+    // Ten requests carried TOS 0x10 and TTL 9: five from each.
+    assert_eq!(NetnsPair::nft_counter(&n.b, "rttlab_test", "tos"), 10);
+    assert_eq!(NetnsPair::nft_counter(&n.b, "rttlab_test", "ttl"), 10);
+
+    // Nobody at 198.18.200.77: exit 1, 100 % loss, no rtt line.
+    let silent = |prog: &str| {
+        let mut args = vec![prog];
+        if prog != "ping" {
+            args.push("ping");
+        }
+        args.extend(["198.18.200.77", "-c", "2", "-i", "0.2", "-W", "0.5"]);
+        let o = NetnsPair::exec(&n.a, &args).output().unwrap();
+        (
+            o.status.code(),
+            parse_iputils(&String::from_utf8_lossy(&o.stdout)),
+        )
+    };
+    for (code, p) in [silent("ping"), silent(bin.to_str().unwrap())] {
+        assert_eq!(code, Some(1));
+        assert_eq!((p.transmitted, p.received, p.loss_percent), (2, 0, 100.0));
+        assert!(p.rtt.is_none());
+    }
+    // An interface that does not exist: exit 2.
+    for prog in ["ping", bin.to_str().unwrap()] {
+        let mut args = vec![prog];
+        if prog != "ping" {
+            args.push("ping");
+        }
+        args.extend([n.b4, "-c", "1", "-I", "rttlab-nosuch0"]);
+        let o = NetnsPair::exec(&n.a, &args).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{prog}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}

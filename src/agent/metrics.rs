@@ -12,7 +12,7 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,6 +116,8 @@ pub struct Metrics {
     pub scrape_duration: Gauge64,
     pub reloads: Family<Labels, Counter>,
     pub reload_ok: Gauge,
+    /// Bytes of the last exposition.
+    last_len: AtomicUsize,
 }
 
 impl Metrics {
@@ -139,6 +141,7 @@ impl Metrics {
             scrape_duration: Gauge::default(),
             reloads: Family::default(),
             reload_ok: Gauge::default(),
+            last_len: AtomicUsize::new(0),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -219,15 +222,19 @@ impl Metrics {
     /// `rttlab_agent_scrape_duration_seconds`.
     pub fn expose(&self, format: Format) -> String {
         let t0 = std::time::Instant::now();
-        let mut s = String::with_capacity(1 << 16);
-        // Writing into a String cannot fail.
-        let _ = encode(&mut s, &self.registry);
-        let out = match format {
-            Format::OpenMetrics => s,
-            Format::Text => text_004(&s),
+        // Sized by the last exposition: a 10 MB one grown by doubling would peak at
+        // twice that.
+        let mut w = Text004 {
+            out: String::with_capacity(self.last_len.load(Ordering::Relaxed) + (1 << 16)),
+            comment: None,
+            line_start: true,
+            convert: format == Format::Text,
         };
+        // Writing into a String cannot fail.
+        let _ = encode(&mut w, &self.registry);
+        self.last_len.store(w.out.len(), Ordering::Relaxed);
         self.scrape_duration.set(t0.elapsed().as_secs_f64());
-        out
+        w.out
     }
 }
 
@@ -269,33 +276,83 @@ impl Format {
     }
 }
 
-/// OpenMetrics as the text format 0.0.4: a counter's family is named with its
+/// The encoder's output, as OpenMetrics or converted on the fly to the text format
+/// 0.0.4 (no second copy of a 10 MB exposition): a counter's family is named with its
 /// `_total` (0.0.4 has no separate sample suffix), `# UNIT` and `# EOF` do not exist,
-/// and everything else (samples, label escaping, histograms) is the same text. One
-/// pass, copying slices: only the counters' HELP and TYPE lines change, and the
-/// registry's counter families are known by name.
-fn text_004(om: &str) -> String {
-    let mut out = String::with_capacity(om.len() + 1024);
-    for line in om.split_inclusive('\n') {
-        if let Some(rest) = line.strip_prefix("# ") {
-            if rest.starts_with("EOF") || rest.starts_with("UNIT ") {
-                continue;
-            }
-            let kind = rest.split(' ').next().unwrap_or("");
-            let name = rest.split(' ').nth(1).unwrap_or("");
-            if (kind == "HELP" || kind == "TYPE") && COUNTERS.contains(&name) {
-                out.push_str("# ");
-                out.push_str(kind);
-                out.push(' ');
-                out.push_str(name);
-                out.push_str("_total");
-                out.push_str(&rest[kind.len() + 1 + name.len()..]);
-                continue;
+/// and everything else (samples, label escaping, histograms) is the same text. Only
+/// comment lines change, and the registry's counter families are known by name.
+struct Text004 {
+    out: String,
+    /// A comment line being written (held until its end).
+    comment: Option<String>,
+    line_start: bool,
+    convert: bool,
+}
+
+impl std::fmt::Write for Text004 {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if !self.convert {
+            self.out.push_str(s);
+            return Ok(());
+        }
+        // Almost every piece is part of a sample line, or ends one.
+        if self.comment.is_none() && !(self.line_start && s.starts_with('#')) {
+            match s.find('\n') {
+                None => {
+                    self.out.push_str(s);
+                    self.line_start = s.is_empty() && self.line_start;
+                    return Ok(());
+                }
+                Some(i) if i + 1 == s.len() => {
+                    self.out.push_str(s);
+                    self.line_start = true;
+                    return Ok(());
+                }
+                Some(_) => {}
             }
         }
+        for seg in s.split_inclusive('\n') {
+            if self.line_start && self.comment.is_none() && seg.starts_with('#') {
+                self.comment = Some(String::new());
+            }
+            match &mut self.comment {
+                Some(c) => {
+                    c.push_str(seg);
+                    if seg.ends_with('\n') {
+                        let line = std::mem::take(c);
+                        self.comment = None;
+                        comment_004(&line, &mut self.out);
+                    }
+                }
+                None => self.out.push_str(seg),
+            }
+            self.line_start = seg.ends_with('\n');
+        }
+        Ok(())
+    }
+}
+
+/// One OpenMetrics comment line in the text format 0.0.4.
+fn comment_004(line: &str, out: &mut String) {
+    let Some(rest) = line.strip_prefix("# ") else {
+        out.push_str(line);
+        return;
+    };
+    if rest.starts_with("EOF") || rest.starts_with("UNIT ") {
+        return;
+    }
+    let kind = rest.split(' ').next().unwrap_or("");
+    let name = rest.split(' ').nth(1).unwrap_or("");
+    if (kind == "HELP" || kind == "TYPE") && COUNTERS.contains(&name) {
+        out.push_str("# ");
+        out.push_str(kind);
+        out.push(' ');
+        out.push_str(name);
+        out.push_str("_total");
+        out.push_str(&rest[kind.len() + 1 + name.len()..]);
+    } else {
         out.push_str(line);
     }
-    out
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).

@@ -76,6 +76,20 @@ pub enum Command {
     },
 }
 
+/// An exit status other than 1 for an error (iputils ping's 1 for "no reply", 2 for
+/// an error). It prints nothing itself: the rest of the error chain, if any, is the
+/// message.
+#[derive(Debug)]
+pub struct Exit(pub u8);
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+}
+
+impl std::error::Error for Exit {}
+
 /// Run the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {

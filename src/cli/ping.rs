@@ -5,7 +5,10 @@ use super::progress::{on_interrupt, ProgressLine};
 use super::values;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
-use rttlab::probe::ping::{self, PingControl, PingSettings, SocketKind};
+use rttlab::probe::ping::{self, PingControl, PingSettings, Pmtu, SocketKind};
+use rttlab::report::ping as ping_report;
+use rttlab::report::OutputFormat;
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,11 +20,32 @@ pub enum SocketArg {
     Raw,
 }
 
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum PmtuArg {
+    Do,
+    Dont,
+    Want,
+}
+
+fn tos(s: &str) -> Result<u8, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| format!("{s:?} is not a TOS byte (0-255, or 0x00-0xff)"))
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "\
+As iputils ping: a line per reply (-q: none), then its two summary lines (`N packets
+transmitted, …` and `rtt min/avg/max/mdev = …`) for scripts, then rttlab's percentiles.
+Exit status 1 when no reply came back, 2 on an error. Bare numbers for -i and -W are
+seconds, as in iputils.
+
 Examples:
   rttlab ping 127.0.0.1                   5 echoes, 1 s apart
   rttlab ping ::1 -c 1000 -i 1ms --histogram
+  rttlab ping 127.0.0.1 -i 0.2 -c 10 -t 3 -Q 0xb8 -M do
   rttlab ping 127.0.0.1 -i 0 -l 2         next echo as soon as the last reply is in, for 2 s
   rttlab ping 127.0.0.1 -i 100us --spin -c 10000 -o P50_LATENCY,P99_LATENCY")]
 pub struct PingArgs {
@@ -33,8 +57,9 @@ pub struct PingArgs {
     /// Run length (a bare number is seconds).
     #[arg(short = 'l', long = "length", value_parser = values::seconds)]
     pub length: Option<Duration>,
-    /// Interval between requests; 0 sends the next as soon as the last reply is in.
-    #[arg(short = 'i', long = "interval", default_value = "1s", value_parser = values::duration)]
+    /// Interval between requests (a bare number is seconds, as in iputils: -i 0.2); 0
+    /// sends the next as soon as the last reply is in.
+    #[arg(short = 'i', long = "interval", default_value = "1s", value_parser = values::seconds)]
     pub interval: Duration,
     /// Keep one request in flight: send the next once the last is answered and the
     /// interval since it has passed (netperf TCP_RR's -w pacing).
@@ -49,14 +74,34 @@ pub struct PingArgs {
     /// ICMP payload bytes.
     #[arg(short = 's', long = "size", default_value_t = 56)]
     pub size: usize,
-    /// A request without a reply after this is lost.
-    #[arg(short = 'W', long = "timeout", default_value = "2s", value_parser = values::duration)]
+    /// A request without a reply after this is lost (a bare number is seconds).
+    #[arg(short = 'W', long = "timeout", default_value = "2s", value_parser = values::seconds)]
     pub timeout: Duration,
+    /// IP time to live (IPv6: hop limit) of the requests.
+    #[arg(short = 't', long = "ttl", value_parser = clap::value_parser!(u8).range(1..))]
+    pub ttl: Option<u8>,
+    /// TOS byte (IPv6: traffic class), decimal or 0x hex: 0xb8 is DSCP EF.
+    #[arg(short = 'Q', long = "tos", value_parser = tos)]
+    pub tos: Option<u8>,
+    /// Send through this interface, or from this address.
+    #[arg(short = 'I', long = "interface", value_name = "IFACE|ADDR")]
+    pub interface: Option<String>,
+    /// Path MTU discovery: do (set DF), dont, want.
+    #[arg(short = 'M', value_enum, value_name = "do|dont|want")]
+    pub pmtu: Option<PmtuArg>,
+    /// Print each reply's arrival time (UNIX seconds) before it.
+    #[arg(short = 'D')]
+    pub timestamps: bool,
+    /// No line per reply: the summary only.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
     /// Socket type: dgram needs ping_group_range, raw needs CAP_NET_RAW.
     #[arg(long, value_enum, default_value = "auto")]
     pub socket: SocketArg,
+    /// IPv4 only (a name resolves to its IPv4 address).
     #[arg(short = '4', conflicts_with = "ipv6")]
     pub ipv4: bool,
+    /// IPv6 only.
     #[arg(short = '6')]
     pub ipv6: bool,
     #[command(flatten)]
@@ -64,6 +109,15 @@ pub struct PingArgs {
 }
 
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
+    // iputils: 2 for an error, 1 when nothing came back.
+    let received = run_ping(a).map_err(|e| e.context(super::Exit(2)))?;
+    if received == 0 {
+        return Err(super::Exit(1).into());
+    }
+    Ok(())
+}
+
+fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
     let format = a.out.format()?;
     if a.count == Some(0) {
         bail!("-c must be at least 1");
@@ -89,27 +143,62 @@ pub fn run(a: PingArgs) -> anyhow::Result<()> {
         SocketArg::Dgram => SocketKind::Dgram,
         SocketArg::Raw => SocketKind::Raw,
     };
+    s.ttl = a.ttl;
+    s.tos = a.tos;
+    match a
+        .interface
+        .as_deref()
+        .map(|i| (i, i.parse::<std::net::IpAddr>()))
+    {
+        Some((_, Ok(addr))) => s.source = Some(addr),
+        Some((name, Err(_))) => s.device = Some(name.to_string()),
+        None => {}
+    }
+    s.pmtu = a.pmtu.map(|m| match m {
+        PmtuArg::Do => Pmtu::Do,
+        PmtuArg::Dont => Pmtu::Dont,
+        PmtuArg::Want => Pmtu::Want,
+    });
     s.percentiles = a.out.percentiles()?;
     s.hdr_log = a.out.hdr_log.clone();
     let ctl = Arc::new(PingControl::default());
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
-    let expected = s.duration.or_else(|| {
-        s.count
-            .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
+    // iputils' lines only in the human format: --json and --csv stay pure.
+    let lines = matches!(format, OutputFormat::Human { .. });
+    let per_reply = lines && !a.quiet;
+    let mut stdout = std::io::stdout();
+    if lines {
+        write!(stdout, "{}", ping_report::iputils_header(&a.host, &s))?;
+        stdout.flush()?;
+    }
+    // The per-reply lines are the progress; without them, a progress line on a TTY.
+    let progress = (!per_reply).then(|| {
+        let expected = s.duration.or_else(|| {
+            s.count
+                .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
+        });
+        let c = Arc::clone(&ctl);
+        ProgressLine::start(
+            move || c.received.load(Ordering::Relaxed),
+            "replies",
+            expected,
+        )
     });
-    let c = Arc::clone(&ctl);
-    let progress = ProgressLine::start(
-        move || c.received.load(Ordering::Relaxed),
-        "replies",
-        expected,
-    );
-    let result = ping::run(&s, &ctl);
+    let result = ping::run_each(&s, &ctl, &mut |ev| {
+        if per_reply {
+            let _ = write!(stdout, "{}", ping_report::iputils_reply(ev, a.timestamps));
+            let _ = stdout.flush();
+        }
+    });
     drop(progress);
     let result = result?;
+    if lines {
+        writeln!(stdout, "{}", ping_report::iputils_summary(&a.host, &result))?;
+    }
     output::print(&result, &format)?;
     if let Some(e) = &result.error {
         bail!("{e}");
     }
-    Ok(())
+    Ok(result.received)
 }

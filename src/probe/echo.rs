@@ -169,7 +169,7 @@ fn receive(f: &Family, stop: &AtomicBool) {
             // SAFETY: plain data, zero is a valid value.
             unsafe { std::mem::zeroed() };
         let (n, ts) = match recv_with_ts(fd, &mut buf, false, Some(&mut from)) {
-            Ok(x) => x,
+            Ok(r) => (r.len, r.ts_ns),
             Err(_) => continue,
         };
         let Some(reply) = parse_reply(&buf[..n], f.v6, f.raw, f.ident, PAYLOAD) else {

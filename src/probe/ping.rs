@@ -59,6 +59,42 @@ pub struct PingSettings {
     /// interval since it has passed, as netperf's TCP_RR `-w` with `-b 1` paces: an
     /// interval shorter than the RTT then stops meaning many requests in flight.
     pub one_in_flight: bool,
+    /// IP TTL / IPv6 hop limit of the requests (ping's -t).
+    pub ttl: Option<u8>,
+    /// IPv4 TOS byte / IPv6 traffic class (ping's -Q).
+    pub tos: Option<u8>,
+    /// Send through this interface only (`SO_BINDTODEVICE`; ping's -I IFACE).
+    pub device: Option<String>,
+    /// Send from this address (ping's -I ADDR).
+    pub source: Option<IpAddr>,
+    /// Path MTU discovery (ping's -M).
+    pub pmtu: Option<Pmtu>,
+}
+
+/// Path MTU discovery for the requests, as ping's `-M`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pmtu {
+    /// Set DF, never fragment (`IP_PMTUDISC_DO`).
+    Do,
+    /// Fragment locally, no DF (`IP_PMTUDISC_DONT`).
+    Dont,
+    /// DF unless the path MTU is known smaller (`IP_PMTUDISC_WANT`).
+    Want,
+}
+
+/// One reply as ping prints it.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplyEvent {
+    /// ICMP bytes (header and payload: 64 for the default 56).
+    pub bytes: usize,
+    pub from: IpAddr,
+    pub icmp_seq: u16,
+    /// TTL or hop limit of the reply, when the kernel gave it.
+    pub ttl: Option<u8>,
+    pub rtt_ns: u64,
+    /// When it arrived (CLOCK_REALTIME ns), for ping's -D.
+    pub received_ns: u64,
 }
 
 impl PingSettings {
@@ -77,6 +113,11 @@ impl PingSettings {
             hdr_log: None,
             keep_series: false,
             one_in_flight: false,
+            ttl: None,
+            tos: None,
+            device: None,
+            source: None,
+            pmtu: None,
         }
     }
 }
@@ -96,6 +137,13 @@ pub enum PingError {
     /// The HdrHistogram log could not be created.
     #[error("--hdr-log")]
     HdrLog(#[source] io::Error),
+    /// A socket option the settings ask for was refused.
+    #[error("{what}")]
+    Option {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Settings as the result reports them.
@@ -111,6 +159,11 @@ pub struct PingReportSettings {
     pub one_in_flight: bool,
     pub socket: SocketKind,
     pub timestamps: &'static str,
+    pub ttl: Option<u8>,
+    pub tos: Option<u8>,
+    pub device: Option<String>,
+    pub source: Option<IpAddr>,
+    pub pmtu: Option<Pmtu>,
 }
 
 /// What a ping run measured.
@@ -198,14 +251,22 @@ pub(super) fn pattern(seq: u16, i: usize) -> u8 {
     (i as u8).wrapping_add(seq as u8)
 }
 
-/// One received datagram: bytes, and the kernel's receive time; its sender in `from`
-/// when given.
+/// A received datagram.
+pub(super) struct Received {
+    pub len: usize,
+    /// The kernel's receive time (`SO_TIMESTAMPNS`).
+    pub ts_ns: Option<u64>,
+    /// TTL / hop limit, with `IP_RECVTTL` / `IPV6_RECVHOPLIMIT` on.
+    pub ttl: Option<u8>,
+}
+
+/// One received datagram; its sender in `from` when given.
 pub(super) fn recv_with_ts(
     fd: i32,
     buf: &mut [u8],
     nonblocking: bool,
     from: Option<&mut libc::sockaddr_storage>,
-) -> io::Result<(usize, Option<u64>)> {
+) -> io::Result<Received> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -228,18 +289,115 @@ pub(super) fn recv_with_ts(
         return Err(io::Error::last_os_error());
     }
     let mut ts = None;
+    let mut ttl = None;
     // SAFETY: walking the control buffer the kernel filled, with the libc macros.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(&msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
-                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_SOCKET, libc::SO_TIMESTAMPNS) => {
+                    let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    ts = Some(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64);
+                }
+                (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                    let v: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    ttl = u8::try_from(v).ok();
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    Ok((n as usize, ts))
+    Ok(Received {
+        len: n as usize,
+        ts_ns: ts,
+        ttl,
+    })
+}
+
+/// Apply the settings' TTL, TOS, PMTU, interface and source address to `sock`, and
+/// ask for each reply's TTL.
+fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
+    let fd = sock.as_raw_fd();
+    let opt = |what: &str| {
+        let what = what.to_string();
+        move |e: crate::kernel::SyscallError| PingError::Option {
+            what,
+            source: e.source,
+        }
+    };
+    let set = |level, name, v: libc::c_int, what: &str| {
+        crate::kernel::sockopt::set(fd, level, name, &v, "setsockopt").map_err(opt(what))
+    };
+    let v6 = s.target.is_ipv6();
+    if v6 {
+        set(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_RECVHOPLIMIT,
+            1,
+            "IPV6_RECVHOPLIMIT",
+        )?;
+    } else {
+        set(libc::IPPROTO_IP, libc::IP_RECVTTL, 1, "IP_RECVTTL")?;
+    }
+    if let Some(t) = s.ttl {
+        let t = libc::c_int::from(t);
+        if v6 {
+            set(
+                libc::IPPROTO_IPV6,
+                libc::IPV6_UNICAST_HOPS,
+                t,
+                "-t (IPV6_UNICAST_HOPS)",
+            )?;
+        } else {
+            set(libc::IPPROTO_IP, libc::IP_TTL, t, "-t (IP_TTL)")?;
+        }
+    }
+    if let Some(q) = s.tos {
+        let q = libc::c_int::from(q);
+        if v6 {
+            set(libc::IPPROTO_IPV6, libc::IPV6_TCLASS, q, "-Q (IPV6_TCLASS)")?;
+        } else {
+            set(libc::IPPROTO_IP, libc::IP_TOS, q, "-Q (IP_TOS)")?;
+        }
+    }
+    if let Some(m) = s.pmtu {
+        let v = match m {
+            Pmtu::Do => libc::IP_PMTUDISC_DO,
+            Pmtu::Dont => libc::IP_PMTUDISC_DONT,
+            Pmtu::Want => libc::IP_PMTUDISC_WANT,
+        };
+        if v6 {
+            set(
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                v,
+                "-M (IPV6_MTU_DISCOVER)",
+            )?;
+        } else {
+            set(
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                v,
+                "-M (IP_MTU_DISCOVER)",
+            )?;
+        }
+    }
+    if let Some(d) = &s.device {
+        sock.bind_device(Some(d.as_bytes()))
+            .map_err(|source| PingError::Option {
+                what: format!("-I {d}: binding to the interface (SO_BINDTODEVICE)"),
+                source,
+            })?;
+    }
+    if let Some(a) = s.source {
+        sock.bind(&SockAddr::from(SocketAddr::new(a, 0)))
+            .map_err(|source| PingError::Option {
+                what: format!("-I {a}: sending from this address"),
+                source,
+            })?;
+    }
+    Ok(())
 }
 
 /// An echo reply found in a received datagram.
@@ -285,6 +443,18 @@ pub fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> 
 /// No socket could be opened; failures after the first send are in
 /// [`PingResult::error`].
 pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, PingError> {
+    run_each(settings, ctl, &mut |_| {})
+}
+
+/// [`run`], telling `on_reply` of every reply as it comes (ping's per-reply lines).
+///
+/// # Errors
+/// As [`run`].
+pub fn run_each(
+    settings: &PingSettings,
+    ctl: &PingControl,
+    on_reply: &mut dyn FnMut(&ReplyEvent),
+) -> Result<PingResult, PingError> {
     if settings.size > 65_000 {
         return Err(PingError::Size(settings.size));
     }
@@ -306,6 +476,7 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
     let (sock, kind) = open(settings.target, settings.socket)?;
     enable_timestamps(&sock)?;
+    configure(&sock, settings)?;
     let fd = sock.as_raw_fd();
     let v6 = settings.target.is_ipv6();
     let raw = kind == SocketKind::Raw;
@@ -343,7 +514,8 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             && now >= next_send
             && (!waits_for_reply || outstanding == 0 || now - last_send >= settings.timeout);
         if can_send {
-            let seq = sent as u16;
+            // icmp_seq counts from 1, as iputils ping's.
+            let seq = (sent + 1) as u16;
             pkt[6..8].copy_from_slice(&seq.to_be_bytes());
             for (i, b) in pkt[8..].iter_mut().enumerate() {
                 *b = pattern(seq, i);
@@ -387,8 +559,10 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
         } else {
             last_send + settings.timeout
         };
+        // SAFETY: plain data, zero is a valid value.
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let got = if spin {
-            match recv_with_ts(fd, &mut rbuf, true, None) {
+            match recv_with_ts(fd, &mut rbuf, true, Some(&mut from)) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if Instant::now() >= wait_until {
                         continue;
@@ -414,9 +588,9 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             if ready <= 0 {
                 continue;
             }
-            recv_with_ts(fd, &mut rbuf, true, None)
+            recv_with_ts(fd, &mut rbuf, true, Some(&mut from))
         };
-        let (n, ts) = match got {
+        let got = match got {
             Ok(x) => x,
             Err(e)
                 if matches!(
@@ -431,12 +605,14 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
                 break;
             }
         };
+        let n = got.len;
         let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else {
             continue;
         };
-        let rx_ns = ts.unwrap_or_else(crate::kernel::realtime_ns);
-        // Reconstruct the full sequence number nearest below what was sent.
-        let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq);
+        let rx_ns = got.ts_ns.unwrap_or_else(crate::kernel::realtime_ns);
+        // Reconstruct the full sequence number nearest below what was sent (the
+        // request numbered k went out with icmp_seq k + 1).
+        let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq.wrapping_sub(1));
         if full >= sent {
             if full < 0x1_0000 {
                 continue;
@@ -464,6 +640,23 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             continue;
         }
         hist.record_ns(rtt);
+        // A raw IPv4 socket hands over the IP header: its TTL, and bytes after it.
+        let ihl = if raw && !v6 {
+            usize::from(rbuf[0] & 0x0f) * 4
+        } else {
+            0
+        };
+        on_reply(&ReplyEvent {
+            bytes: n.saturating_sub(ihl),
+            // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
+            from: unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
+                .as_socket()
+                .map_or(settings.target, |a| a.ip()),
+            icmp_seq: reply.seq,
+            ttl: if ihl > 0 { Some(rbuf[8]) } else { got.ttl },
+            rtt_ns: rtt,
+            received_ns: rx_ns,
+        });
         if settings.keep_series {
             series.push((start.elapsed().as_secs_f64(), rtt));
         }
@@ -494,6 +687,11 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
             one_in_flight: settings.one_in_flight,
             socket: kind,
             timestamps: "kernel receive (SO_TIMESTAMPNS), user-space send",
+            ttl: settings.ttl,
+            tos: settings.tos,
+            device: settings.device.clone(),
+            source: settings.source,
+            pmtu: settings.pmtu,
         },
         local_host: HostFacts::collect(),
         elapsed_s: start.elapsed().as_secs_f64(),

@@ -8,7 +8,7 @@ pub mod html;
 pub mod lab;
 pub mod passive;
 pub mod passive_active;
-mod ping;
+pub mod ping;
 pub mod resreq;
 mod rr;
 pub mod rto;

@@ -3,7 +3,7 @@
 use super::rr::{summary_header, summary_row};
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
-use crate::probe::ping::PingResult;
+use crate::probe::ping::{PingResult, ReplyEvent};
 use crate::stats::LogLinear;
 use std::fmt::Write as _;
 
@@ -106,5 +106,137 @@ impl Selectable for PingResult {
         .chain(super::selectors::latency_selectors())
         .chain([KernelRelease, RemoteHost])
         .collect()
+    }
+}
+
+/// iputils ping's first line: `PING host (addr) 56(84) bytes of data.` (IPv6: `56 data
+/// bytes`).
+pub fn iputils_header(host: &str, r: &crate::probe::ping::PingSettings) -> String {
+    if r.target.is_ipv6() {
+        format!("PING {host} ({}) {} data bytes\n", r.target, r.size)
+    } else {
+        format!(
+            "PING {host} ({}) {}({}) bytes of data.\n",
+            r.target,
+            r.size,
+            r.size + 28
+        )
+    }
+}
+
+/// iputils' time of a reply: three significant decimals below 1 ms … none from 100 ms
+/// (`ping_common.c`, the `triptime` formats).
+fn iputils_ms(rtt_ns: u64) -> String {
+    let us = rtt_ns / 1000;
+    if us >= 100_000 - 50 {
+        format!("{}", (us + 500) / 1000)
+    } else if us >= 10_000 - 5 {
+        format!("{:.1}", us as f64 / 1e3)
+    } else if us >= 1000 {
+        format!("{:.2}", us as f64 / 1e3)
+    } else {
+        format!("{:.3}", us as f64 / 1e3)
+    }
+}
+
+/// iputils ping's line for one reply; `-D` puts the arrival time first.
+pub fn iputils_reply(ev: &ReplyEvent, timestamp: bool) -> String {
+    let mut out = String::new();
+    if timestamp {
+        let _ = write!(
+            out,
+            "[{}.{:06}] ",
+            ev.received_ns / 1_000_000_000,
+            ev.received_ns % 1_000_000_000 / 1000
+        );
+    }
+    let _ = write!(
+        out,
+        "{} bytes from {}: icmp_seq={}",
+        ev.bytes, ev.from, ev.icmp_seq
+    );
+    if let Some(t) = ev.ttl {
+        let _ = write!(out, " ttl={t}");
+    }
+    let _ = writeln!(out, " time={} ms", iputils_ms(ev.rtt_ns));
+    out
+}
+
+/// iputils ping's two summary lines, which scripts parse: counts, loss and time, then
+/// `rtt min/avg/max/mdev` (mdev: the population standard deviation, as iputils
+/// computes it) when anything came back.
+pub fn iputils_summary(host: &str, r: &PingResult) -> String {
+    let mut out = format!("\n--- {host} ping statistics ---\n");
+    let loss = if r.sent == 0 {
+        0.0
+    } else {
+        100.0 * r.lost as f64 / r.sent as f64
+    };
+    let dups = if r.duplicates > 0 {
+        format!(", +{} duplicates", r.duplicates)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "{} packets transmitted, {} received{dups}, {}% packet loss, time {}ms",
+        r.sent,
+        r.received,
+        trim_float(loss),
+        (r.elapsed_s * 1e3).round()
+    );
+    if r.received > 0 {
+        let h = &r.histogram;
+        let ms = |ns: f64| ns / 1e6;
+        let _ = writeln!(
+            out,
+            "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
+            ms(h.min_ns().unwrap_or(0) as f64),
+            ms(h.mean_ns().unwrap_or(0.0)),
+            ms(h.max_ns().unwrap_or(0) as f64),
+            ms(h.stddev_ns().unwrap_or(0.0))
+        );
+    }
+    out
+}
+
+/// `%g`-like: 0, 20, 33.3333.
+fn trim_float(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        let s = format!("{x:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: iputils ping's output on this machine (`ping -c 1 127.0.0.1`, `ping -D`).
+    #[test]
+    fn reply_lines_are_iputils_lines() {
+        let ev = ReplyEvent {
+            bytes: 64,
+            from: "127.0.0.1".parse().unwrap(),
+            icmp_seq: 1,
+            ttl: Some(64),
+            rtt_ns: 45_400,
+            received_ns: 1_700_000_000_123_456_789,
+        };
+        assert_eq!(
+            iputils_reply(&ev, false),
+            "64 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n"
+        );
+        assert_eq!(
+            iputils_reply(&ev, true),
+            "[1700000000.123456] 64 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n"
+        );
+        assert_eq!(iputils_ms(1_234_000), "1.23");
+        assert_eq!(iputils_ms(12_345_000), "12.3");
+        assert_eq!(iputils_ms(123_456_000), "123");
+        assert_eq!(trim_float(100.0 / 3.0), "33.3333");
+        assert_eq!(trim_float(20.0), "20");
     }
 }
