@@ -26,6 +26,15 @@ pub struct TrialArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab experiment blackout --out runs/blackout
+  rttlab experiment resreq-interval --trials 3
+  rttlab experiment interval-sweep --out runs/sweep
+  rttlab experiment syn-rto -n 20
+  rttlab experiment passive-vs-active --scenarios delay,loss-5
+Every experiment writes a results directory that resumes where it stopped; `rttlab
+report DIR` renders it again.")]
 pub struct ExperimentArgs {
     #[command(subcommand)]
     pub command: ExperimentCommand,
@@ -88,7 +97,7 @@ Three cases in one lab: no drop, the first SYN of each connection dropped by hos
 `rttlab tune revert` removes it after a crash). Writes run.json, trials.jsonl,
 case*.hist.csv, tables.txt, setup-time.svg and report.html.
 
-Example:
+Examples:
   rttlab experiment syn-rto --syn-rto 50ms --connections 20 --trials 5")]
 pub struct SynRtoArgs {
     /// Connections per case in each trial.
@@ -204,6 +213,11 @@ pub enum ByArg {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab experiment blackout                             the seed's grid in a lab, 5 trials
+  rttlab experiment blackout --rto-min 5ms,200ms --thin on --trials 3 --out runs/b
+  rttlab experiment blackout -H server.example --blackout-by nftables   on a real path")]
 pub struct BlackoutArgs {
     /// rto_min values.
     #[arg(long, value_delimiter = ',', value_parser = values::duration, default_value = "5ms,50ms,200ms")]

@@ -11,6 +11,12 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab lab up --name demo --delay 50ms --loss 1%
+  rttlab lab exec --name demo a -- ping -c 3 b
+  rttlab lab list
+  rttlab lab down --name demo")]
 pub struct LabArgs {
     #[command(subcommand)]
     pub command: LabCommand,
@@ -19,18 +25,44 @@ pub struct LabArgs {
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
     /// Build a lab (hosts a and b, router r running the emulator) and leave it running.
+    #[command(after_help = "\
+Examples:
+  rttlab lab up --name demo --delay 50ms                   100 ms RTT between a and b
+  rttlab lab up --name demo --delay 50ms --jitter 1ms --loss 1% --rate 10mbit --queue 100kB
+  rttlab lab up --name demo --delay 10ms --dir a2b         one direction only
+  rttlab lab up --name fleet --hosts 4 --delay 2ms,5ms,10ms,20ms   a star: RTT(i,j) = 2(di+dj)
+  rttlab lab up --name fast --poll --seed 7                busy-polling, reproducible draws")]
     Up(UpArgs),
     /// Change a running lab's impairments, or schedule a blackout.
+    #[command(after_help = "\
+Examples:
+  rttlab lab set --name demo --delay 75ms                  both directions
+  rttlab lab set --name demo --loss 5% --dir a2b
+  rttlab lab set --name demo --blackout 200ms --port 5001 --at +1s
+  rttlab lab set --name fleet --host d --blackout 3s       one link of a star")]
     Set(SetArgs),
     /// Run a command on host a, b or the router r, with `a` and `b` resolving to the hosts.
+    #[command(after_help = "\
+Examples:
+  rttlab lab exec --name demo a -- ping -c 3 b
+  rttlab lab exec --name demo b -- rttlab serve
+  rttlab lab exec --name demo r -- tcpdump -ni to-b")]
     Exec(ExecArgs),
     /// The labs on this machine: hosts, impairments, counters.
+    #[command(after_help = "\
+Examples:
+  rttlab lab list
+  rttlab lab list --json")]
     List {
         /// One JSON object per lab.
         #[arg(long)]
         json: bool,
     },
     /// Remove a lab (namespaces, links, processes, files), also one left by a crash.
+    #[command(after_help = "\
+Examples:
+  rttlab lab down --name demo
+  rttlab lab down --all --force        also labs of running experiments")]
     Down(DownArgs),
     /// Run the emulator of a lab built by `lab up` (started by `lab up` itself).
     #[command(hide = true)]
@@ -156,6 +188,7 @@ pub struct UpArgs {
 
 #[derive(Args, Debug)]
 pub struct SetArgs {
+    /// The lab to change.
     #[arg(long, default_value = "default")]
     pub name: String,
     /// In a star, change only this host's link (a2b: from the host into the hub,
@@ -187,6 +220,7 @@ fn at(s: &str) -> Result<Duration, String> {
 
 #[derive(Args, Debug)]
 pub struct ExecArgs {
+    /// The lab to run in.
     #[arg(long, default_value = "default")]
     pub name: String,
     /// A host (a, b, or a star's c, d, …) or the router r.
@@ -198,6 +232,7 @@ pub struct ExecArgs {
 
 #[derive(Args, Debug)]
 pub struct DownArgs {
+    /// The lab to remove.
     #[arg(long, conflicts_with = "all")]
     pub name: Option<String>,
     /// Every lab on this machine.

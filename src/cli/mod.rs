@@ -70,6 +70,10 @@ pub enum Command {
     /// Render a results directory's report.html again from its raw data.
     Report(report::ReportArgs),
     /// Print a shell completion script.
+    #[command(after_help = "\
+Examples:
+  rttlab completions bash > /etc/bash_completion.d/rttlab
+  rttlab completions zsh > ~/.zfunc/_rttlab")]
     Completions {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
@@ -110,5 +114,43 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every visible flag says what it does, and every subcommand shows examples.
+    #[test]
+    fn every_subcommand_has_examples_and_every_flag_a_description() {
+        fn walk(cmd: &clap::Command, path: &str, problems: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    problems.push(format!("{path}: --{id} has no description"));
+                }
+            }
+            let examples = cmd
+                .get_after_help()
+                .or(cmd.get_after_long_help())
+                .is_some_and(|h| h.to_string().contains("Examples:"));
+            if !examples {
+                problems.push(format!("{path}: no Examples: section"));
+            }
+            for s in cmd.get_subcommands() {
+                if s.is_hide_set() || s.get_name() == "help" {
+                    continue;
+                }
+                walk(s, &format!("{path} {}", s.get_name()), problems);
+            }
+        }
+        let mut problems = Vec::new();
+        walk(&Cli::command(), "rttlab", &mut problems);
+        assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
 }

@@ -65,9 +65,10 @@ pub struct RrArgs {
     /// Server control port.
     #[arg(short = 'p', long = "port", default_value_t = DEFAULT_CONTROL_PORT)]
     pub port: u16,
-    /// Use IPv4 only / IPv6 only when resolving the host.
+    /// Use IPv4 only when resolving the host.
     #[arg(short = '4', conflicts_with = "ipv6")]
     pub ipv4: bool,
+    /// Use IPv6 only when resolving the host.
     #[arg(short = '6')]
     pub ipv6: bool,
     /// Test type.

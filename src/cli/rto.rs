@@ -9,6 +9,10 @@ use rttlab::report::rto::{Cell, Grid};
 use std::time::Duration;
 
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Examples:
+  rttlab rto model
+  rttlab rto model --rto-min 5ms --thin on --json")]
 pub struct RtoArgs {
     #[command(subcommand)]
     pub action: RtoAction,
@@ -58,7 +62,7 @@ pub struct ModelArgs {
     #[arg(long, default_value = "10ms..1.5s")]
     pub disruption: String,
     /// simple (the seed's theory) or linux (the kernel's rules at this HZ).
-    #[arg(long, value_enum, default_value = "linux")]
+    #[arg(long, visible_alias = "flavor", value_enum, default_value = "linux")]
     pub flavour: FlavourArg,
     /// Where packets are dropped: path (switch, lab emulator) or local (nftables on the host).
     #[arg(long, value_enum, default_value = "path")]
@@ -78,8 +82,10 @@ pub struct ModelArgs {
     /// Show the gain over the default (thick, 200 ms) instead of the idle time.
     #[arg(long)]
     pub improvement: bool,
+    /// The grid as one JSON document.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
+    /// The grid as CSV, one row per disruption.
     #[arg(long)]
     pub csv: bool,
 }

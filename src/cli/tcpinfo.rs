@@ -47,8 +47,10 @@ pub struct TcpinfoArgs {
     /// Which socket states.
     #[arg(long, value_enum, default_value = "connected")]
     pub state: StateArg,
+    /// IPv4 sockets only.
     #[arg(short = '4', conflicts_with = "ipv6")]
     pub ipv4: bool,
+    /// IPv6 sockets only.
     #[arg(short = '6')]
     pub ipv6: bool,
     /// Sample every INTERVAL (down to 10ms) and print a time series.

@@ -28,22 +28,41 @@ pub struct TuneArgs {
 #[derive(Subcommand, Debug)]
 pub enum Knob {
     /// The minimum retransmission timeout (route metric or net.ipv4.tcp_rto_min_us).
+    #[command(after_help = "\
+Examples:
+  rttlab tune rto-min show
+  rttlab tune rto-min set 5ms --route 198.18.0.0/15
+  rttlab tune rto-min revert")]
     RtoMin {
         #[command(subcommand)]
         action: RtoMinAction,
     },
     /// Thin-stream linear timeouts (net.ipv4.tcp_thin_linear_timeouts).
+    #[command(after_help = "\
+Examples:
+  rttlab tune thin show
+  rttlab tune thin set on
+  rttlab tune thin revert")]
     Thin {
         #[command(subcommand)]
         action: ThinAction,
     },
     /// The SYN's initial RTO per destination prefix (sock_ops eBPF + LPM trie), and
     /// per-prefix rto_min and delayed-ACK ceiling.
+    #[command(after_help = "\
+Examples:
+  rttlab tune syn-rto add 198.18.0.0/15 200ms
+  rttlab tune syn-rto list
+  rttlab tune syn-rto detach")]
     SynRto {
         #[command(subcommand)]
         action: SynRtoAction,
     },
     /// Undo recorded changes.
+    #[command(after_help = "\
+Examples:
+  rttlab tune revert --all --dry-run      what would be undone
+  rttlab tune revert --all")]
     Revert {
         /// Every recorded change, in every namespace.
         #[arg(long, required = true)]
@@ -67,7 +86,12 @@ pub struct Where {
 #[derive(Subcommand, Debug)]
 pub enum RtoMinAction {
     /// Current values, routes with an rto_min, and what a new connection gets.
+    #[command(after_help = "\
+Examples:
+  rttlab tune rto-min show
+  rttlab tune rto-min show --probe 198.18.0.2:12866 --netns rttlab-lab-demo-a")]
     Show {
+        /// Network namespace (a name under /run/netns, or a path).
         #[arg(long)]
         netns: Option<String>,
         /// Open a connection to HOST:PORT and report its tcp_info.rto.
@@ -75,7 +99,13 @@ pub enum RtoMinAction {
         probe: Option<String>,
     },
     /// Set rto_min (e.g. 5ms).
+    #[command(after_help = "\
+Examples:
+  rttlab tune rto-min set 5ms --route 198.18.0.0/15      as `ip route replace … rto_min 5ms`
+  rttlab tune rto-min set 5ms --route 127.0.0.1 --dry-run
+  rttlab tune rto-min set 50ms --sysctl --probe 127.0.0.1:12866")]
     Set {
+        /// The new rto_min (Linux's floor is 1 jiffy; its default 200 ms).
         #[arg(value_parser = values::duration)]
         value: Duration,
         /// On the route to this destination or prefix (locked metric, milliseconds).
@@ -91,6 +121,10 @@ pub enum RtoMinAction {
         probe: Option<String>,
     },
     /// Undo what `set` changed here.
+    #[command(after_help = "\
+Examples:
+  rttlab tune rto-min revert
+  rttlab tune rto-min revert --netns rttlab-lab-demo-a --dry-run")]
     Revert {
         #[command(flatten)]
         at: Where,
@@ -111,6 +145,11 @@ pub struct Attachment {
 pub enum SynRtoAction {
     /// Set the SYN initial RTO (and optionally rto_min, delayed-ACK max) for a prefix;
     /// attaches the program first if needed.
+    #[command(after_help = "\
+Examples:
+  rttlab tune syn-rto add 198.18.0.0/15 200ms
+  rttlab tune syn-rto add 2001:2::/48 0 --rto-min 5ms --delack-max 5ms
+  rttlab tune syn-rto add 10.0.0.0/8 300ms --dry-run      the bpftool commands")]
     Add {
         /// Destination prefix, IPv4 or IPv6 (e.g. 198.18.0.0/15).
         #[arg(value_parser = cidr)]
@@ -131,20 +170,34 @@ pub enum SynRtoAction {
         dry_run: bool,
     },
     /// Remove a prefix.
+    #[command(after_help = "\
+Examples:
+  rttlab tune syn-rto del 198.18.0.0/15")]
     Del {
+        /// The prefix as it was added (e.g. 198.18.0.0/15).
         #[arg(value_parser = cidr)]
         prefix: (std::net::IpAddr, u8),
         #[command(flatten)]
         at: Attachment,
     },
     /// The prefixes and their settings.
-    #[command(visible_alias = "show")]
+    #[command(
+        visible_alias = "show",
+        after_help = "\
+Examples:
+  rttlab tune syn-rto list"
+    )]
     List {
         #[command(flatten)]
         at: Attachment,
     },
     /// Detach the program and remove its pins.
-    #[command(visible_alias = "revert")]
+    #[command(
+        visible_alias = "revert",
+        after_help = "\
+Examples:
+  rttlab tune syn-rto detach"
+    )]
     Detach {
         #[command(flatten)]
         at: Attachment,
@@ -318,16 +371,32 @@ pub enum OnOff {
 
 #[derive(Subcommand, Debug)]
 pub enum ThinAction {
+    /// The sysctl's value here.
+    #[command(after_help = "\
+Examples:
+  rttlab tune thin show
+  rttlab tune thin show --netns rttlab-lab-demo-a")]
     Show {
+        /// Network namespace (a name under /run/netns, or a path).
         #[arg(long)]
         netns: Option<String>,
     },
+    /// Turn thin-stream linear timeouts on or off (recorded, revertible).
+    #[command(after_help = "\
+Examples:
+  rttlab tune thin set on
+  rttlab tune thin set off --netns rttlab-lab-demo-a --dry-run")]
     Set {
+        /// on or off.
         #[arg(value_enum)]
         value: OnOff,
         #[command(flatten)]
         at: Where,
     },
+    /// Undo what `set` changed here.
+    #[command(after_help = "\
+Examples:
+  rttlab tune thin revert")]
     Revert {
         #[command(flatten)]
         at: Where,
