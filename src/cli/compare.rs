@@ -52,6 +52,10 @@ pub struct CompareArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// No progress line (on a terminal it shows the set-up, a countdown while
+    /// measuring, and the report being written).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
     #[command(flatten)]
     pub trials: super::experiment::TrialArgs,
     #[command(flatten)]
@@ -108,7 +112,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: format!("cmp{}", std::process::id() % 100_000),
     };
-    let mut line = super::progress::TrialLine::new();
+    let mut line = super::progress::TrialLine::new(a.quiet);
     let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| line.show(p))?;
     line.clear();
     if a.json {

@@ -365,7 +365,7 @@ fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow:
         out.display(),
         out.display()
     );
-    let mut line = TrialLine::new();
+    let mut line = TrialLine::new(false);
     let o = runner::run(e, out, facts, &stop, &mut |p| line.show(p))?;
     line.clear();
     print!("{}", o.text);

@@ -67,32 +67,98 @@ impl Drop for ProgressLine {
 }
 
 /// The trial runner's progress on stderr, one line rewritten in place, when stderr is a
-/// terminal and there is more than one trial; [`TrialLine::clear`] removes it.
+/// terminal: the set-up, each trial with a countdown when its length is known, the
+/// report; between trials of a longer run, what the last one found.
+/// [`TrialLine::clear`] removes it.
 pub struct TrialLine {
     shown: bool,
+    quiet: bool,
+    ticker: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 impl TrialLine {
-    pub fn new() -> Self {
-        Self { shown: false }
+    /// `quiet`: show nothing.
+    pub fn new(quiet: bool) -> Self {
+        Self {
+            shown: false,
+            quiet,
+            ticker: None,
+        }
+    }
+
+    fn stop_ticker(&mut self) {
+        if let Some((stop, h)) = self.ticker.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
     }
 
     pub fn show(&mut self, p: &rttlab::experiment::runner::Progress) {
-        if p.total > 1 && std::io::stderr().is_terminal() {
-            self.shown = true;
-            eprint!(
+        use rttlab::experiment::runner::Phase;
+        self.stop_ticker();
+        if self.quiet || !std::io::stderr().is_terminal() {
+            return;
+        }
+        self.shown = true;
+        let of = if p.total > 1 {
+            format!("trial {}/{}", p.done + 1, p.total)
+        } else {
+            "measuring".to_string()
+        };
+        match p.phase {
+            Phase::Setup => eprint!("\r\x1b[Ksetting up (lab, servers, captures)…"),
+            Phase::Trial => {
+                let Some(len) = p.trial_length else {
+                    eprint!("\r\x1b[K{of}…");
+                    return;
+                };
+                let stop = Arc::new(AtomicBool::new(false));
+                let s2 = Arc::clone(&stop);
+                let total_left = p.eta;
+                let h = std::thread::spawn(move || {
+                    let t0 = Instant::now();
+                    while !s2.load(Ordering::Relaxed) {
+                        let left = len.saturating_sub(t0.elapsed());
+                        let all = if total_left > len {
+                            format!(
+                                " ({:.0} s in all)",
+                                total_left.saturating_sub(t0.elapsed()).as_secs_f64()
+                            )
+                        } else {
+                            String::new()
+                        };
+                        if left.is_zero() {
+                            eprint!("\r\x1b[K{of}: collecting the captures and the servers' reports{all}");
+                        } else {
+                            eprint!("\r\x1b[K{of}: {:.0} s left{all}", left.as_secs_f64().ceil());
+                        }
+                        std::thread::sleep(Duration::from_millis(250));
+                    }
+                });
+                self.ticker = Some((stop, h));
+            }
+            Phase::Done if p.total > 1 => eprint!(
                 "\r\x1b[K{}/{} trials, {:.0} s left; last: {}",
                 p.done,
                 p.total,
                 p.eta.as_secs_f64(),
                 p.last
-            );
+            ),
+            Phase::Done => {}
+            Phase::Report => eprint!("\r\x1b[Kwriting the report…"),
         }
     }
 
-    pub fn clear(&self) {
+    pub fn clear(&mut self) {
+        self.stop_ticker();
         if self.shown {
             eprint!("\r\x1b[K");
         }
+    }
+}
+
+impl Drop for TrialLine {
+    fn drop(&mut self) {
+        self.stop_ticker();
     }
 }

@@ -445,6 +445,10 @@ impl Experiment for Compare {
         Ok(r)
     }
 
+    fn trial_length(&self) -> Option<std::time::Duration> {
+        Some(self.settings.duration)
+    }
+
     fn describe(&self, r: &CompareResult) -> String {
         let p50 = |n: &str| p50(r, n).map_or("-".into(), |v| format!("{v:.0}"));
         format!(

@@ -55,6 +55,10 @@ pub trait Experiment {
     ) -> Result<Self::Record, ExperimentError>;
     /// One line on what a trial found, for the progress line.
     fn describe(&self, r: &Self::Record) -> String;
+    /// How long one trial measures, when known (for a countdown).
+    fn trial_length(&self) -> Option<Duration> {
+        None
+    }
     /// The trial failed (its error is in the record).
     fn failed(&self, r: &Self::Record) -> bool;
     /// Write the tables, charts and report of every record into `out`; returns the
@@ -75,13 +79,29 @@ pub struct TrialContext<'a> {
     pub index: usize,
 }
 
-/// What the runner reports after each trial.
+/// Where a run is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Building the bench (the lab, servers, knobs).
+    Setup,
+    /// A trial starts (`done` trials are done).
+    Trial,
+    /// A trial ended (`last` says what it found).
+    Done,
+    /// Writing the tables and the report.
+    Report,
+}
+
+/// What the runner reports as it goes.
 pub struct Progress {
+    pub phase: Phase,
     pub done: usize,
     pub total: usize,
     pub eta: Duration,
-    /// [`Experiment::describe`] of the trial just done.
+    /// [`Experiment::describe`] of the last trial done.
     pub last: String,
+    /// [`Experiment::trial_length`].
+    pub trial_length: Option<Duration>,
 }
 
 /// A finished (or interrupted) run.
@@ -132,13 +152,27 @@ pub fn run<E: Experiment>(
         .filter(|t| !done.contains(t))
         .collect();
     let total = todo.len();
+    let mut last = String::new();
+    let mut tell = |phase, done, eta, last: &str| {
+        progress(&Progress {
+            phase,
+            done,
+            total,
+            eta,
+            last: last.to_string(),
+            trial_length: e.trial_length(),
+        });
+    };
     if total > 0 && !interrupt.load(Ordering::Acquire) {
+        tell(Phase::Setup, 0, Duration::ZERO, "");
         let bench = e.bench()?;
         let t0 = Instant::now();
         for (index, (cell, k)) in todo.into_iter().enumerate() {
             if interrupt.load(Ordering::Acquire) {
                 break;
             }
+            let per = t0.elapsed() / (index as u32).max(1);
+            tell(Phase::Trial, index, per * (total - index) as u32, &last);
             let ctx = TrialContext {
                 out,
                 interrupt,
@@ -147,15 +181,17 @@ pub fn run<E: Experiment>(
             let r = e.trial(&bench, &cell, k, &ctx)?;
             dir.record(&r)?;
             let per = t0.elapsed() / (index as u32 + 1);
-            progress(&Progress {
-                done: index + 1,
-                total,
-                eta: per * (total - index - 1) as u32,
-                last: e.describe(&r),
-            });
+            last = e.describe(&r);
+            tell(
+                Phase::Done,
+                index + 1,
+                per * (total - index - 1) as u32,
+                &last,
+            );
             records.push(r);
         }
     }
+    tell(Phase::Report, records.len(), Duration::ZERO, &last);
     let text = e.report(out, &records)?;
     Ok(Outcome {
         failed: records.iter().filter(|r| e.failed(r)).count(),
@@ -262,7 +298,9 @@ mod tests {
         let stop = AtomicBool::new(false);
         let mut seen = Vec::new();
         let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |p| {
-            seen.push((p.done, p.total));
+            if p.phase == Phase::Done {
+                seen.push((p.done, p.total));
+            }
         })
         .unwrap();
         assert!(o.interrupted);
