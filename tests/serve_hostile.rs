@@ -618,20 +618,7 @@ fn a_silent_test_is_ended_by_the_server() {
         control::read_msg::<_, ServerMsg>(&mut c).unwrap(),
         ServerMsg::Welcome { .. }
     ));
-    let spec = TestSpec {
-        test: TestKind::TcpRr,
-        request_size: 1,
-        response_size: 1,
-        max_duration_ms: 3_600_000,
-        interval_ms: 0,
-        data_port: 0,
-        streams: 1,
-        nodelay: true,
-        thin_linear_timeouts: false,
-        congestion: None,
-        server_cpu: None,
-        udp_drop_one_in: None,
-    };
+    let spec = TestSpec::basic(TestKind::TcpRr, 1, 1, 3_600_000);
     control::write_msg(&mut c, &ClientMsg::Start { spec }).unwrap();
     let ServerMsg::Ready { data_port } = control::read_msg(&mut c).unwrap() else {
         panic!("no Ready")

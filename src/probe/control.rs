@@ -101,6 +101,32 @@ pub struct TestSpec {
     pub udp_drop_one_in: Option<u32>,
 }
 
+impl TestSpec {
+    /// One stream of `test` with these sizes and length, nothing else asked for: the
+    /// server chooses the data port, its default congestion control and CPUs.
+    pub fn basic(
+        test: TestKind,
+        request_size: u32,
+        response_size: u32,
+        max_duration_ms: u64,
+    ) -> Self {
+        Self {
+            test,
+            request_size,
+            response_size,
+            max_duration_ms,
+            interval_ms: 0,
+            data_port: 0,
+            streams: 1,
+            nodelay: true,
+            thin_linear_timeouts: false,
+            congestion: None,
+            server_cpu: None,
+            udp_drop_one_in: None,
+        }
+    }
+}
+
 /// What the server measured, returned at the end of a test.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ServerReport {
@@ -629,20 +655,7 @@ mod tests {
     #[test]
     fn altered_replayed_reflected_or_foreign_frames_are_forged() {
         let start = ClientMsg::Start {
-            spec: TestSpec {
-                test: TestKind::TcpRr,
-                request_size: 1,
-                response_size: 1,
-                max_duration_ms: 1000,
-                interval_ms: 0,
-                data_port: 0,
-                streams: 1,
-                nodelay: true,
-                thin_linear_timeouts: false,
-                congestion: None,
-                server_cpu: None,
-                udp_drop_one_in: None,
-            },
+            spec: TestSpec::basic(TestKind::TcpRr, 1, 1, 1000),
         };
         // Altered: one byte of the JSON changed (1 byte → 2 bytes of request).
         let (mut client, mut server) = pair(b"k");

@@ -148,7 +148,13 @@ pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
                 }
                 out.push_str(&t.render());
                 if let Some(e) = &i.events {
-                    out.push_str(&format!("events: {}\n", e.display()));
+                    if i.is_star() {
+                        // Each link of a star logs to its own file.
+                        let stem = e.with_extension("");
+                        out.push_str(&format!("events: {}-<host>.jsonl\n", stem.display()));
+                    } else {
+                        out.push_str(&format!("events: {}\n", e.display()));
+                    }
                 }
                 out.push('\n');
             }

@@ -85,18 +85,13 @@ impl Session {
         let max = Duration::from_millis(control.limits.max_duration_ms);
         let length = spec.length.min(max);
         let port = control.start(&TestSpec {
-            test: spec.test,
-            request_size: SESSION_PAYLOAD,
-            response_size: SESSION_PAYLOAD,
-            max_duration_ms: length.as_millis() as u64,
             interval_ms: (spec.interval + spec.timeout).as_millis() as u64,
-            data_port: 0,
-            streams: 1,
-            nodelay: true,
-            thin_linear_timeouts: false,
-            congestion: None,
-            server_cpu: None,
-            udp_drop_one_in: None,
+            ..TestSpec::basic(
+                spec.test,
+                SESSION_PAYLOAD,
+                SESSION_PAYLOAD,
+                length.as_millis() as u64,
+            )
         })?;
         let data = SocketAddr::new(spec.server.ip(), port);
         let data_err = |source| RrError::Data { port, source };
