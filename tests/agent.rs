@@ -193,6 +193,81 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
     drop(agent);
 }
 
+/// Witness: promtool, on the file node_exporter's textfile collector would read. The
+/// config file's peers change and SIGHUP applies them; `--textfile` is rewritten with
+/// the new peer in it, and every read of it is a whole exposition.
+#[test]
+fn sighup_reloads_the_config_and_the_textfile_follows() {
+    let s1 = ServeChild::start(&[]);
+    let s2 = ServeChild::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("agent.toml");
+    let prom = dir.path().join("rttlab.prom");
+    let write_cfg = |ports: &[u16]| {
+        let peers: Vec<String> = ports.iter().map(|p| format!("\"127.0.0.1:{p}\"")).collect();
+        std::fs::write(
+            &cfg,
+            format!(
+                "peers = [{}]\nprobes = [\"tcp_rr\"]\ninterval = \"100ms\"\n",
+                peers.join(", ")
+            ),
+        )
+        .unwrap();
+    };
+    write_cfg(&[s1.port]);
+    let agent = Killed(
+        Command::new(bin())
+            .args(["agent", "--config"])
+            .arg(&cfg)
+            .arg("--textfile")
+            .arg(&prom)
+            .args([
+                "-L",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-listen",
+                &format!("127.0.0.1:{}", free_port()),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let has = |peer: u16| {
+        std::fs::read_to_string(&prom).is_ok_and(|t| {
+            t.contains(&format!(
+                "rttlab_probes_sent_total{{peer=\"127.0.0.1:{peer}\",layer=\"tcp_rr\"}}"
+            ))
+        })
+    };
+    let t0 = Instant::now();
+    while !has(s1.port) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no textfile with the first peer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    promtool_check(&std::fs::read_to_string(&prom).unwrap());
+    write_cfg(&[s1.port, s2.port]);
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGHUP) };
+    let t0 = Instant::now();
+    while !has(s2.port) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "SIGHUP did not add the second peer"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&prom).unwrap();
+    promtool_check(&text);
+    assert!(
+        sample(&text, "rttlab_agent_peers").is_some_and(|v| v == 2.0),
+        "{text}"
+    );
+    drop(agent);
+}
+
 /// A config error names the file, the line and the key, and nothing starts.
 #[test]
 fn agent_config_errors_name_file_line_and_key() {
