@@ -242,7 +242,8 @@ fn sample_server_srtt(
             let Some(info) = e.tcp_info.as_ref().filter(|i| i.rtt_us > 0) else {
                 return;
             };
-            let ip = canonical(e.remote.ip());
+            // sock_diag reports a v4 client of a [::] listener as IPv4 already.
+            let ip = e.remote.ip();
             let l = match names.get(&ip) {
                 Some(p) => labels(&p.target, "srtt_server", &p.labels),
                 None => labels(&ip.to_string(), "srtt_server", &[]),
@@ -254,13 +255,5 @@ fn sample_server_srtt(
                 m.min_rtt.get_or_create(&l).set(f64::from(min) / 1e6);
             }
         });
-    }
-}
-
-/// An IPv4-mapped IPv6 address (a v4 client of a `[::]` listener) as IPv4.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }

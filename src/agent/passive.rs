@@ -38,19 +38,12 @@ impl Sink for PeerSink<'_> {
             .peers
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(p) = names.get(&canonical(s.host.ip())) {
+        if let Some(p) = names.get(&s.host.ip()) {
             self.metrics
                 .rtt
                 .get_or_create(&labels(&p.target, "passive_ts", &p.labels))
                 .observe(s.rtt_ns as f64 / 1e9);
         }
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 
