@@ -38,6 +38,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTTLAB = os.path.join(ROOT, "target", "release", "rttlab")
 PORT = 13866
 METRICS = "127.0.0.1:19812"
+RPS = "/sys/class/net/lo/queues/rx-0/rps_cpus"
+# With --steer: the server on CPU 1, the clients on CPU 0.
+PEER_CPU = []
+CLIENT_CPU = []
 
 
 def addr(i):
@@ -131,6 +135,11 @@ def main():
     ap.add_argument("--buckets", default=None,
                     help="the agent's --buckets (default: its own, 10us:10s:3); the tcp_rr median "
                          "comparison needs finer ones, e.g. 10us:100ms:20")
+    ap.add_argument("--steer", action="store_true",
+                    help="model peers on other hosts: the clients (agent, lone rr, fping) on CPU "
+                         "0, the server on CPU 1, and loopback's receive processing steered to "
+                         "CPU 1 by RPS (lo's rps_cpus, restored at exit), so that the peers' "
+                         "kernel work is not charged to the agent, as on a real network")
     ap.add_argument("--soak", type=float, default=0)
     ap.add_argument("--churn", type=int, default=100)
     a = ap.parse_args()
@@ -139,15 +148,23 @@ def main():
     ids = list(range(a.peers))
     write_peers(peers, ids)
     procs = []
+    global PEER_CPU, CLIENT_CPU
+    if a.steer:
+        old_rps = open(RPS).read().strip()
+        PEER_CPU = ["taskset", "-c", "1"]
+        CLIENT_CPU = ["taskset", "-c", "0"]
     try:
+        if a.steer:
+            with open(RPS, "w") as f:
+                f.write("2")
         serve = subprocess.Popen(
-            [RTTLAB, "serve", "-L", f"0.0.0.0:{PORT}", "-q", "--max-tests", str(4 * a.peers + 64),
+            PEER_CPU + [RTTLAB, "serve", "-L", f"0.0.0.0:{PORT}", "-q", "--max-tests", str(4 * a.peers + 64),
              "--max-memory", "16GiB", "--max-handshakes", "1024", "--max-handshakes-per-source", "1024"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(serve)
         time.sleep(0.5)
         agent = subprocess.Popen(
-            [RTTLAB, "agent", "--peers-file", peers, "--probes", a.probes, "-L", "127.0.0.1:14866",
+            CLIENT_CPU + [RTTLAB, "agent", "--peers-file", peers, "--probes", a.probes, "-L", "127.0.0.1:14866",
              "--metrics-listen", METRICS] + (["--buckets", a.buckets] if a.buckets else []),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         procs.append(agent)
@@ -160,16 +177,18 @@ def main():
         _, body0 = scrape()
         c0, t0 = cpu_s(agent.pid), time.monotonic()
         rr = subprocess.run(
-            [RTTLAB, "rr", "-H", addr(0), "-p", str(PORT), "-w", "1s", "-l", str(int(a.measure)),
+            CLIENT_CPU + [RTTLAB, "rr", "-H", addr(0), "-p", str(PORT), "-w", "1s", "-l", str(int(a.measure)),
              "--json"], capture_output=True, text=True)
         rest = a.measure - (time.monotonic() - t0)
         if rest > 0:
             time.sleep(rest)
         c1, t1 = cpu_s(agent.pid), time.monotonic()
+        # The counters at the end of the CPU window (the timed scrapes below come after).
+        _, body1 = scrape()
         rss = status(agent.pid, "VmRSS")
         times, om_times = [], []
         for _ in range(10):
-            dt, body1 = scrape()
+            dt, _ = scrape()
             times.append(dt)
             om_times.append(scrape(openmetrics=True)[0])
         hwm = status(agent.pid, "VmHWM")
@@ -218,6 +237,9 @@ def main():
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        if a.steer:
+            with open(RPS, "w") as f:
+                f.write(old_rps)
 
 
 def fping_reference(a, seconds):
@@ -225,7 +247,7 @@ def fping_reference(a, seconds):
     N echoes spread over the second), alone: its CPU per echo, the ICMP third's peer."""
     targets = [addr(i) for i in range(a.peers)]
     spread_ms = max(1, 1000 // a.peers)
-    p = subprocess.Popen(["fping", "-q", "-l", "-p", "1000", "-i", str(spread_ms)] + targets,
+    p = subprocess.Popen(CLIENT_CPU + ["fping", "-q", "-l", "-p", "1000", "-i", str(spread_ms)] + targets,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(5)
     c0, t0 = cpu_s(p.pid), time.monotonic()

@@ -7,18 +7,23 @@
 //! peers, stops those of removed ones and drops their series; a peer that stays keeps
 //! its counters, so they only ever grow.
 
+pub mod batch;
+pub mod crr;
 pub mod exposition;
 pub mod metrics;
 pub mod passive;
 pub mod peers;
 pub mod prober;
+pub mod wheel;
 
 use crate::kernel::sock_diag::{DiagFilter, SockDiag};
 use crate::probe::control::PortRange;
 use crate::probe::echo::Echoer;
+use batch::Batch;
+use crr::CrrProbe;
 use metrics::{labels, Metrics, LAYERS};
 use peers::Peer;
-use prober::{PeerProbes, Probe, ProbeSettings, Shared};
+use prober::{Probe, ProbeSettings};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,9 +42,13 @@ pub enum AgentError {
 /// The agent: its metrics and the probes of every peer.
 pub struct Agent {
     metrics: Arc<Metrics>,
-    shared: Arc<Shared>,
+    settings: ProbeSettings,
     probes: Vec<Probe>,
-    running: BTreeMap<String, PeerProbes>,
+    /// Every peer's ICMP, TCP_RR and UDP_RR probes.
+    batch: Batch,
+    /// TCP_CRR probes, by target.
+    crr: BTreeMap<String, CrrProbe>,
+    running: BTreeMap<String, Peer>,
     /// Peers by address, for naming the clients of our own server.
     by_ip: Arc<RwLock<HashMap<IpAddr, Peer>>>,
     stop: Arc<AtomicBool>,
@@ -61,7 +70,7 @@ impl Agent {
         control_ports: Vec<u16>,
     ) -> Result<Self, AgentError> {
         let interval = settings.interval;
-        let shared = shared(&metrics, &probes, settings, None)?;
+        let batch = start_batch(&metrics, &probes, &settings)?;
         let stop = Arc::new(AtomicBool::new(false));
         let by_ip = Arc::new(RwLock::new(HashMap::new()));
         {
@@ -75,8 +84,10 @@ impl Agent {
         }
         Ok(Self {
             metrics,
-            shared,
+            settings,
             probes,
+            batch,
+            crr: BTreeMap::new(),
             running: BTreeMap::new(),
             by_ip,
             stop,
@@ -93,12 +104,15 @@ impl Agent {
         probes: Vec<Probe>,
         settings: ProbeSettings,
     ) -> Result<(), AgentError> {
-        self.shared = shared(&self.metrics, &probes, settings, self.shared.echoer.clone())?;
-        self.probes = probes;
-        let peers: Vec<Peer> = self.running.values().map(|r| r.peer.clone()).collect();
-        for (_, r) in std::mem::take(&mut self.running) {
-            r.stop();
+        let batch = start_batch(&self.metrics, &probes, &settings)?;
+        let peers: Vec<Peer> = std::mem::take(&mut self.running).into_values().collect();
+        for (_, c) in std::mem::take(&mut self.crr) {
+            c.stop();
         }
+        // The old loop stops here, its sessions closed.
+        self.batch = batch;
+        self.probes = probes;
+        self.settings = settings;
         self.set_peers(peers);
         Ok(())
     }
@@ -110,27 +124,42 @@ impl Agent {
         let gone: Vec<String> = self
             .running
             .iter()
-            .filter(|(t, r)| wanted.get(*t) != Some(&r.peer))
+            .filter(|(t, p)| wanted.get(*t) != Some(*p))
             .map(|(t, _)| t.clone())
             .collect();
         for t in gone {
-            if let Some(r) = self.running.remove(&t) {
-                self.forget(&r.peer);
-                r.stop();
+            if let Some(p) = self.running.remove(&t) {
+                self.batch.remove(&t);
+                if let Some(c) = self.crr.remove(&t) {
+                    c.stop();
+                }
+                self.forget(&p);
             }
         }
+        let batched: Vec<Probe> = self
+            .probes
+            .iter()
+            .copied()
+            .filter(|&p| p != Probe::TcpCrr)
+            .collect();
         for (t, p) in wanted {
-            if !self.running.contains_key(&t) {
-                let r = PeerProbes::start(p, &self.probes, &self.shared);
-                self.running.insert(t, r);
+            if self.running.contains_key(&t) {
+                continue;
             }
+            self.batch.add(&p, &batched, &self.metrics);
+            if self.probes.contains(&Probe::TcpCrr) {
+                if let Some(c) = CrrProbe::start(&p, &self.metrics, &self.settings) {
+                    self.crr.insert(t.clone(), c);
+                }
+            }
+            self.running.insert(t, p);
         }
         self.metrics.peers.set(self.running.len() as i64);
         let mut by_ip = HashMap::new();
-        for r in self.running.values() {
-            if let Ok(addrs) = (r.peer.host.as_str(), r.peer.port).to_socket_addrs() {
+        for p in self.running.values() {
+            if let Ok(addrs) = (p.host.as_str(), p.port).to_socket_addrs() {
                 for a in addrs {
-                    by_ip.insert(a.ip(), r.peer.clone());
+                    by_ip.insert(a.ip(), p.clone());
                 }
             }
         }
@@ -175,37 +204,33 @@ impl Agent {
 
     /// The peers probed now.
     pub fn peers(&self) -> impl Iterator<Item = &Peer> {
-        self.running.values().map(|r| &r.peer)
+        self.running.values()
     }
 }
 
 impl Drop for Agent {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for (_, r) in std::mem::take(&mut self.running) {
-            r.stop();
+        for (_, c) in std::mem::take(&mut self.crr) {
+            c.stop();
         }
     }
 }
 
-/// What the probe threads share; an ICMP socket only when ICMP is probed (`echoer`:
-/// one already open).
-fn shared(
+/// The loop of every peer's ICMP, TCP_RR and UDP_RR probes, with ICMP sockets when
+/// ICMP is probed.
+fn start_batch(
     metrics: &Arc<Metrics>,
     probes: &[Probe],
-    settings: ProbeSettings,
-    echoer: Option<Arc<Echoer>>,
-) -> Result<Arc<Shared>, AgentError> {
-    let echoer = match echoer {
-        _ if !probes.contains(&Probe::Icmp) => None,
-        Some(e) => Some(e),
-        None => Some(Arc::new(Echoer::new().map_err(AgentError::Icmp)?)),
+    settings: &ProbeSettings,
+) -> Result<Batch, AgentError> {
+    let echoer = if probes.contains(&Probe::Icmp) {
+        Some(Echoer::new().map_err(AgentError::Icmp)?)
+    } else {
+        None
     };
-    Ok(Arc::new(Shared {
-        metrics: Arc::clone(metrics),
-        echoer,
-        settings,
-    }))
+    Batch::start(Arc::clone(metrics), settings.clone(), echoer)
+        .map_err(|e| AgentError::Thread("probe", e))
 }
 
 /// The `srtt_server` layer: TCP's srtt of the connections our own server holds for

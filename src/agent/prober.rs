@@ -1,20 +1,17 @@
-//! The probes of one peer: a thread per probe kind, each on its own paced and
-//! jittered schedule, so that a TCP probe waiting out a retransmission never delays
-//! the peer's ICMP echoes (what is measured at one layer does not shape another's).
+//! What every prober shares: the kinds of probe, their settings, the series each
+//! probe of a peer writes, and the session a TCP or UDP probe asks the server for.
+//! [`super::batch`] runs the probes that keep a session or a socket (ICMP, TCP_RR,
+//! UDP_RR) in one loop; [`super::crr`] runs TCP_CRR, whose `connect()` it times.
 
 use super::metrics::{labels, Gauge64, Metrics};
 use super::peers::Peer;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::control::TestKind;
-use crate::probe::echo::Echoer;
-use crate::probe::rr::{Outcome, Session, SessionSpec};
+use crate::probe::rr::SessionSpec;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A kind of probe; each feeds one or two layers of `rttlab_rtt_seconds`.
@@ -67,97 +64,28 @@ pub struct ProbeSettings {
     pub secret: Option<Vec<u8>>,
 }
 
-/// What every probe thread shares.
-pub struct Shared {
-    pub metrics: Arc<Metrics>,
-    pub echoer: Option<Arc<Echoer>>,
-    pub settings: ProbeSettings,
-}
-
-/// The running probes of one peer.
-pub struct PeerProbes {
-    pub peer: Peer,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-/// Each probe thread's stack: its frames are small, and a fleet is thousands of them.
-const STACK: usize = 256 * 1024;
-/// Longest wait before trying an unreachable peer again.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
-
-impl PeerProbes {
-    /// Start a thread per probe kind.
-    pub fn start(peer: Peer, probes: &[Probe], shared: &Arc<Shared>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = probes
-            .iter()
-            .filter_map(|&probe| {
-                // Looked up here, one thread at a time: thousands of new threads
-                // creating series at once would queue on each family's lock, and
-                // every writer's release wakes every waiting reader.
-                let series = Series::new(&shared.metrics, &peer, probe);
-                let (peer, shared, stop) = (peer.clone(), Arc::clone(shared), Arc::clone(&stop));
-                std::thread::Builder::new()
-                    .name(format!("probe-{}", probe.name()))
-                    .stack_size(STACK)
-                    .spawn(move || run(&peer, probe, &series, &shared, &stop))
-                    .ok()
-            })
-            .collect();
-        Self {
-            peer,
-            stop,
-            threads,
-        }
-    }
-
-    /// Ask every thread to stop (they notice at once, or when a probe in flight ends)
-    /// and forget them.
-    pub fn stop(self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for t in &self.threads {
-            t.thread().unpark();
-        }
-    }
-}
-
-/// Wait until `due` or a stop; false when stopped.
-fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= due {
-            return true;
-        }
-        std::thread::park_timeout(due - now);
-    }
-}
-
-/// The series one probe thread writes, looked up once: a lookup takes the family's
-/// lock, and thousands of threads taking it at every probe queue behind a scrape.
-/// The handles share their values with the families, so a thread restarted with new
+/// The series one probe of a peer writes, looked up once when it starts: a lookup
+/// takes the family's lock, which a scrape holds for tens of milliseconds. The
+/// handles share their values with the families, so a probe restarted with new
 /// settings continues the same counters.
-struct Series {
-    rtt: Histogram,
-    sent: Counter,
-    errors: Counter,
-    late: Counter,
+pub struct Series {
+    pub rtt: Histogram,
+    pub sent: Counter,
+    pub errors: Counter,
+    pub late: Counter,
     /// ICMP and UDP_RR.
-    lost: Option<Counter>,
+    pub lost: Option<Counter>,
     /// The TCP probes.
-    timed_out: Option<Counter>,
-    retransmissions: Option<Counter>,
+    pub timed_out: Option<Counter>,
+    pub retransmissions: Option<Counter>,
     /// TCP_CRR: `tcp_connect`.
-    connect: Option<Histogram>,
+    pub connect: Option<Histogram>,
     /// TCP_RR: `srtt_client`, and its last srtt and min_rtt.
-    srtt: Option<(Histogram, Gauge64, Gauge64)>,
+    pub srtt: Option<(Histogram, Gauge64, Gauge64)>,
 }
 
 impl Series {
-    fn new(m: &Metrics, peer: &Peer, probe: Probe) -> Self {
+    pub fn new(m: &Metrics, peer: &Peer, probe: Probe) -> Self {
         let l = labels(&peer.target, probe.name(), &peer.labels);
         let tcp = probe != Probe::Icmp && probe != Probe::UdpRr;
         Self {
@@ -184,207 +112,84 @@ impl Series {
     }
 }
 
-/// One probe kind against one peer until stopped.
-fn run(peer: &Peer, probe: Probe, main: &Series, shared: &Shared, stop: &AtomicBool) {
-    let s = &shared.settings;
-    let m = &shared.metrics;
-    let mut rng =
-        rand::rngs::SmallRng::seed_from_u64(peer.target.bytes().fold(probe as u64, |h, b| {
-            h.wrapping_mul(31).wrapping_add(u64::from(b))
-        }));
-    let mut state = State::default();
-    // Peers and kinds start spread over the first interval, not all at once.
-    let mut due = Instant::now() + s.interval.mul_f64(rng.random::<f64>());
-    let mut backoff = Duration::ZERO;
-    while sleep_until(due, stop) {
-        let lag = due.elapsed();
-        m.lag.observe(lag.as_secs_f64());
-        if lag > s.interval / 10 {
-            main.late.inc();
-        }
-        let ok = match probe {
-            Probe::Icmp => icmp(peer, shared, main, &mut state),
-            Probe::TcpRr | Probe::UdpRr | Probe::TcpCrr => {
-                session_probe(peer, probe, &shared.settings, main, &mut state)
-            }
-        };
-        backoff = if ok {
-            Duration::ZERO
-        } else {
-            (backoff * 2).clamp(s.interval, MAX_BACKOFF)
-        };
-        due += s.interval.mul_f64(rng.random_range(0.9..1.1)) + backoff;
-        // A probe that overran its slot does not make the next ones hurry.
-        due = due.max(Instant::now());
-    }
+/// A probe's generator of jitter, seeded by its peer and kind, so that a restarted
+/// agent spreads its probes as before.
+pub fn jitter_rng(peer: &Peer, probe: Probe) -> rand::rngs::SmallRng {
+    rand::rngs::SmallRng::seed_from_u64(peer.target.bytes().fold(probe as u64, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u64::from(b))
+    }))
 }
 
-/// What a probe thread keeps between probes.
-#[derive(Default)]
-struct State {
-    addr: Option<(SocketAddr, Instant)>,
-    session: Option<Session>,
-    /// total_retrans of the kept connection at its last probe.
-    retrans: u32,
-    /// The ICMP echo sent at the last probe.
-    echo: Option<crate::probe::echo::Echo>,
+/// Longest wait before trying an unreachable peer again.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// The wait after a failure that followed `backoff`: doubling from one interval.
+pub fn next_backoff(backoff: Duration, interval: Duration) -> Duration {
+    (backoff * 2).clamp(interval, MAX_BACKOFF)
 }
 
 /// How long a resolved address is reused before the name is looked up again.
-const RESOLVE_EVERY: Duration = Duration::from_secs(60);
+pub const RESOLVE_EVERY: Duration = Duration::from_secs(60);
 
-fn resolve(peer: &Peer, state: &mut State) -> Option<SocketAddr> {
-    if let Some((a, at)) = state.addr {
-        if at.elapsed() < RESOLVE_EVERY {
-            return Some(a);
-        }
+/// A peer's address: at once for a literal one, else by the resolver (which may
+/// block: callers that must not wait ask a helper thread).
+pub fn resolve(peer: &Peer) -> Option<SocketAddr> {
+    if let Ok(ip) = peer.host.parse::<IpAddr>() {
+        return Some(SocketAddr::new(ip, peer.port));
     }
-    let a = (peer.host.as_str(), peer.port)
+    (peer.host.as_str(), peer.port)
         .to_socket_addrs()
         .ok()
-        .and_then(|mut it| it.next());
-    state.addr = a.map(|a| (a, Instant::now()));
-    a
+        .and_then(|mut it| it.next())
 }
 
-/// Settle the previous echo (its reply, or its loss) and send the next: the thread
-/// never waits for a reply, the receiving thread notes it.
-fn icmp(peer: &Peer, shared: &Shared, series: &Series, state: &mut State) -> bool {
-    let Some(echoer) = &shared.echoer else {
-        return false;
-    };
-    let wait = shared.settings.timeout.min(shared.settings.interval);
-    if let Some(prev) = state.echo.take() {
-        match prev.rtt(wait) {
-            Some(rtt) => series.rtt.observe(rtt.as_secs_f64()),
-            None => {
-                series.lost.iter().for_each(|c| {
-                    c.inc();
-                });
-            }
-        }
+/// An address and when it was looked up.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Resolved(Option<(SocketAddr, Instant)>);
+
+impl Resolved {
+    /// The address while it is fresh.
+    pub fn fresh(&self) -> Option<SocketAddr> {
+        self.0
+            .filter(|(_, at)| at.elapsed() < RESOLVE_EVERY)
+            .map(|(a, _)| a)
     }
-    series.sent.inc();
-    let Some(addr) = resolve(peer, state) else {
-        series.errors.inc();
-        return false;
-    };
-    match echoer.send(addr.ip()) {
-        Ok(e) => {
-            state.echo = Some(e);
-            true
-        }
-        Err(_) => {
-            series.errors.inc();
-            state.addr = None;
-            false
-        }
+    /// The address however old (used while a new lookup is under way).
+    pub fn any(&self) -> Option<SocketAddr> {
+        self.0.map(|(a, _)| a)
+    }
+    pub fn set(&mut self, a: Option<SocketAddr>) {
+        self.0 = a.map(|a| (a, Instant::now()));
     }
 }
 
-fn test_kind(p: Probe) -> TestKind {
-    match p {
-        Probe::UdpRr => TestKind::UdpRr,
-        Probe::TcpCrr => TestKind::TcpCrr,
-        Probe::TcpRr | Probe::Icmp => TestKind::TcpRr,
-    }
-}
-
-fn session_probe(
-    peer: &Peer,
-    probe: Probe,
-    s: &ProbeSettings,
-    series: &Series,
-    state: &mut State,
-) -> bool {
-    let now = Instant::now();
-    // Renew a session before the server's grant runs out under a probe.
-    if state
-        .session
-        .as_ref()
-        .is_some_and(|x| x.ends <= now + s.interval + s.timeout)
-    {
-        state.session = None;
-    }
-    if state.session.is_none() {
-        let Some(server) = resolve(peer, state) else {
-            series.errors.inc();
-            return false;
-        };
-        let spec = SessionSpec {
-            server,
-            secret: s.secret.clone(),
-            test: test_kind(probe),
-            interval: s.interval,
-            // UDP's adaptive timeout never waits past the next probe.
-            timeout: if probe == Probe::UdpRr {
-                s.timeout.min(s.interval)
-            } else {
-                s.timeout
-            },
-            length: crate::probe::rr::MAX_RUN,
-        };
-        match Session::open(&spec) {
-            Ok(x) => {
-                state.session = Some(x);
-                state.retrans = 0;
-            }
-            Err(_) => {
-                series.errors.inc();
-                state.addr = None;
-                return false;
-            }
-        }
-    }
-    let Some(session) = state.session.as_mut() else {
-        return false;
-    };
-    series.sent.inc();
-    match session.transact() {
-        Ok(Outcome::Answered(t)) => {
-            series.rtt.observe(t.rtt.as_secs_f64());
-            if let (Some(c), Some(h)) = (t.connect, &series.connect) {
-                h.observe(c.as_secs_f64());
-            }
-            if let Some(info) = &t.tcp_info {
-                tcp_layers(probe, series, info, state);
-            }
-            true
-        }
-        Ok(Outcome::Lost) => {
-            series.lost.iter().for_each(|c| {
-                c.inc();
-            });
-            true
-        }
-        Ok(Outcome::TimedOut) => {
-            series.timed_out.iter().for_each(|c| {
-                c.inc();
-            });
-            // What the kernel retransmitted on the connection given up on still counts.
-            if let Some(info) = state.session.as_ref().and_then(Session::tcp_info) {
-                tcp_layers(probe, series, &info, state);
-            }
-            state.session = None;
-            true
-        }
-        Err(_) => {
-            series.errors.inc();
-            state.session = None;
-            false
-        }
+/// The test a TCP or UDP probe keeps open on `server`.
+pub fn session_spec(probe: Probe, server: SocketAddr, s: &ProbeSettings) -> SessionSpec {
+    SessionSpec {
+        server,
+        secret: s.secret.clone(),
+        test: match probe {
+            Probe::UdpRr => TestKind::UdpRr,
+            Probe::TcpCrr => TestKind::TcpCrr,
+            Probe::TcpRr | Probe::Icmp => TestKind::TcpRr,
+        },
+        interval: s.interval,
+        // UDP's adaptive timeout never waits past the next probe.
+        timeout: if probe == Probe::UdpRr {
+            s.timeout.min(s.interval)
+        } else {
+            s.timeout
+        },
+        length: crate::probe::rr::MAX_RUN,
     }
 }
 
 /// TCP's own view of a probe connection: its retransmissions (as a delta of
 /// `total_retrans`), and for the kept TCP_RR connection its srtt and min_rtt.
-fn tcp_layers(probe: Probe, series: &Series, info: &TcpInfo, state: &mut State) {
-    let new = match probe {
-        // A TCP_CRR connection is new every time: all its retransmissions are new.
-        Probe::TcpCrr => info.total_retrans,
-        _ => info.total_retrans.saturating_sub(state.retrans),
-    };
-    state.retrans = info.total_retrans;
+/// `retrans`: `total_retrans` at the connection's last probe (0 for a new one).
+pub fn tcp_layers(series: &Series, info: &TcpInfo, retrans: &mut u32) {
+    let new = info.total_retrans.saturating_sub(*retrans);
+    *retrans = info.total_retrans;
     if let (true, Some(c)) = (new > 0, &series.retransmissions) {
         c.inc_by(u64::from(new));
     }

@@ -217,7 +217,7 @@ pub(super) fn open(target: IpAddr, kind: SocketKind) -> Result<(Socket, SocketKi
 }
 
 /// Have the kernel stamp every received datagram (`SO_TIMESTAMPNS`, CLOCK_REALTIME).
-pub(super) fn enable_timestamps(sock: &Socket) -> Result<(), PingError> {
+pub(super) fn enable_timestamps(sock: &impl AsRawFd) -> Result<(), PingError> {
     let one: libc::c_int = 1;
     // SAFETY: passing a pointer to a live c_int.
     let rc = unsafe {
@@ -252,7 +252,7 @@ pub(super) fn pattern(seq: u16, i: usize) -> u8 {
 }
 
 /// A received datagram.
-pub(super) struct Received {
+pub(crate) struct Received {
     pub len: usize,
     /// The kernel's receive time (`SO_TIMESTAMPNS`).
     pub ts_ns: Option<u64>,
@@ -261,7 +261,7 @@ pub(super) struct Received {
 }
 
 /// One received datagram; its sender in `from` when given.
-pub(super) fn recv_with_ts(
+pub(crate) fn recv_with_ts(
     fd: i32,
     buf: &mut [u8],
     nonblocking: bool,
