@@ -109,7 +109,10 @@ pub struct PassiveArgs {
     /// Sample lines as JSON objects.
     #[arg(long, conflicts_with = "machine")]
     pub json: bool,
-    /// Sample lines as pping -m: epoch seconds, RTT and MINRTT in seconds.
+    /// Sample lines as pping -m: epoch seconds, RTT and MINRTT in seconds, then
+    /// pping's byte counts (bytes through the capture point up to the timed packet,
+    /// the reverse direction's at its last sample, and since this direction's last
+    /// sample), then the flow. The seq method's lines show "-" for the counts.
     #[arg(short = 'm', long)]
     pub machine: bool,
     /// No sample lines (with --summary, --histogram or --sampler).
@@ -299,6 +302,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             flows: a.flow.clone(),
         },
         sampler: a.sampler,
+        pping_bytes: a.machine,
     };
     let format = if a.json {
         LineFormat::Json

@@ -91,6 +91,19 @@ pub struct Half {
     pub fin_end: Option<u32>,
     /// The initial sequence number of this half's SYN, once one is seen.
     pub syn_seq: Option<u32>,
+    /// pping's byte accounting for its `-m` columns (`flowRec` in pping.cpp).
+    pub pping: PpingBytes,
+}
+
+/// pping's per-direction byte counts: frames this direction sent through the capture
+/// point once both directions were seen (`bytesSnt`), their total at this
+/// direction's last sample (`lstBytesSnt`), and the reverse direction's total at the
+/// TSval this direction's last sample echoed (`bytesDep`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PpingBytes {
+    pub sent: u64,
+    pub at_last_sample: u64,
+    pub departed: u64,
 }
 
 /// One TCP connection.
@@ -104,6 +117,9 @@ pub struct Flow {
     /// Smallest RTT so far to the endpoint that closed the loop, per method, indexed
     /// by that endpoint (pping's per-flow minimum).
     pub min_ns: [[u64; 2]; 2],
+    /// The TS engine's minimum in pping's arithmetic (seconds as doubles), per
+    /// endpoint that closed the loop.
+    pub min_pping: [f64; 2],
     pub reset: bool,
 }
 
@@ -115,6 +131,7 @@ impl Flow {
             last_ns: now,
             halves: Default::default(),
             min_ns: [[u64::MAX; 2]; 2],
+            min_pping: [f64::INFINITY; 2],
             reset: false,
         }
     }

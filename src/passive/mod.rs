@@ -61,6 +61,34 @@ pub struct Sample {
     /// The other end.
     pub peer: Endpoint,
     pub place: Place,
+    /// TS samples: the same sample in pping's arithmetic, for its output formats.
+    pub pping: Option<PpingSample>,
+}
+
+/// A TS sample as pping computes it (pping.cpp, `process_packet`): capture times are
+/// doubles in seconds since the first usable packet's whole second, truncated to the
+/// microsecond, and the RTT their difference. Printed from these, rttlab's lines are
+/// pping's to the character (rounding included: 9.9999…µs prints "10.00us").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PpingSample {
+    /// `capTm`: the capture time, seconds after `origin_s`.
+    pub cap_s: f64,
+    /// `offTm`: the whole second of the first packet with usable timestamps.
+    pub origin_s: u64,
+    pub rtt_s: f64,
+    /// The flow's minimum so far, in the same arithmetic.
+    pub min_s: f64,
+    /// `fBytes`, `dBytes`, `pBytes` of pping's `-m` lines, when kept
+    /// ([`Config::pping_bytes`]).
+    pub bytes: Option<[u64; 3]>,
+}
+
+impl PpingSample {
+    /// pping's capture time of `ns` (since the epoch) after `origin_s`.
+    pub fn cap_time(ns: u64, origin_s: u64) -> f64 {
+        let (s, us) = (ns / 1_000_000_000, ns % 1_000_000_000 / 1000);
+        (s as i64 - origin_s as i64) as f64 + us as f64 * 1e-6
+    }
 }
 
 /// Where samples and finished flows go.
@@ -117,6 +145,9 @@ pub struct Config {
     pub filter: Filter,
     /// Emulate a sampled flow metric alongside the engines.
     pub sampler: Option<sampler::SamplerConfig>,
+    /// Keep pping's byte counts with every TSval, for `-m`'s columns (a second queue
+    /// beside the TSvals: off unless asked).
+    pub pping_bytes: bool,
 }
 
 impl Default for Config {
@@ -132,6 +163,7 @@ impl Default for Config {
             local: Vec::new(),
             filter: Filter::default(),
             sampler: None,
+            pping_bytes: false,
         }
     }
 }
@@ -193,6 +225,9 @@ pub struct Analyzer {
     skipped: [u64; Skip::ALL.len()],
     next_expire_ns: u64,
     sampler: Option<sampler::Sampler>,
+    /// pping's time origin: the whole second of the first packet with usable
+    /// timestamps.
+    origin_s: Option<u64>,
 }
 
 /// How often (capture time) idle flows are swept.
@@ -221,6 +256,7 @@ impl Analyzer {
             counters: Counters::default(),
             skipped: [0; Skip::ALL.len()],
             next_expire_ns: 0,
+            origin_s: None,
         }
     }
 
@@ -299,7 +335,7 @@ impl Analyzer {
         } else {
             Place::Network
         };
-        let mut emit = |flow: &mut Flow, method: Method, rtt: u64| {
+        let mut emit = |flow: &mut Flow, method: Method, rtt: u64, pping: Option<PpingSample>| {
             let m = &mut flow.min_ns[method as usize][here];
             *m = (*m).min(rtt);
             let s = Sample {
@@ -310,6 +346,7 @@ impl Analyzer {
                 host: src,
                 peer: dst,
                 place,
+                pping,
             };
             sink.sample(&s);
         };
@@ -322,18 +359,28 @@ impl Analyzer {
                     self.counters.unusable_timestamps += 1;
                 }
                 Some((val, ecr)) => {
+                    let origin_s = *self.origin_s.get_or_insert(now / 1_000_000_000);
                     flow.halves[here].ts.seen = true;
                     let any = self.cfg.ts_record == ts::Record::Any;
                     if any && !flow.halves[there].ts.seen {
                         self.counters.one_way += 1;
                     } else {
-                        if let Some(rtt) = flow.halves[there].ts.echo(ecr, now, self.cfg.max_age_ns)
-                        {
+                        // pping counts a frame's bytes once both directions were seen.
+                        let half = &mut flow.halves[here].pping;
+                        half.sent += frame.len() as u64;
+                        let sent = half.sent;
+                        let echoed = flow.halves[there].ts.echo(ecr, now, self.cfg.max_age_ns);
+                        if let Some((rtt, at)) = echoed {
                             self.counters.samples_ts += 1;
-                            emit(flow, Method::Ts, rtt);
+                            let pping = pping_sample(flow, here, now, rtt, origin_s, at);
+                            emit(flow, Method::Ts, rtt, Some(pping));
                         }
                         if any || seglen > 0 {
-                            flow.halves[here].ts.record(val, now);
+                            let at = self.cfg.pping_bytes.then(|| ts::PpingBytesAt {
+                                sent,
+                                departed: flow.halves[here].pping.departed,
+                            });
+                            flow.halves[here].ts.record(val, now, at);
                         }
                     }
                 }
@@ -353,7 +400,7 @@ impl Analyzer {
                 ) {
                     if rtt <= self.cfg.max_age_ns {
                         self.counters.samples_seq += 1;
-                        emit(flow, Method::Seq, rtt);
+                        emit(flow, Method::Seq, rtt, None);
                     }
                 }
             }
@@ -410,5 +457,37 @@ impl Analyzer {
     /// Flows held now.
     pub fn active_flows(&self) -> usize {
         self.flows.len()
+    }
+}
+
+/// A TS sample in pping's arithmetic; `at`: pping's byte counts kept with the
+/// echoed TSval. Updates the flow's pping minimum and byte marks as pping does.
+fn pping_sample(
+    flow: &mut Flow,
+    here: usize,
+    now: u64,
+    rtt: u64,
+    origin_s: u64,
+    at: Option<ts::PpingBytesAt>,
+) -> PpingSample {
+    let cap_s = PpingSample::cap_time(now, origin_s);
+    let rtt_s = cap_s - PpingSample::cap_time(now - rtt, origin_s);
+    let min = &mut flow.min_pping[here];
+    if *min > rtt_s {
+        *min = rtt_s;
+    }
+    let bytes = at.map(|at| {
+        let h = &mut flow.halves[here].pping;
+        let since_last = h.sent - h.at_last_sample;
+        h.at_last_sample = h.sent;
+        flow.halves[1 - here].pping.departed = at.sent;
+        [at.sent, at.departed, since_last]
+    });
+    PpingSample {
+        cap_s,
+        origin_s,
+        rtt_s,
+        min_s: flow.min_pping[here],
+        bytes,
     }
 }

@@ -300,6 +300,7 @@ mod tests {
             host: ep(host_port),
             peer: ep(9),
             place: Place::Network,
+            pping: None,
         }
     }
 

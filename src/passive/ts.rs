@@ -37,11 +37,23 @@ pub fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
+/// What pping notes with a TSval (`tsInfo` in pping.cpp): the bytes its direction
+/// had sent through the capture point, this packet included (`fBytes`), and the
+/// bytes of that direction at the reverse direction's last sample (`dBytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PpingBytesAt {
+    pub sent: u64,
+    pub departed: u64,
+}
+
 /// Timestamps sent by one endpoint of a flow and not yet echoed.
 #[derive(Debug, Default)]
 pub struct TsHalf {
     /// (TSval, first seen ns), oldest first; TSvals increase along it.
     pending: VecDeque<(u32, u64)>,
+    /// pping's byte counts when each pending TSval was seen (its `-m` columns), in
+    /// step with `pending` when the caller keeps them.
+    bytes: VecDeque<PpingBytesAt>,
     last_recorded: Option<u32>,
     last_echoed: Option<u32>,
     /// A packet with usable timestamps has been seen from this endpoint.
@@ -55,41 +67,59 @@ impl TsHalf {
     /// about 4 s keep every tick (16 bytes each: 64 KiB at most).
     pub const CAP: usize = 4096;
 
-    /// Remember `tsval`, first seen at `now`, unless it was seen or echoed already.
+    /// Remember `tsval`, first seen at `now`, unless it was seen or echoed already;
+    /// with pping's byte counts at that moment when the caller keeps them (always or
+    /// never for one half).
     #[inline]
-    pub fn record(&mut self, tsval: u32, now: u64) {
+    pub fn record(&mut self, tsval: u32, now: u64, bytes: Option<PpingBytesAt>) {
         if self.last_recorded.is_some_and(|l| !before(l, tsval))
             || self.last_echoed.is_some_and(|e| !before(e, tsval))
         {
             return;
         }
         if self.pending.len() == Self::CAP {
-            self.pending.pop_front();
+            self.pop();
             self.overflow += 1;
         }
         self.pending.push_back((tsval, now));
+        if let Some(b) = bytes {
+            self.bytes.push_back(b);
+        }
         self.last_recorded = Some(tsval);
     }
 
     /// A TSecr from the other endpoint, at `now`: the RTT if it echoes a pending
     /// TSval for the first time and that TSval is at most `max_age_ns` old. Older
     /// pending TSvals are dropped: an echo never goes backwards except by reordering.
+    ///
+    /// With the RTT, pping's byte counts kept with the echoed TSval.
     #[inline]
-    pub fn echo(&mut self, tsecr: u32, now: u64, max_age_ns: u64) -> Option<u64> {
+    pub fn echo(
+        &mut self,
+        tsecr: u32,
+        now: u64,
+        max_age_ns: u64,
+    ) -> Option<(u64, Option<PpingBytesAt>)> {
         while let Some(&(v, t)) = self.pending.front() {
             if before(v, tsecr) {
-                self.pending.pop_front();
+                self.pop();
                 continue;
             }
             if v != tsecr {
                 return None;
             }
-            self.pending.pop_front();
+            let bytes = self.pop();
             self.last_echoed = Some(v);
             let rtt = now.saturating_sub(t);
-            return (rtt <= max_age_ns).then_some(rtt);
+            return (rtt <= max_age_ns).then_some((rtt, bytes));
         }
         None
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<PpingBytesAt> {
+        self.pending.pop_front();
+        self.bytes.pop_front()
     }
 
     /// TSvals waiting for an echo.
@@ -107,16 +137,16 @@ mod tests {
     #[test]
     fn first_sighting_and_first_echo_only() {
         let mut h = TsHalf::default();
-        h.record(100, 1_000);
+        h.record(100, 1_000, None);
         // The same TSval later (same clock tick) keeps the first time.
-        h.record(100, 1_500);
-        h.record(101, 2_000);
-        assert_eq!(h.echo(100, 5_000, AGE), Some(4_000));
+        h.record(100, 1_500, None);
+        h.record(101, 2_000, None);
+        assert_eq!(h.echo(100, 5_000, AGE), Some((4_000, None)));
         // A duplicate echo gives nothing.
         assert_eq!(h.echo(100, 6_000, AGE), None);
         // An echoed TSval is never recorded again.
-        h.record(100, 7_000);
-        assert_eq!(h.echo(101, 9_000, AGE), Some(7_000));
+        h.record(100, 7_000, None);
+        assert_eq!(h.echo(101, 9_000, AGE), Some((7_000, None)));
         assert_eq!(h.outstanding(), 0);
     }
 
@@ -124,10 +154,10 @@ mod tests {
     fn an_echo_skips_older_tsvals_and_waits_for_newer_ones() {
         let mut h = TsHalf::default();
         for (v, t) in [(10, 0), (11, 1), (12, 2)] {
-            h.record(v, t);
+            h.record(v, t, None);
         }
         // Echoing 11 drops 10 (its echo would only come from a reordered ACK).
-        assert_eq!(h.echo(11, 10, AGE), Some(9));
+        assert_eq!(h.echo(11, 10, AGE), Some((9, None)));
         assert_eq!(h.echo(10, 11, AGE), None);
         // An echo of something never recorded (a pure ACK's TSval) gives nothing and
         // keeps newer ones.
@@ -138,29 +168,52 @@ mod tests {
     #[test]
     fn tsvals_wrap_around() {
         let mut h = TsHalf::default();
-        h.record(u32::MAX - 1, 0);
-        h.record(u32::MAX, 1);
-        h.record(0, 2);
-        h.record(1, 3);
+        h.record(u32::MAX - 1, 0, None);
+        h.record(u32::MAX, 1, None);
+        h.record(0, 2, None);
+        h.record(1, 3, None);
         assert!(before(u32::MAX, 0));
-        assert_eq!(h.echo(0, 100, AGE), Some(98));
-        assert_eq!(h.echo(1, 100, AGE), Some(97));
+        assert_eq!(h.echo(0, 100, AGE), Some((98, None)));
+        assert_eq!(h.echo(1, 100, AGE), Some((97, None)));
         // u32::MAX is before 0: already passed.
-        h.record(u32::MAX, 200);
+        h.record(u32::MAX, 200, None);
         assert_eq!(h.outstanding(), 0);
     }
 
     #[test]
     fn stale_tsvals_give_no_sample_and_the_cap_holds() {
         let mut h = TsHalf::default();
-        h.record(5, 0);
+        h.record(5, 0, None);
         assert_eq!(h.echo(5, AGE + 1, AGE), None);
         for v in 0..(TsHalf::CAP as u32 + 10) {
-            h.record(1000 + v, u64::from(v));
+            h.record(1000 + v, u64::from(v), None);
         }
         assert_eq!(h.outstanding(), TsHalf::CAP);
         assert_eq!(h.overflow, 10);
         assert_eq!(h.echo(1000, 50_000, AGE), None, "the oldest were dropped");
-        assert_eq!(h.echo(1010, 50_000, AGE), Some(50_000 - 10));
+        assert_eq!(h.echo(1010, 50_000, AGE), Some((50_000 - 10, None)));
+    }
+
+    /// Witness: arithmetic on hand-made records: the byte counts come back with their
+    /// own TSval, also after older ones were skipped or dropped for the cap.
+    #[test]
+    fn byte_counts_stay_with_their_tsval() {
+        let at = |sent| {
+            Some(PpingBytesAt {
+                sent,
+                departed: sent / 2,
+            })
+        };
+        let mut h = TsHalf::default();
+        h.record(10, 0, at(100));
+        h.record(11, 1, at(200));
+        h.record(12, 2, at(300));
+        assert_eq!(h.echo(11, 10, AGE), Some((9, at(200))));
+        assert_eq!(h.echo(12, 10, AGE), Some((8, at(300))));
+        let mut h = TsHalf::default();
+        for v in 0..TsHalf::CAP as u32 + 3 {
+            h.record(v, u64::from(v), at(u64::from(v)));
+        }
+        assert_eq!(h.echo(3, 10_000, AGE), Some((10_000 - 3, at(3))));
     }
 }

@@ -7,10 +7,12 @@ use crate::passive::summary::{FlowRtt, Interval, Row, Total};
 use crate::passive::{Counters, Method, Place, Sample};
 use std::io::{self, Write};
 
-/// pping's way of printing a duration: 3 significant digits with an SI prefix
-/// (`fmtTimeDiff` in pping.cpp): "152us", "1.52ms", " 152ms", "2.01s".
-pub fn pping_duration(ns: u64) -> String {
-    let mut dt = ns as f64 / 1e9;
+/// pping's way of printing a duration in seconds: 3 significant digits with an SI
+/// prefix (`fmtTimeDiff` in pping.cpp): " 152us", "1.52ms", " 152ms", "2.01s". The
+/// digits are those of C's `%.Nf` (Rust's formatting rounds the exact binary value
+/// the same way).
+pub fn pping_duration(seconds: f64) -> String {
+    let mut dt = seconds;
     let prefix = if dt < 1e-3 {
         dt *= 1e6;
         "u"
@@ -113,29 +115,52 @@ impl<W: Write> LineWriter<W> {
                 return Ok(());
             }
             LineFormat::Pping => {
+                let (rtt, min) = match &s.pping {
+                    Some(p) => (p.rtt_s, p.min_s),
+                    None => (s.rtt_ns as f64 / 1e9, s.min_ns as f64 / 1e9),
+                };
                 let hms = self.clock.hms(s.ts_ns);
                 write!(
                     self.out,
                     "{} {} {} {}+{}",
                     hms,
-                    pping_duration(s.rtt_ns),
-                    pping_duration(s.min_ns),
+                    pping_duration(rtt),
+                    pping_duration(min),
                     s.host,
                     s.peer
                 )?;
             }
-            LineFormat::Machine => {
-                write!(
-                    self.out,
-                    "{}.{:06} {:.6} {:.6} {}+{}",
-                    s.ts_ns / 1_000_000_000,
-                    s.ts_ns % 1_000_000_000 / 1000,
-                    s.rtt_ns as f64 / 1e9,
-                    s.min_ns as f64 / 1e9,
-                    s.host,
-                    s.peer
-                )?;
-            }
+            LineFormat::Machine => match &s.pping {
+                // pping -m: "%d.%06d %.6f %.6f %.0f %.0f %.0f FLOW", the time as
+                // int64(capTm + offTm) and int((capTm - floor(capTm)) * 1e6).
+                Some(p) => {
+                    let [f, d, b] = p.bytes.unwrap_or_default();
+                    write!(
+                        self.out,
+                        "{}.{:06} {:.6} {:.6} {f} {d} {b} {}+{}",
+                        (p.cap_s + p.origin_s as f64) as i64,
+                        ((p.cap_s - p.cap_s.floor()) * 1e6) as i32,
+                        p.rtt_s,
+                        p.min_s,
+                        s.host,
+                        s.peer
+                    )?;
+                }
+                // The seq engine's samples, which pping does not make: the same
+                // columns, without pping's byte counts.
+                None => {
+                    write!(
+                        self.out,
+                        "{}.{:06} {:.6} {:.6} - - - {}+{}",
+                        s.ts_ns / 1_000_000_000,
+                        s.ts_ns % 1_000_000_000 / 1000,
+                        s.rtt_ns as f64 / 1e9,
+                        s.min_ns as f64 / 1e9,
+                        s.host,
+                        s.peer
+                    )?;
+                }
+            },
         }
         if self.both {
             write!(self.out, " {}", s.method.name())?;
@@ -348,14 +373,23 @@ pub fn counters(c: &Counters, methods: &[Method]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::passive::PpingSample;
 
     #[test]
     fn durations_print_as_pping_prints_them() {
-        assert_eq!(pping_duration(152_000), " 152us");
-        assert_eq!(pping_duration(1_520_000), "1.52ms");
-        assert_eq!(pping_duration(15_200_000), "15.2ms");
-        assert_eq!(pping_duration(152_000_000), " 152ms");
-        assert_eq!(pping_duration(2_010_000_000), "2.01s");
-        assert_eq!(pping_duration(9_000), "9.00us");
+        assert_eq!(pping_duration(152e-6), " 152us");
+        assert_eq!(pping_duration(1.52e-3), "1.52ms");
+        assert_eq!(pping_duration(15.2e-3), "15.2ms");
+        assert_eq!(pping_duration(0.152), " 152ms");
+        assert_eq!(pping_duration(2.01), "2.01s");
+        assert_eq!(pping_duration(9e-6), "9.00us");
+        // pping's doubles: a difference of capture times a hair under 10 µs or 1 ms
+        // prints in the lower unit's widest form.
+        let (a, b) = (
+            PpingSample::cap_time(5_000_010_000, 0),
+            PpingSample::cap_time(5_000_000_000, 0),
+        );
+        assert_eq!(pping_duration(a - b), format!("{:.2}us", (a - b) * 1e6));
+        assert_eq!(pping_duration(0.000_999_999_999), " 1000us");
     }
 }

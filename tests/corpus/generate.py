@@ -11,6 +11,7 @@ between a and b, captures it on the router (a gateway that sees both directions)
 on host a (an end host), and writes gzip-compressed captures plus, for each, what the
 peers report on it:
   NAME.pping.txt    pping -m (TS samples, pping's rules)
+  NAME.pping-text.txt.gz  pping's text lines (TZ=UTC), gzip
   NAME.tshark.txt   tshark's tcp.analysis.ack_rtt per frame (seq/ACK samples)
 On r the emulator transmits through PACKET_QDISC_BYPASS, which capture taps do not
 see, so r's captures take each frame as it arrives: on both interfaces (`-i any`,
@@ -101,6 +102,11 @@ def peers(name):
         shutil.copyfileobj(src, dst)
     with open(os.path.join(OUT, name.split(".")[0] + ".pping.txt"), "w") as f:
         sh(PPING, "-r", raw, "-q", "-m", stdout=f)
+    text = os.path.join("/tmp", name.split(".")[0] + ".pping-text.txt")
+    with open(text, "w") as f:
+        sh(PPING, "-r", raw, "-q", stdout=f, env=dict(os.environ, TZ="UTC"))
+    gz(text)
+    shutil.move(text + ".gz", os.path.join(OUT, os.path.basename(text) + ".gz"))
     with open(os.path.join(OUT, name.split(".")[0] + ".tshark.txt"), "w") as f:
         sh("tshark", "-r", raw, "-n", "-Y", "tcp.analysis.ack_rtt", "-T", "fields",
            "-E", "separator=/t", "-e", "frame.number", "-e", "frame.time_epoch",
