@@ -268,3 +268,63 @@ fn a_refused_detach_keeps_the_pins() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!std::path::Path::new(&ov.pin).join("prog").exists());
 }
+
+/// With no bpf filesystem where the pins go, `tune syn-rto` mounts one (as bpftool
+/// does) over an empty directory, and refuses to hide a directory's files under one.
+/// Witness: `stat -f` (the filesystem type the kernel reports for the directory), and
+/// the pins appearing in it.
+#[test]
+fn syn_rto_mounts_a_bpf_filesystem_where_none_is() {
+    if !common::privileged("syn_rto_mounts_a_bpf_filesystem_where_none_is") {
+        return;
+    }
+    let fs_type = |p: &std::path::Path| {
+        let o = Command::new("stat")
+            .args(["-f", "-c", "%T"])
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // A directory with a file in it: never mounted over.
+    let full = tempfile::tempdir().unwrap();
+    std::fs::write(full.path().join("keep"), "x").unwrap();
+    let o = Command::new(bin())
+        .args([
+            "tune",
+            "syn-rto",
+            "add",
+            "198.18.202.0/24",
+            "100ms",
+            "--pin-dir",
+        ])
+        .arg(full.path().join("rttlab"))
+        .env("RTTLAB_STATE_DIR", full.path())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("not an empty directory"), "{e}");
+    assert_ne!(fs_type(full.path()), "bpf_fs");
+    assert!(full.path().join("keep").exists());
+
+    // An empty one: mounted, pinned into, detached; unmounted by the test.
+    let empty = tempfile::tempdir().unwrap();
+    assert_ne!(fs_type(empty.path()), "bpf_fs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(empty.path().to_path_buf());
+    let ov = Override {
+        pin: empty.path().join("rttlab").display().to_string(),
+        state: tempfile::tempdir().unwrap(),
+    };
+    ov.run(&["add", "198.18.202.0/24", "100ms"]);
+    assert_eq!(fs_type(empty.path()), "bpf_fs");
+    assert!(empty.path().join("rttlab").join("prog").exists());
+    ov.run(&["detach"]);
+    assert!(!empty.path().join("rttlab").exists());
+}

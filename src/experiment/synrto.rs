@@ -69,20 +69,7 @@ impl PrivateBpfFs {
         let dir = std::env::temp_dir().join(format!("rttlab-bpffs-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("{}: {}", dir.display(), crate::error_chain(&e)))?;
-        let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
-        let target = c(&dir.display().to_string());
-        // SAFETY: NUL-terminated strings that outlive the call; no data argument.
-        let r = unsafe {
-            libc::mount(
-                c("bpf").as_ptr(),
-                target.as_ptr(),
-                c("bpf").as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
+        if let Err(e) = crate::kernel::syn_rto::mount_bpffs(&dir) {
             let _ = std::fs::remove_dir(&dir);
             return Err(format!(
                 "mounting a bpf filesystem at {}: {e}",

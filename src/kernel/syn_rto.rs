@@ -143,6 +143,64 @@ pub enum SynRtoError {
     },
 }
 
+/// Make `dir` a bpf filesystem if it is not one, as bpftool does before pinning
+/// (`mount_bpffs_for_pin`): only over an empty directory (as /sys/fs/bpf is before
+/// systemd or anyone mounts it), never over files it would hide. The mount stays, as
+/// bpftool's does: the pins in it must outlive this process.
+///
+/// # Errors
+/// `dir` is missing, not empty, or the mount was refused.
+pub fn ensure_bpffs(dir: &Path) -> Result<(), SynRtoError> {
+    if fs_magic(dir) == Some(BPF_FS_MAGIC) {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(dir)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(false);
+    if !empty {
+        return Err(SynRtoError::Setup(format!(
+            "{} is not a bpf filesystem, and not an empty directory to mount one on \
+             (mount -t bpf bpf DIR, or pass --pin-dir under a bpf filesystem)",
+            dir.display()
+        )));
+    }
+    mount_bpffs(dir).map_err(|e| {
+        SynRtoError::Setup(format!(
+            "{} is not a bpf filesystem and mounting one there failed: {e}",
+            dir.display()
+        ))
+    })?;
+    eprintln!(
+        "rttlab: mounted a bpf filesystem at {} for the pins (it stays, as bpftool's does)",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// `mount -t bpf bpf DIR`.
+///
+/// # Errors
+/// The kernel's refusal (no privilege, no bpffs in this kernel).
+pub fn mount_bpffs(dir: &Path) -> std::io::Result<()> {
+    let target = CString::new(dir.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let bpf = c"bpf";
+    // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+    let r = unsafe {
+        libc::mount(
+            bpf.as_ptr(),
+            target.as_ptr(),
+            bpf.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 fn fs_magic(path: &Path) -> Option<i64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: statfs into a zeroed struct with a valid C string.
@@ -238,12 +296,7 @@ impl SynRto {
             )));
         }
         let bpffs = self.pin_dir.parent().unwrap_or(Path::new("/sys/fs/bpf"));
-        if fs_magic(bpffs) != Some(BPF_FS_MAGIC) {
-            return Err(SynRtoError::Setup(format!(
-                "{} is not a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)",
-                bpffs.display()
-            )));
-        }
+        ensure_bpffs(bpffs)?;
         if self.is_attached() {
             return Err(SynRtoError::Setup(format!(
                 "already attached ({} exists): use add/del, or detach first",
