@@ -78,6 +78,16 @@ Examples:
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+    /// Write a man page for rttlab and each of its subcommands, from the same
+    /// definitions as `--help`.
+    #[command(after_help = "\
+Examples:
+  rttlab man /usr/local/share/man/man1     # then: man rttlab-rr
+  rttlab man . && man -l rttlab-passive.1")]
+    Man {
+        /// Directory to write rttlab.1, rttlab-rr.1, rttlab-tune-syn-rto.1, … into.
+        dir: std::path::PathBuf,
+    },
 }
 
 /// An exit status other than 1 for an error (iputils ping's 1 for "no reply", 2 for
@@ -114,7 +124,88 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "rttlab", &mut std::io::stdout());
             Ok(())
         }
+        Command::Man { dir } => man(&dir),
     }
+}
+
+/// One page per command, named as git names its own (`rttlab-tune-syn-rto.1`), each
+/// with the command's examples as its EXAMPLES section.
+fn man(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    fn write(cmd: clap::Command, name: &str, dir: &std::path::Path) -> anyhow::Result<usize> {
+        let mut n = 0;
+        // Not the internal ones (`lab daemon`), as `--help` does not list them.
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+        {
+            n += write(sub.clone(), &format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        // No "help" subcommand in the page: it has no page of its own.
+        let cmd = cmd
+            .name(name.to_string())
+            .bin_name(name.replace('-', " "))
+            .disable_help_subcommand(true);
+        let examples = cmd.get_after_help().map(ToString::to_string);
+        let has_subcommands = cmd.get_subcommands().any(|s| !s.is_hide_set());
+        let path = dir.join(format!("{name}.1"));
+        let man = clap_mangen::Man::new(cmd);
+        let mut out = Vec::new();
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        man.render_synopsis_section(&mut out)?;
+        man.render_description_section(&mut out)?;
+        man.render_options_section(&mut out)?;
+        if has_subcommands {
+            man.render_subcommands_section(&mut out)?;
+        }
+        if let Some(text) = examples {
+            out.extend_from_slice(examples_section(&text).as_bytes());
+        }
+        std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+        Ok(n + 1)
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let n = write(Cli::command(), "rttlab", dir)?;
+    eprintln!("rttlab man: {n} pages in {}", dir.display());
+    Ok(())
+}
+
+/// `--help`'s closing text as man page sections: what comes before "Examples:" as
+/// NOTES (filled as prose), the examples as EXAMPLES with their lines kept as they
+/// are (no filling: the comments line up); escaped for roff.
+fn examples_section(after_help: &str) -> String {
+    let (notes, examples) = match after_help.split_once("Examples:") {
+        Some((n, e)) => (n.trim(), e),
+        None => ("", after_help),
+    };
+    let escape = |line: &str| {
+        let line = line.replace('\\', "\\e").replace('-', "\\-");
+        // A line starting with . or ' would be a request.
+        if line.starts_with(['.', '\'']) {
+            format!("\\&{line}\n")
+        } else {
+            format!("{line}\n")
+        }
+    };
+    let mut s = String::new();
+    if !notes.is_empty() {
+        s.push_str(".SH NOTES\n");
+        for line in notes.lines() {
+            s.push_str(&if line.trim().is_empty() {
+                ".PP\n".to_string()
+            } else {
+                escape(line)
+            });
+        }
+    }
+    s.push_str(".SH EXAMPLES\n.nf\n");
+    for line in examples.lines().skip_while(|l| l.trim().is_empty()) {
+        s.push_str(&escape(line));
+    }
+    s.push_str(".fi\n");
+    s
 }
 
 #[cfg(test)]
@@ -152,5 +243,56 @@ mod tests {
         let mut problems = Vec::new();
         walk(&Cli::command(), "rttlab", &mut problems);
         assert!(problems.is_empty(), "{}", problems.join("\n"));
+    }
+}
+
+#[cfg(test)]
+mod man_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// A page for every command in the tree, each naming every long flag of its
+    /// command and showing its examples; witness: groff, which must read every page
+    /// without a warning (`-ww`, through preconv for the UTF-8 in the help).
+    #[test]
+    fn man_pages_cover_every_command_and_groff_reads_them_cleanly() {
+        fn expect(cmd: &clap::Command, name: &str, out: &mut Vec<(String, Vec<String>)>) {
+            for sub in cmd
+                .get_subcommands()
+                .filter(|s| s.get_name() != "help" && !s.is_hide_set())
+            {
+                expect(sub, &format!("{name}-{}", sub.get_name()), out);
+            }
+            let longs = cmd
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long().map(|l| format!("--{l}").replace('-', "\\-")))
+                .collect();
+            out.push((name.to_string(), longs));
+        }
+        let mut want = Vec::new();
+        expect(&Cli::command(), "rttlab", &mut want);
+        let dir = tempfile::tempdir().unwrap();
+        super::man(dir.path()).unwrap();
+        let pages = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(pages, want.len());
+        for (name, longs) in &want {
+            let path = dir.path().join(format!("{name}.1"));
+            let page = std::fs::read_to_string(&path).unwrap();
+            for l in longs {
+                assert!(page.contains(l.as_str()), "{name}.1 lacks {l}");
+            }
+            assert!(page.contains(".SH EXAMPLES"), "{name}.1 has no examples");
+            let o = std::process::Command::new("groff")
+                .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+                .arg(&path)
+                .output()
+                .expect("groff (apt-get install groff-base)");
+            assert!(
+                o.status.success() && o.stderr.is_empty(),
+                "{name}.1: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
     }
 }
