@@ -387,3 +387,186 @@ fn ping_is_a_drop_in_for_iputils() {
         );
     }
 }
+
+/// tcpdump on `dev` in `ns` while `f` runs: the lines `tcpdump -r -nn -v` prints of
+/// what it captured with `filter`.
+fn on_the_wire(ns: &str, dev: &str, filter: &str, f: impl FnOnce()) -> Vec<String> {
+    use std::io::BufRead;
+    let pcap = tempfile::NamedTempFile::new().unwrap();
+    let mut td = NetnsPair::exec(
+        ns,
+        &[
+            "tcpdump",
+            "-Z",
+            "root",
+            "--immediate-mode",
+            "-i",
+            dev,
+            "-nn",
+            "-U",
+            "-w",
+            pcap.path().to_str().unwrap(),
+            filter,
+        ],
+    )
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut err = std::io::BufReader::new(td.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("listening"), "{line}");
+    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    f();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
+    td.wait().unwrap();
+    let _ = drain.join();
+    let o = std::process::Command::new("tcpdump")
+        .args(["-r", pcap.path().to_str().unwrap(), "-nn", "-v"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// `rr --dscp` marks both ends' data (the server answers with the client's class),
+/// and `--mark`, `--bind` and `--interface` each choose the second of two links by
+/// policy routing. Witness: tcpdump on both links (the TOS byte of every data packet
+/// in each direction; which link carried the test).
+#[test]
+fn rr_traffic_class_and_path_reach_the_wire() {
+    if !common::privileged("rr_traffic_class_and_path_reach_the_wire") {
+        return;
+    }
+    let n = NetnsPair::new();
+    let _srv = n.serve_in_b("0.0.0.0", 12866, &[]);
+    let data = "tcp port 20001 or udp port 20001";
+    for test in ["TCP_RR", "UDP_RR"] {
+        let lines = on_the_wire(&n.a, &n.dev_a, data, || {
+            let o = n.rttlab_in_a(&[
+                "rr", "-H", n.b4, "-t", test, "-n", "20", "-P", "20001", "--dscp", "46",
+            ]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        });
+        // tcpdump -v: "IP (tos 0xb8, ttl 64, …)" on the line of each IPv4 packet.
+        let ip: Vec<&String> = lines.iter().filter(|l| l.contains(" IP (")).collect();
+        assert!(ip.len() >= 40, "{test}: {} packets", ip.len());
+        for l in &ip {
+            assert!(l.contains("tos 0xb8"), "{test}: {l}");
+        }
+        let back = lines
+            .iter()
+            .zip(lines.iter().skip(1))
+            .filter(|(_, next)| next.contains(&format!("{}.20001 > {}", n.b4, n.a4)))
+            .count();
+        assert!(back >= 20, "{test}: {back} answers seen");
+    }
+
+    // A second link a ⇄ b, and policy routing in a that sends what is marked 7, or
+    // comes from a's address on it, or is bound to its device, to b over it.
+    let tag = &n.dev_a[3..n.dev_a.len() - 1];
+    let (c, d) = (format!("rtw{tag}c"), format!("rtw{tag}d"));
+    let sh = |args: &[&str]| {
+        let o = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    sh(&[
+        "ip", "link", "add", &c, "netns", &n.a, "type", "veth", "peer", "name", &d, "netns", &n.b,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &n.a,
+        "addr",
+        "add",
+        "198.18.201.1/24",
+        "dev",
+        &c,
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &n.b,
+        "addr",
+        "add",
+        "198.18.201.2/24",
+        "dev",
+        &d,
+    ]);
+    sh(&["ip", "-n", &n.a, "link", "set", &c, "up"]);
+    sh(&["ip", "-n", &n.b, "link", "set", &d, "up"]);
+    sh(&[
+        "ip",
+        "-n",
+        &n.a,
+        "route",
+        "add",
+        n.b4,
+        "via",
+        "198.18.201.2",
+        "dev",
+        &c,
+        "table",
+        "100",
+    ]);
+    sh(&[
+        "ip", "-n", &n.a, "rule", "add", "fwmark", "7", "table", "100",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        &n.a,
+        "rule",
+        "add",
+        "from",
+        "198.18.201.1",
+        "table",
+        "100",
+    ]);
+    sh(&["ip", "-n", &n.a, "rule", "add", "oif", &c, "table", "100"]);
+    let tcp = "tcp port 20001";
+    for (extra, second) in [
+        (vec![], false),
+        (vec!["--mark", "7"], true),
+        (vec!["--bind", "198.18.201.1"], true),
+        (vec!["--interface", c.as_str()], true),
+    ] {
+        let mut first_link = Vec::new();
+        let second_link = on_the_wire(&n.a, &c, tcp, || {
+            first_link = on_the_wire(&n.a, &n.dev_a, tcp, || {
+                let mut args = vec!["rr", "-H", n.b4, "-n", "20", "-P", "20001"];
+                args.extend(&extra);
+                let o = n.rttlab_in_a(&args);
+                assert!(
+                    o.status.success(),
+                    "{extra:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            });
+        });
+        let count = |v: &[String]| v.iter().filter(|l| l.contains(" IP (")).count();
+        let (one, two) = (count(&first_link), count(&second_link));
+        if second {
+            assert!(
+                one == 0 && two >= 40,
+                "{extra:?}: {one} packets on the first link, {two} on the second"
+            );
+        } else {
+            assert!(
+                one >= 40 && two == 0,
+                "{extra:?}: {one} packets on the first link, {two} on the second"
+            );
+        }
+    }
+}

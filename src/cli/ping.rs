@@ -27,14 +27,6 @@ pub enum PmtuArg {
     Want,
 }
 
-fn tos(s: &str) -> Result<u8, String> {
-    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(hex) => u8::from_str_radix(hex, 16),
-        None => s.parse(),
-    };
-    v.map_err(|_| format!("{s:?} is not a TOS byte (0-255, or 0x00-0xff)"))
-}
-
 #[derive(Args, Debug)]
 #[command(after_help = "\
 As iputils ping: a line per reply (-q: none), then its two summary lines (`N packets
@@ -81,11 +73,20 @@ pub struct PingArgs {
     #[arg(short = 't', long = "ttl", value_parser = clap::value_parser!(u8).range(1..))]
     pub ttl: Option<u8>,
     /// TOS byte (IPv6: traffic class), decimal or 0x hex: 0xb8 is DSCP EF.
-    #[arg(short = 'Q', long = "tos", value_parser = tos)]
+    #[arg(short = 'Q', long = "tos", value_parser = values::tos_byte, conflicts_with = "dscp")]
     pub tos: Option<u8>,
+    /// DSCP (0-63): the TOS byte's upper six bits (46 is EF, i.e. --tos 0xb8).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub dscp: Option<u8>,
     /// Send through this interface, or from this address.
     #[arg(short = 'I', long = "interface", value_name = "IFACE|ADDR")]
     pub interface: Option<String>,
+    /// Send from this address (as -I ADDR).
+    #[arg(long, conflicts_with = "interface")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Firewall mark of the requests, for policy routing (SO_MARK; iputils' -m).
+    #[arg(short = 'm', long = "mark")]
+    pub mark: Option<u32>,
     /// Path MTU discovery: do (set DF), dont, want.
     #[arg(short = 'M', value_enum, value_name = "do|dont|want")]
     pub pmtu: Option<PmtuArg>,
@@ -144,7 +145,9 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
         SocketArg::Raw => SocketKind::Raw,
     };
     s.ttl = a.ttl;
-    s.tos = a.tos;
+    s.tos = a.tos.or(a.dscp.map(rttlab::probe::path::tos_of_dscp));
+    s.mark = a.mark;
+    s.source = a.bind;
     match a
         .interface
         .as_deref()

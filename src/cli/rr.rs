@@ -57,7 +57,9 @@ Examples:
   rttlab rr -t TCP_CRR -l 5                   connection per transaction; connect time reported apart
   rttlab rr -w 10ms --pace hybrid -b 4        4 back-to-back transactions every 10 ms
   rttlab rr --rate 2000/s --schedule poisson  open loop: service time and time from intended send
-  rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT")]
+  rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT
+  rttlab rr -H 192.0.2.7 --dscp 46                 EF both ways (the server answers in kind)
+  rttlab rr -H 192.0.2.7 --mark 7                  the uplink `ip rule add fwmark 7 …` picks")]
 pub struct RrArgs {
     /// Server running `rttlab serve`; without it an in-process server on loopback is used.
     #[arg(short = 'H', long = "host")]
@@ -136,6 +138,29 @@ pub struct RrArgs {
     /// Ask the server to drop one UDP request in N (to check loss accounting), e.g. 1/10.
     #[arg(long, value_parser = values::one_in, value_name = "1/N")]
     pub udp_drop: Option<u32>,
+    /// TOS byte (IPv6: traffic class) of both ends' data, decimal or 0x hex: the server
+    /// answers with the same (ECN's two bits left to the kernel).
+    #[arg(long, value_parser = values::tos_byte, conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// DSCP (0-63) of both ends' data: --dscp 46 is --tos 0xb8 (EF).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..64))]
+    pub dscp: Option<u8>,
+    /// Send through this interface only (SO_BINDTODEVICE), control and data.
+    #[arg(long, value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// Send from this local address (netperf's -L), control and data.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+    /// Firewall mark of the client's sockets, for policy routing (SO_MARK, needs
+    /// CAP_NET_ADMIN): `ip rule add fwmark N table T` picks the uplink.
+    #[arg(long)]
+    pub mark: Option<u32>,
+    /// The client's data socket send buffer (SO_SNDBUF; the kernel doubles it), e.g. 64KiB.
+    #[arg(long, value_parser = values::bytes, value_name = "BYTES")]
+    pub sndbuf: Option<u64>,
+    /// The client's data socket receive buffer (SO_RCVBUF), e.g. 64KiB.
+    #[arg(long, value_parser = values::bytes, value_name = "BYTES")]
+    pub rcvbuf: Option<u64>,
     #[command(flatten)]
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
@@ -237,6 +262,14 @@ impl RrArgs {
         }
         s.tcpinfo_interval = self.tcpinfo_interval;
         s.udp_drop_one_in = self.udp_drop;
+        s.path = rttlab::probe::path::PathOptions {
+            tos: self.tos.or(self.dscp.map(rttlab::probe::path::tos_of_dscp)),
+            interface: self.interface.clone(),
+            bind: self.bind,
+            mark: self.mark,
+            sndbuf: self.sndbuf.map(|b| b as usize),
+            rcvbuf: self.rcvbuf.map(|b| b as usize),
+        };
         s.percentiles = self.out.percentiles()?;
         s.hdr_log = self.out.hdr_log.clone();
         s.secret = self.secret.load()?;

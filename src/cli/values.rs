@@ -264,6 +264,18 @@ pub fn gemodel(s: &str) -> Result<rttlab::lab::impair::Loss, String> {
     )
 }
 
+/// A TOS byte, decimal or 0x hex (iputils ping's -Q).
+///
+/// # Errors
+/// Not a number from 0 to 255.
+pub fn tos_byte(s: &str) -> Result<u8, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| format!("{s:?} is not a TOS byte (0-255, or 0x00-0xff)"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -99,6 +99,10 @@ pub struct TestSpec {
     pub server_cpu: Option<usize>,
     /// UDP_RR: the server drops one request in N on purpose (to test loss accounting).
     pub udp_drop_one_in: Option<u32>,
+    /// The TOS byte (DSCP) the server's data sockets send with, as the client's: a
+    /// traffic class is measured both ways. ECN's two bits are the kernel's and ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tos: Option<u8>,
 }
 
 impl TestSpec {
@@ -123,6 +127,7 @@ impl TestSpec {
             congestion: None,
             server_cpu: None,
             udp_drop_one_in: None,
+            tos: None,
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod control;
 pub mod echo;
 pub mod io;
 pub mod pacing;
+pub mod path;
 pub mod ping;
 pub mod rr;
 pub mod server;

@@ -67,6 +67,8 @@ pub struct PingSettings {
     pub device: Option<String>,
     /// Send from this address (ping's -I ADDR).
     pub source: Option<IpAddr>,
+    /// Firewall mark of the requests (`SO_MARK`, ping's -m), for policy routing.
+    pub mark: Option<u32>,
     /// Path MTU discovery (ping's -M).
     pub pmtu: Option<Pmtu>,
 }
@@ -117,6 +119,7 @@ impl PingSettings {
             tos: None,
             device: None,
             source: None,
+            mark: None,
             pmtu: None,
         }
     }
@@ -163,6 +166,8 @@ pub struct PingReportSettings {
     pub tos: Option<u8>,
     pub device: Option<String>,
     pub source: Option<IpAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mark: Option<u32>,
     pub pmtu: Option<Pmtu>,
 }
 
@@ -389,6 +394,12 @@ fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
                 what: format!("-I {d}: binding to the interface (SO_BINDTODEVICE)"),
                 source,
             })?;
+    }
+    if let Some(m) = s.mark {
+        sock.set_mark(m).map_err(|source| PingError::Option {
+            what: format!("-m {m}: marking the requests (SO_MARK needs CAP_NET_ADMIN)"),
+            source,
+        })?;
     }
     if let Some(a) = s.source {
         sock.bind(&SockAddr::from(SocketAddr::new(a, 0)))
@@ -691,6 +702,7 @@ pub fn run_each(
             tos: settings.tos,
             device: settings.device.clone(),
             source: settings.source,
+            mark: settings.mark,
             pmtu: settings.pmtu,
         },
         local_host: HostFacts::collect(),

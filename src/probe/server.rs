@@ -1109,10 +1109,18 @@ fn same_ip(a: IpAddr, b: IpAddr) -> bool {
 /// established connections are matched before listeners, so no traffic is taken from
 /// anyone. UDP sockets never set it: two UDP sockets sharing a port would split its
 /// datagrams.
-fn bind_data(test: TestKind, addr: SocketAddr) -> io::Result<DataSock> {
+///
+/// `tos`: the client's traffic class, set on the socket (accepted connections
+/// inherit a listener's, `inet_csk_clone_lock`), so responses carry it.
+fn bind_data(test: TestKind, addr: SocketAddr, tos: Option<u8>) -> io::Result<DataSock> {
+    let class = |s: &Socket| match tos {
+        Some(t) => crate::probe::path::set_tos(s, addr.is_ipv6(), t & 0xfc),
+        None => Ok(()),
+    };
     Ok(match test {
         TestKind::TcpRr | TestKind::TcpCrr => {
             let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+            class(&s)?;
             s.set_reuse_address(true)?;
             s.bind(&addr.into())?;
             s.listen(1024)?;
@@ -1120,6 +1128,7 @@ fn bind_data(test: TestKind, addr: SocketAddr) -> io::Result<DataSock> {
         }
         TestKind::UdpRr => {
             let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+            class(&s)?;
             s.bind(&addr.into())?;
             DataSock::Udp(s.into())
         }
@@ -1143,7 +1152,7 @@ impl DataTest {
         ports: PortRange,
     ) -> Result<Self, String> {
         let sock = if spec.data_port != 0 {
-            bind_data(spec.test, SocketAddr::new(local_ip, spec.data_port)).map_err(|e| {
+            bind_data(spec.test, SocketAddr::new(local_ip, spec.data_port), spec.tos).map_err(|e| {
                 format!(
                     "cannot open data port {}: {e} (the server's data ports are {ports}; pick a free one or leave -P out)",
                     spec.data_port
@@ -1151,7 +1160,7 @@ impl DataTest {
             })?
         } else {
             candidate_ports(ports)
-                .find_map(|p| bind_data(spec.test, SocketAddr::new(local_ip, p)).ok())
+                .find_map(|p| bind_data(spec.test, SocketAddr::new(local_ip, p), spec.tos).ok())
                 .ok_or_else(|| format!("no free data port in the server's range {ports}"))?
         };
         let port = match &sock {

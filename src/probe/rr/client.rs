@@ -7,6 +7,8 @@ use crate::probe::control::{
     self, ClientMsg, ControlError, Limits, Role, ServerMsg, ServerReport, Session, TestSpec, MAGIC,
     PROTOCOL_VERSION,
 };
+use crate::probe::path::PathOptions;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -28,9 +30,13 @@ impl ControlClient {
     ///
     /// # Errors
     /// Unreachable, not rttlab, another version, authentication refused either way.
-    pub fn connect(addr: SocketAddr, secret: Option<&[u8]>) -> Result<Self, RrError> {
-        let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-            .map_err(|source| RrError::Connect { addr, source })?;
+    pub fn connect(
+        addr: SocketAddr,
+        secret: Option<&[u8]>,
+        path: &PathOptions,
+    ) -> Result<Self, RrError> {
+        let mut stream =
+            connect_on(addr, path).map_err(|source| RrError::Connect { addr, source })?;
         let _ = stream.set_nodelay(true);
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -159,4 +165,12 @@ pub(super) fn read_sealed_or_error(
         ),
         other => other,
     })
+}
+
+/// The control connection, on the path asked for (interface, source, mark).
+fn connect_on(addr: SocketAddr, path: &PathOptions) -> std::io::Result<TcpStream> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    path.route(&sock, addr)?;
+    sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
+    Ok(sock.into())
 }

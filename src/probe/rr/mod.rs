@@ -45,7 +45,7 @@ use stream::{
 /// Failures after measuring began are reported in [`RrResult::error`] with the partial
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
-    let mut client = ControlClient::connect(s.server, s.secret.as_deref())?;
+    let mut client = ControlClient::connect(s.server, s.secret.as_deref(), &s.path)?;
     check_sizes(s, client.limits.max_payload)?;
     // A run bounded only by count asks for as long as the server allows.
     let server_max = Duration::from_millis(client.limits.max_duration_ms);
@@ -240,6 +240,7 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         congestion: s.congestion.clone(),
         server_cpu: s.remote_cpu,
         udp_drop_one_in: s.udp_drop_one_in,
+        tos: s.path.tos.map(|t| t & 0xfc),
     }
 }
 

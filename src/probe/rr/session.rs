@@ -94,7 +94,11 @@ impl Session {
     /// # Errors
     /// The server is unreachable, refused the test, or its data port is closed.
     pub fn open(spec: &SessionSpec) -> Result<Self, RrError> {
-        let mut control = ControlClient::connect(spec.server, spec.secret.as_deref())?;
+        let mut control = ControlClient::connect(
+            spec.server,
+            spec.secret.as_deref(),
+            &crate::probe::path::PathOptions::default(),
+        )?;
         let max = Duration::from_millis(control.limits.max_duration_ms);
         let length = spec.length.min(max);
         let port = control.start(&TestSpec {

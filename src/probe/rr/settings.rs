@@ -83,6 +83,8 @@ pub struct RrSettings {
     pub udp_drop_one_in: Option<u32>,
     pub percentiles: Vec<Percentile>,
     pub hdr_log: Option<PathBuf>,
+    /// Traffic class, interface, source address, mark and socket buffers.
+    pub path: crate::probe::path::PathOptions,
 }
 
 impl RrSettings {
@@ -113,6 +115,7 @@ impl RrSettings {
             udp_drop_one_in: None,
             percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
             hdr_log: None,
+            path: crate::probe::path::PathOptions::default(),
         }
     }
 }

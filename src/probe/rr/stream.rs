@@ -125,6 +125,7 @@ pub(super) fn tcp_socket(
     timeouts: bool,
 ) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.path.data(&sock, addr)?;
     sock.set_nodelay(true)?;
     if s.thin_linear_timeouts {
         sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
@@ -320,13 +321,14 @@ pub(super) fn get_seq(buf: &[u8], k: usize) -> u64 {
 }
 
 pub(super) fn udp_socket(cx: &Ctx<'_>) -> io::Result<UdpSocket> {
-    let bind: SocketAddr = if cx.data.is_ipv4() {
-        "0.0.0.0:0".parse().expect("literal")
-    } else {
-        "[::]:0".parse().expect("literal")
-    };
-    let u = UdpSocket::bind(bind)?;
-    u.connect(cx.data)?;
+    let sock = Socket::new(
+        Domain::for_address(cx.data),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    cx.s.path.data(&sock, cx.data)?;
+    sock.connect(&SockAddr::from(cx.data))?;
+    let u: UdpSocket = sock.into();
     u.set_read_timeout(Some(cx.s.timeout.min(POLL_TICK)))?;
     Ok(u)
 }
