@@ -47,7 +47,7 @@ fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
     let args = [
         "experiment",
         "resreq-interval",
-        "--wait",
+        "--interval",
         "0,8ms",
         "--duration",
         "3s",
@@ -106,7 +106,13 @@ fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
     assert!(t0.elapsed() < std::time::Duration::from_secs(2));
     // Another setting in the same directory is refused.
     let o = Command::new(bin())
-        .args(["experiment", "resreq-interval", "--wait", "1ms", "--out"])
+        .args([
+            "experiment",
+            "resreq-interval",
+            "--interval",
+            "1ms",
+            "--out",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();

@@ -367,7 +367,7 @@ fn completions_and_help() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("rttlab"));
     let o = Command::new(bin()).args(["rr", "--help"]).output().unwrap();
     let h = String::from_utf8_lossy(&o.stdout);
-    assert!(h.contains("Examples:") && h.contains("--wait"));
+    assert!(h.contains("Examples:") && h.contains("--interval"));
 }
 
 #[test]

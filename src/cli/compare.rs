@@ -35,13 +35,13 @@ pub struct CompareArgs {
     #[arg(short = 'w', long, default_value = "10ms", value_parser = values::duration)]
     pub interval: Duration,
     /// How long every layer runs.
-    #[arg(short = 'l', long, default_value = "10s", value_parser = values::duration)]
+    #[arg(short = 'l', long, default_value = "10s", value_parser = values::seconds)]
     pub duration: Duration,
     /// TCP_RR's data port (UDP_RR uses the next one).
     #[arg(short = 'P', long, default_value_t = 12867)]
     pub data_port: u16,
     /// The sampled metric keeps one packet in N.
-    #[arg(long, default_value = "1", value_parser = values::one_in)]
+    #[arg(long, default_value = "1/1", value_name = "1/N", value_parser = values::one_in)]
     pub sampler: u32,
     /// Capture interface on the client (default: the route's; the lab's eth0).
     #[arg(short = 'i', long)]

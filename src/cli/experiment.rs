@@ -70,7 +70,7 @@ pub struct PvaArgs {
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// How long each scenario sends its probes (the seed: 180 s).
-    #[arg(short = 'l', long, default_value = "60s", value_parser = values::duration)]
+    #[arg(short = 'l', long, default_value = "60s", value_parser = values::seconds)]
     pub duration: Duration,
     /// The delay scenario switches between the base RTT and 50 ms more this often.
     #[arg(long, default_value = "10s", value_parser = values::duration)]
@@ -162,10 +162,10 @@ rr-latency.svg and report.html into the results directory.
 Examples:
   rttlab experiment resreq-interval                       seed 000's waits 0…41 ms, 6 s each
   rttlab experiment resreq-interval --long                100 ms…5 s, two-segment requests, more streams
-  rttlab experiment resreq-interval --wait 0,40ms --duration 3s --out results/rr")]
+  rttlab experiment resreq-interval --interval 0,40ms --duration 3s --out results/rr")]
 pub struct ResreqArgs {
     /// Waits between a response and the next request (default: the seed's).
-    #[arg(long, value_delimiter = ',', value_parser = values::duration)]
+    #[arg(short = 'w', long = "interval", alias = "wait", value_delimiter = ',', value_parser = values::duration)]
     pub wait: Vec<Duration>,
     /// The seed's second run: waits 100 ms…5 s, a two-segment request, 1 + 15 streams per 100 ms of wait.
     #[arg(long)]
@@ -174,14 +174,14 @@ pub struct ResreqArgs {
     #[arg(long, default_value_t = 200)]
     pub max_streams: u32,
     /// How long each wait runs (default 6 s; 30 s with --long).
-    #[arg(short = 'l', long, value_parser = values::duration)]
+    #[arg(short = 'l', long, value_parser = values::seconds)]
     pub duration: Option<Duration>,
     /// The lab's round-trip delay.
     #[arg(long, default_value = "100us", value_parser = values::duration)]
     pub lab_rtt: Duration,
     /// The sampled metric keeps one packet in N (default 1/1; 1/10 with --long, so that
     /// a response's bare ACK is often missed and the next request's data matched).
-    #[arg(long, value_parser = values::one_in)]
+    #[arg(long, value_name = "1/N", value_parser = values::one_in)]
     pub sampler: Option<u32>,
     /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
     #[arg(long)]

@@ -247,6 +247,38 @@ mod tests {
 }
 
 #[cfg(test)]
+mod vocabulary_tests {
+    use super::Cli;
+    use clap::Parser;
+
+    /// One long name per setting in every subcommand, and the old spellings still
+    /// accepted (scripts keep working). Witness: clap's own parse of each line.
+    #[test]
+    fn one_long_name_per_setting_old_spellings_still_parse() {
+        let ok = [
+            "rttlab rr --duration 5 --interval 1ms --count 10",
+            "rttlab rr --length 5 --wait 1ms",
+            "rttlab ping ::1 --duration 5 --interval 0.2 --count 3 --interface lo",
+            "rttlab ping ::1 --length 5",
+            "rttlab tcpinfo --duration 5 --interval 10ms --count 3",
+            "rttlab tcpinfo --length 5",
+            "rttlab passive --interface lo --duration 5 --count 3",
+            "rttlab passive -i lo --seconds 5",
+            "rttlab compare --duration 5 --interval 1ms --interface eth0 --sampler 1/10",
+            "rttlab compare --sampler 10",
+            "rttlab experiment resreq-interval --interval 0,1ms --duration 1s --sampler 1/10",
+            "rttlab experiment resreq-interval --wait 0,1ms",
+            "rttlab serve -p 12866",
+        ];
+        for line in ok {
+            if let Err(e) = Cli::try_parse_from(line.split(' ')) {
+                panic!("{line}: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod man_tests {
     use super::Cli;
     use clap::CommandFactory;

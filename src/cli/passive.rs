@@ -143,8 +143,8 @@ pub struct PassiveArgs {
     /// Stop after this many packets.
     #[arg(short = 'c', long)]
     pub count: Option<u64>,
-    /// Live: stop after this long.
-    #[arg(short = 's', long, value_parser = values::seconds)]
+    /// Live: stop after this long (pping's -s).
+    #[arg(short = 's', long = "duration", alias = "seconds", value_name = "DURATION", value_parser = values::seconds)]
     pub seconds: Option<Duration>,
 }
 

@@ -47,7 +47,7 @@ pub struct PingArgs {
     #[arg(short = 'c', long = "count")]
     pub count: Option<u64>,
     /// Run length (a bare number is seconds).
-    #[arg(short = 'l', long = "length", value_parser = values::seconds)]
+    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
     pub length: Option<Duration>,
     /// Interval between requests (a bare number is seconds, as in iputils: -i 0.2); 0
     /// sends the next as soon as the last reply is in.

@@ -86,13 +86,13 @@ pub struct RrArgs {
     #[arg(short = 'r', long = "sizes", value_name = "REQ,RESP", default_value = "1,1", value_parser = values::sizes)]
     pub sizes: (u32, u32),
     /// Run length (a bare number is seconds). Default 10 s unless -n is given.
-    #[arg(short = 'l', long = "length", value_parser = values::seconds)]
+    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
     pub length: Option<Duration>,
     /// Number of transactions in all (split over the streams).
     #[arg(short = 'n', long = "count")]
     pub count: Option<u64>,
     /// Wait between a response and the next request (e.g. 10ms, 250us).
-    #[arg(short = 'w', long = "wait", value_name = "INTERVAL", default_value = "0", value_parser = values::duration)]
+    #[arg(short = 'w', long = "interval", alias = "wait", value_name = "INTERVAL", default_value = "0", value_parser = values::duration)]
     pub wait: Duration,
     /// Busy-wait the interval (same as --pace spin).
     #[arg(long, conflicts_with = "pace")]

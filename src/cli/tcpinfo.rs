@@ -60,7 +60,7 @@ pub struct TcpinfoArgs {
     #[arg(short = 'c', long)]
     pub count: Option<u64>,
     /// Length of a time series (without it and -c: until interrupted, like `ss -E`/`watch`).
-    #[arg(short = 'l', long = "length", value_parser = values::seconds)]
+    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
     pub length: Option<Duration>,
     /// JSON (one object per socket and sample, one per line).
     #[arg(long, conflicts_with = "csv")]
