@@ -415,9 +415,9 @@ fn trouble(ns: &str) -> BTreeMap<(String, String), Trouble> {
 /// agent probing the three others at every layer: every pair's median at every layer
 /// is the pair's configured RTT within a bucket's width. Then host d's link goes dark
 /// for 3 s: every pair with d loses echoes (≥ 3 of ~6) and retransmits or loses UDP
-/// requests; no other pair loses an echo or times out, and none has more than two
-/// UDP losses or TCP retransmissions (what a scheduling stall on a loaded 2-vCPU
-/// machine can cause; see `Trouble`). The
+/// requests; no other pair loses an echo or times out, and each has fewer UDP losses
+/// or TCP retransmissions than the least of d's pairs (a scheduling stall on a loaded
+/// 2-vCPU machine can cause a stray one; see `Trouble`). The
 /// passive_ts layer, from TCP timestamps of two application flows on each host's
 /// interface, shows the same RTTs at the flows' clients.
 #[test]
@@ -629,11 +629,23 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             t.icmp_lost >= 3.0 && t.udp_lost_or_retransmitted >= 1.0
         });
         if dark_counted {
+            // A UDP reply later than SRTT + max(10 ms, 4·RTTVAR) counts lost, so a
+            // stalled vCPU can make a stray one anywhere: the pairs without d must have
+            // fewer than the least of d's pairs (at most two when d's have fewer than
+            // three), and no lost echo or TCP timeout at all.
+            let least_dark = pairs
+                .iter()
+                .filter(|k| with_d(k))
+                .map(|k| delta(&after, k).udp_lost_or_retransmitted)
+                .fold(f64::INFINITY, f64::min);
             let mut report = Vec::new();
             for k in pairs.iter().filter(|k| !with_d(k)) {
                 let t = delta(&after, k);
                 eprintln!("{}→{} during d's blackout: {t:?}", k.0, k.1);
-                if t.icmp_lost != 0.0 || t.timed_out != 0.0 || t.udp_lost_or_retransmitted > 2.0 {
+                if t.icmp_lost != 0.0
+                    || t.timed_out != 0.0
+                    || t.udp_lost_or_retransmitted >= least_dark.max(3.0)
+                {
                     report.push(format!("{}→{}: {t:?}", k.0, k.1));
                 }
             }

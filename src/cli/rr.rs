@@ -119,8 +119,9 @@ pub struct RrArgs {
     #[arg(short = 'T', value_name = "LCPU,RCPU", value_parser = values::cpu_pair)]
     pub cpus: Option<(Option<usize>, Option<usize>)>,
     /// UDP: a request with no reply after this is lost. Without it, UDP_RR's timeout
-    /// follows the round trips as TCP's RTO does (smoothed RTT + 4 deviations, between
-    /// 10 ms and 1 s), so a loss costs about a round trip, not a second.
+    /// follows the round trips as TCP's RTO does (smoothed RTT + 4 deviations, the
+    /// deviations' part at least 10 ms, the whole at most 1 s), so a loss costs about a
+    /// round trip, not a second.
     #[arg(long, value_parser = values::duration)]
     pub timeout: Option<Duration>,
     /// Open loop: send at this rate per stream whatever the replies do (e.g. 1000/s).

@@ -1,6 +1,9 @@
 //! UDP_RR's per-request timeout, adapted to the measured round trips as TCP's RTO is
-//! (RFC 6298 §2: SRTT and RTTVAR with gains 1/8 and 1/4, RTO = SRTT + 4·RTTVAR), with a
-//! floor and a ceiling. A fixed 1 s timeout makes every lost request or response cost a
+//! (RFC 6298 §2: SRTT and RTTVAR with gains 1/8 and 1/4, RTO = SRTT + max(G, 4·RTTVAR)),
+//! the floor playing G's part — a margin over SRTT the variance term never goes below,
+//! as Linux's rto_min is for TCP (`tcp_set_rto`) — and a ceiling. Without it a steady
+//! path's RTTVAR decays to microseconds (the agent's round trips, timed by kernel
+//! stamps, hardly vary) and a reply a millisecond late on a 24 ms path counted lost. A fixed 1 s timeout makes every lost request or response cost a
 //! second: on a 10 ms path with 3 % loss each way, UDP_RR was sampled a quarter as often
 //! as TCP_RR, and only between losses. Karn's rule needs no care here: a late reply is
 //! told apart by its sequence number and never sampled.
@@ -46,8 +49,10 @@ impl UdpTimeout {
     pub fn current(&self) -> Duration {
         match self.srtt_ns {
             None => self.ceiling,
-            Some(srtt) => Duration::from_nanos(srtt.saturating_add(4 * self.rttvar_ns))
-                .clamp(self.floor, self.ceiling),
+            Some(srtt) => {
+                let margin = (4 * self.rttvar_ns).max(self.floor.as_nanos() as u64);
+                Duration::from_nanos(srtt.saturating_add(margin)).min(self.ceiling)
+            }
         }
     }
 }
@@ -60,7 +65,7 @@ mod tests {
 
     /// Witness: RFC 6298's arithmetic by hand.
     #[test]
-    fn follows_rfc_6298_between_its_floor_and_ceiling() {
+    fn follows_rfc_6298_with_its_floor_as_g_and_a_ceiling() {
         let mut t = UdpTimeout::new(10 * MS, 1000 * MS);
         assert_eq!(t.current(), 1000 * MS);
         // First sample 40 ms: SRTT 40, RTTVAR 20, RTO 40 + 80 = 120 ms.
@@ -69,12 +74,17 @@ mod tests {
         // Then 80 ms: RTTVAR = 3/4·20 + 1/4·|40 − 80| = 25; SRTT = 7/8·40 + 1/8·80 = 45.
         t.sample(80 * MS);
         assert_eq!(t.current(), (45 + 100) * MS);
-        // A steady 100 µs path settles at the floor.
-        let mut f = UdpTimeout::new(10 * MS, 1000 * MS);
-        for _ in 0..100 {
-            f.sample(Duration::from_micros(100));
+        // A steady path settles at SRTT plus the floor: 100 µs + 10 ms, 24 ms + 10 ms.
+        for (rtt, want) in [
+            (Duration::from_micros(100), Duration::from_micros(10_100)),
+            (24 * MS, 34 * MS),
+        ] {
+            let mut f = UdpTimeout::new(10 * MS, 1000 * MS);
+            for _ in 0..100 {
+                f.sample(rtt);
+            }
+            assert_eq!(f.current(), want, "{rtt:?}");
         }
-        assert_eq!(f.current(), 10 * MS);
         // A 2 s path is held at the ceiling.
         let mut c = UdpTimeout::new(10 * MS, 1000 * MS);
         c.sample(2000 * MS);

@@ -75,7 +75,8 @@ pub struct RrSettings {
     /// ceiling of the adaptive timeout.
     pub timeout: Duration,
     /// UDP_RR (closed loop): the timeout follows the measured round trips as TCP's RTO
-    /// does ([`super::udp_timeout`]), between [`UDP_TIMEOUT_FLOOR`] and `timeout`.
+    /// does ([`super::udp_timeout`]): SRTT + max(4·RTTVAR, [`UDP_TIMEOUT_FLOOR`]), at most
+    /// `timeout`.
     pub adaptive_timeout: bool,
     pub open_loop: Option<OpenLoop>,
     pub tcpinfo_interval: Option<Duration>,
