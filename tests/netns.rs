@@ -470,17 +470,7 @@ fn rr_traffic_class_and_path_reach_the_wire() {
     // comes from a's address on it, or is bound to its device, to b over it.
     let tag = &n.dev_a[3..n.dev_a.len() - 1];
     let (c, d) = (format!("rtw{tag}c"), format!("rtw{tag}d"));
-    let sh = |args: &[&str]| {
-        let o = std::process::Command::new(args[0])
-            .args(&args[1..])
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    };
+    let sh = common::sh;
     sh(&[
         "ip", "link", "add", &c, "netns", &n.a, "type", "veth", "peer", "name", &d, "netns", &n.b,
     ]);

@@ -437,3 +437,106 @@ fn a_refused_connection_is_one_line_naming_the_cause_once() {
     assert_eq!(e.matches(cause.as_str()).count(), 1, "{e}");
     assert!(e.contains("cannot reach the rttlab server"), "{e}");
 }
+
+/// netperf's `-I LEVEL,WIDTH -i MAX,MIN`: the iterations stop as soon as the interval
+/// is narrow enough (at least MIN), or at MAX with netperf's warning. Witness:
+/// arithmetic from the reported iterations, with Student's t from a textbook table
+/// (95 %, 2–4 degrees of freedom: 4.303, 3.182, 2.776).
+#[test]
+fn confidence_iterations_follow_netperfs_rule() {
+    let s = ServeChild::start(&[]);
+    let v = json(&s.rr(&["-n", "300", "-I", "95,50", "-i", "5,3", "--json"]));
+    let c = &v["confidence"];
+    let tps: Vec<f64> = c["throughput_tps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let n = tps.len();
+    assert!((3..=5).contains(&n), "{c}");
+    let width_of = |xs: &[f64]| {
+        let k = xs.len();
+        let mean = xs.iter().sum::<f64>() / k as f64;
+        let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (k - 1) as f64).sqrt();
+        let t = [4.303, 3.182, 2.776][k - 3];
+        (mean, 200.0 * t * sd / (k as f64).sqrt() / mean)
+    };
+    let (mean, width) = width_of(&tps);
+    let reported = c["width_percent"].as_f64().unwrap();
+    assert!(
+        (reported - width).abs() < 1e-6 * width.max(1.0),
+        "{reported} vs {width}"
+    );
+    assert!((c["throughput_tps_mean"].as_f64().unwrap() - mean).abs() < 1e-6 * mean);
+    // netperf's rule: stop early only when narrow enough; at MAX either way.
+    assert_eq!(c["met"], width <= 50.0);
+    assert!(n == 5 || width <= 50.0, "{c}");
+    // …and not before: every earlier count from MIN on was still too wide.
+    for k in 3..n {
+        assert!(width_of(&tps[..k]).1 > 50.0, "stopped late at {n}: {c}");
+    }
+
+    // netperf's selectors for it: the level and width asked, the iterations run.
+    let o = s.rr(&[
+        "-n",
+        "100",
+        "-I",
+        "99,0.0001",
+        "-i",
+        "3,3",
+        "-o",
+        "CONFIDENCE_LEVEL,CONFIDENCE_INTERVAL,CONFIDENCE_ITERATION",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.lines().nth(1), Some("99,0.000,3"), "{text}");
+
+    // An interval no run can reach: all MAX iterations, then netperf's warning.
+    let o = s.rr(&["-n", "100", "-I", "99,0.0001", "-i", "3,3"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("over 3 iterations") && text.contains("!!! WARNING"),
+        "{text}"
+    );
+}
+
+/// netperf's `-D`: an interim line a second while the run lasts; under `--json` every
+/// stdout line is a JSON object (the interim ones, then the result). Witness:
+/// arithmetic against the final count (the intervals' transactions add up to at most
+/// the run's, and to more than half of it over a 3 s run with 1 s intervals).
+#[test]
+fn interim_results_every_interval_and_pure_json_lines() {
+    let s = ServeChild::start(&[]);
+    let o = s.rr(&["-l", "3", "-w", "1ms", "-D", "1", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let (result, interim) = lines.split_last().unwrap();
+    assert!(interim.len() >= 2, "{} interim lines", interim.len());
+    let total = result["transactions"].as_u64().unwrap();
+    let mut sum = 0;
+    for i in interim {
+        let i = &i["interim"];
+        let (n, secs) = (
+            i["transactions"].as_u64().unwrap(),
+            i["interval_s"].as_f64().unwrap(),
+        );
+        assert!((0.9..1.5).contains(&secs), "{i}");
+        let rate = i["throughput_tps"].as_f64().unwrap();
+        assert!((rate - n as f64 / secs).abs() < 0.01 + rate * 1e-3, "{i}");
+        sum += n;
+    }
+    assert!(sum <= total && sum * 2 > total, "interim {sum} of {total}");
+    let human = s.rr(&["-l", "2", "-D", "0.5"]);
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with("Interim result: "))
+            .count()
+            >= 2,
+        "{text}"
+    );
+}

@@ -58,6 +58,7 @@ Examples:
   rttlab rr -w 10ms --pace hybrid -b 4        4 back-to-back transactions every 10 ms
   rttlab rr --rate 2000/s --schedule poisson  open loop: service time and time from intended send
   rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT
+  rttlab rr -I 99,5 -i 10,3 -l 5                   repeat until transactions/s is known ±2.5 % (netperf's CIs)
   rttlab rr -H 192.0.2.7 --dscp 46                 EF both ways (the server answers in kind)
   rttlab rr -H 192.0.2.7 --mark 7                  the uplink `ip rule add fwmark 7 …` picks")]
 pub struct RrArgs {
@@ -139,6 +140,17 @@ pub struct RrArgs {
     /// Ask the server to drop one UDP request in N (to check loss accounting), e.g. 1/10.
     #[arg(long, value_parser = values::one_in, value_name = "1/N")]
     pub udp_drop: Option<u32>,
+    /// netperf's -I: repeat the test (see -i) until the mean transactions/s is known
+    /// to within ±WIDTH/2 % at LEVEL % confidence (95 or 99), e.g. 99,5.
+    #[arg(short = 'I', value_name = "LEVEL,WIDTH", value_parser = confidence_arg)]
+    pub confidence: Option<(u32, f64)>,
+    /// netperf's -D: an interim result every INTERVAL on stdout while the test runs
+    /// (under --json a JSON line each, and the final result as one line too).
+    #[arg(short = 'D', long = "interim", value_name = "INTERVAL", value_parser = values::seconds)]
+    pub interim: Option<Duration>,
+    /// netperf's -i: at most MAX and at least MIN iterations for -I (default 10,3).
+    #[arg(short = 'i', value_name = "MAX,MIN", value_parser = iterations_arg, requires = "confidence")]
+    pub iterations: Option<(usize, usize)>,
     /// TOS byte (IPv6: traffic class) of both ends' data, decimal or 0x hex: the server
     /// answers with the same (ECN's two bits left to the kernel).
     #[arg(long, value_parser = values::tos_byte, conflicts_with = "dscp")]
@@ -166,6 +178,43 @@ pub struct RrArgs {
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+fn confidence_arg(s: &str) -> Result<(u32, f64), String> {
+    let (l, w) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: LEVEL,WIDTH, e.g. 99,5"))?;
+    let level: u32 = l
+        .trim()
+        .parse()
+        .map_err(|_| format!("{l:?} is not a level"))?;
+    rttlab::stats::confidence::Level::from_percent(level)?;
+    let width: f64 = w
+        .trim()
+        .parse()
+        .map_err(|_| format!("{w:?} is not a width in %"))?;
+    if !(width > 0.0 && width < 100.0) {
+        return Err(format!("width {width}%: between 0 and 100"));
+    }
+    Ok((level, width))
+}
+
+fn iterations_arg(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s.split_once(',').unwrap_or((s, s));
+    let max: usize = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a count"))?;
+    let min: usize = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a count"))?;
+    if !(1..=30).contains(&max) || min > max || min < 1 {
+        return Err(format!(
+            "-i {s}: MAX,MIN with 1 ≤ MIN ≤ MAX ≤ 30, as netperf's"
+        ));
+    }
+    Ok((max, min))
 }
 
 /// Resolve `host:port`, honouring -4/-6.
@@ -308,14 +357,132 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
         "transactions",
         settings.duration,
     );
-    let result = rr::run(&settings, &ctl);
+    let interim = a
+        .interim
+        .map(|every| Interim::start(every, Arc::clone(&ctl), a.out.json));
+    let result = match a.confidence {
+        None => rr::run(&settings, &ctl),
+        Some((level, width)) => {
+            let (max, min) = a.iterations.unwrap_or((10, 3));
+            iterate(&settings, &ctl, level, width, max, min)
+        }
+    };
     drop(progress);
+    drop(interim);
     drop(local_server);
     let mut result = result?;
     result.brand = a.out.brand.clone();
-    output::print(&result, &format)?;
+    if a.interim.is_some() && a.out.json {
+        // After JSON lines, the result as one more line: stdout stays JSON lines.
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        output::print(&result, &format)?;
+    }
     if let Some(e) = &result.error {
         bail!("{e}");
     }
     Ok(())
+}
+
+/// netperf's `-I`/`-i`: run the test again until the mean transactions/s of the
+/// iterations is known to within ±`width`/2 % at `level` % (Student's t), at least
+/// `min` and at most `max` times; an interrupt ends the iterations too.
+fn iterate(
+    settings: &RrSettings,
+    ctl: &RunControl,
+    level: u32,
+    width: f64,
+    max: usize,
+    min: usize,
+) -> Result<rttlab::probe::rr::RrResult, rttlab::probe::rr::RrError> {
+    use rttlab::stats::confidence::{Interval, Level};
+    let lvl = Level::from_percent(level).map_err(rttlab::probe::rr::RrError::Limit)?;
+    let (mut tps, mut lat) = (Vec::new(), Vec::new());
+    loop {
+        let mut r = rr::run(settings, ctl)?;
+        tps.push(r.throughput_tps);
+        lat.push(r.latency.mean_us.unwrap_or(f64::NAN));
+        let ci = Interval::of(&tps, lvl);
+        let reached = ci.map_or(f64::INFINITY, |c| c.width_percent());
+        let n = tps.len();
+        let done = n >= max
+            || (n >= min.max(2) && reached <= width)
+            || r.error.is_some()
+            || ctl.stop.load(Ordering::SeqCst);
+        if done {
+            r.confidence = Some(rttlab::probe::rr::Confidence {
+                level_percent: level,
+                width_percent_asked: width,
+                width_percent: reached,
+                met: reached <= width,
+                min_iterations: min,
+                max_iterations: max,
+                throughput_tps_mean: tps.iter().sum::<f64>() / n as f64,
+                throughput_tps: tps,
+                mean_latency_us: lat,
+            });
+            return Ok(r);
+        }
+    }
+}
+
+/// netperf's `-D`: the transactions/s of each interval while the test runs, on stdout
+/// as netperf prints them ("Interim result: … Trans/s over … seconds ending at …"),
+/// or as JSON lines.
+struct Interim {
+    done: Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Interim {
+    fn start(every: Duration, ctl: Arc<RunControl>, json: bool) -> Self {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = Arc::clone(&done);
+        let handle = std::thread::spawn(move || {
+            let mut last = (std::time::Instant::now(), 0u64);
+            while !d.load(Ordering::Relaxed) {
+                std::thread::park_timeout(every.saturating_sub(last.0.elapsed()));
+                if d.load(Ordering::Relaxed) {
+                    break;
+                }
+                let now = std::time::Instant::now();
+                if now - last.0 < every {
+                    continue;
+                }
+                let n = ctl.transactions.load(Ordering::Relaxed);
+                // A new iteration (-I) starts its count again.
+                let delta = n.checked_sub(last.1).unwrap_or(n);
+                let secs = (now - last.0).as_secs_f64();
+                let end = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs_f64();
+                let rate = delta as f64 / secs;
+                if json {
+                    println!(
+                        "{{\"interim\":{{\"transactions\":{delta},\"throughput_tps\":{rate:.2},\"interval_s\":{secs:.3},\"end_unix_s\":{end:.3}}}}}"
+                    );
+                } else {
+                    println!(
+                        "Interim result: {rate:7.2} Trans/s over {secs:.3} seconds ending at {end:.3}"
+                    );
+                }
+                last = (now, n);
+            }
+        });
+        Self {
+            done,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for Interim {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
+    }
 }

@@ -66,6 +66,33 @@ fn tcp_row(who: &str, t: &TcpInfo) -> Vec<String> {
     ]
 }
 
+/// netperf's `-I` report: the interval reached, and netperf's own warning when it is
+/// wider than asked (scripts grep for "!!! WARNING").
+fn confidence(out: &mut String, c: &crate::probe::rr::Confidence) {
+    let _ = writeln!(
+        out,
+        "{}% confidence: {:.1} transactions/s ±{:.1}% (asked ±{:.1}%) over {} iterations \
+         ({}..{}); the table below is the last iteration's\n",
+        c.level_percent,
+        c.throughput_tps_mean,
+        c.width_percent / 2.0,
+        c.width_percent_asked / 2.0,
+        c.throughput_tps.len(),
+        c.min_iterations,
+        c.max_iterations,
+    );
+    if !c.met {
+        let _ = writeln!(
+            out,
+            "!!! WARNING\n!!! Desired confidence was not achieved within the specified iterations.\n\
+             !!! This implies that there was variability in the test environment that\n\
+             !!! must be investigated before going further.\n\
+             !!! Confidence intervals: Throughput      : {:.1}%\n",
+            c.width_percent
+        );
+    }
+}
+
 impl Report for RrResult {
     fn human(&self, histogram: bool) -> String {
         let s = &self.settings;
@@ -130,6 +157,9 @@ impl Report for RrResult {
                     ", client CPU {c:.2} µs/transaction"
                 )),
         );
+        if let Some(c) = &self.confidence {
+            confidence(&mut out, c);
+        }
         let mut t = Table::new(summary_header("round trip", &self.latency));
         t.row(summary_row("transaction", &self.latency));
         if let Some(c) = &self.connect {
@@ -261,6 +291,22 @@ impl Selectable for RrResult {
                     .and_then(|p| p.pinned_cpu)
                     .map(|c| c as u64),
             ),
+            // netperf's -I selectors: the level and width asked, the iterations run,
+            // and the ± percentage reached.
+            Selector::ConfidenceLevel => {
+                opt_i(self.confidence.as_ref().map(|c| u64::from(c.level_percent)))
+            }
+            Selector::ConfidenceInterval => {
+                opt_f(self.confidence.as_ref().map(|c| c.width_percent_asked))
+            }
+            Selector::ConfidenceIteration => opt_i(
+                self.confidence
+                    .as_ref()
+                    .map(|c| c.throughput_tps.len() as u64),
+            ),
+            Selector::ThroughputConfid => {
+                opt_f(self.confidence.as_ref().map(|c| c.width_percent / 2.0))
+            }
             Selector::Test => Value::Text(st.test.into()),
             Selector::Transactions => Value::Int(self.transactions),
             Selector::LostTransactions => Value::Int(self.udp.as_ref().map_or(0, |u| u.lost)),

@@ -4,6 +4,7 @@
 //! Percentile names follow netperf's output selectors (`P50_LATENCY`, …), so the
 //! seeds' command lines (seed 000, 001, 004) translate one to one.
 
+pub mod confidence;
 mod hdr_log;
 mod histogram;
 mod loglinear;

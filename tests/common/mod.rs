@@ -145,7 +145,8 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
-fn sh(args: &[&str]) {
+/// Run a command; fail the test with its stderr if it fails.
+pub fn sh(args: &[&str]) {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(
         o.status.success(),

@@ -19,7 +19,7 @@ mod settings;
 mod stream;
 
 pub use client::ControlClient;
-pub use result::{OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
+pub use result::{Confidence, OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
 pub use session::{Outcome, Session, SessionSpec, Transaction, SESSION_PAYLOAD};
 pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEOUT_FLOOR};
 
@@ -206,6 +206,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             .then(|| t.cpu_ns as f64 / 1e3 / t.transactions as f64),
         tcpinfo_series,
         error,
+        confidence: None,
     })
 }
 

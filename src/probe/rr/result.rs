@@ -97,4 +97,27 @@ pub struct RrResult {
     pub tcpinfo_series: Vec<TcpInfoSample>,
     /// What cut the run short, if anything; the numbers above are what was measured.
     pub error: Option<String>,
+    /// With netperf's `-I`/`-i`: the iterations run and the interval they reached (the
+    /// rest of the result is the last iteration's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<Confidence>,
+}
+
+/// netperf's `-I LEVEL,WIDTH -i MAX,MIN`: iterations of the same test until the mean
+/// transactions/s is known to within ±WIDTH/2 % at LEVEL % confidence, or MAX ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct Confidence {
+    pub level_percent: u32,
+    /// The interval's whole width asked for, as a percentage of the mean.
+    pub width_percent_asked: f64,
+    /// The width reached (Student's t over the iterations' transactions/s).
+    pub width_percent: f64,
+    pub met: bool,
+    pub min_iterations: usize,
+    pub max_iterations: usize,
+    /// The mean of the iterations' transactions/s.
+    pub throughput_tps_mean: f64,
+    /// Each iteration's transactions/s and mean round trip.
+    pub throughput_tps: Vec<f64>,
+    pub mean_latency_us: Vec<f64>,
 }
