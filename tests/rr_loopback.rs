@@ -540,3 +540,30 @@ fn interim_results_every_interval_and_pure_json_lines() {
         "{text}"
     );
 }
+
+/// netperf's `-c`/`-C`: each machine's CPU use over the data phase and its service
+/// demand. Witnesses: the client threads' own CPU time per transaction (thread CPU
+/// clocks, `client_cpu_us_per_transaction`) can only be part of what the whole machine
+/// spent per transaction (/proc/stat); and on loopback the server reads the same
+/// machine over nearly the same window, so the two utilisations agree.
+#[test]
+fn cpu_utilisation_and_service_demand_as_netperf_reports_them() {
+    let s = ServeChild::start(&[]);
+    let v = json(&s.rr(&["-l", "2", "-c", "-C", "--json"]));
+    let (l, r) = (&v["local_cpu"], &v["remote_cpu"]);
+    let util = l["util_percent"].as_f64().unwrap();
+    assert!(util > 0.0 && util <= 100.0, "{l}");
+    let sd = l["service_demand_us"].as_f64().unwrap();
+    let own = v["client_cpu_us_per_transaction"].as_f64().unwrap();
+    // /proc/stat counts in 10 ms ticks: 5 % slack for where the window's edges fall.
+    assert!(sd >= 0.95 * own, "machine {sd} µs/transaction < client threads' {own}");
+    let remote = r["util_percent"].as_f64().unwrap();
+    // The server's window is the client's data phase plus its own set-up and end.
+    assert!((remote - util).abs() < 15.0, "client {util} % vs server {remote} %");
+    assert_eq!(l["cpus"], r["cpus"]);
+    let text = String::from_utf8_lossy(&s.rr(&["-l", "1", "-c", "-C"]).stdout).to_string();
+    assert!(
+        text.contains("client machine CPU: ") && text.contains("server machine CPU: "),
+        "{text}"
+    );
+}

@@ -144,6 +144,13 @@ pub struct RrArgs {
     /// to within ±WIDTH/2 % at LEVEL % confidence (95 or 99), e.g. 99,5.
     #[arg(short = 'I', value_name = "LEVEL,WIDTH", value_parser = confidence_arg)]
     pub confidence: Option<(u32, f64)>,
+    /// netperf's -c: show the client machine's CPU use and service demand (µs of CPU,
+    /// all CPUs, per transaction); --json and the selectors always have it.
+    #[arg(short = 'c', long = "local-cpu")]
+    pub local_cpu: bool,
+    /// netperf's -C: the same for the server's machine, as the server measured it.
+    #[arg(short = 'C', long = "remote-cpu")]
+    pub remote_cpu: bool,
     /// netperf's -D: an interim result every INTERVAL on stdout while the test runs
     /// (under --json a JSON line each, and the final result as one line too).
     #[arg(short = 'D', long = "interim", value_name = "INTERVAL", value_parser = values::seconds)]
@@ -372,6 +379,10 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     drop(local_server);
     let mut result = result?;
     result.brand = a.out.brand.clone();
+    if matches!(format, rttlab::report::OutputFormat::Human { .. }) && (a.local_cpu || a.remote_cpu)
+    {
+        cpu_lines(&result, a.local_cpu, a.remote_cpu);
+    }
     if a.interim.is_some() && a.out.json {
         // After JSON lines, the result as one more line: stdout stays JSON lines.
         println!("{}", serde_json::to_string(&result)?);
@@ -483,6 +494,25 @@ impl Drop for Interim {
         if let Some(h) = self.handle.take() {
             h.thread().unpark();
             let _ = h.join();
+        }
+    }
+}
+
+/// netperf's `-c`/`-C` in words, before the result's tables.
+fn cpu_lines(r: &rttlab::probe::rr::RrResult, local: bool, remote: bool) {
+    for (show, name, cpu) in [
+        (local, "client", r.local_cpu),
+        (remote, "server", r.remote_cpu),
+    ] {
+        if !show {
+            continue;
+        }
+        match cpu {
+            Some(c) => println!(
+                "{name} machine CPU: {:.1} % of {} CPUs, service demand {:.2} µs/transaction",
+                c.util_percent, c.cpus, c.service_demand_us
+            ),
+            None => println!("{name} machine CPU: not measured"),
         }
     }
 }

@@ -135,3 +135,118 @@ mod tests {
         assert!(pin_current_thread(100_000).is_err());
     }
 }
+
+/// The whole machine's CPU time from /proc/stat's first line, in USER_HZ ticks: what
+/// netperf's `-c`/`-C` measure (its `cpu_util` for Linux reads the same file), so that
+/// a run's cost counts everything it made the machine do — softirqs, the other end on
+/// loopback, wake-ups — not only its own threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct MachineTicks {
+    /// user + nice + system + irq + softirq + steal.
+    pub busy: u64,
+    /// busy + idle + iowait.
+    pub total: u64,
+    /// CPUs online (the `cpuN` lines).
+    pub cpus: u32,
+}
+
+impl MachineTicks {
+    /// Read /proc/stat now.
+    ///
+    /// # Errors
+    /// /proc/stat is unreadable or not in the kernel's format.
+    pub fn now() -> std::io::Result<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/stat")?).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "/proc/stat: no cpu line")
+        })
+    }
+
+    /// /proc/stat's text (proc(5): `cpu user nice system idle iowait irq softirq steal
+    /// guest guest_nice`; guest time is already inside user).
+    pub fn parse(text: &str) -> Option<Self> {
+        let first = text.lines().next()?;
+        let v: Vec<u64> = first
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        let busy = at(0) + at(1) + at(2) + at(5) + at(6) + at(7);
+        let cpus = text
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count() as u32;
+        Some(Self {
+            busy,
+            total: busy + at(3) + at(4),
+            cpus,
+        })
+    }
+}
+
+/// The machine's CPU use between two readings, as netperf reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct CpuUse {
+    /// Busy share of all CPUs, in percent (netperf's LOCAL_CPU_UTIL).
+    pub util_percent: f64,
+    pub cpus: u32,
+    /// CPU time the machine spent per transaction, µs (netperf's service demand,
+    /// LOCAL_SD): util × CPUs × elapsed / transactions, i.e. the busy ticks' time.
+    pub service_demand_us: f64,
+}
+
+impl CpuUse {
+    /// Between `before` and `after`, for `transactions`.
+    pub fn between(before: MachineTicks, after: MachineTicks, transactions: u64) -> Option<Self> {
+        let total = after.total.checked_sub(before.total)?;
+        let busy = after.busy.checked_sub(before.busy)?;
+        if total == 0 || transactions == 0 {
+            return None;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let user_hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        Some(Self {
+            util_percent: 100.0 * busy as f64 / total as f64,
+            cpus: after.cpus,
+            service_demand_us: busy as f64 / user_hz * 1e6 / transactions as f64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod machine_tests {
+    use super::*;
+
+    fn user_hz() -> f64 {
+        // SAFETY: sysconf has no preconditions.
+        unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+    }
+
+    /// Witness: arithmetic on a /proc/stat text written by hand (proc(5)'s layout).
+    #[test]
+    fn busy_and_total_ticks_and_the_service_demand() {
+        let a = MachineTicks::parse(
+            "cpu  100 0 50 800 10 5 5 0 0 0\ncpu0 50 0 25 400 5 2 3 0 0 0\ncpu1 50 0 25 400 5 3 2 0 0 0\nintr 1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            MachineTicks {
+                busy: 160,
+                total: 970,
+                cpus: 2
+            }
+        );
+        let b = MachineTicks {
+            busy: 260,
+            total: 1170,
+            cpus: 2,
+        };
+        // 100 busy of 200 ticks: 50 % of 2 CPUs; at USER_HZ 100 that is 1 s of CPU,
+        // over 1000 transactions 1000 µs each.
+        let u = CpuUse::between(a, b, 1000).unwrap();
+        assert_eq!(u.util_percent, 50.0);
+        assert_eq!(u.service_demand_us, 1e6 * 100.0 / user_hz() / 1000.0);
+        assert_eq!(CpuUse::between(b, a, 1000), None);
+    }
+}

@@ -149,6 +149,10 @@ pub struct ServerReport {
     pub congestion: Option<String>,
     pub placement: Placement,
     pub host: Option<HostFacts>,
+    /// The server machine's CPU ticks when the test started and ended (netperf's
+    /// `-C`: netserver measures its own machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_ticks: Option<[crate::kernel::cpu::MachineTicks; 2]>,
 }
 
 /// A range of ports, both ends included.

@@ -1089,6 +1089,8 @@ struct RunningTest {
     threads: Vec<JoinHandle<ThreadCounters>>,
     congestion: Option<String>,
     server_cpu: Option<usize>,
+    /// The machine's CPU ticks when the streams started.
+    machine_start: Option<crate::kernel::cpu::MachineTicks>,
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -1273,6 +1275,7 @@ impl DataTest {
             threads,
             congestion,
             server_cpu: spec.server_cpu,
+            machine_start: crate::kernel::cpu::MachineTicks::now().ok(),
         })
     }
 
@@ -1438,8 +1441,10 @@ impl RunningTest {
 
     /// Snapshot `tcp_info`, stop every thread and add up the counters.
     fn finish(self) -> ServerReport {
+        let machine_end = crate::kernel::cpu::MachineTicks::now().ok();
         let mut report = ServerReport {
             congestion: self.congestion,
+            machine_ticks: self.machine_start.zip(machine_end).map(|(a, b)| [a, b]),
             ..ServerReport::default()
         };
         for s in &self.streams {

@@ -291,6 +291,13 @@ impl Selectable for RrResult {
                     .and_then(|p| p.pinned_cpu)
                     .map(|c| c as u64),
             ),
+            // netperf's -c/-C: each machine's CPU use and service demand (µs/Tran).
+            Selector::LocalCpuUtil => opt_f(self.local_cpu.map(|c| c.util_percent)),
+            Selector::RemoteCpuUtil => opt_f(self.remote_cpu.map(|c| c.util_percent)),
+            Selector::LocalSd => opt_f(self.local_cpu.map(|c| c.service_demand_us)),
+            Selector::RemoteSd => opt_f(self.remote_cpu.map(|c| c.service_demand_us)),
+            Selector::LocalCpuCount => opt_i(self.local_cpu.map(|c| u64::from(c.cpus))),
+            Selector::RemoteCpuCount => opt_i(self.remote_cpu.map(|c| u64::from(c.cpus))),
             // netperf's -I selectors: the level and width asked, the iterations run,
             // and the ± percentage reached.
             Selector::ConfidenceLevel => {

@@ -24,6 +24,7 @@ pub use session::{Outcome, Session, SessionSpec, Transaction, SESSION_PAYLOAD};
 pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEOUT_FLOOR};
 
 use crate::kernel::cpu;
+use crate::kernel::cpu::{CpuUse, MachineTicks};
 use crate::kernel::host::HostFacts;
 use crate::probe::control::{TestKind, TestSpec};
 use crate::probe::pacing;
@@ -64,6 +65,8 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let cutoff = AtomicBool::new(false);
     let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
     let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    // netperf's -c: the whole machine's CPU ticks across the data phase.
+    let machine_cell: Mutex<Option<MachineTicks>> = Mutex::new(None);
     let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for (i, conn) in conns.into_iter().enumerate() {
@@ -112,6 +115,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             }));
         }
         let start = Instant::now();
+        *machine_cell.lock().unwrap_or_else(|p| p.into_inner()) = MachineTicks::now().ok();
         *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
         barrier.wait();
         let hard_deadline = start + run_for + IN_FLIGHT_GRACE;
@@ -129,6 +133,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     });
     let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
     let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    let machine = machine_cell
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .zip(MachineTicks::now().ok());
     if let Some(h) = hdr.take() {
         let _ = h.finish();
     }
@@ -207,6 +215,11 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         tcpinfo_series,
         error,
         confidence: None,
+        local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, t.transactions)),
+        remote_cpu: server.as_ref().and_then(|r| {
+            let [a, b] = r.machine_ticks?;
+            CpuUse::between(a, b, r.transactions)
+        }),
     })
 }
 

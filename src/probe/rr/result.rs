@@ -101,6 +101,11 @@ pub struct RrResult {
     /// rest of the result is the last iteration's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub confidence: Option<Confidence>,
+    /// netperf's -c: the client machine's CPU use over the data phase (all CPUs,
+    /// everything on them) and its service demand.
+    pub local_cpu: Option<crate::kernel::cpu::CpuUse>,
+    /// netperf's -C: the server machine's, as the server measured it.
+    pub remote_cpu: Option<crate::kernel::cpu::CpuUse>,
 }
 
 /// netperf's `-I LEVEL,WIDTH -i MAX,MIN`: iterations of the same test until the mean
