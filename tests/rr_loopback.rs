@@ -556,10 +556,16 @@ fn cpu_utilisation_and_service_demand_as_netperf_reports_them() {
     let sd = l["service_demand_us"].as_f64().unwrap();
     let own = v["client_cpu_us_per_transaction"].as_f64().unwrap();
     // /proc/stat counts in 10 ms ticks: 5 % slack for where the window's edges fall.
-    assert!(sd >= 0.95 * own, "machine {sd} µs/transaction < client threads' {own}");
+    assert!(
+        sd >= 0.95 * own,
+        "machine {sd} µs/transaction < client threads' {own}"
+    );
     let remote = r["util_percent"].as_f64().unwrap();
     // The server's window is the client's data phase plus its own set-up and end.
-    assert!((remote - util).abs() < 15.0, "client {util} % vs server {remote} %");
+    assert!(
+        (remote - util).abs() < 15.0,
+        "client {util} % vs server {remote} %"
+    );
     assert_eq!(l["cpus"], r["cpus"]);
     let text = String::from_utf8_lossy(&s.rr(&["-l", "1", "-c", "-C"]).stdout).to_string();
     assert!(
