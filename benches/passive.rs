@@ -23,7 +23,9 @@ fn corpus() -> Vec<Vec<u8>> {
         .unwrap()
         .filter_map(|e| {
             let p = e.ok()?.path();
-            p.to_str()?.ends_with(".gz").then_some(p)
+            // The captures, not the peers' outputs beside them (pping's text is gzipped).
+            let name = p.to_str()?;
+            (name.ends_with(".pcap.gz") || name.ends_with(".pcapng.gz")).then_some(p)
         })
         .collect();
     files.sort();

@@ -8,6 +8,7 @@ use rttlab::capture::{self, Batch, Source};
 use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
 use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
+use rttlab::passive::PpingDetail;
 use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
@@ -302,7 +303,11 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             flows: a.flow.clone(),
         },
         sampler: a.sampler,
-        pping_bytes: a.machine,
+        pping: match (a.json, a.machine) {
+            (true, _) => PpingDetail::Off,
+            (false, true) => PpingDetail::TimesAndBytes,
+            (false, false) => PpingDetail::Times,
+        },
     };
     let format = if a.json {
         LineFormat::Json
