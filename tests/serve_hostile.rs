@@ -102,8 +102,10 @@ fn flood(port: u16, deadline: Duration) -> (Attack, Arc<AtomicU64>, Arc<AtomicU6
         let opened = Arc::clone(&idle_opened);
         threads.push(thread::spawn(move || {
             let mut held = Vec::new();
-            for _ in 0..100 {
-                if stop.load(Ordering::Relaxed) || Instant::now() > t_end {
+            // A hundred each, trying again after a connect the listener's full queue
+            // timed out (at most 300 tries).
+            for _ in 0..300 {
+                if held.len() == 100 || stop.load(Ordering::Relaxed) || Instant::now() > t_end {
                     break;
                 }
                 if let Ok(c) = connect_from(2 + src, port) {
@@ -183,7 +185,14 @@ fn a_client_is_served_through_idle_slow_and_garbage_floods() {
         let srv = ServeChild::start(&args);
         let (rss_before, _) = rss_and_threads(srv.child.id());
         let (attack, garbage, idle) = flood(srv.port, Duration::from_secs(60));
+        // The client starts once the idle flood holds its connections (a SYN dropped
+        // by a full queue costs its connect a second), not after a fixed pause that a
+        // loaded machine may not honour.
+        let t0 = Instant::now();
         thread::sleep(Duration::from_millis(1500));
+        while idle.load(Ordering::Relaxed) < 990 && t0.elapsed() < Duration::from_secs(20) {
+            thread::sleep(Duration::from_millis(50));
+        }
         let (mut rss_max, mut threads_max, mut slowest) = (0, 0, Duration::ZERO);
         for i in 0..10 {
             let mut rr = srv.rr_command(&["-n", "50", "--json"]);
