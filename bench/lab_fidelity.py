@@ -117,7 +117,7 @@ def pct(v, p):
 
 def delay(mode, rate):
     d_ms = 10
-    imp = ["--delay", f"{d_ms}ms"] + (["--rate", rate] if rate else []) + (["--poll"] if mode == "poll" else [])
+    imp = ["--delay", f"{d_ms}ms"] + (["--rate", rate] if rate else []) + ["--emulator", mode]
     up(*imp)
     cap = Capture("icmp")
     n = 300 if QUICK else 1000

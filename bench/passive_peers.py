@@ -5,7 +5,7 @@ capture, from the page cache, alternated, medians of wall time and of peak RSS.
 Usage: sudo bench/passive_peers.py [--capture FILE] [--seconds 18] [--runs 5]
 
 Without --capture it first records one (not committed): a lab (`rttlab lab up
---poll`, no impairment) carrying two iperf3 bulk streams, a TCP_RR stream and a
+--emulator poll`, no impairment) carrying two iperf3 bulk streams, a TCP_RR stream and a
 TCP_CRR stream at once, captured on the router with snap length 128 (tcpdump -i any,
 Linux cooked v1 so that every peer can read it).
 pping is not packaged: build it from github.com/pollere/pping (libtins-dev) and give
@@ -32,7 +32,7 @@ def ns(node, *args, **kw):
 
 def record(path, seconds):
     subprocess.run([RTTLAB, "lab", "down", "--name", LAB], capture_output=True)
-    subprocess.run([RTTLAB, "lab", "up", "--name", LAB, "--poll"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([RTTLAB, "lab", "up", "--name", LAB, "--emulator", "poll"], check=True, stdout=subprocess.DEVNULL)
     try:
         time.sleep(2.5)
         dump = ns("r", "tcpdump", "-s", "128", "-y", "LINUX_SLL", "-i", "any", "-w", path, "tcp")

@@ -34,7 +34,15 @@ fn trials(dir: &std::path::Path) -> Vec<serde_json::Value> {
 
 fn blackout(dir: &std::path::Path, extra: &[&str]) -> std::process::Output {
     Command::new(bin())
-        .args(["experiment", "blackout", "--thin", "off", "--out"])
+        .args([
+            "experiment",
+            "blackout",
+            "--emulator",
+            "sleep",
+            "--thin",
+            "off",
+            "--out",
+        ])
         .arg(dir)
         .args(extra)
         .output()

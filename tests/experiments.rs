@@ -131,6 +131,8 @@ fn interval_sweep_records_both_tools_at_every_interval() {
         &[
             "experiment",
             "interval-sweep",
+            "--emulator",
+            "sleep",
             "--interval",
             "10us,5ms",
             "--count",
@@ -193,6 +195,8 @@ fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interv
     let args = [
         "experiment",
         "interval-sweep",
+        "--emulator",
+        "sleep",
         "--interval",
         "1ms",
         "--count",

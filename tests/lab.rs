@@ -475,7 +475,18 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     let _g = serial();
     let _ = lab_cmd(&["down", "--name", "t-cli"]);
     let up = lab_cmd(&[
-        "up", "--name", "t-cli", "--delay", "5ms", "--loss", "0", "--rate", "1gbit", "--queue",
+        "up",
+        "--name",
+        "t-cli",
+        "--emulator",
+        "sleep",
+        "--delay",
+        "5ms",
+        "--loss",
+        "0",
+        "--rate",
+        "1gbit",
+        "--queue",
         "64KiB",
     ]);
     assert!(up.status.success(), "{}", stderr(&up));

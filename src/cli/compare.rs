@@ -46,9 +46,9 @@ pub struct CompareArgs {
     /// Capture interface on the client (default: the route's; the lab's eth0).
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
-    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
-    #[arg(long)]
-    pub lab_sleep: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -92,7 +92,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         data_port: a.data_port,
         sampler_one_in: a.sampler,
         interface: a.interface,
-        lab_poll: !a.lab_sleep,
+        lab_poll: a.emulator.polls(1),
         trials: a.trials.trials.unwrap_or(1),
         seed: a.trials.seed,
         secret: a.secret.load()?,

@@ -109,9 +109,9 @@ pub struct SynRtoArgs {
     /// The lab's round-trip delay.
     #[arg(long, default_value = "10ms", value_parser = values::duration)]
     pub lab_rtt: Duration,
-    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
-    #[arg(long)]
-    pub lab_sleep: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -143,9 +143,9 @@ pub struct SweepArgs {
     /// Pace TCP_RR by sleeping instead of spinning.
     #[arg(long)]
     pub sleep: bool,
-    /// Let the lab's emulator busy-poll one CPU (steady µs delays, but that CPU never sleeps).
-    #[arg(long)]
-    pub lab_poll: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -183,9 +183,9 @@ pub struct ResreqArgs {
     /// a response's bare ACK is often missed and the next request's data matched).
     #[arg(long, value_name = "1/N", value_parser = values::one_in)]
     pub sampler: Option<u32>,
-    /// Let the lab's emulator sleep between frames instead of busy-polling one CPU.
-    #[arg(long)]
-    pub lab_sleep: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
     /// Results directory; an existing one with the same settings is resumed.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -258,9 +258,9 @@ pub struct BlackoutArgs {
     /// The kernel's HZ for the model (detected when not given).
     #[arg(long)]
     pub hz: Option<u32>,
-    /// Let the lab's emulator busy-poll one CPU instead of sleeping between frames.
-    #[arg(long, conflicts_with = "host")]
-    pub lab_poll: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto, conflicts_with = "host")]
+    pub emulator: values::Emulator,
     #[command(flatten)]
     pub secret: super::secret::SecretArgs,
 }
@@ -323,7 +323,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         cc: a.cc.clone(),
         warmup_ms: 1000,
         seed: a.trials.seed,
-        lab_poll: a.lab_poll,
+        lab_poll: a.emulator.polls(1),
         secret: a.secret.load()?,
     };
     if s.cc == "bbr" && s.thin.contains(&true) {
@@ -428,7 +428,7 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     if let Some(n) = a.sampler {
         s.sampler_one_in = n;
     }
-    s.lab_poll = !a.lab_sleep;
+    s.lab_poll = a.emulator.polls(1);
     s.trials = a.trials.trials.unwrap_or(1);
     s.seed = a.trials.seed;
     let e = resreq::ResreqInterval {
@@ -447,7 +447,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     s.max_time_s = a.max_time.as_secs_f64();
     s.lab_rtt_us = micros(a.lab_rtt);
     s.spin = !a.sleep;
-    s.lab_poll = a.lab_poll;
+    s.lab_poll = a.emulator.polls(1);
     s.trials = a.trials.trials.unwrap_or(1);
     s.seed = a.trials.seed;
     let e = sweep::IntervalSweep {
@@ -476,7 +476,7 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
         syn_rto_ms: ms(a.syn_rto)?,
         lab_rtt_us: micros(a.lab_rtt),
         hz,
-        lab_poll: !a.lab_sleep,
+        lab_poll: a.emulator.polls(1),
         trials: a.trials.trials.unwrap_or(1),
         seed: a.trials.seed,
     };

@@ -31,7 +31,7 @@ Examples:
   rttlab lab up --name demo --delay 50ms --jitter 1ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab up --name demo --delay 10ms --dir a2b         one direction only
   rttlab lab up --name fleet --hosts 4 --delay 2ms,5ms,10ms,20ms   a star: RTT(i,j) = 2(di+dj)
-  rttlab lab up --name fast --poll --seed 7                busy-polling, reproducible draws")]
+  rttlab lab up --name fast --emulator poll --seed 7      busy-polling, reproducible draws")]
     Up(UpArgs),
     /// Change a running lab's impairments, or schedule a blackout.
     #[command(after_help = "\
@@ -175,9 +175,9 @@ pub struct UpArgs {
     /// between hosts i and j is 2·(Di + Dj).
     #[arg(long, value_name = "N")]
     pub hosts: Option<usize>,
-    /// Busy-poll: the emulator spins on one vCPU and releases frames within µs of their time.
-    #[arg(long)]
-    pub poll: bool,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
     /// Seed for loss and jitter draws (reproducible runs).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -298,7 +298,7 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         star: star.clone(),
         name: u.name.clone(),
         impairments,
-        poll: u.poll,
+        poll: u.emulator.polls(star.len().max(1)),
         seed: u.seed,
         events: u.events.map(|p| std::path::absolute(&p).unwrap_or(p)),
         daemon: true,

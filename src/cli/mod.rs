@@ -269,11 +269,58 @@ mod vocabulary_tests {
             "rttlab experiment resreq-interval --interval 0,1ms --duration 1s --sampler 1/10",
             "rttlab experiment resreq-interval --wait 0,1ms",
             "rttlab serve -p 12866",
+            "rttlab lab up --emulator poll",
+            "rttlab compare --emulator sleep",
+            "rttlab experiment blackout --emulator auto",
+            "rttlab experiment interval-sweep --emulator sleep",
+            "rttlab experiment syn-rto --emulator poll",
         ];
         for line in ok {
             if let Err(e) = Cli::try_parse_from(line.split(' ')) {
                 panic!("{line}: {e}");
             }
+        }
+    }
+
+    /// The lab emulator's mode is one flag with one default wherever a lab is built,
+    /// and the three spellings it replaced are gone. Witness: clap's command tree.
+    #[test]
+    fn the_emulator_flag_is_one_spelling_with_one_default() {
+        fn walk(c: &clap::Command, path: &str, found: &mut Vec<(String, Vec<String>)>) {
+            for a in c.get_arguments() {
+                let long = a.get_long().unwrap_or_default();
+                assert!(
+                    !["lab-sleep", "lab-poll", "poll"].contains(&long),
+                    "{path} still has --{long}"
+                );
+                if long == "emulator" {
+                    let d = a.get_default_values().iter();
+                    found.push((path.into(), d.map(|v| v.to_string_lossy().into()).collect()));
+                }
+            }
+            for s in c.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), found);
+            }
+        }
+        let mut found = Vec::new();
+        walk(
+            &<Cli as clap::CommandFactory>::command(),
+            "rttlab",
+            &mut found,
+        );
+        let names: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        for want in [
+            "rttlab compare",
+            "rttlab lab up",
+            "rttlab experiment blackout",
+            "rttlab experiment interval-sweep",
+            "rttlab experiment resreq-interval",
+            "rttlab experiment syn-rto",
+        ] {
+            assert!(names.contains(&want), "{want} has no --emulator: {names:?}");
+        }
+        for (path, default) in &found {
+            assert_eq!(default, &["auto"], "{path}");
         }
     }
 }

@@ -336,3 +336,29 @@ mod tests {
         assert!(gemodel("1%").is_err());
     }
 }
+
+/// The lab emulator's wait between frames: one flag (`--emulator`) with one default for
+/// every command that builds a lab.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emulator {
+    /// Poll while the lab's emulator threads leave a CPU free (a two-host lab on two
+    /// or more CPUs), else sleep.
+    #[default]
+    Auto,
+    /// Busy-poll one CPU per link: frames leave within µs of their time.
+    Poll,
+    /// Sleep in ppoll(2) between frames: no CPU spent, ms-late under load or steal.
+    Sleep,
+}
+
+impl Emulator {
+    /// Whether the emulator busy-polls in a lab with `links` emulated links.
+    #[must_use]
+    pub fn polls(self, links: usize) -> bool {
+        match self {
+            Self::Auto => rttlab::lab::polls_by_default(links),
+            Self::Poll => true,
+            Self::Sleep => false,
+        }
+    }
+}

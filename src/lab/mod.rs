@@ -105,6 +105,18 @@ pub struct LabSpec {
     pub star: Vec<Impairments>,
 }
 
+/// Whether a lab whose emulator runs `links` threads busy-polls when the user did not
+/// say: while the threads leave one CPU free for the hosts' own work. Polling releases
+/// frames within µs of their time; sleeping in ppoll(2) is late by timer slack and, on a
+/// VM, by steal (bench/RESULTS-lab.md: 9 µs median / 93 µs P99 polling; 17 µs / 145 µs
+/// sleeping at no steal, 26 ms P99 at 22 % steal), but a polling thread owns its CPU
+/// while the lab is up.
+#[must_use]
+pub fn polls_by_default(links: usize) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    links < cpus
+}
+
 impl LabSpec {
     /// A lab named `name` with the same impairments both ways.
     pub fn new(name: &str, both: Impairments) -> Self {
