@@ -203,7 +203,7 @@ def main():
                            merged(body1, "rttlab_agent_probe_lag_seconds"))
         try:
             single = json.loads(rr.stdout)
-            single_p50 = dict(single["latency"]["percentiles_us"])["p50"]
+            single_p50 = single["rtt"]["percentiles_us"]["p50"]
         except Exception as e:  # noqa: BLE001 - report what rr said
             single_p50 = float("nan")
             print("rr failed:", e, rr.stderr[-500:])
@@ -220,7 +220,7 @@ def main():
                             - total(body0, "rttlab_rtt_seconds_sum", layer="tcp_rr")) / max(
             total(body1, "rttlab_rtt_seconds_count", layer="tcp_rr")
             - total(body0, "rttlab_rtt_seconds_count", layer="tcp_rr"), 1)
-        single_mean = single["latency"]["mean_us"] if single_p50 == single_p50 else float("nan")
+        single_mean = single["rtt"]["mean_us"] if single_p50 == single_p50 else float("nan")
         print(f"tcp_rr median        agent {agent_p50:.1f} us over {a.peers} peers; rr -w 1s alone {single_p50:.1f} us "
               f"(ratio {agent_p50 / single_p50:.2f}; interpolated in buckets of {a.buckets or '3 a decade'})")
         print(f"tcp_rr mean          agent {agent_mean:.1f} us; rr -w 1s alone {single_mean:.1f} us "

@@ -158,9 +158,9 @@ def pacing(n=2000, wait_us=1000):
                 errs.sort()
                 q = lambda f: errs[min(len(errs) - 1, int(f * len(errs)))]
                 j = json.loads(out)
-                pe = dict((k, v) for k, v in j["pacing_error"]["percentiles_us"])
-                lat = dict((k, v) for k, v in j["latency"]["percentiles_us"])
-                rows.append((pace, cpus, len(errs), q(0.5), q(0.99), pe["p50"], pe["p99"], j["latency"]["mean_us"], lat["p99"]))
+                pe = j["pacing_error"]["percentiles_us"]
+                lat = j["rtt"]["percentiles_us"]
+                rows.append((pace, cpus, len(errs), q(0.5), q(0.99), pe["p50"], pe["p99"], j["rtt"]["mean_us"], lat["p99"]))
     finally:
         serve.kill(); serve.wait()
     return rows
@@ -175,8 +175,8 @@ def unpinned_10ms(n=500):
     try:
         for pace in ("sleep", "hybrid", "spin"):
             j = json.loads(subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-n", str(n), "-w", "10ms", "--pace", pace, "--json"], capture_output=True, text=True).stdout)
-            lat = dict((k, v) for k, v in j["latency"]["percentiles_us"])
-            rows.append((pace, j["latency"]["mean_us"], lat["p50"], lat["p99"], " ".join(map(str, j["local_placement"]["ran_on_cpus"])),
+            lat = j["rtt"]["percentiles_us"]
+            rows.append((pace, j["rtt"]["mean_us"], lat["p50"], lat["p99"], " ".join(map(str, j["local_placement"]["ran_on_cpus"])),
                          " ".join(map(str, j["remote_placement"]["ran_on_cpus"]))))
     finally:
         serve.kill(); serve.wait()

@@ -69,6 +69,8 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     );
     assert!(t0.elapsed() < Duration::from_secs(60));
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    // Witness of the JSON's shape: docs/schema/compare.json (stdout and the file alike).
+    common::assert_schema(&v);
     assert!(
         v["errors"].as_array().unwrap().is_empty(),
         "{}",
@@ -78,11 +80,11 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         "icmp",
         "tcp_rr",
         "udp_rr",
-        "tcp_info client",
-        "tcp_info server",
-        "passive ts",
-        "passive seq",
-        "sampled metric",
+        "tcp_info_client",
+        "tcp_info_server",
+        "passive_ts",
+        "passive_seq",
+        "sampled_metric",
     ] {
         assert!(
             layer(&v, name)["samples"].as_u64().unwrap() > 50,
@@ -96,22 +98,25 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         "icmp",
         "tcp_rr",
         "udp_rr",
-        "tcp_info client",
-        "passive ts",
-        "passive seq",
+        "tcp_info_client",
+        "passive_ts",
+        "passive_seq",
     ] {
         let l = layer(&v, name);
         assert!(num(l, "min_us") >= 4000.0, "{name}: {l}");
-        assert!(num(l, "p50_us") < 6000.0, "{name}: {l}");
+        assert!(num(&l["percentiles_us"], "p50") < 6000.0, "{name}: {l}");
     }
     // User space sits above the wire: tcp_rr is timed around the same packets the
     // passive engine sees on the client's interface.
-    assert!(num(layer(&v, "tcp_rr"), "p50_us") >= num(layer(&v, "passive seq"), "p50_us"));
+    assert!(
+        num(&layer(&v, "tcp_rr")["percentiles_us"], "p50")
+            >= num(&layer(&v, "passive_seq")["percentiles_us"], "p50")
+    );
     // Seed 000: the server's response is ACKed by the client's next request, 2 ms later,
     // so the server's srtt holds the client's wait; the client's does not.
     let (c, s) = (
-        num(layer(&v, "tcp_info client"), "p50_us"),
-        num(layer(&v, "tcp_info server"), "p50_us"),
+        num(&layer(&v, "tcp_info_client")["percentiles_us"], "p50"),
+        num(&layer(&v, "tcp_info_server")["percentiles_us"], "p50"),
     );
     assert!(s > c + 1500.0, "server srtt {s} µs, client {c} µs");
     let why = v["explanations"].to_string();
@@ -126,12 +131,13 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     let saved: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("compare.json")).unwrap()).unwrap();
     assert_eq!(saved["layers"], v["layers"]);
+    common::assert_schema(&saved);
     let txt = std::fs::read_to_string(dir.path().join("compare.txt")).unwrap();
     assert!(txt.contains("Why they differ"));
     // Every row is traceable to its layer's histogram file (arithmetic: the CSV's
     // buckets give the same count and median), and the report renders again from them.
     for l in v["layers"].as_array().unwrap() {
-        if l["name"] == "sampled metric" {
+        if l["name"] == "sampled_metric" {
             continue;
         }
         let file = format!("{}.hist.csv", l["name"].as_str().unwrap().replace(' ', "_"));
@@ -178,8 +184,8 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
         dir.path(),
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let wire = num(layer(&v, "passive seq"), "p50_us");
-    let metric = num(layer(&v, "sampled metric"), "p50_us");
+    let wire = num(&layer(&v, "passive_seq")["percentiles_us"], "p50");
+    let metric = num(&layer(&v, "sampled_metric")["percentiles_us"], "p50");
     // The metric's own period: its buckets and the exact median of the same samples.
     let period = v["sampler"]
         .as_array()
@@ -189,7 +195,7 @@ fn a_sub_millisecond_path_shows_the_sampled_metrics_bucketing() {
         .unwrap();
     let buckets: Vec<u64> = serde_json::from_value(period["buckets"].clone()).unwrap();
     let n: u64 = buckets.iter().sum();
-    let exact_us = period["exact_median_ms"].as_f64().unwrap() * 1e3;
+    let exact_us = period["exact_p50_ms"].as_f64().unwrap() * 1e3;
     // On a 0 ms path the samples' exact median is far below the first bucket's 1 ms…
     assert!(exact_us < 1000.0, "exact median {exact_us} µs");
     // …so more than half the samples sit in the 0–1 ms bucket, and the interpolated
@@ -284,7 +290,7 @@ fn repeated_comparisons_report_each_layers_median_over_the_trials() {
     assert_eq!(trials.len(), 2);
     let mut p50: Vec<f64> = trials
         .iter()
-        .map(|t| num(layer(t, "tcp_rr"), "p50_us"))
+        .map(|t| num(&layer(t, "tcp_rr")["percentiles_us"], "p50"))
         .collect();
     p50.sort_by(f64::total_cmp);
     let row = text

@@ -76,7 +76,7 @@ fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
             let buckets: Vec<u64> = serde_json::from_value(m["buckets"].clone()).unwrap();
             assert_eq!(
                 bucket_percentile(&buckets, 0.5),
-                m["median_ms"].as_f64(),
+                m["metric_ms"]["p50"].as_f64(),
                 "{m}"
             );
         }

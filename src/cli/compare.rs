@@ -116,11 +116,16 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| line.show(p))?;
     line.clear();
     if a.json {
-        let first = o.records.iter().min_by_key(|r| r.trial);
-        println!("{}", serde_json::to_string_pretty(&first)?);
+        // An interrupted run before its first trial has nothing to print (the error says so).
+        if let Some(first) = o.records.iter().min_by_key(|r| r.trial) {
+            outln!(
+                "{}",
+                rttlab::results::schema::pretty(rttlab::results::schema::COMPARE, first)?
+            );
+        }
     } else {
-        print!("{}", o.text);
-        println!("Report: {}", out.join("report.html").display());
+        out!("{}", o.text);
+        outln!("Report: {}", out.join("report.html").display());
     }
     if (o.records.len() as u32) < trials {
         anyhow::bail!(

@@ -368,8 +368,8 @@ fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow:
     let mut line = TrialLine::new(false);
     let o = runner::run(e, out, facts, &stop, &mut |p| line.show(p))?;
     line.clear();
-    print!("{}", o.text);
-    println!(
+    out!("{}", o.text);
+    outln!(
         "{} trials ({} failed); report: {}",
         o.records.len(),
         o.failed,

@@ -374,11 +374,11 @@ fn daemon(spec: &str) -> anyhow::Result<()> {
     let lab = match Lab::up(&spec) {
         Ok(l) => l,
         Err(e) => {
-            println!("error: {}", rttlab::error_chain(&e));
+            outln!("error: {}", rttlab::error_chain(&e));
             std::process::exit(1);
         }
     };
-    println!("{}", serde_json::to_string(lab.info())?);
+    outln!("{}", serde_json::to_string(lab.info())?);
     std::io::stdout().flush()?;
     // Nobody reads stdout any more.
     // SAFETY: dup2 of /dev/null onto fd 1.
@@ -430,7 +430,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
                 patch,
             },
         )?;
-        println!(
+        outln!(
             "lab {}: {} changed",
             info.name,
             s.dir
@@ -456,7 +456,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
             },
         )?;
         if let Reply::Blackout { window } = r {
-            println!(
+            outln!(
                 "lab {}: blackout {} ms{} from {} to {} (CLOCK_REALTIME ns)",
                 info.name,
                 d.as_secs_f64() * 1e3,
@@ -493,6 +493,7 @@ fn exec(e: ExecArgs) -> anyhow::Result<()> {
 }
 
 fn list(json: bool) -> anyhow::Result<()> {
+    use rttlab::results::schema;
     let labs: Vec<(String, Result<control::Status, String>)> = topology::find_all()
         .into_iter()
         .map(|f| {
@@ -511,8 +512,10 @@ fn list(json: bool) -> anyhow::Result<()> {
     if json {
         for (name, st) in &labs {
             let v = match st {
-                Ok(s) => serde_json::to_value(s)?,
-                Err(e) => serde_json::json!({"name": name, "error": e}),
+                Ok(s) => schema::line(schema::LAB, s)?,
+                Err(e) => {
+                    schema::line(schema::LAB, &serde_json::json!({"name": name, "error": e}))?
+                }
             };
             writeln!(o, "{v}")?;
         }
@@ -556,7 +559,7 @@ fn down(d: DownArgs) -> anyhow::Result<()> {
             }
         }
         match topology::remove(&f.name) {
-            Ok(()) => println!("lab {} removed", f.name),
+            Ok(()) => outln!("lab {} removed", f.name),
             Err(e) => failed.push(format!("lab {}: {}", f.name, rttlab::error_chain(&e))),
         }
     }

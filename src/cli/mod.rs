@@ -1,6 +1,23 @@
 //! The command line: one file per subcommand. Arguments are validated into the
 //! library's settings before anything opens a socket.
 
+/// `println!` that returns the write's error instead of panicking: `rttlab … | head`
+/// closes the pipe, and main treats a broken pipe as the end of the output (exit 0).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
+/// `print!` that returns the write's error (see `outln!`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 pub mod agent;
 pub mod compare;
 pub mod experiment;

@@ -437,13 +437,17 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             for m in &methods {
                 for place in [Place::Network, Place::LocalHost] {
                     if let Some(h) = summary.histogram(*m, place) {
-                        writeln!(
-                            o,
-                            "Histogram, {} samples, {}:\n{}",
-                            m.name(),
-                            render::place_name(place),
-                            LogLinear::from_histogram(h).render()
-                        )?;
+                        if a.json {
+                            writeln!(o, "{}", render::histogram_json(*m, place, h))?;
+                        } else {
+                            writeln!(
+                                o,
+                                "Histogram, {} samples, {}:\n{}",
+                                m.name(),
+                                render::place_name(place),
+                                LogLinear::from_histogram(h).render()
+                            )?;
+                        }
                     }
                 }
             }
@@ -454,8 +458,15 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 w: std::io::BufWriter::new(&mut o),
                 error: None,
             };
-            let written = render::summary(&mut w, &rows, &totals)
-                .and_then(|()| std::fmt::Write::write_char(&mut w, '\n'));
+            let written = if a.json {
+                render::summary_json(&mut w.w, &rows, &totals).map_err(|e| {
+                    w.error = Some(e);
+                    std::fmt::Error
+                })
+            } else {
+                render::summary(&mut w, &rows, &totals)
+                    .and_then(|()| std::fmt::Write::write_char(&mut w, '\n'))
+            };
             if let Some(e) = w.error.take().or_else(|| w.w.flush().err()) {
                 return broken_pipe_or(e);
             }
@@ -463,7 +474,11 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         }
     }
     if let (Some(periods), Some(sc)) = (analyzer.sampler_periods(), a.sampler) {
-        writeln!(o, "{}", render::sampler(&periods, sc.one_in))?;
+        if a.json {
+            writeln!(o, "{}", render::sampler_json(&periods, sc.one_in))?;
+        } else {
+            writeln!(o, "{}", render::sampler(&periods, sc.one_in))?;
+        }
     }
     o.flush()?;
     eprintln!("{}", render::counters(&analyzer.counters(), &methods));

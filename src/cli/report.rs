@@ -27,9 +27,9 @@ pub struct ReportArgs {
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     let text = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
-    print!("{text}");
+    out!("{text}");
     if let Some(out) = &a.out {
-        println!("Report: {}", out.join("report.html").display());
+        outln!("Report: {}", out.join("report.html").display());
     }
     Ok(())
 }

@@ -381,11 +381,14 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     result.brand = a.out.brand.clone();
     if matches!(format, rttlab::report::OutputFormat::Human { .. }) && (a.local_cpu || a.remote_cpu)
     {
-        cpu_lines(&result, a.local_cpu, a.remote_cpu);
+        cpu_lines(&result, a.local_cpu, a.remote_cpu)?;
     }
     if a.interim.is_some() && a.out.json {
         // After JSON lines, the result as one more line: stdout stays JSON lines.
-        println!("{}", serde_json::to_string(&result)?);
+        outln!(
+            "{}",
+            rttlab::results::schema::line(rttlab::results::schema::RR, &result)?
+        );
     } else {
         output::print(&result, &format)?;
     }
@@ -469,14 +472,24 @@ impl Interim {
                     .unwrap_or_default()
                     .as_secs_f64();
                 let rate = delta as f64 / secs;
-                if json {
-                    println!(
-                        "{{\"interim\":{{\"transactions\":{delta},\"throughput_tps\":{rate:.2},\"interval_s\":{secs:.3},\"end_unix_s\":{end:.3}}}}}"
-                    );
+                let line = if json {
+                    format!(
+                        "{{\"schema\":\"{}\",\"interim\":{{\"transactions\":{delta},\"throughput_tps\":{rate:.2},\"interval_s\":{secs:.3},\"end_unix_s\":{end:.3}}}}}",
+                        rttlab::results::schema::RR_INTERIM
+                    )
                 } else {
-                    println!(
+                    format!(
                         "Interim result: {rate:7.2} Trans/s over {secs:.3} seconds ending at {end:.3}"
-                    );
+                    )
+                };
+                // A closed stdout ends the interim lines; the run's own output reports it.
+                if std::io::Write::write_all(
+                    &mut std::io::stdout().lock(),
+                    format!("{line}\n").as_bytes(),
+                )
+                .is_err()
+                {
+                    break;
                 }
                 last = (now, n);
             }
@@ -499,7 +512,7 @@ impl Drop for Interim {
 }
 
 /// netperf's `-c`/`-C` in words, before the result's tables.
-fn cpu_lines(r: &rttlab::probe::rr::RrResult, local: bool, remote: bool) {
+fn cpu_lines(r: &rttlab::probe::rr::RrResult, local: bool, remote: bool) -> anyhow::Result<()> {
     for (show, name, cpu) in [
         (local, "client", r.local_cpu),
         (remote, "server", r.remote_cpu),
@@ -508,11 +521,14 @@ fn cpu_lines(r: &rttlab::probe::rr::RrResult, local: bool, remote: bool) {
             continue;
         }
         match cpu {
-            Some(c) => println!(
+            Some(c) => outln!(
                 "{name} machine CPU: {:.1} % of {} CPUs, service demand {:.2} µs/transaction",
-                c.util_percent, c.cpus, c.service_demand_us
+                c.util_percent,
+                c.cpus,
+                c.service_demand_us
             ),
-            None => println!("{name} machine CPU: not measured"),
+            None => outln!("{name} machine CPU: not measured"),
         }
     }
+    Ok(())
 }

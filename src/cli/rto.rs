@@ -5,7 +5,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::kernel::hz;
 use rttlab::model::rto::{self, DropAt, Flavour, RtoModel};
-use rttlab::report::rto::{Cell, Grid};
+use rttlab::report::rto::{Cell, DelackMax, Grid};
 use std::time::Duration;
 
 #[derive(Args, Debug)]
@@ -168,12 +168,14 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
     let default_events = rto::timeline(&default_model, horizon);
     let mut grid = Grid {
         models: Vec::new(),
-        delack_max_us: Vec::new(),
+        delack_max: Vec::new(),
         cells: Vec::new(),
     };
     for &r in &m.rto_min {
-        grid.delack_max_us
-            .push((r.as_secs_f64() * 1e3, rto::delack_max_us(r, hz)));
+        grid.delack_max.push(DelackMax {
+            rto_min_ms: r.as_secs_f64() * 1e3,
+            delack_max_us: rto::delack_max_us(r, hz),
+        });
         for &thin in thins {
             let md = model(r, thin);
             let ev = rto::timeline(&md, horizon);
@@ -201,9 +203,12 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
         }
     }
     if m.json {
-        println!("{}", serde_json::to_string_pretty(&grid)?);
+        outln!(
+            "{}",
+            rttlab::results::schema::pretty(rttlab::results::schema::RTO_MODEL, &grid)?
+        );
     } else if m.csv {
-        print!("{}", grid.csv(m.improvement));
+        out!("{}", grid.csv(m.improvement));
     } else {
         let model = match flavour {
             Flavour::Simple => "simple (seed 001's theory: no TLP, no jiffies)".to_owned(),
@@ -217,7 +222,7 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
                 if m.no_tlp { "off" } else { "on" }
             ),
         };
-        println!(
+        outln!(
             "TCP idle duration (ms) vs disruption; model {model}{}",
             if m.improvement {
                 "; improvement = default (thick, 200 ms) − cell, positive is better"
@@ -225,7 +230,7 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
                 ""
             }
         );
-        print!("{}", grid.table(m.improvement));
+        out!("{}", grid.table(m.improvement));
     }
     Ok(())
 }

@@ -265,28 +265,28 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             if dry_run {
                 let pin = at.pin_dir.display();
                 if !s.is_attached() {
-                    println!(
+                    outln!(
                         "bpftool prog load bpf/syn_rto.bpf.o {pin}/prog type sockops pinmaps {pin}"
                     );
-                    println!(
+                    outln!(
                         "bpftool cgroup attach {} sock_ops pinned {pin}/prog multi",
                         at.cgroup()?.display()
                     );
                 }
-                println!("{}", syn_rto::bpftool_update(&at.pin_dir, ip, len, t));
+                outln!("{}", syn_rto::bpftool_update(&at.pin_dir, ip, len, t));
                 return Ok(());
             }
             if !s.is_attached() {
                 let cg = at.cgroup()?;
                 tuning::attach_syn_rto(j, &s, &cg)?;
-                println!(
+                outln!(
                     "attached the sock_ops program to {} (pinned at {})",
                     cg.display(),
                     at.pin_dir.display()
                 );
             }
             s.add(ip, len, t)?;
-            println!(
+            outln!(
                 "{ip}/{len}: SYN RTO {} jiffies ({} ms at HZ {hz}){}{}",
                 t.syn_rto_jiffies,
                 u64::from(t.syn_rto_jiffies) * 1000 / u64::from(hz),
@@ -308,13 +308,13 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             at,
         } => {
             syn_rto::SynRto::at(&at.pin_dir).del(ip, len)?;
-            println!("removed {ip}/{len}");
+            outln!("removed {ip}/{len}");
             Ok(())
         }
         SynRtoAction::List { at } => {
             let s = syn_rto::SynRto::at(&at.pin_dir);
             if !s.is_attached() {
-                println!("not attached (nothing pinned at {})", at.pin_dir.display());
+                outln!("not attached (nothing pinned at {})", at.pin_dir.display());
                 return Ok(());
             }
             let hz = hz::detect_here()?;
@@ -341,7 +341,7 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
                     dash(v.delack_max_us),
                 ]);
             }
-            print!("{}", t.render());
+            out!("{}", t.render());
             Ok(())
         }
         SynRtoAction::Detach { at } => {
@@ -350,13 +350,13 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             let was = s.is_attached();
             tuning::detach_syn_rto(j, &s, &cg)?;
             if was {
-                println!(
+                outln!(
                     "detached from {} and unpinned {}",
                     cg.display(),
                     at.pin_dir.display()
                 );
             } else {
-                println!("not attached (nothing pinned at {})", at.pin_dir.display());
+                outln!("not attached (nothing pinned at {})", at.pin_dir.display());
             }
             Ok(())
         }
@@ -412,7 +412,7 @@ pub fn run(a: TuneArgs) -> anyhow::Result<()> {
         Knob::Revert { all: _, dry_run } => {
             if dry_run {
                 for e in j.all_entries()?.iter().rev() {
-                    println!("{}", e.change.revert_command());
+                    outln!("{}", e.change.revert_command());
                 }
                 return Ok(());
             }
@@ -428,7 +428,7 @@ fn revert(
 ) -> anyhow::Result<()> {
     if dry_run {
         for c in j.entries()?.iter().rev().filter(|c| which(c)) {
-            println!("{}", c.revert_command());
+            outln!("{}", c.revert_command());
         }
         return Ok(());
     }
@@ -439,9 +439,9 @@ fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     let mut failed = 0;
     for (c, r) in done {
         match r {
-            Ok(()) => println!("reverted: {}", c.revert_command()),
+            Ok(()) => outln!("reverted: {}", c.revert_command()),
             Err(e) if e.contains("not found") => {
-                println!("gone with its namespace: {}", c.revert_command())
+                outln!("gone with its namespace: {}", c.revert_command())
             }
             Err(e) => {
                 failed += 1;
@@ -468,7 +468,7 @@ fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
     })??;
     let (rto_min, _) = hz::rto_min_us(netns)?;
     let hz = netns::run_in(netns, || hz::detect(rto_min))?.ok();
-    println!(
+    outln!(
         "a new connection to {addr} has rto {:.1} ms (srtt {} µs){}",
         f64::from(info.rto_us) / 1e3,
         info.rtt_us,
@@ -489,20 +489,20 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             let ns = netns.as_deref();
             let (us, has) = hz::rto_min_us(ns)?;
             if has {
-                println!(
+                outln!(
                     "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",
                     us as f64 / 1e3
                 );
             } else {
-                println!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
+                outln!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
             }
             let routes = route::list(ns)?;
             let with: Vec<_> = routes.iter().filter(|r| r.rto_min_ms().is_some()).collect();
             if with.is_empty() {
-                println!("no route sets rto_min");
+                outln!("no route sets rto_min");
             }
             for r in with {
-                println!(
+                outln!(
                     "route {} dev {}: rto_min {} ms{}",
                     r.prefix(),
                     r.dev.as_deref().unwrap_or("?"),
@@ -548,11 +548,11 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     )?,
                 };
                 if at.dry_run {
-                    println!("{}", r.ip_command(ns, Some(ms)));
+                    outln!("{}", r.ip_command(ns, Some(ms)));
                     return Ok(());
                 }
                 let prev = tuning::set_route_rto_min(j, ns, &r, Some(ms))?;
-                println!(
+                outln!(
                     "route {}: rto_min {} → {ms} ms (locked)",
                     r.prefix(),
                     prev.map_or("unset".into(), |p| format!(
@@ -571,7 +571,7 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             } else {
                 let us = value.as_micros().to_string();
                 if at.dry_run {
-                    println!("{}", sysctl_command(ns, RTO_MIN_US, &us));
+                    outln!("{}", sysctl_command(ns, RTO_MIN_US, &us));
                     return Ok(());
                 }
                 let prev = tuning::set_sysctl(j, ns, RTO_MIN_US, &us).map_err(|e| match e {
@@ -580,7 +580,7 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     ),
                     other => other.into(),
                 })?;
-                println!("{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)");
+                outln!("{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)");
             }
             if let Some(t) = target {
                 probe(ns, &t)?;
@@ -607,7 +607,7 @@ fn thin(j: &Journal, action: ThinAction) -> anyhow::Result<()> {
     match action {
         ThinAction::Show { netns } => {
             let v = sysctl::read(netns.as_deref(), THIN)?;
-            println!(
+            outln!(
                 "{THIN} = {v} ({})",
                 if v == "1" {
                     "on: thin streams back off linearly for 6 RTOs"
@@ -623,11 +623,11 @@ fn thin(j: &Journal, action: ThinAction) -> anyhow::Result<()> {
                 OnOff::Off => "0",
             };
             if at.dry_run {
-                println!("{}", sysctl_command(at.netns.as_deref(), THIN, v));
+                outln!("{}", sysctl_command(at.netns.as_deref(), THIN, v));
                 return Ok(());
             }
             let prev = tuning::set_sysctl(j, at.netns.as_deref(), THIN, v)?;
-            println!("{THIN}: {prev} → {v}");
+            outln!("{THIN}: {prev} → {v}");
             Ok(())
         }
         ThinAction::Revert { at } => {

@@ -210,7 +210,7 @@ pub fn measure(
             .flat_map(|r| r.tcpinfo_series.iter().map(|t| t.info.rtt_us)),
     );
     layers.push(Layer::from_histogram(
-        "tcp_info client",
+        "tcp_info_client",
         "srtt, sampled every 10 ms",
         &client_srtt,
     ));
@@ -227,7 +227,7 @@ pub fn measure(
         ),
     };
     layers.push(Layer::from_histogram(
-        "tcp_info server",
+        "tcp_info_server",
         if server_ns.is_some() {
             "srtt, sampled every 10 ms"
         } else {
@@ -237,12 +237,12 @@ pub fn measure(
     ));
     for (name, what, h) in [
         (
-            "passive ts",
+            "passive_ts",
             "TSval → echo, capture → server → capture",
             pas.as_ref().map(|p| &p.sink.ts_net),
         ),
         (
-            "passive seq",
+            "passive_seq",
             "data → covering ACK, capture → server → capture",
             pas.as_ref().map(|p| &p.sink.seq_net),
         ),
@@ -287,13 +287,15 @@ fn srtt_histogram(rtt_us: impl Iterator<Item = u32>) -> LatencyHistogram {
 fn metric_layer(metric: Option<&Period>) -> Layer {
     let us = |ms: Option<f64>| ms.map(|v| v * 1e3);
     Layer {
-        name: "sampled metric".into(),
+        name: "sampled_metric".into(),
         what: "1-in-N seq/ACK, bucketed 0-1-2-4… ms, interpolated".into(),
         samples: metric.map_or(0, |p| p.samples),
         min_us: None,
-        p50_us: us(metric.and_then(|p| p.median_ms)),
-        p90_us: us(metric.and_then(|p| p.p90_ms)),
-        p99_us: us(metric.and_then(|p| p.p99_ms)),
+        percentiles_us: crate::results::compare::LayerPercentiles {
+            p50: us(metric.and_then(|p| p.median_ms)),
+            p90: us(metric.and_then(|p| p.p90_ms)),
+            p99: us(metric.and_then(|p| p.p99_ms)),
+        },
         max_us: None,
         mean_us: None,
         histogram: None,
@@ -321,15 +323,15 @@ fn p50(r: &CompareResult, name: &str) -> Option<f64> {
     r.layers
         .iter()
         .find(|l| l.name == name)
-        .and_then(|l| l.p50_us)
+        .and_then(|l| l.percentiles_us.p50)
 }
 
 /// The gaps the data supports, each with the numbers it rests on.
 pub fn explain(r: &CompareResult) -> Vec<String> {
     let mut out = Vec::new();
     let (icmp, tcp, udp) = (p50(r, "icmp"), p50(r, "tcp_rr"), p50(r, "udp_rr"));
-    let (seq, ts) = (p50(r, "passive seq"), p50(r, "passive ts"));
-    let (cli, srv) = (p50(r, "tcp_info client"), p50(r, "tcp_info server"));
+    let (seq, ts) = (p50(r, "passive_seq"), p50(r, "passive_ts"));
+    let (cli, srv) = (p50(r, "tcp_info_client"), p50(r, "tcp_info_server"));
     if let (Some(i), Some(t)) = (icmp, tcp) {
         let wire = seq.unwrap_or(i);
         out.push(format!(
@@ -361,7 +363,7 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
             r.passive_local_samples
         ));
     }
-    let metric = p50(r, "sampled metric");
+    let metric = p50(r, "sampled_metric");
     if let (Some(m), Some(sq)) = (metric, seq) {
         if m > sq * 1.5 && sq < 1000.0 {
             out.push(format!(
@@ -456,7 +458,7 @@ impl Experiment for Compare {
             r.trial + 1,
             p50("icmp"),
             p50("tcp_rr"),
-            p50("passive seq")
+            p50("passive_seq")
         )
     }
 

@@ -39,13 +39,16 @@ pub enum DropAt {
 #[derive(Clone, Debug, Serialize)]
 pub struct RtoModel {
     pub flavour: Flavour,
+    #[serde(rename = "rto_min_s", with = "crate::stats::units::seconds")]
     pub rto_min: Duration,
     pub thin: bool,
     pub hz: u32,
     /// Smoothed RTT before the loss (µs RTTs make it irrelevant, as in the seed).
+    #[serde(rename = "srtt_s", with = "crate::stats::units::seconds")]
     pub srtt: Duration,
     pub tlp: bool,
     /// The kernel's RTO cap (`tcp_rto_max`, 120 s by default).
+    #[serde(rename = "rto_max_s", with = "crate::stats::units::seconds")]
     pub rto_max: Duration,
     pub drop_at: DropAt,
 }
@@ -66,9 +69,9 @@ impl RtoModel {
     }
 }
 
-/// What sends a packet.
+/// What sends a packet; in JSON `"kind": "tlp"` or `"kind": "rto", "n": 2`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", tag = "kind", content = "n")]
 pub enum EventKind {
     /// Tail loss probe (`tcp_send_loss_probe`).
     Tlp,
@@ -81,6 +84,7 @@ pub enum EventKind {
 /// One (re)transmission: when, in µs after the lost transmission, as a range.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Event {
+    #[serde(flatten)]
     pub kind: EventKind,
     pub lo_us: f64,
     pub hi_us: f64,

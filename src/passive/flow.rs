@@ -41,6 +41,12 @@ impl Endpoint {
     pub fn ip(&self) -> IpAddr {
         Ipv6Addr::from(self.addr).to_canonical()
     }
+
+    /// `v4:port` or `[v6]:port`: unambiguous, as rttlab's tables and JSON print
+    /// endpoints (`Display` is pping's bracketless form, for pping's formats only).
+    pub fn socket_addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::new(self.ip(), self.port)
+    }
 }
 
 impl std::fmt::Display for Endpoint {

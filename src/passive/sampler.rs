@@ -40,8 +40,11 @@ pub const BOUNDS_MS: [u64; 17] = [
     1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
 ];
 
-/// One period of the metric.
+/// One period of the metric. In JSON its percentiles are an object
+/// (`"metric_ms": {"p50": …, "p90": …, "p99": …}`, `"exact_p50_ms"`); results written
+/// by rttlab 0.1 with flat `median_ms`, `p90_ms`, `p99_ms`, `exact_median_ms` still read.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(into = "PeriodJson", from = "PeriodForms")]
 pub struct Period {
     /// Capture time the period starts at, ns since the epoch.
     pub start_ns: u64,
@@ -58,6 +61,89 @@ pub struct Period {
     /// The exact median of the same samples (to 2 significant digits), in ms: what the
     /// buckets hide.
     pub exact_median_ms: Option<f64>,
+}
+
+/// The metric's interpolated percentiles, ms.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+struct MetricMs {
+    p50: Option<f64>,
+    p90: Option<f64>,
+    p99: Option<f64>,
+}
+
+/// [`Period`] as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PeriodJson {
+    start_ns: u64,
+    sampled_packets: u64,
+    samples: u64,
+    buckets: Vec<u64>,
+    metric_ms: MetricMs,
+    exact_p50_ms: Option<f64>,
+}
+
+/// [`Period`] as rttlab 0.1 wrote it.
+#[derive(serde::Deserialize)]
+struct PeriodFlat {
+    start_ns: u64,
+    sampled_packets: u64,
+    samples: u64,
+    buckets: Vec<u64>,
+    median_ms: Option<f64>,
+    p90_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    exact_median_ms: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum PeriodForms {
+    Json(PeriodJson),
+    Flat(PeriodFlat),
+}
+
+impl From<Period> for PeriodJson {
+    fn from(p: Period) -> Self {
+        Self {
+            start_ns: p.start_ns,
+            sampled_packets: p.sampled_packets,
+            samples: p.samples,
+            buckets: p.buckets,
+            metric_ms: MetricMs {
+                p50: p.median_ms,
+                p90: p.p90_ms,
+                p99: p.p99_ms,
+            },
+            exact_p50_ms: p.exact_median_ms,
+        }
+    }
+}
+
+impl From<PeriodForms> for Period {
+    fn from(f: PeriodForms) -> Self {
+        match f {
+            PeriodForms::Json(j) => Self {
+                start_ns: j.start_ns,
+                sampled_packets: j.sampled_packets,
+                samples: j.samples,
+                buckets: j.buckets,
+                median_ms: j.metric_ms.p50,
+                p90_ms: j.metric_ms.p90,
+                p99_ms: j.metric_ms.p99,
+                exact_median_ms: j.exact_p50_ms,
+            },
+            PeriodForms::Flat(o) => Self {
+                start_ns: o.start_ns,
+                sampled_packets: o.sampled_packets,
+                samples: o.samples,
+                buckets: o.buckets,
+                median_ms: o.median_ms,
+                p90_ms: o.p90_ms,
+                p99_ms: o.p99_ms,
+                exact_median_ms: o.exact_median_ms,
+            },
+        }
+    }
 }
 
 /// The period being filled. Its exact RTTs go to a 2-significant-digit histogram in

@@ -80,8 +80,8 @@ impl Acc {
 
     fn rtt(&mut self, host: Endpoint, peer: Endpoint, method: Method) -> FlowRtt {
         FlowRtt {
-            host: host.to_string(),
-            peer: peer.to_string(),
+            host: host.socket_addr().to_string(),
+            peer: peer.socket_addr().to_string(),
             method,
             place: self.place,
             samples: self.count,

@@ -19,9 +19,9 @@ pub fn render(r: &CompareResult) -> String {
             l.name.to_string(),
             l.samples.to_string(),
             f(l.min_us),
-            f(l.p50_us),
-            f(l.p90_us),
-            f(l.p99_us),
+            f(l.percentiles_us.p50),
+            f(l.percentiles_us.p90),
+            f(l.percentiles_us.p99),
             f(l.max_us),
             f(l.mean_us),
             l.what.to_string(),
@@ -124,9 +124,9 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
                 l.name.clone(),
                 l.samples.to_string(),
                 f(l.min_us),
-                f(l.p50_us),
-                f(l.p90_us),
-                f(l.p99_us),
+                f(l.percentiles_us.p50),
+                f(l.percentiles_us.p90),
+                f(l.percentiles_us.p99),
                 f(l.max_us),
                 f(l.mean_us),
                 l.what.clone(),
@@ -180,12 +180,12 @@ pub fn write(dir: &Path) -> Result<String, ResultsError> {
     let text = std::fs::read_to_string(&cp).map_err(results::io(&cp))?;
     let mut r: CompareResult = serde_json::from_str(&text).map_err(results::json(&cp))?;
     for l in &mut r.layers {
-        if l.name == "sampled metric" {
+        if l.name == "sampled_metric" {
             continue;
         }
         let h = results::read_histogram(dir, &l.histogram_file(r.trial))?;
         let again = Layer::from_histogram(&l.name, &l.what, &h);
-        if again.samples != l.samples || again.p50_us != l.p50_us {
+        if again.samples != l.samples || again.percentiles_us.p50 != l.percentiles_us.p50 {
             return Err(results::invalid(
                 &dir.join(l.histogram_file(r.trial)),
                 format!("holds other samples than compare.json's {} row", l.name),
@@ -213,7 +213,8 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
         .min_by_key(|r| r.trial)
         .ok_or_else(|| results::invalid(&dir.join("trials.jsonl"), "no trial recorded"))?;
     let cp = dir.join("compare.json");
-    let json = serde_json::to_string_pretty(first).map_err(results::json(&cp))?;
+    let json =
+        results::schema::pretty(results::schema::COMPARE, first).map_err(results::json(&cp))?;
     results::write_file(dir, "compare.json", &json)?;
     let mut text = write(dir)?;
     let mut sorted: Vec<&CompareResult> = records.iter().collect();
@@ -237,7 +238,10 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
                     })
                     .collect()
             };
-            (n.clone(), vec![of(|l| l.p50_us), of(|l| l.p99_us)])
+            (
+                n.clone(),
+                vec![of(|l| l.percentiles_us.p50), of(|l| l.percentiles_us.p99)],
+            )
         })
         .collect();
     let across = super::trials::across(

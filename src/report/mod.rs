@@ -39,6 +39,8 @@ pub enum OutputFormat {
 
 /// A result that can be printed in every format.
 pub trait Report: Serialize + Selectable {
+    /// The name of its JSON document (`crate::results::schema`).
+    const SCHEMA: &'static str;
     /// Tables for people.
     fn human(&self, histogram: bool) -> String;
 }
@@ -50,7 +52,7 @@ pub trait Report: Serialize + Selectable {
 pub fn render<R: Report>(r: &R, format: &OutputFormat) -> Result<String, SelectorError> {
     match format {
         OutputFormat::Human { histogram } => Ok(r.human(*histogram)),
-        OutputFormat::Json => Ok(serde_json::to_string_pretty(r)
+        OutputFormat::Json => Ok(crate::results::schema::pretty(R::SCHEMA, r)
             .unwrap_or_else(|e| format!("{{\"error\":\"{}\"}}", crate::error_chain(&e)))
             + "\n"),
         OutputFormat::Csv => selectors::render_lines(r, &R::all_selectors()),

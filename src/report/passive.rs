@@ -2,9 +2,12 @@
 //! summary, the sampled metric's periods, and the counters.
 
 use super::table::{write_aligned, Table};
-use crate::passive::sampler::Period;
+use crate::passive::sampler::{Period, BOUNDS_MS};
 use crate::passive::summary::{FlowRtt, Interval, Row, Total};
 use crate::passive::{Counters, Method, Place, Sample};
+use crate::results::schema;
+use crate::stats::{LatencyHistogram, LogLinear};
+use serde::Serialize;
 use std::io::{self, Write};
 
 /// pping's way of printing a duration in seconds: 3 significant digits with an SI
@@ -103,13 +106,14 @@ impl<W: Write> LineWriter<W> {
             LineFormat::Json => {
                 writeln!(
                     self.out,
-                    "{{\"ts_ns\":{},\"rtt_us\":{:.3},\"min_us\":{:.3},\"method\":\"{}\",\"host\":\"{}\",\"peer\":\"{}\",\"place\":\"{}\"}}",
+                    "{{\"schema\":\"{}\",\"ts_ns\":{},\"rtt_us\":{:.3},\"min_us\":{:.3},\"method\":\"{}\",\"host\":\"{}\",\"peer\":\"{}\",\"place\":\"{}\"}}",
+                    schema::PASSIVE_SAMPLE,
                     s.ts_ns,
                     s.rtt_ns as f64 / 1e3,
                     s.min_ns as f64 / 1e3,
                     s.method.name(),
-                    s.host,
-                    s.peer,
+                    s.host.socket_addr(),
+                    s.peer.socket_addr(),
                     place_name(s.place),
                 )?;
                 return Ok(());
@@ -236,17 +240,191 @@ fn rtt_cells(r: &FlowRtt) -> [String; 10] {
     ]
 }
 
+/// P50, P90 and P99 as one JSON object (`crate::results::schema`'s convention).
+#[derive(Serialize)]
+struct Percentiles<T> {
+    p50: T,
+    p90: T,
+    p99: T,
+}
+
+/// A flow direction's RTT statistics in JSON (`FlowRtt` with its percentiles as an
+/// object).
+#[derive(Serialize)]
+struct FlowRttJson<'a> {
+    host: &'a str,
+    peer: &'a str,
+    method: &'static str,
+    place: &'static str,
+    samples: u64,
+    min_us: f64,
+    mean_us: f64,
+    max_us: f64,
+    percentiles_us: Percentiles<f64>,
+}
+
+impl<'a> From<&'a FlowRtt> for FlowRttJson<'a> {
+    fn from(r: &'a FlowRtt) -> Self {
+        Self {
+            host: &r.host,
+            peer: &r.peer,
+            method: r.method.name(),
+            place: place_name(r.place),
+            samples: r.samples,
+            min_us: r.min_us,
+            mean_us: r.mean_us,
+            max_us: r.max_us,
+            percentiles_us: Percentiles {
+                p50: r.p50_us,
+                p90: r.p90_us,
+                p99: r.p99_us,
+            },
+        }
+    }
+}
+
 /// One finished interval as JSON lines, one per row, each with its interval.
 pub fn interval_json(iv: &Interval) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        interval_start_ns: u64,
+        interval_end_ns: u64,
+        #[serde(flatten)]
+        rtt: FlowRttJson<'a>,
+    }
     iv.rows
         .iter()
         .map(|r| {
-            let mut v = serde_json::to_value(r).unwrap_or_default();
-            v["interval_start_ns"] = iv.start_ns.into();
-            v["interval_end_ns"] = iv.end_ns.into();
-            v.to_string() + "\n"
+            let line = Line {
+                interval_start_ns: iv.start_ns,
+                interval_end_ns: iv.end_ns,
+                rtt: r.into(),
+            };
+            schema::line(schema::PASSIVE_INTERVAL, &line).unwrap_or_default() + "\n"
         })
         .collect()
+}
+
+/// The per-flow summary and the totals as one JSON line.
+///
+/// # Errors
+/// The writer's.
+pub fn summary_json(out: &mut impl Write, rows: &[Row], totals: &[Total]) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Flow<'a> {
+        #[serde(flatten)]
+        rtt: FlowRttJson<'a>,
+        retransmissions: u64,
+        spurious_retransmissions: u64,
+        out_of_order: u64,
+    }
+    #[derive(Serialize)]
+    struct TotalJson {
+        method: &'static str,
+        place: &'static str,
+        samples: u64,
+        min_us: Option<f64>,
+        max_us: Option<f64>,
+        percentiles_us: Option<Percentiles<f64>>,
+    }
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        flows: Vec<Flow<'a>>,
+        totals: Vec<TotalJson>,
+    }
+    let doc = Doc {
+        flows: rows
+            .iter()
+            .map(|r| Flow {
+                rtt: (&r.rtt).into(),
+                retransmissions: r.retransmissions,
+                spurious_retransmissions: r.spurious_retransmissions,
+                out_of_order: r.out_of_order,
+            })
+            .collect(),
+        totals: totals
+            .iter()
+            .map(|t| TotalJson {
+                method: t.method.name(),
+                place: place_name(t.place),
+                samples: t.samples,
+                min_us: t.min_us,
+                max_us: t.max_us,
+                percentiles_us: match (t.p50_us, t.p90_us, t.p99_us) {
+                    (Some(p50), Some(p90), Some(p99)) => Some(Percentiles { p50, p90, p99 }),
+                    _ => None,
+                },
+            })
+            .collect(),
+    };
+    serde_json::to_writer(
+        &mut *out,
+        &schema::Tagged {
+            schema: schema::PASSIVE_SUMMARY,
+            body: &doc,
+        },
+    )?;
+    out.write_all(b"\n")
+}
+
+/// One method's histogram at one place as a JSON line: netperf's log-linear buckets
+/// (ten a decade, 1 µs to 100 s) that hold samples, each with its bounds.
+pub fn histogram_json(method: Method, place: Place, h: &LatencyHistogram) -> String {
+    #[derive(Serialize)]
+    struct Bucket {
+        from_us: f64,
+        to_us: f64,
+        count: u64,
+    }
+    #[derive(Serialize)]
+    struct Doc {
+        method: &'static str,
+        place: &'static str,
+        samples: u64,
+        buckets: Vec<Bucket>,
+        above_100s: u64,
+    }
+    let ll = LogLinear::from_histogram(h);
+    let buckets = ll
+        .rows
+        .iter()
+        .flat_map(|row| {
+            row.counts
+                .iter()
+                .enumerate()
+                .map(move |(i, &count)| Bucket {
+                    from_us: (i as u64 * row.unit_ns) as f64 / 1e3,
+                    to_us: ((i as u64 + 1) * row.unit_ns) as f64 / 1e3,
+                    count,
+                })
+        })
+        .filter(|b| b.count > 0)
+        .collect();
+    let doc = Doc {
+        method: method.name(),
+        place: place_name(place),
+        samples: ll.total,
+        buckets,
+        above_100s: ll.above_100s,
+    };
+    schema::line(schema::PASSIVE_HISTOGRAM, &doc).unwrap_or_default()
+}
+
+/// The sampled metric's periods as one JSON line.
+pub fn sampler_json(periods: &[Period], one_in: u32) -> String {
+    #[derive(Serialize)]
+    struct Doc<'a> {
+        one_in: u32,
+        /// `buckets` of each period: one per bound, then one above them all.
+        bucket_upper_bounds_ms: &'static [u64],
+        periods: &'a [Period],
+    }
+    let doc = Doc {
+        one_in,
+        bucket_upper_bounds_ms: &BOUNDS_MS,
+        periods,
+    };
+    schema::line(schema::PASSIVE_SAMPLER, &doc).unwrap_or_default()
 }
 
 /// The per-flow summary and the totals, as tables, written row by row (a capture of

@@ -8,6 +8,8 @@ use crate::stats::LogLinear;
 use std::fmt::Write as _;
 
 impl Report for PingResult {
+    const SCHEMA: &'static str = crate::results::schema::PING;
+
     fn human(&self, histogram: bool) -> String {
         let s = &self.settings;
         let mut out = String::new();

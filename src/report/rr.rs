@@ -94,6 +94,8 @@ fn confidence(out: &mut String, c: &crate::probe::rr::Confidence) {
 }
 
 impl Report for RrResult {
+    const SCHEMA: &'static str = crate::results::schema::RR;
+
     fn human(&self, histogram: bool) -> String {
         let s = &self.settings;
         let mut out = String::new();

@@ -25,8 +25,16 @@ pub struct Cell {
 #[derive(Clone, Debug, Serialize)]
 pub struct Grid {
     pub models: Vec<RtoModel>,
-    pub delack_max_us: Vec<(f64, u64)>,
+    /// The delayed-ACK ceiling each rto_min implies (`tcp_delack_max`).
+    pub delack_max: Vec<DelackMax>,
     pub cells: Vec<Cell>,
+}
+
+/// The delayed-ACK ceiling at one rto_min.
+#[derive(Clone, Debug, Serialize)]
+pub struct DelackMax {
+    pub rto_min_ms: f64,
+    pub delack_max_us: u64,
 }
 
 fn ms(v: f64) -> String {

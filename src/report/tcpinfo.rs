@@ -44,16 +44,18 @@ pub fn csv_line(t: Option<Duration>, e: &SockEntry) -> String {
     cols.join(",") + "\n"
 }
 
-/// One JSON object per line: the entry's fields, with `t_ms` first in a series.
+/// One JSON object per line: the schema, `t_ms` in a series, the entry's fields.
 pub fn json_line(t: Option<Duration>, e: &SockEntry) -> String {
     #[derive(serde::Serialize)]
     struct Line<'a> {
+        schema: &'static str,
         #[serde(skip_serializing_if = "Option::is_none")]
         t_ms: Option<f64>,
         #[serde(flatten)]
         entry: &'a SockEntry,
     }
     let mut s = serde_json::to_string(&Line {
+        schema: crate::results::schema::TCPINFO,
         t_ms: t.map(|t| t.as_secs_f64() * 1e3),
         entry: e,
     })

@@ -13,9 +13,24 @@ pub struct CompareSettings {
     /// `rttlab serve` on the far host; `None`: a lab built for the run.
     pub server: Option<SocketAddr>,
     /// The lab's round-trip delay (split evenly between the two directions).
+    #[serde(
+        rename = "lab_rtt_s",
+        alias = "lab_rtt",
+        with = "crate::stats::units::seconds"
+    )]
     pub lab_rtt: Duration,
     /// Wait between a response and the next request (and between pings).
+    #[serde(
+        rename = "interval_s",
+        alias = "interval",
+        with = "crate::stats::units::seconds"
+    )]
     pub interval: Duration,
+    #[serde(
+        rename = "duration_s",
+        alias = "duration",
+        with = "crate::stats::units::seconds"
+    )]
     pub duration: Duration,
     /// The TCP_RR data port (fixed so the capture and sock_diag find the connection).
     pub data_port: u16,
@@ -56,6 +71,14 @@ impl Default for CompareSettings {
     }
 }
 
+/// A layer's P50, P90 and P99 in µs (`None` without samples).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LayerPercentiles {
+    pub p50: Option<f64>,
+    pub p90: Option<f64>,
+    pub p99: Option<f64>,
+}
+
 /// One layer's numbers, µs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layer {
@@ -64,11 +87,9 @@ pub struct Layer {
     pub what: String,
     pub samples: u64,
     pub min_us: Option<f64>,
-    pub p50_us: Option<f64>,
-    pub p90_us: Option<f64>,
-    pub p99_us: Option<f64>,
     pub max_us: Option<f64>,
     pub mean_us: Option<f64>,
+    pub percentiles_us: LayerPercentiles,
     /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
     #[serde(skip)]
     pub histogram: Option<LatencyHistogram>,
@@ -83,11 +104,13 @@ impl Layer {
             what: what.into(),
             samples: h.count(),
             min_us: us(h.min_ns()),
-            p50_us: us(h.quantile_ns(0.5)),
-            p90_us: us(h.quantile_ns(0.9)),
-            p99_us: us(h.quantile_ns(0.99)),
             max_us: us(h.max_ns()),
             mean_us: h.mean_ns().map(|v| v / 1e3),
+            percentiles_us: LayerPercentiles {
+                p50: us(h.quantile_ns(0.5)),
+                p90: us(h.quantile_ns(0.9)),
+                p99: us(h.quantile_ns(0.99)),
+            },
             histogram: Some(h.clone()),
         }
     }

@@ -17,6 +17,7 @@ pub mod blackout;
 pub mod compare;
 pub mod passive_active;
 pub mod resreq;
+pub mod schema;
 pub mod sweep;
 pub mod synrto;
 

@@ -10,6 +10,7 @@ mod histogram;
 mod loglinear;
 mod median_ci;
 mod summary;
+pub mod units;
 
 pub use hdr_log::{HdrLogWriter, IntervalRecorder};
 pub use histogram::{LatencyHistogram, MAX_TRACKABLE_NS};

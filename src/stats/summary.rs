@@ -60,8 +60,23 @@ pub struct Summary {
     pub max_us: Option<f64>,
     pub mean_us: Option<f64>,
     pub stddev_us: Option<f64>,
-    /// (percentile, value in µs) for each requested percentile.
+    /// (percentile, value in µs) for each requested percentile; in JSON an object
+    /// keyed by name (`{"p50": 78.1, "p999": 201.3}`), in the order asked for.
+    #[serde(serialize_with = "percentile_object")]
     pub percentiles_us: Vec<(Percentile, f64)>,
+}
+
+/// Percentiles as one JSON object, so `jq .rtt.percentiles_us.p99` reads one.
+fn percentile_object<S: serde::Serializer>(
+    v: &[(Percentile, f64)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(v.len()))?;
+    for (p, value) in v {
+        m.serialize_entry(p, value)?;
+    }
+    m.end()
 }
 
 fn us(ns: u64) -> f64 {

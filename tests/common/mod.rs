@@ -345,3 +345,60 @@ impl Drop for NetnsPair {
         }
     }
 }
+
+/// Validate `doc` against `docs/schema/<kind>.json`, its kind read from the document's
+/// own `"schema"` key (`rttlab.<kind>/<version>`); panics naming every violation.
+/// Witness: the committed JSON Schema files, read by the `jsonschema` crate.
+pub fn assert_schema(doc: &serde_json::Value) {
+    let name = doc["schema"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no \"schema\" key in {doc}"));
+    let kind = name
+        .strip_prefix("rttlab.")
+        .and_then(|r| r.split_once('/'))
+        .map(|(k, _)| k)
+        .unwrap_or_else(|| panic!("schema name {name:?} is not rttlab.<kind>/<version>"));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/schema");
+    let read = |f: &str| -> serde_json::Value {
+        let p = dir.join(f);
+        serde_json::from_slice(
+            &std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+    // Every file, by its own $id, so that one schema may refer to another's $defs.
+    let mut builder = jsonschema::Registry::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let f = entry.unwrap().file_name().into_string().unwrap();
+        let s = read(&f);
+        let id = s["$id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{f} has no $id"))
+            .to_owned();
+        builder = builder.add(id, s).unwrap();
+    }
+    let registry = builder.prepare().unwrap();
+    let schema = read(&format!("{kind}.json"));
+    let validator = jsonschema::options()
+        .with_registry(&registry)
+        .should_validate_formats(true)
+        .build(&schema)
+        .unwrap_or_else(|e| panic!("{kind}.json: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:#?}\nin {doc}");
+}
+
+/// Every line of `text` parsed as JSON and validated (`assert_schema`); returns them.
+pub fn assert_schema_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert_schema(&v);
+            v
+        })
+        .collect()
+}

@@ -71,7 +71,9 @@ pub struct RrResult {
     pub elapsed_s: f64,
     pub transactions: u64,
     pub throughput_tps: f64,
-    /// Round-trip time of each transaction (actual send → last byte of the response).
+    /// Round-trip time of each transaction (actual send → last byte of the response);
+    /// `rtt` in JSON, as every layer's round trip is.
+    #[serde(rename = "rtt")]
     pub latency: Summary,
     #[serde(skip)]
     pub histogram: LatencyHistogram,
@@ -124,5 +126,6 @@ pub struct Confidence {
     pub throughput_tps_mean: f64,
     /// Each iteration's transactions/s and mean round trip.
     pub throughput_tps: Vec<f64>,
+    #[serde(rename = "mean_rtt_us")]
     pub mean_latency_us: Vec<f64>,
 }

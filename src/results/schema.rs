@@ -1,0 +1,114 @@
+//! The names of rttlab's JSON documents and lines. Every JSON object rttlab prints
+//! carries `"schema": "rttlab.<kind>/<version>"` first, so a consumer reading a mixed
+//! stream (`passive --json --summary`, `rr -D --json`) knows each line's shape, and a
+//! version bump is visible. The JSON Schema of each kind is `docs/schema/<kind>.json`;
+//! `tests/json_schema.rs` validates every command's `--json` output against it.
+//!
+//! Conventions every kind follows: numbers carry their unit in the key (`rtt_us`,
+//! `elapsed_s`, `interval_us`), never `{"secs", "nanos"}`; percentiles are an object
+//! (`{"p50": …, "p999": …}`); endpoints are `"v4:port"` or `"[v6]:port"`; a round
+//! trip is `rtt`, whatever layer measured it.
+
+use serde::Serialize;
+
+/// `rttlab rr --json`.
+pub const RR: &str = "rttlab.rr/1";
+/// `rttlab rr -D … --json`: an interim line.
+pub const RR_INTERIM: &str = "rttlab.rr-interim/1";
+/// `rttlab ping --json`.
+pub const PING: &str = "rttlab.ping/1";
+/// `rttlab tcpinfo --json`: one line per socket (and sample time).
+pub const TCPINFO: &str = "rttlab.tcpinfo/1";
+/// `rttlab passive --json`: one line per RTT sample.
+pub const PASSIVE_SAMPLE: &str = "rttlab.passive-sample/1";
+/// `rttlab passive --json --summary-interval`: one line per interval.
+pub const PASSIVE_INTERVAL: &str = "rttlab.passive-interval/1";
+/// `rttlab passive --json --summary`: per-flow and total statistics.
+pub const PASSIVE_SUMMARY: &str = "rttlab.passive-summary/1";
+/// `rttlab passive --json --histogram`: one line per method and place.
+pub const PASSIVE_HISTOGRAM: &str = "rttlab.passive-histogram/1";
+/// `rttlab passive --json --sampler`: the sampled metric's periods.
+pub const PASSIVE_SAMPLER: &str = "rttlab.passive-sampler/1";
+/// `rttlab compare --json` (and `compare.json` in its results directory).
+pub const COMPARE: &str = "rttlab.compare/1";
+/// `rttlab rto model --json`.
+pub const RTO_MODEL: &str = "rttlab.rto-model/1";
+/// `rttlab lab list --json`: one line per lab.
+pub const LAB: &str = "rttlab.lab/1";
+
+/// Every kind printed on stdout, for the schema files' test.
+pub const ALL: [&str; 12] = [
+    RR,
+    RR_INTERIM,
+    PING,
+    TCPINFO,
+    PASSIVE_SAMPLE,
+    PASSIVE_INTERVAL,
+    PASSIVE_SUMMARY,
+    PASSIVE_HISTOGRAM,
+    PASSIVE_SAMPLER,
+    COMPARE,
+    RTO_MODEL,
+    LAB,
+];
+
+/// A value serialised with `"schema"` as its first key (the value must serialise as
+/// a JSON object).
+#[derive(Serialize)]
+pub struct Tagged<'a, T: Serialize + ?Sized> {
+    pub schema: &'static str,
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+/// `body` as one JSON line (no newline) tagged with `schema`.
+///
+/// # Errors
+/// `body` does not serialise as an object.
+pub fn line<T: Serialize + ?Sized>(schema: &'static str, body: &T) -> serde_json::Result<String> {
+    serde_json::to_string(&Tagged { schema, body })
+}
+
+/// `body` as an indented JSON document tagged with `schema`.
+///
+/// # Errors
+/// `body` does not serialise as an object.
+pub fn pretty<T: Serialize + ?Sized>(schema: &'static str, body: &T) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&Tagged { schema, body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tag comes first and the body's keys follow in their order. Witness: the
+    /// bytes serde_json writes for a literal.
+    #[test]
+    fn the_schema_key_comes_first() {
+        #[derive(Serialize)]
+        struct B {
+            z: u8,
+            a: &'static str,
+        }
+        let t = line(RR, &B { z: 1, a: "x" }).unwrap();
+        assert_eq!(t, r#"{"schema":"rttlab.rr/1","z":1,"a":"x"}"#);
+    }
+
+    /// Names follow `rttlab.<kind>/<version>` and are all different.
+    #[test]
+    fn names_are_distinct_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for n in ALL {
+            let (kind, version) = n
+                .strip_prefix("rttlab.")
+                .and_then(|r| r.split_once('/'))
+                .unwrap();
+            assert!(
+                kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{n}"
+            );
+            assert!(version.parse::<u32>().is_ok(), "{n}");
+            assert!(seen.insert(kind), "{n}");
+        }
+    }
+}
