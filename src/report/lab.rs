@@ -58,7 +58,7 @@ pub fn impairments(i: &Impairments) -> String {
 
 /// The hosts of a lab, for `lab up`.
 pub fn hosts(info: &LabInfo) -> String {
-    let mut t = Table::new(["host", "ipv4", "ipv6", "mac", "netns"]);
+    let mut t = Table::new(["HOST", "IPV4", "IPV6", "MAC", "NETNS"]);
     for h in info.all_hosts() {
         t.row([
             h.name.clone(),
@@ -96,16 +96,16 @@ pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
                 ));
                 out.push_str(&hosts(i));
                 let mut t = Table::new([
-                    "dir",
-                    "rx",
-                    "tx",
-                    "blackout",
-                    "loss",
-                    "queue",
-                    "overflow",
-                    "tx_err",
-                    "ring_drop",
-                    "max_backlog_B",
+                    "DIR",
+                    "RX",
+                    "TX",
+                    "BLACKOUT",
+                    "LOSS",
+                    "QUEUE",
+                    "OVERFLOW",
+                    "TX_ERR",
+                    "RING_DROP",
+                    "MAX_BACKLOG_B",
                 ]);
                 let mut dirs = vec![("a2b".to_string(), &s.a2b), ("b2a".to_string(), &s.b2a)];
                 if !s.links.is_empty() {

@@ -45,6 +45,14 @@ pub trait Report: Serialize + Selectable {
     fn human(&self, histogram: bool) -> String;
 }
 
+/// One set of round trips as rr's and ping's table: a row labelled `label` under
+/// `RTT SAMPLES MIN_us P50_us … MAX_us MEAN_us STDDEV_us`.
+pub fn summary_table(label: &str, s: &crate::stats::Summary) -> String {
+    let mut t = table::Table::new(rr::summary_header("RTT", s));
+    t.row(rr::summary_row(label, s));
+    t.render()
+}
+
 /// Render `r` in `format`.
 ///
 /// # Errors

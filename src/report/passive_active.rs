@@ -142,7 +142,7 @@ fn across_table(results: &[WithSamples]) -> String {
         "MEAN_CI_ms",
         "P50_ms",
         "P50_CI_ms",
-        "CI_COVERAGE_%",
+        "CI_COVERAGE_pct",
     ]);
     let ci = |c: &Option<MedianCi>| {
         c.filter(|c| c.n > 1)

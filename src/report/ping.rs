@@ -1,6 +1,5 @@
 //! How a ping result is shown.
 
-use super::rr::{summary_header, summary_row};
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
 use crate::probe::ping::{PingResult, ReplyEvent};
@@ -35,9 +34,7 @@ impl Report for PingResult {
             "{} sent, {} received, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s\n",
             self.sent, self.received, self.lost, self.duplicates, self.reordered, self.corrupted, self.elapsed_s
         );
-        let mut t = super::table::Table::new(summary_header("round trip", &self.rtt));
-        t.row(summary_row("icmp", &self.rtt));
-        out.push_str(&t.render());
+        out.push_str(&super::summary_table("icmp", &self.rtt));
         if histogram {
             out.push('\n');
             out.push_str(&LogLinear::from_histogram(&self.histogram).render());

@@ -25,31 +25,29 @@ fn cpus(p: &Placement) -> String {
     }
 }
 
-/// One summary as a table row: samples, min, mean, percentiles, max, stddev.
+/// One summary as a table row, in the column order every rttlab table with these
+/// statistics uses: SAMPLES, MIN, the percentiles, MAX, MEAN, STDDEV.
 pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
-    let mut r = vec![
-        name.to_owned(),
-        s.samples.to_string(),
-        us(s.min_us),
-        us(s.mean_us),
-    ];
+    let mut r = vec![name.to_owned(), s.samples.to_string(), us(s.min_us)];
     r.extend(s.percentiles_us.iter().map(|&(_, v)| us(Some(v))));
     r.push(us(s.max_us));
+    r.push(us(s.mean_us));
     r.push(us(s.stddev_us));
     r
 }
 
-/// Column names matching [`summary_row`].
+/// Column names matching [`summary_row`]: upper case with the unit after an
+/// underscore (`P999_us`), no spaces, as every rttlab table.
 pub(super) fn summary_header(first: &str, s: &Summary) -> Vec<String> {
-    let mut h = vec![
-        first.to_owned(),
-        "samples".into(),
-        "min µs".into(),
-        "mean µs".into(),
-    ];
-    h.extend(s.percentiles_us.iter().map(|(p, _)| format!("{p} µs")));
-    h.push("max µs".into());
-    h.push("stddev µs".into());
+    let mut h = vec![first.to_owned(), "SAMPLES".into(), "MIN_us".into()];
+    h.extend(
+        s.percentiles_us
+            .iter()
+            .map(|(p, _)| format!("P{}_us", p.digits())),
+    );
+    h.push("MAX_us".into());
+    h.push("MEAN_us".into());
+    h.push("STDDEV_us".into());
     h
 }
 
@@ -162,16 +160,16 @@ impl Report for RrResult {
         if let Some(c) = &self.confidence {
             confidence(&mut out, c);
         }
-        let mut t = Table::new(summary_header("round trip", &self.latency));
+        let mut t = Table::new(summary_header("RTT", &self.latency));
         t.row(summary_row("transaction", &self.latency));
         if let Some(c) = &self.connect {
             t.row(summary_row("connect", c));
         }
         if let Some(ol) = &self.open_loop {
-            t.row(summary_row("from intended", &ol.response_time));
+            t.row(summary_row("from_intended", &ol.response_time));
         }
         if let Some(p) = &self.pacing_error {
-            t.row(summary_row("pacing error", p));
+            t.row(summary_row("pacing_error", p));
         }
         out.push_str(&t.render());
         if self.pacing_error.is_some() {
@@ -196,20 +194,20 @@ impl Report for RrResult {
         if !self.local_tcp_info.is_empty() || !self.remote_tcp_info.is_empty() {
             out.push_str("\nTCP's own view at the end (tcp_info):\n");
             let mut k = Table::new([
-                "socket",
-                "rtt µs",
-                "rttvar µs",
-                "min_rtt µs",
-                "rto ms",
-                "ato ms",
-                "retrans",
-                "lost",
+                "SOCKET",
+                "RTT_us",
+                "RTTVAR_us",
+                "MIN_RTT_us",
+                "RTO_ms",
+                "ATO_ms",
+                "RETRANS",
+                "LOST",
             ]);
             for (i, ti) in self.local_tcp_info.iter().enumerate() {
-                k.row(tcp_row(&format!("client {i}"), ti));
+                k.row(tcp_row(&format!("client_{i}"), ti));
             }
             for (i, ti) in self.remote_tcp_info.iter().enumerate() {
-                k.row(tcp_row(&format!("server {i}"), ti));
+                k.row(tcp_row(&format!("server_{i}"), ti));
             }
             out.push_str(&k.render());
         }

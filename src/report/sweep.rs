@@ -19,9 +19,9 @@ pub fn table(points: &[Point]) -> String {
         "SAMPLES",
         "LOST",
         "MIN_us",
-        "MEAN_us",
         "P50_us",
         "P90_us",
+        "MEAN_us",
         "NOTE",
     ]);
     for p in points {
@@ -31,9 +31,9 @@ pub fn table(points: &[Point]) -> String {
             p.samples.to_string(),
             p.lost.to_string(),
             f1(p.min_us),
-            f1(p.mean_us),
             f1(p.p50_us),
             f1(p.p90_us),
+            f1(p.mean_us),
             p.error.clone().unwrap_or_default(),
         ]);
     }

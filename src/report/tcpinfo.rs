@@ -67,20 +67,20 @@ pub fn json_line(t: Option<Duration>, e: &SockEntry) -> String {
 /// The human table.
 pub fn table(all: &[SockEntry]) -> String {
     let mut t = Table::new([
-        "state",
-        "local",
-        "remote",
-        "cc",
-        "rtt µs",
-        "rttvar µs",
-        "min_rtt µs",
-        "rto ms",
-        "ato ms",
-        "retrans",
-        "lost",
-        "unacked",
-        "cwnd",
-        "Mbit/s",
+        "STATE",
+        "LOCAL",
+        "REMOTE",
+        "CC",
+        "RTT_us",
+        "RTTVAR_us",
+        "MIN_RTT_us",
+        "RTO_ms",
+        "ATO_ms",
+        "RETRANS",
+        "LOST",
+        "UNACKED",
+        "CWND",
+        "DELIVERY_Mbps",
     ]);
     for e in all {
         let ti = e.tcp_info.as_ref();

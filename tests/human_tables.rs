@@ -1,0 +1,144 @@
+//! The human formats, by snapshot (insta; `cargo insta review` after an intended
+//! change) on inputs that give the same bytes every run: captures from the corpus, the
+//! retransmission model. What they witness: the table style (upper-case headers with the
+//! unit after an underscore, no spaces in headers or row labels, numbers right-aligned,
+//! the same statistics in the same column order) and that the numbers do not move
+//! unnoticed. The header style is also checked for every table the sources build.
+
+mod common;
+
+use common::bin;
+use std::process::Command;
+
+fn stdout_of(args: &[&str]) -> String {
+    let o = Command::new(bin()).args(args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A header of rttlab's style: upper case, digits and underscores, then optionally a
+/// unit after an underscore (`P999_us`, `MAX_BACKLOG_B`, `DELIVERY_Mbps`).
+fn header_ok(h: &str) -> bool {
+    let name = ["_us", "_ms", "_s", "_ns", "_B", "_Mbps", "_pct"]
+        .iter()
+        .find_map(|u| h.strip_suffix(u))
+        .unwrap_or(h);
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[test]
+fn the_header_style_test_can_fail() {
+    for good in [
+        "MIN_us",
+        "P999_us",
+        "HOST",
+        "MAX_BACKLOG_B",
+        "DELIVERY_Mbps",
+        "TX_ERR",
+    ] {
+        assert!(header_ok(good), "{good}");
+    }
+    for bad in [
+        "min µs",
+        "rtt µs",
+        "Mbit/s",
+        "round trip",
+        "host",
+        "P99.9_us",
+    ] {
+        assert!(!header_ok(bad), "{bad}");
+    }
+}
+
+/// Every `Table::new([...])` literal in src/report has headers in the house style.
+/// Witness: the source text itself.
+#[test]
+fn every_table_header_in_the_sources_follows_the_style() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Tests build tables of their own (`Table::new(["name", "value"])`).
+        let text = text.split("#[cfg(test)]").next().unwrap();
+        for (at, _) in text.match_indices("Table::new([") {
+            let rest = &text[at + "Table::new([".len()..];
+            let list = &rest[..rest.find(']').unwrap()];
+            for h in list.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+                let h = h.trim_matches('"');
+                assert!(header_ok(h), "{}: header {h:?}", path.display());
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 50, "only {checked} headers found");
+}
+
+fn corpus(name: &str) -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn passive_summary_and_sampler_tables() {
+    let text = stdout_of(&[
+        "passive",
+        "-r",
+        &corpus("rr-v6-gw.pcapng.gz"),
+        "-q",
+        "--method",
+        "both",
+        "--summary",
+        "--sampler",
+        "1/2",
+    ]);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn passive_histogram() {
+    let text = stdout_of(&[
+        "passive",
+        "-r",
+        &corpus("rr-v4-gw.pcap.gz"),
+        "-q",
+        "--histogram",
+    ]);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn rto_model_table() {
+    let text = stdout_of(&[
+        "rto",
+        "model",
+        "--hz",
+        "250",
+        "--disruption",
+        "10ms,100ms,1s",
+    ]);
+    insta::assert_snapshot!(text);
+}
+
+/// rr's and ping's table: the summary columns in the shared order, for a fixed set of
+/// samples (1 … 1000 µs; arithmetic: P50 500, P90 900, max 1000, mean 500.5).
+#[test]
+fn rr_and_ping_summary_columns() {
+    let mut h = rttlab::stats::LatencyHistogram::new();
+    for us in 1..=1000u64 {
+        h.record_ns(us * 1000);
+    }
+    let s = rttlab::stats::Summary::from_histogram(&h, &rttlab::stats::DEFAULT_PERCENTILES);
+    insta::assert_snapshot!(rttlab::report::summary_table("transaction", &s));
+}
