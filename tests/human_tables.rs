@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, corpus};
 use std::process::Command;
 
 fn stdout_of(args: &[&str]) -> String {
@@ -81,21 +81,12 @@ fn every_table_header_in_the_sources_follows_the_style() {
     assert!(checked > 50, "only {checked} headers found");
 }
 
-fn corpus(name: &str) -> String {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(name)
-        .to_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[test]
 fn passive_summary_and_sampler_tables() {
     let text = stdout_of(&[
         "passive",
         "-r",
-        &corpus("rr-v6-gw.pcapng.gz"),
+        corpus("rr-v6-gw.pcapng.gz").to_str().unwrap(),
         "-q",
         "--method",
         "both",
@@ -111,7 +102,7 @@ fn passive_histogram() {
     let text = stdout_of(&[
         "passive",
         "-r",
-        &corpus("rr-v4-gw.pcap.gz"),
+        corpus("rr-v4-gw.pcap.gz").to_str().unwrap(),
         "-q",
         "--histogram",
     ]);

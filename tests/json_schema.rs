@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_schema, assert_schema_lines, bin};
+use common::{assert_schema, assert_schema_lines, bin, corpus_bytes};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -38,19 +38,6 @@ fn run(args: &[&str], input: Option<&[u8]>) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8(o.stdout).unwrap()
-}
-
-fn capture(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(name);
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
-        &mut out,
-    )
-    .unwrap();
-    out
 }
 
 #[test]
@@ -163,7 +150,7 @@ fn tcpinfo_lines_follow_their_schema() {
 #[test]
 fn passive_lines_follow_their_schemas_on_both_families() {
     for name in ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz"] {
-        let bytes = capture(name);
+        let bytes = corpus_bytes(name);
         let text = run(
             &[
                 "passive",

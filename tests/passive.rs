@@ -10,25 +10,9 @@ use rttlab::passive::flow::Flow;
 use rttlab::passive::sampler::SamplerConfig;
 use rttlab::passive::{seq, ts, Analyzer, Config, Counters, Method, Place, Sample, Sink};
 use rttlab::wire::LinkType;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn corpus(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(name)
-}
-
-/// The capture `name` (gzip) decompressed.
-fn capture_bytes(name: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(std::fs::File::open(corpus(name)).unwrap()),
-        &mut out,
-    )
-    .unwrap();
-    out
-}
+use common::{corpus, corpus_bytes as capture_bytes};
 
 #[derive(Default)]
 struct Collect(Vec<Sample>);
@@ -174,18 +158,8 @@ fn passive_prints_ppings_lines_to_the_character() {
     let flow = |l: &str| l.rsplit(' ').next().unwrap_or("").to_string();
     for cap in CAPTURES {
         let kept = |l: &&str| !(cap.starts_with("rr-v6") && flow(l).contains(":12866"));
-        let text = {
-            let mut t = String::new();
-            std::io::Read::read_to_string(
-                &mut flate2::read::GzDecoder::new(
-                    std::fs::File::open(corpus(&format!("{}.pping-text.txt.gz", stem(cap))))
-                        .unwrap(),
-                ),
-                &mut t,
-            )
-            .unwrap();
-            t
-        };
+        let text =
+            String::from_utf8(capture_bytes(&format!("{}.pping-text.txt.gz", stem(cap)))).unwrap();
         let machine = std::fs::read_to_string(corpus(&format!("{}.pping.txt", stem(cap)))).unwrap();
         for (flag, theirs) in [(None, &text), (Some("-m"), &machine)] {
             let path = corpus(cap);

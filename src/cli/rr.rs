@@ -483,9 +483,9 @@ impl Interim {
                     )
                 };
                 // A closed stdout ends the interim lines; the run's own output reports it.
-                if std::io::Write::write_all(
+                if std::io::Write::write_fmt(
                     &mut std::io::stdout().lock(),
-                    format!("{line}\n").as_bytes(),
+                    format_args!("{line}\n"),
                 )
                 .is_err()
                 {

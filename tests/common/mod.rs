@@ -402,3 +402,21 @@ pub fn assert_schema_lines(text: &str) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// A file of the test corpus (`tests/corpus`).
+pub fn corpus(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(name)
+}
+
+/// The corpus file `name` (gzip) decompressed.
+pub fn corpus_bytes(name: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(corpus(name)).unwrap()),
+        &mut out,
+    )
+    .unwrap();
+    out
+}
