@@ -312,6 +312,32 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
     assert!(!mounts.contains("rttlab-bpffs"), "{mounts}");
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("<figure id=\"setup-time.svg\"><svg"));
+    // Run again with --json: every trial is done, so the run resumes with nothing to
+    // do and prints the run as one document. Witness: trials.jsonl itself, and the
+    // document's JSON Schema.
+    let text = run(
+        &[
+            "experiment",
+            "syn-rto",
+            "--connections",
+            "5",
+            "--syn-rto",
+            "40ms",
+            "--json",
+        ],
+        dir.path(),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    common::assert_schema(&doc);
+    assert_eq!(doc["experiment"], "syn-rto");
+    assert_eq!(doc["trials"], 3);
+    assert_eq!(doc["failed"], 0);
+    assert_eq!(doc["interrupted"], false);
+    let mut recorded = trials(dir.path());
+    recorded.sort_by_key(|c| order.iter().position(|o| c["case"] == *o));
+    let mut printed = doc["records"].as_array().unwrap().clone();
+    printed.sort_by_key(|c| order.iter().position(|o| c["case"] == *o));
+    assert_eq!(printed, recorded);
 }
 
 #[test]

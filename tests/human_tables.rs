@@ -23,7 +23,7 @@ fn stdout_of(args: &[&str]) -> String {
 /// A header of rttlab's style: upper case, digits and underscores, then optionally a
 /// unit after an underscore (`P999_us`, `MAX_BACKLOG_B`, `DELIVERY_Mbps`).
 fn header_ok(h: &str) -> bool {
-    let name = ["_us", "_ms", "_s", "_ns", "_B", "_Mbps", "_pct"]
+    let name = ["_us", "_ms", "_s", "_ns", "_B", "_Mbps", "_pct", "_jiffies"]
         .iter()
         .find_map(|u| h.strip_suffix(u))
         .unwrap_or(h);
@@ -57,14 +57,28 @@ fn the_header_style_test_can_fail() {
     }
 }
 
-/// Every `Table::new([...])` literal in src/report has headers in the house style.
-/// Witness: the source text itself.
+/// Every `Table::new([...])` literal in src/ (reports and the CLI's own tables) has
+/// headers in the house style. Witness: the source text itself.
 #[test]
 fn every_table_header_in_the_sources_follows_the_style() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/report");
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    rust_files(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
     let mut checked = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
+    let mut in_cli = 0;
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         // Tests build tables of their own (`Table::new(["name", "value"])`).
         let text = text.split("#[cfg(test)]").next().unwrap();
@@ -75,10 +89,12 @@ fn every_table_header_in_the_sources_follows_the_style() {
                 let h = h.trim_matches('"');
                 assert!(header_ok(h), "{}: header {h:?}", path.display());
                 checked += 1;
+                in_cli += usize::from(path.components().any(|c| c.as_os_str() == "cli"));
             }
         }
     }
     assert!(checked > 50, "only {checked} headers found");
+    assert!(in_cli > 0, "no table of the CLI's own found");
 }
 
 #[test]

@@ -230,7 +230,7 @@ fn lab_list_follows_its_schema() {
         return;
     }
     let name = format!("js{}", std::process::id() % 10_000);
-    run(
+    let up = run(
         &[
             "lab",
             "up",
@@ -240,17 +240,103 @@ fn lab_list_follows_its_schema() {
             "sleep",
             "--delay",
             "1ms",
+            "--json",
         ],
         None,
     );
     let text = run(&["lab", "list", "--json"], None);
     run(&["lab", "down", "--name", &name], None);
+    // `lab up --json` prints the lab as `lab list` shows it.
+    let up = assert_schema_lines(&up);
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0]["info"]["name"], name.as_str());
+    assert_eq!(up[0]["a2b"]["impairments"]["delay_ns"], 1_000_000);
     let lines = assert_schema_lines(&text);
     let ours = lines
         .iter()
         .find(|l| l["info"]["name"] == name.as_str())
         .unwrap();
     assert_eq!(ours["a2b"]["impairments"]["delay_ns"], 1_000_000, "{ours}");
+}
+
+/// `tune … show --json`. Witness: the sysctls read from /proc/sys by the test, and the
+/// listener the probe connects to.
+#[test]
+fn tune_states_follow_their_schemas() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let doc: serde_json::Value = serde_json::from_str(&run(
+        &["tune", "rto-min", "show", "--json", "--probe", &addr],
+        None,
+    ))
+    .unwrap();
+    assert_schema(&doc);
+    let sysctl = |k: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{k}"))
+            .ok()
+            .map(|v| v.trim().parse::<u64>().unwrap())
+    };
+    assert_eq!(doc["sysctl_us"].as_u64(), sysctl("tcp_rto_min_us"), "{doc}");
+    assert_eq!(doc["probe"]["addr"], addr.as_str());
+    // A new connection's RTO is at least rto_min (tcp_init_transfer → tcp_set_rto).
+    if let Some(min) = doc["sysctl_us"].as_u64() {
+        assert!(doc["probe"]["rto_us"].as_u64().unwrap() >= min, "{doc}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&run(&["tune", "thin", "show", "--json"], None)).unwrap();
+    assert_schema(&doc);
+    assert_eq!(
+        doc["on"].as_bool(),
+        sysctl("tcp_thin_linear_timeouts").map(|v| v == 1)
+    );
+    let nowhere = tempfile::tempdir().unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&run(
+        &[
+            "tune",
+            "syn-rto",
+            "list",
+            "--json",
+            "--pin-dir",
+            nowhere.path().join("none").to_str().unwrap(),
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_schema(&doc);
+    assert_eq!(doc["attached"], false);
+    assert_eq!(doc["prefixes"], serde_json::json!([]));
+}
+
+/// `report DIR --json` on every committed results directory. Witness: each directory's
+/// trials.jsonl (the records, line for line) and run.json (the experiment's name).
+#[test]
+fn report_documents_follow_their_schema() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        let doc: serde_json::Value =
+            serde_json::from_str(&run(&["report", dir.to_str().unwrap(), "--json"], None)).unwrap();
+        assert_schema(&doc);
+        let run_json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+        assert_eq!(
+            doc["experiment"],
+            run_json["experiment"],
+            "{}",
+            dir.display()
+        );
+        assert_eq!(doc["settings"], run_json["settings"], "{}", dir.display());
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("trials.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(doc["records"], serde_json::Value::from(lines.clone()));
+        assert_eq!(doc["trials"], lines.len());
+        seen += 1;
+    }
+    assert!(seen >= 5, "{seen} results directories");
 }
 
 /// The schemas can fail: the shape this issue replaced (percentiles as pairs, serde's

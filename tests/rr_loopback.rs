@@ -560,6 +560,14 @@ fn cpu_utilisation_and_service_demand_as_netperf_reports_them() {
         sd >= 0.95 * own,
         "machine {sd} µs/transaction < client threads' {own}"
     );
+    // netperf's definition (calc_service_demand_internal): util × CPUs ÷ throughput.
+    let cpus = l["cpus"].as_f64().unwrap();
+    let tps = v["throughput_tps"].as_f64().unwrap();
+    let netperf_sd = util / 100.0 * cpus / tps * 1e6;
+    assert!(
+        (sd / netperf_sd - 1.0).abs() < 1e-6,
+        "{sd} µs/transaction, netperf's formula gives {netperf_sd}"
+    );
     let remote = r["util_percent"].as_f64().unwrap();
     // The server's window is the client's data phase plus its own set-up and end.
     assert!(

@@ -8,6 +8,7 @@ use rttlab::experiment::blackout;
 use rttlab::experiment::runner::{self, Experiment};
 use rttlab::experiment::{passive_active, resreq, sweep, synrto};
 use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
+use rttlab::results::schema;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -25,6 +26,15 @@ pub struct TrialArgs {
     pub seed: u64,
 }
 
+/// What an experiment prints on stdout (every experiment).
+#[derive(Args, Debug)]
+pub struct OutputArgs {
+    /// Print the run as one JSON document (schema rttlab.experiment/1) instead of the
+    /// tables: its settings, every trial's record and where its files are.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
@@ -33,6 +43,7 @@ Examples:
   rttlab experiment interval-sweep --out runs/sweep
   rttlab experiment syn-rto -n 20
   rttlab experiment passive-vs-active --scenarios delay,loss-5
+  rttlab experiment syn-rto -n 20 --json | jq '.records[] | {case, p50_ms}'
 Every experiment writes a results directory that resumes where it stopped; `rttlab
 report DIR` renders it again.")]
 pub struct ExperimentArgs {
@@ -87,6 +98,8 @@ pub struct PvaArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Args, Debug)]
@@ -117,6 +130,8 @@ pub struct SynRtoArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Args, Debug)]
@@ -151,6 +166,8 @@ pub struct SweepArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Args, Debug)]
@@ -191,6 +208,8 @@ pub struct ResreqArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -255,6 +274,8 @@ pub struct BlackoutArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
     /// The kernel's HZ for the model (detected when not given).
     #[arg(long)]
     pub hz: Option<u32>,
@@ -351,13 +372,23 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         "host": rttlab::kernel::host::HostFacts::collect(),
         "hz": hz,
     });
-    drive(&blackout::Blackout { settings: s, hz }, &out, &facts)
+    drive(
+        &blackout::Blackout { settings: s, hz },
+        &out,
+        &facts,
+        &a.output,
+    )
 }
 
 /// Run an experiment on the trial runner with a progress line on a terminal, print its
 /// tables and where its report is; fail when interrupted or when trials failed (what
 /// was measured stays in `out`, and a rerun with the same `--out` resumes).
-fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow::Result<()> {
+fn drive<E: Experiment>(
+    e: &E,
+    out: &Path,
+    facts: &serde_json::Value,
+    output: &OutputArgs,
+) -> anyhow::Result<()> {
     let stop = interrupt_flag();
     eprintln!(
         "rttlab: {} into {} (interrupt and rerun with --out {} to resume)",
@@ -368,13 +399,27 @@ fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow:
     let mut line = TrialLine::new(false);
     let o = runner::run(e, out, facts, &stop, &mut |p| line.show(p))?;
     line.clear();
-    out!("{}", o.text);
-    outln!(
-        "{} trials ({} failed); report: {}",
-        o.records.len(),
-        o.failed,
-        out.join("report.html").display()
-    );
+    if output.json {
+        let doc = RunDocument {
+            experiment: E::NAME,
+            dir: out,
+            settings: e.settings(),
+            trials: o.records.len(),
+            failed: Some(o.failed),
+            interrupted: Some(o.interrupted),
+            report: out.join("report.html"),
+            records: &o.records,
+        };
+        outln!("{}", schema::pretty(schema::EXPERIMENT, &doc)?);
+    } else {
+        out!("{}", o.text);
+        outln!(
+            "{} trials ({} failed); report: {}",
+            o.records.len(),
+            o.failed,
+            out.join("report.html").display()
+        );
+    }
     if o.interrupted {
         anyhow::bail!("interrupted; rerun with --out {} to finish", out.display());
     }
@@ -382,6 +427,25 @@ fn drive<E: Experiment>(e: &E, out: &Path, facts: &serde_json::Value) -> anyhow:
         anyhow::bail!("{} trial(s) failed: see NOTE in the tables", o.failed);
     }
     Ok(())
+}
+
+/// `experiment … --json` and `report --json`: a results directory's run.
+#[derive(serde::Serialize)]
+pub struct RunDocument<'a, R: serde::Serialize> {
+    pub experiment: &'a str,
+    pub dir: &'a Path,
+    /// As run.json records them.
+    pub settings: serde_json::Value,
+    /// Trials recorded, earlier runs' included.
+    pub trials: usize,
+    /// Known to the run that measured them (`report` reads records of any experiment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<bool>,
+    pub report: std::path::PathBuf,
+    /// Every trial's record, as trials.jsonl holds it.
+    pub records: &'a [R],
 }
 
 /// `results/NAME-<unix time>` unless `out` is given.
@@ -435,7 +499,12 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: lab_name("rq"),
     };
-    drive(&e, &out_dir(a.out, "resreq-interval"), &host_facts())
+    drive(
+        &e,
+        &out_dir(a.out, "resreq-interval"),
+        &host_facts(),
+        &a.output,
+    )
 }
 
 fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
@@ -454,7 +523,12 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: lab_name("sw"),
     };
-    drive(&e, &out_dir(a.out, "interval-sweep"), &host_facts())
+    drive(
+        &e,
+        &out_dir(a.out, "interval-sweep"),
+        &host_facts(),
+        &a.output,
+    )
 }
 
 /// A lab RTT in whole µs (the settings' unit).
@@ -484,7 +558,7 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: lab_name("sy"),
     };
-    drive(&e, &out_dir(a.out, "syn-rto"), &host_facts())
+    drive(&e, &out_dir(a.out, "syn-rto"), &host_facts(), &a.output)
 }
 
 fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
@@ -499,5 +573,10 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     s.trials = a.trials.trials.unwrap_or(1);
     s.seed = a.trials.seed;
     let e = passive_active::PassiveVsActive::new(s, &lab_name("pa"))?;
-    drive(&e, &out_dir(a.out, "passive-vs-active"), &host_facts())
+    drive(
+        &e,
+        &out_dir(a.out, "passive-vs-active"),
+        &host_facts(),
+        &a.output,
+    )
 }

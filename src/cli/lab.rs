@@ -31,7 +31,8 @@ Examples:
   rttlab lab up --name demo --delay 50ms --jitter 1ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab up --name demo --delay 10ms --dir a2b         one direction only
   rttlab lab up --name fleet --hosts 4 --delay 2ms,5ms,10ms,20ms   a star: RTT(i,j) = 2(di+dj)
-  rttlab lab up --name fast --emulator poll --seed 7      busy-polling, reproducible draws")]
+  rttlab lab up --name fast --emulator poll --seed 7      busy-polling, reproducible draws
+  rttlab lab up --name demo --delay 5ms --json            the lab as `lab list --json` shows it")]
     Up(UpArgs),
     /// Change a running lab's impairments, or schedule a blackout.
     #[command(after_help = "\
@@ -184,6 +185,9 @@ pub struct UpArgs {
     /// Write the event log (every change and drop, JSON lines) here instead of the lab's state directory.
     #[arg(long, value_name = "FILE")]
     pub events: Option<std::path::PathBuf>,
+    /// Print the lab once it is up as one JSON line, as `lab list --json` does.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -331,6 +335,21 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         anyhow::anyhow!("the lab daemon exited before the lab was up")
     })?;
     let mut o = std::io::stdout().lock();
+    if u.json {
+        let status = match control::request(&info.control, &Request::Status)? {
+            Reply::Status(s) => s,
+            _ => bail!(
+                "lab {}: the emulator answered its status request with something else",
+                info.name
+            ),
+        };
+        writeln!(
+            o,
+            "{}",
+            rttlab::results::schema::line(rttlab::results::schema::LAB, &status)?
+        )?;
+        return Ok(());
+    }
     writeln!(
         o,
         "lab {} is up: emulator pid {}, {}",

@@ -15,18 +15,47 @@ re-renders DIR in place).
 
 Examples:
   rttlab report results/compare-1763800000
-  rttlab report docs/results/blackout-route --out /tmp/blackout-route")]
+  rttlab report docs/results/blackout-route --out /tmp/blackout-route
+  rttlab report docs/results/blackout-route --json | jq '.records | length'")]
 pub struct ReportArgs {
     /// A results directory written by `rttlab compare` or `rttlab experiment`.
     pub dir: PathBuf,
     /// Write the re-rendered results directory here.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Print the run as one JSON document (schema rttlab.experiment/1) instead of the
+    /// tables: its settings and every trial's record as trials.jsonl holds it.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     let text = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
+    if a.json {
+        let dir = a.out.as_deref().unwrap_or(&a.dir);
+        let (experiment, run) = rttlab::results::read_run(dir)?;
+        let run: serde_json::Value = serde_json::from_str(&run)?;
+        // Before the trial runner, compare wrote compare.json alone: no records.
+        let records: Vec<serde_json::Value> = if dir.join("trials.jsonl").exists() {
+            rttlab::results::read_trials(dir)?
+        } else {
+            Vec::new()
+        };
+        let doc = super::experiment::RunDocument {
+            experiment: &experiment,
+            dir,
+            settings: run["settings"].clone(),
+            trials: records.len(),
+            failed: None,
+            interrupted: None,
+            report: dir.join("report.html"),
+            records: &records,
+        };
+        let schema = rttlab::results::schema::EXPERIMENT;
+        outln!("{}", rttlab::results::schema::pretty(schema, &doc)?);
+        return Ok(());
+    }
     out!("{text}");
     if let Some(out) = &a.out {
         outln!("Report: {}", out.join("report.html").display());

@@ -5,6 +5,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::kernel::tuning::{self, sysctl_command, Journal};
 use rttlab::kernel::{hz, netns, route, sockopt, syn_rto, sysctl};
+use rttlab::results::schema;
+use serde::Serialize;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -89,7 +91,8 @@ pub enum RtoMinAction {
     #[command(after_help = "\
 Examples:
   rttlab tune rto-min show
-  rttlab tune rto-min show --probe 198.18.0.2:12866 --netns rttlab-lab-demo-a")]
+  rttlab tune rto-min show --probe 198.18.0.2:12866 --netns rttlab-lab-demo-a
+  rttlab tune rto-min show --json")]
     Show {
         /// Network namespace (a name under /run/netns, or a path).
         #[arg(long)]
@@ -97,6 +100,9 @@ Examples:
         /// Open a connection to HOST:PORT and report its tcp_info.rto.
         #[arg(long)]
         probe: Option<String>,
+        /// One JSON document (schema rttlab.tune-rto-min/1).
+        #[arg(long)]
+        json: bool,
     },
     /// Set rto_min (e.g. 5ms).
     #[command(after_help = "\
@@ -185,11 +191,15 @@ Examples:
         visible_alias = "show",
         after_help = "\
 Examples:
-  rttlab tune syn-rto list"
+  rttlab tune syn-rto list
+  rttlab tune syn-rto list --json"
     )]
     List {
         #[command(flatten)]
         at: Attachment,
+        /// One JSON document (schema rttlab.tune-syn-rto/1).
+        #[arg(long)]
+        json: bool,
     },
     /// Detach the program and remove its pins.
     #[command(
@@ -311,34 +321,65 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             outln!("removed {ip}/{len}");
             Ok(())
         }
-        SynRtoAction::List { at } => {
+        SynRtoAction::List { at, json } => {
             let s = syn_rto::SynRto::at(&at.pin_dir);
-            if !s.is_attached() {
+            let attached = s.is_attached();
+            // HZ converts jiffies to ms; it is measured, so only when there is a table.
+            let hz = if attached {
+                Some(hz::detect_here()?)
+            } else {
+                None
+            };
+            let prefixes: Vec<SynRtoPrefix> = match hz {
+                Some(hz) => s
+                    .list()?
+                    .into_iter()
+                    .map(|(ip, len, v)| SynRtoPrefix {
+                        prefix: format!("{ip}/{len}"),
+                        syn_rto_jiffies: v.syn_rto_jiffies,
+                        syn_rto_ms: u64::from(v.syn_rto_jiffies) * 1000 / u64::from(hz),
+                        rto_min_us: v.rto_min_us,
+                        delack_max_us: v.delack_max_us,
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            if json {
+                let doc = SynRtoState {
+                    attached,
+                    pin_dir: &at.pin_dir,
+                    hz,
+                    prefixes,
+                };
+                outln!("{}", schema::pretty(schema::TUNE_SYN_RTO, &doc)?);
+                return Ok(());
+            }
+            if !attached {
                 outln!("not attached (nothing pinned at {})", at.pin_dir.display());
                 return Ok(());
             }
-            let hz = hz::detect_here()?;
             let mut t = rttlab::report::table::Table::new([
-                "prefix",
-                "SYN RTO jiffies",
-                "SYN RTO ms",
-                "rto_min µs",
-                "delack max µs",
+                "PREFIX",
+                "SYN_RTO_jiffies",
+                "SYN_RTO_ms",
+                "RTO_MIN_us",
+                "DELACK_MAX_us",
             ]);
-            for (ip, len, v) in s.list()? {
-                let dash = |x: u32| {
-                    if x == 0 {
-                        "-".to_owned()
-                    } else {
-                        x.to_string()
-                    }
-                };
+            // 0 is "leave the kernel's value": shown as a dash.
+            let dash = |x: u32| {
+                if x == 0 {
+                    "-".to_owned()
+                } else {
+                    x.to_string()
+                }
+            };
+            for p in prefixes {
                 t.row([
-                    format!("{ip}/{len}"),
-                    dash(v.syn_rto_jiffies),
-                    (u64::from(v.syn_rto_jiffies) * 1000 / u64::from(hz)).to_string(),
-                    dash(v.rto_min_us),
-                    dash(v.delack_max_us),
+                    p.prefix,
+                    dash(p.syn_rto_jiffies),
+                    p.syn_rto_ms.to_string(),
+                    dash(p.rto_min_us),
+                    dash(p.delack_max_us),
                 ]);
             }
             out!("{}", t.render());
@@ -375,11 +416,15 @@ pub enum ThinAction {
     #[command(after_help = "\
 Examples:
   rttlab tune thin show
-  rttlab tune thin show --netns rttlab-lab-demo-a")]
+  rttlab tune thin show --netns rttlab-lab-demo-a
+  rttlab tune thin show --json")]
     Show {
         /// Network namespace (a name under /run/netns, or a path).
         #[arg(long)]
         netns: Option<String>,
+        /// One JSON document (schema rttlab.tune-thin/1).
+        #[arg(long)]
+        json: bool,
     },
     /// Turn thin-stream linear timeouts on or off (recorded, revertible).
     #[command(after_help = "\
@@ -455,7 +500,17 @@ fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
+/// A new connection's RTO as the kernel reports it (`--probe`).
+#[derive(Serialize)]
+struct Probe {
+    addr: SocketAddr,
+    rto_us: u32,
+    srtt_us: u32,
+    /// The kernel's HZ, when it can be told from rto_min and this RTO.
+    hz: Option<u32>,
+}
+
+fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<Probe> {
     let addr: SocketAddr = target
         .to_socket_addrs()
         .with_context(|| format!("--probe {target:?}: give HOST:PORT"))?
@@ -468,11 +523,21 @@ fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
     })??;
     let (rto_min, _) = hz::rto_min_us(netns)?;
     let hz = netns::run_in(netns, || hz::detect(rto_min))?.ok();
+    Ok(Probe {
+        addr,
+        rto_us: info.rto_us,
+        srtt_us: info.rtt_us,
+        hz,
+    })
+}
+
+fn print_probe(p: &Probe) -> anyhow::Result<()> {
     outln!(
-        "a new connection to {addr} has rto {:.1} ms (srtt {} µs){}",
-        f64::from(info.rto_us) / 1e3,
-        info.rtt_us,
-        hz.map_or(String::new(), |h| format!(
+        "a new connection to {} has rto {:.1} ms (srtt {} µs){}",
+        p.addr,
+        f64::from(p.rto_us) / 1e3,
+        p.srtt_us,
+        p.hz.map_or(String::new(), |h| format!(
             "; kernel HZ {h}: rto is rto_min rounded up to {} ms jiffies, plus one",
             1000 / h
         ))
@@ -480,14 +545,88 @@ fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `tune rto-min show --json`.
+#[derive(Serialize)]
+struct RtoMinState<'a> {
+    netns: Option<&'a str>,
+    sysctl: &'static str,
+    /// None on kernels without the sysctl (before 6.11).
+    sysctl_us: Option<u64>,
+    routes: Vec<RouteRtoMin>,
+    probe: Option<Probe>,
+}
+
+/// A route that carries an rto_min metric.
+#[derive(Serialize)]
+struct RouteRtoMin {
+    prefix: String,
+    dev: Option<String>,
+    rto_min_ms: u32,
+    /// Only a locked metric is used by TCP (tcp_rto_min(): dst_metric_locked).
+    locked: bool,
+}
+
+/// `tune thin show --json`.
+#[derive(Serialize)]
+struct ThinState<'a> {
+    netns: Option<&'a str>,
+    sysctl: &'static str,
+    on: bool,
+}
+
+/// `tune syn-rto list --json`.
+#[derive(Serialize)]
+struct SynRtoState<'a> {
+    attached: bool,
+    pin_dir: &'a std::path::Path,
+    /// The kernel's HZ (measured only when attached).
+    hz: Option<u32>,
+    prefixes: Vec<SynRtoPrefix>,
+}
+
+/// One prefix of the sock_ops program's trie; 0 leaves the kernel's value.
+#[derive(Serialize)]
+struct SynRtoPrefix {
+    prefix: String,
+    syn_rto_jiffies: u32,
+    syn_rto_ms: u64,
+    rto_min_us: u32,
+    delack_max_us: u32,
+}
+
 fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
     match action {
         RtoMinAction::Show {
             netns,
             probe: target,
+            json,
         } => {
             let ns = netns.as_deref();
             let (us, has) = hz::rto_min_us(ns)?;
+            let routes = route::list(ns)?;
+            let with: Vec<RouteRtoMin> = routes
+                .iter()
+                .filter_map(|r| {
+                    Some(RouteRtoMin {
+                        prefix: r.prefix(),
+                        dev: r.dev.clone(),
+                        rto_min_ms: r.rto_min_ms()?,
+                        locked: r.rto_min_locked(),
+                    })
+                })
+                .collect();
+            let probed = target.map(|t| probe(ns, &t)).transpose()?;
+            if json {
+                let doc = RtoMinState {
+                    netns: ns,
+                    sysctl: RTO_MIN_US,
+                    sysctl_us: has.then_some(us),
+                    routes: with,
+                    probe: probed,
+                };
+                outln!("{}", schema::pretty(schema::TUNE_RTO_MIN, &doc)?);
+                return Ok(());
+            }
             if has {
                 outln!(
                     "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",
@@ -496,26 +635,24 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             } else {
                 outln!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
             }
-            let routes = route::list(ns)?;
-            let with: Vec<_> = routes.iter().filter(|r| r.rto_min_ms().is_some()).collect();
             if with.is_empty() {
                 outln!("no route sets rto_min");
             }
-            for r in with {
+            for r in &with {
                 outln!(
                     "route {} dev {}: rto_min {} ms{}",
-                    r.prefix(),
+                    r.prefix,
                     r.dev.as_deref().unwrap_or("?"),
-                    r.rto_min_ms().unwrap_or(0),
-                    if r.rto_min_locked() {
+                    r.rto_min_ms,
+                    if r.locked {
                         " (locked: used by TCP)"
                     } else {
                         " (not locked: TCP ignores it)"
                     }
                 );
             }
-            if let Some(t) = target {
-                probe(ns, &t)?;
+            if let Some(p) = probed {
+                print_probe(&p)?;
             }
             Ok(())
         }
@@ -583,7 +720,7 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                 outln!("{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)");
             }
             if let Some(t) = target {
-                probe(ns, &t)?;
+                print_probe(&probe(ns, &t)?)?;
             }
             Ok(())
         }
@@ -605,8 +742,17 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
 
 fn thin(j: &Journal, action: ThinAction) -> anyhow::Result<()> {
     match action {
-        ThinAction::Show { netns } => {
+        ThinAction::Show { netns, json } => {
             let v = sysctl::read(netns.as_deref(), THIN)?;
+            if json {
+                let doc = ThinState {
+                    netns: netns.as_deref(),
+                    sysctl: THIN,
+                    on: v == "1",
+                };
+                outln!("{}", schema::pretty(schema::TUNE_THIN, &doc)?);
+                return Ok(());
+            }
             outln!(
                 "{THIN} = {v} ({})",
                 if v == "1" {

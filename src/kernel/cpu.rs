@@ -191,24 +191,37 @@ pub struct CpuUse {
     pub util_percent: f64,
     pub cpus: u32,
     /// CPU time the machine spent per transaction, µs (netperf's service demand,
-    /// LOCAL_SD): util × CPUs × elapsed / transactions, i.e. the busy ticks' time.
+    /// LOCAL_SD): util × CPUs × elapsed / transactions, netperf's
+    /// `calc_service_demand_internal`.
     pub service_demand_us: f64,
 }
 
 impl CpuUse {
-    /// Between `before` and `after`, for `transactions`.
-    pub fn between(before: MachineTicks, after: MachineTicks, transactions: u64) -> Option<Self> {
+    /// Between `before` and `after`, `elapsed` apart (wall time), for `transactions`.
+    ///
+    /// The service demand is netperf's, from the utilisation and the wall time, not
+    /// busy ticks ÷ transactions: the two agree where the kernel's tick accounting
+    /// covers the wall time, but on a VM whose idle vCPUs halt, /proc/stat's ticks fall
+    /// short of it under cross-CPU wake-ups (0.84 of the wall time measured for UDP_RR
+    /// at -T 0,1 here, bench/RESULTS-rr-cpu.md), and netperf's figure is the one users
+    /// compare against.
+    pub fn between(
+        before: MachineTicks,
+        after: MachineTicks,
+        elapsed: std::time::Duration,
+        transactions: u64,
+    ) -> Option<Self> {
         let total = after.total.checked_sub(before.total)?;
         let busy = after.busy.checked_sub(before.busy)?;
-        if total == 0 || transactions == 0 {
+        if total == 0 || transactions == 0 || elapsed.is_zero() {
             return None;
         }
-        // SAFETY: sysconf has no preconditions.
-        let user_hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let util = busy as f64 / total as f64;
         Some(Self {
-            util_percent: 100.0 * busy as f64 / total as f64,
+            util_percent: 100.0 * util,
             cpus: after.cpus,
-            service_demand_us: busy as f64 / user_hz * 1e6 / transactions as f64,
+            service_demand_us: util * f64::from(after.cpus) * elapsed.as_secs_f64() * 1e6
+                / transactions as f64,
         })
     }
 }
@@ -216,11 +229,6 @@ impl CpuUse {
 #[cfg(test)]
 mod machine_tests {
     use super::*;
-
-    fn user_hz() -> f64 {
-        // SAFETY: sysconf has no preconditions.
-        unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
-    }
 
     /// Witness: arithmetic on a /proc/stat text written by hand (proc(5)'s layout).
     #[test]
@@ -242,11 +250,13 @@ mod machine_tests {
             total: 1170,
             cpus: 2,
         };
-        // 100 busy of 200 ticks: 50 % of 2 CPUs; at USER_HZ 100 that is 1 s of CPU,
-        // over 1000 transactions 1000 µs each.
-        let u = CpuUse::between(a, b, 1000).unwrap();
+        // 100 busy of 200 ticks: 50 % of 2 CPUs. Over 2 s that is 2 s of CPU (netperf's
+        // util × CPUs × elapsed), over 1000 transactions 2000 µs each.
+        let two_s = std::time::Duration::from_secs(2);
+        let u = CpuUse::between(a, b, two_s, 1000).unwrap();
         assert_eq!(u.util_percent, 50.0);
-        assert_eq!(u.service_demand_us, 1e6 * 100.0 / user_hz() / 1000.0);
-        assert_eq!(CpuUse::between(b, a, 1000), None);
+        assert_eq!(u.service_demand_us, 2000.0);
+        assert_eq!(CpuUse::between(b, a, two_s, 1000), None);
+        assert_eq!(CpuUse::between(a, b, std::time::Duration::ZERO, 1000), None);
     }
 }

@@ -153,6 +153,10 @@ pub struct ServerReport {
     /// `-C`: netserver measures its own machine).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_ticks: Option<[crate::kernel::cpu::MachineTicks; 2]>,
+    /// The wall time between those two readings, ns (netserver's elapsed time, which
+    /// netperf's remote service demand is computed with).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_elapsed_ns: Option<u64>,
 }
 
 /// A range of ports, both ends included.

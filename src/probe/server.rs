@@ -1089,8 +1089,8 @@ struct RunningTest {
     threads: Vec<JoinHandle<ThreadCounters>>,
     congestion: Option<String>,
     server_cpu: Option<usize>,
-    /// The machine's CPU ticks when the streams started.
-    machine_start: Option<crate::kernel::cpu::MachineTicks>,
+    /// The machine's CPU ticks when the test started, and when that was.
+    machine_start: Option<(crate::kernel::cpu::MachineTicks, Instant)>,
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it is.
@@ -1275,7 +1275,9 @@ impl DataTest {
             threads,
             congestion,
             server_cpu: spec.server_cpu,
-            machine_start: crate::kernel::cpu::MachineTicks::now().ok(),
+            machine_start: crate::kernel::cpu::MachineTicks::now()
+                .ok()
+                .map(|t| (t, Instant::now())),
         })
     }
 
@@ -1442,9 +1444,12 @@ impl RunningTest {
     /// Snapshot `tcp_info`, stop every thread and add up the counters.
     fn finish(self) -> ServerReport {
         let machine_end = crate::kernel::cpu::MachineTicks::now().ok();
+        let window = self.machine_start.zip(machine_end);
         let mut report = ServerReport {
             congestion: self.congestion,
-            machine_ticks: self.machine_start.zip(machine_end).map(|(a, b)| [a, b]),
+            machine_ticks: window.map(|((a, _), b)| [a, b]),
+            machine_elapsed_ns: window
+                .map(|((_, at), _)| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX)),
             ..ServerReport::default()
         };
         for s in &self.streams {

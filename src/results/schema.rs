@@ -33,11 +33,19 @@ pub const PASSIVE_SAMPLER: &str = "rttlab.passive-sampler/1";
 pub const COMPARE: &str = "rttlab.compare/1";
 /// `rttlab rto model --json`.
 pub const RTO_MODEL: &str = "rttlab.rto-model/1";
-/// `rttlab lab list --json`: one line per lab.
+/// `rttlab lab list --json`: one line per lab (and `lab up --json`, the lab built).
 pub const LAB: &str = "rttlab.lab/1";
+/// `rttlab tune rto-min show --json`.
+pub const TUNE_RTO_MIN: &str = "rttlab.tune-rto-min/1";
+/// `rttlab tune thin show --json`.
+pub const TUNE_THIN: &str = "rttlab.tune-thin/1";
+/// `rttlab tune syn-rto list --json`.
+pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
+/// `rttlab experiment … --json` and `rttlab report --json`: where a run's results are.
+pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
 /// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 16] = [
     RR,
     RR_INTERIM,
     PING,
@@ -50,6 +58,10 @@ pub const ALL: [&str; 12] = [
     COMPARE,
     RTO_MODEL,
     LAB,
+    TUNE_RTO_MIN,
+    TUNE_THIN,
+    TUNE_SYN_RTO,
+    EXPERIMENT,
 ];
 
 /// A value serialised with `"schema"` as its first key (the value must serialise as

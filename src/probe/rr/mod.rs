@@ -215,10 +215,12 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         tcpinfo_series,
         error,
         confidence: None,
-        local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, t.transactions)),
+        local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
         remote_cpu: server.as_ref().and_then(|r| {
             let [a, b] = r.machine_ticks?;
-            CpuUse::between(a, b, r.transactions)
+            // A server older than its elapsed field: the client's window is the closest.
+            let elapsed = r.machine_elapsed_ns.map_or(elapsed, Duration::from_nanos);
+            CpuUse::between(a, b, elapsed, r.transactions)
         }),
     })
 }
