@@ -100,6 +100,8 @@ impl Batch {
             by_target: HashMap::new(),
             echoes: HashMap::default(),
             wheel: Wheel::new(SLOT),
+            ready: Vec::new(),
+            echo_got: Vec::new(),
         };
         let stop2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -222,6 +224,10 @@ struct Loop {
     echoes: HashMap<(bool, u16), u64, foldhash::fast::RandomState>,
     /// (probe, version): the next thing each probe has to do, by when.
     wheel: Wheel<(u64, u32)>,
+    /// Scratch of each tick, kept so that a tick allocates nothing: the ready tokens
+    /// and the echo replies drained.
+    ready: Vec<usize>,
+    echo_got: Vec<Reply>,
 }
 
 /// The probes by key: a slot index and the slot's generation, so that a key of a
@@ -436,23 +442,27 @@ impl Loop {
         if self.poll.poll(events, Some(Duration::ZERO)).is_err() {
             return;
         }
-        let ready: Vec<usize> = events.iter().map(|e| e.token().0).collect();
-        for token in ready {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(events.iter().map(|e| e.token().0));
+        for &token in &ready {
             if token == ECHO_TOKEN {
                 self.echo_replies();
             } else {
                 self.session_replies(token as u64);
             }
         }
+        self.ready = ready;
     }
 
     fn echo_replies(&mut self) {
         let Some(echoer) = self.echoer.as_mut() else {
             return;
         };
-        let mut got: Vec<Reply> = Vec::new();
+        let mut got = std::mem::take(&mut self.echo_got);
+        got.clear();
         echoer.drain(|r| got.push(r));
-        for r in got {
+        for r in got.drain(..) {
             let Some(id) = self.echoes.get(&(r.v6, r.seq)).copied() else {
                 continue; // late, or another agent's
             };
@@ -476,6 +486,7 @@ impl Loop {
             p.in_flight = None;
             self.schedule(id);
         }
+        self.echo_got = got;
     }
 
     fn session_replies(&mut self, id: u64) {

@@ -380,9 +380,12 @@ impl Analyzer {
                     if any && !flow.halves[there].ts.seen {
                         self.counters.one_way += 1;
                     } else {
-                        // pping counts a frame's bytes once both directions were seen.
+                        // pping counts a frame's bytes once both directions were seen
+                        // (only its own formats show them).
                         let half = &mut flow.halves[here].pping;
-                        half.sent += frame.len() as u64;
+                        if detail != PpingDetail::Off {
+                            half.sent += frame.len() as u64;
+                        }
                         let sent = half.sent;
                         let echoed = flow.halves[there].ts.echo(ecr, now, self.cfg.max_age_ns);
                         if let Some((rtt, at)) = echoed {
