@@ -42,6 +42,16 @@ impl PaceArg {
     }
 }
 
+/// How the client waits for a response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RecvArg {
+    /// Sleep in recv() until the response wakes the thread (netperf, sockperf).
+    Block,
+    /// Poll a non-blocking socket: the client's wake-up leaves the round trip, at the
+    /// cost of a CPU (sockperf --busy-poll's idea, in user space).
+    Spin,
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ScheduleArg {
     Fixed,
@@ -60,7 +70,11 @@ Examples:
   rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT
   rttlab rr -I 99,5 -i 10,3 -l 5                   repeat until transactions/s is known ±2.5 % (netperf's CIs)
   rttlab rr -H 192.0.2.7 --dscp 46                 EF both ways (the server answers in kind)
-  rttlab rr -H 192.0.2.7 --mark 7                  the uplink `ip rule add fwmark 7 …` picks")]
+  rttlab rr -H 192.0.2.7 --mark 7                  the uplink `ip rule add fwmark 7 …` picks
+  rttlab rr --anatomy -T 0,1                       where each µs went: stacks, wake-ups, the path
+  rttlab rr --anatomy --recv spin -T 0,1           the same without the client's wake-up
+  rttlab rr --anatomy --server-delay 2ms           a server that thinks 2 ms per request
+  rttlab rr --anatomy --slow-log slow.jsonl        the slowest 1 % of transactions, each taken apart")]
 pub struct RrArgs {
     /// Server running `rttlab serve`; without it an in-process server on loopback is used.
     #[arg(short = 'H', long = "host")]
@@ -181,6 +195,27 @@ pub struct RrArgs {
     /// The client's data socket receive buffer (SO_RCVBUF), e.g. 64KiB.
     #[arg(long, value_parser = values::bytes, value_name = "BYTES")]
     pub rcvbuf: Option<u64>,
+    /// Split every transaction into client send path, network, server receive and
+    /// wake-up, server application and send, client receive and wake-up, from the
+    /// kernel's software stamps on both ends (TCP_RR and UDP_RR; responses grow to 20
+    /// bytes to carry the server's stamps). TCP adds the kernel's request → ACK time.
+    #[arg(long)]
+    pub anatomy: bool,
+    /// The server waits this long between reading each request and answering it (a
+    /// server that thinks), e.g. 2ms; at most 1 s.
+    #[arg(long, value_parser = values::duration, value_name = "DURATION")]
+    pub server_delay: Option<Duration>,
+    /// With --anatomy: write slow transactions' anatomies here as JSON lines
+    /// (rttlab.rr-slow/1): the slowest 1 % at the end, or with --slow every one over it.
+    #[arg(long, value_name = "FILE", requires = "anatomy")]
+    pub slow_log: Option<std::path::PathBuf>,
+    /// With --slow-log: log every transaction at least this slow as it happens, e.g. 1ms.
+    #[arg(long, value_parser = values::duration, value_name = "THRESHOLD", requires = "slow_log")]
+    pub slow: Option<Duration>,
+    /// How the client waits for each response: block in recv() or spin on a
+    /// non-blocking socket (no wake-up in the round trip).
+    #[arg(long, value_enum, default_value = "block")]
+    pub recv: RecvArg,
     #[command(flatten)]
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
@@ -330,6 +365,22 @@ impl RrArgs {
         s.percentiles = self.out.percentiles()?;
         s.hdr_log = self.out.hdr_log.clone();
         s.secret = self.secret.load()?;
+        s.recv_spin = self.recv == RecvArg::Spin;
+        if let Some(d) = self.server_delay {
+            if d > Duration::from_micros(rttlab::probe::control::MAX_SERVER_DELAY_US) {
+                bail!("--server-delay must be at most 1 s");
+            }
+            s.server_delay = d;
+        }
+        s.anatomy = self.anatomy;
+        s.slow_log = self.slow_log.clone();
+        s.slow = self.slow;
+        if s.anatomy {
+            use rttlab::probe::anatomy::MIN_RESPONSE;
+            if s.response_size < MIN_RESPONSE {
+                s.response_size = MIN_RESPONSE;
+            }
+        }
         Ok(s)
     }
 }
@@ -355,6 +406,12 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
         }
     };
     let settings = a.settings(server_addr)?;
+    if settings.response_size != a.sizes.1 {
+        eprintln!(
+            "rttlab: note: --anatomy: responses are {} bytes (asked {}), to carry the server's stamps",
+            settings.response_size, a.sizes.1
+        );
+    }
     let ctl = Arc::new(RunControl::default());
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));

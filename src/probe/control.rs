@@ -103,7 +103,23 @@ pub struct TestSpec {
     /// traffic class is measured both ways. ECN's two bits are the kernel's and ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tos: Option<u8>,
+    /// `rr --anatomy`: the server stamps its data sockets and returns its part of each
+    /// transaction in the next response (`probe::anatomy`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub anatomy: bool,
+    /// The server waits this long between reading a request and answering it (a
+    /// server that thinks), µs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub server_delay_us: u64,
 }
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The longest `server_delay_us` a server accepts: a test of a thinking server, not
+/// a way to hold its threads.
+pub const MAX_SERVER_DELAY_US: u64 = 1_000_000;
 
 impl TestSpec {
     /// One stream of `test` with these sizes and length, nothing else asked for: the
@@ -128,6 +144,8 @@ impl TestSpec {
             server_cpu: None,
             udp_drop_one_in: None,
             tos: None,
+            anatomy: false,
+            server_delay_us: 0,
         }
     }
 }

@@ -1005,6 +1005,29 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
     if spec.udp_drop_one_in == Some(0) {
         return Err("udp_drop_one_in must be at least 1".into());
     }
+    if spec.anatomy {
+        if !matches!(spec.test, TestKind::TcpRr | TestKind::UdpRr) {
+            return Err("the anatomy is measured for TCP_RR and UDP_RR only".into());
+        }
+        // UDP_RR's streams share one server socket, whose TX stamps are numbered
+        // across them.
+        if spec.test == TestKind::UdpRr && spec.streams > 1 {
+            return Err("the anatomy of UDP_RR is measured with one stream".into());
+        }
+        if spec.response_size < crate::probe::anatomy::MIN_RESPONSE {
+            return Err(format!(
+                "the anatomy needs responses of at least {} bytes (they carry the server's stamps)",
+                crate::probe::anatomy::MIN_RESPONSE
+            ));
+        }
+    }
+    if spec.server_delay_us > crate::probe::control::MAX_SERVER_DELAY_US {
+        return Err(format!(
+            "server delay {} µs is longer than the {} µs a server waits per request",
+            spec.server_delay_us,
+            crate::probe::control::MAX_SERVER_DELAY_US
+        ));
+    }
     Ok(())
 }
 
@@ -1287,13 +1310,97 @@ impl DataTest {
         }
     }
 
+    /// `--server-delay`: wait before answering (sleep, then spin the last 200 µs, so
+    /// the delay is what was asked, not what the timer slack makes of it).
+    fn think(&self, stop: &AtomicBool) {
+        if self.spec.server_delay_us > 0 {
+            let until = Instant::now() + Duration::from_micros(self.spec.server_delay_us);
+            crate::probe::pacing::wait_until(
+                crate::probe::pacing::PaceMode::Hybrid {
+                    margin: Duration::from_micros(200),
+                },
+                until,
+                || !stop.load(Ordering::Relaxed),
+            );
+        }
+    }
+
+    /// TCP_RR with `--anatomy`: every request read with its RX stamp, every response
+    /// carrying the server's part of the transaction before it (`probe::anatomy`).
+    fn serve_rr_stamped(&self, s: TcpStream, stop: &AtomicBool) -> ThreadCounters {
+        use crate::probe::{anatomy, stamps};
+        let mut c = ThreadCounters::default();
+        let fd = s.as_raw_fd();
+        if stamps::enable(fd, false).is_err() {
+            return c;
+        }
+        let req_len = self.spec.request_size as usize;
+        let resp_len = u64::from(self.spec.response_size);
+        let mut req = vec![0u8; req_len];
+        let mut resp = vec![0u8; self.spec.response_size as usize];
+        let mut book = anatomy::ServerStamps::default();
+        let mut w = &s;
+        'serve: loop {
+            let mut got = 0;
+            let mut rx = None;
+            while got < req_len {
+                match stamps::recv(fd, &mut req[got..], 0) {
+                    Ok((0, _)) => break 'serve,
+                    Ok((n, ts)) => {
+                        got += n;
+                        rx = ts.or(rx);
+                    }
+                    Err(e) if crate::probe::io::is_timeout(&e) => {
+                        if stop.load(Ordering::Relaxed) {
+                            break 'serve;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break 'serve,
+                }
+            }
+            let returned = crate::kernel::realtime_ns();
+            self.think(stop);
+            // The previous response's TX stamp: its last byte's offset from 0.
+            let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
+            let mut prev_tx = None;
+            let _ = stamps::drain_tx(fd, |t| {
+                if t.kind == stamps::TxKind::Sent && t.id == want {
+                    prev_tx = Some(t.ns);
+                }
+            });
+            let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
+            match book.next(seq, rx, returned, prev_tx) {
+                Some(p) => p.write(&mut resp),
+                None => {
+                    resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN].fill(0)
+                }
+            }
+            if write_full(&mut w, &resp, || !stop.load(Ordering::Relaxed)).is_err() {
+                break;
+            }
+            c.transactions += 1;
+            if c.transactions % 64 == 1 {
+                c.cpus.sample();
+            }
+        }
+        c
+    }
+
     fn serve_rr(&self, mut s: TcpStream, stop: &AtomicBool) -> ThreadCounters {
         self.pin();
+        if self.spec.anatomy {
+            let mut c = self.serve_rr_stamped(s, stop);
+            c.bytes_in = c.transactions * u64::from(self.spec.request_size);
+            c.bytes_out = c.transactions * u64::from(self.spec.response_size);
+            return c;
+        }
         let mut c = ThreadCounters::default();
         let mut req = vec![0u8; self.spec.request_size as usize];
         let resp = vec![0u8; self.spec.response_size as usize];
         while let Ok(ReadEnd::Full) = read_full(&mut s, &mut req, || !stop.load(Ordering::Relaxed))
         {
+            self.think(stop);
             if write_full(&mut s, &resp, || !stop.load(Ordering::Relaxed)).is_err() {
                 break;
             }
@@ -1362,10 +1469,27 @@ impl DataTest {
         let echo = (self.spec.request_size.min(self.spec.response_size) as usize).min(8);
         let mut idle_since = Instant::now();
         let mut seen = 0u64;
+        let stamped =
+            self.spec.anatomy && crate::probe::stamps::enable(u.as_raw_fd(), false).is_ok();
+        let mut book = crate::probe::anatomy::ServerStamps::default();
+        // SAFETY: sockaddr_storage is plain data.
+        let mut from_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         while !stop.load(Ordering::Relaxed) && idle_since.elapsed() < self.idle {
-            let (n, from) = match u.recv_from(&mut buf) {
-                Ok(x) => x,
-                Err(_) => continue,
+            let (n, from, rx) = if stamped {
+                match recv_from_stamped(u.as_raw_fd(), &mut buf, &mut from_addr) {
+                    Ok(x) => x,
+                    Err(_) => continue,
+                }
+            } else {
+                match u.recv_from(&mut buf) {
+                    Ok((n, from)) => (n, from, None),
+                    Err(_) => continue,
+                }
+            };
+            let returned = if stamped {
+                crate::kernel::realtime_ns()
+            } else {
+                0
             };
             if n != self.spec.request_size as usize || !same_ip(from.ip(), self.peer_ip) {
                 continue;
@@ -1383,6 +1507,26 @@ impl DataTest {
             }
             // Echo the client's sequence number so late replies are told apart.
             resp[..echo].copy_from_slice(&buf[..echo]);
+            self.think(stop);
+            if stamped {
+                use crate::probe::{anatomy, stamps};
+                // The previous response's TX stamp: datagrams are numbered from 0.
+                let want = c.transactions.wrapping_sub(1) as u32;
+                let mut prev_tx = None;
+                let _ = stamps::drain_tx(u.as_raw_fd(), |t| {
+                    if t.kind == stamps::TxKind::Sent && t.id == want {
+                        prev_tx = Some(t.ns);
+                    }
+                });
+                let mut seq = [0u8; 8];
+                seq[..echo].copy_from_slice(&buf[..echo]);
+                let seq = u64::from_le_bytes(seq) as u32;
+                match book.next(seq, rx, returned, prev_tx) {
+                    Some(p) => p.write(&mut resp),
+                    None => resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN]
+                        .fill(0),
+                }
+            }
             if u.send_to(&resp, from).is_ok() {
                 c.transactions += 1;
                 if c.transactions % 64 == 1 {
@@ -1394,6 +1538,25 @@ impl DataTest {
         c.bytes_out = c.transactions * u64::from(self.spec.response_size);
         c
     }
+}
+
+/// A UDP request with its RX stamp and sender.
+fn recv_from_stamped(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    from: &mut libc::sockaddr_storage,
+) -> io::Result<(usize, SocketAddr, Option<u64>)> {
+    let (n, rx) = crate::probe::stamps::recv_from(fd, buf, 0, Some(from))?;
+    // SAFETY: the kernel wrote a sockaddr of its family into `from`.
+    let sa = unsafe {
+        socket2::SockAddr::new(
+            *from,
+            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
+        )
+    }
+    .as_socket()
+    .ok_or_else(|| io::Error::other("a datagram without a sender"))?;
+    Ok((n, sa, rx))
 }
 
 fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {

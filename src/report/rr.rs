@@ -191,6 +191,9 @@ impl Report for RrResult {
                 u.lost, u.late_replies, u.dropped_by_server
             );
         }
+        if let Some(a) = &self.anatomy {
+            anatomy(&mut out, a);
+        }
         if !self.local_tcp_info.is_empty() || !self.remote_tcp_info.is_empty() {
             out.push_str("\nTCP's own view at the end (tcp_info):\n");
             let mut k = Table::new([
@@ -240,6 +243,43 @@ impl Report for RrResult {
     }
 }
 
+/// `--anatomy`'s table: each component's statistics, then the round trip they add up
+/// to, and TCP's request → ACK time beside them.
+fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
+    let c = &a.components;
+    let _ = writeln!(
+        out,
+        "\nAnatomy of {} transactions (kernel software stamps on both ends; {} without every stamp, {} with contradicting stamps):",
+        a.stamped, a.unstamped, a.inconsistent
+    );
+    let mut t = Table::new(summary_header("COMPONENT", &c.rtt));
+    for (name, s) in c.parts() {
+        t.row(summary_row(name, s));
+    }
+    t.row(summary_row("sum_rtt", &c.rtt));
+    if let Some(ack) = &a.tcp_ack {
+        t.row(summary_row("tcp_ack", ack));
+    }
+    out.push_str(&t.render());
+    if let Some(tail) = &a.tail {
+        let _ = writeln!(
+            out,
+            "\nThe slowest 1 % ({} transactions, from {:.1} µs): the component furthest above its median in each",
+            tail.transactions, tail.from_rtt_us
+        );
+        let mut c = Table::new(["CAUSE", "SHARE_pct", "MEAN_ADDED_us"]);
+        for cause in &tail.causes {
+            c.row([
+                cause.component.to_owned(),
+                format!("{:.1}", cause.share_pct),
+                format!("{:.1}", cause.mean_added_us),
+            ]);
+        }
+        out.push_str(&c.render());
+    }
+    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them.)\n");
+}
+
 fn opt_f(v: Option<f64>) -> Value {
     v.map_or(Value::Text(String::new()), Value::Float)
 }
@@ -256,6 +296,23 @@ fn cpu_list(p: Option<&Placement>) -> Value {
     }))
 }
 
+impl RrResult {
+    /// One component of `--anatomy`'s, when it was measured.
+    fn anatomy_part(&self, part: super::selectors::Part) -> Option<&crate::stats::Summary> {
+        use super::selectors::Part;
+        let a = self.anatomy.as_ref()?;
+        let c = &a.components;
+        match part {
+            Part::ClientSend => Some(&c.client_send),
+            Part::Network => Some(&c.network),
+            Part::ServerRecv => Some(&c.server_recv),
+            Part::ServerApp => Some(&c.server_app),
+            Part::ClientRecv => Some(&c.client_recv),
+            Part::TcpAck => a.tcp_ack.as_ref(),
+        }
+    }
+}
+
 impl Selectable for RrResult {
     const KIND: &'static str = "request/response results";
 
@@ -269,6 +326,10 @@ impl Selectable for RrResult {
             Selector::MaxLatency => opt_f(l.max_us),
             Selector::MeanLatency | Selector::RtLatency => opt_f(l.mean_us),
             Selector::StddevLatency => opt_f(l.stddev_us),
+            Selector::PartPercentile(part, p) => {
+                opt_f(self.anatomy_part(*part).and_then(|s| s.percentile_us(*p)))
+            }
+            Selector::PartMean(part) => opt_f(self.anatomy_part(*part).and_then(|s| s.mean_us)),
             Selector::PercentileLatency(p) => opt_f(l.percentile_us(*p).or_else(|| {
                 self.histogram
                     .quantile_ns(p.0 / 100.0)

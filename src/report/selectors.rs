@@ -18,6 +18,10 @@ pub enum Selector {
     MeanLatency,
     StddevLatency,
     PercentileLatency(Percentile),
+    /// `rr --anatomy`: `P<digits>_<PART>_LATENCY`, e.g. P99_NETWORK_LATENCY.
+    PartPercentile(Part, Percentile),
+    /// `rr --anatomy`: `MEAN_<PART>_LATENCY`.
+    PartMean(Part),
     RtLatency,
     ElapsedTime,
     LocalTransportRetrans,
@@ -155,6 +159,40 @@ const FIXED: &[(&str, Selector)] = &[
     ("REMOTE_HOST", Selector::RemoteHost),
 ];
 
+/// A component of `rr --anatomy` (and TCP's request → ACK time beside them), by its
+/// selector name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    ClientSend,
+    Network,
+    ServerRecv,
+    ServerApp,
+    ClientRecv,
+    TcpAck,
+}
+
+impl Part {
+    pub const ALL: [(&'static str, Part); 6] = [
+        ("CLIENT_SEND", Part::ClientSend),
+        ("NETWORK", Part::Network),
+        ("SERVER_RECV", Part::ServerRecv),
+        ("SERVER_APP", Part::ServerApp),
+        ("CLIENT_RECV", Part::ClientRecv),
+        ("TCP_ACK", Part::TcpAck),
+    ];
+
+    fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.iter().find(|(n, _)| *n == s).map(|(_, p)| *p)
+    }
+}
+
 impl Selector {
     /// Parse one name, case-insensitively.
     ///
@@ -172,6 +210,19 @@ impl Selector {
             if let Some(p) = Percentile::from_digits(d) {
                 return Ok(Selector::PercentileLatency(p));
             }
+            if let Some((digits, part)) = d.split_once('_') {
+                if let (Some(p), Some(part)) = (Percentile::from_digits(digits), Part::parse(part))
+                {
+                    return Ok(Selector::PartPercentile(part, p));
+                }
+            }
+        }
+        if let Some(part) = up
+            .strip_prefix("MEAN_")
+            .and_then(|r| r.strip_suffix("_LATENCY"))
+            .and_then(Part::parse)
+        {
+            return Ok(Selector::PartMean(part));
         }
         Err(SelectorError::Unknown(name.trim().to_owned()))
     }
@@ -196,6 +247,10 @@ impl Selector {
     pub fn name(&self) -> String {
         match self {
             Selector::PercentileLatency(p) => format!("P{}_LATENCY", p.digits()),
+            Selector::PartPercentile(part, p) => {
+                format!("P{}_{}_LATENCY", p.digits(), part.name())
+            }
+            Selector::PartMean(part) => format!("MEAN_{}_LATENCY", part.name()),
             s => FIXED
                 .iter()
                 .find(|(_, x)| x == s)
@@ -206,6 +261,7 @@ impl Selector {
     fn known_names() -> String {
         let mut v: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
         v.push("P<digits>_LATENCY");
+        v.push("P<digits>_<PART>_LATENCY, MEAN_<PART>_LATENCY (rr --anatomy; PART: CLIENT_SEND, NETWORK, SERVER_RECV, SERVER_APP, CLIENT_RECV, TCP_ACK)");
         v.join(", ")
     }
 }

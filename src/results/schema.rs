@@ -15,6 +15,8 @@ use serde::Serialize;
 pub const RR: &str = "rttlab.rr/1";
 /// `rttlab rr -D … --json`: an interim line.
 pub const RR_INTERIM: &str = "rttlab.rr-interim/1";
+/// `rttlab rr --anatomy --slow-log FILE`: one line per slow transaction.
+pub const RR_SLOW: &str = "rttlab.rr-slow/1";
 /// `rttlab ping --json`.
 pub const PING: &str = "rttlab.ping/1";
 /// `rttlab tcpinfo --json`: one line per socket (and sample time).
@@ -45,9 +47,10 @@ pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
 pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
 /// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 16] = [
+pub const ALL: [&str; 17] = [
     RR,
     RR_INTERIM,
+    RR_SLOW,
     PING,
     TCPINFO,
     PASSIVE_SAMPLE,

@@ -16,6 +16,7 @@ mod open_loop;
 mod result;
 mod session;
 mod settings;
+mod stamped;
 mod stream;
 
 pub use client::ControlClient;
@@ -46,6 +47,11 @@ use stream::{
 /// Failures after measuring began are reported in [`RrResult::error`] with the partial
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
+    if s.anatomy {
+        check_anatomy(s)?;
+    } else if s.slow_log.is_some() {
+        return Err(RrError::Limit("--slow-log needs --anatomy".into()));
+    }
     let mut client = ControlClient::connect(s.server, s.secret.as_deref(), &s.path)?;
     check_sizes(s, client.limits.max_payload)?;
     // A run bounded only by count asks for as long as the server allows.
@@ -54,6 +60,18 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let port = client.start(&test_spec(s, run_for))?;
     let data = SocketAddr::new(s.server.ip(), port);
     let mut hdr = open_hdr_log(s, port)?;
+    let slow_log = match &s.slow_log {
+        Some(p) => Some(
+            crate::probe::anatomy::SlowLog::create(
+                p,
+                s.slow
+                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            )
+            .map_err(|e| RrError::Limit(format!("--slow-log {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
 
     let watched: Vec<TcpStream> = conns
@@ -98,6 +116,8 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                     hard_deadline: start + run_for + IN_FLIGHT_GRACE,
                     quota,
                     cutoff,
+                    stream: i as u32,
+                    slow_log,
                 };
                 let cpu0 = thread_cpu_ns();
                 let mut out = match (s.test, s.open_loop) {
@@ -143,6 +163,16 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
 
     let t = Totals::of(&outcomes);
     let mut error = t.error.clone();
+    if let Some(log) = slow_log {
+        if log.threshold_ns.is_none() {
+            for l in t.anatomy.iter().flat_map(|a| a.slowest()) {
+                log.write(&l);
+            }
+        }
+        if let Err(e) = log.finish() {
+            error = error.or(Some(format!("writing the slow log: {e}")));
+        }
+    }
     // A server that let the watchdog cut the run off is unlikely to answer promptly.
     let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
         REPORT_WAIT_CUT
@@ -216,6 +246,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         error,
         confidence: None,
         local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
+        anatomy: t
+            .anatomy
+            .as_ref()
+            .map(|a| a.result(&s.percentiles, s.test == TestKind::TcpRr)),
         remote_cpu: server.as_ref().and_then(|r| {
             let [a, b] = r.machine_ticks?;
             // A server older than its elapsed field: the client's window is the closest.
@@ -223,6 +257,28 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             CpuUse::between(a, b, elapsed, r.transactions)
         }),
     })
+}
+
+/// What `--anatomy` measures: closed-loop TCP_RR and UDP_RR (one stream), with
+/// responses large enough to carry the server's stamps.
+fn check_anatomy(s: &RrSettings) -> Result<(), RrError> {
+    use crate::probe::anatomy::MIN_RESPONSE;
+    let refuse = |m: String| Err(RrError::Limit(m));
+    if !matches!(s.test, TestKind::TcpRr | TestKind::UdpRr) || s.open_loop.is_some() {
+        return refuse("--anatomy measures closed-loop TCP_RR and UDP_RR".into());
+    }
+    if s.test == TestKind::UdpRr && s.streams > 1 {
+        return refuse("--anatomy measures UDP_RR with one stream".into());
+    }
+    if s.slow_log.is_none() && s.slow.is_some() {
+        return refuse("--slow sets what --slow-log writes: give --slow-log FILE".into());
+    }
+    if s.response_size < MIN_RESPONSE {
+        return refuse(format!(
+            "--anatomy needs responses of at least {MIN_RESPONSE} bytes (they carry the server's stamps)"
+        ));
+    }
+    Ok(())
 }
 
 /// Both payloads within what the server accepts.
@@ -257,6 +313,8 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         server_cpu: s.remote_cpu,
         udp_drop_one_in: s.udp_drop_one_in,
         tos: s.path.tos.map(|t| t & 0xfc),
+        anatomy: s.anatomy,
+        server_delay_us: u64::try_from(s.server_delay.as_micros()).unwrap_or(u64::MAX),
     }
 }
 

@@ -108,6 +108,9 @@ pub struct RrResult {
     pub local_cpu: Option<crate::kernel::cpu::CpuUse>,
     /// netperf's -C: the server machine's, as the server measured it.
     pub remote_cpu: Option<crate::kernel::cpu::CpuUse>,
+    /// `--anatomy`: every transaction split into what each host and the path took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anatomy: Option<crate::probe::anatomy::AnatomyResult>,
 }
 
 /// netperf's `-I LEVEL,WIDTH -i MAX,MIN`: iterations of the same test until the mean

@@ -86,6 +86,19 @@ pub struct RrSettings {
     pub hdr_log: Option<PathBuf>,
     /// Traffic class, interface, source address, mark and socket buffers.
     pub path: crate::probe::path::PathOptions,
+    /// `--anatomy`: split every transaction into its components from the kernel's
+    /// stamps on both ends (`probe::anatomy`).
+    pub anatomy: bool,
+    /// `--server-delay`: the server waits this long before answering each request.
+    pub server_delay: Duration,
+    /// `--slow-log FILE`: slow transactions' anatomies as JSON lines.
+    pub slow_log: Option<PathBuf>,
+    /// `--slow THRESHOLD`: log every transaction at least this slow (without it, the
+    /// slowest 1 % at the end).
+    pub slow: Option<Duration>,
+    /// `--recv spin`: wait for responses by polling a non-blocking socket instead of
+    /// sleeping in `recv()`, so the client's wake-up is not in the round trip.
+    pub recv_spin: bool,
 }
 
 impl RrSettings {
@@ -117,6 +130,11 @@ impl RrSettings {
             percentiles: crate::stats::DEFAULT_PERCENTILES.to_vec(),
             hdr_log: None,
             path: crate::probe::path::PathOptions::default(),
+            anatomy: false,
+            server_delay: Duration::ZERO,
+            slow_log: None,
+            slow: None,
+            recv_spin: false,
         }
     }
 }

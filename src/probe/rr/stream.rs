@@ -37,6 +37,8 @@ pub(super) struct StreamOutcome {
     pub(super) cpu_ns: u64,
     pub(super) local_addr: Option<SocketAddr>,
     pub(super) error: Option<String>,
+    /// `--anatomy`: the stream's transactions split into components.
+    pub(super) anatomy: Option<crate::probe::anatomy::Recorder>,
 }
 
 /// Every stream's outcome added up: histograms merged, counts summed, the first
@@ -58,6 +60,7 @@ pub(super) struct Totals {
     pub(super) info: Vec<TcpInfo>,
     pub(super) error: Option<String>,
     pub(super) local_addr: Option<SocketAddr>,
+    pub(super) anatomy: Option<crate::probe::anatomy::Recorder>,
 }
 
 impl Totals {
@@ -79,6 +82,9 @@ impl Totals {
             t.info.extend(o.info.clone());
             t.error = t.error.take().or_else(|| o.error.clone());
             t.local_addr = t.local_addr.or(o.local_addr);
+            if let Some(a) = &o.anatomy {
+                t.anatomy.get_or_insert_with(Default::default).merge(a);
+            }
         }
         t
     }
@@ -94,6 +100,34 @@ pub(super) struct Ctx<'a> {
     pub(super) quota: u64,
     /// Set by the watchdog when it shut the sockets down (stop or hard deadline).
     pub(super) cutoff: &'a AtomicBool,
+    /// This stream's number (0, 1, …).
+    pub(super) stream: u32,
+    /// `--slow-log`.
+    pub(super) slow_log: Option<&'a crate::probe::anatomy::SlowLog>,
+}
+
+impl Ctx<'_> {
+    /// `--anatomy`'s recorder for this stream.
+    pub(super) fn anatomy(&self) -> crate::probe::anatomy::Recorder {
+        crate::probe::anatomy::Recorder::new(self.s.streams)
+    }
+
+    /// Record a transaction's anatomy, and log it if it is slow.
+    pub(super) fn anatomy_record(
+        &self,
+        book: &mut crate::probe::anatomy::Recorder,
+        part: crate::probe::anatomy::ClientPart,
+        resp: &[u8],
+    ) {
+        let joined = book.record(
+            part,
+            crate::probe::anatomy::ServerPart::read(resp),
+            self.stream,
+        );
+        if let (Some(l), Some(log)) = (joined, self.slow_log) {
+            log.offer(&l);
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -255,6 +289,16 @@ pub(super) fn tcp_rr(
         out.error = Some("no data connection".into());
         return out;
     };
+    if cx.s.anatomy {
+        return super::stamped::tcp_rr(cx, sock, rec);
+    }
+    // `--recv spin`: every read returns at once, and read_full tries again.
+    if cx.s.recv_spin {
+        if let Err(e) = sock.set_nonblocking(true) {
+            out.error = Some(format!("--recv spin: {e}"));
+            return out;
+        }
+    }
     out.local_addr = sock.local_addr().ok();
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
@@ -356,6 +400,23 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
     let mut target = None;
     let mut rto = UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout);
     let mut sock_timeout = cx.s.timeout.min(POLL_TICK);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&u);
+    let mut book = if cx.s.anatomy {
+        if let Err(e) = crate::probe::stamps::enable(fd, false) {
+            out.error = Some(format!(
+                "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
+            ));
+            return out;
+        }
+        Some(cx.anatomy())
+    } else {
+        None
+    };
+    let recv_flags = if cx.s.recv_spin {
+        libc::MSG_DONTWAIT
+    } else {
+        0
+    };
     'run: while cx.more(out.transactions + out.lost, now) {
         for _ in 0..cx.s.burst {
             seq += 1;
@@ -375,19 +436,23 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                 sock_timeout = want;
             }
             let t0 = Instant::now();
+            let sent = crate::kernel::realtime_ns();
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = u.send(&req) {
                 out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
             loop {
-                match u.recv(&mut resp) {
-                    Ok(n)
+                match crate::probe::stamps::recv(fd, &mut resp, recv_flags) {
+                    Ok((n, rx))
                         if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask =>
                     {
                         now = Instant::now();
                         record(&mut out, &mut rec, cx.ctl, t0, now);
                         rto.sample(now - t0);
+                        if let Some(book) = book.as_mut() {
+                            udp_anatomy(cx, book, fd, seq, seq & mask, sent, rx, &resp);
+                        }
                         break;
                     }
                     Ok(_) => out.late_replies += 1,
@@ -419,7 +484,40 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
         target = pause(cx, now);
         now = Instant::now();
     }
+    out.anatomy = book;
     out
+}
+
+/// UDP_RR with `--anatomy`: the transaction `seq` (echoed as `echoed`) just answered.
+#[allow(clippy::too_many_arguments)]
+fn udp_anatomy(
+    cx: &Ctx<'_>,
+    book: &mut crate::probe::anatomy::Recorder,
+    fd: std::os::fd::RawFd,
+    seq: u64,
+    echoed: u64,
+    sent: u64,
+    rx: Option<u64>,
+    resp: &[u8],
+) {
+    use crate::probe::anatomy::ClientPart;
+    let returned = crate::kernel::realtime_ns();
+    let mut part = ClientPart {
+        seq: echoed as u32,
+        sent,
+        tx: None,
+        rx,
+        returned,
+        acked: None,
+    };
+    // Datagrams are numbered from 0, lost requests included: request `seq` is seq − 1.
+    let want = seq.wrapping_sub(1) as u32;
+    let _ = crate::probe::stamps::drain_tx(fd, |t| {
+        if t.kind == crate::probe::stamps::TxKind::Sent && t.id == want {
+            part.tx = Some(t.ns);
+        }
+    });
+    cx.anatomy_record(book, part, resp);
 }
 
 pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {

@@ -1,0 +1,680 @@
+//! `rr --anatomy`: each transaction split into what each host did and what the path
+//! took, from the kernel's software stamps on both ends (`probe::stamps`).
+//!
+//! ```text
+//! client:  send() ──client_send──▶ TX ······················· RX ──client_recv──▶ recv() returns
+//! server:                      RX ──server_recv──▶ recv() ──server_app──▶ TX
+//! ```
+//!
+//! The client's two intervals are on its clock, the server's two on its own, and the
+//! network is what remains of the round trip: (client RX − client TX) − (server_recv +
+//! server_app). The five add up to the round trip exactly and no clock is compared
+//! with another (DESIGN: "Anatomy of a transaction").
+//!
+//! The server learns a response's TX stamp only after sending it, so each response
+//! carries the server's two intervals of the *previous* transaction in a trailer after
+//! the sequence bytes; the client joins them to what it kept of that transaction.
+
+use crate::stats::{LatencyHistogram, Percentile, Summary};
+use serde::{Deserialize, Serialize};
+
+/// Where the trailer starts in a response (after UDP_RR's echoed sequence bytes).
+pub const TRAILER_AT: usize = 8;
+/// The trailer: the transaction's number (u32), server_recv ns (u32), server_app ns
+/// (u32), little-endian; `u32::MAX` for a stamp the kernel did not give.
+pub const TRAILER_LEN: usize = 12;
+/// The smallest response that carries a trailer.
+pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
+const MISSING: u32 = u32::MAX;
+
+/// What the server measured of one transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerPart {
+    /// TCP: the transaction's number from 1; UDP: the low 32 bits of its sequence.
+    pub seq: u32,
+    /// Request arrived (RX stamp) → the server's `recv()` returned.
+    pub recv_ns: Option<u32>,
+    /// `recv()` returned → the response left the stack (TX stamp).
+    pub app_ns: Option<u32>,
+}
+
+impl ServerPart {
+    /// Write into `resp` (at least [`MIN_RESPONSE`] bytes).
+    pub fn write(&self, resp: &mut [u8]) {
+        let t = &mut resp[TRAILER_AT..TRAILER_AT + TRAILER_LEN];
+        t[0..4].copy_from_slice(&self.seq.to_le_bytes());
+        t[4..8].copy_from_slice(&self.recv_ns.unwrap_or(MISSING).to_le_bytes());
+        t[8..12].copy_from_slice(&self.app_ns.unwrap_or(MISSING).to_le_bytes());
+    }
+
+    /// Read from a response; `None` when it is too short or carries no transaction
+    /// (number 0: the first response has nothing before it).
+    pub fn read(resp: &[u8]) -> Option<Self> {
+        let t = resp.get(TRAILER_AT..TRAILER_AT + TRAILER_LEN)?;
+        let word = |i: usize| u32::from_le_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+        let opt = |v: u32| (v != MISSING).then_some(v);
+        let seq = word(0);
+        (seq != 0).then(|| Self {
+            seq,
+            recv_ns: opt(word(4)),
+            app_ns: opt(word(8)),
+        })
+    }
+}
+
+/// ns between two CLOCK_REALTIME stamps as a trailer field (saturating).
+pub fn interval_u32(from: u64, to: u64) -> Option<u32> {
+    to.checked_sub(from)
+        .map(|d| u32::try_from(d).unwrap_or(MISSING - 1))
+}
+
+/// The server's bookkeeping for one data socket: the transaction in hand becomes the
+/// previous one once its response is sent.
+#[derive(Default)]
+pub struct ServerStamps {
+    /// (number, RX stamp, when recv() returned) of the last transaction answered.
+    prev: Option<(u32, Option<u64>, u64)>,
+}
+
+impl ServerStamps {
+    /// Before sending the response to transaction `seq` (received at `rx`, read at
+    /// `returned`): the previous transaction's part, given the newest TX stamp seen,
+    /// and remember this one.
+    pub fn next(
+        &mut self,
+        seq: u32,
+        rx: Option<u64>,
+        returned: u64,
+        prev_tx: Option<u64>,
+    ) -> Option<ServerPart> {
+        let part = self.prev.map(|(pseq, prx, pret)| ServerPart {
+            seq: pseq,
+            recv_ns: prx.and_then(|r| interval_u32(r, pret)),
+            app_ns: prev_tx.and_then(|t| interval_u32(pret, t)),
+        });
+        self.prev = Some((seq, rx, returned));
+        part
+    }
+}
+
+/// What the client kept of one transaction, all CLOCK_REALTIME ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientPart {
+    pub seq: u32,
+    /// Just before `send()`.
+    pub sent: u64,
+    /// The request left the stack (TX SND stamp).
+    pub tx: Option<u64>,
+    /// The response arrived (RX stamp of its last packet).
+    pub rx: Option<u64>,
+    /// `recv()` returned the whole response.
+    pub returned: u64,
+    /// TCP: the request's last byte was acknowledged (TX ACK stamp).
+    pub acked: Option<u64>,
+}
+
+/// One transaction's anatomy, ns; the five components add up to `rtt`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    pub rtt_ns: u64,
+    pub client_send_ns: u64,
+    pub network_ns: u64,
+    pub server_recv_ns: u64,
+    pub server_app_ns: u64,
+    pub client_recv_ns: u64,
+    /// TCP: request sent → its ACK came back (the kernel's own per-request round trip).
+    pub tcp_ack_ns: Option<u64>,
+}
+
+/// Why a transaction has no anatomy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// A stamp the kernel did not give (receive stamping starts lazily).
+    Unstamped,
+    /// Stamps out of order (a clock stepped mid-transaction).
+    Inconsistent,
+}
+
+/// Join the client's and the server's parts of one transaction.
+///
+/// # Errors
+/// A stamp is missing, or the stamps contradict each other.
+pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
+    let (Some(tx), Some(rx), Some(srecv), Some(sapp)) = (c.tx, c.rx, s.recv_ns, s.app_ns) else {
+        return Err(Missing::Unstamped);
+    };
+    let rtt = c.returned.checked_sub(c.sent);
+    let send = tx.checked_sub(c.sent);
+    let recv = c.returned.checked_sub(rx);
+    let wire = rx.checked_sub(tx);
+    let server = u64::from(srecv) + u64::from(sapp);
+    let (Some(rtt), Some(send), Some(recv), Some(network)) =
+        (rtt, send, recv, wire.and_then(|w| w.checked_sub(server)))
+    else {
+        return Err(Missing::Inconsistent);
+    };
+    Ok(Transaction {
+        rtt_ns: rtt,
+        client_send_ns: send,
+        network_ns: network,
+        server_recv_ns: u64::from(srecv),
+        server_app_ns: u64::from(sapp),
+        client_recv_ns: recv,
+        tcp_ack_ns: c.acked.and_then(|a| a.checked_sub(tx)),
+    })
+}
+
+/// The client's side of a stream: the transaction waiting for the server's part, and
+/// every joined transaction's components.
+pub struct Recorder {
+    pending: Option<ClientPart>,
+    pub hist: Components<LatencyHistogram>,
+    pub tcp_ack: LatencyHistogram,
+    pub stamped: u64,
+    pub unstamped: u64,
+    pub inconsistent: u64,
+    /// The slowest transactions so far, at most [`TAIL_SHARE`] of them times
+    /// `tail_scale` (the number of streams, so that the merged heaps hold every
+    /// transaction of the whole run's slowest share).
+    tail: std::collections::BinaryHeap<std::cmp::Reverse<Logged>>,
+    tail_scale: u64,
+}
+
+/// The share of transactions the tail analysis and `--slow-log` keep: the slowest 1 %.
+pub const TAIL_SHARE: f64 = 0.01;
+
+/// A joined transaction with where it came from, ordered by its round trip.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Logged {
+    pub sent_unix_ns: u64,
+    pub seq: u32,
+    pub stream: u32,
+    #[serde(flatten)]
+    pub t: Transaction,
+}
+
+impl Ord for Logged {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.t.rtt_ns, self.sent_unix_ns, self.stream, self.seq).cmp(&(
+            o.t.rtt_ns,
+            o.sent_unix_ns,
+            o.stream,
+            o.seq,
+        ))
+    }
+}
+
+impl PartialOrd for Logged {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new(1)
+    }
+}
+
+impl Recorder {
+    /// For one of `streams` streams.
+    pub fn new(streams: u32) -> Self {
+        Self {
+            pending: None,
+            hist: Components::default(),
+            tcp_ack: LatencyHistogram::new(),
+            stamped: 0,
+            unstamped: 0,
+            inconsistent: 0,
+            tail: std::collections::BinaryHeap::new(),
+            tail_scale: u64::from(streams.max(1)),
+        }
+    }
+
+    /// A transaction the client finished, and the server's part that came with its
+    /// response (of the transaction before it); returns the transaction that part
+    /// completed, when it could be joined.
+    pub fn record(
+        &mut self,
+        done: ClientPart,
+        server: Option<ServerPart>,
+        stream: u32,
+    ) -> Option<Logged> {
+        let mut joined = None;
+        if let (Some(p), Some(s)) = (self.pending, server) {
+            if p.seq == s.seq {
+                match join(&p, &s) {
+                    Ok(t) => {
+                        self.add(&t);
+                        let l = Logged {
+                            sent_unix_ns: p.sent,
+                            seq: p.seq,
+                            stream,
+                            t,
+                        };
+                        self.keep_if_slow(l);
+                        joined = Some(l);
+                    }
+                    Err(Missing::Unstamped) => self.unstamped += 1,
+                    Err(Missing::Inconsistent) => self.inconsistent += 1,
+                }
+            }
+        }
+        self.pending = Some(done);
+        joined
+    }
+
+    fn keep_if_slow(&mut self, l: Logged) {
+        let room = ((self.stamped * self.tail_scale) as f64 * TAIL_SHARE).ceil() as usize;
+        self.tail.push(std::cmp::Reverse(l));
+        while self.tail.len() > room.max(1) {
+            self.tail.pop();
+        }
+    }
+
+    /// A TCP ACK stamp that came after its transaction was set aside.
+    pub fn late_ack(&mut self, seq: u32, ns: u64) {
+        if let Some(p) = self.pending.as_mut().filter(|p| p.seq == seq) {
+            p.acked.get_or_insert(ns);
+        }
+    }
+
+    fn add(&mut self, t: &Transaction) {
+        self.stamped += 1;
+        self.hist.rtt.record_ns(t.rtt_ns);
+        self.hist.client_send.record_ns(t.client_send_ns);
+        self.hist.network.record_ns(t.network_ns);
+        self.hist.server_recv.record_ns(t.server_recv_ns);
+        self.hist.server_app.record_ns(t.server_app_ns);
+        self.hist.client_recv.record_ns(t.client_recv_ns);
+        if let Some(a) = t.tcp_ack_ns {
+            self.tcp_ack.record_ns(a);
+        }
+    }
+
+    /// Add another stream's.
+    pub fn merge(&mut self, o: &Self) {
+        self.hist.rtt.merge(&o.hist.rtt);
+        self.hist.client_send.merge(&o.hist.client_send);
+        self.hist.network.merge(&o.hist.network);
+        self.hist.server_recv.merge(&o.hist.server_recv);
+        self.hist.server_app.merge(&o.hist.server_app);
+        self.hist.client_recv.merge(&o.hist.client_recv);
+        self.tcp_ack.merge(&o.tcp_ack);
+        self.stamped += o.stamped;
+        self.unstamped += o.unstamped;
+        self.inconsistent += o.inconsistent;
+        self.tail.extend(o.tail.iter().copied());
+    }
+
+    /// The run's slowest [`TAIL_SHARE`] of transactions (after [`Self::merge`]ing every
+    /// stream), in the order they were sent.
+    pub fn slowest(&self) -> Vec<Logged> {
+        let want = (self.stamped as f64 * TAIL_SHARE).ceil() as usize;
+        let mut v: Vec<Logged> = self.tail.iter().map(|r| r.0).collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        v.truncate(want);
+        v.sort_unstable_by_key(|l| (l.sent_unix_ns, l.stream, l.seq));
+        v
+    }
+
+    /// The result: each component's statistics, and what made the slowest transactions
+    /// slow.
+    pub fn result(&self, p: &[Percentile], tcp: bool) -> AnatomyResult {
+        let s = |h: &LatencyHistogram| Summary::from_histogram(h, p);
+        AnatomyResult {
+            tail: self.tail(),
+            stamped: self.stamped,
+            unstamped: self.unstamped,
+            inconsistent: self.inconsistent,
+            components: Components {
+                rtt: s(&self.hist.rtt),
+                client_send: s(&self.hist.client_send),
+                network: s(&self.hist.network),
+                server_recv: s(&self.hist.server_recv),
+                server_app: s(&self.hist.server_app),
+                client_recv: s(&self.hist.client_recv),
+            },
+            tcp_ack: tcp.then(|| s(&self.tcp_ack)),
+        }
+    }
+}
+
+impl Recorder {
+    /// Each slow transaction's cause is its component furthest above that component's
+    /// median (the delay it added); the table gives each cause's share of the tail and
+    /// the mean delay it added.
+    fn tail(&self) -> Option<Tail> {
+        let slow = self.slowest();
+        let first = slow.iter().map(|l| l.t.rtt_ns).min()?;
+        let median = |h: &LatencyHistogram| h.quantile_ns(0.5).unwrap_or(0);
+        let h = &self.hist;
+        let medians = [
+            median(&h.client_send),
+            median(&h.network),
+            median(&h.server_recv),
+            median(&h.server_app),
+            median(&h.client_recv),
+        ];
+        let mut count = [0u64; 5];
+        let mut added = [0u64; 5];
+        for l in &slow {
+            let t = &l.t;
+            let values = [
+                t.client_send_ns,
+                t.network_ns,
+                t.server_recv_ns,
+                t.server_app_ns,
+                t.client_recv_ns,
+            ];
+            let (i, extra) = values
+                .iter()
+                .zip(medians)
+                .map(|(v, m)| v.saturating_sub(m))
+                .enumerate()
+                .max_by_key(|&(_, extra)| extra)
+                .unwrap_or((0, 0));
+            count[i] += 1;
+            added[i] += extra;
+        }
+        let n = slow.len() as f64;
+        let names = self.hist.parts().map(|(name, _)| name);
+        let mut causes: Vec<Cause> = (0..5)
+            .filter(|&i| count[i] > 0)
+            .map(|i| Cause {
+                component: names[i],
+                share_pct: 100.0 * count[i] as f64 / n,
+                mean_added_us: added[i] as f64 / count[i] as f64 / 1e3,
+            })
+            .collect();
+        causes.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
+        Some(Tail {
+            transactions: slow.len() as u64,
+            from_rtt_us: first as f64 / 1e3,
+            causes,
+        })
+    }
+}
+
+/// What made the slowest [`TAIL_SHARE`] of transactions slow.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tail {
+    pub transactions: u64,
+    /// The fastest of them: the tail starts here.
+    pub from_rtt_us: f64,
+    /// By share of the tail, largest first.
+    pub causes: Vec<Cause>,
+}
+
+/// One component as the cause of slow transactions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cause {
+    pub component: &'static str,
+    /// Of the tail's transactions, the share this component slowed most.
+    pub share_pct: f64,
+    /// How far above its median it was in them, on average.
+    pub mean_added_us: f64,
+}
+
+/// `--slow-log FILE`: slow transactions' anatomies as JSON lines (`rttlab.rr-slow/1`),
+/// every one over a threshold as it happens, or the slowest [`TAIL_SHARE`] at the end.
+pub struct SlowLog {
+    /// Log every transaction at least this slow as it is joined; without one, the
+    /// run's slowest share is written at its end.
+    pub threshold_ns: Option<u64>,
+    out: std::sync::Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl SlowLog {
+    /// Create (truncate) `path`.
+    ///
+    /// # Errors
+    /// The file cannot be created.
+    pub fn create(path: &std::path::Path, threshold_ns: Option<u64>) -> std::io::Result<Self> {
+        Ok(Self {
+            threshold_ns,
+            out: std::sync::Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+        })
+    }
+
+    /// Log `l` if it is over the threshold.
+    pub fn offer(&self, l: &Logged) {
+        if self.threshold_ns.is_some_and(|t| l.t.rtt_ns >= t) {
+            self.write(l);
+        }
+    }
+
+    /// Write one line (a full disk loses lines, never the run).
+    pub fn write(&self, l: &Logged) {
+        use std::io::Write;
+        if let Ok(line) = crate::results::schema::line(crate::results::schema::RR_SLOW, l) {
+            if let Ok(mut o) = self.out.lock() {
+                let _ = writeln!(o, "{line}");
+            }
+        }
+    }
+
+    /// Flush what is buffered.
+    ///
+    /// # Errors
+    /// The file could not be written.
+    pub fn finish(&self) -> std::io::Result<()> {
+        use std::io::Write;
+        match self.out.lock() {
+            Ok(mut o) => o.flush(),
+            Err(_) => Err(std::io::Error::other("the slow log's writer panicked")),
+        }
+    }
+}
+
+/// One value per component, in the order a transaction passes through them (`rtt`,
+/// their sum, first).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Components<T> {
+    /// The round trip the components add up to (CLOCK_REALTIME, send() → recv()).
+    pub rtt: T,
+    pub client_send: T,
+    pub network: T,
+    pub server_recv: T,
+    pub server_app: T,
+    pub client_recv: T,
+}
+
+impl<T> Components<T> {
+    /// (name, value) of the five components, in order, without `rtt`.
+    pub fn parts(&self) -> [(&'static str, &T); 5] {
+        [
+            ("client_send", &self.client_send),
+            ("network", &self.network),
+            ("server_recv", &self.server_recv),
+            ("server_app", &self.server_app),
+            ("client_recv", &self.client_recv),
+        ]
+    }
+}
+
+/// `rr --anatomy`'s result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AnatomyResult {
+    /// Transactions split into components.
+    pub stamped: u64,
+    /// Transactions without every stamp (the first of a connection usually).
+    pub unstamped: u64,
+    /// Transactions whose stamps contradict each other.
+    pub inconsistent: u64,
+    pub components: Components<Summary>,
+    /// TCP: the kernel's request → ACK time, beside the components (not one of them).
+    pub tcp_ack: Option<Summary>,
+    /// The slowest transactions' causes (none before the first joined transaction).
+    pub tail: Option<Tail>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: arithmetic on stamps written by hand.
+    #[test]
+    fn components_add_up_to_the_round_trip() {
+        let c = ClientPart {
+            seq: 7,
+            sent: 1_000,
+            tx: Some(1_010),
+            rx: Some(1_500),
+            returned: 1_530,
+            acked: Some(1_480),
+        };
+        let s = ServerPart {
+            seq: 7,
+            recv_ns: Some(40),
+            app_ns: Some(60),
+        };
+        let t = join(&c, &s).unwrap();
+        assert_eq!(t.rtt_ns, 530);
+        assert_eq!(
+            (
+                t.client_send_ns,
+                t.network_ns,
+                t.server_recv_ns,
+                t.server_app_ns,
+                t.client_recv_ns
+            ),
+            (10, 390, 40, 60, 30)
+        );
+        assert_eq!(
+            t.client_send_ns + t.network_ns + t.server_recv_ns + t.server_app_ns + t.client_recv_ns,
+            t.rtt_ns
+        );
+        assert_eq!(t.tcp_ack_ns, Some(470));
+        let unstamped = ClientPart { rx: None, ..c };
+        assert_eq!(join(&unstamped, &s), Err(Missing::Unstamped));
+        // The server says it held the request longer than the path took: a clock moved.
+        let long = ServerPart {
+            app_ns: Some(600),
+            ..s
+        };
+        assert_eq!(join(&c, &long), Err(Missing::Inconsistent));
+    }
+
+    #[test]
+    fn the_trailer_round_trips_and_the_first_response_carries_none() {
+        let mut resp = vec![0u8; MIN_RESPONSE as usize];
+        assert_eq!(ServerPart::read(&resp), None);
+        let p = ServerPart {
+            seq: 3,
+            recv_ns: Some(12),
+            app_ns: None,
+        };
+        p.write(&mut resp);
+        assert_eq!(ServerPart::read(&resp), Some(p));
+        assert_eq!(ServerPart::read(&resp[..10]), None);
+    }
+
+    #[test]
+    fn the_server_reports_the_previous_transaction() {
+        let mut s = ServerStamps::default();
+        assert_eq!(s.next(1, Some(100), 130, None), None);
+        let p = s.next(2, Some(500), 520, Some(190)).unwrap();
+        assert_eq!(
+            p,
+            ServerPart {
+                seq: 1,
+                recv_ns: Some(30),
+                app_ns: Some(60)
+            }
+        );
+    }
+
+    #[test]
+    fn the_recorder_joins_by_number_and_counts_what_it_cannot() {
+        let mut r = Recorder::default();
+        let part = |seq, sent| ClientPart {
+            seq,
+            sent,
+            tx: Some(sent + 5),
+            rx: Some(sent + 95),
+            returned: sent + 100,
+            acked: None,
+        };
+        r.record(part(1, 0), None, 0);
+        r.record(
+            part(2, 1_000),
+            Some(ServerPart {
+                seq: 1,
+                recv_ns: Some(10),
+                app_ns: Some(20),
+            }),
+            0,
+        );
+        assert_eq!(r.stamped, 1);
+        assert_eq!(r.hist.network.count(), 1);
+        // A part for another transaction (UDP: the one before was lost) joins nothing.
+        r.record(
+            part(3, 2_000),
+            Some(ServerPart {
+                seq: 1,
+                recv_ns: Some(10),
+                app_ns: Some(20),
+            }),
+            0,
+        );
+        assert_eq!(r.stamped, 1);
+        r.record(
+            part(4, 3_000),
+            Some(ServerPart {
+                seq: 3,
+                recv_ns: None,
+                app_ns: Some(20),
+            }),
+            0,
+        );
+        assert_eq!(r.unstamped, 1);
+    }
+
+    /// Witness: arithmetic. 200 transactions, two of them slow, one by its server's
+    /// think time and one by its network: the tail is those two, one cause each.
+    #[test]
+    fn the_tail_names_each_slow_transactions_cause() {
+        let mut r = Recorder::new(1);
+        let mut server = None;
+        for seq in 1..=201u32 {
+            let sent = u64::from(seq) * 10_000;
+            let (net, app) = match seq {
+                50 => (90, 5_000),
+                120 => (8_000, 20),
+                _ => (90, 20),
+            };
+            let part = ClientPart {
+                seq,
+                sent,
+                tx: Some(sent + 5),
+                rx: Some(sent + 5 + net + 10 + app),
+                returned: sent + 5 + net + 10 + app + 7,
+                acked: None,
+            };
+            r.record(part, server, 0);
+            server = Some(ServerPart {
+                seq,
+                recv_ns: Some(10),
+                app_ns: Some(app as u32),
+            });
+        }
+        assert_eq!(r.stamped, 200);
+        let slow = r.slowest();
+        assert_eq!(slow.iter().map(|l| l.seq).collect::<Vec<_>>(), [50, 120]);
+        let tail = r.tail().unwrap();
+        assert_eq!(tail.transactions, 2);
+        let names: Vec<_> = tail.causes.iter().map(|c| c.component).collect();
+        assert!(
+            names.contains(&"server_app") && names.contains(&"network"),
+            "{names:?}"
+        );
+        let app = tail
+            .causes
+            .iter()
+            .find(|c| c.component == "server_app")
+            .unwrap();
+        assert_eq!(app.share_pct, 50.0);
+        assert!((app.mean_added_us - 4.98).abs() < 0.01, "{app:?}");
+    }
+}

@@ -1,0 +1,143 @@
+//! TCP_RR with `--anatomy`: the closed loop of [`super::stream::tcp_rr`], reading with
+//! the kernel's stamps and joining each transaction to the server's part of it
+//! (`probe::anatomy`).
+
+use super::settings::IN_FLIGHT_GRACE;
+use super::stream::{note_pacing, pause, record, Ctx, StreamOutcome};
+use crate::kernel::sockopt;
+use crate::probe::anatomy::ClientPart;
+use crate::probe::io::{is_timeout, write_full};
+use crate::probe::stamps::{self, TxKind};
+use crate::stats::IntervalRecorder;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// How a stamped read of a whole response ended.
+enum Read {
+    /// Filled, with the RX stamp of its last packet when the kernel gave one.
+    Full(Option<u64>),
+    Stopped,
+    Closed,
+}
+
+fn read_response(cx: &Ctx<'_>, fd: i32, buf: &mut [u8], flags: libc::c_int) -> io::Result<Read> {
+    let mut got = 0;
+    let mut rx = None;
+    while got < buf.len() {
+        match stamps::recv(fd, &mut buf[got..], flags) {
+            Ok((0, _)) => return Ok(Read::Closed),
+            Ok((n, ts)) => {
+                got += n;
+                rx = ts.or(rx);
+            }
+            Err(e) if is_timeout(&e) => {
+                if !cx.keep() {
+                    return Ok(Read::Stopped);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Read::Full(rx))
+}
+
+pub(super) fn tcp_rr(
+    cx: &Ctx<'_>,
+    mut sock: TcpStream,
+    mut rec: Option<IntervalRecorder>,
+) -> StreamOutcome {
+    let mut out = StreamOutcome {
+        local_addr: sock.local_addr().ok(),
+        ..StreamOutcome::default()
+    };
+    let fd = sock.as_raw_fd();
+    if let Err(e) = stamps::enable(fd, true) {
+        out.error = Some(format!(
+            "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
+        ));
+        return out;
+    }
+    let spin = if cx.s.recv_spin {
+        libc::MSG_DONTWAIT
+    } else {
+        0
+    };
+    let req_len = u64::from(cx.s.request_size);
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut book = cx.anatomy();
+    let mut now = cx.start;
+    let mut target = None;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let seq = out.transactions + 1;
+            let t0 = Instant::now();
+            let sent = crate::kernel::realtime_ns();
+            note_pacing(&mut out, &mut target, t0);
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
+                break 'run;
+            }
+            let rx = match read_response(cx, fd, &mut resp, spin) {
+                Ok(Read::Full(rx)) => rx,
+                Ok(Read::Stopped) => break 'run,
+                Ok(Read::Closed) | Err(_) if cx.cutoff.load(Ordering::SeqCst) => {
+                    if !cx.ctl.stop.load(Ordering::Relaxed) {
+                        out.error = Some(format!(
+                            "a transaction was still unanswered {} s after the end of the run",
+                            IN_FLIGHT_GRACE.as_secs()
+                        ));
+                    }
+                    break 'run;
+                }
+                Ok(Read::Closed) => {
+                    out.error = Some("the server closed the data connection mid-test".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    break 'run;
+                }
+            };
+            let returned = crate::kernel::realtime_ns();
+            now = Instant::now();
+            record(&mut out, &mut rec, cx.ctl, t0, now);
+            // OPT_ID numbers a TCP send's last byte from 0.
+            let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
+            let mut part = ClientPart {
+                seq: seq as u32,
+                sent,
+                tx: None,
+                rx,
+                returned,
+                acked: None,
+            };
+            let mut late_ack = None;
+            let _ = stamps::drain_tx(fd, |t| match t.kind {
+                TxKind::Sent if t.id == last_byte(seq) => part.tx = Some(t.ns),
+                TxKind::Acked if t.id == last_byte(seq) => part.acked = Some(t.ns),
+                TxKind::Acked if t.id == last_byte(seq - 1) => late_ack = Some(t.ns),
+                _ => {}
+            });
+            if let Some(ns) = late_ack {
+                book.late_ack((seq - 1) as u32, ns);
+            }
+            cx.anatomy_record(&mut book, part, &resp);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        target = pause(cx, now);
+        now = Instant::now();
+    }
+    if let Ok(ti) = sockopt::tcp_info(&sock) {
+        out.retrans = u64::from(ti.total_retrans);
+        out.info = Some(ti);
+    }
+    out.anatomy = Some(book);
+    out
+}
