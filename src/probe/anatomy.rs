@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 
 /// Where the trailer starts in a response (after UDP_RR's echoed sequence bytes).
 pub const TRAILER_AT: usize = 8;
-/// The trailer: the transaction's number (u32), server_recv ns (u32), server_app ns
-/// (u32), little-endian; `u32::MAX` for a stamp the kernel did not give.
+/// The trailer: the transaction's number plus one (u32; 0: no transaction, as in the
+/// first response), server_recv ns (u32), server_app ns (u32), little-endian;
+/// `u32::MAX` for a stamp the kernel did not give.
 pub const TRAILER_LEN: usize = 12;
 /// The smallest response that carries a trailer.
 pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
@@ -42,20 +43,20 @@ impl ServerPart {
     /// Write into `resp` (at least [`MIN_RESPONSE`] bytes).
     pub fn write(&self, resp: &mut [u8]) {
         let t = &mut resp[TRAILER_AT..TRAILER_AT + TRAILER_LEN];
-        t[0..4].copy_from_slice(&self.seq.to_le_bytes());
+        t[0..4].copy_from_slice(&self.seq.wrapping_add(1).to_le_bytes());
         t[4..8].copy_from_slice(&self.recv_ns.unwrap_or(MISSING).to_le_bytes());
         t[8..12].copy_from_slice(&self.app_ns.unwrap_or(MISSING).to_le_bytes());
     }
 
     /// Read from a response; `None` when it is too short or carries no transaction
-    /// (number 0: the first response has nothing before it).
+    /// (the first response has nothing before it).
     pub fn read(resp: &[u8]) -> Option<Self> {
         let t = resp.get(TRAILER_AT..TRAILER_AT + TRAILER_LEN)?;
         let word = |i: usize| u32::from_le_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
         let opt = |v: u32| (v != MISSING).then_some(v);
         let seq = word(0);
         (seq != 0).then(|| Self {
-            seq,
+            seq: seq - 1,
             recv_ns: opt(word(4)),
             app_ns: opt(word(8)),
         })
@@ -100,7 +101,10 @@ impl ServerStamps {
 /// What the client kept of one transaction, all CLOCK_REALTIME ns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientPart {
+    /// What the server's part names it by (UDP: the echoed, possibly wrapped, sequence).
     pub seq: u32,
+    /// The client's own number of the transaction, from 1.
+    pub number: u64,
     /// Just before `send()`.
     pub sent: u64,
     /// The request left the stack (TX SND stamp).
@@ -187,7 +191,8 @@ pub const TAIL_SHARE: f64 = 0.01;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Logged {
     pub sent_unix_ns: u64,
-    pub seq: u32,
+    /// The stream's transaction number, from 1.
+    pub seq: u64,
     pub stream: u32,
     #[serde(flatten)]
     pub t: Transaction,
@@ -248,7 +253,7 @@ impl Recorder {
                         self.add(&t);
                         let l = Logged {
                             sent_unix_ns: p.sent,
-                            seq: p.seq,
+                            seq: p.number,
                             stream,
                             t,
                         };
@@ -518,6 +523,7 @@ mod tests {
     fn components_add_up_to_the_round_trip() {
         let c = ClientPart {
             seq: 7,
+            number: 7,
             sent: 1_000,
             tx: Some(1_010),
             rx: Some(1_500),
@@ -567,6 +573,10 @@ mod tests {
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
+        // UDP_RR's echoed sequence wraps through 0 (one byte for 1-byte requests).
+        let zero = ServerPart { seq: 0, ..p };
+        zero.write(&mut resp);
+        assert_eq!(ServerPart::read(&resp), Some(zero));
         assert_eq!(ServerPart::read(&resp[..10]), None);
     }
 
@@ -588,8 +598,9 @@ mod tests {
     #[test]
     fn the_recorder_joins_by_number_and_counts_what_it_cannot() {
         let mut r = Recorder::default();
-        let part = |seq, sent| ClientPart {
+        let part = |seq: u32, sent| ClientPart {
             seq,
+            number: u64::from(seq),
             sent,
             tx: Some(sent + 5),
             rx: Some(sent + 95),
@@ -646,6 +657,7 @@ mod tests {
             };
             let part = ClientPart {
                 seq,
+                number: u64::from(seq),
                 sent,
                 tx: Some(sent + 5),
                 rx: Some(sent + 5 + net + 10 + app),

@@ -395,6 +395,9 @@ fn report_settings(
         // keeps the fixed one.
         timeout_adaptive: s.test == TestKind::UdpRr && s.adaptive_timeout && s.open_loop.is_none(),
         open_loop: s.open_loop,
+        anatomy: s.anatomy,
+        server_delay_us: s.server_delay.as_secs_f64() * 1e6,
+        recv: if s.recv_spin { "spin" } else { "block" },
     }
 }
 

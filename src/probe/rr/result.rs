@@ -29,6 +29,12 @@ pub struct RrReportSettings {
     /// The UDP timeout adapts to the round trips (`timeout_ms` is then its ceiling).
     pub timeout_adaptive: bool,
     pub open_loop: Option<OpenLoop>,
+    /// `--anatomy`.
+    pub anatomy: bool,
+    /// `--server-delay`, µs.
+    pub server_delay_us: f64,
+    /// `--recv`: how the client waited for responses ("block" or "spin").
+    pub recv: &'static str,
 }
 
 /// Open-loop results.

@@ -110,6 +110,7 @@ pub(super) fn tcp_rr(
             let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
             let mut part = ClientPart {
                 seq: seq as u32,
+                number: seq,
                 sent,
                 tx: None,
                 rx,

@@ -504,6 +504,7 @@ fn udp_anatomy(
     let returned = crate::kernel::realtime_ns();
     let mut part = ClientPart {
         seq: echoed as u32,
+        number: seq,
         sent,
         tx: None,
         rx,
