@@ -1368,6 +1368,7 @@ impl DataTest {
                 if t.kind == stamps::TxKind::Sent && t.id == want {
                     prev_tx = Some(t.ns);
                 }
+                prev_tx.is_some()
             });
             let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
             match book.next(seq, rx, returned, prev_tx) {
@@ -1517,6 +1518,7 @@ impl DataTest {
                     if t.kind == stamps::TxKind::Sent && t.id == want {
                         prev_tx = Some(t.ns);
                     }
+                    prev_tx.is_some()
                 });
                 let mut seq = [0u8; 8];
                 seq[..echo].copy_from_slice(&buf[..echo]);

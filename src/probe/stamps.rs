@@ -90,11 +90,14 @@ pub struct TxStamp {
     pub ns: u64,
 }
 
-/// Read every TX stamp waiting on `fd`'s error queue (never blocks).
+/// Read the TX stamps waiting on `fd`'s error queue (never blocks) until `each` says
+/// it has what it came for (returns true) or the queue is empty: a caller that knows
+/// which stamps are due saves the read that would find the queue empty (a system call
+/// per transaction on each end), and one that finds an older stamp first reads on.
 ///
 /// # Errors
 /// An error queue read failed other than by being empty.
-pub fn drain_tx(fd: RawFd, mut each: impl FnMut(TxStamp)) -> io::Result<()> {
+pub fn drain_tx(fd: RawFd, mut each: impl FnMut(TxStamp) -> bool) -> io::Result<()> {
     let mut cbuf = [0u64; 16];
     let mut none = [0u8; 0];
     loop {
@@ -134,7 +137,9 @@ pub fn drain_tx(fd: RawFd, mut each: impl FnMut(TxStamp)) -> io::Result<()> {
             _ => continue,
         };
         if let (Some(ns), Some((_, id))) = (ns, what) {
-            each(TxStamp { kind, id, ns });
+            if each(TxStamp { kind, id, ns }) {
+                return Ok(());
+            }
         }
     }
 }
@@ -238,9 +243,12 @@ mod tests {
             let mut acked = None;
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
             while (sent.is_none() || acked.is_none()) && std::time::Instant::now() < deadline {
-                drain_tx(c.as_raw_fd(), |t| match t.kind {
-                    TxKind::Sent => sent = Some(t),
-                    TxKind::Acked => acked = Some(t),
+                drain_tx(c.as_raw_fd(), |t| {
+                    match t.kind {
+                        TxKind::Sent => sent = Some(t),
+                        TxKind::Acked => acked = Some(t),
+                    }
+                    false
                 })
                 .unwrap();
                 std::thread::sleep(std::time::Duration::from_micros(200));
@@ -274,6 +282,7 @@ mod tests {
         drain_tx(a.as_raw_fd(), |t| {
             assert_eq!(t.kind, TxKind::Sent);
             ids.push(t.id);
+            false
         })
         .unwrap();
         assert_eq!(ids, [0, 1, 2]);

@@ -118,11 +118,16 @@ pub(super) fn tcp_rr(
                 acked: None,
             };
             let mut late_ack = None;
-            let _ = stamps::drain_tx(fd, |t| match t.kind {
-                TxKind::Sent if t.id == last_byte(seq) => part.tx = Some(t.ns),
-                TxKind::Acked if t.id == last_byte(seq) => part.acked = Some(t.ns),
-                TxKind::Acked if t.id == last_byte(seq - 1) => late_ack = Some(t.ns),
-                _ => {}
+            // Due: this request's SND and, usually by now, its ACK (piggybacked on the
+            // response); a late one is read with the next transaction's.
+            let _ = stamps::drain_tx(fd, |t| {
+                match t.kind {
+                    TxKind::Sent if t.id == last_byte(seq) => part.tx = Some(t.ns),
+                    TxKind::Acked if t.id == last_byte(seq) => part.acked = Some(t.ns),
+                    TxKind::Acked if t.id == last_byte(seq - 1) => late_ack = Some(t.ns),
+                    _ => {}
+                }
+                part.tx.is_some() && part.acked.is_some()
             });
             if let Some(ns) = late_ack {
                 book.late_ack((seq - 1) as u32, ns);

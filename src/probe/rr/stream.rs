@@ -517,6 +517,7 @@ fn udp_anatomy(
         if t.kind == crate::probe::stamps::TxKind::Sent && t.id == want {
             part.tx = Some(t.ns);
         }
+        part.tx.is_some()
     });
     cx.anatomy_record(book, part, resp);
 }
