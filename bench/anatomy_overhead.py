@@ -4,7 +4,7 @@
 Alternates, run by run, on loopback with both ends on CPU 0 (-T 0,0, where a
 transaction is shortest and the stamps' cost weighs most), then on two CPUs (-T 0,1):
 netperf TCP_RR, rttlab rr
-without --anatomy and rttlab rr --anatomy, each with 1-byte requests and 20-byte
+without --anatomy and rttlab rr --anatomy, each with 1-byte requests and 40-byte
 responses (--anatomy's responses carry the server's stamps, so every tool sends the
 same bytes). Then the same for UDP_RR. Reports medians of the runs' transactions/s and
 mean round trip, and the ratios anatomy/plain (targets: ≥ 0.90 of the transactions/s,
@@ -21,7 +21,7 @@ NP = os.environ.get("NETPERF_DIR", "")
 
 
 def rttlab(test, secs, anatomy, cpus):
-    argv = [RTTLAB, "rr", "-H", "127.0.0.1", "-t", test, "-r", "1,20", "-l", str(secs), "-T", cpus,
+    argv = [RTTLAB, "rr", "-H", "127.0.0.1", "-t", test, "-r", "1,40", "-l", str(secs), "-T", cpus,
             "-o", "THROUGHPUT,MEAN_LATENCY"]
     if anatomy:
         argv.insert(2, "--anatomy")
@@ -31,7 +31,7 @@ def rttlab(test, secs, anatomy, cpus):
 
 def netperf(test, secs, cpus):
     argv = [os.path.join(NP, "netperf"), "-H", "127.0.0.1", "-p", "12865", "-t", test, "-l", str(secs), "-T", cpus,
-            "-P", "0", "--", "-r", "1,20", "-o", "THROUGHPUT,MEAN_LATENCY"]
+            "-P", "0", "--", "-r", "1,40", "-o", "THROUGHPUT,MEAN_LATENCY"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return tuple(map(float, out.strip().splitlines()[-1].split(",")))
 
@@ -66,8 +66,8 @@ def main():
     with open(a.out, "w") as f:
         f.write("# What `rr --anatomy` costs\n\n")
         f.write(f"Recorded by `bench/anatomy_overhead.py --runs {a.runs} --seconds {a.seconds}` on {time.strftime('%Y-%m-%d')}, "
-                f"kernel {os.uname().release}, {os.cpu_count()} vCPUs. Loopback, -T 0,0 and 0,1, `-r 1,20` for every tool "
-                "(--anatomy's responses carry the server's stamps in 20 bytes). Medians of alternating runs; netperf 2.7.x "
+                f"kernel {os.uname().release}, {os.cpu_count()} vCPUs. Loopback, -T 0,0 and 0,1, `-r 1,40` for every tool "
+                "(--anatomy's responses carry the server's stamps in 40 bytes). Medians of alternating runs; netperf 2.7.x "
                 "built from its public source.\n\n")
         f.write("| test | tool | trans/s | mean µs | trans/s vs rttlab | mean vs rttlab |\n|---|---|---:|---:|---:|---:|\n")
         for test, med in rows:

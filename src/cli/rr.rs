@@ -197,8 +197,9 @@ pub struct RrArgs {
     pub rcvbuf: Option<u64>,
     /// Split every transaction into client send path, network, server receive and
     /// wake-up, server application and send, client receive and wake-up, from the
-    /// kernel's software stamps on both ends (TCP_RR and UDP_RR; responses grow to 20
-    /// bytes to carry the server's stamps). TCP adds the kernel's request → ACK time.
+    /// kernel's software stamps on both ends (TCP_RR and UDP_RR; responses grow to 40
+    /// bytes to carry the server's stamps). TCP adds the kernel's request → ACK time;
+    /// UDP_RR adds one-way delays, their jitter and losses by direction.
     #[arg(long)]
     pub anatomy: bool,
     /// The server waits this long between reading each request and answering it (a

@@ -10,6 +10,11 @@ pub struct HostFacts {
     pub kernel_release: String,
     pub machine: String,
     pub cpus: usize,
+    /// The kernel's boot id (/proc/sys/kernel/random/boot_id): two ends with the same
+    /// one read the same CLOCK_REALTIME (one kernel, e.g. the lab's namespaces), so a
+    /// one-way delay between them is exact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
 }
 
 fn field(raw: &[libc::c_char]) -> String {
@@ -35,6 +40,10 @@ impl HostFacts {
             kernel_release: field(&uts.release),
             machine: field(&uts.machine),
             cpus: std::thread::available_parallelism().map_or(1, usize::from),
+            boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+                .ok()
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty()),
         }
     }
 }

@@ -20,10 +20,12 @@ use serde::{Deserialize, Serialize};
 
 /// Where the trailer starts in a response (after UDP_RR's echoed sequence bytes).
 pub const TRAILER_AT: usize = 8;
-/// The trailer: the transaction's number plus one (u32; 0: no transaction, as in the
-/// first response), server_recv ns (u32), server_app ns (u32), little-endian;
-/// `u32::MAX` for a stamp the kernel did not give.
-pub const TRAILER_LEN: usize = 12;
+/// The trailer, little-endian: the transaction's number plus one (u32; 0: no
+/// transaction, as in the first response), server_recv ns (u32), server_app ns (u32)
+/// (`u32::MAX` for a stamp the kernel did not give), the requests the server has
+/// answered including this one (u32), and the transaction's RX and TX stamps on the
+/// server's clock (u64 ns, 0 when missing) for one-way delays.
+pub const TRAILER_LEN: usize = 32;
 /// The smallest response that carries a trailer.
 pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
 const MISSING: u32 = u32::MAX;
@@ -37,6 +39,11 @@ pub struct ServerPart {
     pub recv_ns: Option<u32>,
     /// `recv()` returned → the response left the stack (TX stamp).
     pub app_ns: Option<u32>,
+    /// Requests the server answered, the one this response answers included.
+    pub answered: u32,
+    /// The request's RX stamp and the response's TX stamp, server's CLOCK_REALTIME.
+    pub rx_ns: Option<u64>,
+    pub tx_ns: Option<u64>,
 }
 
 impl ServerPart {
@@ -46,6 +53,9 @@ impl ServerPart {
         t[0..4].copy_from_slice(&self.seq.wrapping_add(1).to_le_bytes());
         t[4..8].copy_from_slice(&self.recv_ns.unwrap_or(MISSING).to_le_bytes());
         t[8..12].copy_from_slice(&self.app_ns.unwrap_or(MISSING).to_le_bytes());
+        t[12..16].copy_from_slice(&self.answered.to_le_bytes());
+        t[16..24].copy_from_slice(&self.rx_ns.unwrap_or(0).to_le_bytes());
+        t[24..32].copy_from_slice(&self.tx_ns.unwrap_or(0).to_le_bytes());
     }
 
     /// Read from a response; `None` when it is too short or carries no transaction
@@ -53,12 +63,20 @@ impl ServerPart {
     pub fn read(resp: &[u8]) -> Option<Self> {
         let t = resp.get(TRAILER_AT..TRAILER_AT + TRAILER_LEN)?;
         let word = |i: usize| u32::from_le_bytes([t[i], t[i + 1], t[i + 2], t[i + 3]]);
+        let long = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&t[i..i + 8]);
+            Some(u64::from_le_bytes(b)).filter(|&v| v != 0)
+        };
         let opt = |v: u32| (v != MISSING).then_some(v);
         let seq = word(0);
         (seq != 0).then(|| Self {
             seq: seq - 1,
             recv_ns: opt(word(4)),
             app_ns: opt(word(8)),
+            answered: word(12),
+            rx_ns: long(16),
+            tx_ns: long(24),
         })
     }
 }
@@ -87,11 +105,15 @@ impl ServerStamps {
         rx: Option<u64>,
         returned: u64,
         prev_tx: Option<u64>,
+        answered: u32,
     ) -> Option<ServerPart> {
         let part = self.prev.map(|(pseq, prx, pret)| ServerPart {
             seq: pseq,
             recv_ns: prx.and_then(|r| interval_u32(r, pret)),
             app_ns: prev_tx.and_then(|t| interval_u32(pret, t)),
+            answered,
+            rx_ns: prx,
+            tx_ns: prev_tx,
         });
         self.prev = Some((seq, rx, returned));
         part
@@ -182,7 +204,16 @@ pub struct Recorder {
     /// transaction of the whole run's slowest share).
     tail: std::collections::BinaryHeap<std::cmp::Reverse<Logged>>,
     tail_scale: u64,
+    /// UDP_RR: each joined transaction's (number, raw forward, raw backward) one-way
+    /// delays, ns, each on the far clock minus the near one (at most [`ONE_WAY_MAX`]).
+    one_way: Option<Vec<(u64, i64, i64)>>,
+    /// UDP_RR: (the client's number, requests the server had answered) at the last
+    /// response: requests not answered before it were lost on the way there.
+    answered: Option<(u64, u32)>,
 }
+
+/// Transactions whose one-way delays a run keeps (16 bytes each: 32 MiB).
+pub const ONE_WAY_MAX: usize = 2_000_000;
 
 /// The share of transactions the tail analysis and `--slow-log` keep: the slowest 1 %.
 pub const TAIL_SHARE: f64 = 0.01;
@@ -217,14 +248,16 @@ impl PartialOrd for Logged {
 
 impl Default for Recorder {
     fn default() -> Self {
-        Self::new(1)
+        Self::new(1, false)
     }
 }
 
 impl Recorder {
-    /// For one of `streams` streams.
-    pub fn new(streams: u32) -> Self {
+    /// For one of `streams` streams; with `one_way`, keep what one-way delays need.
+    pub fn new(streams: u32, one_way: bool) -> Self {
         Self {
+            one_way: one_way.then(Vec::new),
+            answered: None,
             pending: None,
             hist: Components::default(),
             tcp_ack: LatencyHistogram::new(),
@@ -246,7 +279,19 @@ impl Recorder {
         stream: u32,
     ) -> Option<Logged> {
         let mut joined = None;
+        if let Some(s) = server {
+            self.answered = Some((done.number, s.answered));
+        }
         if let (Some(p), Some(s)) = (self.pending, server) {
+            if let (Some(v), true) = (self.one_way.as_mut(), p.seq == s.seq) {
+                if let (Some(ctx), Some(crx), Some(srx), Some(stx)) = (p.tx, p.rx, s.rx_ns, s.tx_ns)
+                {
+                    if v.len() < ONE_WAY_MAX {
+                        let d = |a: u64, b: u64| (a as i128 - b as i128) as i64;
+                        v.push((p.number, d(srx, ctx), d(crx, stx)));
+                    }
+                }
+            }
             if p.seq == s.seq {
                 match join(&p, &s) {
                     Ok(t) => {
@@ -310,6 +355,72 @@ impl Recorder {
         self.unstamped += o.unstamped;
         self.inconsistent += o.inconsistent;
         self.tail.extend(o.tail.iter().copied());
+        if let (Some(v), Some(w)) = (self.one_way.as_mut(), o.one_way.as_ref()) {
+            v.extend_from_slice(w);
+        } else if self.one_way.is_none() {
+            self.one_way.clone_from(&o.one_way);
+        }
+        self.answered = self.answered.or(o.answered);
+    }
+
+    /// UDP_RR's one-way delays, jitter and loss by direction. With `same_clock` (both
+    /// ends on one kernel) the delays are exact; otherwise the clocks' offset is
+    /// estimated from the transaction with the shortest network time, taken to be
+    /// symmetric (NTP's assumption), and the result says so. `lost` is every request
+    /// the client gave up on, `lost_tail` those after the last response (which no
+    /// response's count can place).
+    pub fn one_way(
+        &self,
+        same_clock: bool,
+        lost: u64,
+        lost_tail: u64,
+        p: &[Percentile],
+    ) -> Option<OneWay> {
+        let v = self.one_way.as_ref().filter(|v| !v.is_empty())?;
+        let offset = if same_clock {
+            0
+        } else {
+            let &(_, f, b) = v.iter().min_by_key(|&&(_, f, b)| f.saturating_add(b))?;
+            (f - b) / 2
+        };
+        let mut req = LatencyHistogram::new();
+        let mut resp = LatencyHistogram::new();
+        let mut ipdv_req = LatencyHistogram::new();
+        let mut ipdv_resp = LatencyHistogram::new();
+        let mut negative = 0u64;
+        let mut prev: Option<(u64, i64, i64)> = None;
+        for &(n, f, b) in v {
+            let (f, b) = (f - offset, b + offset);
+            for (h, x) in [(&mut req, f), (&mut resp, b)] {
+                match u64::try_from(x) {
+                    Ok(x) => h.record_ns(x),
+                    Err(_) => negative += 1,
+                }
+            }
+            // RFC 3393: the variation between consecutive packets, as a magnitude.
+            if let Some((pn, pf, pb)) = prev.filter(|&(pn, _, _)| pn + 1 == n) {
+                let _ = pn;
+                ipdv_req.record_ns((f - pf).unsigned_abs());
+                ipdv_resp.record_ns((b - pb).unsigned_abs());
+            }
+            prev = Some((n, f, b));
+        }
+        let s = |h: &LatencyHistogram| Summary::from_histogram(h, p);
+        let request_lost = self
+            .answered
+            .map_or(0, |(n, answered)| n.saturating_sub(u64::from(answered)));
+        Some(OneWay {
+            clock: if same_clock { "same" } else { "estimated" },
+            offset_us: offset as f64 / 1e3,
+            request: s(&req),
+            response: s(&resp),
+            ipdv_request: s(&ipdv_req),
+            ipdv_response: s(&ipdv_resp),
+            negative,
+            request_lost,
+            response_lost: lost.saturating_sub(lost_tail).saturating_sub(request_lost),
+            unattributed_lost: lost_tail,
+        })
     }
 
     /// The run's slowest [`TAIL_SHARE`] of transactions (after [`Self::merge`]ing every
@@ -328,6 +439,7 @@ impl Recorder {
     pub fn result(&self, p: &[Percentile], tcp: bool) -> AnatomyResult {
         let s = |h: &LatencyHistogram| Summary::from_histogram(h, p);
         AnatomyResult {
+            one_way: None,
             tail: self.tail(),
             stamped: self.stamped,
             unstamped: self.unstamped,
@@ -399,6 +511,29 @@ impl Recorder {
             causes,
         })
     }
+}
+
+/// UDP_RR's one-way delays (irtt's view): each direction's delay, its variation
+/// between consecutive transactions (IPDV, RFC 3393, as a magnitude) and its losses.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OneWay {
+    /// "same": both ends read one clock (one kernel), the delays are exact;
+    /// "estimated": the offset between the clocks is estimated (see `offset_us`).
+    pub clock: &'static str,
+    /// Server clock minus client clock, as used.
+    pub offset_us: f64,
+    pub request: Summary,
+    pub response: Summary,
+    pub ipdv_request: Summary,
+    pub ipdv_response: Summary,
+    /// Delays below zero after the offset (left out of the statistics).
+    pub negative: u64,
+    /// Requests that never reached the server (or that it dropped on purpose).
+    pub request_lost: u64,
+    /// Responses that never came back.
+    pub response_lost: u64,
+    /// Requests lost after the last response: which way is not known.
+    pub unattributed_lost: u64,
 }
 
 /// What made the slowest [`TAIL_SHARE`] of transactions slow.
@@ -512,11 +647,24 @@ pub struct AnatomyResult {
     pub tcp_ack: Option<Summary>,
     /// The slowest transactions' causes (none before the first joined transaction).
     pub tail: Option<Tail>,
+    /// UDP_RR: one-way delays, jitter and loss by direction.
+    pub one_way: Option<OneWay>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn part_of(seq: u32) -> ServerPart {
+        ServerPart {
+            seq,
+            recv_ns: None,
+            app_ns: None,
+            answered: seq,
+            rx_ns: None,
+            tx_ns: None,
+        }
+    }
 
     /// Witness: arithmetic on stamps written by hand.
     #[test]
@@ -534,6 +682,7 @@ mod tests {
             seq: 7,
             recv_ns: Some(40),
             app_ns: Some(60),
+            ..part_of(7)
         };
         let t = join(&c, &s).unwrap();
         assert_eq!(t.rtt_ns, 530);
@@ -570,6 +719,9 @@ mod tests {
             seq: 3,
             recv_ns: Some(12),
             app_ns: None,
+            answered: 4,
+            rx_ns: Some(1_795_000_000_000_000_000),
+            tx_ns: None,
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
@@ -583,14 +735,17 @@ mod tests {
     #[test]
     fn the_server_reports_the_previous_transaction() {
         let mut s = ServerStamps::default();
-        assert_eq!(s.next(1, Some(100), 130, None), None);
-        let p = s.next(2, Some(500), 520, Some(190)).unwrap();
+        assert_eq!(s.next(1, Some(100), 130, None, 1), None);
+        let p = s.next(2, Some(500), 520, Some(190), 2).unwrap();
         assert_eq!(
             p,
             ServerPart {
                 seq: 1,
                 recv_ns: Some(30),
-                app_ns: Some(60)
+                app_ns: Some(60),
+                answered: 2,
+                rx_ns: Some(100),
+                tx_ns: Some(190),
             }
         );
     }
@@ -614,6 +769,7 @@ mod tests {
                 seq: 1,
                 recv_ns: Some(10),
                 app_ns: Some(20),
+                ..part_of(0)
             }),
             0,
         );
@@ -626,6 +782,7 @@ mod tests {
                 seq: 1,
                 recv_ns: Some(10),
                 app_ns: Some(20),
+                ..part_of(0)
             }),
             0,
         );
@@ -636,17 +793,75 @@ mod tests {
                 seq: 3,
                 recv_ns: None,
                 app_ns: Some(20),
+                ..part_of(3)
             }),
             0,
         );
         assert_eq!(r.unstamped, 1);
     }
 
+    /// Witness: arithmetic. Two clocks 1 s apart, a path of 3 ms out and 7 ms back:
+    /// with the clocks taken as one the delays carry the offset; estimated from the
+    /// fastest transaction (whose path is taken as symmetric) the offset is found.
+    /// One request lost on the way out, one response on the way back.
+    #[test]
+    fn one_way_delays_and_loss_by_direction() {
+        let offset: u64 = 1_000_000_000;
+        let mut r = Recorder::new(1, true);
+        let mut server = None;
+        let mut answered = 0;
+        for n in 1..=50u64 {
+            if n == 20 {
+                continue; // request lost: never answered
+            }
+            answered += 1;
+            let sent = n * 100_000_000;
+            let (out, back) = if n == 10 {
+                (5_000_000, 5_000_000)
+            } else {
+                (3_000_000 + n, 7_000_000)
+            };
+            let srx = sent + 100 + out + offset;
+            let stx = srx + 1_000;
+            let part = ClientPart {
+                seq: n as u32,
+                number: n,
+                sent,
+                tx: Some(sent + 100),
+                rx: Some(stx - offset + back),
+                returned: stx - offset + back + 50,
+                acked: None,
+            };
+            let s = server.map(|p: ServerPart| ServerPart { answered, ..p });
+            r.record(part, s, 0);
+            server = Some(ServerPart {
+                seq: n as u32,
+                recv_ns: Some(500),
+                app_ns: Some(500),
+                answered,
+                rx_ns: Some(srx),
+                tx_ns: Some(stx),
+            });
+        }
+        let p = [Percentile(50.0)];
+        let same = r.one_way(true, 2, 0, &p).unwrap();
+        assert_eq!(same.negative, 48, "every response 'arrives before it left'");
+        let w = r.one_way(false, 2, 0, &p).unwrap();
+        assert_eq!(w.clock, "estimated");
+        // The fastest transaction is n = 10 (5 + 5 ms): symmetric, so the offset is exact.
+        assert_eq!(w.offset_us, 1_000_000.0);
+        assert!((w.request.percentile_us(Percentile(50.0)).unwrap() - 3_000.0).abs() < 5.0);
+        assert!((w.response.percentile_us(Percentile(50.0)).unwrap() - 7_000.0).abs() < 10.0);
+        // Consecutive forward delays differ by 1 ns (3 ms + n).
+        assert!(w.ipdv_request.percentile_us(Percentile(50.0)).unwrap() < 0.01);
+        assert_eq!((w.request_lost, w.response_lost), (1, 1));
+    }
+
     /// Witness: arithmetic. 200 transactions, two of them slow, one by its server's
     /// think time and one by its network: the tail is those two, one cause each.
     #[test]
     fn the_tail_names_each_slow_transactions_cause() {
-        let mut r = Recorder::new(1);
+        let mut r = Recorder::new(1, false);
         let mut server = None;
         for seq in 1..=201u32 {
             let sent = u64::from(seq) * 10_000;
@@ -669,6 +884,7 @@ mod tests {
                 seq,
                 recv_ns: Some(10),
                 app_ns: Some(app as u32),
+                ..part_of(seq)
             });
         }
         assert_eq!(r.stamped, 200);

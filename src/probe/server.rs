@@ -1371,7 +1371,7 @@ impl DataTest {
                 prev_tx.is_some()
             });
             let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
-            match book.next(seq, rx, returned, prev_tx) {
+            match book.next(seq, rx, returned, prev_tx, seq) {
                 Some(p) => p.write(&mut resp),
                 None => {
                     resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN].fill(0)
@@ -1523,7 +1523,8 @@ impl DataTest {
                 let mut seq = [0u8; 8];
                 seq[..echo].copy_from_slice(&buf[..echo]);
                 let seq = u64::from_le_bytes(seq) as u32;
-                match book.next(seq, rx, returned, prev_tx) {
+                let answered = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
+                match book.next(seq, rx, returned, prev_tx, answered) {
                     Some(p) => p.write(&mut resp),
                     None => resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN]
                         .fill(0),

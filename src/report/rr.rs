@@ -261,6 +261,29 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         t.row(summary_row("tcp_ack", ack));
     }
     out.push_str(&t.render());
+    if let Some(w) = &a.one_way {
+        let _ = writeln!(
+            out,
+            "\nOne way (UDP_RR; {}; server clock − client clock {:.1} µs):",
+            if w.clock == "same" {
+                "one kernel at both ends, one clock: exact"
+            } else {
+                "two clocks: offset estimated from the fastest transaction, taken as symmetric"
+            },
+            w.offset_us
+        );
+        let mut t = Table::new(summary_header("DIRECTION", &w.request));
+        t.row(summary_row("request", &w.request));
+        t.row(summary_row("response", &w.response));
+        t.row(summary_row("ipdv_request", &w.ipdv_request));
+        t.row(summary_row("ipdv_response", &w.ipdv_response));
+        out.push_str(&t.render());
+        let _ = writeln!(
+            out,
+            "lost: {} requests on the way out (dropped by the server on purpose included), {} responses on the way back, {} after the last response (either way); ipdv is RFC 3393's variation between consecutive transactions, as a magnitude",
+            w.request_lost, w.response_lost, w.unattributed_lost
+        );
+    }
     if let Some(tail) = &a.tail {
         let _ = writeln!(
             out,

@@ -246,10 +246,18 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         error,
         confidence: None,
         local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
-        anatomy: t
-            .anatomy
-            .as_ref()
-            .map(|a| a.result(&s.percentiles, s.test == TestKind::TcpRr)),
+        anatomy: t.anatomy.as_ref().map(|a| {
+            let mut r = a.result(&s.percentiles, s.test == TestKind::TcpRr);
+            // One kernel at both ends (the lab's namespaces): one clock.
+            let here = HostFacts::collect().boot_id;
+            let there = server
+                .as_ref()
+                .and_then(|r| r.host.as_ref())
+                .and_then(|h| h.boot_id.clone());
+            let same_clock = here.is_some() && here == there;
+            r.one_way = a.one_way(same_clock, t.lost, t.lost_tail, &s.percentiles);
+            r
+        }),
         remote_cpu: server.as_ref().and_then(|r| {
             let [a, b] = r.machine_ticks?;
             // A server older than its elapsed field: the client's window is the closest.

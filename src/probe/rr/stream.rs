@@ -28,6 +28,9 @@ pub(super) struct StreamOutcome {
     pub(super) intended: LatencyHistogram,
     pub(super) transactions: u64,
     pub(super) lost: u64,
+    /// UDP_RR: requests lost after the last answered one (no later response says
+    /// which way they were lost).
+    pub(super) lost_tail: u64,
     pub(super) late_replies: u64,
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
@@ -52,6 +55,9 @@ pub(super) struct Totals {
     pub(super) cpus: CpuTracker,
     pub(super) transactions: u64,
     pub(super) lost: u64,
+    /// UDP_RR: requests lost after the last answered one (no later response says
+    /// which way they were lost).
+    pub(super) lost_tail: u64,
     pub(super) late_replies: u64,
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
@@ -74,6 +80,7 @@ impl Totals {
             t.cpus.merge(&o.cpus);
             t.transactions += o.transactions;
             t.lost += o.lost;
+            t.lost_tail += o.lost_tail;
             t.late_replies += o.late_replies;
             t.unanswered += o.unanswered;
             t.late_sends += o.late_sends;
@@ -109,7 +116,10 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     /// `--anatomy`'s recorder for this stream.
     pub(super) fn anatomy(&self) -> crate::probe::anatomy::Recorder {
-        crate::probe::anatomy::Recorder::new(self.s.streams)
+        crate::probe::anatomy::Recorder::new(
+            self.s.streams,
+            self.s.test == crate::probe::control::TestKind::UdpRr,
+        )
     }
 
     /// Record a transaction's anatomy, and log it if it is slow.
@@ -449,6 +459,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                     {
                         now = Instant::now();
                         record(&mut out, &mut rec, cx.ctl, t0, now);
+                        out.lost_tail = 0;
                         rto.sample(now - t0);
                         if let Some(book) = book.as_mut() {
                             udp_anatomy(cx, book, fd, seq, seq & mask, sent, rx, &resp);
@@ -463,6 +474,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                         now = Instant::now();
                         if now - t0 >= limit {
                             out.lost += 1;
+                            out.lost_tail += 1;
                             break;
                         }
                         if !cx.keep() {
