@@ -556,6 +556,10 @@ pub struct Cause {
     pub mean_added_us: f64,
 }
 
+/// The kind of `--slow-log`'s lines (`results::schema::RR_SLOW` names it with the
+/// others; it is defined here, below them, because the probe writes the file).
+pub const SLOW_SCHEMA: &str = "rttlab.rr-slow/1";
+
 /// `--slow-log FILE`: slow transactions' anatomies as JSON lines (`rttlab.rr-slow/1`),
 /// every one over a threshold as it happens, or the slowest [`TAIL_SHARE`] at the end.
 pub struct SlowLog {
@@ -587,7 +591,16 @@ impl SlowLog {
     /// Write one line (a full disk loses lines, never the run).
     pub fn write(&self, l: &Logged) {
         use std::io::Write;
-        if let Ok(line) = crate::results::schema::line(crate::results::schema::RR_SLOW, l) {
+        #[derive(Serialize)]
+        struct Line<'a> {
+            schema: &'static str,
+            #[serde(flatten)]
+            l: &'a Logged,
+        }
+        if let Ok(line) = serde_json::to_string(&Line {
+            schema: SLOW_SCHEMA,
+            l,
+        }) {
             if let Ok(mut o) = self.out.lock() {
                 let _ = writeln!(o, "{line}");
             }

@@ -16,7 +16,7 @@ pub const RR: &str = "rttlab.rr/1";
 /// `rttlab rr -D … --json`: an interim line.
 pub const RR_INTERIM: &str = "rttlab.rr-interim/1";
 /// `rttlab rr --anatomy --slow-log FILE`: one line per slow transaction.
-pub const RR_SLOW: &str = "rttlab.rr-slow/1";
+pub const RR_SLOW: &str = crate::probe::anatomy::SLOW_SCHEMA;
 /// `rttlab ping --json`.
 pub const PING: &str = "rttlab.ping/1";
 /// `rttlab tcpinfo --json`: one line per socket (and sample time).

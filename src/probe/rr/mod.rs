@@ -121,6 +121,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 };
                 let cpu0 = thread_cpu_ns();
                 let mut out = match (s.test, s.open_loop) {
+                    (TestKind::TcpRr, None) if s.anatomy => stamped::tcp_rr(&cx, conn, recorder),
                     (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
                     (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
                     (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),

@@ -47,9 +47,15 @@ fn read_response(cx: &Ctx<'_>, fd: i32, buf: &mut [u8], flags: libc::c_int) -> i
 
 pub(super) fn tcp_rr(
     cx: &Ctx<'_>,
-    mut sock: TcpStream,
+    conn: Option<TcpStream>,
     mut rec: Option<IntervalRecorder>,
 ) -> StreamOutcome {
+    let Some(mut sock) = conn else {
+        return StreamOutcome {
+            error: Some("no data connection".into()),
+            ..StreamOutcome::default()
+        };
+    };
     let mut out = StreamOutcome {
         local_addr: sock.local_addr().ok(),
         ..StreamOutcome::default()

@@ -299,9 +299,6 @@ pub(super) fn tcp_rr(
         out.error = Some("no data connection".into());
         return out;
     };
-    if cx.s.anatomy {
-        return super::stamped::tcp_rr(cx, sock, rec);
-    }
     // `--recv spin`: every read returns at once, and read_full tries again.
     if cx.s.recv_spin {
         if let Err(e) = sock.set_nonblocking(true) {
