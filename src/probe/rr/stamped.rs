@@ -2,9 +2,7 @@
 //! the kernel's stamps and joining each transaction to the server's part of it
 //! (`probe::anatomy`).
 
-use super::settings::IN_FLIGHT_GRACE;
-use super::stream::{note_pacing, pause, record, Ctx, StreamOutcome};
-use crate::kernel::sockopt;
+use super::stream::{note_pacing, note_tcp_info, pause, record, why_unread, Ctx, StreamOutcome};
 use crate::probe::anatomy::ClientPart;
 use crate::probe::io::{is_timeout, write_full};
 use crate::probe::stamps::{self, TxKind};
@@ -12,7 +10,6 @@ use crate::stats::IntervalRecorder;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// How a stamped read of a whole response ended.
@@ -91,21 +88,12 @@ pub(super) fn tcp_rr(
             let rx = match read_response(cx, fd, &mut resp, spin) {
                 Ok(Read::Full(rx)) => rx,
                 Ok(Read::Stopped) => break 'run,
-                Ok(Read::Closed) | Err(_) if cx.cutoff.load(Ordering::SeqCst) => {
-                    if !cx.ctl.stop.load(Ordering::Relaxed) {
-                        out.error = Some(format!(
-                            "a transaction was still unanswered {} s after the end of the run",
-                            IN_FLIGHT_GRACE.as_secs()
-                        ));
-                    }
-                    break 'run;
-                }
                 Ok(Read::Closed) => {
-                    out.error = Some("the server closed the data connection mid-test".into());
+                    out.error = why_unread(cx, None);
                     break 'run;
                 }
                 Err(e) => {
-                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    out.error = why_unread(cx, Some(&e));
                     break 'run;
                 }
             };
@@ -146,10 +134,7 @@ pub(super) fn tcp_rr(
         target = pause(cx, now);
         now = Instant::now();
     }
-    if let Ok(ti) = sockopt::tcp_info(&sock) {
-        out.retrans = u64::from(ti.total_retrans);
-        out.info = Some(ti);
-    }
+    note_tcp_info(&mut out, &sock);
     out.anatomy = Some(book);
     out
 }

@@ -322,21 +322,12 @@ pub(super) fn tcp_rr(
             match read_full(&mut sock, &mut resp, || cx.keep()) {
                 Ok(ReadEnd::Full) => {}
                 Ok(ReadEnd::Stopped { .. }) => break 'run,
-                Ok(ReadEnd::Closed { .. }) | Err(_) if cx.cutoff.load(Ordering::SeqCst) => {
-                    if !cx.ctl.stop.load(Ordering::Relaxed) {
-                        out.error = Some(format!(
-                            "a transaction was still unanswered {} s after the end of the run",
-                            IN_FLIGHT_GRACE.as_secs()
-                        ));
-                    }
-                    break 'run;
-                }
                 Ok(ReadEnd::Closed { .. }) => {
-                    out.error = Some("the server closed the data connection mid-test".into());
+                    out.error = why_unread(cx, None);
                     break 'run;
                 }
                 Err(e) => {
-                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    out.error = why_unread(cx, Some(&e));
                     break 'run;
                 }
             }
@@ -349,11 +340,35 @@ pub(super) fn tcp_rr(
         target = pause(cx, now);
         now = Instant::now();
     }
-    if let Ok(ti) = sockopt::tcp_info(&sock) {
+    note_tcp_info(&mut out, &sock);
+    out
+}
+
+/// What ended a TCP stream whose response was not read in full: the server closed the
+/// connection (`failed` is none) or the socket failed. When the watchdog shut the
+/// socket at the run's end, that is what it was, and an error only if the run was
+/// not stopped by the user.
+pub(super) fn why_unread(cx: &Ctx<'_>, failed: Option<&io::Error>) -> Option<String> {
+    if cx.cutoff.load(Ordering::SeqCst) {
+        return (!cx.ctl.stop.load(Ordering::Relaxed)).then(|| {
+            format!(
+                "a transaction was still unanswered {} s after the end of the run",
+                IN_FLIGHT_GRACE.as_secs()
+            )
+        });
+    }
+    Some(match failed {
+        Some(e) => format!("reading a response: {}", crate::error_chain(e)),
+        None => "the server closed the data connection mid-test".into(),
+    })
+}
+
+/// The stream's data socket's own view at its end.
+pub(super) fn note_tcp_info(out: &mut StreamOutcome, sock: &TcpStream) {
+    if let Ok(ti) = sockopt::tcp_info(sock) {
         out.retrans = u64::from(ti.total_retrans);
         out.info = Some(ti);
     }
-    out
 }
 
 /// Sequence bytes carried at the start of a UDP request and echoed by the server.
