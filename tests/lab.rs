@@ -96,7 +96,17 @@ fn ping_across_the_lab_shows_the_configured_rtt() {
     let (t, _, _) = ping(&lab, &["-4", "-c", "10", "-i", "0.05", "b"]);
     let min = t.iter().copied().fold(f64::MAX, f64::min);
     assert!((10.0..11.0).contains(&min), "after set: {t:?}");
-    let st = lab.status();
+    // Every frame the emulator took in is sent on once its delay has passed; a frame
+    // still in its 5 ms (a late neighbour or router message) may be read in flight, so
+    // read again until none is, for at most a second.
+    let mut st = lab.status();
+    for _ in 0..100 {
+        if st.a2b.counters.rx_frames == st.a2b.counters.tx_frames {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        st = lab.status();
+    }
     assert_eq!(st.emulator, "running");
     assert_eq!(st.a2b.counters.rx_frames, st.a2b.counters.tx_frames);
     assert!(st.a2b.counters.rx_frames >= 50);
