@@ -74,6 +74,17 @@ pub fn write_full<W: Write>(
     Ok(())
 }
 
+/// `recv(2)` with `flags` (`MSG_DONTWAIT` for a busy-polling read) and no ancillary
+/// data: UDP_RR's read when nothing asks for the kernel's stamps.
+///
+/// # Errors
+/// As `recv` (a receive timeout or an empty socket is `WouldBlock`).
+pub fn recv_with(fd: std::os::fd::RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: buf is valid for writes of its length for the call's duration.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// A receive/send timeout (`SO_RCVTIMEO` reports EAGAIN).
 pub fn is_timeout(e: &io::Error) -> bool {
     matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)

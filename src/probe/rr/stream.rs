@@ -465,7 +465,13 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                 break 'run;
             }
             loop {
-                match crate::probe::stamps::recv(fd, &mut resp, recv_flags) {
+                // Without --anatomy, a plain recv: no control buffer to fill and parse.
+                let got = if book.is_some() {
+                    crate::probe::stamps::recv(fd, &mut resp, recv_flags)
+                } else {
+                    crate::probe::io::recv_with(fd, &mut resp, recv_flags).map(|n| (n, None))
+                };
+                match got {
                     Ok((n, rx))
                         if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask =>
                     {
