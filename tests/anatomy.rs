@@ -154,6 +154,15 @@ fn wake_ups_carry_the_cost_of_crossing_cpus() {
     let cross = anatomy(&s, &["-l", "1", "-T", "0,1"]);
     let spin = anatomy(&s, &["-l", "1", "-T", "0,1", "--recv", "spin"]);
     assert_eq!(spin["settings"]["recv"], "spin");
+    // Witness: the affinity -T sets. A thread pinned to one CPU wakes on no other.
+    for doc in [&same, &cross, &spin] {
+        let e = &doc["anatomy"]["events"];
+        assert_eq!(
+            (e["client_migrated"].as_u64(), e["server_migrated"].as_u64()),
+            (Some(0), Some(0)),
+            "{e}"
+        );
+    }
     let extra = p50(&cross, "rtt") - p50(&same, "rtt");
     let wake = (p50(&cross, "server_recv") + p50(&cross, "client_recv"))
         - (p50(&same, "server_recv") + p50(&same, "client_recv"));
@@ -242,6 +251,29 @@ impl Lab {
         panic!("rr in the lab never ran");
     }
 
+    /// A TcpExt counter of host `host`'s namespace (/proc/net/netstat).
+    fn tcp_ext(&self, host: &str, counter: &str) -> u64 {
+        let bin = bin();
+        let o = Command::new(&bin)
+            .args([
+                "lab",
+                "exec",
+                "--name",
+                &self.name,
+                host,
+                "--",
+                "cat",
+                "/proc/net/netstat",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(o.stdout).unwrap();
+        let mut rows = text.lines().filter(|l| l.starts_with("TcpExt:"));
+        let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+        let i = names.split_whitespace().position(|n| n == counter).unwrap();
+        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    }
+
     /// The emulator's loss drops so far, (a→b, b→a).
     fn drops(&self) -> (u64, u64) {
         let text = self.cmd(&["list", "--json"]);
@@ -328,4 +360,115 @@ fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
             "{k}: rr says {n} (+{unknown} either way), the lab dropped {dropped}: {w}"
         );
     }
+}
+
+/// Retransmissions, per transaction, from the repeated SND stamps of each message's
+/// last byte. Witnesses: the kernel's own count, both ends' tcp_info `total_retrans`
+/// (rr's local_retrans and remote_retrans), which the anatomy's count may trail only by
+/// the stream's first and last transactions (no anatomy) and its closing; and the
+/// time each retransmission left, against `rto model`'s TLP and first RTO for this
+/// path (10 ms RTT, rto_min 200 ms): the median of each within the model's window
+/// widened by one RTT (srtt and rttvar move with the losses).
+#[test]
+fn retransmissions_are_the_kernels_at_the_models_timers() {
+    if !privileged("retransmissions_are_the_kernels_at_the_models_timers") {
+        return;
+    }
+    let lab = Lab::up("rx", &["--delay", "5ms", "--loss", "5%"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("slow.jsonl");
+    let doc = lab.rr(&[
+        "-l",
+        "12",
+        "--slow",
+        "100ms",
+        "--slow-log",
+        log.to_str().unwrap(),
+    ]);
+    let e = &doc["anatomy"]["events"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let ours = n(&e["request_retransmissions"]) + n(&e["response_retransmissions"]);
+    let kernel = n(&doc["local_retrans"]) + n(&doc["remote_retrans"]);
+    assert!(n(&e["retransmitted"]) >= 15, "too few losses to judge: {e}");
+    assert!(
+        ours <= kernel && kernel <= ours + 3,
+        "the anatomy counts {ours} retransmissions, the kernel {kernel}: {e}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_schema_lines(&text);
+    // The k-th retransmission of a message, k = 1, 2: when it left after the first send.
+    let mut after: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for side in ["request", "response"] {
+            let k = n(&v["events"][format!("{side}_retransmissions")]);
+            if let (1..=2, Some(us)) = (
+                k,
+                v["events"][format!("{side}_retransmitted_after_us")].as_f64(),
+            ) {
+                after[k as usize - 1].push(us);
+            }
+        }
+    }
+    let o = Command::new(bin())
+        .args([
+            "rto",
+            "model",
+            "--rto-min",
+            "200ms",
+            "--thin",
+            "off",
+            "--srtt",
+            "10ms",
+        ])
+        .args(["--disruption", "1.5s", "--json"])
+        .output()
+        .unwrap();
+    let model = json(&o);
+    let timeline = model["cells"][0]["timeline"].as_array().unwrap().clone();
+    assert_eq!(timeline[0]["kind"], "tlp", "{model}");
+    for (k, times) in after.iter_mut().enumerate() {
+        if times.len() < 3 {
+            assert_eq!(k, 1, "only {} first retransmissions logged", times.len());
+            continue;
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let (lo, hi) = (
+            timeline[k]["lo_us"].as_f64().unwrap() - 10_000.0,
+            timeline[k]["hi_us"].as_f64().unwrap() + 10_000.0,
+        );
+        assert!(
+            (lo..=hi).contains(&median),
+            "retransmission {}: median {median} µs after the send, the model says {lo}–{hi} µs ({times:?})",
+            k + 1
+        );
+    }
+}
+
+/// A server that thinks 60 ms holds each request's ACK past TCP_DELACK_MIN (40 ms),
+/// unless the kernel left its interactive (pingpong) mode and ACKed at once. Witness:
+/// the server namespace's TcpExt DelayedACKs, the kernel's count of its delayed-ACK
+/// timer sending an ACK, which may exceed the anatomy's count by the stream's first and
+/// last transactions and the control connection's messages.
+#[test]
+fn delayed_acks_are_the_servers_timer() {
+    if !privileged("delayed_acks_are_the_servers_timer") {
+        return;
+    }
+    let lab = Lab::up("da", &["--delay", "1ms"]);
+    // A first run makes sure the server listens (Lab::rr retries until it does).
+    lab.rr(&["-n", "2"]);
+    let before = lab.tcp_ext("b", "DelayedACKs");
+    let doc = lab.rr(&["-n", "30", "--server-delay", "60ms"]);
+    let kernel = lab.tcp_ext("b", "DelayedACKs") - before;
+    let ours = doc["anatomy"]["events"]["delayed_ack"].as_u64().unwrap();
+    assert!(
+        ours >= 5,
+        "{ours} delayed ACKs in 30 transactions of 60 ms thinking"
+    );
+    assert!(
+        ours <= kernel && kernel <= ours + 4,
+        "the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}"
+    );
 }

@@ -23,15 +23,18 @@ pub const TRAILER_AT: usize = 8;
 /// The trailer, little-endian: the transaction's number plus one (u32; 0: no
 /// transaction, as in the first response), server_recv ns (u32), server_app ns (u32)
 /// (`u32::MAX` for a stamp the kernel did not give), the requests the server has
-/// answered including this one (u32), and the transaction's RX and TX stamps on the
-/// server's clock (u64 ns, 0 when missing) for one-way delays.
+/// answered including this one (u32), the request's RX stamp on the server's clock
+/// (u64 ns, 0 when missing; the response's TX stamp is RX + server_recv + server_app),
+/// the response's retransmissions (u8), flags (u8: bit 0, the server handled the
+/// request on another CPU than the one before), two zero bytes, and µs from the
+/// response's first send to its last retransmission (u32).
 pub const TRAILER_LEN: usize = 32;
 /// The smallest response that carries a trailer.
 pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
 const MISSING: u32 = u32::MAX;
 
 /// What the server measured of one transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ServerPart {
     /// TCP: the transaction's number from 1; UDP: the low 32 bits of its sequence.
     pub seq: u32,
@@ -44,6 +47,11 @@ pub struct ServerPart {
     /// The request's RX stamp and the response's TX stamp, server's CLOCK_REALTIME.
     pub rx_ns: Option<u64>,
     pub tx_ns: Option<u64>,
+    /// The response's retransmissions, and when the last one left after the first send.
+    pub retransmissions: u8,
+    pub retransmitted_after_us: Option<u32>,
+    /// The server read this request on another CPU than the request before it.
+    pub migrated: bool,
 }
 
 impl ServerPart {
@@ -55,7 +63,10 @@ impl ServerPart {
         t[8..12].copy_from_slice(&self.app_ns.unwrap_or(MISSING).to_le_bytes());
         t[12..16].copy_from_slice(&self.answered.to_le_bytes());
         t[16..24].copy_from_slice(&self.rx_ns.unwrap_or(0).to_le_bytes());
-        t[24..32].copy_from_slice(&self.tx_ns.unwrap_or(0).to_le_bytes());
+        t[24] = self.retransmissions;
+        t[25] = u8::from(self.migrated);
+        t[26..28].fill(0);
+        t[28..32].copy_from_slice(&self.retransmitted_after_us.unwrap_or(0).to_le_bytes());
     }
 
     /// Read from a response; `None` when it is too short or carries no transaction
@@ -70,13 +81,20 @@ impl ServerPart {
         };
         let opt = |v: u32| (v != MISSING).then_some(v);
         let seq = word(0);
+        let (recv_ns, app_ns, rx_ns) = (opt(word(4)), opt(word(8)), long(16));
+        let retransmissions = t[24];
         (seq != 0).then(|| Self {
             seq: seq - 1,
-            recv_ns: opt(word(4)),
-            app_ns: opt(word(8)),
+            recv_ns,
+            app_ns,
             answered: word(12),
-            rx_ns: long(16),
-            tx_ns: long(24),
+            rx_ns,
+            tx_ns: rx_ns
+                .zip(recv_ns.zip(app_ns))
+                .map(|(rx, (r, a))| rx + u64::from(r) + u64::from(a)),
+            retransmissions,
+            retransmitted_after_us: (retransmissions > 0).then(|| word(28)),
+            migrated: t[25] & 1 != 0,
         })
     }
 }
@@ -87,37 +105,96 @@ pub fn interval_u32(from: u64, to: u64) -> Option<u32> {
         .map(|d| u32::try_from(d).unwrap_or(MISSING - 1))
 }
 
+/// The SND stamps of one message's last byte: the first says when it left the stack;
+/// every later one is a retransmission of the segment holding that byte (the kernel
+/// stamps each transmission of a stamped skb, `tcp_transmit_skb` → `skb_tx_timestamp`).
+/// A message of one segment (an RR request or response) is counted whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sends {
+    pub first: Option<u64>,
+    pub again: u8,
+    pub last: Option<u64>,
+}
+
+impl Sends {
+    /// Sent once, at `ns`.
+    pub fn once(ns: u64) -> Self {
+        Self {
+            first: Some(ns),
+            ..Self::default()
+        }
+    }
+
+    /// One more SND stamp of the byte.
+    pub fn add(&mut self, ns: u64) {
+        if self.first.is_none() {
+            self.first = Some(ns);
+        } else {
+            self.again = self.again.saturating_add(1);
+            self.last = Some(ns);
+        }
+    }
+
+    /// µs from the first send to the last retransmission.
+    pub fn retransmitted_after_us(&self) -> Option<u32> {
+        let us = self.last?.checked_sub(self.first?)? / 1_000;
+        Some(u32::try_from(us).unwrap_or(u32::MAX))
+    }
+}
+
+/// The kernel sends a lone segment again only from a timer (TLP, RTO; no duplicate
+/// ACKs can come with one segment in flight), and no timer fires within a jiffy of the
+/// send, at least 1 ms at HZ ≤ 1000. A request that arrived sooner after the response
+/// left found that response sent once, so the server stops reading stamps at its first
+/// (saving a read that finds the queue empty, a system call per transaction).
+pub const NO_RETRANSMISSION_WITHIN_NS: u64 = 1_000_000;
+
 /// The server's bookkeeping for one data socket: the transaction in hand becomes the
 /// previous one once its response is sent.
 #[derive(Default)]
 pub struct ServerStamps {
-    /// (number, RX stamp, when recv() returned) of the last transaction answered.
-    prev: Option<(u32, Option<u64>, u64)>,
+    /// (number, RX stamp, when recv() returned, read on another CPU) of the last
+    /// transaction answered.
+    prev: Option<(u32, Option<u64>, u64, bool)>,
+    /// The CPU the last request was read on.
+    cpu: Option<u32>,
 }
 
 impl ServerStamps {
     /// Before sending the response to transaction `seq` (received at `rx`, read at
-    /// `returned`): the previous transaction's part, given the newest TX stamp seen,
-    /// and remember this one.
+    /// `returned` on `cpu`): the previous transaction's part, given the SND stamps of
+    /// its response, and remember this one.
     pub fn next(
         &mut self,
         seq: u32,
         rx: Option<u64>,
         returned: u64,
-        prev_tx: Option<u64>,
+        cpu: u32,
+        prev_sends: Sends,
         answered: u32,
     ) -> Option<ServerPart> {
-        let part = self.prev.map(|(pseq, prx, pret)| ServerPart {
+        let part = self.prev.map(|(pseq, prx, pret, migrated)| ServerPart {
             seq: pseq,
             recv_ns: prx.and_then(|r| interval_u32(r, pret)),
-            app_ns: prev_tx.and_then(|t| interval_u32(pret, t)),
+            app_ns: prev_sends.first.and_then(|t| interval_u32(pret, t)),
             answered,
             rx_ns: prx,
-            tx_ns: prev_tx,
+            tx_ns: prev_sends.first,
+            retransmissions: prev_sends.again,
+            retransmitted_after_us: prev_sends.retransmitted_after_us(),
+            migrated,
         });
-        self.prev = Some((seq, rx, returned));
+        let migrated = self.cpu.is_some_and(|c| c != cpu);
+        self.cpu = Some(cpu);
+        self.prev = Some((seq, rx, returned, migrated));
         part
     }
+}
+
+/// The CPU the calling thread runs on (`getcpu`, a vDSO call: no system call).
+pub fn current_cpu() -> u32 {
+    // SAFETY: no arguments; returns -1 only where getcpu is unsupported.
+    u32::try_from(unsafe { libc::sched_getcpu() }).unwrap_or(u32::MAX)
 }
 
 /// What the client kept of one transaction, all CLOCK_REALTIME ns.
@@ -129,15 +206,96 @@ pub struct ClientPart {
     pub number: u64,
     /// Just before `send()`.
     pub sent: u64,
-    /// The request left the stack (TX SND stamp).
-    pub tx: Option<u64>,
     /// The response arrived (RX stamp of its last packet).
     pub rx: Option<u64>,
     /// `recv()` returned the whole response.
     pub returned: u64,
     /// TCP: the request's last byte was acknowledged (TX ACK stamp).
     pub acked: Option<u64>,
+    /// The request's SND stamps: the first says when it left the stack, more are its
+    /// retransmissions.
+    pub sends: Sends,
+    /// The CPU the client sent from and the one `recv()` returned on.
+    pub cpu_sent: u32,
+    pub cpu_returned: u32,
 }
+
+/// What touched one transaction besides how long each component took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Events {
+    /// The request's last segment sent again by the client: a tail loss probe, then
+    /// RTOs (KERNEL_RTO §5–6); a lost response also makes the client probe its
+    /// request, whose ACK rode on that response.
+    pub request_retransmissions: u8,
+    /// µs from the request's first send to its last retransmission.
+    pub request_retransmitted_after_us: Option<u32>,
+    /// The response's last segment sent again by the server.
+    pub response_retransmissions: u8,
+    pub response_retransmitted_after_us: Option<u32>,
+    /// TCP: the request's ACK came alone, [`DELACK_MIN_NS`] or more after the request
+    /// left and before the response: the server's delayed-ACK timer sent it.
+    pub delayed_ack: bool,
+    /// The client's `recv()` returned on another CPU than `send()` was called on.
+    pub client_migrated: bool,
+    /// The server read the request on another CPU than the request before it.
+    pub server_migrated: bool,
+}
+
+impl Events {
+    /// The event that explains a slow transaction whose slowest component is the
+    /// `component`-th of [`Components::parts`]: a retransmission first (it adds a
+    /// timer's worth), then a delayed ACK, then a migration of that component's host.
+    pub fn touching(&self, component: usize) -> Option<&'static str> {
+        let client_side = component == 0 || component == 4;
+        let server_side = component == 2 || component == 3;
+        if self.request_retransmissions > 0 || self.response_retransmissions > 0 {
+            Some("retransmission")
+        } else if self.delayed_ack {
+            Some("delayed_ack")
+        } else if (client_side && self.client_migrated) || (server_side && self.server_migrated) {
+            Some("migration")
+        } else {
+            None
+        }
+    }
+}
+
+/// How many joined transactions each event touched, and the retransmissions in them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EventCounts {
+    /// Transactions whose request or response was retransmitted.
+    pub retransmitted: u64,
+    /// Segments the client and the server sent again, summed over transactions.
+    pub request_retransmissions: u64,
+    pub response_retransmissions: u64,
+    pub delayed_ack: u64,
+    pub client_migrated: u64,
+    pub server_migrated: u64,
+}
+
+impl EventCounts {
+    fn add(&mut self, e: &Events) {
+        let (req, resp) = (e.request_retransmissions, e.response_retransmissions);
+        self.retransmitted += u64::from(req > 0 || resp > 0);
+        self.request_retransmissions += u64::from(req);
+        self.response_retransmissions += u64::from(resp);
+        self.delayed_ack += u64::from(e.delayed_ack);
+        self.client_migrated += u64::from(e.client_migrated);
+        self.server_migrated += u64::from(e.server_migrated);
+    }
+
+    fn merge(&mut self, o: &Self) {
+        self.retransmitted += o.retransmitted;
+        self.request_retransmissions += o.request_retransmissions;
+        self.response_retransmissions += o.response_retransmissions;
+        self.delayed_ack += o.delayed_ack;
+        self.client_migrated += o.client_migrated;
+        self.server_migrated += o.server_migrated;
+    }
+}
+
+/// TCP_DELACK_MIN (include/net/tcp.h: HZ/25, 40 ms): the shortest delayed-ACK timer.
+pub const DELACK_MIN_NS: u64 = 40_000_000;
 
 /// One transaction's anatomy, ns; the five components add up to `rtt`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -150,6 +308,7 @@ pub struct Transaction {
     pub client_recv_ns: u64,
     /// TCP: request sent → its ACK came back (the kernel's own per-request round trip).
     pub tcp_ack_ns: Option<u64>,
+    pub events: Events,
 }
 
 /// Why a transaction has no anatomy.
@@ -166,7 +325,8 @@ pub enum Missing {
 /// # Errors
 /// A stamp is missing, or the stamps contradict each other.
 pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
-    let (Some(tx), Some(rx), Some(srecv), Some(sapp)) = (c.tx, c.rx, s.recv_ns, s.app_ns) else {
+    let (Some(tx), Some(rx), Some(srecv), Some(sapp)) = (c.sends.first, c.rx, s.recv_ns, s.app_ns)
+    else {
         return Err(Missing::Unstamped);
     };
     let rtt = c.returned.checked_sub(c.sent);
@@ -187,6 +347,20 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
         server_app_ns: u64::from(sapp),
         client_recv_ns: recv,
         tcp_ack_ns: c.acked.and_then(|a| a.checked_sub(tx)),
+        events: Events {
+            request_retransmissions: c.sends.again,
+            request_retransmitted_after_us: c.sends.retransmitted_after_us(),
+            response_retransmissions: s.retransmissions,
+            response_retransmitted_after_us: s.retransmitted_after_us,
+            // With a retransmission, an ACK alone answers the copy (a duplicate
+            // request, the server's probe), not a timer.
+            delayed_ack: c.sends.again == 0
+                && s.retransmissions == 0
+                && c.acked
+                    .is_some_and(|a| a < rx && a.saturating_sub(tx) >= DELACK_MIN_NS),
+            client_migrated: c.cpu_sent != c.cpu_returned,
+            server_migrated: s.migrated,
+        },
     })
 }
 
@@ -199,6 +373,7 @@ pub struct Recorder {
     pub stamped: u64,
     pub unstamped: u64,
     pub inconsistent: u64,
+    pub events: EventCounts,
     /// The slowest transactions so far, at most [`TAIL_SHARE`] of them times
     /// `tail_scale` (the number of streams, so that the merged heaps hold every
     /// transaction of the whole run's slowest share).
@@ -264,6 +439,7 @@ impl Recorder {
             stamped: 0,
             unstamped: 0,
             inconsistent: 0,
+            events: EventCounts::default(),
             tail: std::collections::BinaryHeap::new(),
             tail_scale: u64::from(streams.max(1)),
         }
@@ -284,7 +460,8 @@ impl Recorder {
         }
         if let (Some(p), Some(s)) = (self.pending, server) {
             if let (Some(v), true) = (self.one_way.as_mut(), p.seq == s.seq) {
-                if let (Some(ctx), Some(crx), Some(srx), Some(stx)) = (p.tx, p.rx, s.rx_ns, s.tx_ns)
+                if let (Some(ctx), Some(crx), Some(srx), Some(stx)) =
+                    (p.sends.first, p.rx, s.rx_ns, s.tx_ns)
                 {
                     if v.len() < ONE_WAY_MAX {
                         let d = |a: u64, b: u64| (a as i128 - b as i128) as i64;
@@ -340,6 +517,7 @@ impl Recorder {
         if let Some(a) = t.tcp_ack_ns {
             self.tcp_ack.record_ns(a);
         }
+        self.events.add(&t.events);
     }
 
     /// Add another stream's.
@@ -354,6 +532,7 @@ impl Recorder {
         self.stamped += o.stamped;
         self.unstamped += o.unstamped;
         self.inconsistent += o.inconsistent;
+        self.events.merge(&o.events);
         self.tail.extend(o.tail.iter().copied());
         if let (Some(v), Some(w)) = (self.one_way.as_mut(), o.one_way.as_ref()) {
             v.extend_from_slice(w);
@@ -444,6 +623,7 @@ impl Recorder {
             stamped: self.stamped,
             unstamped: self.unstamped,
             inconsistent: self.inconsistent,
+            events: self.events,
             components: Components {
                 rtt: s(&self.hist.rtt),
                 client_send: s(&self.hist.client_send),
@@ -473,8 +653,9 @@ impl Recorder {
             median(&h.server_app),
             median(&h.client_recv),
         ];
-        let mut count = [0u64; 5];
-        let mut added = [0u64; 5];
+        // (component, event) → (transactions, added ns)
+        type Key = (usize, Option<&'static str>);
+        let mut by_cause: Vec<(Key, (u64, u64))> = Vec::new();
         for l in &slow {
             let t = &l.t;
             let values = [
@@ -491,17 +672,24 @@ impl Recorder {
                 .enumerate()
                 .max_by_key(|&(_, extra)| extra)
                 .unwrap_or((0, 0));
-            count[i] += 1;
-            added[i] += extra;
+            let key = (i, t.events.touching(i));
+            match by_cause.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, (n, a))) => {
+                    *n += 1;
+                    *a += extra;
+                }
+                None => by_cause.push((key, (1, extra))),
+            }
         }
         let n = slow.len() as f64;
         let names = self.hist.parts().map(|(name, _)| name);
-        let mut causes: Vec<Cause> = (0..5)
-            .filter(|&i| count[i] > 0)
-            .map(|i| Cause {
+        let mut causes: Vec<Cause> = by_cause
+            .into_iter()
+            .map(|((i, event), (count, added))| Cause {
                 component: names[i],
-                share_pct: 100.0 * count[i] as f64 / n,
-                mean_added_us: added[i] as f64 / count[i] as f64 / 1e3,
+                event,
+                share_pct: 100.0 * count as f64 / n,
+                mean_added_us: added as f64 / count as f64 / 1e3,
             })
             .collect();
         causes.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
@@ -546,10 +734,13 @@ pub struct Tail {
     pub causes: Vec<Cause>,
 }
 
-/// One component as the cause of slow transactions.
+/// One component as the cause of slow transactions, with the event that touched them.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Cause {
     pub component: &'static str,
+    /// "retransmission", "delayed_ack" or "migration" (of the component's host), or
+    /// none: the component was slow with nothing the kernel reported.
+    pub event: Option<&'static str>,
     /// Of the tail's transactions, the share this component slowed most.
     pub share_pct: f64,
     /// How far above its median it was in them, on average.
@@ -655,6 +846,8 @@ pub struct AnatomyResult {
     pub unstamped: u64,
     /// Transactions whose stamps contradict each other.
     pub inconsistent: u64,
+    /// What touched the stamped transactions.
+    pub events: EventCounts,
     pub components: Components<Summary>,
     /// TCP: the kernel's request → ACK time, beside the components (not one of them).
     pub tcp_ack: Option<Summary>,
@@ -674,8 +867,7 @@ mod tests {
             recv_ns: None,
             app_ns: None,
             answered: seq,
-            rx_ns: None,
-            tx_ns: None,
+            ..ServerPart::default()
         }
     }
 
@@ -686,10 +878,11 @@ mod tests {
             seq: 7,
             number: 7,
             sent: 1_000,
-            tx: Some(1_010),
+            sends: Sends::once(1_010),
             rx: Some(1_500),
             returned: 1_530,
             acked: Some(1_480),
+            ..ClientPart::default()
         };
         let s = ServerPart {
             seq: 7,
@@ -735,6 +928,9 @@ mod tests {
             answered: 4,
             rx_ns: Some(1_795_000_000_000_000_000),
             tx_ns: None,
+            retransmissions: 2,
+            retransmitted_after_us: Some(600_000),
+            migrated: true,
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
@@ -748,8 +944,10 @@ mod tests {
     #[test]
     fn the_server_reports_the_previous_transaction() {
         let mut s = ServerStamps::default();
-        assert_eq!(s.next(1, Some(100), 130, None, 1), None);
-        let p = s.next(2, Some(500), 520, Some(190), 2).unwrap();
+        assert_eq!(s.next(1, Some(100), 130, 0, Sends::default(), 1), None);
+        let mut sends = Sends::once(190);
+        sends.add(210_190);
+        let p = s.next(2, Some(500), 520, 1, sends, 2).unwrap();
         assert_eq!(
             p,
             ServerPart {
@@ -759,6 +957,10 @@ mod tests {
                 answered: 2,
                 rx_ns: Some(100),
                 tx_ns: Some(190),
+                retransmissions: 1,
+                retransmitted_after_us: Some(210),
+                // Transaction 1 was the first: nothing to have migrated from.
+                migrated: false,
             }
         );
     }
@@ -770,10 +972,11 @@ mod tests {
             seq,
             number: u64::from(seq),
             sent,
-            tx: Some(sent + 5),
+            sends: Sends::once(sent + 5),
             rx: Some(sent + 95),
             returned: sent + 100,
             acked: None,
+            ..ClientPart::default()
         };
         r.record(part(1, 0), None, 0);
         r.record(
@@ -840,10 +1043,11 @@ mod tests {
                 seq: n as u32,
                 number: n,
                 sent,
-                tx: Some(sent + 100),
+                sends: Sends::once(sent + 100),
                 rx: Some(stx - offset + back),
                 returned: stx - offset + back + 50,
                 acked: None,
+                ..ClientPart::default()
             };
             let s = server.map(|p: ServerPart| ServerPart { answered, ..p });
             r.record(part, s, 0);
@@ -854,6 +1058,7 @@ mod tests {
                 answered,
                 rx_ns: Some(srx),
                 tx_ns: Some(stx),
+                ..ServerPart::default()
             });
         }
         let p = [Percentile(50.0)];
@@ -868,6 +1073,86 @@ mod tests {
         // Consecutive forward delays differ by 1 ns (3 ms + n).
         assert!(w.ipdv_request.percentile_us(Percentile(50.0)).unwrap() < 0.01);
         assert_eq!((w.request_lost, w.response_lost), (1, 1));
+    }
+
+    /// Witness: arithmetic on stamps written by hand, and the kernel's rules the
+    /// events stand for (a second SND stamp of a byte is its retransmission; an ACK
+    /// alone ≥ 40 ms after the request is the delayed-ACK timer's).
+    #[test]
+    fn events_say_what_touched_a_transaction() {
+        let mut sends = Sends::once(1_000);
+        sends.add(201_000_000);
+        sends.add(601_000_000);
+        let c = ClientPart {
+            seq: 1,
+            number: 1,
+            sent: 900,
+            rx: Some(700_000_000),
+            returned: 700_000_100,
+            acked: Some(650_000_000),
+            sends,
+            cpu_sent: 0,
+            cpu_returned: 1,
+        };
+        let s = ServerPart {
+            seq: 1,
+            recv_ns: Some(100),
+            app_ns: Some(100),
+            retransmissions: 1,
+            retransmitted_after_us: Some(200_000),
+            ..part_of(1)
+        };
+        let e = join(&c, &s).unwrap().events;
+        assert_eq!(
+            (e.request_retransmissions, e.request_retransmitted_after_us),
+            (2, Some(600_999))
+        );
+        assert_eq!(
+            (
+                e.response_retransmissions,
+                e.response_retransmitted_after_us
+            ),
+            (1, Some(200_000))
+        );
+        assert!(e.client_migrated && !e.server_migrated);
+        // The ACK came alone, but after the request was sent again: not the timer's.
+        assert!(!e.delayed_ack);
+        assert_eq!(e.touching(4), Some("retransmission"));
+        let quiet = Events {
+            client_migrated: true,
+            ..Events::default()
+        };
+        assert_eq!(quiet.touching(4), Some("migration"));
+        assert_eq!(quiet.touching(2), None, "the server did not move");
+        // Sent once, its ACK alone 650 ms later, before the response: the timer's.
+        let once = ClientPart {
+            sends: Sends::once(1_000),
+            ..c
+        };
+        let alone = ServerPart {
+            retransmissions: 0,
+            retransmitted_after_us: None,
+            ..s
+        };
+        assert!(join(&once, &alone).unwrap().events.delayed_ack);
+        // The piggybacked ACK (with the response) is no delayed ACK.
+        let piggy = ClientPart {
+            acked: Some(700_000_000),
+            ..once
+        };
+        assert!(!join(&piggy, &alone).unwrap().events.delayed_ack);
+        let mut counts = EventCounts::default();
+        counts.add(&e);
+        counts.add(&quiet);
+        assert_eq!(
+            (
+                counts.retransmitted,
+                counts.request_retransmissions,
+                counts.response_retransmissions,
+                counts.client_migrated
+            ),
+            (1, 2, 1, 2)
+        );
     }
 
     /// Witness: arithmetic. 200 transactions, two of them slow, one by its server's
@@ -887,20 +1172,24 @@ mod tests {
                 seq,
                 number: u64::from(seq),
                 sent,
-                tx: Some(sent + 5),
+                sends: Sends::once(sent + 5),
                 rx: Some(sent + 5 + net + 10 + app),
                 returned: sent + 5 + net + 10 + app + 7,
                 acked: None,
+                ..ClientPart::default()
             };
             r.record(part, server, 0);
             server = Some(ServerPart {
                 seq,
                 recv_ns: Some(10),
                 app_ns: Some(app as u32),
+                // Transaction 120's response was sent again.
+                retransmissions: u8::from(seq == 120),
                 ..part_of(seq)
             });
         }
         assert_eq!(r.stamped, 200);
+        assert_eq!(r.events.retransmitted, 1);
         let slow = r.slowest();
         assert_eq!(slow.iter().map(|l| l.seq).collect::<Vec<_>>(), [50, 120]);
         let tail = r.tail().unwrap();
@@ -917,5 +1206,8 @@ mod tests {
             .unwrap();
         assert_eq!(app.share_pct, 50.0);
         assert!((app.mean_added_us - 4.98).abs() < 0.01, "{app:?}");
+        assert_eq!(app.event, None);
+        let net = tail.causes.iter().find(|c| c.component == "network");
+        assert_eq!(net.unwrap().event, Some("retransmission"));
     }
 }

@@ -1360,18 +1360,13 @@ impl DataTest {
                 }
             }
             let returned = crate::kernel::realtime_ns();
+            let cpu = anatomy::current_cpu();
             self.think(stop);
-            // The previous response's TX stamp: its last byte's offset from 0.
+            // The previous response's SND stamps: its last byte's offset from 0.
             let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
-            let mut prev_tx = None;
-            let _ = stamps::drain_tx(fd, |t| {
-                if t.kind == stamps::TxKind::Sent && t.id == want {
-                    prev_tx = Some(t.ns);
-                }
-                prev_tx.is_some()
-            });
+            let sends = previous_sends(fd, want, rx);
             let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
-            match book.next(seq, rx, returned, prev_tx, seq) {
+            match book.next(seq, rx, returned, cpu, sends, seq) {
                 Some(p) => p.write(&mut resp),
                 None => {
                     resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN].fill(0)
@@ -1487,10 +1482,13 @@ impl DataTest {
                     Err(_) => continue,
                 }
             };
-            let returned = if stamped {
-                crate::kernel::realtime_ns()
+            let (returned, cpu) = if stamped {
+                (
+                    crate::kernel::realtime_ns(),
+                    crate::probe::anatomy::current_cpu(),
+                )
             } else {
-                0
+                (0, 0)
             };
             if n != self.spec.request_size as usize || !same_ip(from.ip(), self.peer_ip) {
                 continue;
@@ -1510,21 +1508,15 @@ impl DataTest {
             resp[..echo].copy_from_slice(&buf[..echo]);
             self.think(stop);
             if stamped {
-                use crate::probe::{anatomy, stamps};
-                // The previous response's TX stamp: datagrams are numbered from 0.
+                use crate::probe::anatomy;
+                // The previous response's SND stamp: datagrams are numbered from 0.
                 let want = c.transactions.wrapping_sub(1) as u32;
-                let mut prev_tx = None;
-                let _ = stamps::drain_tx(u.as_raw_fd(), |t| {
-                    if t.kind == stamps::TxKind::Sent && t.id == want {
-                        prev_tx = Some(t.ns);
-                    }
-                    prev_tx.is_some()
-                });
+                let sends = previous_sends(u.as_raw_fd(), want, rx);
                 let mut seq = [0u8; 8];
                 seq[..echo].copy_from_slice(&buf[..echo]);
                 let seq = u64::from_le_bytes(seq) as u32;
                 let answered = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
-                match book.next(seq, rx, returned, prev_tx, answered) {
+                match book.next(seq, rx, returned, cpu, sends, answered) {
                     Some(p) => p.write(&mut resp),
                     None => resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN]
                         .fill(0),
@@ -1544,6 +1536,29 @@ impl DataTest {
 }
 
 /// A UDP request with its RX stamp and sender.
+/// The SND stamps of the previous response (OPT_ID `want`), read once the request
+/// after it arrived (RX stamp `rx`): its first, and any retransmission, which comes
+/// only from a timer and so only when that request came
+/// [`NO_RETRANSMISSION_WITHIN_NS`](crate::probe::anatomy::NO_RETRANSMISSION_WITHIN_NS)
+/// or later after the response left.
+fn previous_sends(
+    fd: std::os::fd::RawFd,
+    want: u32,
+    rx: Option<u64>,
+) -> crate::probe::anatomy::Sends {
+    use crate::probe::{anatomy, stamps};
+    let mut sends = anatomy::Sends::default();
+    let _ = stamps::drain_tx(fd, |t| {
+        if t.kind == stamps::TxKind::Sent && t.id == want {
+            sends.add(t.ns);
+        }
+        sends.first.is_some_and(|first| {
+            rx.is_some_and(|rx| rx.saturating_sub(first) < anatomy::NO_RETRANSMISSION_WITHIN_NS)
+        })
+    });
+    sends
+}
+
 fn recv_from_stamped(
     fd: std::os::fd::RawFd,
     buf: &mut [u8],

@@ -261,6 +261,17 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         t.row(summary_row("tcp_ack", ack));
     }
     out.push_str(&t.render());
+    let e = &a.events;
+    let _ = writeln!(
+        out,
+        "events: {} transactions retransmitted ({} request and {} response segments sent again), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
+        e.retransmitted,
+        e.request_retransmissions,
+        e.response_retransmissions,
+        e.delayed_ack,
+        e.client_migrated,
+        e.server_migrated
+    );
     if let Some(w) = &a.one_way {
         let _ = writeln!(
             out,
@@ -290,17 +301,18 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
             "\nThe slowest 1 % ({} transactions, from {:.1} µs): the component furthest above its median in each",
             tail.transactions, tail.from_rtt_us
         );
-        let mut c = Table::new(["CAUSE", "SHARE_pct", "MEAN_ADDED_us"]);
+        let mut c = Table::new(["CAUSE", "EVENT", "SHARE_pct", "MEAN_ADDED_us"]);
         for cause in &tail.causes {
             c.row([
                 cause.component.to_owned(),
+                cause.event.unwrap_or("-").to_owned(),
                 format!("{:.1}", cause.share_pct),
                 format!("{:.1}", cause.mean_added_us),
             ]);
         }
         out.push_str(&c.render());
     }
-    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them.)\n");
+    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. A cause's event is what the kernel reported of those transactions: a retransmission of either end, a delayed ACK, or its host woke on another CPU.)\n");
 }
 
 fn opt_f(v: Option<f64>) -> Value {

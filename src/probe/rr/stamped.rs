@@ -3,7 +3,7 @@
 //! (`probe::anatomy`).
 
 use super::stream::{note_pacing, note_tcp_info, pause, record, why_unread, Ctx, StreamOutcome};
-use crate::probe::anatomy::ClientPart;
+use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
 use crate::probe::io::{is_timeout, write_full};
 use crate::probe::stamps::{self, TxKind};
 use crate::stats::IntervalRecorder;
@@ -79,6 +79,7 @@ pub(super) fn tcp_rr(
         for _ in 0..cx.s.burst {
             let seq = out.transactions + 1;
             let t0 = Instant::now();
+            let cpu_sent = current_cpu();
             let sent = crate::kernel::realtime_ns();
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
@@ -98,6 +99,7 @@ pub(super) fn tcp_rr(
                 }
             };
             let returned = crate::kernel::realtime_ns();
+            let cpu_returned = current_cpu();
             now = Instant::now();
             record(&mut out, &mut rec, cx.ctl, t0, now);
             // OPT_ID numbers a TCP send's last byte from 0.
@@ -106,22 +108,25 @@ pub(super) fn tcp_rr(
                 seq: seq as u32,
                 number: seq,
                 sent,
-                tx: None,
                 rx,
                 returned,
                 acked: None,
+                sends: Sends::default(),
+                cpu_sent,
+                cpu_returned,
             };
             let mut late_ack = None;
-            // Due: this request's SND and, usually by now, its ACK (piggybacked on the
-            // response); a late one is read with the next transaction's.
+            // Due: this request's SND stamps (more than one when it was retransmitted:
+            // they all come before its ACK) and, usually by now, its ACK (piggybacked on
+            // the response); a late one is read with the next transaction's.
             let _ = stamps::drain_tx(fd, |t| {
                 match t.kind {
-                    TxKind::Sent if t.id == last_byte(seq) => part.tx = Some(t.ns),
+                    TxKind::Sent if t.id == last_byte(seq) => part.sends.add(t.ns),
                     TxKind::Acked if t.id == last_byte(seq) => part.acked = Some(t.ns),
                     TxKind::Acked if t.id == last_byte(seq - 1) => late_ack = Some(t.ns),
                     _ => {}
                 }
-                part.tx.is_some() && part.acked.is_some()
+                part.sends.first.is_some() && part.acked.is_some()
             });
             if let Some(ns) = late_ack {
                 book.late_ack((seq - 1) as u32, ns);

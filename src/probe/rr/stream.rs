@@ -459,6 +459,9 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
             }
             let t0 = Instant::now();
             let sent = crate::kernel::realtime_ns();
+            let cpu_sent = book
+                .as_ref()
+                .map_or(0, |_| crate::probe::anatomy::current_cpu());
             note_pacing(&mut out, &mut target, t0);
             if let Err(e) = u.send(&req) {
                 out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
@@ -480,7 +483,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                         out.lost_tail = 0;
                         rto.sample(now - t0);
                         if let Some(book) = book.as_mut() {
-                            udp_anatomy(cx, book, fd, seq, seq & mask, sent, rx, &resp);
+                            udp_anatomy(cx, book, fd, seq, seq & mask, (sent, cpu_sent), rx, &resp);
                         }
                         break;
                     }
@@ -526,28 +529,30 @@ fn udp_anatomy(
     fd: std::os::fd::RawFd,
     seq: u64,
     echoed: u64,
-    sent: u64,
+    (sent, cpu_sent): (u64, u32),
     rx: Option<u64>,
     resp: &[u8],
 ) {
-    use crate::probe::anatomy::ClientPart;
+    use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
     let returned = crate::kernel::realtime_ns();
     let mut part = ClientPart {
         seq: echoed as u32,
         number: seq,
         sent,
-        tx: None,
         rx,
         returned,
         acked: None,
+        sends: Sends::default(),
+        cpu_sent,
+        cpu_returned: current_cpu(),
     };
     // Datagrams are numbered from 0, lost requests included: request `seq` is seq − 1.
     let want = seq.wrapping_sub(1) as u32;
     let _ = crate::probe::stamps::drain_tx(fd, |t| {
         if t.kind == crate::probe::stamps::TxKind::Sent && t.id == want {
-            part.tx = Some(t.ns);
+            part.sends.add(t.ns);
         }
-        part.tx.is_some()
+        part.sends.first.is_some()
     });
     cx.anatomy_record(book, part, resp);
 }
