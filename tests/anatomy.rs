@@ -298,7 +298,8 @@ impl Drop for Lab {
 
 /// Witness: the lab's emulator delay. At 5 ms one way (10 ms RTT) the network
 /// component's median is 10 ms within 100 µs; at 10 ms one way it moves by 10 ms and
-/// the hosts' components do not move by more than 100 µs.
+/// the hosts' components do not take up the change: each moves by under 5 % of it
+/// (500 µs; their wake-ups swing by ~100 µs with what else the 2 vCPUs run).
 #[test]
 fn the_network_component_is_the_labs_path() {
     if !privileged("the_network_component_is_the_labs_path") {
@@ -320,7 +321,7 @@ fn the_network_component_is_the_labs_path() {
     );
     for part in ["client_send", "server_recv", "server_app", "client_recv"] {
         let d = p50(&far, part) - p50(&near, part);
-        assert!(d.abs() < 100.0, "{part} moved {d} µs");
+        assert!(d.abs() < 500.0, "{part} moved {d} µs");
     }
 }
 

@@ -261,6 +261,32 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         t.row(summary_row("tcp_ack", ack));
     }
     out.push_str(&t.render());
+    if !a.at_percentiles.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWhat a transaction at each percentile is made of (the mean of those in its round-trip band, µs):"
+        );
+        let mut t = Table::new([
+            "PERCENTILE",
+            "TRANSACTIONS",
+            "RTT_us",
+            "CLIENT_SEND_us",
+            "NETWORK_us",
+            "SERVER_RECV_us",
+            "SERVER_APP_us",
+            "CLIENT_RECV_us",
+        ]);
+        for c in &a.at_percentiles {
+            let mut row = vec![
+                format!("P{}", c.percentile),
+                c.transactions.to_string(),
+                format!("{:.1}", c.parts_us.rtt),
+            ];
+            row.extend(c.parts_us.parts().iter().map(|(_, v)| format!("{v:.1}")));
+            t.row(row);
+        }
+        out.push_str(&t.render());
+    }
     let e = &a.events;
     let _ = writeln!(
         out,
