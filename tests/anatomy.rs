@@ -6,8 +6,8 @@
 
 mod common;
 
-use common::{assert_schema, assert_schema_lines, bin, json, privileged, ServeChild};
-use std::process::{Command, Stdio};
+use common::{assert_schema, assert_schema_lines, bin, json, privileged, Lab, ServeChild};
+use std::process::Command;
 
 const PARTS: [&str; 5] = [
     "client_send",
@@ -183,117 +183,11 @@ fn wake_ups_carry_the_cost_of_crossing_cpus() {
     }
 }
 
-/// A lab of two hosts with `rttlab serve` in b, removed on drop.
-struct Lab {
-    name: String,
-    server: Option<common::KillOnDrop>,
-}
-
-impl Lab {
-    fn up(tag: &str, args: &[&str]) -> Self {
-        let name = format!("{tag}{}", std::process::id() % 10_000);
-        let mut lab = Self { name, server: None };
-        lab.cmd(
-            &[
-                &["up", "--name", &lab.name.clone(), "--emulator", "poll"],
-                args,
-            ]
-            .concat(),
-        );
-        let bin = bin();
-        let bin = bin.to_str().unwrap();
-        lab.server = Some(common::KillOnDrop(
-            Command::new(bin)
-                .args([
-                    "lab", "exec", "--name", &lab.name, "b", "--", bin, "serve", "-q",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        ));
-        lab
-    }
-
-    fn cmd(&self, args: &[&str]) -> String {
-        let o = Command::new(bin()).arg("lab").args(args).output().unwrap();
-        assert!(
-            o.status.success(),
-            "lab {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
-    }
-
-    fn set(&self, args: &[&str]) {
-        self.cmd(&[&["set", "--name", &self.name], args].concat());
-    }
-
-    /// `rttlab rr -H b --anatomy --json ARGS` in host a.
-    fn rr(&self, args: &[&str]) -> serde_json::Value {
-        let bin = bin();
-        let bin = bin.to_str().unwrap();
-        // The server may take a moment to listen: try a few times.
-        for _ in 0..50 {
-            let o = Command::new(bin)
-                .args(["lab", "exec", "--name", &self.name, "a", "--", bin])
-                .args(["rr", "-H", "b", "--anatomy", "--json"])
-                .args(args)
-                .output()
-                .unwrap();
-            if o.status.success() {
-                let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-                assert_schema(&doc);
-                return doc;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        panic!("rr in the lab never ran");
-    }
-
-    /// A TcpExt counter of host `host`'s namespace (/proc/net/netstat).
-    fn tcp_ext(&self, host: &str, counter: &str) -> u64 {
-        let bin = bin();
-        let o = Command::new(&bin)
-            .args([
-                "lab",
-                "exec",
-                "--name",
-                &self.name,
-                host,
-                "--",
-                "cat",
-                "/proc/net/netstat",
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8(o.stdout).unwrap();
-        let mut rows = text.lines().filter(|l| l.starts_with("TcpExt:"));
-        let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
-        let i = names.split_whitespace().position(|n| n == counter).unwrap();
-        values.split_whitespace().nth(i).unwrap().parse().unwrap()
-    }
-
-    /// The emulator's loss drops so far, (a→b, b→a).
-    fn drops(&self) -> (u64, u64) {
-        let text = self.cmd(&["list", "--json"]);
-        let v: serde_json::Value = text
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .find(|v| v["info"]["name"] == self.name.as_str())
-            .unwrap();
-        let d = |dir: &str| v[dir]["counters"]["drop_loss"].as_u64().unwrap();
-        (d("a2b"), d("b2a"))
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        self.server.take();
-        let _ = Command::new(bin())
-            .args(["lab", "down", "--name", &self.name])
-            .output();
-    }
+/// `rttlab rr -H b --anatomy --json ARGS` in the lab's host a.
+fn lab_rr(lab: &Lab, args: &[&str]) -> serde_json::Value {
+    let doc = lab.in_a_retrying(&[&["rr", "-H", "b", "--anatomy", "--json"], args].concat());
+    assert_schema(&doc);
+    doc
 }
 
 /// Witness: the lab's emulator delay. At 5 ms one way (10 ms RTT) the network
@@ -306,14 +200,14 @@ fn the_network_component_is_the_labs_path() {
         return;
     }
     let lab = Lab::up("an", &["--delay", "5ms"]);
-    let near = lab.rr(&["-l", "2"]);
+    let near = lab_rr(&lab, &["-l", "2"]);
     let net = p50(&near, "network");
     assert!(
         (net - 10_000.0).abs() < 100.0,
         "network {net} µs at 10 ms RTT"
     );
     lab.set(&["--delay", "10ms"]);
-    let far = lab.rr(&["-l", "2"]);
+    let far = lab_rr(&lab, &["-l", "2"]);
     let moved = p50(&far, "network") - net;
     assert!(
         (moved - 10_000.0).abs() < 200.0,
@@ -337,7 +231,7 @@ fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
     }
     let lab = Lab::up("ow", &["--delay", "3ms", "--dir", "a2b"]);
     lab.set(&["--delay", "7ms", "--dir", "b2a"]);
-    let doc = lab.rr(&["-t", "UDP_RR", "-l", "2"]);
+    let doc = lab_rr(&lab, &["-t", "UDP_RR", "-l", "2"]);
     let w = &doc["anatomy"]["one_way"];
     assert_eq!(w["clock"], "same", "{w}");
     let med = |k: &str| w[k]["percentiles_us"]["p50"].as_f64().unwrap();
@@ -347,7 +241,7 @@ fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
     // Loss: 5 % each way.
     lab.set(&["--loss", "5%"]);
     let before = lab.drops();
-    let doc = lab.rr(&["-t", "UDP_RR", "-n", "1500"]);
+    let doc = lab_rr(&lab, &["-t", "UDP_RR", "-n", "1500"]);
     let after = lab.drops();
     let w = &doc["anatomy"]["one_way"];
     let (out, back) = (after.0 - before.0, after.1 - before.1);
@@ -378,14 +272,17 @@ fn retransmissions_are_the_kernels_at_the_models_timers() {
     let lab = Lab::up("rx", &["--delay", "5ms", "--loss", "5%"]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("slow.jsonl");
-    let doc = lab.rr(&[
-        "-l",
-        "12",
-        "--slow",
-        "100ms",
-        "--slow-log",
-        log.to_str().unwrap(),
-    ]);
+    let doc = lab_rr(
+        &lab,
+        &[
+            "-l",
+            "12",
+            "--slow",
+            "100ms",
+            "--slow-log",
+            log.to_str().unwrap(),
+        ],
+    );
     let e = &doc["anatomy"]["events"];
     let n = |v: &serde_json::Value| v.as_u64().unwrap();
     let ours = n(&e["request_retransmissions"]) + n(&e["response_retransmissions"]);
@@ -459,9 +356,9 @@ fn delayed_acks_are_the_servers_timer() {
     }
     let lab = Lab::up("da", &["--delay", "1ms"]);
     // A first run makes sure the server listens (Lab::rr retries until it does).
-    lab.rr(&["-n", "2"]);
+    lab_rr(&lab, &["-n", "2"]);
     let before = lab.tcp_ext("b", "DelayedACKs");
-    let doc = lab.rr(&["-n", "30", "--server-delay", "60ms"]);
+    let doc = lab_rr(&lab, &["-n", "30", "--server-delay", "60ms"]);
     let kernel = lab.tcp_ext("b", "DelayedACKs") - before;
     let ours = doc["anatomy"]["events"]["delayed_ack"].as_u64().unwrap();
     assert!(

@@ -121,7 +121,7 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
     assert!(s > c + 1500.0, "server srtt {s} µs, client {c} µs");
     let why = v["explanations"].to_string();
     assert!(
-        why.contains("delayed ACK") && why.contains("user-space overhead"),
+        why.contains("delayed ACK") && why.contains("anatomy:"),
         "{why}"
     );
     // The client's own answers, seen on its interface, are counted apart.
@@ -150,7 +150,43 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         assert_eq!(counted, l["samples"].as_u64().unwrap(), "{file}");
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert!(html.contains("<figure id=\"cdf.svg\"><svg"));
+    for figure in ["cdf.svg", "anatomy.svg", "timeline.svg"] {
+        assert!(
+            html.contains(&format!("<figure id=\"{figure}\"><svg")),
+            "{figure}"
+        );
+    }
+    // tcp_rr taken apart. Witnesses: arithmetic (the parts of the median transaction add
+    // up to it), rr's own histogram of the same transactions (its median within 5 % of
+    // the median band's mean), and the lab's 4 ms RTT (the network part of it, within
+    // 10 %: what the hosts do is not the network's).
+    let p50 = &v["anatomy"]["at_percentiles"][0];
+    assert_eq!(p50["percentile"], 50.0, "{}", v["anatomy"]);
+    let parts = &p50["parts_us"];
+    let sum: f64 = [
+        "client_send",
+        "network",
+        "server_recv",
+        "server_app",
+        "client_recv",
+    ]
+    .iter()
+    .map(|k| parts[k].as_f64().unwrap())
+    .sum();
+    assert!(
+        (sum - parts["rtt"].as_f64().unwrap()).abs() < 0.01,
+        "{parts}"
+    );
+    let rr = num(&layer(&v, "tcp_rr")["percentiles_us"], "p50");
+    assert!(
+        (parts["rtt"].as_f64().unwrap() / rr - 1.0).abs() < 0.05,
+        "{parts} vs {rr}"
+    );
+    let net = parts["network"].as_f64().unwrap();
+    assert!(
+        (4_000.0..4_400.0).contains(&net),
+        "network {net} µs at a 4 ms RTT"
+    );
     std::fs::remove_file(dir.path().join("report.html")).unwrap();
     // `--out DIR` names the directory itself: re-rendered in place.
     let again = Command::new(bin())
@@ -320,4 +356,73 @@ fn repeated_comparisons_report_each_layers_median_over_the_trials() {
             .unwrap();
     assert_eq!(first["trial"], 0);
     assert_eq!(compare_labs(), Vec::<String>::new());
+}
+
+/// The time series puts every layer on one clock. Witness: the test's own change of the
+/// lab's delay mid-run (1 → 6 ms each way: 2 → 12 ms RTT) at a moment it notes. Each
+/// layer's first bin with a median above 7 ms lies within one bin of every other
+/// layer's (tcp_info's srtt, a moving average over the round trips, within three bins
+/// after them), and within half a second of when the test changed the delay.
+#[test]
+fn a_delay_step_lines_up_across_the_layers_over_time() {
+    if !privileged("a_delay_step_lines_up_across_the_layers_over_time") {
+        return;
+    }
+    let _g = serial();
+    let lab = common::Lab::up("st", &["--delay", "1ms"]);
+    // The server listens once a transaction goes through.
+    lab.in_a_retrying(&["rr", "-H", "b", "-n", "2", "--json"]);
+    let launched = Instant::now();
+    let name = lab.name.clone();
+    let changer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2500));
+        let at = launched.elapsed();
+        let o = std::process::Command::new(common::bin())
+            .args(["lab", "set", "--name", &name, "--delay", "6ms"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        at
+    });
+    let v = lab.in_a_retrying(&["compare", "-H", "b", "-l", "5s", "-w", "5ms", "--json"]);
+    let changed_at = changer.join().unwrap().as_secs_f64();
+    common::assert_schema(&v);
+    let tl = &v["timeline"];
+    let bin = tl["bin_s"].as_f64().unwrap();
+    let step = |name: &str| -> f64 {
+        let l = tl["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {tl}"));
+        l["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["p50_us"].as_f64().unwrap() > 7_000.0)
+            .unwrap_or_else(|| panic!("{name} never saw the step: {l}"))["t_s"]
+            .as_f64()
+            .unwrap()
+    };
+    let wire: Vec<(&str, f64)> = ["icmp", "tcp_rr", "udp_rr", "passive_ts", "passive_seq"]
+        .iter()
+        .map(|&n| (n, step(n)))
+        .collect();
+    let first = wire.iter().map(|w| w.1).fold(f64::INFINITY, f64::min);
+    let last = wire.iter().map(|w| w.1).fold(0.0, f64::max);
+    assert!(
+        last - first <= bin * 1.01,
+        "the layers saw the step apart: {wire:?} (bins of {bin} s)"
+    );
+    let srtt = step("tcp_info_client");
+    eprintln!("steps: {wire:?}, srtt {srtt} s, changed {changed_at} s, bins {bin} s");
+    assert!(
+        srtt >= first - bin * 1.01 && srtt <= first + 3.01 * bin,
+        "srtt stepped at {srtt} s, the wire at {first} s"
+    );
+    assert!(
+        (first - changed_at).abs() <= 0.5,
+        "the layers stepped at {first} s, the delay changed {changed_at} s after the launch"
+    );
 }

@@ -97,9 +97,13 @@ fn a_compare_report_shows_its_charts_in_headless_chromium() {
     let html = std::fs::read_to_string(&report).unwrap();
     // Self-contained: nothing to fetch.
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http"));
-    let shot = screenshot(&report, 1600);
+    // The whole page renders; the CDF alone, each series in its colour: icmp, tcp_rr,
+    // udp_rr, both tcp_info ends and passive ts.
+    screenshot(&report, 1600);
+    let page = dir.path().join("cdf.html");
+    std::fs::write(&page, only_figure(&html, Some("cdf.svg"))).unwrap();
+    let shot = screenshot(&page, 1600);
     let counts: Vec<usize> = palette().iter().map(|&c| count(&shot, c)).collect();
-    // icmp, tcp_rr, udp_rr, both tcp_info ends and passive ts: each its own colour.
     assert!(
         counts[..6].iter().all(|&n| n >= SWATCH),
         "a series without its colour: {counts:?}"
@@ -110,11 +114,56 @@ fn a_compare_report_shows_its_charts_in_headless_chromium() {
     let total: usize = counts.iter().sum();
     assert!(total > 800, "the curves drew {total} pixels: {counts:?}");
     // The control: the same page without its figures has (almost) none of them.
-    let start = html.find("<figure").unwrap();
-    let end = html.rfind("</figure>").unwrap() + "</figure>".len();
     let bare = dir.path().join("bare.html");
-    std::fs::write(&bare, format!("{}{}", &html[..start], &html[end..])).unwrap();
+    std::fs::write(&bare, only_figure(&html, None)).unwrap();
     let shot = screenshot(&bare, 1600);
     let bare: usize = palette().iter().map(|&c| count(&shot, c)).sum();
     assert!(bare < 50, "without charts: {bare} pixels of the palette");
+
+    // The anatomy alone: a stacked bar per percentile with every component's colour,
+    // each more than its legend swatch (240 pixels) shows: in every one of the four
+    // bars, even a component of a few µs under a 4 ms round trip is drawn 4 pixels tall
+    // (~230 pixels a bar).
+    let page = dir.path().join("anatomy.html");
+    std::fs::write(&page, only_figure(&html, Some("anatomy.svg"))).unwrap();
+    let shot = screenshot(&page, 2400);
+    let counts: Vec<usize> = palette()[..5].iter().map(|&c| count(&shot, c)).collect();
+    assert!(
+        counts.iter().all(|&n| n >= 240 + 500),
+        "a component without its bars: {counts:?}"
+    );
+    // The time series alone: every layer in the legend in its colour, and the lines
+    // across the 450-pixel plot (layers that agree, such as passive ts and seq, hide
+    // one another, so the lines are counted together: the legend alone is ~500 pixels,
+    // the lines of a quiet 2 s run 3 000–7 000).
+    let page = dir.path().join("timeline.html");
+    std::fs::write(&page, only_figure(&html, Some("timeline.svg"))).unwrap();
+    let shot = screenshot(&page, 2400);
+    let counts: Vec<usize> = palette()[..6].iter().map(|&c| count(&shot, c)).collect();
+    assert!(
+        counts.iter().all(|&n| n >= SWATCH),
+        "a layer missing over time: {counts:?}"
+    );
+    let total: usize = counts.iter().sum();
+    assert!(
+        total >= 6 * 300,
+        "the lines over time drew {total} pixels: {counts:?}"
+    );
+}
+
+/// `html` with only the figure whose id is `keep` (none with `None`).
+fn only_figure(html: &str, keep: Option<&str>) -> String {
+    let mut out = String::new();
+    let mut rest = html;
+    while let Some(start) = rest.find("<figure") {
+        let end = rest[start..].find("</figure>").unwrap() + start + "</figure>".len();
+        out.push_str(&rest[..start]);
+        let figure = &rest[start..end];
+        if keep.is_some_and(|id| figure.starts_with(&format!("<figure id=\"{id}\""))) {
+            out.push_str(figure);
+        }
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
 }

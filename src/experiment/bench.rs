@@ -147,7 +147,8 @@ pub fn capture_port<S: Sink>(
 }
 
 /// The srtt of every TCP socket with local port `port` in `ns`, sampled through
-/// sock_diag every 10 ms until `until` or `stop`.
+/// sock_diag every 10 ms until `until` or `stop`: their histogram, and each sample as
+/// (CLOCK_REALTIME ns, srtt ns).
 ///
 /// # Errors
 /// sock_diag could not be opened or a dump failed.
@@ -156,9 +157,10 @@ pub fn port_srtt(
     port: u16,
     until: Duration,
     stop: &AtomicBool,
-) -> Result<LatencyHistogram, String> {
+) -> Result<(LatencyHistogram, Vec<(u64, u64)>), String> {
     let mut d = SockDiag::open(ns).map_err(|e| crate::error_chain(&e))?;
     let mut h = LatencyHistogram::new();
+    let mut series = Vec::new();
     let f = DiagFilter {
         sport: Some(port),
         ..Default::default()
@@ -172,12 +174,16 @@ pub fn port_srtt(
         stop,
         |_, e| {
             if let Some(rtt) = e.tcp_info.and_then(|t| (t.rtt_us > 0).then_some(t.rtt_us)) {
-                h.record_ns(u64::from(rtt) * 1000);
+                let ns = u64::from(rtt) * 1000;
+                h.record_ns(ns);
+                if series.len() < crate::stats::timeline::MAX_SAMPLES {
+                    series.push((crate::kernel::realtime_ns(), ns));
+                }
             }
         },
     )
     .map_err(|e| crate::error_chain(&e))?;
-    Ok(h)
+    Ok((h, series))
 }
 
 /// An `nft -f -` started ahead of time, waiting for its script on stdin: starting a

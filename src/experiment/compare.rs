@@ -14,8 +14,11 @@ use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::control::TestKind;
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::probe::rr::{self, RrResult, RrSettings, RunControl};
-use crate::results::compare::{CompareResult, CompareSettings, Layer};
+use crate::results::compare::{
+    CompareAnatomy, CompareResult, CompareSettings, CompareTimeline, Layer, LayerTimeline,
+};
 use crate::results::{self, ResultsError};
+use crate::stats::timeline::{self, Timeline, MAX_SAMPLES};
 use crate::stats::LatencyHistogram;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,6 +29,9 @@ use std::time::Duration;
 struct PassiveSink {
     ts_net: LatencyHistogram,
     seq_net: LatencyHistogram,
+    /// (capture time, RTT) of each, ns, for the time series.
+    ts_series: Vec<(u64, u64)>,
+    seq_series: Vec<(u64, u64)>,
     local: u64,
 }
 
@@ -33,8 +39,18 @@ impl Sink for PassiveSink {
     fn sample(&mut self, s: &Sample) {
         match (s.method, s.place) {
             (_, Place::LocalHost) => self.local += 1,
-            (Method::Ts, Place::Network) => self.ts_net.record_ns(s.rtt_ns),
-            (Method::Seq, Place::Network) => self.seq_net.record_ns(s.rtt_ns),
+            (Method::Ts, Place::Network) => {
+                self.ts_net.record_ns(s.rtt_ns);
+                if self.ts_series.len() < MAX_SAMPLES {
+                    self.ts_series.push((s.ts_ns, s.rtt_ns));
+                }
+            }
+            (Method::Seq, Place::Network) => {
+                self.seq_net.record_ns(s.rtt_ns);
+                if self.seq_series.len() < MAX_SAMPLES {
+                    self.seq_series.push((s.ts_ns, s.rtt_ns));
+                }
+            }
         }
     }
 }
@@ -78,6 +94,7 @@ pub fn measure(
             .unwrap_or_else(|| "lo".into()),
     };
 
+    let started_unix_ns = crate::kernel::realtime_ns();
     let stop = AtomicBool::new(false);
     let (tcp_ctl, udp_ctl, ping_ctl) = (
         RunControl::default(),
@@ -94,8 +111,13 @@ pub fn measure(
         r.duration = Some(s.duration);
         r.interval = s.interval;
         r.data_port = port;
+        r.keep_series = true;
         if test == TestKind::TcpRr {
             r.tcpinfo_interval = Some(Duration::from_millis(10));
+            // Taken apart, so the explanations can say where its time went; the
+            // responses carry the server's stamps.
+            r.anatomy = true;
+            r.response_size = crate::probe::anatomy::MIN_RESPONSE;
         }
         r
     };
@@ -152,6 +174,7 @@ pub fn measure(
                 p.count = None;
                 p.duration = Some(s.duration);
                 p.interval = s.interval;
+                p.keep_series = true;
                 ping::run(&p, &ping_ctl).map_err(|e| crate::error_chain(&e))
             })
             .map_err(|e| crate::error_chain(&e))?
@@ -214,16 +237,19 @@ pub fn measure(
         "srtt, sampled every 10 ms",
         &client_srtt,
     ));
-    let server_srtt = match srv {
+    let (server_srtt, server_series) = match srv {
         Some(Ok(h)) => h,
         Some(Err(e)) => {
             errors.push(format!("tcp_info server: {}", e));
-            LatencyHistogram::new()
+            (LatencyHistogram::new(), Vec::new())
         }
         // A remote server: the srtt it reported at the end of the run.
-        None => srtt_histogram(
-            tcp.iter()
-                .flat_map(|r| r.remote_tcp_info.iter().map(|t| t.rtt_us)),
+        None => (
+            srtt_histogram(
+                tcp.iter()
+                    .flat_map(|r| r.remote_tcp_info.iter().map(|t| t.rtt_us)),
+            ),
+            Vec::new(),
         ),
     };
     layers.push(Layer::from_histogram(
@@ -253,6 +279,82 @@ pub fn measure(
         (p.periods.clone(), p.sink.local, p.drops)
     });
     layers.push(metric_layer(sampler.iter().max_by_key(|p| p.samples)));
+    let timeline = {
+        let bin = timeline::bin_for(s.duration, s.interval);
+        // The probes start 300 ms in and may overrun their duration by a little.
+        let span = s.duration + Duration::from_secs(2);
+        let from = |start: u64, t_s: f64| start + (t_s * 1e9) as u64;
+        let rr_series = |r: &Result<RrResult, String>| -> Vec<(u64, u64)> {
+            r.iter()
+                .flat_map(|r| {
+                    r.series
+                        .iter()
+                        .map(|&(t, ns)| (from(r.started_unix_ns, t), ns))
+                })
+                .collect()
+        };
+        let sources: [(&str, Vec<(u64, u64)>); 7] = [
+            (
+                "icmp",
+                icmp.iter()
+                    .flat_map(|p| {
+                        p.series
+                            .iter()
+                            .map(|&(t, ns)| (from(p.started_unix_ns, t), ns))
+                    })
+                    .collect(),
+            ),
+            ("tcp_rr", rr_series(&tcp)),
+            ("udp_rr", rr_series(&udp)),
+            (
+                "tcp_info_client",
+                tcp.iter()
+                    .flat_map(|r| {
+                        r.tcpinfo_series
+                            .iter()
+                            .filter(|x| x.info.rtt_us > 0)
+                            .map(|x| {
+                                (
+                                    from(r.started_unix_ns, x.t_ms / 1e3),
+                                    u64::from(x.info.rtt_us) * 1000,
+                                )
+                            })
+                    })
+                    .collect(),
+            ),
+            ("tcp_info_server", server_series),
+            (
+                "passive_ts",
+                pas.as_ref()
+                    .map(|p| p.sink.ts_series.clone())
+                    .unwrap_or_default(),
+            ),
+            (
+                "passive_seq",
+                pas.as_ref()
+                    .map(|p| p.sink.seq_series.clone())
+                    .unwrap_or_default(),
+            ),
+        ];
+        let layers: Vec<LayerTimeline> = sources
+            .into_iter()
+            .filter_map(|(name, samples)| {
+                let mut t = Timeline::new(started_unix_ns, bin, span);
+                for (at, ns) in samples {
+                    t.record(at, ns);
+                }
+                let points = t.points();
+                (!points.is_empty()).then(|| LayerTimeline {
+                    name: name.into(),
+                    points,
+                })
+            })
+            .collect();
+        (!layers.is_empty()).then_some(CompareTimeline {
+            bin_s: bin.as_secs_f64(),
+            layers,
+        })
+    };
     let mut result = CompareResult {
         settings: s.clone(),
         server,
@@ -268,6 +370,17 @@ pub fn measure(
         explanations: Vec::new(),
         errors,
         trial,
+        anatomy: tcp
+            .as_ref()
+            .ok()
+            .and_then(|r| r.anatomy.as_ref())
+            .map(|a| CompareAnatomy {
+                stamped: a.stamped,
+                at_percentiles: a.at_percentiles.clone(),
+                events: a.events,
+                tail: a.tail.clone(),
+            }),
+        timeline,
     };
     result.explanations = explain(&result);
     result
@@ -332,7 +445,9 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     let (icmp, tcp, udp) = (p50(r, "icmp"), p50(r, "tcp_rr"), p50(r, "udp_rr"));
     let (seq, ts) = (p50(r, "passive_seq"), p50(r, "passive_ts"));
     let (cli, srv) = (p50(r, "tcp_info_client"), p50(r, "tcp_info_server"));
-    if let (Some(i), Some(t)) = (icmp, tcp) {
+    if let Some(a) = &r.anatomy {
+        out.extend(explain_anatomy(a, seq, icmp));
+    } else if let (Some(i), Some(t)) = (icmp, tcp) {
         let wire = seq.unwrap_or(i);
         out.push(format!(
             "user-space overhead: tcp_rr's median is {:.0} µs above the passive seq/ACK median on the wire ({t:.0} vs {wire:.0} µs): two trips through the sockets and the scheduler on each host; icmp ({i:.0} µs) has no application on the far side.",
@@ -390,6 +505,75 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
         out.push(format!(
             "interval: every probe waits {} ms between transactions; idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (seed 004).",
             r.settings.interval.as_secs_f64() * 1e3
+        ));
+    }
+    out
+}
+
+/// The explanations tcp_rr's anatomy gives: what its median transaction is made of
+/// and which part of it each other layer sees, where its tail grows, and what made the
+/// slowest transactions slow.
+fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> Vec<String> {
+    let mut out = Vec::new();
+    let at = |p: f64| {
+        a.at_percentiles
+            .iter()
+            .find(|c| (c.percentile - p).abs() < 1e-9)
+    };
+    if let Some(c) = at(50.0) {
+        let v = &c.parts_us;
+        let server = v.server_recv + v.server_app;
+        let mut s = format!(
+            "anatomy: tcp_rr's median transaction ({:.0} µs, the mean of the {} in its band) is {:.0} µs of client send path, {:.0} µs of network, {:.0} µs of server wake-up, {:.0} µs of server application and send and {:.0} µs of client wake-up (each transaction's kernel stamps on both ends, adding up exactly).",
+            v.rtt, c.transactions, v.client_send, v.network, v.server_recv, v.server_app, v.client_recv
+        );
+        if let Some(w) = seq {
+            s += &format!(
+                " The wire's seq/ACK median ({w:.0} µs, at the client's interface) spans the network and the server's part ({:.0} µs); tcp_rr adds the client's send path and wake-up ({:.0} µs) on top.",
+                v.network + server,
+                v.client_send + v.client_recv
+            );
+        }
+        if let Some(i) = icmp {
+            s += &format!(
+                " icmp ({i:.0} µs) crosses the same network with no application on either end."
+            );
+        }
+        out.push(s);
+    }
+    if let (Some(m), Some(t)) = (at(50.0), at(99.0)) {
+        let grown = m
+            .parts_us
+            .parts()
+            .iter()
+            .zip(t.parts_us.parts())
+            .map(|(&(name, a), (_, b))| (name, b - a))
+            .max_by(|x, y| x.1.total_cmp(&y.1));
+        if let Some((name, d)) = grown {
+            out.push(format!(
+                "tail: from P50 to P99 tcp_rr grows by {:.0} µs ({:.0} → {:.0} µs), most of it in {name} (+{d:.0} µs).",
+                t.parts_us.rtt - m.parts_us.rtt,
+                m.parts_us.rtt,
+                t.parts_us.rtt
+            ));
+        }
+    }
+    if let Some(tail) = &a.tail {
+        if let Some(c) = tail.causes.first() {
+            let event = c.event.as_deref().map_or(String::new(), |e| {
+                format!(" with a {}", e.replace('_', " "))
+            });
+            out.push(format!(
+                "slowest 1 % ({} transactions from {:.0} µs): {:.0} % of them were slowest in {}{event}, which added {:.0} µs on average.",
+                tail.transactions, tail.from_rtt_us, c.share_pct, c.component, c.mean_added_us
+            ));
+        }
+    }
+    let e = &a.events;
+    if e.retransmitted > 0 {
+        out.push(format!(
+            "{} tcp_rr transactions waited for a retransmission ({} request and {} response segments sent again, each after the TLP or RTO timer).",
+            e.retransmitted, e.request_retransmissions, e.response_retransmissions
         ));
     }
     out

@@ -189,7 +189,7 @@ fn point(
         (rr, joined(srv), joined(cli_cap), joined(srv_cap))
     });
     let mut errors = Vec::new();
-    let server_srtt = srv.unwrap_or_else(|e| {
+    let server_srtt = srv.map(|(h, _)| h).unwrap_or_else(|e| {
         errors.push(format!("server srtt: {}", e));
         LatencyHistogram::new()
     });

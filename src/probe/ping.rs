@@ -190,6 +190,9 @@ pub struct PingResult {
     /// Every reply as (seconds since the start, RTT ns), with `keep_series`.
     #[serde(skip)]
     pub series: Vec<(f64, u64)>,
+    /// The start, CLOCK_REALTIME ns: where the series sits among other clocks' samples.
+    #[serde(skip)]
+    pub started_unix_ns: u64,
     pub error: Option<String>,
 }
 
@@ -508,6 +511,7 @@ pub fn run_each(
     let mut highest: Option<u64> = None;
     let mut error = None;
     let start = Instant::now();
+    let started_unix_ns = crate::kernel::realtime_ns();
     let deadline = settings.duration.map(|d| start + d);
     let count = settings.count.unwrap_or(u64::MAX);
     let spin = settings.pace != PaceMode::Sleep;
@@ -716,6 +720,7 @@ pub fn run_each(
         rtt: Summary::from_histogram(&hist, &settings.percentiles),
         histogram: hist,
         series,
+        started_unix_ns,
         error,
     })
 }

@@ -330,8 +330,8 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         let mut c = Table::new(["CAUSE", "EVENT", "SHARE_pct", "MEAN_ADDED_us"]);
         for cause in &tail.causes {
             c.row([
-                cause.component.to_owned(),
-                cause.event.unwrap_or("-").to_owned(),
+                cause.component.clone(),
+                cause.event.clone().unwrap_or_else(|| "-".into()),
                 format!("{:.1}", cause.share_pct),
                 format!("{:.1}", cause.mean_added_us),
             ]);

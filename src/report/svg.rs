@@ -353,6 +353,139 @@ impl LineChart {
     }
 }
 
+/// Stacked bars, one panel per group with its own linear axis from 0 (a P99.9 ten
+/// times the P50 would flatten the P50's bar on a shared one), and markers across
+/// each bar: measurements drawn against the segments they contain.
+pub struct StackedBars {
+    pub title: String,
+    pub y_label: String,
+    /// The segments' names, bottom first; segment `i` takes `COLOURS[i]`.
+    pub segments: Vec<String>,
+    /// (group label, its segments' values).
+    pub groups: Vec<(String, Vec<f64>)>,
+    /// (name, value in each group): a black line across that group's bar, each
+    /// marker with its own dash pattern.
+    pub markers: Vec<(String, Vec<Option<f64>>)>,
+}
+
+/// Dash patterns of [`StackedBars`]' markers, in the order markers take them.
+const MARKER_DASHES: [&str; 6] = ["", "6 3", "2 2", "8 2 2 2", "1 3", "10 4"];
+/// A segment thinner than this is drawn this tall, so that its colour shows (its
+/// value is in its tooltip and the legend's order).
+const MIN_SEGMENT_PX: f64 = 4.0;
+
+impl StackedBars {
+    /// The chart as an `<svg>` element.
+    pub fn render(&self) -> String {
+        let n = self.groups.len().max(1) as f64;
+        let pw = (W - LEFT - RIGHT) / n;
+        let ph = H - TOP - BOTTOM;
+        let mut o = String::new();
+        let _ = write!(
+            o,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" width="{W}" height="{H}" font-family="sans-serif" font-size="12" role="img" aria-label="{t}"><rect width="{W}" height="{H}" fill="white"/><text x="{cx}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{t}</text><text class="ylabel" transform="translate(16 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            TOP + ph / 2.0,
+            esc(&self.y_label),
+            t = esc(&self.title),
+            cx = (W - RIGHT) / 2.0,
+        );
+        for (g, (label, values)) in self.groups.iter().enumerate() {
+            let x0 = LEFT + g as f64 * pw;
+            let total: f64 = values.iter().sum();
+            let top = self
+                .markers
+                .iter()
+                .filter_map(|(_, v)| v.get(g).copied().flatten())
+                .fold(total, f64::max);
+            let axis = Axis::new(0.0, (top * 1.1).max(1e-3), false);
+            let py = |v: f64| TOP + (1.0 - axis.frac(v)) * ph;
+            let _ = write!(
+                o,
+                r##"<g class="panel"><rect x="{x0:.1}" y="{TOP}" width="{:.1}" height="{ph}" fill="none" stroke="#333"/>"##,
+                pw - 30.0
+            );
+            for t in axis.ticks() {
+                let _ = write!(
+                    o,
+                    r##"<line x1="{x0:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#ddd"/><text class="ytick" x="{tx:.1}" y="{ty:.1}" text-anchor="end" font-size="10">{t}</text>"##,
+                    y = py(t),
+                    x2 = x0 + pw - 30.0,
+                    tx = x0 - 3.0,
+                    ty = py(t) + 3.0,
+                    t = fmt_tick(t)
+                );
+            }
+            let (bx, bw) = (x0 + 12.0, pw - 54.0);
+            let mut y = py(0.0);
+            for (i, &v) in values.iter().enumerate() {
+                if v <= 0.0 {
+                    continue;
+                }
+                let h = (py(0.0) - py(v)).max(MIN_SEGMENT_PX);
+                y -= h;
+                let name = self.segments.get(i).map_or("", String::as_str);
+                let _ = write!(
+                    o,
+                    r#"<rect class="segment" x="{bx:.1}" y="{y:.1}" width="{bw:.1}" height="{h:.1}" fill="{}"><title>{label}: {} {} µs</title></rect>"#,
+                    COLOURS[i % COLOURS.len()],
+                    esc(name),
+                    fmt_tick((v * 10.0).round() / 10.0)
+                );
+            }
+            for (m, (name, at)) in self.markers.iter().enumerate() {
+                let Some(v) = at.get(g).copied().flatten() else {
+                    continue;
+                };
+                let dash = MARKER_DASHES[m % MARKER_DASHES.len()];
+                let _ = write!(
+                    o,
+                    r##"<line class="marker" x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{dash}"><title>{label}: {name} {value} µs</title></line>"##,
+                    x1 = bx - 8.0,
+                    y = py(v),
+                    x2 = bx + bw + 8.0,
+                    name = esc(name),
+                    value = fmt_tick((v * 10.0).round() / 10.0)
+                );
+            }
+            let _ = write!(
+                o,
+                r#"<text class="xtick" x="{:.1}" y="{:.1}" text-anchor="middle">{} ({} µs)</text></g>"#,
+                bx + bw / 2.0,
+                TOP + ph + 16.0,
+                esc(label),
+                fmt_tick(total.round())
+            );
+        }
+        let lx = W - RIGHT + 10.0;
+        for (i, name) in self.segments.iter().enumerate().rev() {
+            let ly = TOP + 10.0 + (self.segments.len() - 1 - i) as f64 * 18.0;
+            let _ = write!(
+                o,
+                r#"<rect x="{lx:.1}" y="{:.1}" width="24" height="10" fill="{}"/><text class="legend" x="{:.1}" y="{:.1}">{}</text>"#,
+                ly - 5.0,
+                COLOURS[i % COLOURS.len()],
+                lx + 30.0,
+                ly + 4.0,
+                esc(name)
+            );
+        }
+        for (m, (name, _)) in self.markers.iter().enumerate() {
+            let ly = TOP + 20.0 + (self.segments.len() + m) as f64 * 18.0;
+            let _ = write!(
+                o,
+                r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{}"/><text class="legend" x="{:.1}" y="{:.1}">{}</text>"##,
+                lx + 24.0,
+                MARKER_DASHES[m % MARKER_DASHES.len()],
+                lx + 30.0,
+                ly + 4.0,
+                esc(name)
+            );
+        }
+        o += "</svg>";
+        o
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,5 +527,30 @@ mod tests {
         let lin = Axis::new(0.0, 1500.0, false).ticks();
         assert_eq!(lin.first(), Some(&0.0));
         assert!(lin.len() >= 4 && lin.len() <= 12, "{lin:?}");
+    }
+
+    #[test]
+    fn stacks_every_segment_with_markers_on_each_panel() {
+        let c = StackedBars {
+            title: "anatomy".into(),
+            y_label: "µs".into(),
+            segments: vec!["a".into(), "b".into(), "c".into()],
+            groups: vec![
+                ("P50".into(), vec![1.0, 100.0, 0.01]),
+                ("P99".into(), vec![2.0, 900.0, 50.0]),
+            ],
+            markers: vec![("wire".into(), vec![Some(100.5), None])],
+        };
+        let s = c.render();
+        assert_eq!(s.matches(r#"class="segment""#).count(), 6);
+        assert_eq!(s.matches(r#"class="marker""#).count(), 1);
+        // Each segment in its colour, however thin.
+        for colour in &COLOURS[..3] {
+            assert_eq!(s.matches(&format!(r#"fill="{colour}"><title>"#)).count(), 2);
+        }
+        assert!(
+            s.contains("P50 (101 µs)") && s.contains("P99 (952 µs)"),
+            "{s}"
+        );
     }
 }

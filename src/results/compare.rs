@@ -147,6 +147,36 @@ pub struct CompareResult {
     /// Which repeat of the comparison (0 for the first; absent in older results).
     #[serde(default)]
     pub trial: u32,
+    /// tcp_rr's transactions taken apart (`rr --anatomy`; absent in older results).
+    #[serde(default)]
+    pub anatomy: Option<CompareAnatomy>,
+    /// Every layer on one time axis (absent in older results).
+    #[serde(default)]
+    pub timeline: Option<CompareTimeline>,
+}
+
+/// Every layer's median and P99 per time bin, on one axis from the comparison's start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareTimeline {
+    pub bin_s: f64,
+    pub layers: Vec<LayerTimeline>,
+}
+
+/// One layer's bins (those with samples).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayerTimeline {
+    pub name: String,
+    pub points: Vec<crate::stats::timeline::TimePoint>,
+}
+
+/// What compare keeps of tcp_rr's anatomy: what a transaction at each percentile is
+/// made of, what touched the transactions, and the slowest ones' causes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompareAnatomy {
+    pub stamped: u64,
+    pub at_percentiles: Vec<crate::probe::anatomy::Composition>,
+    pub events: crate::probe::anatomy::EventCounts,
+    pub tail: Option<crate::probe::anatomy::Tail>,
 }
 
 /// Serde's defaults for settings written before `--trials` existed.

@@ -10,6 +10,7 @@ mod histogram;
 mod loglinear;
 mod median_ci;
 mod summary;
+pub mod timeline;
 pub mod units;
 
 pub use hdr_log::{HdrLogWriter, IntervalRecorder};

@@ -420,3 +420,116 @@ pub fn corpus_bytes(name: &str) -> Vec<u8> {
     .unwrap();
     out
 }
+
+/// A lab of two hosts (`rttlab lab up`, the emulator polling) with `rttlab serve` in
+/// b, removed on drop.
+pub struct Lab {
+    pub name: String,
+    server: Option<KillOnDrop>,
+}
+
+impl Lab {
+    /// `rttlab lab up --name TAG<pid> ARGS`, and a server in b.
+    pub fn up(tag: &str, args: &[&str]) -> Self {
+        let name = format!("{tag}{}", std::process::id() % 10_000);
+        let mut lab = Self { name, server: None };
+        lab.cmd(
+            &[
+                &["up", "--name", &lab.name.clone(), "--emulator", "poll"],
+                args,
+            ]
+            .concat(),
+        );
+        let bin = bin();
+        let bin = bin.to_str().unwrap();
+        lab.server = Some(KillOnDrop(
+            Command::new(bin)
+                .args([
+                    "lab", "exec", "--name", &lab.name, "b", "--", bin, "serve", "-q",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        lab
+    }
+
+    /// `rttlab lab ARGS`, which must succeed; its stdout.
+    pub fn cmd(&self, args: &[&str]) -> String {
+        let o = Command::new(bin()).arg("lab").args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "lab {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    }
+
+    /// `rttlab lab set --name NAME ARGS`.
+    pub fn set(&self, args: &[&str]) {
+        self.cmd(&[&["set", "--name", &self.name], args].concat());
+    }
+
+    /// `rttlab ARGS` in host a, retried while the server in b is not yet listening;
+    /// its stdout as JSON.
+    pub fn in_a_retrying(&self, args: &[&str]) -> serde_json::Value {
+        let bin = bin();
+        let bin = bin.to_str().unwrap();
+        for _ in 0..50 {
+            let o = Command::new(bin)
+                .args(["lab", "exec", "--name", &self.name, "a", "--", bin])
+                .args(args)
+                .output()
+                .unwrap();
+            if o.status.success() {
+                return serde_json::from_slice(&o.stdout).unwrap();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("{args:?} in the lab never ran");
+    }
+
+    /// A TcpExt counter of host `host`'s namespace (/proc/net/netstat).
+    pub fn tcp_ext(&self, host: &str, counter: &str) -> u64 {
+        let o = Command::new(bin())
+            .args([
+                "lab",
+                "exec",
+                "--name",
+                &self.name,
+                host,
+                "--",
+                "cat",
+                "/proc/net/netstat",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(o.stdout).unwrap();
+        let mut rows = text.lines().filter(|l| l.starts_with("TcpExt:"));
+        let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+        let i = names.split_whitespace().position(|n| n == counter).unwrap();
+        values.split_whitespace().nth(i).unwrap().parse().unwrap()
+    }
+
+    /// The emulator's loss drops so far, (a→b, b→a).
+    pub fn drops(&self) -> (u64, u64) {
+        let text = self.cmd(&["list", "--json"]);
+        let v: serde_json::Value = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v["info"]["name"] == self.name.as_str())
+            .unwrap();
+        let d = |dir: &str| v[dir]["counters"]["drop_loss"].as_u64().unwrap();
+        (d("a2b"), d("b2a"))
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.server.take();
+        let _ = Command::new(bin())
+            .args(["lab", "down", "--name", &self.name])
+            .output();
+    }
+}

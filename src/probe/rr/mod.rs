@@ -154,6 +154,8 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     });
     let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
     let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    let started_unix_ns = crate::kernel::realtime_ns()
+        .saturating_sub(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
     let machine = machine_cell
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -247,6 +249,16 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         error,
         confidence: None,
         local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
+        series: {
+            let mut v: Vec<(f64, u64)> = t
+                .series
+                .iter()
+                .map(|&(at, ns)| (at as f64 / 1e9, ns))
+                .collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            v
+        },
+        started_unix_ns,
         anatomy: t.anatomy.as_ref().map(|a| {
             let mut r = a.result(&s.percentiles, s.test == TestKind::TcpRr);
             // One kernel at both ends (the lab's namespaces): one clock.

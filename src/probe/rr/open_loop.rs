@@ -139,7 +139,7 @@ pub(super) fn open_loop(
                         let t1 = Instant::now();
                         let front = pending.lock().ok().and_then(|mut p| p.pop_front());
                         if let Some(p) = front {
-                            record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                            record(&mut out, &mut rec, cx, p.sent, t1);
                             out.intended.record_ns(
                                 u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                             );
@@ -163,7 +163,7 @@ pub(super) fn open_loop(
                         });
                         match matched {
                             Some(p) => {
-                                record(&mut out, &mut rec, cx.ctl, p.sent, t1);
+                                record(&mut out, &mut rec, cx, p.sent, t1);
                                 out.intended.record_ns(
                                     u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                                 );

@@ -117,6 +117,13 @@ pub struct RrResult {
     /// `--anatomy`: every transaction split into what each host and the path took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub anatomy: Option<crate::probe::anatomy::AnatomyResult>,
+    /// With `keep_series`: every transaction as (seconds from the start, round trip
+    /// ns), in time order; `tcpinfo_series` counts from the same start.
+    #[serde(skip)]
+    pub series: Vec<(f64, u64)>,
+    /// The start, CLOCK_REALTIME ns: where the series sit among other clocks' samples.
+    #[serde(skip)]
+    pub started_unix_ns: u64,
 }
 
 /// netperf's `-I LEVEL,WIDTH -i MAX,MIN`: iterations of the same test until the mean

@@ -91,6 +91,9 @@ pub struct RrSettings {
     pub anatomy: bool,
     /// `--server-delay`: the server waits this long before answering each request.
     pub server_delay: Duration,
+    /// Keep every transaction's time and round trip (`RrResult::series`), for a caller
+    /// that lines them up with other layers' (`compare`'s time series).
+    pub keep_series: bool,
     /// `--slow-log FILE`: slow transactions' anatomies as JSON lines.
     pub slow_log: Option<PathBuf>,
     /// `--slow THRESHOLD`: log every transaction at least this slow (without it, the
@@ -131,6 +134,7 @@ impl RrSettings {
             hdr_log: None,
             path: crate::probe::path::PathOptions::default(),
             anatomy: false,
+            keep_series: false,
             server_delay: Duration::ZERO,
             slow_log: None,
             slow: None,

@@ -101,7 +101,7 @@ pub(super) fn tcp_rr(
             let returned = crate::kernel::realtime_ns();
             let cpu_returned = current_cpu();
             now = Instant::now();
-            record(&mut out, &mut rec, cx.ctl, t0, now);
+            record(&mut out, &mut rec, cx, t0, now);
             // OPT_ID numbers a TCP send's last byte from 0.
             let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
             let mut part = ClientPart {

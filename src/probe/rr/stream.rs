@@ -42,7 +42,13 @@ pub(super) struct StreamOutcome {
     pub(super) error: Option<String>,
     /// `--anatomy`: the stream's transactions split into components.
     pub(super) anatomy: Option<crate::probe::anatomy::Recorder>,
+    /// With `keep_series`: each transaction as (ns from the run's start to its end,
+    /// round trip ns), at most [`SERIES_MAX`].
+    pub(super) series: Vec<(u64, u64)>,
 }
+
+/// Transactions a stream keeps with `keep_series` (16 bytes each: 16 MiB).
+pub(super) const SERIES_MAX: usize = 1_000_000;
 
 /// Every stream's outcome added up: histograms merged, counts summed, the first
 /// error and local address kept.
@@ -67,6 +73,7 @@ pub(super) struct Totals {
     pub(super) error: Option<String>,
     pub(super) local_addr: Option<SocketAddr>,
     pub(super) anatomy: Option<crate::probe::anatomy::Recorder>,
+    pub(super) series: Vec<(u64, u64)>,
 }
 
 impl Totals {
@@ -92,6 +99,7 @@ impl Totals {
             if let Some(a) = &o.anatomy {
                 t.anatomy.get_or_insert_with(Default::default).merge(a);
             }
+            t.series.extend_from_slice(&o.series);
         }
         t
     }
@@ -242,12 +250,17 @@ pub(super) fn watch<T>(
 pub(super) fn record(
     out: &mut StreamOutcome,
     rec: &mut Option<IntervalRecorder>,
-    ctl: &RunControl,
+    cx: &Ctx<'_>,
     t0: Instant,
     t1: Instant,
 ) {
+    let ctl = cx.ctl;
     let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
     out.hist.record_ns(ns);
+    if cx.s.keep_series && out.series.len() < SERIES_MAX {
+        let at = t1.saturating_duration_since(cx.start).as_nanos();
+        out.series.push((u64::try_from(at).unwrap_or(u64::MAX), ns));
+    }
     if let Some(r) = rec.as_mut() {
         r.record(t1, ns);
     }
@@ -332,7 +345,7 @@ pub(super) fn tcp_rr(
                 }
             }
             now = Instant::now();
-            record(&mut out, &mut rec, cx.ctl, t0, now);
+            record(&mut out, &mut rec, cx, t0, now);
             if !cx.more(out.transactions, now) {
                 break 'run;
             }
@@ -479,7 +492,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                         if n == cx.s.response_size as usize && get_seq(&resp, k) == seq & mask =>
                     {
                         now = Instant::now();
-                        record(&mut out, &mut rec, cx.ctl, t0, now);
+                        record(&mut out, &mut rec, cx, t0, now);
                         out.lost_tail = 0;
                         rto.sample(now - t0);
                         if let Some(book) = book.as_mut() {
@@ -599,7 +612,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
             now = Instant::now();
             out.connect
                 .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
-            record(&mut out, &mut rec, cx.ctl, t0, now);
+            record(&mut out, &mut rec, cx, t0, now);
             if let Ok(ti) = sockopt::tcp_info(&sock) {
                 out.retrans += u64::from(ti.total_retrans);
                 out.info = Some(ti);
