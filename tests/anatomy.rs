@@ -292,6 +292,10 @@ fn retransmissions_are_the_kernels_at_the_models_timers() {
         ours <= kernel && kernel <= ours + 3,
         "the anatomy counts {ours} retransmissions, the kernel {kernel}: {e}"
     );
+    // By kind: the lab's hosts probe a tail loss (tcp_early_retrans 3, SACK), so each
+    // retransmitted message's first copy is a probe, as the model's timeline starts.
+    assert_eq!(n(&e["tlp"]) + n(&e["rto"]), ours, "{e}");
+    assert!(n(&e["tlp"]) >= n(&e["retransmitted"]), "{e}");
     let text = std::fs::read_to_string(&log).unwrap();
     assert_schema_lines(&text);
     // The k-th retransmission of a message, k = 1, 2: when it left after the first send.

@@ -572,8 +572,8 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
     let e = &a.events;
     if e.retransmitted > 0 {
         out.push(format!(
-            "{} tcp_rr transactions waited for a retransmission ({} request and {} response segments sent again, each after the TLP or RTO timer).",
-            e.retransmitted, e.request_retransmissions, e.response_retransmissions
+            "{} tcp_rr transactions waited for a retransmission ({} request and {} response segments sent again: {} by the tail loss probe, {} by the RTO timer).",
+            e.retransmitted, e.request_retransmissions, e.response_retransmissions, e.tlp, e.rto
         ));
     }
     out

@@ -26,7 +26,8 @@ pub const TRAILER_AT: usize = 8;
 /// answered including this one (u32), the request's RX stamp on the server's clock
 /// (u64 ns, 0 when missing; the response's TX stamp is RX + server_recv + server_app),
 /// the response's retransmissions (u8), flags (u8: bit 0, the server handled the
-/// request on another CPU than the one before), two zero bytes, and µs from the
+/// request on another CPU than the one before; bit 1, the server's first
+/// retransmission is a tail loss probe), two zero bytes, and µs from the
 /// response's first send to its last retransmission (u32).
 pub const TRAILER_LEN: usize = 32;
 /// The smallest response that carries a trailer.
@@ -52,6 +53,8 @@ pub struct ServerPart {
     pub retransmitted_after_us: Option<u32>,
     /// The server read this request on another CPU than the request before it.
     pub migrated: bool,
+    /// The server's kernel probes a tail loss first ([`probes_tail_loss`]).
+    pub tlp: bool,
 }
 
 impl ServerPart {
@@ -64,7 +67,7 @@ impl ServerPart {
         t[12..16].copy_from_slice(&self.answered.to_le_bytes());
         t[16..24].copy_from_slice(&self.rx_ns.unwrap_or(0).to_le_bytes());
         t[24] = self.retransmissions;
-        t[25] = u8::from(self.migrated);
+        t[25] = u8::from(self.migrated) | (u8::from(self.tlp) << 1);
         t[26..28].fill(0);
         t[28..32].copy_from_slice(&self.retransmitted_after_us.unwrap_or(0).to_le_bytes());
     }
@@ -95,6 +98,7 @@ impl ServerPart {
             retransmissions,
             retransmitted_after_us: (retransmissions > 0).then(|| word(28)),
             migrated: t[25] & 1 != 0,
+            tlp: t[25] & 2 != 0,
         })
     }
 }
@@ -149,10 +153,27 @@ impl Sends {
 /// (saving a read that finds the queue empty, a system call per transaction).
 pub const NO_RETRANSMISSION_WITHIN_NS: u64 = 1_000_000;
 
+/// Whether the kernel sends a tail loss probe before the RTO on `fd`'s connection
+/// (`tcp_schedule_loss_probe`: net.ipv4.tcp_early_retrans 3 or 4, and SACK on the
+/// connection). Then a lone segment's first retransmission is the probe and every
+/// later one an RTO (no probe after the first RTO: the state is Loss; KERNEL_RTO §5–6);
+/// without it every retransmission is an RTO.
+pub fn probes_tail_loss(fd: std::os::fd::RawFd) -> bool {
+    /// `TCPI_OPT_SACK` (include/uapi/linux/tcp.h).
+    const SACK: u8 = 2;
+    let early = crate::kernel::sysctl::read(None, "net.ipv4.tcp_early_retrans")
+        .ok()
+        .and_then(|v| v.parse::<u8>().ok());
+    let sack = crate::kernel::sockopt::tcp_info_fd(fd).is_ok_and(|t| t.options & SACK != 0);
+    matches!(early, Some(3 | 4)) && sack
+}
+
 /// The server's bookkeeping for one data socket: the transaction in hand becomes the
 /// previous one once its response is sent.
 #[derive(Default)]
 pub struct ServerStamps {
+    /// The connection's first retransmissions are tail loss probes.
+    pub tlp: bool,
     /// (number, RX stamp, when recv() returned, read on another CPU) of the last
     /// transaction answered.
     prev: Option<(u32, Option<u64>, u64, bool)>,
@@ -183,6 +204,7 @@ impl ServerStamps {
             retransmissions: prev_sends.again,
             retransmitted_after_us: prev_sends.retransmitted_after_us(),
             migrated,
+            tlp: self.tlp,
         });
         let migrated = self.cpu.is_some_and(|c| c != cpu);
         self.cpu = Some(cpu);
@@ -218,6 +240,8 @@ pub struct ClientPart {
     /// The CPU the client sent from and the one `recv()` returned on.
     pub cpu_sent: u32,
     pub cpu_returned: u32,
+    /// The client's kernel probes a tail loss first ([`probes_tail_loss`]).
+    pub tlp: bool,
 }
 
 /// What touched one transaction besides how long each component took.
@@ -229,9 +253,12 @@ pub struct Events {
     pub request_retransmissions: u8,
     /// µs from the request's first send to its last retransmission.
     pub request_retransmitted_after_us: Option<u32>,
+    /// The first of them was the client's tail loss probe; the others were RTOs.
+    pub request_tlp: bool,
     /// The response's last segment sent again by the server.
     pub response_retransmissions: u8,
     pub response_retransmitted_after_us: Option<u32>,
+    pub response_tlp: bool,
     /// TCP: the request's ACK came alone, [`DELACK_MIN_NS`] or more after the request
     /// left and before the response: the server's delayed-ACK timer sent it.
     pub delayed_ack: bool,
@@ -242,14 +269,27 @@ pub struct Events {
 }
 
 impl Events {
+    /// The retransmissions of both ends by kind: (tail loss probes, RTOs).
+    pub fn tlp_rto(&self) -> (u8, u8) {
+        let tlp = u8::from(self.request_tlp) + u8::from(self.response_tlp);
+        let all = self
+            .request_retransmissions
+            .saturating_add(self.response_retransmissions);
+        (tlp, all.saturating_sub(tlp))
+    }
+
     /// The event that explains a slow transaction whose slowest component is the
     /// `component`-th of [`Components::parts`]: a retransmission first (it adds a
-    /// timer's worth), then a delayed ACK, then a migration of that component's host.
+    /// timer's worth; an RTO, or else a tail loss probe), then a delayed ACK, then a
+    /// migration of that component's host.
     pub fn touching(&self, component: usize) -> Option<&'static str> {
         let client_side = component == 0 || component == 4;
         let server_side = component == 2 || component == 3;
-        if self.request_retransmissions > 0 || self.response_retransmissions > 0 {
-            Some("retransmission")
+        let (tlp, rto) = self.tlp_rto();
+        if rto > 0 {
+            Some("rto")
+        } else if tlp > 0 {
+            Some("tlp")
         } else if self.delayed_ack {
             Some("delayed_ack")
         } else if (client_side && self.client_migrated) || (server_side && self.server_migrated) {
@@ -344,6 +384,9 @@ pub struct EventCounts {
     /// Segments the client and the server sent again, summed over transactions.
     pub request_retransmissions: u64,
     pub response_retransmissions: u64,
+    /// Those retransmissions by kind: tail loss probes and RTOs.
+    pub tlp: u64,
+    pub rto: u64,
     pub delayed_ack: u64,
     pub client_migrated: u64,
     pub server_migrated: u64,
@@ -355,6 +398,9 @@ impl EventCounts {
         self.retransmitted += u64::from(req > 0 || resp > 0);
         self.request_retransmissions += u64::from(req);
         self.response_retransmissions += u64::from(resp);
+        let (tlp, rto) = e.tlp_rto();
+        self.tlp += u64::from(tlp);
+        self.rto += u64::from(rto);
         self.delayed_ack += u64::from(e.delayed_ack);
         self.client_migrated += u64::from(e.client_migrated);
         self.server_migrated += u64::from(e.server_migrated);
@@ -364,6 +410,8 @@ impl EventCounts {
         self.retransmitted += o.retransmitted;
         self.request_retransmissions += o.request_retransmissions;
         self.response_retransmissions += o.response_retransmissions;
+        self.tlp += o.tlp;
+        self.rto += o.rto;
         self.delayed_ack += o.delayed_ack;
         self.client_migrated += o.client_migrated;
         self.server_migrated += o.server_migrated;
@@ -426,8 +474,10 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
         events: Events {
             request_retransmissions: c.sends.again,
             request_retransmitted_after_us: c.sends.retransmitted_after_us(),
+            request_tlp: c.sends.again > 0 && c.tlp,
             response_retransmissions: s.retransmissions,
             response_retransmitted_after_us: s.retransmitted_after_us,
+            response_tlp: s.retransmissions > 0 && s.tlp,
             // With a retransmission, an ACK alone answers the copy (a duplicate
             // request, the server's probe), not a timer.
             delayed_ack: c.sends.again == 0
@@ -824,8 +874,9 @@ pub struct Tail {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cause {
     pub component: String,
-    /// "retransmission", "delayed_ack" or "migration" (of the component's host), or
-    /// none: the component was slow with nothing the kernel reported.
+    /// "rto", "tlp" (a retransmission by that timer), "delayed_ack" or "migration"
+    /// (of the component's host), or none: the component was slow with nothing the
+    /// kernel reported.
     pub event: Option<String>,
     /// Of the tail's transactions, the share this component slowed most.
     pub share_pct: f64,
@@ -1019,6 +1070,7 @@ mod tests {
             retransmissions: 2,
             retransmitted_after_us: Some(600_000),
             migrated: true,
+            tlp: true,
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
@@ -1049,6 +1101,7 @@ mod tests {
                 retransmitted_after_us: Some(210),
                 // Transaction 1 was the first: nothing to have migrated from.
                 migrated: false,
+                tlp: false,
             }
         );
     }
@@ -1181,6 +1234,7 @@ mod tests {
             sends,
             cpu_sent: 0,
             cpu_returned: 1,
+            tlp: false,
         };
         let s = ServerPart {
             seq: 1,
@@ -1205,7 +1259,17 @@ mod tests {
         assert!(e.client_migrated && !e.server_migrated);
         // The ACK came alone, but after the request was sent again: not the timer's.
         assert!(!e.delayed_ack);
-        assert_eq!(e.touching(4), Some("retransmission"));
+        // Without tail loss probes (the parts say none), every one was an RTO.
+        assert_eq!(e.tlp_rto(), (0, 3));
+        assert_eq!(e.touching(4), Some("rto"));
+        let probed = join(
+            &ClientPart { tlp: true, ..c },
+            &ServerPart { tlp: true, ..s },
+        )
+        .unwrap()
+        .events;
+        assert_eq!((probed.request_tlp, probed.response_tlp), (true, true));
+        assert_eq!(probed.tlp_rto(), (2, 1));
         let quiet = Events {
             client_migrated: true,
             ..Events::default()
@@ -1296,7 +1360,7 @@ mod tests {
         assert!((app.mean_added_us - 4.98).abs() < 0.01, "{app:?}");
         assert_eq!(app.event, None);
         let net = tail.causes.iter().find(|c| c.component == "network");
-        assert_eq!(net.unwrap().event.as_deref(), Some("retransmission"));
+        assert_eq!(net.unwrap().event.as_deref(), Some("rto"));
         // Witness: arithmetic. P50 is one of the 198 ordinary transactions (145 ns:
         // 5 + 90 + 10 + 20 + 7 + the server's 10 + 3 of rounding in the hand-made
         // stamps); P99.9 is the slowest band, transaction 120 alone.

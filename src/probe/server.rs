@@ -1339,6 +1339,7 @@ impl DataTest {
         let mut req = vec![0u8; req_len];
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let mut book = anatomy::ServerStamps::default();
+        book.tlp = anatomy::probes_tail_loss(fd);
         let mut w = &s;
         'serve: loop {
             let mut got = 0;

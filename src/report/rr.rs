@@ -290,10 +290,12 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
     let e = &a.events;
     let _ = writeln!(
         out,
-        "events: {} transactions retransmitted ({} request and {} response segments sent again), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
+        "events: {} transactions retransmitted ({} request and {} response segments sent again: {} tail loss probes, {} RTOs), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
         e.retransmitted,
         e.request_retransmissions,
         e.response_retransmissions,
+        e.tlp,
+        e.rto,
         e.delayed_ack,
         e.client_migrated,
         e.server_migrated
@@ -338,7 +340,7 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         }
         out.push_str(&c.render());
     }
-    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. A cause's event is what the kernel reported of those transactions: a retransmission of either end, a delayed ACK, or its host woke on another CPU.)\n");
+    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. A cause's event is what the kernel reported of those transactions: a retransmission of either end by the RTO or the tail loss probe (tlp), a delayed ACK, or its host woke on another CPU.)\n");
 }
 
 fn opt_f(v: Option<f64>) -> Value {

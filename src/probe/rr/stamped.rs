@@ -73,6 +73,7 @@ pub(super) fn tcp_rr(
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut book = cx.anatomy();
+    let tlp = crate::probe::anatomy::probes_tail_loss(fd);
     let mut now = cx.start;
     let mut target = None;
     'run: while cx.more(out.transactions, now) {
@@ -114,6 +115,7 @@ pub(super) fn tcp_rr(
                 sends: Sends::default(),
                 cpu_sent,
                 cpu_returned,
+                tlp,
             };
             let mut late_ack = None;
             // Due: this request's SND stamps (more than one when it was retransmitted:

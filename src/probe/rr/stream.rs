@@ -558,6 +558,8 @@ fn udp_anatomy(
         sends: Sends::default(),
         cpu_sent,
         cpu_returned: current_cpu(),
+        // UDP is never retransmitted.
+        tlp: false,
     };
     // Datagrams are numbered from 0, lost requests included: request `seq` is seq − 1.
     let want = seq.wrapping_sub(1) as u32;
