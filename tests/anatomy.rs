@@ -374,3 +374,57 @@ fn delayed_acks_are_the_servers_timer() {
         "the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}"
     );
 }
+
+/// TCP_CRR taken apart: the handshake before each request, then TCP_RR's five. The
+/// witnesses: the lab's 10 ms RTT (a handshake is one round trip, SYN → SYN-ACK, and so
+/// is the network part), and arithmetic on every logged transaction (connect plus the
+/// five is its round trip, which rr's own histogram has at the same median within 2 %).
+#[test]
+fn tcp_crr_adds_the_handshake() {
+    if !privileged("tcp_crr_adds_the_handshake") {
+        return;
+    }
+    let lab = Lab::up("cr", &["--delay", "5ms"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("all.jsonl");
+    let doc = lab_rr(
+        &lab,
+        &[
+            "-t",
+            "TCP_CRR",
+            "-n",
+            "100",
+            "--slow",
+            "0",
+            "--slow-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let a = &doc["anatomy"];
+    assert!(a["stamped"].as_u64().unwrap() >= 95, "{a}");
+    let connect = a["connect"]["percentiles_us"]["p50"].as_f64().unwrap();
+    assert!(
+        (connect - 10_000.0).abs() < 300.0,
+        "connect {connect} µs at a 10 ms RTT"
+    );
+    let net = p50(&doc, "network");
+    assert!(
+        (net - 10_000.0).abs() < 100.0,
+        "network {net} µs at a 10 ms RTT"
+    );
+    let lines = assert_schema_lines(&std::fs::read_to_string(&log).unwrap());
+    let mut totals: Vec<u64> = Vec::new();
+    for l in &lines {
+        let n = |k: &str| l[k].as_u64().unwrap();
+        let parts: u64 = PARTS.iter().map(|p| n(&format!("{p}_ns"))).sum();
+        assert_eq!(parts, n("rtt_ns"), "{l}");
+        totals.push(n("connect_ns") + n("rtt_ns"));
+    }
+    totals.sort_unstable();
+    let ours = totals[totals.len() / 2] as f64 / 1e3;
+    let rr = doc["rtt"]["percentiles_us"]["p50"].as_f64().unwrap();
+    assert!(
+        (ours / rr - 1.0).abs() < 0.02,
+        "connect + rtt {ours} µs, rr's transaction {rr} µs"
+    );
+}

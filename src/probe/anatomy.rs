@@ -242,6 +242,8 @@ pub struct ClientPart {
     pub cpu_returned: u32,
     /// The client's kernel probes a tail loss first ([`probes_tail_loss`]).
     pub tlp: bool,
+    /// TCP_CRR: `connect()` was called → it returned (the handshake), before `sent`.
+    pub connect_ns: Option<u64>,
 }
 
 /// What touched one transaction besides how long each component took.
@@ -432,6 +434,9 @@ pub struct Transaction {
     pub client_recv_ns: u64,
     /// TCP: request sent → its ACK came back (the kernel's own per-request round trip).
     pub tcp_ack_ns: Option<u64>,
+    /// TCP_CRR: the handshake before the request (`connect()` → it returned); the
+    /// transaction is this plus `rtt_ns`.
+    pub connect_ns: Option<u64>,
     pub events: Events,
 }
 
@@ -471,6 +476,7 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
         server_app_ns: u64::from(sapp),
         client_recv_ns: recv,
         tcp_ack_ns: c.acked.and_then(|a| a.checked_sub(tx)),
+        connect_ns: c.connect_ns,
         events: Events {
             request_retransmissions: c.sends.again,
             request_retransmitted_after_us: c.sends.retransmitted_after_us(),
@@ -496,6 +502,8 @@ pub struct Recorder {
     pending: Option<ClientPart>,
     pub hist: Components<LatencyHistogram>,
     pub tcp_ack: LatencyHistogram,
+    /// TCP_CRR's handshakes.
+    pub connect: LatencyHistogram,
     pub stamped: u64,
     pub unstamped: u64,
     pub inconsistent: u64,
@@ -565,6 +573,7 @@ impl Recorder {
             pending: None,
             hist: Components::default(),
             tcp_ack: LatencyHistogram::new(),
+            connect: LatencyHistogram::new(),
             stamped: 0,
             unstamped: 0,
             inconsistent: 0,
@@ -584,41 +593,64 @@ impl Recorder {
         server: Option<ServerPart>,
         stream: u32,
     ) -> Option<Logged> {
-        let mut joined = None;
         if let Some(s) = server {
             self.answered = Some((done.number, s.answered));
         }
-        if let (Some(p), Some(s)) = (self.pending, server) {
-            if let (Some(v), true) = (self.one_way.as_mut(), p.seq == s.seq) {
-                if let (Some(ctx), Some(crx), Some(srx), Some(stx)) =
-                    (p.sends.first, p.rx, s.rx_ns, s.tx_ns)
-                {
-                    if v.len() < ONE_WAY_MAX {
-                        let d = |a: u64, b: u64| (a as i128 - b as i128) as i64;
-                        v.push((p.number, d(srx, ctx), d(crx, stx)));
-                    }
-                }
-            }
-            if p.seq == s.seq {
-                match join(&p, &s) {
-                    Ok(t) => {
-                        self.add(&t);
-                        let l = Logged {
-                            sent_unix_ns: p.sent,
-                            seq: p.number,
-                            stream,
-                            t,
-                        };
-                        self.keep_if_slow(l);
-                        joined = Some(l);
-                    }
-                    Err(Missing::Unstamped) => self.unstamped += 1,
-                    Err(Missing::Inconsistent) => self.inconsistent += 1,
+        let joined = match (self.pending, server) {
+            (Some(p), Some(s)) => self.join_part(p, s, stream),
+            _ => None,
+        };
+        self.pending = Some(done);
+        joined
+    }
+
+    /// TCP_CRR: a transaction and the server's part of it, which came on its own
+    /// connection after the response.
+    pub fn record_joined(
+        &mut self,
+        done: ClientPart,
+        server: ServerPart,
+        stream: u32,
+    ) -> Option<Logged> {
+        self.join_part(done, server, stream)
+    }
+
+    /// Join the client's part `p` with the server's `s`, if they are one transaction's.
+    fn join_part(&mut self, p: ClientPart, s: ServerPart, stream: u32) -> Option<Logged> {
+        if p.seq != s.seq {
+            return None;
+        }
+        if let Some(v) = self.one_way.as_mut() {
+            if let (Some(ctx), Some(crx), Some(srx), Some(stx)) =
+                (p.sends.first, p.rx, s.rx_ns, s.tx_ns)
+            {
+                if v.len() < ONE_WAY_MAX {
+                    let d = |a: u64, b: u64| (a as i128 - b as i128) as i64;
+                    v.push((p.number, d(srx, ctx), d(crx, stx)));
                 }
             }
         }
-        self.pending = Some(done);
-        joined
+        match join(&p, &s) {
+            Ok(t) => {
+                self.add(&t);
+                let l = Logged {
+                    sent_unix_ns: p.sent,
+                    seq: p.number,
+                    stream,
+                    t,
+                };
+                self.keep_if_slow(l);
+                Some(l)
+            }
+            Err(Missing::Unstamped) => {
+                self.unstamped += 1;
+                None
+            }
+            Err(Missing::Inconsistent) => {
+                self.inconsistent += 1;
+                None
+            }
+        }
     }
 
     fn keep_if_slow(&mut self, l: Logged) {
@@ -647,6 +679,9 @@ impl Recorder {
         if let Some(a) = t.tcp_ack_ns {
             self.tcp_ack.record_ns(a);
         }
+        if let Some(c) = t.connect_ns {
+            self.connect.record_ns(c);
+        }
         self.events.add(&t.events);
         self.bands.add(t);
     }
@@ -660,6 +695,7 @@ impl Recorder {
         self.hist.server_app.merge(&o.hist.server_app);
         self.hist.client_recv.merge(&o.hist.client_recv);
         self.tcp_ack.merge(&o.tcp_ack);
+        self.connect.merge(&o.connect);
         self.stamped += o.stamped;
         self.unstamped += o.unstamped;
         self.inconsistent += o.inconsistent;
@@ -769,6 +805,7 @@ impl Recorder {
                 client_recv: s(&self.hist.client_recv),
             },
             tcp_ack: tcp.then(|| s(&self.tcp_ack)),
+            connect: (self.connect.count() > 0).then(|| s(&self.connect)),
         }
     }
 }
@@ -990,6 +1027,8 @@ pub struct AnatomyResult {
     pub at_percentiles: Vec<Composition>,
     /// TCP: the kernel's request → ACK time, beside the components (not one of them).
     pub tcp_ack: Option<Summary>,
+    /// TCP_CRR: the handshake before each request (its transaction is this plus `rtt`).
+    pub connect: Option<Summary>,
     /// The slowest transactions' causes (none before the first joined transaction).
     pub tail: Option<Tail>,
     /// UDP_RR: one-way delays, jitter and loss by direction.
@@ -1235,6 +1274,7 @@ mod tests {
             cpu_sent: 0,
             cpu_returned: 1,
             tlp: false,
+            connect_ns: None,
         };
         let s = ServerPart {
             seq: 1,

@@ -1006,9 +1006,6 @@ pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
         return Err("udp_drop_one_in must be at least 1".into());
     }
     if spec.anatomy {
-        if !matches!(spec.test, TestKind::TcpRr | TestKind::UdpRr) {
-            return Err("the anatomy is measured for TCP_RR and UDP_RR only".into());
-        }
         // UDP_RR's streams share one server socket, whose TX stamps are numbered
         // across them.
         if spec.test == TestKind::UdpRr && spec.streams > 1 {
@@ -1334,32 +1331,13 @@ impl DataTest {
         if stamps::enable(fd, false).is_err() {
             return c;
         }
-        let req_len = self.spec.request_size as usize;
         let resp_len = u64::from(self.spec.response_size);
-        let mut req = vec![0u8; req_len];
+        let mut req = vec![0u8; self.spec.request_size as usize];
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let mut book = anatomy::ServerStamps::default();
         book.tlp = anatomy::probes_tail_loss(fd);
         let mut w = &s;
-        'serve: loop {
-            let mut got = 0;
-            let mut rx = None;
-            while got < req_len {
-                match stamps::recv(fd, &mut req[got..], 0) {
-                    Ok((0, _)) => break 'serve,
-                    Ok((n, ts)) => {
-                        got += n;
-                        rx = ts.or(rx);
-                    }
-                    Err(e) if crate::probe::io::is_timeout(&e) => {
-                        if stop.load(Ordering::Relaxed) {
-                            break 'serve;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => break 'serve,
-                }
-            }
+        while let Some(rx) = read_stamped(fd, &mut req, || !stop.load(Ordering::Relaxed)) {
             let returned = crate::kernel::realtime_ns();
             let cpu = anatomy::current_cpu();
             self.think(stop);
@@ -1419,6 +1397,14 @@ impl DataTest {
         };
         let mut req = vec![0u8; self.spec.request_size as usize];
         let resp = vec![0u8; self.spec.response_size as usize];
+        // --anatomy: the listener's stamping keeps the kernel's receive stamps on
+        // between connections (it turns them on lazily, for every socket at once);
+        // without it the first responses only would lack their stamps.
+        let stamped = self.spec.anatomy;
+        if stamped {
+            let _ = crate::probe::stamps::hold_rx(l.as_raw_fd());
+        }
+        let mut tlp = None;
         while !stop.load(Ordering::Relaxed) {
             let Ok((mut s, peer)) = l.accept() else { break };
             if !same_ip(peer.ip(), self.peer_ip) || self.configure(&s).is_err() {
@@ -1428,6 +1414,13 @@ impl DataTest {
             self.heard();
             let _ = s.set_read_timeout(Some(POLL_TICK));
             let _ = s.set_write_timeout(Some(POLL_TICK));
+            if stamped {
+                if self.serve_crr_stamped(&s, stop, (&mut req, &resp), &mut tlp) {
+                    c.transactions += 1;
+                    self.await_close(&mut s, stop, &mut c);
+                }
+                continue;
+            }
             let t0 = Instant::now();
             let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
             if !matches!(read_full(&mut s, &mut req, keep), Ok(ReadEnd::Full)) {
@@ -1437,22 +1430,69 @@ impl DataTest {
                 continue;
             }
             c.transactions += 1;
-            if c.transactions % 64 == 1 {
-                c.cpus.sample();
-            }
-            // Wait for the client's close so the client, not the server, holds TIME_WAIT.
-            let mut one = [0u8; 1];
-            let _ = read_full(&mut s, &mut one, || {
-                !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle
-            });
-            if let Ok(ti) = sockopt::tcp_info(&s) {
-                c.retrans += u64::from(ti.total_retrans);
-                c.last_info = Some(ti);
-            }
+            self.await_close(&mut s, stop, &mut c);
         }
         c.bytes_in = c.transactions * u64::from(self.spec.request_size);
         c.bytes_out = c.transactions * u64::from(self.spec.response_size);
         c
+    }
+
+    /// After a TCP_CRR transaction: wait for the client's close, so the client, not the
+    /// server, holds TIME_WAIT, and count what the connection retransmitted.
+    fn await_close(&self, s: &mut TcpStream, stop: &AtomicBool, c: &mut ThreadCounters) {
+        if c.transactions % 64 == 1 {
+            c.cpus.sample();
+        }
+        let t0 = Instant::now();
+        let mut one = [0u8; 1];
+        let _ = read_full(s, &mut one, || {
+            !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle
+        });
+        if let Ok(ti) = sockopt::tcp_info(&*s) {
+            c.retrans += u64::from(ti.total_retrans);
+            c.last_info = Some(ti);
+        }
+    }
+
+    /// TCP_CRR with `--anatomy`: the request read with its RX stamp, the response, and
+    /// after it, once the response's SND stamp is in, the server's part of this one
+    /// transaction in a message of [`MIN_RESPONSE`](crate::probe::anatomy::MIN_RESPONSE)
+    /// bytes (a connection has no next response to carry it). True when answered.
+    fn serve_crr_stamped(
+        &self,
+        s: &TcpStream,
+        stop: &AtomicBool,
+        (req, resp): (&mut [u8], &[u8]),
+        tlp: &mut Option<bool>,
+    ) -> bool {
+        use crate::probe::{anatomy, stamps};
+        let fd = s.as_raw_fd();
+        // Numbers this connection's bytes from 0 (OPT_ID counts from the setsockopt).
+        if stamps::enable(fd, false).is_err() {
+            return false;
+        }
+        let t0 = Instant::now();
+        let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
+        let Some(rx) = read_stamped(fd, req, keep) else {
+            return false;
+        };
+        let returned = crate::kernel::realtime_ns();
+        let cpu = anatomy::current_cpu();
+        self.think(stop);
+        let mut w = s;
+        if write_full(&mut w, resp, || !stop.load(Ordering::Relaxed)).is_err() {
+            return false;
+        }
+        let sends = sent_now(fd, (resp.len() as u32).wrapping_sub(1));
+        let mut book = anatomy::ServerStamps::default();
+        // Every connection from the same client negotiates the same: asked once.
+        book.tlp = *tlp.get_or_insert_with(|| anatomy::probes_tail_loss(fd));
+        book.next(1, rx, returned, cpu, anatomy::Sends::default(), 1);
+        let mut part = [0u8; anatomy::MIN_RESPONSE as usize];
+        if let Some(p) = book.next(2, None, returned, cpu, sends, 1) {
+            p.write(&mut part);
+        }
+        write_full(&mut w, &part, || !stop.load(Ordering::Relaxed)).is_ok()
     }
 
     fn serve_udp(&self, stop: &AtomicBool) -> ThreadCounters {
@@ -1537,6 +1577,62 @@ impl DataTest {
 }
 
 /// A UDP request with its RX stamp and sender.
+/// Read a whole request with the RX stamp of its last packet; `None` when the
+/// connection closed or `keep` said stop.
+fn read_stamped(
+    fd: std::os::fd::RawFd,
+    buf: &mut [u8],
+    keep: impl Fn() -> bool,
+) -> Option<Option<u64>> {
+    let mut got = 0;
+    let mut rx = None;
+    while got < buf.len() {
+        match crate::probe::stamps::recv(fd, &mut buf[got..], 0) {
+            Ok((0, _)) => return None,
+            Ok((n, ts)) => {
+                got += n;
+                rx = ts.or(rx);
+            }
+            Err(e) if crate::probe::io::is_timeout(&e) => {
+                if !keep() {
+                    return None;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(rx)
+}
+
+/// The SND stamp of byte `want` of a message just sent, waiting for it up to 20 ms
+/// (the stamp is taken when the segment reaches the device, usually within `send()`).
+fn sent_now(fd: std::os::fd::RawFd, want: u32) -> crate::probe::anatomy::Sends {
+    use crate::probe::{anatomy, stamps};
+    let mut sends = anatomy::Sends::default();
+    let until = Instant::now() + Duration::from_millis(20);
+    loop {
+        let _ = stamps::drain_tx(fd, |t| {
+            if t.kind == stamps::TxKind::Sent && t.id == want {
+                sends.add(t.ns);
+            }
+            sends.first.is_some()
+        });
+        let left = until.saturating_duration_since(Instant::now());
+        if sends.first.is_some() || left.is_zero() {
+            return sends;
+        }
+        // An error-queue entry shows as POLLERR.
+        let mut p = libc::pollfd {
+            fd,
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call's duration.
+        unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+    }
+}
+
 /// The SND stamps of the previous response (OPT_ID `want`), read once the request
 /// after it arrived (RX stamp `rx`): its first, and any retransmission, which comes
 /// only from a timer and so only when that request came

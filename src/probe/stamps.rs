@@ -38,6 +38,25 @@ pub fn enable(fd: RawFd, tcp: bool) -> io::Result<()> {
     .map_err(|e| e.source)
 }
 
+/// Turn on RX software stamps alone. On a socket held open (a listener, an idle UDP
+/// socket) this keeps the kernel's receive stamping on (`net_enable_timestamp`) for the
+/// connections that come and go, each of which would otherwise find it off; unlike
+/// [`enable`] it needs no established connection (`OPT_ID` does).
+///
+/// # Errors
+/// The kernel refused the option.
+pub fn hold_rx(fd: RawFd) -> io::Result<()> {
+    let v = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
+    crate::kernel::sockopt::set(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPING,
+        &v,
+        "setsockopt(SO_TIMESTAMPING)",
+    )
+    .map_err(|e| e.source)
+}
+
 /// `recvmsg` into `buf`: the bytes read and the RX software stamp of the (last) packet
 /// they came from, when the kernel gave one.
 ///

@@ -260,6 +260,9 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
     if let Some(ack) = &a.tcp_ack {
         t.row(summary_row("tcp_ack", ack));
     }
+    if let Some(c) = &a.connect {
+        t.row(summary_row("connect", c));
+    }
     out.push_str(&t.render());
     if !a.at_percentiles.is_empty() {
         let _ = writeln!(
@@ -340,7 +343,7 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         }
         out.push_str(&c.render());
     }
-    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. A cause's event is what the kernel reported of those transactions: a retransmission of either end by the RTO or the tail loss probe (tlp), a delayed ACK, or its host woke on another CPU.)\n");
+    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. TCP_CRR's connect is what came before the request (connect() → send(): the handshake); its transaction is connect + sum_rtt. A cause's event is what the kernel reported of those transactions: a retransmission of either end by the RTO or the tail loss probe (tlp), a delayed ACK, or its host woke on another CPU.)\n");
 }
 
 fn opt_f(v: Option<f64>) -> Value {

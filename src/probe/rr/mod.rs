@@ -124,6 +124,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                     (TestKind::TcpRr, None) if s.anatomy => stamped::tcp_rr(&cx, conn, recorder),
                     (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
                     (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
+                    (TestKind::TcpCrr, _) if s.anatomy => stamped::tcp_crr(&cx, recorder),
                     (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),
                     (TestKind::TcpRr, Some(ol)) => {
                         open_loop(&cx, ol, Endpoint::Tcp(conn), recorder)
@@ -280,13 +281,13 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     })
 }
 
-/// What `--anatomy` measures: closed-loop TCP_RR and UDP_RR (one stream), with
-/// responses large enough to carry the server's stamps.
+/// What `--anatomy` measures: closed-loop TCP_RR, TCP_CRR and UDP_RR (one stream),
+/// with responses large enough to carry the server's stamps.
 fn check_anatomy(s: &RrSettings) -> Result<(), RrError> {
     use crate::probe::anatomy::MIN_RESPONSE;
     let refuse = |m: String| Err(RrError::Limit(m));
-    if !matches!(s.test, TestKind::TcpRr | TestKind::UdpRr) || s.open_loop.is_some() {
-        return refuse("--anatomy measures closed-loop TCP_RR and UDP_RR".into());
+    if s.open_loop.is_some() {
+        return refuse("--anatomy measures closed-loop TCP_RR, TCP_CRR and UDP_RR".into());
     }
     if s.test == TestKind::UdpRr && s.streams > 1 {
         return refuse("--anatomy measures UDP_RR with one stream".into());

@@ -1,8 +1,11 @@
-//! TCP_RR with `--anatomy`: the closed loop of [`super::stream::tcp_rr`], reading with
-//! the kernel's stamps and joining each transaction to the server's part of it
+//! TCP_RR and TCP_CRR with `--anatomy`: the closed loops of [`super::stream`], reading
+//! with the kernel's stamps and joining each transaction to the server's part of it
 //! (`probe::anatomy`).
 
-use super::stream::{note_pacing, note_tcp_info, pause, record, why_unread, Ctx, StreamOutcome};
+use super::stream::{
+    connect_one, note_crr_connection, note_pacing, note_tcp_info, pause, record, why_unread, Ctx,
+    StreamOutcome,
+};
 use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
 use crate::probe::io::{is_timeout, write_full};
 use crate::probe::stamps::{self, TxKind};
@@ -116,6 +119,7 @@ pub(super) fn tcp_rr(
                 cpu_sent,
                 cpu_returned,
                 tlp,
+                connect_ns: None,
             };
             let mut late_ack = None;
             // Due: this request's SND stamps (more than one when it was retransmitted:
@@ -142,6 +146,127 @@ pub(super) fn tcp_rr(
         now = Instant::now();
     }
     note_tcp_info(&mut out, &sock);
+    out.anatomy = Some(book);
+    out
+}
+
+/// TCP_CRR: a connection per transaction. The handshake (`connect()`) is timed on its
+/// own; the rest is TCP_RR's anatomy, and the server's part of it comes after the
+/// response on the same connection. A socket stamping receives is held open for the
+/// run: the kernel turns receive stamps on lazily and off with the last socket that
+/// wants them, which would leave each new connection's response unstamped.
+pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
+    use crate::probe::anatomy::{probes_tail_loss, ServerPart, MIN_RESPONSE};
+    use crate::probe::io::{read_full, ReadEnd};
+    let mut out = StreamOutcome::default();
+    let hold = std::net::UdpSocket::bind(("127.0.0.1", 0))
+        .and_then(|u| stamps::hold_rx(u.as_raw_fd()).map(|()| u));
+    if let Err(e) = hold {
+        out.error = Some(format!(
+            "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
+        ));
+        return out;
+    }
+    let spin = if cx.s.recv_spin {
+        libc::MSG_DONTWAIT
+    } else {
+        0
+    };
+    let req = vec![0u8; cx.s.request_size as usize];
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut trailer = vec![0u8; MIN_RESPONSE as usize];
+    let mut book = cx.anatomy();
+    // Every connection between the same hosts negotiates the same: asked once.
+    let mut tlp = None;
+    let mut now = cx.start;
+    let mut target = None;
+    'run: while cx.more(out.transactions, now) {
+        for _ in 0..cx.s.burst {
+            let t0 = Instant::now();
+            let before = crate::kernel::realtime_ns();
+            note_pacing(&mut out, &mut target, t0);
+            let mut sock = match connect_one(cx) {
+                Ok(s) => s,
+                Err(e) => {
+                    out.error = Some(e);
+                    break 'run;
+                }
+            };
+            let tc = Instant::now();
+            let fd = sock.as_raw_fd();
+            // Numbers this connection's bytes from 0 (OPT_ID counts from here).
+            if let Err(e) = stamps::enable(fd, true) {
+                out.error = Some(format!("SO_TIMESTAMPING on a new connection: {e}"));
+                break 'run;
+            }
+            let cpu_sent = current_cpu();
+            let sent = crate::kernel::realtime_ns();
+            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
+                break 'run;
+            }
+            let rx = match read_response(cx, fd, &mut resp, spin) {
+                Ok(Read::Full(rx)) => rx,
+                Ok(Read::Stopped) => break 'run,
+                Ok(Read::Closed) => {
+                    out.error = Some("the server closed the connection before responding".into());
+                    break 'run;
+                }
+                Err(e) => {
+                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+                    break 'run;
+                }
+            };
+            let returned = crate::kernel::realtime_ns();
+            let cpu_returned = current_cpu();
+            now = Instant::now();
+            out.connect
+                .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+            record(&mut out, &mut rec, cx, t0, now);
+            let last_byte = (req.len() as u32).wrapping_sub(1);
+            let mut part = ClientPart {
+                seq: 1,
+                number: out.transactions,
+                sent,
+                rx,
+                returned,
+                acked: None,
+                sends: Sends::default(),
+                cpu_sent,
+                cpu_returned,
+                tlp: *tlp.get_or_insert_with(|| probes_tail_loss(fd)),
+                // The handshake and the new socket's set-up: with the rest, exactly
+                // the transaction on this clock.
+                connect_ns: Some(sent.saturating_sub(before)),
+            };
+            // The server's part follows the response, once its SND stamp was in.
+            if let Ok(ReadEnd::Full) = read_full(&mut sock, &mut trailer, || cx.keep()) {
+                let _ = stamps::drain_tx(fd, |t| {
+                    match t.kind {
+                        TxKind::Sent if t.id == last_byte => part.sends.add(t.ns),
+                        TxKind::Acked if t.id == last_byte => part.acked = Some(t.ns),
+                        _ => {}
+                    }
+                    part.sends.first.is_some() && part.acked.is_some()
+                });
+                if let Some(server) = ServerPart::read(&trailer) {
+                    let joined = book.record_joined(part, server, cx.stream);
+                    if let (Some(l), Some(log)) = (joined, cx.slow_log) {
+                        log.offer(&l);
+                    }
+                } else {
+                    book.unstamped += 1;
+                }
+            }
+            note_crr_connection(&mut out, &sock);
+            drop(sock);
+            if !cx.more(out.transactions, now) {
+                break 'run;
+            }
+        }
+        target = pause(cx, now);
+        now = Instant::now();
+    }
     out.anatomy = Some(book);
     out
 }

@@ -560,6 +560,7 @@ fn udp_anatomy(
         cpu_returned: current_cpu(),
         // UDP is never retransmitted.
         tlp: false,
+        connect_ns: None,
     };
     // Datagrams are numbered from 0, lost requests included: request `seq` is seq − 1.
     let want = seq.wrapping_sub(1) as u32;
@@ -572,6 +573,27 @@ fn udp_anatomy(
     cx.anatomy_record(book, part, resp);
 }
 
+/// TCP_CRR's connection for one transaction, or why there is none.
+pub(super) fn connect_one(cx: &Ctx<'_>) -> Result<TcpStream, String> {
+    tcp_socket(cx.s, cx.data, true).map_err(|e| {
+        let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+            " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
+        } else {
+            ""
+        };
+        format!("connecting: {}{hint}", crate::error_chain(&e))
+    })
+}
+
+/// After a TCP_CRR transaction: its connection's retransmissions and tcp_info.
+pub(super) fn note_crr_connection(out: &mut StreamOutcome, sock: &TcpStream) {
+    if let Ok(ti) = sockopt::tcp_info(sock) {
+        out.retrans += u64::from(ti.total_retrans);
+        out.info = Some(ti);
+    }
+    out.local_addr = out.local_addr.or(sock.local_addr().ok());
+}
+
 pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
     let mut out = StreamOutcome::default();
     let req = vec![0u8; cx.s.request_size as usize];
@@ -582,15 +604,10 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
-            let mut sock = match tcp_socket(cx.s, cx.data, true) {
+            let mut sock = match connect_one(cx) {
                 Ok(s) => s,
                 Err(e) => {
-                    let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-                        " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
-                    } else {
-                        ""
-                    };
-                    out.error = Some(format!("connecting: {}{hint}", crate::error_chain(&e)));
+                    out.error = Some(e);
                     break 'run;
                 }
             };
@@ -615,11 +632,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
             out.connect
                 .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
             record(&mut out, &mut rec, cx, t0, now);
-            if let Ok(ti) = sockopt::tcp_info(&sock) {
-                out.retrans += u64::from(ti.total_retrans);
-                out.info = Some(ti);
-            }
-            out.local_addr = out.local_addr.or(sock.local_addr().ok());
+            note_crr_connection(&mut out, &sock);
             drop(sock);
             if !cx.more(out.transactions, now) {
                 break 'run;
