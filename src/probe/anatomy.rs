@@ -397,15 +397,17 @@ pub struct EventCounts {
 impl EventCounts {
     fn add(&mut self, e: &Events) {
         let (req, resp) = (e.request_retransmissions, e.response_retransmissions);
-        self.retransmitted += u64::from(req > 0 || resp > 0);
-        self.request_retransmissions += u64::from(req);
-        self.response_retransmissions += u64::from(resp);
         let (tlp, rto) = e.tlp_rto();
-        self.tlp += u64::from(tlp);
-        self.rto += u64::from(rto);
-        self.delayed_ack += u64::from(e.delayed_ack);
-        self.client_migrated += u64::from(e.client_migrated);
-        self.server_migrated += u64::from(e.server_migrated);
+        self.merge(&Self {
+            retransmitted: u64::from(req > 0 || resp > 0),
+            request_retransmissions: u64::from(req),
+            response_retransmissions: u64::from(resp),
+            tlp: u64::from(tlp),
+            rto: u64::from(rto),
+            delayed_ack: u64::from(e.delayed_ack),
+            client_migrated: u64::from(e.client_migrated),
+            server_migrated: u64::from(e.server_migrated),
+        });
     }
 
     fn merge(&mut self, o: &Self) {

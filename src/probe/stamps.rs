@@ -27,15 +27,7 @@ pub fn enable(fd: RawFd, tcp: bool) -> io::Result<()> {
     if tcp {
         flags |= libc::SOF_TIMESTAMPING_TX_ACK;
     }
-    let v = flags as libc::c_int;
-    crate::kernel::sockopt::set(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_TIMESTAMPING,
-        &v,
-        "setsockopt(SO_TIMESTAMPING)",
-    )
-    .map_err(|e| e.source)
+    set(fd, flags)
 }
 
 /// Turn on RX software stamps alone. On a socket held open (a listener, an idle UDP
@@ -46,7 +38,14 @@ pub fn enable(fd: RawFd, tcp: bool) -> io::Result<()> {
 /// # Errors
 /// The kernel refused the option.
 pub fn hold_rx(fd: RawFd) -> io::Result<()> {
-    let v = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
+    set(
+        fd,
+        libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE,
+    )
+}
+
+fn set(fd: RawFd, flags: libc::c_uint) -> io::Result<()> {
+    let v = flags as libc::c_int;
     crate::kernel::sockopt::set(
         fd,
         libc::SOL_SOCKET,

@@ -3,8 +3,8 @@
 //! (`probe::anatomy`).
 
 use super::stream::{
-    connect_one, note_crr_connection, note_pacing, note_tcp_info, pause, record, why_unread, Ctx,
-    StreamOutcome,
+    connect_one, no_stamps, note_crr_connection, note_pacing, note_tcp_info, pause, record,
+    record_crr, recv_flags, why_unread, Ctx, StreamOutcome,
 };
 use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
 use crate::probe::io::{is_timeout, write_full};
@@ -62,16 +62,10 @@ pub(super) fn tcp_rr(
     };
     let fd = sock.as_raw_fd();
     if let Err(e) = stamps::enable(fd, true) {
-        out.error = Some(format!(
-            "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
-        ));
+        out.error = Some(no_stamps(&e));
         return out;
     }
-    let spin = if cx.s.recv_spin {
-        libc::MSG_DONTWAIT
-    } else {
-        0
-    };
+    let spin = recv_flags(cx);
     let req_len = u64::from(cx.s.request_size);
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
@@ -162,16 +156,10 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
     let hold = std::net::UdpSocket::bind(("127.0.0.1", 0))
         .and_then(|u| stamps::hold_rx(u.as_raw_fd()).map(|()| u));
     if let Err(e) = hold {
-        out.error = Some(format!(
-            "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
-        ));
+        out.error = Some(no_stamps(&e));
         return out;
     }
-    let spin = if cx.s.recv_spin {
-        libc::MSG_DONTWAIT
-    } else {
-        0
-    };
+    let spin = recv_flags(cx);
     let req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut trailer = vec![0u8; MIN_RESPONSE as usize];
@@ -220,9 +208,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
             let returned = crate::kernel::realtime_ns();
             let cpu_returned = current_cpu();
             now = Instant::now();
-            out.connect
-                .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
-            record(&mut out, &mut rec, cx, t0, now);
+            record_crr(&mut out, &mut rec, cx, [t0, tc, now]);
             let last_byte = (req.len() as u32).wrapping_sub(1);
             let mut part = ClientPart {
                 seq: 1,

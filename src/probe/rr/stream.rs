@@ -438,20 +438,14 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
     let fd = std::os::fd::AsRawFd::as_raw_fd(&u);
     let mut book = if cx.s.anatomy {
         if let Err(e) = crate::probe::stamps::enable(fd, false) {
-            out.error = Some(format!(
-                "--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}"
-            ));
+            out.error = Some(no_stamps(&e));
             return out;
         }
         Some(cx.anatomy())
     } else {
         None
     };
-    let recv_flags = if cx.s.recv_spin {
-        libc::MSG_DONTWAIT
-    } else {
-        0
-    };
+    let recv_flags = recv_flags(cx);
     'run: while cx.more(out.transactions + out.lost, now) {
         for _ in 0..cx.s.burst {
             seq += 1;
@@ -573,6 +567,20 @@ fn udp_anatomy(
     cx.anatomy_record(book, part, resp);
 }
 
+/// The error of a kernel that refuses the stamps `--anatomy` needs.
+pub(super) fn no_stamps(e: &io::Error) -> String {
+    format!("--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}")
+}
+
+/// `--recv spin`: every read returns at once (`MSG_DONTWAIT`), and the loop reads again.
+pub(super) fn recv_flags(cx: &Ctx<'_>) -> libc::c_int {
+    if cx.s.recv_spin {
+        libc::MSG_DONTWAIT
+    } else {
+        0
+    }
+}
+
 /// TCP_CRR's connection for one transaction, or why there is none.
 pub(super) fn connect_one(cx: &Ctx<'_>) -> Result<TcpStream, String> {
     tcp_socket(cx.s, cx.data, true).map_err(|e| {
@@ -583,6 +591,19 @@ pub(super) fn connect_one(cx: &Ctx<'_>) -> Result<TcpStream, String> {
         };
         format!("connecting: {}{hint}", crate::error_chain(&e))
     })
+}
+
+/// A TCP_CRR transaction begun at `t0`, connected at `tc`, answered at `t1`: its
+/// connect time and its round trip.
+pub(super) fn record_crr(
+    out: &mut StreamOutcome,
+    rec: &mut Option<IntervalRecorder>,
+    cx: &Ctx<'_>,
+    [t0, tc, t1]: [Instant; 3],
+) {
+    out.connect
+        .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+    record(out, rec, cx, t0, t1);
 }
 
 /// After a TCP_CRR transaction: its connection's retransmissions and tcp_info.
@@ -629,9 +650,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                 }
             }
             now = Instant::now();
-            out.connect
-                .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
-            record(&mut out, &mut rec, cx, t0, now);
+            record_crr(&mut out, &mut rec, cx, [t0, tc, now]);
             note_crr_connection(&mut out, &sock);
             drop(sock);
             if !cx.more(out.transactions, now) {
