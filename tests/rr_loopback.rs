@@ -418,12 +418,12 @@ fn a_frozen_server_cannot_hang_the_client() {
 /// `io::Error` for the same connect).
 #[test]
 fn a_refused_connection_is_one_line_naming_the_cause_once() {
-    // A port nothing listens on: bind one, note it, close it.
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    // A port nothing listens on: bound and held without listen(), so that no test
+    // running beside this one can take it (a port bound and closed could be reused).
+    let hold = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    hold.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    let port = hold.local_addr().unwrap().as_socket().unwrap().port();
     let cause = TcpStream::connect(("127.0.0.1", port))
         .unwrap_err()
         .to_string();
