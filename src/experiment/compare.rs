@@ -445,7 +445,9 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     let (icmp, tcp, udp) = (p50(r, "icmp"), p50(r, "tcp_rr"), p50(r, "udp_rr"));
     let (seq, ts) = (p50(r, "passive_seq"), p50(r, "passive_ts"));
     let (cli, srv) = (p50(r, "tcp_info_client"), p50(r, "tcp_info_server"));
-    if let Some(a) = &r.anatomy {
+    // An anatomy with no stamped transaction (the kernel gave no stamps) explains
+    // nothing: the layers' medians still do.
+    if let Some(a) = r.anatomy.as_ref().filter(|a| a.stamped > 0) {
         out.extend(explain_anatomy(a, seq, icmp));
     } else if let (Some(i), Some(t)) = (icmp, tcp) {
         let wire = seq.unwrap_or(i);
@@ -652,5 +654,49 @@ impl Experiment for Compare {
 
     fn report(&self, out: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
         crate::report::compare::write_trials(out, records)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A committed comparison (results/compare-1795512334), read back.
+    fn committed() -> CompareResult {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/results/compare-1795512334/trials.jsonl"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+    }
+
+    /// Witness: the record's own layers. With stamped transactions the median's
+    /// composition is explained (its sum is the band's round trip); with none, the
+    /// gap between tcp_rr's median and the wire's is, quoting both medians.
+    #[test]
+    fn the_anatomy_explains_only_when_it_stamped_transactions() {
+        let mut r = committed();
+        let a = r.anatomy.as_ref().unwrap();
+        assert!(a.stamped > 0);
+        let said = explain(&r);
+        assert!(said.iter().any(|s| s.starts_with("anatomy: ")), "{said:?}");
+        assert!(!said.iter().any(|s| s.starts_with("user-space overhead")));
+        if let Some(a) = r.anatomy.as_mut() {
+            a.stamped = 0;
+            a.at_percentiles.clear();
+            a.tail = None;
+        }
+        let said = explain(&r);
+        let (t, w) = (p50(&r, "tcp_rr").unwrap(), p50(&r, "passive_seq").unwrap());
+        let overhead = said
+            .iter()
+            .find(|s| s.starts_with("user-space overhead"))
+            .unwrap_or_else(|| panic!("{said:?}"));
+        assert!(
+            overhead.contains(&format!("({t:.0} vs {w:.0} µs)")),
+            "{overhead}"
+        );
+        assert!(!said.iter().any(|s| s.starts_with("anatomy: ")), "{said:?}");
     }
 }
