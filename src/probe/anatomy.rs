@@ -27,8 +27,9 @@ pub const TRAILER_AT: usize = 8;
 /// (u64 ns, 0 when missing; the response's TX stamp is RX + server_recv + server_app),
 /// the response's retransmissions (u8), flags (u8: bit 0, the server handled the
 /// request on another CPU than the one before; bit 1, the server's first
-/// retransmission is a tail loss probe), two zero bytes, and µs from the
-/// response's first send to its last retransmission (u32).
+/// retransmission is a tail loss probe; bit 2, the next byte is its kernel's count),
+/// how many of the retransmissions the RTO timer sent (u8), a zero byte, and µs from
+/// the response's first send to its last retransmission (u32).
 pub const TRAILER_LEN: usize = 32;
 /// The smallest response that carries a trailer.
 pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
@@ -55,6 +56,8 @@ pub struct ServerPart {
     pub migrated: bool,
     /// The server's kernel probes a tail loss first ([`probes_tail_loss`]).
     pub tlp: bool,
+    /// Of the retransmissions, those the server's RTO timer sent ([`RtoCount`]).
+    pub rtos: Option<u8>,
 }
 
 impl ServerPart {
@@ -67,8 +70,11 @@ impl ServerPart {
         t[12..16].copy_from_slice(&self.answered.to_le_bytes());
         t[16..24].copy_from_slice(&self.rx_ns.unwrap_or(0).to_le_bytes());
         t[24] = self.retransmissions;
-        t[25] = u8::from(self.migrated) | (u8::from(self.tlp) << 1);
-        t[26..28].fill(0);
+        t[25] = u8::from(self.migrated)
+            | (u8::from(self.tlp) << 1)
+            | (u8::from(self.rtos.is_some()) << 2);
+        t[26] = self.rtos.unwrap_or(0);
+        t[27] = 0;
         t[28..32].copy_from_slice(&self.retransmitted_after_us.unwrap_or(0).to_le_bytes());
     }
 
@@ -99,6 +105,7 @@ impl ServerPart {
             retransmitted_after_us: (retransmissions > 0).then(|| word(28)),
             migrated: t[25] & 1 != 0,
             tlp: t[25] & 2 != 0,
+            rtos: (t[25] & 4 != 0).then_some(t[26]),
         })
     }
 }
@@ -118,6 +125,9 @@ pub struct Sends {
     pub first: Option<u64>,
     pub again: u8,
     pub last: Option<u64>,
+    /// Of the retransmissions, those the RTO timer sent, as the sender's kernel
+    /// counted them ([`RtoCount`]); none where it does not count.
+    pub rtos: Option<u8>,
 }
 
 impl Sends {
@@ -144,6 +154,58 @@ impl Sends {
         let us = self.last?.checked_sub(self.first?)? / 1_000;
         Some(u32::try_from(us).unwrap_or(u32::MAX))
     }
+}
+
+/// A connection's RTO timer firings as its kernel counts them (`tcpi_total_rto`,
+/// incremented by `tcp_retransmit_timer`, Linux 6.7+), read only after a message was
+/// found retransmitted: the firings since the last read are that message's RTOs (one
+/// message is in flight at a time), and its other retransmissions were the tail loss
+/// probe. Which timer sends a lone segment's first copy is the kernel's to decide: no
+/// probe while an earlier probe is unresolved (`tcp_send_loss_probe`: at most one
+/// outstanding, `tlp_high_seq`) or after an RTO until the connection is Open again
+/// (`tcp_schedule_loss_probe`), so it cannot be told from the settings alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RtoCount {
+    seen: Option<u16>,
+}
+
+impl RtoCount {
+    /// The count now on `fd`'s connection (none on kernels that do not keep it).
+    pub fn new(fd: std::os::fd::RawFd) -> Self {
+        Self {
+            seen: total_rto(fd),
+        }
+    }
+
+    /// When `sends` were retransmitted: how many of them were RTOs.
+    pub fn note(&mut self, fd: std::os::fd::RawFd, sends: &mut Sends) {
+        if sends.again == 0 {
+            return;
+        }
+        let now = total_rto(fd);
+        sends.rtos = self
+            .seen
+            .zip(now)
+            .and_then(|(before, now)| u8::try_from(now.wrapping_sub(before)).ok())
+            .map(|r| r.min(sends.again));
+        if now.is_some() {
+            self.seen = now;
+        }
+    }
+}
+
+fn total_rto(fd: std::os::fd::RawFd) -> Option<u16> {
+    crate::kernel::sockopt::tcp_info_fd(fd)
+        .ok()
+        .and_then(|t| t.total_rto)
+}
+
+/// Whether `again` retransmissions of one message began with a tail loss probe: all
+/// but the kernel's RTOs, when it counted them (at most one probe per message: after
+/// the first RTO the connection is in Loss); otherwise the first, when the sender
+/// probes at all.
+fn probed(again: u8, rtos: Option<u8>, probes: bool) -> bool {
+    again > 0 && rtos.map_or(probes, |r| again > r)
 }
 
 /// The kernel sends a lone segment again only from a timer (TLP, RTO; no duplicate
@@ -205,6 +267,7 @@ impl ServerStamps {
             retransmitted_after_us: prev_sends.retransmitted_after_us(),
             migrated,
             tlp: self.tlp,
+            rtos: prev_sends.rtos,
         });
         let migrated = self.cpu.is_some_and(|c| c != cpu);
         self.cpu = Some(cpu);
@@ -249,13 +312,14 @@ pub struct ClientPart {
 /// What touched one transaction besides how long each component took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Events {
-    /// The request's last segment sent again by the client: a tail loss probe, then
-    /// RTOs (KERNEL_RTO §5–6); a lost response also makes the client probe its
-    /// request, whose ACK rode on that response.
+    /// The request's last segment sent again by the client: a tail loss probe (when
+    /// the kernel sent one), then RTOs (KERNEL_RTO §5–6); a lost response also makes
+    /// the client send its request again, whose ACK rode on that response.
     pub request_retransmissions: u8,
     /// µs from the request's first send to its last retransmission.
     pub request_retransmitted_after_us: Option<u32>,
-    /// The first of them was the client's tail loss probe; the others were RTOs.
+    /// The first of them was the client's tail loss probe; the others were RTOs
+    /// ([`RtoCount`]).
     pub request_tlp: bool,
     /// The response's last segment sent again by the server.
     pub response_retransmissions: u8,
@@ -482,10 +546,10 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
         events: Events {
             request_retransmissions: c.sends.again,
             request_retransmitted_after_us: c.sends.retransmitted_after_us(),
-            request_tlp: c.sends.again > 0 && c.tlp,
+            request_tlp: probed(c.sends.again, c.sends.rtos, c.tlp),
             response_retransmissions: s.retransmissions,
             response_retransmitted_after_us: s.retransmitted_after_us,
-            response_tlp: s.retransmissions > 0 && s.tlp,
+            response_tlp: probed(s.retransmissions, s.rtos, s.tlp),
             // With a retransmission, an ACK alone answers the copy (a duplicate
             // request, the server's probe), not a timer.
             delayed_ack: c.sends.again == 0
@@ -1112,9 +1176,14 @@ mod tests {
             retransmitted_after_us: Some(600_000),
             migrated: true,
             tlp: true,
+            rtos: Some(1),
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
+        // A kernel that counts no RTOs: none said, not zero.
+        let uncounted = ServerPart { rtos: None, ..p };
+        uncounted.write(&mut resp);
+        assert_eq!(ServerPart::read(&resp), Some(uncounted));
         // UDP_RR's echoed sequence wraps through 0 (one byte for 1-byte requests).
         let zero = ServerPart { seq: 0, ..p };
         zero.write(&mut resp);
@@ -1143,6 +1212,7 @@ mod tests {
                 // Transaction 1 was the first: nothing to have migrated from.
                 migrated: false,
                 tlp: false,
+                rtos: None,
             }
         );
     }
@@ -1312,6 +1382,28 @@ mod tests {
         .events;
         assert_eq!((probed.request_tlp, probed.response_tlp), (true, true));
         assert_eq!(probed.tlp_rto(), (2, 1));
+        // Where the kernels counted their RTOs, the counts decide: a client that
+        // probes but whose two retransmissions were both RTOs (an earlier probe still
+        // unresolved), a server whose one was not.
+        let counted = join(
+            &ClientPart {
+                tlp: true,
+                sends: Sends {
+                    rtos: Some(2),
+                    ..c.sends
+                },
+                ..c
+            },
+            &ServerPart {
+                tlp: false,
+                rtos: Some(0),
+                ..s
+            },
+        )
+        .unwrap()
+        .events;
+        assert_eq!((counted.request_tlp, counted.response_tlp), (false, true));
+        assert_eq!(counted.tlp_rto(), (1, 2));
         let quiet = Events {
             client_migrated: true,
             ..Events::default()

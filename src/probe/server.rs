@@ -1336,6 +1336,7 @@ impl DataTest {
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let mut book = anatomy::ServerStamps::default();
         book.tlp = anatomy::probes_tail_loss(fd);
+        let mut rtos = anatomy::RtoCount::new(fd);
         let mut w = &s;
         while let Some(rx) = read_stamped(fd, &mut req, || !stop.load(Ordering::Relaxed)) {
             let returned = crate::kernel::realtime_ns();
@@ -1343,7 +1344,8 @@ impl DataTest {
             self.think(stop);
             // The previous response's SND stamps: its last byte's offset from 0.
             let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
-            let sends = previous_sends(fd, want, rx);
+            let mut sends = previous_sends(fd, want, rx);
+            rtos.note(fd, &mut sends);
             let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
             match book.next(seq, rx, returned, cpu, sends, seq) {
                 Some(p) => p.write(&mut resp),

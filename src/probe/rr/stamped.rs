@@ -71,6 +71,7 @@ pub(super) fn tcp_rr(
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut book = cx.anatomy();
     let tlp = crate::probe::anatomy::probes_tail_loss(fd);
+    let mut rtos = crate::probe::anatomy::RtoCount::new(fd);
     let mut now = cx.start;
     let mut target = None;
     'run: while cx.more(out.transactions, now) {
@@ -128,6 +129,7 @@ pub(super) fn tcp_rr(
                 }
                 part.sends.first.is_some() && part.acked.is_some()
             });
+            rtos.note(fd, &mut part.sends);
             if let Some(ns) = late_ack {
                 book.late_ack((seq - 1) as u32, ns);
             }
@@ -150,7 +152,7 @@ pub(super) fn tcp_rr(
 /// run: the kernel turns receive stamps on lazily and off with the last socket that
 /// wants them, which would leave each new connection's response unstamped.
 pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
-    use crate::probe::anatomy::{probes_tail_loss, ServerPart, MIN_RESPONSE};
+    use crate::probe::anatomy::{probes_tail_loss, RtoCount, ServerPart, MIN_RESPONSE};
     use crate::probe::io::{read_full, ReadEnd};
     let mut out = StreamOutcome::default();
     let hold = std::net::UdpSocket::bind(("127.0.0.1", 0))
@@ -187,6 +189,8 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                 out.error = Some(format!("SO_TIMESTAMPING on a new connection: {e}"));
                 break 'run;
             }
+            // The handshake's RTOs (a lost SYN) are not the request's.
+            let mut rtos = RtoCount::new(fd);
             let cpu_sent = current_cpu();
             let sent = crate::kernel::realtime_ns();
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
@@ -235,6 +239,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                     }
                     part.sends.first.is_some() && part.acked.is_some()
                 });
+                rtos.note(fd, &mut part.sends);
                 if let Some(server) = ServerPart::read(&trailer) {
                     let joined = book.record_joined(part, server, cx.stream);
                     if let (Some(l), Some(log)) = (joined, cx.slow_log) {
