@@ -661,14 +661,9 @@ impl Experiment for Compare {
 mod tests {
     use super::*;
 
-    /// A committed comparison (results/compare-1795512334), read back.
+    /// A comparison on the built-in lab (10 ms RTT), as its trials.jsonl line holds it.
     fn committed() -> CompareResult {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/results/compare-1795512334/trials.jsonl"
-        );
-        let text = std::fs::read_to_string(path).unwrap();
-        serde_json::from_str(text.lines().next().unwrap()).unwrap()
+        serde_json::from_str(include_str!("../../tests/corpus/compare-lab.json")).unwrap()
     }
 
     /// Witness: the record's own layers. With stamped transactions the median's

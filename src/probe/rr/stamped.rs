@@ -45,6 +45,70 @@ fn read_response(cx: &Ctx<'_>, fd: i32, buf: &mut [u8], flags: libc::c_int) -> i
     Ok(Read::Full(rx))
 }
 
+/// The client's side of one stamped request → response, on its own clock.
+struct Exchange {
+    cpu_sent: u32,
+    /// Just before `send()`.
+    sent: u64,
+    /// The RX stamp of the response's last packet.
+    rx: Option<u64>,
+    /// `recv()` returned the whole response.
+    returned: u64,
+    cpu_returned: u32,
+}
+
+impl Exchange {
+    /// Send `req` and read the whole of `resp`. `Err(None)`: the run was stopped;
+    /// `Err(Some(why))`: the stream ends with that error, where `unread` says what a
+    /// response not read in full (closed, or the read's error) means for this test.
+    fn run(
+        cx: &Ctx<'_>,
+        sock: &mut TcpStream,
+        (req, resp): (&[u8], &mut [u8]),
+        spin: libc::c_int,
+        unread: impl FnOnce(Option<&io::Error>) -> Option<String>,
+    ) -> Result<Self, Option<String>> {
+        let cpu_sent = current_cpu();
+        let sent = crate::kernel::realtime_ns();
+        if let Err(e) = write_full(sock, req, || cx.keep()) {
+            return Err(Some(format!(
+                "sending a request: {}",
+                crate::error_chain(&e)
+            )));
+        }
+        let rx = match read_response(cx, sock.as_raw_fd(), resp, spin) {
+            Ok(Read::Full(rx)) => rx,
+            Ok(Read::Stopped) => return Err(None),
+            Ok(Read::Closed) => return Err(unread(None)),
+            Err(e) => return Err(unread(Some(&e))),
+        };
+        Ok(Self {
+            cpu_sent,
+            sent,
+            rx,
+            returned: crate::kernel::realtime_ns(),
+            cpu_returned: current_cpu(),
+        })
+    }
+
+    /// The transaction as the anatomy keeps it, its request's stamps still to read.
+    fn part(&self, seq: u32, number: u64, tlp: bool, connect_ns: Option<u64>) -> ClientPart {
+        ClientPart {
+            seq,
+            number,
+            sent: self.sent,
+            rx: self.rx,
+            returned: self.returned,
+            acked: None,
+            sends: Sends::default(),
+            cpu_sent: self.cpu_sent,
+            cpu_returned: self.cpu_returned,
+            tlp,
+            connect_ns,
+        }
+    }
+}
+
 pub(super) fn tcp_rr(
     cx: &Ctx<'_>,
     conn: Option<TcpStream>,
@@ -78,44 +142,21 @@ pub(super) fn tcp_rr(
         for _ in 0..cx.s.burst {
             let seq = out.transactions + 1;
             let t0 = Instant::now();
-            let cpu_sent = current_cpu();
-            let sent = crate::kernel::realtime_ns();
             note_pacing(&mut out, &mut target, t0);
-            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
-                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
-                break 'run;
-            }
-            let rx = match read_response(cx, fd, &mut resp, spin) {
-                Ok(Read::Full(rx)) => rx,
-                Ok(Read::Stopped) => break 'run,
-                Ok(Read::Closed) => {
-                    out.error = why_unread(cx, None);
-                    break 'run;
-                }
-                Err(e) => {
-                    out.error = why_unread(cx, Some(&e));
+            let done = match Exchange::run(cx, &mut sock, (&req, &mut resp), spin, |e| {
+                why_unread(cx, e)
+            }) {
+                Ok(x) => x,
+                Err(why) => {
+                    out.error = why;
                     break 'run;
                 }
             };
-            let returned = crate::kernel::realtime_ns();
-            let cpu_returned = current_cpu();
             now = Instant::now();
             record(&mut out, &mut rec, cx, t0, now);
             // OPT_ID numbers a TCP send's last byte from 0.
             let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
-            let mut part = ClientPart {
-                seq: seq as u32,
-                number: seq,
-                sent,
-                rx,
-                returned,
-                acked: None,
-                sends: Sends::default(),
-                cpu_sent,
-                cpu_returned,
-                tlp,
-                connect_ns: None,
-            };
+            let mut part = done.part(seq as u32, seq, tlp, None);
             let mut late_ack = None;
             // Due: this request's SND stamps (more than one when it was retransmitted:
             // they all come before its ACK) and, usually by now, its ACK (piggybacked on
@@ -191,44 +232,30 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
             }
             // The handshake's RTOs (a lost SYN) are not the request's.
             let mut rtos = RtoCount::new(fd);
-            let cpu_sent = current_cpu();
-            let sent = crate::kernel::realtime_ns();
-            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
-                out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
-                break 'run;
-            }
-            let rx = match read_response(cx, fd, &mut resp, spin) {
-                Ok(Read::Full(rx)) => rx,
-                Ok(Read::Stopped) => break 'run,
-                Ok(Read::Closed) => {
-                    out.error = Some("the server closed the connection before responding".into());
-                    break 'run;
-                }
-                Err(e) => {
-                    out.error = Some(format!("reading a response: {}", crate::error_chain(&e)));
+            let unread = |e: Option<&io::Error>| {
+                Some(e.map_or_else(
+                    || "the server closed the connection before responding".into(),
+                    |e| format!("reading a response: {}", crate::error_chain(e)),
+                ))
+            };
+            let done = match Exchange::run(cx, &mut sock, (&req, &mut resp), spin, unread) {
+                Ok(x) => x,
+                Err(why) => {
+                    out.error = why;
                     break 'run;
                 }
             };
-            let returned = crate::kernel::realtime_ns();
-            let cpu_returned = current_cpu();
             now = Instant::now();
             record_crr(&mut out, &mut rec, cx, [t0, tc, now]);
             let last_byte = (req.len() as u32).wrapping_sub(1);
-            let mut part = ClientPart {
-                seq: 1,
-                number: out.transactions,
-                sent,
-                rx,
-                returned,
-                acked: None,
-                sends: Sends::default(),
-                cpu_sent,
-                cpu_returned,
-                tlp: *tlp.get_or_insert_with(|| probes_tail_loss(fd)),
-                // The handshake and the new socket's set-up: with the rest, exactly
-                // the transaction on this clock.
-                connect_ns: Some(sent.saturating_sub(before)),
-            };
+            // connect_ns: the handshake and the new socket's set-up; with the rest,
+            // exactly the transaction on this clock.
+            let mut part = done.part(
+                1,
+                out.transactions,
+                *tlp.get_or_insert_with(|| probes_tail_loss(fd)),
+                Some(done.sent.saturating_sub(before)),
+            );
             // The server's part follows the response, once its SND stamp was in.
             if let Ok(ReadEnd::Full) = read_full(&mut sock, &mut trailer, || cx.keep()) {
                 let _ = stamps::drain_tx(fd, |t| {
