@@ -303,12 +303,13 @@ fn retransmissions_are_the_kernels_at_the_models_timers() {
     // counted. Witness: both hosts' TcpExt TCPLossProbes, the probes they sent. These
     // may exceed the anatomy's by a probe for each retransmission outside it
     // (the kernel's count above ours) and by those of the segments no transaction
-    // holds, each lost at 5 % too: the FINs and the control connection's few messages.
+    // holds, each lost at 5 % too: the FINs and the control connection's messages,
+    // about 16 segments, so 0.8 probes expected and more than 4 once in 700 runs.
     let kernel_probes = probes() - probes_before;
     let tlp = n(&e["tlp"]);
     assert_eq!(tlp + n(&e["rto"]), ours, "{e}");
     assert!(
-        tlp <= kernel_probes && kernel_probes <= tlp + (kernel - ours) + 3,
+        tlp <= kernel_probes && kernel_probes <= tlp + (kernel - ours) + 4,
         "the anatomy counts {tlp} tail loss probes, the kernels {kernel_probes}: {e}"
     );
     let text = std::fs::read_to_string(&log).unwrap();
