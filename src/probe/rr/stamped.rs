@@ -216,12 +216,8 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
             let t0 = Instant::now();
             let before = crate::kernel::realtime_ns();
             note_pacing(&mut out, &mut target, t0);
-            let mut sock = match connect_one(cx) {
-                Ok(s) => s,
-                Err(e) => {
-                    out.error = Some(e);
-                    break 'run;
-                }
+            let Some(mut sock) = connect_one(cx, &mut out) else {
+                break 'run;
             };
             let tc = Instant::now();
             let fd = sock.as_raw_fd();

@@ -581,16 +581,19 @@ pub(super) fn recv_flags(cx: &Ctx<'_>) -> libc::c_int {
     }
 }
 
-/// TCP_CRR's connection for one transaction, or why there is none.
-pub(super) fn connect_one(cx: &Ctx<'_>) -> Result<TcpStream, String> {
-    tcp_socket(cx.s, cx.data, true).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-            " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
-        } else {
-            ""
-        };
-        format!("connecting: {}{hint}", crate::error_chain(&e))
-    })
+/// TCP_CRR's connection for one transaction; none when connecting failed, and the
+/// stream's error says why.
+pub(super) fn connect_one(cx: &Ctx<'_>, out: &mut StreamOutcome) -> Option<TcpStream> {
+    tcp_socket(cx.s, cx.data, true)
+        .map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+                " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
+            } else {
+                ""
+            };
+            out.error = Some(format!("connecting: {}{hint}", crate::error_chain(&e)));
+        })
+        .ok()
 }
 
 /// A TCP_CRR transaction begun at `t0`, connected at `tc`, answered at `t1`: its
@@ -625,12 +628,8 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
-            let mut sock = match connect_one(cx) {
-                Ok(s) => s,
-                Err(e) => {
-                    out.error = Some(e);
-                    break 'run;
-                }
+            let Some(mut sock) = connect_one(cx, &mut out) else {
+                break 'run;
             };
             let tc = Instant::now();
             if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
