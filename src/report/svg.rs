@@ -355,7 +355,7 @@ impl LineChart {
 
 /// Stacked bars, one panel per group with its own linear axis from 0 (a P99.9 ten
 /// times the P50 would flatten the P50's bar on a shared one), and markers across
-/// each bar: measurements drawn against the segments they contain.
+/// each bar, beneath it: measurements drawn against the segments they contain.
 pub struct StackedBars {
     pub title: String,
     pub y_label: String,
@@ -363,8 +363,8 @@ pub struct StackedBars {
     pub segments: Vec<String>,
     /// (group label, its segments' values).
     pub groups: Vec<(String, Vec<f64>)>,
-    /// (name, value in each group): a black line across that group's bar, each
-    /// marker with its own dash pattern.
+    /// (name, value in each group): a black line across that group's bar (drawn
+    /// beneath it, so it shows either side), each marker with its own dash pattern.
     pub markers: Vec<(String, Vec<Option<f64>>)>,
 }
 
@@ -416,6 +416,23 @@ impl StackedBars {
                 );
             }
             let (bx, bw) = (x0 + 12.0, pw - 54.0);
+            // Markers first, the bar over them: a line across a 4-pixel segment would
+            // hide most of it; beneath, each shows on both sides of the bar.
+            for (m, (name, at)) in self.markers.iter().enumerate() {
+                let Some(v) = at.get(g).copied().flatten() else {
+                    continue;
+                };
+                let dash = MARKER_DASHES[m % MARKER_DASHES.len()];
+                let _ = write!(
+                    o,
+                    r##"<line class="marker" x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{dash}"><title>{label}: {name} {value} µs</title></line>"##,
+                    x1 = bx - 8.0,
+                    y = py(v),
+                    x2 = bx + bw + 8.0,
+                    name = esc(name),
+                    value = fmt_tick((v * 10.0).round() / 10.0)
+                );
+            }
             let mut y = py(0.0);
             for (i, &v) in values.iter().enumerate() {
                 if v <= 0.0 {
@@ -430,21 +447,6 @@ impl StackedBars {
                     COLOURS[i % COLOURS.len()],
                     esc(name),
                     fmt_tick((v * 10.0).round() / 10.0)
-                );
-            }
-            for (m, (name, at)) in self.markers.iter().enumerate() {
-                let Some(v) = at.get(g).copied().flatten() else {
-                    continue;
-                };
-                let dash = MARKER_DASHES[m % MARKER_DASHES.len()];
-                let _ = write!(
-                    o,
-                    r##"<line class="marker" x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{dash}"><title>{label}: {name} {value} µs</title></line>"##,
-                    x1 = bx - 8.0,
-                    y = py(v),
-                    x2 = bx + bw + 8.0,
-                    name = esc(name),
-                    value = fmt_tick((v * 10.0).round() / 10.0)
                 );
             }
             let _ = write!(
@@ -544,6 +546,11 @@ mod tests {
         let s = c.render();
         assert_eq!(s.matches(r#"class="segment""#).count(), 6);
         assert_eq!(s.matches(r#"class="marker""#).count(), 1);
+        // The marker lies beneath its panel's bar: drawn before its first segment.
+        assert!(
+            s.find(r#"class="marker""#) < s.find(r#"class="segment""#),
+            "{s}"
+        );
         // Each segment in its colour, however thin.
         for colour in &COLOURS[..3] {
             assert_eq!(s.matches(&format!(r#"fill="{colour}"><title>"#)).count(), 2);
