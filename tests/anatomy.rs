@@ -184,6 +184,86 @@ fn wake_ups_carry_the_cost_of_crossing_cpus() {
 }
 
 /// `rttlab rr -H b --anatomy --json ARGS` in the lab's host a.
+/// Every thread of process `pid` onto CPU `cpu` alone; true when the kernel took it for
+/// each of them.
+fn move_process(pid: u32, cpu: usize) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            return false;
+        };
+        // SAFETY: a zeroed cpu_set_t with one CPU set, valid for the call.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) == 0
+        }
+    })
+}
+
+/// Whether process `pid` has a thread named `name`.
+fn has_thread(pid: u32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks.flatten().any(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name)
+        })
+    })
+}
+
+/// Witness: the test's own moves. Both ends are pinned to CPU 0 (`-T 0,0`: the
+/// scheduler moves neither), then the test moves each process, every thread, to the
+/// other CPU and back, 40 ms apart, while the transactions run. The server reads the
+/// next request on the CPU it was moved to, so each move is exactly one server
+/// migration; the client is moved while it waits for a response (at `-T 0,0` it runs
+/// only between its receive and its next send), so most moves land inside a
+/// transaction, and none can make two.
+#[test]
+fn migrations_are_the_moves_the_test_made() {
+    if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+        eprintln!("skipped: one CPU");
+        return;
+    }
+    for (test, thread) in [("TCP_RR", "serve-rr"), ("UDP_RR", "serve-udp")] {
+        let s = ServeChild::start(&[]);
+        let rr = s.spawn_rr(&["--anatomy", "--json", "-t", test, "-T", "0,0", "-l", "3"]);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !has_thread(s.child.id(), thread) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Both ends pin themselves as their streams start: moves before that are undone.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let mut moves = 0;
+        for i in 0..20 {
+            let cpu = 1 - i % 2;
+            if move_process(rr.id(), cpu) && move_process(s.child.id(), cpu) {
+                moves += 1;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(40));
+        }
+        let out = rr.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{test}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc = json(&out);
+        let e = &doc["anatomy"]["events"];
+        let (client, server) = (
+            e["client_migrated"].as_u64().unwrap(),
+            e["server_migrated"].as_u64().unwrap(),
+        );
+        eprintln!("{test}: {moves} moves, {client} client and {server} server migrations");
+        assert_eq!(moves, 20, "{test}: the kernel refused a move");
+        assert_eq!(server, moves, "{test}: {e}");
+        assert!(
+            client <= moves && 2 * client >= moves,
+            "{test}: {client} client migrations for {moves} moves"
+        );
+    }
+}
+
 fn lab_rr(lab: &Lab, args: &[&str]) -> serde_json::Value {
     let doc = lab.in_a_retrying(&[&["rr", "-H", "b", "--anatomy", "--json"], args].concat());
     assert_schema(&doc);
