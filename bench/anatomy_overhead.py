@@ -88,7 +88,9 @@ def main():
                 "without it (TCP_RR and UDP_RR --anatomy at -T 0,0, 3 s each) it moved TCP_RR by +0.9 % and UDP_RR by -2.9 % "
                 "of the transactions/s (medians): no win, so the code stays simple. `perf record -a` over the same runs "
                 "finds the cost spread over the stamping machinery (skb allocation and freeing for each stamp, put_cmsg, "
-                "the recvmsg path, the clock reads), with no one place to cut.\n")
+                "the recvmsg path, the clock reads), with no one place to cut. What the cheapest other way (the kernel's BPF "
+                "timestamping) would cost, and what the anatomy costs without any TX stamp: "
+                "[RESULTS-anatomy-ceiling.md](RESULTS-anatomy-ceiling.md).\n")
     print(open(a.out).read())
 
 
