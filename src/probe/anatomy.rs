@@ -274,6 +274,39 @@ impl ServerStamps {
         self.prev = Some((seq, rx, returned, migrated));
         part
     }
+
+    /// At the end of the stream: the last transaction's part, which no response will
+    /// carry (it goes back with the server's report), given its response's SND stamps.
+    pub fn last(&mut self, sends: Sends, answered: u32) -> Option<ServerPart> {
+        let part = self.next(0, None, 0, self.cpu.unwrap_or(0), sends, answered);
+        self.prev = None;
+        part
+    }
+}
+
+/// The server's part of a stream's last transaction, in the server's report: the
+/// trailer bytes a response would have carried, and which client stream it belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LastPart {
+    /// The client's end of the stream, as the server saw it.
+    pub peer: std::net::SocketAddr,
+    /// [`MIN_RESPONSE`] bytes, the trailer where [`ServerPart::write`] puts it.
+    pub trailer: Vec<u8>,
+}
+
+impl LastPart {
+    pub fn new(peer: std::net::SocketAddr, part: &ServerPart) -> Self {
+        let mut trailer = vec![0u8; MIN_RESPONSE as usize];
+        part.write(&mut trailer);
+        Self { peer, trailer }
+    }
+
+    /// The part, when the bytes hold one (a report is untrusted input).
+    pub fn part(&self) -> Option<ServerPart> {
+        (self.trailer.len() >= MIN_RESPONSE as usize)
+            .then(|| ServerPart::read(&self.trailer))
+            .flatten()
+    }
 }
 
 /// The CPU the calling thread runs on (`getcpu`, a vDSO call: no system call).
@@ -668,6 +701,13 @@ impl Recorder {
         };
         self.pending = Some(done);
         joined
+    }
+
+    /// The server's part of the stream's last transaction, from its report: no
+    /// response came after that transaction's to carry it.
+    pub fn record_last(&mut self, server: ServerPart, stream: u32) -> Option<Logged> {
+        let p = self.pending.take()?;
+        self.join_part(p, server, stream)
     }
 
     /// TCP_CRR: a transaction and the server's part of it, which came on its own
@@ -1215,6 +1255,21 @@ mod tests {
                 rtos: None,
             }
         );
+        // At the end, transaction 2's part (read on CPU 1 after 0: migrated), once.
+        let last = s.last(Sends::once(580), 2).unwrap();
+        assert_eq!(
+            (last.seq, last.recv_ns, last.app_ns, last.migrated),
+            (2, Some(20), Some(60), true)
+        );
+        assert_eq!(s.last(Sends::default(), 2), None);
+        // In the report: the trailer's bytes, and nothing from too few of them.
+        let peer = "127.0.0.1:40000".parse().unwrap();
+        assert_eq!(LastPart::new(peer, &last).part(), Some(last));
+        let short = LastPart {
+            peer,
+            trailer: vec![1; 12],
+        };
+        assert_eq!(short.part(), None);
     }
 
     #[test]

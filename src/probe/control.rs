@@ -175,6 +175,10 @@ pub struct ServerReport {
     /// netperf's remote service demand is computed with).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_elapsed_ns: Option<u64>,
+    /// `--anatomy` (TCP_RR, UDP_RR): each stream's last transaction as the server saw
+    /// it, which no response carried back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_parts: Vec<crate::probe::anatomy::LastPart>,
 }
 
 /// A range of ports, both ends included.

@@ -1099,6 +1099,8 @@ struct ThreadCounters {
     retrans: u64,
     last_info: Option<crate::kernel::tcp_info::TcpInfo>,
     cpus: CpuTracker,
+    /// `--anatomy`: the server's part of the stream's last transaction.
+    last_part: Option<crate::probe::anatomy::LastPart>,
 }
 
 struct RunningTest {
@@ -1361,6 +1363,15 @@ impl DataTest {
                 c.cpus.sample();
             }
         }
+        // The last response's stamps have long come (the client read it before ending).
+        let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
+        let mut sends = previous_sends(fd, want, None);
+        rtos.note(fd, &mut sends);
+        let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
+        c.last_part = book
+            .last(sends, answered)
+            .zip(s.peer_addr().ok())
+            .map(|(p, peer)| anatomy::LastPart::new(peer, &p));
         c
     }
 
@@ -1511,6 +1522,7 @@ impl DataTest {
         let stamped =
             self.spec.anatomy && crate::probe::stamps::enable(u.as_raw_fd(), false).is_ok();
         let mut book = crate::probe::anatomy::ServerStamps::default();
+        let mut last_peer = None;
         // SAFETY: sockaddr_storage is plain data.
         let mut from_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         while !stop.load(Ordering::Relaxed) && idle_since.elapsed() < self.idle {
@@ -1567,10 +1579,21 @@ impl DataTest {
             }
             if u.send_to(&resp, from).is_ok() {
                 c.transactions += 1;
+                last_peer = Some(from);
                 if c.transactions % 64 == 1 {
                     c.cpus.sample();
                 }
             }
+        }
+        if stamped {
+            // The last response's SND stamp: datagrams are numbered from 0.
+            let want = c.transactions.wrapping_sub(1) as u32;
+            let sends = previous_sends(u.as_raw_fd(), want, None);
+            let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
+            c.last_part = book
+                .last(sends, answered)
+                .zip(last_peer)
+                .map(|(p, peer)| crate::probe::anatomy::LastPart::new(peer, &p));
         }
         c.bytes_in = (c.transactions + c.dropped) * u64::from(self.spec.request_size);
         c.bytes_out = c.transactions * u64::from(self.spec.response_size);
@@ -1578,7 +1601,6 @@ impl DataTest {
     }
 }
 
-/// A UDP request with its RX stamp and sender.
 /// Read a whole request with the RX stamp of its last packet; `None` when the
 /// connection closed or `keep` said stop.
 fn read_stamped(
@@ -1756,6 +1778,7 @@ impl RunningTest {
                 report.connections += c.connections;
                 report.dropped_on_purpose += c.dropped;
                 report.total_retrans += c.retrans;
+                report.last_parts.extend(c.last_part);
                 cpus.merge(&c.cpus);
                 crr_info = c.last_info.or(crr_info);
             }

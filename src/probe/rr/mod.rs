@@ -165,6 +165,17 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         let _ = h.finish();
     }
 
+    // A server that let the watchdog cut the run off is unlikely to answer promptly.
+    let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
+        REPORT_WAIT_CUT
+    } else {
+        REPORT_WAIT
+    };
+    let server = client.finish(wait);
+    let mut outcomes = outcomes;
+    if let Ok(r) = &server {
+        join_last_parts(&mut outcomes, &r.last_parts, slow_log);
+    }
     let t = Totals::of(&outcomes);
     let mut error = t.error.clone();
     if let Some(log) = slow_log {
@@ -177,13 +188,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             error = error.or(Some(format!("writing the slow log: {e}")));
         }
     }
-    // A server that let the watchdog cut the run off is unlikely to answer promptly.
-    let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
-        REPORT_WAIT_CUT
-    } else {
-        REPORT_WAIT
-    };
-    let server = match client.finish(wait) {
+    let server = match server {
         Ok(r) => Some(r),
         Err(e) => {
             error = error.or(Some(format!(
@@ -279,6 +284,31 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             CpuUse::between(a, b, elapsed, r.transactions)
         }),
     })
+}
+
+/// Each stream's last transaction joined with the server's part of it, which came in
+/// the server's report (no response followed it to carry it). A part goes to the
+/// stream whose local address the server saw; with one stream and one part (an
+/// address translated on the way), to that stream.
+fn join_last_parts(
+    outcomes: &mut [StreamOutcome],
+    parts: &[crate::probe::anatomy::LastPart],
+    slow_log: Option<&crate::probe::anatomy::SlowLog>,
+) {
+    let only = (outcomes.len() == 1 && parts.len() == 1).then(|| &parts[0]);
+    for (i, o) in outcomes.iter_mut().enumerate() {
+        let part = parts
+            .iter()
+            .find(|p| o.local_addr == Some(p.peer))
+            .or(only)
+            .and_then(crate::probe::anatomy::LastPart::part);
+        if let (Some(book), Some(part)) = (o.anatomy.as_mut(), part) {
+            let joined = book.record_last(part, i as u32);
+            if let (Some(l), Some(log)) = (joined, slow_log) {
+                log.offer(&l);
+            }
+        }
+    }
 }
 
 /// What `--anatomy` measures: closed-loop TCP_RR, TCP_CRR and UDP_RR (one stream),

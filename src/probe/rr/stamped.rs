@@ -136,6 +136,8 @@ pub(super) fn tcp_rr(
     let mut book = cx.anatomy();
     let tlp = crate::probe::anatomy::probes_tail_loss(fd);
     let mut rtos = crate::probe::anatomy::RtoCount::new(fd);
+    // OPT_ID numbers a TCP send's last byte from 0.
+    let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
     let mut now = cx.start;
     let mut target = None;
     'run: while cx.more(out.transactions, now) {
@@ -154,8 +156,6 @@ pub(super) fn tcp_rr(
             };
             now = Instant::now();
             record(&mut out, &mut rec, cx, t0, now);
-            // OPT_ID numbers a TCP send's last byte from 0.
-            let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
             let mut part = done.part(seq as u32, seq, tlp, None);
             let mut late_ack = None;
             // Due: this request's SND stamps (more than one when it was retransmitted:
@@ -182,6 +182,16 @@ pub(super) fn tcp_rr(
         target = pause(cx, now);
         now = Instant::now();
     }
+    // The last request's ACK stamp, when it came after its transaction was set aside
+    // (no next transaction reads it); its server part comes with the server's report.
+    let last = out.transactions;
+    let _ = stamps::drain_tx(fd, |t| {
+        let ours = t.kind == TxKind::Acked && t.id == last_byte(last);
+        if ours {
+            book.late_ack(last as u32, t.ns);
+        }
+        ours
+    });
     note_tcp_info(&mut out, &sock);
     out.anatomy = Some(book);
     out
