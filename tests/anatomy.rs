@@ -79,6 +79,18 @@ fn components_add_up_to_every_transactions_round_trip() {
             "{test}: the last is logged"
         );
         assert_eq!(lines.len() as u64, stamped, "{test}");
+        if test == "TCP_RR" {
+            // Each stream's last part goes to the stream the server saw it from.
+            let doc = anatomy(&s, &["-t", test, "--streams", "4", "-n", "400"]);
+            let a = &doc["anatomy"];
+            let n = |k: &str| a[k].as_u64().unwrap();
+            assert_eq!(
+                n("stamped") + n("unstamped") + n("inconsistent"),
+                400,
+                "{test}: {a}"
+            );
+            assert!(n("stamped") >= 390, "{test}: {a}");
+        }
         for l in &lines {
             let sum: u64 = PARTS
                 .iter()
