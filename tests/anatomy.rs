@@ -476,6 +476,55 @@ fn retransmissions_are_the_kernels_at_the_models_timers() {
     }
 }
 
+/// Messages longer than a segment (3000-byte requests, 6000-byte responses: 3 and 5
+/// segments on the lab's 1500-byte links) lose earlier segments that the last byte's
+/// stamps never see, so their retransmissions are each sender's kernel's count. Witnesses:
+/// both ends' tcp_info `total_retrans` (rr's local_retrans and remote_retrans), which
+/// may exceed the anatomy's by the handshake's; both hosts' TcpExt TCPTimeouts (the RTO
+/// timer's firings) against the anatomy's RTOs; and the hosts' other retransmissions by
+/// path, TCPFastRetrans (loss recovery), TCPSlowStartRetrans (the window after an RTO)
+/// and TCPLossProbes, against its probes and loss recovery. The hosts' counts may
+/// exceed the anatomy's by the segments no transaction holds (the handshake, the FINs,
+/// the control connection's messages: about 16, so at 5 % loss a few at most).
+#[test]
+fn long_messages_retransmissions_are_the_kernels() {
+    if !privileged("long_messages_retransmissions_are_the_kernels") {
+        return;
+    }
+    let lab = Lab::up("lm", &["--delay", "5ms", "--loss", "5%"]);
+    let count = |names: &[&str]| -> u64 {
+        let host = |h: &str| names.iter().map(|c| lab.tcp_ext(h, c)).sum::<u64>();
+        host("a") + host("b")
+    };
+    let timer = ["TCPTimeouts"];
+    let recovery = ["TCPFastRetrans", "TCPSlowStartRetrans", "TCPLossProbes"];
+    let before = (count(&timer), count(&recovery));
+    let doc = lab_rr(&lab, &["-n", "150", "-r", "3000,6000"]);
+    let (timeouts, recovered) = (count(&timer) - before.0, count(&recovery) - before.1);
+    let e = &doc["anatomy"]["events"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let ours = n(&e["request_retransmissions"]) + n(&e["response_retransmissions"]);
+    let kernel = n(&doc["local_retrans"]) + n(&doc["remote_retrans"]);
+    eprintln!(
+        "retransmissions: the anatomy {ours} ({e}), the kernels {kernel}; TCPTimeouts {timeouts}, recovery and probes {recovered}"
+    );
+    assert!(n(&e["retransmitted"]) >= 15, "too few losses to judge: {e}");
+    assert!(
+        ours <= kernel && kernel <= ours + 3,
+        "the anatomy counts {ours} retransmissions, the kernel {kernel}: {e}"
+    );
+    let (rto, others) = (n(&e["rto"]), n(&e["tlp"]) + n(&e["recovery"]));
+    assert_eq!(rto + others, ours, "{e}");
+    assert!(
+        rto <= timeouts && timeouts <= rto + 4,
+        "the anatomy counts {rto} RTOs, the kernels' TCPTimeouts {timeouts}: {e}"
+    );
+    assert!(
+        others <= recovered && recovered <= others + (kernel - ours) + 4,
+        "the anatomy counts {others} probes and recovery, the kernels {recovered}: {e}"
+    );
+}
+
 /// A server that thinks 60 ms holds each request's ACK past TCP_DELACK_MIN (40 ms),
 /// unless the kernel left its interactive (pingpong) mode and ACKed at once. Witness:
 /// the server namespace's TcpExt DelayedACKs, the kernel's count of its delayed-ACK

@@ -573,8 +573,13 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
     }
     let e = &a.events;
     if e.retransmitted > 0 {
+        let recovery = if e.recovery > 0 {
+            format!(", {} by loss recovery", e.recovery)
+        } else {
+            String::new()
+        };
         out.push(format!(
-            "{} tcp_rr transactions waited for a retransmission ({} request and {} response segments sent again: {} by the tail loss probe, {} by the RTO timer).",
+            "{} tcp_rr transactions waited for a retransmission ({} request and {} response segments sent again: {} by the tail loss probe, {} by the RTO timer{recovery}).",
             e.retransmitted, e.request_retransmissions, e.response_retransmissions, e.tlp, e.rto
         ));
     }

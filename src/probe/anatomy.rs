@@ -28,8 +28,9 @@ pub const TRAILER_AT: usize = 8;
 /// the response's retransmissions (u8), flags (u8: bit 0, the server handled the
 /// request on another CPU than the one before; bit 1, the server's first
 /// retransmission is a tail loss probe; bit 2, the next byte is its kernel's count),
-/// how many of the retransmissions the RTO timer sent (u8), a zero byte, and µs from
-/// the response's first send to its last retransmission (u32).
+/// how many of the retransmissions the RTO timer sent (u8), how many loss recovery
+/// sent (u8, [`Sends::recovery`]), and µs from the response's first send to its last
+/// segment's last retransmission (u32; `u32::MAX`: that segment was sent once).
 pub const TRAILER_LEN: usize = 32;
 /// The smallest response that carries a trailer.
 pub const MIN_RESPONSE: u32 = (TRAILER_AT + TRAILER_LEN) as u32;
@@ -49,15 +50,18 @@ pub struct ServerPart {
     /// The request's RX stamp and the response's TX stamp, server's CLOCK_REALTIME.
     pub rx_ns: Option<u64>,
     pub tx_ns: Option<u64>,
-    /// The response's retransmissions, and when the last one left after the first send.
+    /// The response's retransmissions, and when its last segment's last one left after
+    /// the first send.
     pub retransmissions: u8,
     pub retransmitted_after_us: Option<u32>,
     /// The server read this request on another CPU than the request before it.
     pub migrated: bool,
     /// The server's kernel probes a tail loss first ([`probes_tail_loss`]).
     pub tlp: bool,
-    /// Of the retransmissions, those the server's RTO timer sent ([`RtoCount`]).
+    /// Of the retransmissions, those the server's RTO timer sent ([`RetransCounters`]).
     pub rtos: Option<u8>,
+    /// Of the retransmissions, those the server's loss recovery sent ([`Sends::recovery`]).
+    pub recovery: u8,
 }
 
 impl ServerPart {
@@ -74,8 +78,8 @@ impl ServerPart {
             | (u8::from(self.tlp) << 1)
             | (u8::from(self.rtos.is_some()) << 2);
         t[26] = self.rtos.unwrap_or(0);
-        t[27] = 0;
-        t[28..32].copy_from_slice(&self.retransmitted_after_us.unwrap_or(0).to_le_bytes());
+        t[27] = self.recovery;
+        t[28..32].copy_from_slice(&self.retransmitted_after_us.unwrap_or(MISSING).to_le_bytes());
     }
 
     /// Read from a response; `None` when it is too short or carries no transaction
@@ -102,10 +106,11 @@ impl ServerPart {
                 .zip(recv_ns.zip(app_ns))
                 .map(|(rx, (r, a))| rx + u64::from(r) + u64::from(a)),
             retransmissions,
-            retransmitted_after_us: (retransmissions > 0).then(|| word(28)),
+            retransmitted_after_us: (retransmissions > 0).then(|| word(28)).and_then(opt),
             migrated: t[25] & 1 != 0,
             tlp: t[25] & 2 != 0,
             rtos: (t[25] & 4 != 0).then_some(t[26]),
+            recovery: t[27],
         })
     }
 }
@@ -119,15 +124,23 @@ pub fn interval_u32(from: u64, to: u64) -> Option<u32> {
 /// The SND stamps of one message's last byte: the first says when it left the stack;
 /// every later one is a retransmission of the segment holding that byte (the kernel
 /// stamps each transmission of a stamped skb, `tcp_transmit_skb` → `skb_tx_timestamp`).
-/// A message of one segment (an RR request or response) is counted whole.
+/// A message of one segment (an RR request or response) is counted whole by them; a
+/// longer one's earlier segments are not stamped, so its retransmissions are the
+/// kernel's count instead ([`RetransCounters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sends {
     pub first: Option<u64>,
     pub again: u8,
     pub last: Option<u64>,
     /// Of the retransmissions, those the RTO timer sent, as the sender's kernel
-    /// counted them ([`RtoCount`]); none where it does not count.
+    /// counted them ([`RetransCounters`]); none where it does not count.
     pub rtos: Option<u8>,
+    /// Of the retransmissions of a message longer than a segment, those loss recovery
+    /// sent: all but the RTO timer's (`tcp_xmit_retransmit_queue` after SACKs or
+    /// duplicate ACKs, RACK, the rest of the window after an RTO, a tail loss probe;
+    /// tcp_info does not tell these apart). Zero for a message of one segment, whose
+    /// copies only a timer sends.
+    pub recovery: u8,
 }
 
 impl Sends {
@@ -149,61 +162,80 @@ impl Sends {
         }
     }
 
-    /// µs from the first send to the last retransmission.
+    /// µs from the first send to the last retransmission of the last segment.
     pub fn retransmitted_after_us(&self) -> Option<u32> {
         let us = self.last?.checked_sub(self.first?)? / 1_000;
         Some(u32::try_from(us).unwrap_or(u32::MAX))
     }
 }
 
-/// A connection's RTO timer firings as its kernel counts them (`tcpi_total_rto`,
-/// incremented by `tcp_retransmit_timer`, Linux 6.7+), read only after a message was
-/// found retransmitted: the firings since the last read are that message's RTOs (one
-/// message is in flight at a time), and its other retransmissions were the tail loss
-/// probe. Which timer sends a lone segment's first copy is the kernel's to decide: no
-/// probe while an earlier probe is unresolved (`tcp_send_loss_probe`: at most one
+/// A connection's retransmissions as its kernel counts them (tcp_info): RTO timer
+/// firings (`tcpi_total_rto`, incremented by `tcp_retransmit_timer`, Linux 6.7+) and
+/// segments sent again (`tcpi_total_retrans`, `tcp_retransmit_skb`). One message is in
+/// flight at a time, and the one before it was wholly acknowledged when this one was
+/// sent (the peer answered it), so the counts' growth over a message is that message's.
+///
+/// A message of one segment is read only after its stamps showed a copy (a system call
+/// saved per transaction): its firings are its RTOs, its other retransmissions the tail
+/// loss probe. Which timer sends a lone segment's first copy is the kernel's to decide:
+/// no probe while an earlier probe is unresolved (`tcp_send_loss_probe`: at most one
 /// outstanding, `tlp_high_seq`) or after an RTO until the connection is Open again
-/// (`tcp_schedule_loss_probe`), so it cannot be told from the settings alone.
+/// (`tcp_schedule_loss_probe`), so it cannot be told from the settings alone. A message
+/// longer than a segment (the connection's `tcpi_snd_mss` when it was opened) is read
+/// after every send: only its last byte is stamped, so a lost earlier segment shows in
+/// the kernel's count alone.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RtoCount {
-    seen: Option<u16>,
+pub struct RetransCounters {
+    /// (RTO firings, segments retransmitted) at the last read.
+    seen: (Option<u16>, Option<u32>),
+    /// The messages are longer than a segment: read after each.
+    every: bool,
 }
 
-impl RtoCount {
-    /// The count now on `fd`'s connection (none on kernels that do not keep it).
-    pub fn new(fd: std::os::fd::RawFd) -> Self {
+impl RetransCounters {
+    /// The counts now on `fd`'s connection, whose messages are `len` bytes (on kernels
+    /// without `tcpi_total_rto`, no RTO count).
+    pub fn new(fd: std::os::fd::RawFd, len: u64) -> Self {
+        let info = crate::kernel::sockopt::tcp_info_fd(fd).ok();
         Self {
-            seen: total_rto(fd),
+            seen: info
+                .as_ref()
+                .map_or((None, None), |t| (t.total_rto, Some(t.total_retrans))),
+            every: info.is_some_and(|t| len > u64::from(t.snd_mss)),
         }
     }
 
-    /// When `sends` were retransmitted: how many of them were RTOs.
+    /// After a message was acknowledged: how many times `sends` were retransmitted
+    /// and which by the RTO timer.
     pub fn note(&mut self, fd: std::os::fd::RawFd, sends: &mut Sends) {
-        if sends.again == 0 {
+        if sends.again == 0 && !self.every {
             return;
         }
-        let now = total_rto(fd);
-        sends.rtos = self
-            .seen
-            .zip(now)
+        let Ok(now) = crate::kernel::sockopt::tcp_info_fd(fd) else {
+            return;
+        };
+        let (rto_before, retrans_before) = self.seen;
+        self.seen = (now.total_rto.or(rto_before), Some(now.total_retrans));
+        if self.every {
+            if let Some(before) = retrans_before {
+                let again = now.total_retrans.wrapping_sub(before);
+                sends.again = sends.again.max(u8::try_from(again).unwrap_or(u8::MAX));
+            }
+        }
+        sends.rtos = rto_before
+            .zip(now.total_rto)
             .and_then(|(before, now)| u8::try_from(now.wrapping_sub(before)).ok())
             .map(|r| r.min(sends.again));
-        if now.is_some() {
-            self.seen = now;
+        if self.every {
+            sends.recovery = sends.again - sends.rtos.unwrap_or(0);
         }
     }
 }
 
-fn total_rto(fd: std::os::fd::RawFd) -> Option<u16> {
-    crate::kernel::sockopt::tcp_info_fd(fd)
-        .ok()
-        .and_then(|t| t.total_rto)
-}
-
-/// Whether `again` retransmissions of one message began with a tail loss probe: all
-/// but the kernel's RTOs, when it counted them (at most one probe per message: after
-/// the first RTO the connection is in Loss); otherwise the first, when the sender
-/// probes at all.
+/// Whether `again` timer retransmissions of one message began with a tail loss probe:
+/// all but the kernel's RTOs, when it counted them (at most one probe per message:
+/// after the first RTO the connection is in Loss); otherwise the first, when the
+/// sender probes at all.
 fn probed(again: u8, rtos: Option<u8>, probes: bool) -> bool {
     again > 0 && rtos.map_or(probes, |r| again > r)
 }
@@ -268,6 +300,7 @@ impl ServerStamps {
             migrated,
             tlp: self.tlp,
             rtos: prev_sends.rtos,
+            recovery: prev_sends.recovery,
         });
         let migrated = self.cpu.is_some_and(|c| c != cpu);
         self.cpu = Some(cpu);
@@ -345,19 +378,25 @@ pub struct ClientPart {
 /// What touched one transaction besides how long each component took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Events {
-    /// The request's last segment sent again by the client: a tail loss probe (when
-    /// the kernel sent one), then RTOs (KERNEL_RTO §5–6); a lost response also makes
-    /// the client send its request again, whose ACK rode on that response.
+    /// Segments of the request the client sent again. A request of one segment: a tail
+    /// loss probe (when the kernel sent one), then RTOs (KERNEL_RTO §5–6); a lost
+    /// response also makes the client send its request again, whose ACK rode on that
+    /// response. A longer one: RTOs and loss recovery ([`Sends::recovery`]).
     pub request_retransmissions: u8,
-    /// µs from the request's first send to its last retransmission.
+    /// µs from the request's first send to its last segment's last retransmission.
     pub request_retransmitted_after_us: Option<u32>,
-    /// The first of them was the client's tail loss probe; the others were RTOs
-    /// ([`RtoCount`]).
+    /// The first of them was the client's tail loss probe; the others were RTOs and
+    /// loss recovery ([`RetransCounters`]).
     pub request_tlp: bool,
-    /// The response's last segment sent again by the server.
+    /// Of them, those loss recovery sent (a request longer than a segment).
+    #[serde(default)]
+    pub request_recovery: u8,
+    /// The same of the response, sent again by the server.
     pub response_retransmissions: u8,
     pub response_retransmitted_after_us: Option<u32>,
     pub response_tlp: bool,
+    #[serde(default)]
+    pub response_recovery: u8,
     /// TCP: the request's ACK came alone, [`DELACK_MIN_NS`] or more after the request
     /// left and before the response: the server's delayed-ACK timer sent it.
     pub delayed_ack: bool,
@@ -368,27 +407,35 @@ pub struct Events {
 }
 
 impl Events {
-    /// The retransmissions of both ends by kind: (tail loss probes, RTOs).
-    pub fn tlp_rto(&self) -> (u8, u8) {
+    /// The retransmissions of both ends by kind: (tail loss probes, RTOs, loss
+    /// recovery).
+    pub fn by_kind(&self) -> (u8, u8, u8) {
         let tlp = u8::from(self.request_tlp) + u8::from(self.response_tlp);
+        let recovery = self.request_recovery.saturating_add(self.response_recovery);
         let all = self
             .request_retransmissions
             .saturating_add(self.response_retransmissions);
-        (tlp, all.saturating_sub(tlp))
+        (
+            tlp,
+            all.saturating_sub(tlp).saturating_sub(recovery),
+            recovery,
+        )
     }
 
     /// The event that explains a slow transaction whose slowest component is the
     /// `component`-th of [`Components::parts`]: a retransmission first (it adds a
-    /// timer's worth; an RTO, or else a tail loss probe), then a delayed ACK, then a
-    /// migration of that component's host.
+    /// timer's worth or a round trip: an RTO, else a tail loss probe, else loss
+    /// recovery), then a delayed ACK, then a migration of that component's host.
     pub fn touching(&self, component: usize) -> Option<&'static str> {
         let client_side = component == 0 || component == 4;
         let server_side = component == 2 || component == 3;
-        let (tlp, rto) = self.tlp_rto();
+        let (tlp, rto, recovery) = self.by_kind();
         if rto > 0 {
             Some("rto")
         } else if tlp > 0 {
             Some("tlp")
+        } else if recovery > 0 {
+            Some("recovery")
         } else if self.delayed_ack {
             Some("delayed_ack")
         } else if (client_side && self.client_migrated) || (server_side && self.server_migrated) {
@@ -483,9 +530,11 @@ pub struct EventCounts {
     /// Segments the client and the server sent again, summed over transactions.
     pub request_retransmissions: u64,
     pub response_retransmissions: u64,
-    /// Those retransmissions by kind: tail loss probes and RTOs.
+    /// Those retransmissions by kind: tail loss probes, RTOs and loss recovery.
     pub tlp: u64,
     pub rto: u64,
+    #[serde(default)]
+    pub recovery: u64,
     pub delayed_ack: u64,
     pub client_migrated: u64,
     pub server_migrated: u64,
@@ -494,13 +543,14 @@ pub struct EventCounts {
 impl EventCounts {
     fn add(&mut self, e: &Events) {
         let (req, resp) = (e.request_retransmissions, e.response_retransmissions);
-        let (tlp, rto) = e.tlp_rto();
+        let (tlp, rto, recovery) = e.by_kind();
         self.merge(&Self {
             retransmitted: u64::from(req > 0 || resp > 0),
             request_retransmissions: u64::from(req),
             response_retransmissions: u64::from(resp),
             tlp: u64::from(tlp),
             rto: u64::from(rto),
+            recovery: u64::from(recovery),
             delayed_ack: u64::from(e.delayed_ack),
             client_migrated: u64::from(e.client_migrated),
             server_migrated: u64::from(e.server_migrated),
@@ -513,6 +563,7 @@ impl EventCounts {
         self.response_retransmissions += o.response_retransmissions;
         self.tlp += o.tlp;
         self.rto += o.rto;
+        self.recovery += o.recovery;
         self.delayed_ack += o.delayed_ack;
         self.client_migrated += o.client_migrated;
         self.server_migrated += o.server_migrated;
@@ -579,10 +630,16 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
         events: Events {
             request_retransmissions: c.sends.again,
             request_retransmitted_after_us: c.sends.retransmitted_after_us(),
-            request_tlp: probed(c.sends.again, c.sends.rtos, c.tlp),
+            request_tlp: probed(
+                c.sends.again.saturating_sub(c.sends.recovery),
+                c.sends.rtos,
+                c.tlp,
+            ),
+            request_recovery: c.sends.recovery,
             response_retransmissions: s.retransmissions,
             response_retransmitted_after_us: s.retransmitted_after_us,
-            response_tlp: probed(s.retransmissions, s.rtos, s.tlp),
+            response_tlp: probed(s.retransmissions.saturating_sub(s.recovery), s.rtos, s.tlp),
+            response_recovery: s.recovery,
             // With a retransmission, an ACK alone answers the copy (a duplicate
             // request, the server's probe), not a timer.
             delayed_ack: c.sends.again == 0
@@ -1017,9 +1074,9 @@ pub struct Tail {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cause {
     pub component: String,
-    /// "rto", "tlp" (a retransmission by that timer), "delayed_ack" or "migration"
-    /// (of the component's host), or none: the component was slow with nothing the
-    /// kernel reported.
+    /// "rto", "tlp" (a retransmission by that timer), "recovery" (by loss recovery),
+    /// "delayed_ack" or "migration" (of the component's host), or none: the component
+    /// was slow with nothing the kernel reported.
     pub event: Option<String>,
     /// Of the tail's transactions, the share this component slowed most.
     pub share_pct: f64,
@@ -1217,9 +1274,19 @@ mod tests {
             migrated: true,
             tlp: true,
             rtos: Some(1),
+            recovery: 0,
         };
         p.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(p));
+        // A long response: its loss recovery's count, and its last segment sent once.
+        let long = ServerPart {
+            retransmissions: 7,
+            retransmitted_after_us: None,
+            recovery: 6,
+            ..p
+        };
+        long.write(&mut resp);
+        assert_eq!(ServerPart::read(&resp), Some(long));
         // A kernel that counts no RTOs: none said, not zero.
         let uncounted = ServerPart { rtos: None, ..p };
         uncounted.write(&mut resp);
@@ -1253,6 +1320,7 @@ mod tests {
                 migrated: false,
                 tlp: false,
                 rtos: None,
+                recovery: 0,
             }
         );
         // At the end, transaction 2's part (read on CPU 1 after 0: migrated), once.
@@ -1427,7 +1495,7 @@ mod tests {
         // The ACK came alone, but after the request was sent again: not the timer's.
         assert!(!e.delayed_ack);
         // Without tail loss probes (the parts say none), every one was an RTO.
-        assert_eq!(e.tlp_rto(), (0, 3));
+        assert_eq!(e.by_kind(), (0, 3, 0));
         assert_eq!(e.touching(4), Some("rto"));
         let probed = join(
             &ClientPart { tlp: true, ..c },
@@ -1436,7 +1504,7 @@ mod tests {
         .unwrap()
         .events;
         assert_eq!((probed.request_tlp, probed.response_tlp), (true, true));
-        assert_eq!(probed.tlp_rto(), (2, 1));
+        assert_eq!(probed.by_kind(), (2, 1, 0));
         // Where the kernels counted their RTOs, the counts decide: a client that
         // probes but whose two retransmissions were both RTOs (an earlier probe still
         // unresolved), a server whose one was not.
@@ -1458,7 +1526,40 @@ mod tests {
         .unwrap()
         .events;
         assert_eq!((counted.request_tlp, counted.response_tlp), (false, true));
-        assert_eq!(counted.tlp_rto(), (1, 2));
+        assert_eq!(counted.by_kind(), (1, 2, 0));
+        // Long messages: the kernel counted 5 request segments sent again, one by the
+        // RTO timer, and 3 response segments, none by it; the rest were loss recovery,
+        // and no probe is claimed (tcp_info does not tell one apart).
+        let long = join(
+            &ClientPart {
+                tlp: true,
+                sends: Sends {
+                    again: 5,
+                    rtos: Some(1),
+                    recovery: 4,
+                    ..c.sends
+                },
+                ..c
+            },
+            &ServerPart {
+                tlp: true,
+                retransmissions: 3,
+                rtos: Some(0),
+                recovery: 3,
+                ..s
+            },
+        )
+        .unwrap()
+        .events;
+        assert_eq!((long.request_tlp, long.response_tlp), (false, false));
+        assert_eq!(long.by_kind(), (0, 1, 7));
+        let recovered = Events {
+            response_retransmissions: 2,
+            response_recovery: 2,
+            ..Events::default()
+        };
+        assert_eq!(recovered.by_kind(), (0, 0, 2));
+        assert_eq!(recovered.touching(1), Some("recovery"));
         let quiet = Events {
             client_migrated: true,
             ..Events::default()

@@ -1338,7 +1338,7 @@ impl DataTest {
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let mut book = anatomy::ServerStamps::default();
         book.tlp = anatomy::probes_tail_loss(fd);
-        let mut rtos = anatomy::RtoCount::new(fd);
+        let mut rtos = anatomy::RetransCounters::new(fd, resp_len);
         let mut w = &s;
         while let Some(rx) = read_stamped(fd, &mut req, || !stop.load(Ordering::Relaxed)) {
             let returned = crate::kernel::realtime_ns();

@@ -293,12 +293,13 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
     let e = &a.events;
     let _ = writeln!(
         out,
-        "events: {} transactions retransmitted ({} request and {} response segments sent again: {} tail loss probes, {} RTOs), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
+        "events: {} transactions retransmitted ({} request and {} response segments sent again: {} tail loss probes, {} RTOs, {} by loss recovery), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
         e.retransmitted,
         e.request_retransmissions,
         e.response_retransmissions,
         e.tlp,
         e.rto,
+        e.recovery,
         e.delayed_ack,
         e.client_migrated,
         e.server_migrated

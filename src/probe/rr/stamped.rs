@@ -135,7 +135,7 @@ pub(super) fn tcp_rr(
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut book = cx.anatomy();
     let tlp = crate::probe::anatomy::probes_tail_loss(fd);
-    let mut rtos = crate::probe::anatomy::RtoCount::new(fd);
+    let mut rtos = crate::probe::anatomy::RetransCounters::new(fd, req_len);
     // OPT_ID numbers a TCP send's last byte from 0.
     let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
     let mut now = cx.start;
@@ -203,7 +203,7 @@ pub(super) fn tcp_rr(
 /// run: the kernel turns receive stamps on lazily and off with the last socket that
 /// wants them, which would leave each new connection's response unstamped.
 pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamOutcome {
-    use crate::probe::anatomy::{probes_tail_loss, RtoCount, ServerPart, MIN_RESPONSE};
+    use crate::probe::anatomy::{probes_tail_loss, RetransCounters, ServerPart, MIN_RESPONSE};
     use crate::probe::io::{read_full, ReadEnd};
     let mut out = StreamOutcome::default();
     let hold = std::net::UdpSocket::bind(("127.0.0.1", 0))
@@ -237,7 +237,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                 break 'run;
             }
             // The handshake's RTOs (a lost SYN) are not the request's.
-            let mut rtos = RtoCount::new(fd);
+            let mut rtos = RetransCounters::new(fd, req.len() as u64);
             let unread = |e: Option<&io::Error>| {
                 Some(e.map_or_else(
                     || "the server closed the connection before responding".into(),
