@@ -525,6 +525,66 @@ fn long_messages_retransmissions_are_the_kernels() {
     );
 }
 
+/// TCP_CRR's responses sent again: the server sends its part once the response is
+/// acknowledged, so every copy of it is counted. Witness: the packets on the wire, as
+/// tcpdump captured them leaving b (before the emulator drops any): each 1000-byte
+/// response segment seen more than once was retransmitted. Loss is on b → a only (10 %:
+/// a dozen responses lost in 120; the requests and their ACKs all arrive).
+#[test]
+fn tcp_crr_counts_the_responses_sent_again() {
+    if !privileged("tcp_crr_counts_the_responses_sent_again") {
+        return;
+    }
+    let lab = Lab::up("cl", &["--delay", "1ms"]);
+    lab.set(&["--loss", "10%", "--dir", "b2a"]);
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("b.pcap");
+    let ns = format!("rttlab-lab-{}-b", lab.name);
+    let mut dump = Command::new("ip")
+        .args(["netns", "exec", &ns, "tcpdump", "-i", "eth0", "-w"])
+        .arg(&pcap)
+        .args(["--immediate-mode", "-Z", "root", "-U", "tcp and src host b"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let doc = lab_rr(&lab, &["-t", "TCP_CRR", "-n", "120", "-r", "1,1000"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: signalling the tcpdump this test started.
+    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
+    dump.wait().unwrap();
+    let o = Command::new("tcpdump")
+        .args(["-nn", "-S", "-r"])
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    // "IP b.port > a.port: Flags [P.], seq 123:1123, ack …, length 1000"
+    let mut copies = std::collections::HashMap::<(String, String), u64>::new();
+    for l in text.lines().filter(|l| l.ends_with("length 1000")) {
+        let flow = l.split(':').next().unwrap_or_default().to_string();
+        let seq = l
+            .split(", ")
+            .find_map(|f| f.strip_prefix("seq "))
+            .unwrap_or_else(|| panic!("no seq in {l}"))
+            .to_string();
+        *copies.entry((flow, seq)).or_default() += 1;
+    }
+    let wire: u64 = copies.values().map(|c| c - 1).sum();
+    let a = &doc["anatomy"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
+    let ours = n(&a["events"]["response_retransmissions"]);
+    eprintln!(
+        "responses sent again: the anatomy {ours}, the wire {wire} ({} responses seen)",
+        copies.len()
+    );
+    assert_eq!(copies.len(), 120, "responses on the wire");
+    assert_eq!(n(&a["stamped"]), 120, "{a}");
+    assert!(wire >= 3, "too few losses to judge: {wire}");
+    assert_eq!(ours, wire, "{a}");
+}
+
 /// A server that thinks 60 ms holds each request's ACK past TCP_DELACK_MIN (40 ms),
 /// unless the kernel left its interactive (pingpong) mode and ACKed at once. Witness:
 /// the server namespace's TcpExt DelayedACKs, the kernel's count of its delayed-ACK

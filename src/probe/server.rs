@@ -1468,9 +1468,10 @@ impl DataTest {
     }
 
     /// TCP_CRR with `--anatomy`: the request read with its RX stamp, the response, and
-    /// after it, once the response's SND stamp is in, the server's part of this one
-    /// transaction in a message of [`MIN_RESPONSE`](crate::probe::anatomy::MIN_RESPONSE)
-    /// bytes (a connection has no next response to carry it). True when answered.
+    /// after it, once the response is acknowledged (every copy of it sent by then), the
+    /// server's part of this one transaction in a message of
+    /// [`MIN_RESPONSE`](crate::probe::anatomy::MIN_RESPONSE) bytes (a connection has no
+    /// next response to carry it). True when answered.
     fn serve_crr_stamped(
         &self,
         s: &TcpStream,
@@ -1480,10 +1481,13 @@ impl DataTest {
     ) -> bool {
         use crate::probe::{anatomy, stamps};
         let fd = s.as_raw_fd();
-        // Numbers this connection's bytes from 0 (OPT_ID counts from the setsockopt).
-        if stamps::enable(fd, false).is_err() {
+        // Numbers this connection's bytes from 0 (OPT_ID counts from the setsockopt);
+        // TX ACK: the response's ACK says no copy of it will follow.
+        if stamps::enable(fd, true).is_err() {
             return false;
         }
+        // The handshake's retransmissions (a SYN-ACK sent again) are not the response's.
+        let mut counters = anatomy::RetransCounters::new(fd, resp.len() as u64);
         let t0 = Instant::now();
         let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
         let Some(rx) = read_stamped(fd, req, keep) else {
@@ -1496,7 +1500,10 @@ impl DataTest {
         if write_full(&mut w, resp, || !stop.load(Ordering::Relaxed)).is_err() {
             return false;
         }
-        let sends = sent_now(fd, (resp.len() as u32).wrapping_sub(1));
+        let Some(mut sends) = acked_sends(fd, (resp.len() as u32).wrapping_sub(1), keep) else {
+            return false;
+        };
+        counters.note(fd, &mut sends);
         let mut book = anatomy::ServerStamps::default();
         // Every connection from the same client negotiates the same: asked once.
         book.tlp = *tlp.get_or_insert_with(|| anatomy::probes_tail_loss(fd));
@@ -1629,22 +1636,32 @@ fn read_stamped(
     Some(rx)
 }
 
-/// The SND stamp of byte `want` of a message just sent, waiting for it up to 20 ms
-/// (the stamp is taken when the segment reaches the device, usually within `send()`).
-fn sent_now(fd: std::os::fd::RawFd, want: u32) -> crate::probe::anatomy::Sends {
+/// The SND stamps of byte `want` of a message just sent, read until its ACK stamp:
+/// every copy of it the kernel sent (a retransmission comes before the ACK it earns).
+/// `None` when `keep` stops the wait first (the client went quiet or the run ended).
+fn acked_sends(
+    fd: std::os::fd::RawFd,
+    want: u32,
+    keep: impl Fn() -> bool,
+) -> Option<crate::probe::anatomy::Sends> {
     use crate::probe::{anatomy, stamps};
     let mut sends = anatomy::Sends::default();
-    let until = Instant::now() + Duration::from_millis(20);
+    let mut acked = false;
     loop {
         let _ = stamps::drain_tx(fd, |t| {
-            if t.kind == stamps::TxKind::Sent && t.id == want {
-                sends.add(t.ns);
+            if t.id == want {
+                match t.kind {
+                    stamps::TxKind::Sent => sends.add(t.ns),
+                    stamps::TxKind::Acked => acked = true,
+                }
             }
-            sends.first.is_some()
+            acked
         });
-        let left = until.saturating_duration_since(Instant::now());
-        if sends.first.is_some() || left.is_zero() {
-            return sends;
+        if acked {
+            return Some(sends);
+        }
+        if !keep() {
+            return None;
         }
         // An error-queue entry shows as POLLERR.
         let mut p = libc::pollfd {
@@ -1653,7 +1670,7 @@ fn sent_now(fd: std::os::fd::RawFd, want: u32) -> crate::probe::anatomy::Sends {
             revents: 0,
         };
         // SAFETY: one valid pollfd for the call's duration.
-        unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as libc::c_int) };
+        unsafe { libc::poll(&mut p, 1, POLL_TICK.as_millis() as libc::c_int) };
     }
 }
 
