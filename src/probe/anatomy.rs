@@ -104,7 +104,7 @@ impl ServerPart {
             rx_ns,
             tx_ns: rx_ns
                 .zip(recv_ns.zip(app_ns))
-                .map(|(rx, (r, a))| rx + u64::from(r) + u64::from(a)),
+                .and_then(|(rx, (r, a))| rx.checked_add(u64::from(r))?.checked_add(u64::from(a))),
             retransmissions,
             retransmitted_after_us: (retransmissions > 0).then(|| word(28)).and_then(opt),
             migrated: t[25] & 1 != 0,
@@ -891,7 +891,7 @@ impl Recorder {
             0
         } else {
             let &(_, f, b) = v.iter().min_by_key(|&&(_, f, b)| f.saturating_add(b))?;
-            (f - b) / 2
+            f.saturating_sub(b) / 2
         };
         let mut req = LatencyHistogram::new();
         let mut resp = LatencyHistogram::new();
@@ -900,7 +900,8 @@ impl Recorder {
         let mut negative = 0u64;
         let mut prev: Option<(u64, i64, i64)> = None;
         for &(n, f, b) in v {
-            let (f, b) = (f - offset, b + offset);
+            // Saturating: the server's stamps are its word, and may be anything.
+            let (f, b) = (f.saturating_sub(offset), b.saturating_add(offset));
             for (h, x) in [(&mut req, f), (&mut resp, b)] {
                 match u64::try_from(x) {
                     Ok(x) => h.record_ns(x),
@@ -910,8 +911,8 @@ impl Recorder {
             // RFC 3393: the variation between consecutive packets, as a magnitude.
             if let Some((pn, pf, pb)) = prev.filter(|&(pn, _, _)| pn + 1 == n) {
                 let _ = pn;
-                ipdv_req.record_ns((f - pf).unsigned_abs());
-                ipdv_resp.record_ns((b - pb).unsigned_abs());
+                ipdv_req.record_ns(f.abs_diff(pf));
+                ipdv_resp.record_ns(b.abs_diff(pb));
             }
             prev = Some((n, f, b));
         }
@@ -1296,6 +1297,16 @@ mod tests {
         zero.write(&mut resp);
         assert_eq!(ServerPart::read(&resp), Some(zero));
         assert_eq!(ServerPart::read(&resp[..10]), None);
+        // A server whose RX stamp sits at the clock's end: its TX stamp would lie past
+        // it, so there is none (witness: arithmetic, u64::MAX + 12 does not fit).
+        let end = ServerPart {
+            rx_ns: Some(u64::MAX),
+            recv_ns: Some(12),
+            app_ns: Some(0),
+            ..p
+        };
+        end.write(&mut resp);
+        assert_eq!(ServerPart::read(&resp).map(|p| p.tx_ns), Some(None));
     }
 
     #[test]

@@ -51,7 +51,11 @@ impl LatencyHistogram {
     pub fn record_ns(&mut self, ns: u64) {
         self.count += 1;
         self.sum_ns += u128::from(ns);
-        self.sum_sq_ns += u128::from(ns) * u128::from(ns);
+        // Saturating: a peer's stamp can put a sample near u64::MAX, and four squares
+        // of those fill a u128.
+        self.sum_sq_ns = self
+            .sum_sq_ns
+            .saturating_add(u128::from(ns) * u128::from(ns));
         self.min_ns = self.min_ns.min(ns);
         self.max_ns = self.max_ns.max(ns);
         let clamped = ns.clamp(1, MAX_TRACKABLE_NS);
@@ -74,7 +78,7 @@ impl LatencyHistogram {
         }
         self.count += other.count;
         self.sum_ns += other.sum_ns;
-        self.sum_sq_ns += other.sum_sq_ns;
+        self.sum_sq_ns = self.sum_sq_ns.saturating_add(other.sum_sq_ns);
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
         self.saturated += other.saturated;
@@ -125,9 +129,20 @@ impl LatencyHistogram {
             return None;
         }
         let n = self.count as u128;
-        // n·Σx² − (Σx)² is exact in integers and never negative.
-        let num = n * self.sum_sq_ns - self.sum_ns * self.sum_ns;
-        Some(((num as f64) / (n as f64 * n as f64)).sqrt())
+        // n·Σx² − (Σx)² is exact in integers and never negative, while it fits; samples
+        // of centuries (a peer's stamps are its word) take the floating-point form.
+        let exact = n
+            .checked_mul(self.sum_sq_ns)
+            .zip(self.sum_ns.checked_mul(self.sum_ns))
+            .and_then(|(a, b)| a.checked_sub(b));
+        let var = match exact {
+            Some(num) => num as f64 / (n as f64 * n as f64),
+            None => {
+                let mean = self.sum_ns as f64 / n as f64;
+                (self.sum_sq_ns as f64 / n as f64 - mean * mean).max(0.0)
+            }
+        };
+        Some(var.sqrt())
     }
 
     /// Value at quantile `q` in [0, 1] (HDR resolution: within 0.1 %), clamped to the
@@ -288,6 +303,17 @@ mod tests {
         assert_eq!(h.saturated(), 1);
         assert_eq!(h.max_ns(), Some(u64::MAX / 4));
         assert!(h.quantile_ns(1.0).is_some());
+        // Samples whose squares overflow the exact sums (a peer's stamps are its word):
+        // witness, arithmetic: five equal samples have no spread, and their merge with
+        // an equal histogram neither.
+        let mut far = LatencyHistogram::new();
+        for _ in 0..5 {
+            far.record_ns(u64::MAX);
+        }
+        assert_eq!(far.stddev_ns(), Some(0.0));
+        let copy = far.clone();
+        far.merge(&copy);
+        assert_eq!((far.count(), far.stddev_ns()), (10, Some(0.0)));
     }
 
     #[test]
