@@ -909,8 +909,7 @@ impl Recorder {
                 }
             }
             // RFC 3393: the variation between consecutive packets, as a magnitude.
-            if let Some((pn, pf, pb)) = prev.filter(|&(pn, _, _)| pn + 1 == n) {
-                let _ = pn;
+            if let Some((_, pf, pb)) = prev.filter(|&(pn, _, _)| pn + 1 == n) {
                 ipdv_req.record_ns(f.abs_diff(pf));
                 ipdv_resp.record_ns(b.abs_diff(pb));
             }

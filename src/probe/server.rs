@@ -1338,7 +1338,7 @@ impl DataTest {
         let mut resp = vec![0u8; self.spec.response_size as usize];
         let mut book = anatomy::ServerStamps::default();
         book.tlp = anatomy::probes_tail_loss(fd);
-        let mut rtos = anatomy::RetransCounters::new(fd, resp_len);
+        let mut retrans = anatomy::RetransCounters::new(fd, resp_len);
         let mut w = &s;
         while let Some(rx) = read_stamped(fd, &mut req, || !stop.load(Ordering::Relaxed)) {
             let returned = crate::kernel::realtime_ns();
@@ -1347,7 +1347,7 @@ impl DataTest {
             // The previous response's SND stamps: its last byte's offset from 0.
             let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
             let mut sends = previous_sends(fd, want, rx);
-            rtos.note(fd, &mut sends);
+            retrans.note(fd, &mut sends);
             let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
             match book.next(seq, rx, returned, cpu, sends, seq) {
                 Some(p) => p.write(&mut resp),
@@ -1366,7 +1366,7 @@ impl DataTest {
         // The last response's stamps have long come (the client read it before ending).
         let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
         let mut sends = previous_sends(fd, want, None);
-        rtos.note(fd, &mut sends);
+        retrans.note(fd, &mut sends);
         let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
         c.last_part = book
             .last(sends, answered)
@@ -1487,7 +1487,7 @@ impl DataTest {
             return false;
         }
         // The handshake's retransmissions (a SYN-ACK sent again) are not the response's.
-        let mut counters = anatomy::RetransCounters::new(fd, resp.len() as u64);
+        let mut retrans = anatomy::RetransCounters::new(fd, resp.len() as u64);
         let t0 = Instant::now();
         let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
         let Some(rx) = read_stamped(fd, req, keep) else {
@@ -1503,7 +1503,7 @@ impl DataTest {
         let Some(mut sends) = acked_sends(fd, (resp.len() as u32).wrapping_sub(1), keep) else {
             return false;
         };
-        counters.note(fd, &mut sends);
+        retrans.note(fd, &mut sends);
         let mut book = anatomy::ServerStamps::default();
         // Every connection from the same client negotiates the same: asked once.
         book.tlp = *tlp.get_or_insert_with(|| anatomy::probes_tail_loss(fd));

@@ -135,7 +135,7 @@ pub(super) fn tcp_rr(
     let mut resp = vec![0u8; cx.s.response_size as usize];
     let mut book = cx.anatomy();
     let tlp = crate::probe::anatomy::probes_tail_loss(fd);
-    let mut rtos = crate::probe::anatomy::RetransCounters::new(fd, req_len);
+    let mut retrans = crate::probe::anatomy::RetransCounters::new(fd, req_len);
     // OPT_ID numbers a TCP send's last byte from 0.
     let last_byte = |n: u64| (n * req_len).wrapping_sub(1) as u32;
     let mut now = cx.start;
@@ -170,7 +170,7 @@ pub(super) fn tcp_rr(
                 }
                 part.sends.first.is_some() && part.acked.is_some()
             });
-            rtos.note(fd, &mut part.sends);
+            retrans.note(fd, &mut part.sends);
             if let Some(ns) = late_ack {
                 book.late_ack((seq - 1) as u32, ns);
             }
@@ -236,8 +236,8 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                 out.error = Some(format!("SO_TIMESTAMPING on a new connection: {e}"));
                 break 'run;
             }
-            // The handshake's RTOs (a lost SYN) are not the request's.
-            let mut rtos = RetransCounters::new(fd, req.len() as u64);
+            // The handshake's retransmissions (a lost SYN) are not the request's.
+            let mut retrans = RetransCounters::new(fd, req.len() as u64);
             let unread = |e: Option<&io::Error>| {
                 Some(e.map_or_else(
                     || "the server closed the connection before responding".into(),
@@ -272,7 +272,7 @@ pub(super) fn tcp_crr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> Stream
                     }
                     part.sends.first.is_some() && part.acked.is_some()
                 });
-                rtos.note(fd, &mut part.sends);
+                retrans.note(fd, &mut part.sends);
                 if let Some(server) = ServerPart::read(&trailer) {
                     let joined = book.record_joined(part, server, cx.stream);
                     if let (Some(l), Some(log)) = (joined, cx.slow_log) {
