@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bin, free_port, privileged, wait_listening, ServeChild};
+use common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
 use rttlab::lab::control::Start;
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::Impairments;
@@ -419,7 +419,9 @@ fn trouble(ns: &str) -> BTreeMap<(String, String), Trouble> {
 /// or TCP retransmissions than the least of d's pairs (a scheduling stall on a loaded
 /// 2-vCPU machine can cause a stray one; see `Trouble`). The
 /// passive_ts layer, from TCP timestamps of two application flows on each host's
-/// interface, shows the same RTTs at the flows' clients.
+/// interface, shows the same RTTs at the flows' clients. The agents serve over TLS
+/// with basic auth from an exporter-toolkit web config, and Prometheus scrapes them
+/// with its own TLS client and credentials (every number above came that way).
 #[test]
 fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     if !privileged("prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble") {
@@ -453,12 +455,17 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
         ),
     )
     .unwrap();
+    // The agents serve their metrics over TLS with basic auth, from one
+    // exporter-toolkit web config; Prometheus scrapes them so.
+    let (web, password) = tls_files(dir.path());
     let mut agents = Vec::new();
     for h in HOSTS {
         let ns = lab.host_netns(h).unwrap();
         let child = rttlab::lab::exec::command(ns, bin().to_str().unwrap())
             .args(["agent", "--peers-file"])
             .arg(&peers)
+            .arg("--web-config")
+            .arg(&web)
             .args([
                 "--probes",
                 "icmp,tcp_rr,udp_rr,tcp_crr",
@@ -495,7 +502,8 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: rttlab\n    static_configs:\n      - targets: [{}]\n",
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: rttlab\n    scheme: https\n    tls_config:\n      ca_file: {}\n      server_name: rttlab-agent\n    basic_auth:\n      username: prometheus\n      password: '{password}'\n    static_configs:\n      - targets: [{}]\n",
+            dir.path().join("ca.crt").display(),
             list.join(", ")
         ),
     )

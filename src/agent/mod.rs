@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod crr;
 pub mod exposition;
+pub mod http;
 pub mod metrics;
 pub mod passive;
 pub mod peers;

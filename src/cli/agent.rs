@@ -4,7 +4,9 @@ use super::secret::SecretArgs;
 use super::values;
 use anyhow::{bail, Context};
 use clap::Args;
-use rttlab::agent::exposition::{write_textfile, MetricsServer};
+use rttlab::agent::exposition::write_textfile;
+use rttlab::agent::http::web_config::WebConfig;
+use rttlab::agent::http::{HttpLimits, MetricsServer};
 use rttlab::agent::metrics::{Buckets, Metrics};
 use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
@@ -77,9 +79,19 @@ pub struct AgentArgs {
     /// Address of the probe server (repeatable), ADDR or ADDR:PORT [default: [::]:12866].
     #[arg(short = 'L', long = "listen", value_name = "ADDR")]
     pub listen: Vec<String>,
-    /// Where /metrics is served, ADDR:PORT.
-    #[arg(long, default_value = "[::]:9812")]
+    /// Where /metrics, /-/healthy and /-/ready are served, ADDR:PORT.
+    #[arg(long, alias = "web.listen-address", default_value = "[::]:9812")]
     pub metrics_listen: SocketAddr,
+    /// TLS and basic authentication for the metrics endpoint, in the Prometheus
+    /// exporters' web-config.yml format (tls_server_config, basic_auth_users,
+    /// http_server_config.headers): the file node_exporter or smokeping_prober takes
+    /// with --web.config.file works unchanged.
+    #[arg(long, alias = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
+    /// Most connections the metrics endpoint holds open (a quarter of them per
+    /// client address); at the limit the oldest idle one makes room.
+    #[arg(long, default_value_t = HttpLimits::default().max_connections)]
+    pub metrics_max_connections: usize,
     /// Also write the metrics to this file every interval (atomically), for
     /// node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
@@ -258,12 +270,29 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let _server = server.spawn().context("starting the probe server")?;
 
     let metrics = Arc::new(Metrics::new(&current.buckets));
-    let http = MetricsServer::bind(a.metrics_listen).with_context(|| {
+    let web = match &a.web_config {
+        Some(p) => WebConfig::read(p)?,
+        None => WebConfig::none(),
+    };
+    let scheme = if web.tls.is_some() { "https" } else { "http" };
+    if a.metrics_max_connections == 0 {
+        bail!("--metrics-max-connections must be at least 1");
+    }
+    let http = MetricsServer::bind(
+        a.metrics_listen,
+        web,
+        HttpLimits {
+            max_connections: a.metrics_max_connections,
+            ..HttpLimits::default()
+        },
+    )
+    .with_context(|| {
         format!(
             "cannot serve metrics on {} (--metrics-listen)",
             a.metrics_listen
         )
     })?;
+    let http_addr = http.addr;
     let mut agent = Agent::new(
         Arc::clone(&metrics),
         current.probes.clone(),
@@ -291,15 +320,19 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
         .context("installing the SIGHUP handler")?;
     eprintln!(
-        "rttlab agent: serving probes on {}, metrics on http://{}/metrics, probing {} peer(s) with {}",
+        "rttlab agent: serving probes on {}, metrics on {scheme}://{}/metrics, probing {} peer(s) with {}",
         served.join(", "),
-        http.addr,
+        http_addr,
         current.peers.len(),
         current.probes.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
     );
 
     std::thread::scope(|s| -> anyhow::Result<()> {
-        s.spawn(|| http.serve(&metrics, &stop));
+        s.spawn(|| {
+            if let Err(e) = http.serve(&metrics, &stop) {
+                eprintln!("rttlab agent: the metrics endpoint stopped: {e}");
+            }
+        });
         let mut seen = stamp(&current.peers_file);
         let mut next_textfile = Instant::now();
         while !stop.load(Ordering::Relaxed) {

@@ -533,3 +533,87 @@ impl Drop for Lab {
             .output();
     }
 }
+
+/// The exporter-toolkit files of a TLS and basic-auth agent in `dir`: a CA
+/// (`ca.crt`) and a server certificate for 127.0.0.1 and the name `rttlab-agent` made
+/// by openssl, the web config (returned) and the password for user `prometheus`.
+pub fn tls_files(dir: &std::path::Path) -> (PathBuf, &'static str) {
+    let run = |args: &[&str]| {
+        let st = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(st.success(), "openssl {args:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-days",
+            "2",
+            "-subj",
+            "/CN=rttlab test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-subj",
+            "/CN=rttlab-agent",
+            "-keyout",
+            "agent.key",
+            "-out",
+            "agent.csr",
+        ],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:rttlab-agent\n",
+    )
+    .unwrap();
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "agent.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "agent.crt",
+    ]);
+    let password = "correct horse battery staple";
+    let hash = bcrypt::hash(password, 6).unwrap();
+    let web = dir.join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: agent.crt\n  key_file: agent.key\nbasic_auth_users:\n  prometheus: '{hash}'\nhttp_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n"
+        ),
+    )
+    .unwrap();
+    (web, password)
+}
