@@ -7,7 +7,9 @@ use rttlab::capture::CaptureReader;
 use rttlab::wire::{decode, LinkType};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(mut r) = CaptureReader::new(data) else { return };
+    let Ok(mut r) = CaptureReader::new(data) else {
+        return;
+    };
     for _ in 0..10_000 {
         match r.next_packet() {
             Ok(Some(p)) => {

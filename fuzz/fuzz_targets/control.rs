@@ -7,8 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use rttlab::probe::control::{
-    read_first_server_msg, read_msg, read_msg_limited, write_msg, ClientMsg, ControlError,
-    Limits, Role, ServerMsg, Session, MAX_HANDSHAKE_FRAME,
+    read_first_server_msg, read_msg, read_msg_limited, write_msg, ClientMsg, ControlError, Limits,
+    Role, ServerMsg, Session, MAX_HANDSHAKE_FRAME,
 };
 use rttlab::probe::server::validate;
 
@@ -32,7 +32,12 @@ fuzz_target!(|data: &[u8]| {
         let mut sealed = Vec::new();
         client.write(&mut sealed, &m).expect("seals");
         let mut server = Session::derive(b"secret", b"c", b"s", Role::Server);
-        assert_eq!(server.read::<_, ClientMsg>(&mut &sealed[..]).expect("opens"), m);
+        assert_eq!(
+            server
+                .read::<_, ClientMsg>(&mut &sealed[..])
+                .expect("opens"),
+            m
+        );
         let mut other = Session::derive(b"secret", b"c", b"t", Role::Server);
         assert!(other.read::<_, ClientMsg>(&mut &sealed[..]).is_err());
     }

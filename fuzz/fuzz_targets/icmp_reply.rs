@@ -9,11 +9,19 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 3 {
         return;
     }
-    let (flags, ident, pkt) = (data[0], u16::from(data[1]) << 8 | u16::from(data[2]), &data[3..]);
+    let (flags, ident, pkt) = (
+        data[0],
+        u16::from(data[1]) << 8 | u16::from(data[2]),
+        &data[3..],
+    );
     let (v6, raw) = (flags & 1 == 1, flags & 2 == 2);
     let size = usize::from(flags >> 2);
     if let Some(r) = parse_reply(pkt, v6, raw, ident, size) {
-        let icmp = if !v6 && raw { &pkt[usize::from(pkt[0] & 0x0f) * 4..] } else { pkt };
+        let icmp = if !v6 && raw {
+            &pkt[usize::from(pkt[0] & 0x0f) * 4..]
+        } else {
+            pkt
+        };
         assert_eq!(icmp[0], if v6 { 129 } else { 0 });
         if raw {
             assert_eq!(u16::from_be_bytes([icmp[4], icmp[5]]), ident);

@@ -13,12 +13,18 @@ struct Check;
 impl Sink for Check {
     fn sample(&mut self, s: &Sample) {
         assert!(s.min_ns <= s.rtt_ns);
-        assert!(s.rtt_ns <= 10_000_000_000, "older than max_age: {}", s.rtt_ns);
+        assert!(
+            s.rtt_ns <= 10_000_000_000,
+            "older than max_age: {}",
+            s.rtt_ns
+        );
     }
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&mode, mut rest)) = data.split_first() else { return };
+    let Some((&mode, mut rest)) = data.split_first() else {
+        return;
+    };
     let mut a = Analyzer::new(Config {
         ts_record: if mode & 1 == 0 {
             rttlab::passive::ts::Record::Data
@@ -39,7 +45,11 @@ fuzz_target!(|data: &[u8]| {
         }),
         ..Config::default()
     });
-    let link = if mode & 4 == 0 { LinkType::Ethernet } else { LinkType::Raw };
+    let link = if mode & 4 == 0 {
+        LinkType::Ethernet
+    } else {
+        LinkType::Raw
+    };
     let mut now = 1_000_000_000u64;
     while rest.len() >= 6 {
         let len = usize::from(u16::from_le_bytes([rest[0], rest[1]]));

@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use rttlab::wire::{decode, LinkType, Transport};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&which, frame)) = data.split_first() else { return };
+    let Some((&which, frame)) = data.split_first() else {
+        return;
+    };
     let numbers = [0u32, 1, 101, 113, 228, 229, 276];
     let Some(link) = LinkType::from_number(numbers[usize::from(which) % numbers.len()]) else {
         return;

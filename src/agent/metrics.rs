@@ -19,6 +19,16 @@ use std::time::Duration;
 /// A series' labels: `peer`, `layer`, then the peer's own labels from file_sd.
 pub type Labels = Vec<(String, String)>;
 
+/// The reasons of `rttlab_agent_http_refused_total`.
+pub const HTTP_REFUSALS: [&str; 6] = [
+    "displaced",
+    "busy",
+    "body",
+    "method",
+    "unauthorized",
+    "web_config",
+];
+
 /// Label names the agent sets itself; file_sd may not reuse them.
 pub const OWN_LABELS: [&str; 2] = ["peer", "layer"];
 
@@ -116,6 +126,8 @@ pub struct Metrics {
     pub scrape_duration: Gauge64,
     pub reloads: Family<Labels, Counter>,
     pub reload_ok: Gauge,
+    /// Connections and requests the metrics endpoint refused, by reason.
+    pub http_refused: Family<Labels, Counter>,
     /// Bytes of the last exposition.
     last_len: AtomicUsize,
 }
@@ -141,6 +153,7 @@ impl Metrics {
             scrape_duration: Gauge::default(),
             reloads: Family::default(),
             reload_ok: Gauge::default(),
+            http_refused: Family::default(),
             last_len: AtomicUsize::new(0),
             registry: Registry::default(),
         };
@@ -209,6 +222,17 @@ impl Metrics {
             "rttlab_agent_config_reloads",
             "Reloads of the configuration and peers file, by result",
             m.reloads.clone(),
+        );
+        // Present at 0 from the start, so that rate() sees the first refusal.
+        for reason in HTTP_REFUSALS {
+            let _ = m
+                .http_refused
+                .get_or_create(&vec![("reason".into(), reason.into())]);
+        }
+        r.register(
+            "rttlab_agent_http_refused",
+            "Connections and requests the metrics endpoint refused: displaced (an idle connection closed for a newer one at the connection cap), busy (a new connection closed: every one was answering), body, method, unauthorized (requests answered 413, 405, 401), web_config (a changed web config file that could not be used)",
+            m.http_refused.clone(),
         );
         r.register(
             "rttlab_agent_config_last_reload_successful",

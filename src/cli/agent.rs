@@ -5,7 +5,6 @@ use super::values;
 use anyhow::{bail, Context};
 use clap::Args;
 use rttlab::agent::exposition::write_textfile;
-use rttlab::agent::http::web_config::WebConfig;
 use rttlab::agent::http::{HttpLimits, MetricsServer};
 use rttlab::agent::metrics::{Buckets, Metrics};
 use rttlab::agent::passive::PassiveSettings;
@@ -270,28 +269,18 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let _server = server.spawn().context("starting the probe server")?;
 
     let metrics = Arc::new(Metrics::new(&current.buckets));
-    let web = match &a.web_config {
-        Some(p) => WebConfig::read(p)?,
-        None => WebConfig::none(),
-    };
-    let scheme = if web.tls.is_some() { "https" } else { "http" };
     if a.metrics_max_connections == 0 {
         bail!("--metrics-max-connections must be at least 1");
     }
     let http = MetricsServer::bind(
         a.metrics_listen,
-        web,
+        a.web_config.as_deref(),
         HttpLimits {
             max_connections: a.metrics_max_connections,
             ..HttpLimits::default()
         },
-    )
-    .with_context(|| {
-        format!(
-            "cannot serve metrics on {} (--metrics-listen)",
-            a.metrics_listen
-        )
-    })?;
+    )?;
+    let scheme = if http.tls() { "https" } else { "http" };
     let http_addr = http.addr;
     let mut agent = Agent::new(
         Arc::clone(&metrics),

@@ -43,10 +43,12 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::metrics::counter::Counter;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
@@ -79,15 +81,19 @@ impl Default for HttpLimits {
     }
 }
 
-/// What the endpoint has refused, for the agent's own metrics and for tests.
-#[derive(Debug, Default)]
-pub struct HttpCounters {
-    /// Connections closed to make room for a newer one.
-    pub displaced: AtomicU64,
-    /// Connections refused because every slot was answering a request.
-    pub refused: AtomicU64,
-    /// Requests refused for a body, a method or credentials.
-    pub rejected: AtomicU64,
+/// Errors starting the endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    /// The address cannot be bound.
+    #[error("cannot serve metrics on {addr} (--metrics-listen)")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    /// The web config file cannot be used.
+    #[error(transparent)]
+    WebConfig(#[from] web_config::WebConfigError),
 }
 
 /// The metrics endpoint, bound and not yet serving.
@@ -95,17 +101,89 @@ pub struct MetricsServer {
     listener: std::net::TcpListener,
     /// The address bound (port 0 resolved).
     pub addr: SocketAddr,
-    web: Arc<WebConfig>,
+    web: Web,
     limits: HttpLimits,
-    counters: Arc<HttpCounters>,
+}
+
+/// The web config in force, and the file it came from, read again when it changes
+/// (as the exporter-toolkit does, so a renewed certificate needs no restart).
+struct Web {
+    now: Arc<WebConfig>,
+    file: Option<(PathBuf, Option<FileStamp>)>,
+    checked: Instant,
+}
+
+type FileStamp = (std::time::SystemTime, u64, u64);
+
+fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+impl Web {
+    /// The config for a new connection: the file read again when it changed (looked
+    /// at once a second at most); a file that no longer reads keeps the last good one.
+    fn current(&mut self, refused: &Counter) -> Arc<WebConfig> {
+        if let Some((path, seen)) = &mut self.file {
+            if self.checked.elapsed() >= Duration::from_secs(1) {
+                self.checked = Instant::now();
+                let now = stamp(path);
+                if now != *seen {
+                    *seen = now;
+                    match WebConfig::read(path) {
+                        Ok(c) => self.now = Arc::new(c),
+                        Err(e) => {
+                            refused.inc();
+                            eprintln!(
+                                "rttlab agent: keeping the previous web config: {}",
+                                crate::error_chain(&e)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Arc::clone(&self.now)
+    }
 }
 
 impl MetricsServer {
-    /// Listen on `addr`, serving with `web` (TLS and basic auth, or neither).
+    /// Listen on `addr`, serving with the TLS and basic auth of `web_config` (an
+    /// exporter-toolkit web config file), or plain HTTP without one.
     ///
     /// # Errors
-    /// The address cannot be bound.
-    pub fn bind(addr: SocketAddr, web: WebConfig, limits: HttpLimits) -> io::Result<Self> {
+    /// The address cannot be bound; the web config cannot be used.
+    pub fn bind(
+        addr: SocketAddr,
+        web_config: Option<&Path>,
+        limits: HttpLimits,
+    ) -> Result<Self, HttpError> {
+        let web = Web {
+            now: Arc::new(match web_config {
+                Some(p) => WebConfig::read(p)?,
+                None => WebConfig::none(),
+            }),
+            file: web_config.map(|p| (p.to_owned(), stamp(p))),
+            checked: Instant::now(),
+        };
+        let listener = Self::listen(addr).map_err(|source| HttpError::Bind { addr, source })?;
+        Ok(Self {
+            addr: listener
+                .local_addr()
+                .map_err(|source| HttpError::Bind { addr, source })?,
+            listener,
+            web,
+            limits,
+        })
+    }
+
+    /// Whether the endpoint serves TLS.
+    pub fn tls(&self) -> bool {
+        self.web.now.tls.is_some()
+    }
+
+    fn listen(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
         let s = socket2::Socket::new(
             socket2::Domain::for_address(addr),
             socket2::Type::STREAM,
@@ -118,20 +196,7 @@ impl MetricsServer {
         s.bind(&addr.into())?;
         s.listen(1024)?;
         s.set_nonblocking(true)?;
-        let listener: std::net::TcpListener = s.into();
-        let addr = listener.local_addr()?;
-        Ok(Self {
-            listener,
-            addr,
-            web: Arc::new(web),
-            limits,
-            counters: Arc::new(HttpCounters::default()),
-        })
-    }
-
-    /// The endpoint's refusal counters.
-    pub fn counters(&self) -> Arc<HttpCounters> {
-        Arc::clone(&self.counters)
+        Ok(s.into())
     }
 
     /// Serve until `stop` is set (checked every 100 ms).
@@ -148,15 +213,8 @@ impl MetricsServer {
             let _enter = rt.enter();
             tokio::net::TcpListener::from_std(self.listener)?
         };
-        let shared = Arc::new(Shared {
-            metrics: Arc::clone(metrics),
-            web: self.web,
-            limits: self.limits,
-            counters: self.counters,
-            slots: Mutex::new(Slots::default()),
-            exposition: [Cache::default(), Cache::default()],
-            bcrypt: Semaphore::new(1),
-        });
+        let shared = Shared::new(metrics, self.limits);
+        let mut web = self.web;
         let stop = Arc::clone(stop);
         rt.block_on(async move {
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -166,9 +224,10 @@ impl MetricsServer {
                     accepted = listener.accept() => match accepted {
                         Ok((tcp, peer)) => {
                             if let Some(slot) = Slots::admit(&shared, peer.ip()) {
-                                tokio::spawn(connection(tcp, slot, Arc::clone(&shared)));
+                                let config = web.current(&shared.refused.web_config);
+                                tokio::spawn(connection(tcp, slot, config, Arc::clone(&shared)));
                             } else {
-                                shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+                                shared.refused.busy.inc();
                             }
                         }
                         // Out of descriptors and the like: back off, never exit.
@@ -194,13 +253,48 @@ impl MetricsServer {
 
 struct Shared {
     metrics: Arc<Metrics>,
-    web: Arc<WebConfig>,
     limits: HttpLimits,
-    counters: Arc<HttpCounters>,
+    refused: Refused,
     slots: Mutex<Slots>,
     /// One per format: OpenMetrics, text.
     exposition: [Cache; 2],
     bcrypt: Semaphore,
+}
+
+/// Handles on `rttlab_agent_http_refused_total`, one per reason.
+struct Refused {
+    displaced: Counter,
+    busy: Counter,
+    body: Counter,
+    method: Counter,
+    unauthorized: Counter,
+    web_config: Counter,
+}
+
+impl Shared {
+    fn new(metrics: &Arc<Metrics>, limits: HttpLimits) -> Arc<Self> {
+        let c = |reason: &str| {
+            metrics
+                .http_refused
+                .get_or_create(&vec![("reason".into(), reason.into())])
+                .clone()
+        };
+        Arc::new(Self {
+            metrics: Arc::clone(metrics),
+            limits,
+            refused: Refused {
+                displaced: c("displaced"),
+                busy: c("busy"),
+                body: c("body"),
+                method: c("method"),
+                unauthorized: c("unauthorized"),
+                web_config: c("web_config"),
+            },
+            slots: Mutex::new(Slots::default()),
+            exposition: [Cache::default(), Cache::default()],
+            bcrypt: Semaphore::new(1),
+        })
+    }
 }
 
 /// The newest exposition of one format, and the lock that makes one at a time. It
@@ -264,7 +358,7 @@ impl Slots {
             Some(Some(id)) => {
                 if let Some(s) = slots.open.remove(&id) {
                     s.displace.notify_one();
-                    shared.counters.displaced.fetch_add(1, Ordering::Relaxed);
+                    shared.refused.displaced.inc();
                 }
             }
             Some(None) => return None,
@@ -300,13 +394,18 @@ impl Slots {
 
 /// One connection: TLS when configured, then HTTP/1.1 until it closes, stalls, runs
 /// past a deadline or is displaced.
-async fn connection(tcp: tokio::net::TcpStream, slot: Slot, shared: Arc<Shared>) {
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    slot: Slot,
+    web: Arc<WebConfig>,
+    shared: Arc<Shared>,
+) {
     let _ = tcp.set_nodelay(true);
     let limits = &shared.limits;
     let io = Deadlines::new(tcp, limits.idle_timeout, limits.write_timeout);
     let displace = Arc::clone(&slot.displace);
     let work = async {
-        match shared.web.tls.clone() {
+        match web.tls.clone() {
             Some(tls) => {
                 let acceptor = tokio_rustls::TlsAcceptor::from(tls);
                 let Ok(Ok(io)) =
@@ -314,9 +413,9 @@ async fn connection(tcp: tokio::net::TcpStream, slot: Slot, shared: Arc<Shared>)
                 else {
                     return;
                 };
-                http(io, &slot, &shared).await;
+                http(io, &slot, &web, &shared).await;
             }
-            None => http(io, &slot, &shared).await,
+            None => http(io, &slot, &web, &shared).await,
         }
     };
     tokio::select! {
@@ -325,16 +424,17 @@ async fn connection(tcp: tokio::net::TcpStream, slot: Slot, shared: Arc<Shared>)
     }
 }
 
-async fn http<T>(io: T, slot: &Slot, shared: &Arc<Shared>)
+async fn http<T>(io: T, slot: &Slot, web: &Arc<WebConfig>, shared: &Arc<Shared>)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(|req: Request<Incoming>| {
         let shared = Arc::clone(shared);
+        let web = Arc::clone(web);
         let busy = Arc::clone(&slot.busy);
         async move {
             busy.store(true, Ordering::Relaxed);
-            let response = answer(&req, &shared).await;
+            let response = answer(&req, &web, &shared).await;
             busy.store(false, Ordering::Relaxed);
             Ok::<_, std::convert::Infallible>(response)
         }
@@ -358,10 +458,14 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
-async fn answer(req: &Request<Incoming>, shared: &Arc<Shared>) -> Response<Full<Bytes>> {
+async fn answer(
+    req: &Request<Incoming>,
+    web: &Arc<WebConfig>,
+    shared: &Arc<Shared>,
+) -> Response<Full<Bytes>> {
     let arrived = Instant::now();
-    let mut response = route(req, shared, arrived).await;
-    for (name, value) in &shared.web.headers {
+    let mut response = route(req, web, shared, arrived).await;
+    for (name, value) in &web.headers {
         if let (Ok(n), Ok(v)) = (
             header::HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
@@ -374,6 +478,7 @@ async fn answer(req: &Request<Incoming>, shared: &Arc<Shared>) -> Response<Full<
 
 async fn route(
     req: &Request<Incoming>,
+    web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
     arrived: Instant,
 ) -> Response<Full<Bytes>> {
@@ -383,7 +488,7 @@ async fn route(
             .get(header::CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() != b"0");
     if announces_body {
-        shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        shared.refused.body.inc();
         let mut r = text(
             StatusCode::PAYLOAD_TOO_LARGE,
             "the agent reads no request body\n",
@@ -393,14 +498,14 @@ async fn route(
         return r;
     }
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
-        shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        shared.refused.method.inc();
         let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n");
         r.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    if shared.web.needs_auth() && authorize(req, shared).await == Auth::Denied {
-        shared.counters.rejected.fetch_add(1, Ordering::Relaxed);
+    if web.needs_auth() && authorize(req, web, shared).await == Auth::Denied {
+        shared.refused.unauthorized.inc();
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -445,18 +550,18 @@ async fn route(
 
 /// Check the request's credentials: at once for a login seen before, else with
 /// bcrypt on the blocking pool, one at a time.
-async fn authorize(req: &Request<Incoming>, shared: &Arc<Shared>) -> Auth {
+async fn authorize(req: &Request<Incoming>, web: &Arc<WebConfig>, shared: &Arc<Shared>) -> Auth {
     let authorization = req
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes().to_vec());
-    if shared.web.known_login(authorization.as_deref()) {
+    if web.known_login(authorization.as_deref()) {
         return Auth::Allowed;
     }
     let Ok(_permit) = shared.bcrypt.acquire().await else {
         return Auth::Denied;
     };
-    let web = Arc::clone(&shared.web);
+    let web = Arc::clone(web);
     tokio::task::spawn_blocking(move || web.check(authorization.as_deref()))
         .await
         .unwrap_or(Auth::Denied)
@@ -501,5 +606,91 @@ fn trim() {
     // SAFETY: malloc_trim has no preconditions.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// What a client that sends `input` and then closes its side is answered, byte for
+/// byte, by one connection of the endpoint with `web`'s rules: the whole HTTP path
+/// (hyper's parser, the limits, authentication, routing) without a socket, for the
+/// fuzz target and tests. A connection that would wait for more than `input`
+/// gives up when it reads the end of it.
+///
+/// # Panics
+/// The runtime cannot start.
+pub fn replay(input: &[u8], metrics: &Arc<Metrics>, web: WebConfig) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let shared = Shared::new(metrics, HttpLimits::default());
+    let web = Arc::new(web);
+    let input = input.to_vec();
+    rt.block_on(async move {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let slot = Slots::admit(&shared, IpAddr::V4(Ipv4Addr::LOCALHOST)).expect("a slot");
+        let serving = tokio::spawn(async move { http(server, &slot, &web, &shared).await });
+        let (mut rd, mut wr) = tokio::io::split(&mut client);
+        let write = async {
+            let _ = wr.write_all(&input).await;
+            let _ = wr.shutdown().await;
+        };
+        let mut out = Vec::new();
+        let read = rd.read_to_end(&mut out);
+        let _ = tokio::join!(write, read);
+        let _ = serving.await;
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::metrics::Buckets;
+
+    fn metrics() -> Arc<Metrics> {
+        Arc::new(Metrics::new(&"10us:10s:3".parse::<Buckets>().unwrap()))
+    }
+
+    fn statuses(out: &[u8]) -> Vec<u16> {
+        String::from_utf8_lossy(out)
+            .match_indices("HTTP/1.1 ")
+            .filter_map(|(i, _)| String::from_utf8_lossy(&out[i + 9..i + 12]).parse().ok())
+            .collect()
+    }
+
+    /// Witness: the status lines hyper wrote, in order, for pipelined requests.
+    #[test]
+    fn pipelined_requests_are_answered_in_order_and_a_body_ends_the_connection() {
+        let m = metrics();
+        let out = replay(
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n\
+              POST /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /-/ready HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+              GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+            &m,
+            WebConfig::none(),
+        );
+        assert_eq!(statuses(&out), [200, 404, 405, 200, 413]);
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("rttlab_agent_peers 0"), "{text}");
+        // The counters saw the refusals.
+        let exposition = m.expose(Format::Text);
+        for (reason, n) in [("body", 1), ("method", 1), ("busy", 0)] {
+            let line = format!("rttlab_agent_http_refused_total{{reason=\"{reason}\"}} {n}");
+            assert!(exposition.contains(&line), "{line} in {exposition}");
+        }
+    }
+
+    /// Witness: hyper's 431 for a head longer than the 8 KiB limit.
+    #[test]
+    fn a_head_over_the_limit_is_431() {
+        let mut req = b"GET /metrics HTTP/1.1\r\nX-Big: ".to_vec();
+        req.extend(std::iter::repeat_n(b'a', 20_000));
+        req.extend(b"\r\n\r\n");
+        assert_eq!(
+            statuses(&replay(&req, &metrics(), WebConfig::none())),
+            [431]
+        );
     }
 }
