@@ -18,8 +18,10 @@ fixed by the client's -P inside that range.
 
 Before a client has finished its handshake it holds no test slot: such connections wait
 in a pool of --max-handshakes (--max-handshakes-per-source from one address or IPv6
-/64), the oldest dropped when it is full, each with --handshake-timeout in all. Every
-refusal names the limit. See the README's threat model for what a secret protects.
+/64), the oldest dropped when it is full (and told so), each with --handshake-timeout
+in all. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
+open-file limit, raised to its hard limit at start, and --max-threads. Every refusal
+names the limit. See the README's threat model for what a secret protects.
 
 Examples:
   rttlab serve                                  all addresses, IPv4 and IPv6, port 12866
