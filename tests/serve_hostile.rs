@@ -4,9 +4,10 @@
 //! legitimate client comes from 127.0.0.1.
 //!
 //! Witnesses: the server's own replies (each refusal names its limit), the legitimate
-//! client's transaction count against `-n`, the server process's RSS and thread count
-//! from /proc, the kernel's socket table (a port someone else holds stays theirs), and
-//! the kernel's list of congestion-control algorithms (no module loaded on request).
+//! client's transaction count against `-n`, the server process's RSS, thread count
+//! and descriptors from /proc, its log on stderr, the kernel's socket table (a port
+//! someone else holds stays theirs), and the kernel's list of congestion-control
+//! algorithms (no module loaded on request).
 
 mod common;
 
@@ -670,4 +671,368 @@ fn idle_peers_on_the_clients_own_address_do_not_lock_it_out() {
         assert_eq!(json(&o)["transactions"], 50, "{}", stderr(&o));
     }
     drop(held);
+}
+
+/// Hello and Start from 127.0.0.`from` for `spec`; the control connection and its
+/// data port, or the server's Error.
+fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), String> {
+    let mut c = connect_from(from, port).map_err(|e| e.to_string())?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    control::write_msg(
+        &mut c,
+        &ClientMsg::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            nonce_hex: String::new(),
+        },
+    )
+    .unwrap();
+    match control::read_msg::<_, ServerMsg>(&mut c) {
+        Ok(ServerMsg::Welcome { .. }) => {}
+        other => return Err(format!("{other:?}")),
+    }
+    control::write_msg(&mut c, &ClientMsg::Start { spec }).unwrap();
+    match control::read_msg::<_, ServerMsg>(&mut c) {
+        Ok(ServerMsg::Ready { data_port }) => Ok((c, data_port)),
+        Ok(ServerMsg::Error { message }) => Err(message),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// The slow-frame attack: two one-second TCP_RR tests from 127.0.0.2 fill both slots
+/// of `--max-tests 2`; their data streams stay busy (a transaction a second, so the
+/// idle rule never fires) while each control connection sends a frame length
+/// announcing 200 000 bytes and then a byte a second. Witnesses: the server's own
+/// reply on each attacking connection and when it came (by the test's length plus
+/// its 10 s grace, 11 s: before, a slot was held for as long as the bytes came), and
+/// a legitimate `rr -n 100` refused as busy while the slots are held and served after.
+#[test]
+fn slow_control_frames_free_their_slots_by_the_tests_end() {
+    let srv = ServeChild::start(&["--max-tests", "2", "--idle-timeout", "3s"]);
+    let port = srv.port;
+    let attackers: Vec<_> = (0..2)
+        .map(|_| {
+            let (mut c, data_port) =
+                start_test(2, port, TestSpec::basic(TestKind::TcpRr, 1, 1, 1000)).unwrap();
+            let ready = Instant::now();
+            let mut data = connect_from(2, data_port).unwrap();
+            data.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            thread::spawn(move || {
+                c.write_all(&200_000u32.to_be_bytes()).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+                let mut reply = Vec::new();
+                while ready.elapsed() < Duration::from_secs(30) {
+                    let _ = data
+                        .write_all(&[0])
+                        .and_then(|()| data.read_exact(&mut [0]));
+                    if c.write_all(b"x").is_err() {
+                        break;
+                    }
+                    let mut buf = [0u8; 512];
+                    match c.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            reply.extend_from_slice(&buf[..n]);
+                            break;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(_) => break,
+                    }
+                }
+                (
+                    ready.elapsed(),
+                    String::from_utf8_lossy(&reply).into_owned(),
+                )
+            })
+        })
+        .collect();
+    let o = srv.rr(&["-n", "100"]);
+    assert!(
+        stderr(&o).contains("server busy: 2 tests running"),
+        "{}",
+        stderr(&o)
+    );
+    for a in attackers {
+        let (held, reply) = a.join().unwrap();
+        eprintln!("slow frame: slot held {held:?}, then {reply:?}");
+        assert!(
+            reply.contains(
+                "past its announced length and grace with a control frame still incomplete"
+            ),
+            "{reply:?}"
+        );
+        assert!(
+            held >= Duration::from_secs(10) && held < Duration::from_secs(14),
+            "{held:?}"
+        );
+    }
+    assert_eq!(json(&srv.rr(&["-n", "100", "--json"]))["transactions"], 100);
+}
+
+/// Descriptors of a process, from /proc.
+fn fds_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// Under `ulimit -n 1024` (soft and hard, as a shell may give), tests from 127.0.0.2
+/// inside every other limit (64 streams each, well within the memory budget) take the
+/// descriptor budget until the server refuses them by name; then a legitimate `rr`
+/// is refused with the same limit named, never "Connection refused". Witnesses: the
+/// server's replies, its descriptors in /proc (below the limit), and the legitimate
+/// client served again once the tests end.
+#[test]
+fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
+    raise_fd_limit();
+    let port = common::free_port();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                let r = libc::rlimit {
+                    rlim_cur: 1024,
+                    rlim_max: 1024,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn().unwrap();
+    common::wait_listening("127.0.0.1", port, None);
+    let srv = ServeChild { child, port };
+    let mut held = Vec::new();
+    let mut refusals = Vec::new();
+    for streams in [64u32, 32, 16, 8, 4, 2, 1] {
+        loop {
+            let mut spec = TestSpec::basic(TestKind::TcpRr, 1, 1, 60_000);
+            spec.streams = streams;
+            match start_test(2, port, spec) {
+                Ok((c, data_port)) => {
+                    let data: Vec<TcpStream> = (0..streams)
+                        .map(|_| connect_from(2, data_port).unwrap())
+                        .collect();
+                    held.push((c, data));
+                }
+                Err(message) => {
+                    refusals.push(message);
+                    break;
+                }
+            }
+        }
+    }
+    // Let the server accept every stream before counting.
+    thread::sleep(Duration::from_millis(500));
+    let fds = fds_of(srv.child.id());
+    let streams: usize = held.iter().map(|(_, d)| d.len()).sum();
+    let o = srv.rr(&["-n", "100"]);
+    eprintln!(
+        "descriptor budget: {} tests, {streams} streams held; server fds {fds}; first refusal {:?}; rr: {}",
+        held.len(),
+        refusals[0],
+        stderr(&o).trim()
+    );
+    for r in &refusals {
+        assert!(
+            r.starts_with("server descriptor budget: this test needs")
+                && r.contains("(ulimit -n 1024)"),
+            "{r}"
+        );
+    }
+    assert!(streams >= 6 * 64, "{streams} streams");
+    assert!(fds < 1000, "{fds} descriptors open");
+    assert!(
+        stderr(&o).contains("server descriptor budget")
+            && !stderr(&o).contains("Connection refused"),
+        "{}",
+        stderr(&o)
+    );
+    drop(held);
+    // The tests end as their control connections close.
+    let t0 = Instant::now();
+    loop {
+        let o = srv.rr(&["-n", "100", "--json"]);
+        if o.status.success() {
+            assert_eq!(json(&o)["transactions"], 100);
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "{}", stderr(&o));
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A Hello from 127.0.0.`from`, answered; the connection, still in the handshake.
+fn said_hello(from: u8, port: u16) -> TcpStream {
+    let mut c = connect_from(from, port).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    control::write_msg(
+        &mut c,
+        &ClientMsg::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            nonce_hex: String::new(),
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        control::read_msg::<_, ServerMsg>(&mut c),
+        Ok(ServerMsg::Welcome { .. })
+    ));
+    c
+}
+
+/// A client dropped from a full handshake pool is told why in one line. Witnesses:
+/// the Error frame the server sends on the dropped connection, and `rr` runs under a
+/// Hello flood from 16 addresses, each of which either completes or fails with the
+/// server's "busy" reason, never "failed to fill whole buffer"; and `rr` against a
+/// peer that closes during the handshake names that.
+#[test]
+fn a_client_dropped_from_the_handshake_pool_is_told_it_is_busy() {
+    let srv = ServeChild::start(&["--max-handshakes", "4", "--max-handshakes-per-source", "4"]);
+    let mut oldest = said_hello(1, srv.port);
+    let newer: Vec<TcpStream> = (0..4).map(|i| said_hello(2 + i, srv.port)).collect();
+    match control::read_msg::<_, ServerMsg>(&mut oldest) {
+        Ok(ServerMsg::Error { message }) => assert_eq!(
+            message,
+            "server busy: dropped from the handshake pool, 4 connections waiting (--max-handshakes 4); try again"
+        ),
+        other => panic!("{other:?}"),
+    }
+    drop(newer);
+
+    // Under a flood of Hellos (each sent whole, so the pool cannot prefer the client).
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = srv.port;
+    let flood: Vec<_> = (0..16u8)
+        .map(|src| {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                let t0 = Instant::now();
+                let mut held = std::collections::VecDeque::new();
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(20) {
+                    if let Ok(mut c) = connect_from(2 + src, port) {
+                        let _ = control::write_msg(
+                            &mut c,
+                            &ClientMsg::Hello {
+                                magic: MAGIC.into(),
+                                version: PROTOCOL_VERSION,
+                                nonce_hex: String::new(),
+                            },
+                        );
+                        held.push_back(c);
+                        if held.len() > 8 {
+                            held.pop_front();
+                        }
+                    }
+                    thread::sleep(Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    let mut busy = 0;
+    for _ in 0..10 {
+        let o = srv.rr(&["-n", "10"]);
+        let e = stderr(&o);
+        assert!(!e.contains("failed to fill whole buffer"), "{e}");
+        if !o.status.success() {
+            assert!(
+                e.contains("server busy: dropped from the handshake pool")
+                    || e.contains("closed the connection during the handshake"),
+                "{e}"
+            );
+            busy += 1;
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in flood {
+        let _ = t.join();
+    }
+    eprintln!("handshake flood: {busy} of 10 runs dropped, each told why");
+
+    // A peer that accepts and closes: the client says the server closed the
+    // connection during the handshake.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = l.local_addr().unwrap().port();
+    let closer = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let _ = s.read(&mut [0u8; 256]);
+    });
+    let o = Command::new(bin())
+        .args(["rr", "-H", "127.0.0.1", "-p", &fake.to_string(), "-n", "5"])
+        .output()
+        .unwrap();
+    closer.join().unwrap();
+    let e = stderr(&o);
+    assert!(
+        e.contains("closed the connection during the handshake")
+            && !e.contains("fill whole buffer"),
+        "{e}"
+    );
+}
+
+/// A flood of garbage frames from 20 addresses for 11 s writes one line per address
+/// per 10 s and a summary, not a line per connection (before: 43 134 lines in 30 s
+/// from a Hello flood). Witness: the server's stderr (logging
+/// on, no -q), counted against the connections the flood made.
+#[test]
+fn a_flood_from_many_sources_writes_a_bounded_log() {
+    let port = common::free_port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = Command::new(bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    common::wait_listening("127.0.0.1", port, None);
+    let srv = ServeChild { child, port };
+    let sent = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..4u8)
+        .map(|t| {
+            let sent = Arc::clone(&sent);
+            thread::spawn(move || {
+                let t0 = Instant::now();
+                let mut i = 0u8;
+                while t0.elapsed() < Duration::from_secs(11) {
+                    if let Ok(mut c) = connect_from(2 + t * 5 + i % 5, port) {
+                        let _ = c.write_all(b"\x00\x00\x00\x05hello");
+                        let _ = c.set_read_timeout(Some(Duration::from_millis(100)));
+                        let _ = c.read(&mut [0u8; 256]);
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    i = i.wrapping_add(1);
+                }
+            })
+        })
+        .collect();
+    for t in flood {
+        t.join().unwrap();
+    }
+    // One more refusal after the interval writes the summary.
+    let mut c = connect_from(2, port).unwrap();
+    c.write_all(b"\x00\x00\x00\x05hello").unwrap();
+    let _ = c.read(&mut [0u8; 256]);
+    thread::sleep(Duration::from_millis(300));
+    drop(srv);
+    let text = std::fs::read_to_string(log.path()).unwrap();
+    let lines = text.lines().count();
+    let sent = sent.load(Ordering::Relaxed);
+    eprintln!("log volume: {sent} refused connections, {lines} lines:\n{text}");
+    assert!(sent > 1000, "the flood made {sent} connections");
+    // The listening line, one per source per 10 s (20 sources and 127.0.0.1, whose
+    // probe for the listener counts too; two intervals at most), and a summary per
+    // interval.
+    assert!(lines <= 1 + 2 * 21 + 2, "{lines} lines");
+    assert!(
+        text.contains("connections refused from 21 sources in the last"),
+        "{text}"
+    );
 }

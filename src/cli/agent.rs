@@ -11,6 +11,7 @@ use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
 use rttlab::agent::prober::{self, Probe, ProbeSettings};
 use rttlab::agent::Agent;
+use rttlab::kernel::rlimit;
 use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
 use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -247,6 +248,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let own_port = listen[0].port();
     let mut current = plan(&a, secret.clone(), own_port)?;
 
+    let open_files = rlimit::raise_open_files();
     let server = Server::bind(ServerConfig {
         listen,
         secret: secret.clone(),
@@ -256,10 +258,19 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             ..Limits::default()
         },
         max_memory_bytes: a.max_memory,
+        // Half the descriptors stay with the agent's own probes, sessions and metrics
+        // connections, whatever its server's peers ask.
+        reserved_descriptors: open_files.as_ref().map_or(512, |l| l.soft / 2),
         congestion: CongestionPolicy::Allowed(Vec::new()),
         log: false,
         ..ServerConfig::default()
     })?;
+    if !server.descriptors_suffice() {
+        eprintln!(
+            "rttlab agent: {}",
+            super::serve::few_descriptors(&server, open_files.ok())
+        );
+    }
     let served: Vec<String> = server
         .local_addrs()
         .iter()

@@ -4,6 +4,7 @@ use super::secret::SecretArgs;
 use super::values;
 use anyhow::Context;
 use clap::Args;
+use rttlab::kernel::rlimit::{self, FileLimit};
 use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
 use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
 use std::net::SocketAddr;
@@ -17,8 +18,10 @@ fixed by the client's -P inside that range.
 
 Before a client has finished its handshake it holds no test slot: such connections wait
 in a pool of --max-handshakes (--max-handshakes-per-source from one address or IPv6
-/64), the oldest dropped when it is full, each with --handshake-timeout in all. Every
-refusal names the limit. See the README's threat model for what a secret protects.
+/64), the oldest dropped when it is full (and told so), each with --handshake-timeout
+in all. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
+open-file limit, raised to its hard limit at start, and --max-threads. Every refusal
+names the limit. See the README's threat model for what a secret protects.
 
 Examples:
   rttlab serve                                  all addresses, IPv4 and IPv6, port 12866
@@ -54,6 +57,9 @@ pub struct ServeArgs {
     /// thread stack, socket buffers), e.g. 512MiB.
     #[arg(long, default_value = "512MiB", value_parser = values::bytes)]
     pub max_memory: u64,
+    /// Data threads all running tests together may use (one per stream).
+    #[arg(long, default_value_t = ServerConfig::default().max_threads)]
+    pub max_threads: u64,
     /// Drop a control connection silent this long between messages, and end a test
     /// whose client has sent no data this long (plus the test's interval).
     #[arg(long, default_value = "30s", value_parser = values::seconds)]
@@ -123,11 +129,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         max_handshakes: a.max_handshakes,
         max_handshakes_per_source: a.max_handshakes_per_source,
         max_memory_bytes: a.max_memory,
+        max_threads: a.max_threads,
+        reserved_descriptors: 0,
         congestion: CongestionPolicy::Allowed(a.allow_cc),
         log: !a.quiet,
     };
     let secured = config.secret.is_some();
+    let open_files = rlimit::raise_open_files();
     let server = Server::bind(config)?;
+    if !server.descriptors_suffice() {
+        eprintln!(
+            "rttlab serve: {}",
+            few_descriptors(&server, open_files.ok())
+        );
+    }
     let addrs: Vec<String> = server
         .local_addrs()
         .iter()
@@ -140,4 +155,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         if secured { " (secret required)" } else { "" }
     );
     server.run().context("serving")
+}
+
+/// One line saying the open-file limit stays low, what it is and what it allows.
+pub fn few_descriptors(server: &Server, limit: Option<FileLimit>) -> String {
+    let limit = limit.map_or_else(
+        || "cannot be read".to_string(),
+        |l| format!("is {} (hard limit {})", l.soft, l.hard),
+    );
+    format!(
+        "the open-file limit {limit}: tests may hold {} descriptors together (a TCP_RR stream takes 2), fewer than --max-tests tests of --max-streams streams need; tests beyond are refused by name (raise it with ulimit -Hn or LimitNOFILE=)",
+        server.descriptor_budget()
+    )
 }

@@ -9,6 +9,7 @@ pub mod netlink;
 pub mod netns;
 pub mod netstat;
 pub mod packet;
+pub mod rlimit;
 pub mod route;
 pub mod sock_diag;
 pub mod sockopt;

@@ -51,6 +51,8 @@ const CLIENT_PROOF_CONTEXT: &[u8] = b"rttlab-auth-v2 client";
 const SESSION_CONTEXT: &[u8] = b"rttlab-session-v2";
 /// Bytes of the HMAC-SHA256 tag in front of a sealed frame's JSON.
 const TAG_LEN: usize = 32;
+/// What sealing adds to a frame's body: its tag.
+pub const SEAL_LEN: u32 = TAG_LEN as u32;
 
 /// The request/response tests.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -406,7 +408,16 @@ pub fn write_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<(), Contr
     write_frame(w, &body, MAX_FRAME)
 }
 
-fn write_frame<W: Write>(w: &mut W, body: &[u8], max: u32) -> Result<(), ControlError> {
+/// One message as the bytes of its frame, for a caller that writes them itself (the
+/// server's conversation, which does no I/O).
+///
+/// # Errors
+/// The message is too large (a bug).
+pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, ControlError> {
+    frame_of(&serde_json::to_vec(msg)?, MAX_FRAME)
+}
+
+fn frame_of(body: &[u8], max: u32) -> Result<Vec<u8>, ControlError> {
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
     if len > max {
         return Err(ControlError::TooLarge(len));
@@ -414,9 +425,30 @@ fn write_frame<W: Write>(w: &mut W, body: &[u8], max: u32) -> Result<(), Control
     let mut frame = Vec::with_capacity(body.len() + 4);
     frame.extend_from_slice(&len.to_be_bytes());
     frame.extend_from_slice(body);
-    w.write_all(&frame)?;
+    Ok(frame)
+}
+
+fn write_frame<W: Write>(w: &mut W, body: &[u8], max: u32) -> Result<(), ControlError> {
+    w.write_all(&frame_of(body, max)?)?;
     w.flush()?;
     Ok(())
+}
+
+/// The length of the frame at the start of `buf`, its 4-byte header included, as soon
+/// as the header is there (`None` before); a frame announcing more than `max` bytes is
+/// refused from its header alone, before any of its body is awaited.
+///
+/// # Errors
+/// [`ControlError::TooLarge`].
+pub fn frame_len(buf: &[u8], max: u32) -> Result<Option<usize>, ControlError> {
+    let Some(head) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = u32::from_be_bytes(*head);
+    if len > max {
+        return Err(ControlError::TooLarge(len));
+    }
+    Ok(Some(4 + len as usize))
 }
 
 /// Read one frame of at most `max` bytes and decode it.
@@ -533,16 +565,27 @@ impl Session {
         w: &mut W,
         msg: &T,
     ) -> Result<(), ControlError> {
+        w.write_all(&self.seal(msg)?)?;
+        w.flush()?;
+        Ok(())
+    }
+
+    /// `msg` as the bytes of a sealed frame, for a caller that writes them itself.
+    ///
+    /// # Errors
+    /// The message is too large (a bug).
+    pub fn seal<T: Serialize>(&mut self, msg: &T) -> Result<Vec<u8>, ControlError> {
         let body = serde_json::to_vec(msg)?;
         let tag = self
             .mac(self.role, self.sent, &body)
             .finalize()
             .into_bytes();
-        self.sent += 1;
         let mut sealed = Vec::with_capacity(TAG_LEN + body.len());
         sealed.extend_from_slice(&tag);
         sealed.extend_from_slice(&body);
-        write_frame(w, &sealed, MAX_FRAME + TAG_LEN as u32)
+        let frame = frame_of(&sealed, MAX_FRAME + SEAL_LEN)?;
+        self.sent += 1;
+        Ok(frame)
     }
 
     /// Read one sealed frame and decode it.
@@ -551,7 +594,14 @@ impl Session {
     /// The socket failed, the frame is too large, its tag does not verify
     /// ([`ControlError::Forged`]), or it is not a valid message.
     pub fn read<R: Read, T: DeserializeOwned>(&mut self, r: &mut R) -> Result<T, ControlError> {
-        let frame = read_frame(r, MAX_FRAME + TAG_LEN as u32)?;
+        self.open(&read_frame(r, MAX_FRAME + SEAL_LEN)?)
+    }
+
+    /// Verify and decode one sealed frame's body (the bytes after its length).
+    ///
+    /// # Errors
+    /// Its tag does not verify ([`ControlError::Forged`]), or it is not a valid message.
+    pub fn open<T: DeserializeOwned>(&mut self, frame: &[u8]) -> Result<T, ControlError> {
         let (tag, body) = frame
             .split_at_checked(TAG_LEN)
             .ok_or(ControlError::Forged)?;
@@ -753,6 +803,37 @@ mod tests {
         buf.extend_from_slice(&[b' '; 8]);
         let r: Result<ClientMsg, _> = read_msg_limited(&mut &buf[..], MAX_HANDSHAKE_FRAME);
         assert!(matches!(r, Err(ControlError::TooLarge(_))));
+    }
+
+    #[test]
+    fn a_frame_is_measured_from_its_header_and_refused_by_it() {
+        let frame = encode_frame(&ClientMsg::Done).unwrap();
+        assert_eq!(frame_len(&frame[..3], 100).unwrap(), None);
+        assert_eq!(frame_len(&frame[..4], 100).unwrap(), Some(frame.len()));
+        assert!(matches!(
+            frame_len(&frame, 3),
+            Err(ControlError::TooLarge(n)) if n as usize == frame.len() - 4
+        ));
+        let back: ClientMsg = decode(&frame[4..]).unwrap();
+        assert_eq!(back, ClientMsg::Done);
+    }
+
+    #[test]
+    fn sealed_bytes_open_at_the_other_end_once() {
+        let (mut client, mut server) = pair(b"k");
+        let frame = client.seal(&ClientMsg::Done).unwrap();
+        assert_eq!(
+            frame_len(&frame, MAX_FRAME + SEAL_LEN).unwrap(),
+            Some(frame.len())
+        );
+        assert_eq!(
+            server.open::<ClientMsg>(&frame[4..]).unwrap(),
+            ClientMsg::Done
+        );
+        assert!(matches!(
+            server.open::<ClientMsg>(&frame[4..]),
+            Err(ControlError::Forged)
+        ));
     }
 
     proptest::proptest! {

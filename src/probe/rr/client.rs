@@ -35,6 +35,19 @@ impl ControlClient {
         secret: Option<&[u8]>,
         path: &PathOptions,
     ) -> Result<Self, RrError> {
+        Self::handshake(addr, secret, path).map_err(|e| match e {
+            RrError::Control(ControlError::Io(io)) if cut_off(&io) => {
+                RrError::ClosedInHandshake(addr)
+            }
+            other => other,
+        })
+    }
+
+    fn handshake(
+        addr: SocketAddr,
+        secret: Option<&[u8]>,
+        path: &PathOptions,
+    ) -> Result<Self, RrError> {
         let mut stream =
             connect_on(addr, path).map_err(|source| RrError::Connect { addr, source })?;
         let _ = stream.set_nodelay(true);
@@ -138,6 +151,16 @@ impl ControlClient {
             other => Err(ControlError::Unexpected(format!("{other:?}")).into()),
         }
     }
+}
+
+/// The connection ended under a read or a write: closed (EOF inside a frame, "failed
+/// to fill whole buffer") or reset by the peer.
+fn cut_off(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(
+        e.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+    )
 }
 
 /// The frame after Auth: a sealed Welcome, or a plain Error when the server refused

@@ -165,6 +165,11 @@ pub enum RrError {
     /// The control conversation failed.
     #[error(transparent)]
     Control(#[from] ControlError),
+    /// The server closed the connection before answering the handshake: a server
+    /// that drops a client says why in an Error first, so this is one that could not
+    /// (out of descriptors or threads) or not an rttlab server at all.
+    #[error("the server at {0} closed the connection during the handshake (busy or refusing connections); try again later")]
+    ClosedInHandshake(SocketAddr),
     /// The server wants a secret and we have none.
     #[error("the server requires a secret: pass --secret-file PATH or set RTTLAB_SECRET")]
     SecretRequired,
