@@ -1,7 +1,7 @@
 //! The agent's metrics endpoint against any bytes a client can send on one
 //! connection: hyper's parser, the body and method refusals, basic authentication
 //! and routing, through `agent::http::replay`. Invariants: every answer is an
-//! HTTP/1.1 response with a status the endpoint gives (never a 5xx), no more answers
+//! HTTP/1.1 (or, to an HTTP/1.0 request, HTTP/1.0) response with a status the endpoint gives (never a 5xx), no more answers
 //! than requests could have been sent, and a request announcing a body is the last
 //! one answered on its connection.
 #![no_main]
@@ -45,13 +45,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     assert!(
-        out.starts_with(b"HTTP/1.1 "),
+        out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
         "{:?}",
         String::from_utf8_lossy(&out[..out.len().min(64)])
     );
     let text = String::from_utf8_lossy(&out);
     let mut answers = 0;
-    for (i, _) in text.match_indices("HTTP/1.1 ") {
+    let starts = text
+        .match_indices("HTTP/1.1 ")
+        .chain(text.match_indices("HTTP/1.0 "));
+    for (i, _) in starts {
         let Some(code) = text.get(i + 9..i + 12) else {
             continue;
         };
