@@ -23,7 +23,7 @@ use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
 use std::os::fd::FromRawFd;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
@@ -255,6 +255,11 @@ impl RegularFile {
     /// The metadata of the open descriptor (its mode, owner, size).
     pub fn metadata(&self) -> &Metadata {
         &self.meta
+    }
+
+    /// The open file, to read a part of it.
+    pub fn file(&self) -> &File {
+        &self.file
     }
 
     /// Every byte, if there are at most `max_bytes`.
@@ -505,6 +510,44 @@ pub fn open_append(path: &Path) -> Result<File, FileError> {
     Ok(f)
 }
 
+/// A private directory for scratch work, made by mkdtemp(3) (an unpredictable name,
+/// mode 0700, never one that existed) and removed with what it holds when dropped.
+#[derive(Debug)]
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    /// A new directory `PREFIX-XXXXXX` in the system's temporary directory.
+    ///
+    /// # Errors
+    /// mkdtemp failed (a full or read-only /tmp).
+    pub fn new(prefix: &str) -> Result<Self, FileError> {
+        let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
+        let write_err = |source| FileError::Write {
+            path: template.clone(),
+            source,
+        };
+        let mut bytes = c_path(&template).map_err(write_err)?.into_bytes_with_nul();
+        // SAFETY: a NUL-terminated, writable template ending in XXXXXX, which
+        // mkdtemp overwrites in place.
+        if unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) }.is_null() {
+            return Err(write_err(io::Error::last_os_error()));
+        }
+        bytes.pop();
+        Ok(Self(PathBuf::from(std::ffi::OsString::from_vec(bytes))))
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,5 +721,19 @@ mod tests {
             FileError::SymlinkTarget { .. }
         ));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_scratch_directory_is_new_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let a = ScratchDir::new("rttlab-test").unwrap();
+        let b = ScratchDir::new("rttlab-test").unwrap();
+        assert_ne!(a.path(), b.path());
+        let m = std::fs::metadata(a.path()).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o700);
+        std::fs::write(a.path().join("x"), "1").unwrap();
+        let p = a.path().to_owned();
+        drop(a);
+        assert!(!p.exists());
     }
 }
