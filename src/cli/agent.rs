@@ -331,7 +331,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 if Instant::now() >= next_textfile {
                     next_textfile = Instant::now() + current.settings.interval;
                     if let Err(e) = write_textfile(path, &metrics) {
-                        eprintln!("rttlab agent: --textfile {}: {e}", path.display());
+                        eprintln!(
+                            "rttlab agent: --textfile {}: {}",
+                            path.display(),
+                            rttlab::error_chain(&e)
+                        );
                     }
                 }
             }
