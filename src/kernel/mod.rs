@@ -3,6 +3,7 @@
 //! where others may reach (`fs`).
 
 pub mod cpu;
+pub mod descriptors;
 pub mod fs;
 pub mod host;
 pub mod hz;
