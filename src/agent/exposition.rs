@@ -3,19 +3,14 @@
 //! one. The HTTP endpoint is [`super::http`].
 
 use super::metrics::{Format, Metrics};
-use std::io;
 use std::path::Path;
 
-/// Write the text-format exposition to `path` atomically.
+/// Write the text-format exposition to `path` atomically: a fresh temporary with an
+/// unpredictable name (`.NAME.<random>.tmp`: node_exporter reads only `*.prom`)
+/// renamed over it, so a symlink at `path` is refused, never written through.
 ///
 /// # Errors
-/// The directory is not writable.
-pub fn write_textfile(path: &Path, metrics: &Metrics) -> io::Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::other("--textfile needs a file name"))?;
-    // node_exporter reads only *.prom: the temporary name must not end so.
-    let tmp = path.with_file_name(format!(".{}.tmp", name.to_string_lossy()));
-    std::fs::write(&tmp, metrics.expose(Format::Text))?;
-    std::fs::rename(&tmp, path)
+/// The directory is not writable, or `path` is a symlink.
+pub fn write_textfile(path: &Path, metrics: &Metrics) -> Result<(), crate::kernel::fs::FileError> {
+    crate::kernel::fs::write_replace(path, metrics.expose(Format::Text).as_bytes())
 }

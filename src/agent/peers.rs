@@ -8,6 +8,7 @@
 //! error raised while deserializing, including the ones our own checks raise.
 
 use super::metrics::OWN_LABELS;
+use crate::kernel::fs;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Deserializer};
@@ -156,11 +157,15 @@ fn labels<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::E
 }
 
 /// Read a file_sd JSON file: every target of every group, with its group's labels.
+/// Only a regular file of at most [`fs::CONFIG_MAX_BYTES`] is read (a symlink is
+/// followed to one): a FIFO or /dev/zero would stall or grow the agent.
 ///
 /// # Errors
-/// Unreadable or malformed: the message names the file, line and key.
+/// Unreadable, not a regular file, too large or malformed: the message names the
+/// file, and the line and key.
 pub fn read_file_sd(path: &Path) -> Result<Vec<Peer>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = fs::read_text(path, "peers file", fs::CONFIG_MAX_BYTES)
+        .map_err(|e| crate::error_chain(&e))?;
     parse_file_sd(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -284,12 +289,14 @@ pub struct ConfigFile {
     pub self_target: Option<String>,
 }
 
-/// Read the config file.
+/// Read the config file (a regular file of at most [`fs::CONFIG_MAX_BYTES`]).
 ///
 /// # Errors
-/// Unreadable, not TOML, or an unknown key: the message names the file, line and key.
+/// Unreadable, not a regular file, too large, not TOML, or an unknown key: the message
+/// names the file, and the line and key.
 pub fn read_config(path: &Path) -> Result<ConfigFile, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = fs::read_text(path, "config file", fs::CONFIG_MAX_BYTES)
+        .map_err(|e| crate::error_chain(&e))?;
     parse_config(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 

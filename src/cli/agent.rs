@@ -17,7 +17,7 @@ use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Args, Debug)]
@@ -35,6 +35,9 @@ as the scraper asks:
 Labels of a file_sd group pass through to its peers' series. The peers file is read
 again when it changes; SIGHUP reads the config file and the peers file again. A peer
 that is this host (one of its addresses, on the agent's own port) is skipped.
+Peers and config files must be regular files (a symlink is followed to one) of at most
+16 MiB, naming at most --max-peers peers; a reload that fails keeps the running peers.
+Reloads are read off the probe loop: probing, /metrics and SIGTERM never wait on one.
 
 Examples:
   rttlab agent --peer db1 --peer db2:12866
@@ -115,6 +118,12 @@ pub struct AgentArgs {
     /// Memory the probe server's tests may use together.
     #[arg(long, default_value = "1GiB", value_parser = values::bytes)]
     pub max_memory: u64,
+    /// Most peers the flags, the config file and the peers file may name together:
+    /// more is an error at start and a failed reload (the running peers stay).
+    /// Every peer costs sockets, series and scrape time (20 000 peers: a 125 MB
+    /// exposition).
+    #[arg(long, default_value_t = 5000, value_name = "N")]
+    pub max_peers: usize,
 }
 
 /// Everything that a reload may change, resolved from the flags and the config file.
@@ -183,6 +192,14 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
     if let Some(f) = &peers_file {
         all.extend(peers::read_file_sd(f).map_err(anyhow::Error::msg)?);
     }
+    // Before anything is done per peer (is_me resolves names).
+    if all.len() > a.max_peers {
+        bail!(
+            "{} peers named (--peer, the config file and the peers file together), more than --max-peers {}",
+            all.len(),
+            a.max_peers
+        );
+    }
     let me = match a.self_target.as_ref().or(file.self_target.as_ref()) {
         Some(t) => {
             let p = Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--self: {e}"))?;
@@ -242,7 +259,64 @@ fn stamp(p: &Option<PathBuf>) -> Option<(SystemTime, u64, u64)> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
+/// Reloads, off the main loop: reading and parsing a large or hostile peers file and
+/// resolving its names can take seconds, and the main loop must notice SIGTERM within
+/// its tick whatever a reload is doing. The loop asks with [`Reloader::request`] and
+/// polls [`Reloader::poll`]; the thread is never joined, so a reload still running at
+/// exit ends with the process.
+struct Reloader {
+    ask: mpsc::Sender<()>,
+    done: mpsc::Receiver<anyhow::Result<Plan>>,
+    /// A reload is running.
+    busy: bool,
+    /// Another was asked for while it ran (the file may have changed after it read it).
+    again: bool,
+}
+
+impl Reloader {
+    fn start(a: Arc<AgentArgs>, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result<Self> {
+        let (ask, asked) = mpsc::channel::<()>();
+        let (tell, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("reload".into())
+            .spawn(move || {
+                for () in asked {
+                    if tell.send(plan(&a, secret.clone(), own_port)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .context("starting the reload thread")?;
+        Ok(Self {
+            ask,
+            done,
+            busy: false,
+            again: false,
+        })
+    }
+
+    /// Read the config and peers files again, now or after the reload running.
+    fn request(&mut self) {
+        if self.busy {
+            self.again = true;
+        } else {
+            self.busy = self.ask.send(()).is_ok();
+        }
+    }
+
+    /// The result of the reload asked for, once it is there.
+    fn poll(&mut self) -> Option<anyhow::Result<Plan>> {
+        let r = self.done.try_recv().ok()?;
+        self.busy = false;
+        if std::mem::take(&mut self.again) {
+            self.request();
+        }
+        Some(r)
+    }
+}
+
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    let a = Arc::new(a);
     let secret = a.secret.load()?;
     let listen = listen_addrs(&a)?;
     let own_port = listen[0].port();
@@ -312,10 +386,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     metrics.reload_ok.set(1);
 
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&stop))
-            .context("installing signal handlers")?;
-    }
+    stop_on_signal(Arc::clone(&stop))?;
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
         .context("installing the SIGHUP handler")?;
@@ -327,6 +398,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         current.probes.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
     );
 
+    let mut reloader = Reloader::start(Arc::clone(&a), secret.clone(), own_port)?;
     std::thread::scope(|s| -> anyhow::Result<()> {
         s.spawn(|| {
             if let Err(e) = http.serve(&metrics, &stop) {
@@ -340,7 +412,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             let changed = stamp(&current.peers_file) != seen;
             if hup.swap(false, Ordering::Relaxed) || changed {
                 seen = stamp(&current.peers_file);
-                match plan(&a, secret.clone(), own_port) {
+                reloader.request();
+            }
+            if let Some(result) = reloader.poll() {
+                match result {
                     Ok(next) => {
                         reload(&mut agent, &mut current, next);
                         metrics
@@ -364,7 +439,11 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 if Instant::now() >= next_textfile {
                     next_textfile = Instant::now() + current.settings.interval;
                     if let Err(e) = write_textfile(path, &metrics) {
-                        eprintln!("rttlab agent: --textfile {}: {e}", path.display());
+                        eprintln!(
+                            "rttlab agent: --textfile {}: {}",
+                            path.display(),
+                            rttlab::error_chain(&e)
+                        );
                     }
                 }
             }
@@ -374,6 +453,36 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     })?;
     drop(agent);
     eprintln!("rttlab agent: stopped");
+    Ok(())
+}
+
+/// How long after SIGTERM or SIGINT the agent may take to stop gracefully.
+const STOP_GRACE: Duration = Duration::from_millis(800);
+
+/// Set `stop` on SIGTERM or SIGINT, and exit [`STOP_GRACE`] later if the process is
+/// still here: the main loop notices `stop` within its 200 ms tick, but it may be
+/// applying a reload of thousands of peers (resolving their names) or writing a
+/// --textfile of a large exposition, and the HTTP workers finish a scrape in progress
+/// (seconds with 20 000 peers). The agent holds nothing that needs tearing down for
+/// the system's sake (no kernel state; the textfile is replaced atomically), so a stop
+/// is honoured within a second whatever the agent is doing.
+fn stop_on_signal(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing signal handlers")?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                stop.store(true, Ordering::Relaxed);
+                std::thread::sleep(STOP_GRACE);
+                eprintln!("rttlab agent: stopped (without waiting for the rest of its teardown)");
+                std::process::exit(0);
+            }
+        })
+        .context("starting the signal thread")?;
     Ok(())
 }
 

@@ -386,6 +386,10 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
 
 /// The `lab up` daemon: build, report on stdout, serve until `lab down` or a signal.
 fn daemon(spec: &str) -> anyhow::Result<()> {
+    // It lives as long as the lab: nothing of its caller's (a lock, an open file) may
+    // live with it. Its stdin and stderr are /dev/null (see `up`); stdout goes there
+    // once it has told `up` the lab's details.
+    rttlab::kernel::descriptors::close_inherited().context("closing inherited descriptors")?;
     let spec: LabSpec = serde_json::from_str(spec).context("bad lab spec")?;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();

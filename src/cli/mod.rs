@@ -180,7 +180,7 @@ fn man(dir: &std::path::Path) -> anyhow::Result<()> {
         if let Some(text) = examples {
             out.extend_from_slice(examples_section(&text).as_bytes());
         }
-        std::fs::write(&path, out).with_context(|| format!("writing {}", path.display()))?;
+        rttlab::kernel::fs::write_replace(&path, &out)?;
         Ok(n + 1)
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -30,8 +30,12 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let text = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
+    let rendered = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
+    for e in &rendered.unreadable {
+        eprintln!("rttlab report: {}", rttlab::error_chain(e));
+    }
+
     if a.json {
         let dir = a.out.as_deref().unwrap_or(&a.dir);
         let (experiment, run) = rttlab::results::read_run(dir)?;
@@ -54,11 +58,18 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         };
         let schema = rttlab::results::schema::EXPERIMENT;
         outln!("{}", rttlab::results::schema::pretty(schema, &doc)?);
-        return Ok(());
+    } else {
+        out!("{}", rendered.text);
+        if let Some(out) = &a.out {
+            outln!("Report: {}", out.join("report.html").display());
+        }
     }
-    out!("{text}");
-    if let Some(out) = &a.out {
-        outln!("Report: {}", out.join("report.html").display());
+    if !rendered.unreadable.is_empty() {
+        anyhow::bail!(
+            "{} histogram file(s) of {} could not be read: the report leaves them out",
+            rendered.unreadable.len(),
+            a.dir.display()
+        );
     }
     Ok(())
 }

@@ -217,7 +217,7 @@ fn point(
     for (name, h) in hists {
         let Some(h) = h else { continue };
         let f = format!("{}.{name}.hist.csv", stem(wait_ms, trial));
-        match std::fs::write(out.join(&f), h.to_csv()) {
+        match crate::results::write_file(out, &f, &h.to_csv()) {
             Ok(()) => files.push(f),
             Err(e) => errors.push(format!("{f}: {}", crate::error_chain(&e))),
         }

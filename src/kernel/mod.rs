@@ -1,7 +1,10 @@
 //! Interfaces to the running kernel: `tcp_info`, socket options, CPU placement and the
-//! host facts every result carries.
+//! host facts every result carries; and the files rttlab reads for others or writes
+//! where others may reach (`fs`).
 
 pub mod cpu;
+pub mod descriptors;
+pub mod fs;
 pub mod host;
 pub mod hz;
 pub mod link;

@@ -241,12 +241,9 @@ impl Journal {
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| self.err(e))?;
         }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.path.with_extension("json.lock"))
-            .map_err(|e| self.err(e))?;
+        // Not through a symlink: the journal lives in a directory root writes to.
+        let f = super::fs::open_append(&self.path.with_extension("json.lock"))
+            .map_err(|e| self.err(crate::error_chain(&e)))?;
         loop {
             // SAFETY: a valid fd.
             if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
@@ -264,10 +261,10 @@ impl Journal {
     /// # Errors
     /// Unreadable or corrupt journal.
     pub fn all_entries(&self) -> Result<Vec<Entry>, TuneError> {
-        match std::fs::read(&self.path) {
+        match super::fs::read(&self.path, "tuning journal", super::fs::CONFIG_MAX_BYTES) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| self.err(e)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(self.err(e)),
+            Err(e) if e.is_not_found() => Ok(Vec::new()),
+            Err(e) => Err(self.err(crate::error_chain(&e))),
         }
     }
 
@@ -291,10 +288,8 @@ impl Journal {
                 _ => Ok(()),
             };
         }
-        let tmp = self.path.with_extension("json.tmp");
         let body = serde_json::to_vec_pretty(all).map_err(|e| self.err(e))?;
-        std::fs::write(&tmp, body).map_err(|e| self.err(e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| self.err(e))
+        super::fs::write_replace(&self.path, &body).map_err(|e| self.err(crate::error_chain(&e)))
     }
 
     /// Record `c` for this owner unless the same knob is already recorded by it (its

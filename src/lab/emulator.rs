@@ -247,18 +247,16 @@ pub struct EventLog {
 }
 
 impl EventLog {
-    /// Log to `path` (appending), or nowhere.
+    /// Log to `path` (appending; a symlink or anything but a regular file is
+    /// refused), or nowhere.
     ///
     /// # Errors
     /// The file cannot be opened.
-    pub fn open(path: Option<&std::path::Path>) -> std::io::Result<Self> {
+    pub fn open(path: Option<&std::path::Path>) -> Result<Self, crate::kernel::fs::FileError> {
         let out = match path {
             Some(p) => Some(std::io::BufWriter::with_capacity(
                 1 << 16,
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
+                crate::kernel::fs::open_append(p)?,
             )),
             None => None,
         };

@@ -407,9 +407,7 @@ impl Lab {
                 .map_err(setup("encoding lab.json"))
                 .and_then(|j| {
                     // Written whole then renamed, so a reader never sees half of it.
-                    let tmp = dir.join("lab.json.tmp");
-                    std::fs::write(&tmp, j)
-                        .and_then(|()| std::fs::rename(&tmp, dir.join("lab.json")))
+                    crate::kernel::fs::write_replace(&dir.join("lab.json"), &j)
                         .map_err(setup("writing lab.json"))
                 })
         };

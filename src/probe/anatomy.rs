@@ -1098,14 +1098,20 @@ pub struct SlowLog {
 }
 
 impl SlowLog {
-    /// Create (truncate) `path`.
+    /// Create `path` anew (a fresh file renamed into place: never one a symlink
+    /// points to).
     ///
     /// # Errors
-    /// The file cannot be created.
-    pub fn create(path: &std::path::Path, threshold_ns: Option<u64>) -> std::io::Result<Self> {
+    /// The file cannot be created, or `path` is a symlink.
+    pub fn create(
+        path: &std::path::Path,
+        threshold_ns: Option<u64>,
+    ) -> Result<Self, crate::kernel::fs::FileError> {
         Ok(Self {
             threshold_ns,
-            out: std::sync::Mutex::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
+            out: std::sync::Mutex::new(std::io::BufWriter::new(crate::kernel::fs::create_replace(
+                path,
+            )?)),
         })
     }
 

@@ -474,8 +474,9 @@ pub fn run_each(
     }
     let mut hdr = match &settings.hdr_log {
         Some(p) => Some(
-            HdrLogWriter::create(
-                p,
+            HdrLogWriter::start(
+                crate::kernel::fs::create_replace(p)
+                    .map_err(|e| PingError::HdrLog(io::Error::other(e)))?,
                 1,
                 Duration::from_secs(1),
                 &format!(

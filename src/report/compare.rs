@@ -323,7 +323,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
 pub fn write(dir: &Path) -> Result<String, ResultsError> {
     let (_, run) = results::read_run(dir)?;
     let cp = dir.join("compare.json");
-    let text = std::fs::read_to_string(&cp).map_err(results::io(&cp))?;
+    let text = results::read_file(dir, "compare.json")?;
     let mut r: CompareResult = serde_json::from_str(&text).map_err(results::json(&cp))?;
     for l in &mut r.layers {
         if l.name == "sampled_metric" {
@@ -404,8 +404,7 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
     );
     if !across.is_empty() {
         text += &across;
-        let mut all = std::fs::read_to_string(dir.join("compare.txt"))
-            .map_err(results::io(&dir.join("compare.txt")))?;
+        let mut all = results::read_file(dir, "compare.txt")?;
         all += &across;
         results::write_file(dir, "compare.txt", &all)?;
     }

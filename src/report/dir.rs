@@ -1,6 +1,7 @@
 //! Rendering a results directory again from its raw data, whatever experiment wrote
 //! it: `rttlab report`, and every experiment's last step.
 
+use crate::kernel::fs::ScratchDir;
 use crate::results::{self, ResultsError};
 use std::path::Path;
 
@@ -36,28 +37,41 @@ pub fn render(dir: &Path) -> Result<String, ResultsError> {
     }
 }
 
+/// A rendered report: its tables, and the histogram files of the directory that
+/// could not be read as histograms (missing, foreign, refused), each naming the file
+/// and why. The report is written all the same; whoever asked must say it is
+/// incomplete.
+#[derive(Debug)]
+pub struct Rendered {
+    pub text: String,
+    pub unreadable: Vec<ResultsError>,
+}
+
 /// Render the report of `dir` into `out` (a copy of `dir`'s files with the report
-/// written anew), or, with no `out`, only compute its tables and leave every file as
-/// it was; returns the tables' text.
+/// written anew), or, with no `out`, only compute its tables (in a private scratch
+/// directory) and leave every file as it was.
 ///
 /// # Errors
-/// As [`render`].
-pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<String, ResultsError> {
+/// As [`render`]; a file of `dir` that is not a regular file inside it or is too
+/// large; a file of `out` that is a symlink.
+pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsError> {
     results::read_run(dir)?;
-    match out {
-        Some(out) if same_dir(dir, out) => render(dir),
+    let text = match out {
+        Some(out) if same_dir(dir, out) => render(dir)?,
         Some(out) => {
             results::copy_dir(dir, out)?;
-            render(out)
+            render(out)?
         }
         None => {
-            let scratch = tempdir_for(dir)?;
-            results::copy_dir(dir, &scratch)?;
-            let text = render(&scratch);
-            let _ = std::fs::remove_dir_all(&scratch);
-            text
+            let scratch = ScratchDir::new("rttlab-report")?;
+            results::copy_dir(dir, scratch.path())?;
+            render(scratch.path())?
         }
-    }
+    };
+    Ok(Rendered {
+        text,
+        unreadable: results::check_histograms(dir)?,
+    })
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -65,17 +79,4 @@ fn same_dir(a: &Path, b: &Path) -> bool {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
     }
-}
-
-/// A fresh directory for a throw-away rendering.
-fn tempdir_for(dir: &Path) -> Result<std::path::PathBuf, ResultsError> {
-    let p = std::env::temp_dir().join(format!(
-        "rttlab-report-{}-{}",
-        std::process::id(),
-        dir.file_name()
-            .map_or_else(|| "dir".into(), |n| n.to_string_lossy().into_owned())
-    ));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).map_err(results::io(&p))?;
-    Ok(p)
 }

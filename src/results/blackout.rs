@@ -305,7 +305,7 @@ pub fn recompute(
     mut trials: Vec<TrialRecord>,
 ) -> Result<Vec<TrialRecord>, ResultsError> {
     let path = dir.join("run.json");
-    let text = std::fs::read_to_string(&path).map_err(super::io(&path))?;
+    let text = super::read_file(dir, "run.json")?;
     let run: serde_json::Value = serde_json::from_str(&text).map_err(super::json(&path))?;
     let s: Settings =
         serde_json::from_value(run["settings"].clone()).map_err(super::json(&path))?;

@@ -21,9 +21,11 @@ pub mod schema;
 pub mod sweep;
 pub mod synrto;
 
+use crate::kernel::fs;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The version of the results layout this rttlab writes.
@@ -53,6 +55,10 @@ pub enum ResultsError {
         "{path} holds a run with other settings ({what} differs); give another --out, or remove it"
     )]
     Mismatch { path: String, what: String },
+    /// A file that cannot be read or written safely: not a regular file, too large,
+    /// a symlink out of the directory or where a file is to be written.
+    #[error(transparent)]
+    File(#[from] fs::FileError),
     /// Written by a newer rttlab whose layout this one does not know.
     #[error("{path} was written with results schema version {version}; this rttlab reads versions 1 to {SCHEMA_VERSION}: render it with a newer rttlab")]
     Schema { path: String, version: u64 },
@@ -101,8 +107,13 @@ impl ResultsDir {
         std::fs::create_dir_all(path).map_err(io(path))?;
         let run = path.join("run.json");
         let mut done = Vec::new();
-        if let Ok(b) = std::fs::read(&run) {
-            let old: serde_json::Value = serde_json::from_slice(&b).map_err(json(&run))?;
+        let old = match read_file(path, "run.json") {
+            Ok(text) => Some(text),
+            Err(ResultsError::File(e)) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        if let Some(text) = old {
+            let old: serde_json::Value = serde_json::from_str(&text).map_err(json(&run))?;
             if old["experiment"] != experiment || old["settings"] != *settings {
                 let what = settings
                     .as_object()
@@ -118,13 +129,9 @@ impl ResultsDir {
             write_run(path, experiment, settings, facts)?;
         }
         let tp = path.join("trials.jsonl");
-        let mut trials = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&tp)
-            .map_err(io(&tp))?;
+        let mut trials = fs::open_append(&tp)?;
         // End a line a crash cut, so the next record starts on its own line.
-        if std::fs::read(&tp).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n')) {
+        if !ends_a_line(&tp)? {
             trials.write_all(b"\n").map_err(io(&tp))?;
         }
         Ok((
@@ -160,21 +167,12 @@ impl ResultsDir {
             Ok(b)
         };
         let fp = self.path.join("failed.jsonl");
-        let mut failed = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&fp)
-            .map_err(io(&fp))?;
+        let mut failed = fs::open_append(&fp)?;
         failed.write_all(&lines(aside, &fp)?).map_err(io(&fp))?;
         failed.sync_data().map_err(io(&fp))?;
         let tp = self.path.join("trials.jsonl");
-        let tmp = self.path.join("trials.jsonl.new");
-        std::fs::write(&tmp, lines(kept, &tp)?).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &tp).map_err(io(&tp))?;
-        self.trials = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&tp)
-            .map_err(io(&tp))?;
+        fs::write_replace(&tp, &lines(kept, &tp)?)?;
+        self.trials = fs::open_append(&tp)?;
         Ok(())
     }
 
@@ -190,13 +188,45 @@ impl ResultsDir {
     }
 }
 
-/// Write (replace) the file `name` in the results directory `dir`.
+/// Whether the file at `path` is empty or ends with a newline (its last byte only is
+/// read).
+fn ends_a_line(path: &Path) -> Result<bool, ResultsError> {
+    let f = fs::RegularFile::open(path, "results file")?;
+    let len = f.metadata().len();
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut last = [0u8];
+    f.file()
+        .read_exact_at(&mut last, len - 1)
+        .map_err(io(path))?;
+    Ok(last[0] == b'\n')
+}
+
+/// Write (replace) the file `name` in the results directory `dir`: a fresh temporary
+/// renamed over it ([`fs::write_replace`]), so a symlink planted there is refused,
+/// never written through.
 ///
 /// # Errors
-/// The write failed.
+/// The write failed, or `name` is a symlink.
 pub fn write_file(dir: &Path, name: &str, contents: &str) -> Result<(), ResultsError> {
-    let p = dir.join(name);
-    std::fs::write(&p, contents).map_err(io(&p))
+    Ok(fs::write_replace(&dir.join(name), contents.as_bytes())?)
+}
+
+/// The text of the file `name` in the results directory `dir`: a regular file of at
+/// most [`fs::RESULTS_MAX_BYTES`], a symlink followed only inside `dir`
+/// ([`fs::read_text_in`]), so that a directory made by someone else cannot make
+/// `report` hang on a FIFO, fill memory from /dev/zero or show a file from elsewhere.
+///
+/// # Errors
+/// Missing, not a regular file, a symlink out of `dir`, too large or not UTF-8.
+pub fn read_file(dir: &Path, name: &str) -> Result<String, ResultsError> {
+    Ok(fs::read_text_in(
+        dir,
+        name,
+        "results file",
+        fs::RESULTS_MAX_BYTES,
+    )?)
 }
 
 /// Write `run.json` into `path` (created if missing): the tool, the experiment, its
@@ -220,7 +250,7 @@ pub fn write_run(
         "host": facts,
     });
     let text = serde_json::to_vec_pretty(&meta).map_err(json(&run))?;
-    std::fs::write(&run, text).map_err(io(&run))
+    Ok(fs::write_replace(&run, &text)?)
 }
 
 /// Read the histogram file `name` (written by `LatencyHistogram::to_csv`) in `dir`.
@@ -232,8 +262,9 @@ pub fn read_histogram(
     name: &str,
 ) -> Result<crate::stats::LatencyHistogram, ResultsError> {
     let p = dir.join(name);
-    let text = std::fs::read_to_string(&p).map_err(io(&p))?;
-    crate::stats::LatencyHistogram::from_csv(&text).map_err(|msg| invalid(&p, msg))
+    let text = read_file(dir, name)?;
+    crate::stats::LatencyHistogram::from_csv(&text)
+        .map_err(|msg| invalid(&p, format!("not a histogram rttlab wrote: {msg}")))
 }
 
 /// The layout version of a `run.json`: its `"schema"` (`rttlab.results/N`), or 1 for
@@ -266,7 +297,7 @@ pub fn schema_version(run: &serde_json::Value, path: &Path) -> Result<u32, Resul
 /// not read.
 pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
     let run = path.join("run.json");
-    let text = std::fs::read_to_string(&run).map_err(io(&run))?;
+    let text = read_file(path, "run.json")?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(json(&run))?;
     schema_version(&v, &run)?;
     let name = v["experiment"].as_str().ok_or_else(|| {
@@ -283,8 +314,7 @@ pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
 /// # Errors
 /// The file cannot be read.
 pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsError> {
-    let tp = path.join("trials.jsonl");
-    let text = std::fs::read_to_string(&tp).map_err(io(&tp))?;
+    let text = read_file(path, "trials.jsonl")?;
     Ok(text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
@@ -292,20 +322,76 @@ pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsEr
 }
 
 /// Copy the results directory `from` into `to` (created; files only, one level), so
-/// that a report can be rendered there without touching the original.
+/// that a report can be rendered there without touching the original. Every file is
+/// read as [`read_file`] reads it and written as [`write_file`] writes it; a
+/// subdirectory is passed over. A histogram (`*.hist.csv`) that cannot be copied is
+/// left out, for [`check_histograms`] on `from` to report; any other file that cannot
+/// is an error.
 ///
 /// # Errors
-/// A file cannot be read or written.
+/// A file other than a histogram is not a regular file, a symlink out of `from`, too
+/// large, or cannot be read or written.
 pub fn copy_dir(from: &Path, to: &Path) -> Result<(), ResultsError> {
     std::fs::create_dir_all(to).map_err(io(to))?;
     for entry in std::fs::read_dir(from).map_err(io(from))? {
         let entry = entry.map_err(io(from))?;
-        if entry.file_type().map_err(io(from))?.is_file() {
-            let dest = to.join(entry.file_name());
-            std::fs::copy(entry.path(), &dest).map_err(io(&dest))?;
+        if entry.file_type().map_err(io(from))?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name();
+        let name = name.to_str().ok_or_else(|| {
+            invalid(
+                &entry.path(),
+                "a file name that is not UTF-8: not one rttlab wrote",
+            )
+        })?;
+        let bytes =
+            fs::open_in(from, name, "results file").and_then(|f| f.read(fs::RESULTS_MAX_BYTES));
+        match bytes {
+            Ok(b) => fs::write_replace(&to.join(name), &b)?,
+            Err(_) if is_histogram(name) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
+}
+
+fn is_histogram(name: &str) -> bool {
+    name.ends_with(".hist.csv")
+}
+
+/// Every histogram file of the results directory `dir` that cannot be read as one:
+/// those named by its trials (a missing one included) and every `*.hist.csv` in it.
+/// Most reports are drawn from trials.jsonl alone and never open them, so without
+/// this a missing or foreign histogram (a symlink to /etc/passwd) would pass unseen.
+///
+/// # Errors
+/// The directory cannot be listed.
+pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
+    fn named(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            serde_json::Value::String(s) if is_histogram(s) && !s.contains('/') => {
+                out.insert(s.clone());
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|x| named(x, out)),
+            serde_json::Value::Object(m) => m.values().for_each(|x| named(x, out)),
+            _ => {}
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    if let Ok(trials) = read_trials::<serde_json::Value>(dir) {
+        trials.iter().for_each(|t| named(t, &mut names));
+    }
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        if let Some(n) = entry.file_name().to_str().filter(|n| is_histogram(n)) {
+            names.insert(n.to_owned());
+        }
+    }
+    Ok(names
+        .iter()
+        .filter_map(|n| read_histogram(dir, n).err())
+        .collect())
 }
 
 #[cfg(test)]

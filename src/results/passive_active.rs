@@ -112,7 +112,7 @@ pub fn stats(layer: &str, series: &[(f64, f64)], unanswered: u64) -> LayerStats 
 /// The file is missing or a row does not parse.
 pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, ResultsError> {
     let p = out.join(file);
-    let text = std::fs::read_to_string(&p).map_err(super::io(&p))?;
+    let text = super::read_file(out, file)?;
     text.lines()
         .skip(1)
         .enumerate()

@@ -14,7 +14,6 @@ use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -95,18 +94,18 @@ pub struct HdrLogWriter {
 }
 
 impl HdrLogWriter {
-    /// Create `path` and start the writer for `streams` recorders, one interval every
+    /// Start the writer into `file` (created by the caller: `kernel::fs::create_replace`
+    /// makes one a symlink cannot redirect) for `streams` recorders, one interval every
     /// `interval`. `comment` (the run's settings) goes into the log's header.
     ///
     /// # Errors
-    /// The file cannot be created.
-    pub fn create(
-        path: &Path,
+    /// The writer thread cannot be started.
+    pub fn start(
+        file: File,
         streams: usize,
         interval: Duration,
         comment: &str,
     ) -> std::io::Result<Self> {
-        let file = File::create(path)?;
         let (tx, rx) = channel();
         let start = Instant::now();
         let wall = SystemTime::now();
@@ -248,8 +247,13 @@ mod tests {
     fn log_is_readable_and_merges_streams() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.hlog");
-        let mut w =
-            HdrLogWriter::create(&path, 2, Duration::from_millis(100), "test: TCP_RR").unwrap();
+        let mut w = HdrLogWriter::start(
+            File::create(&path).unwrap(),
+            2,
+            Duration::from_millis(100),
+            "test: TCP_RR",
+        )
+        .unwrap();
         let mut a = w.recorder();
         let mut b = w.recorder();
         let t0 = w.start;

@@ -67,7 +67,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                 s.slow
                     .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
             )
-            .map_err(|e| RrError::Limit(format!("--slow-log {}: {e}", p.display())))?,
+            .map_err(|source| RrError::Output {
+                flag: "--slow-log",
+                source,
+            })?,
         ),
         None => None,
     };
@@ -375,8 +378,12 @@ fn open_hdr_log(s: &RrSettings, port: u16) -> Result<Option<HdrLogWriter>, RrErr
     let Some(p) = &s.hdr_log else {
         return Ok(None);
     };
-    HdrLogWriter::create(
-        p,
+    let file = crate::kernel::fs::create_replace(p).map_err(|source| RrError::Output {
+        flag: "--hdr-log",
+        source,
+    })?;
+    HdrLogWriter::start(
+        file,
         s.streams as usize,
         Duration::from_secs(1),
         &format!(

@@ -184,6 +184,13 @@ pub enum RrError {
         #[source]
         source: io::Error,
     },
+    /// An output file (`--hdr-log`, `--slow-log`) could not be created.
+    #[error("{flag}")]
+    Output {
+        flag: &'static str,
+        #[source]
+        source: crate::kernel::fs::FileError,
+    },
     /// A setting the server's limits forbid, caught before asking.
     #[error("{0}")]
     Limit(String),
