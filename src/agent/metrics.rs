@@ -380,7 +380,7 @@ fn comment_004(line: &str, out: &mut String) {
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).
-const COUNTERS: [&str; 7] = [
+const COUNTERS: [&str; 8] = [
     "rttlab_probes_sent",
     "rttlab_probes_lost",
     "rttlab_probes_timed_out",
@@ -388,6 +388,7 @@ const COUNTERS: [&str; 7] = [
     "rttlab_tcp_retransmissions",
     "rttlab_agent_late_probes",
     "rttlab_agent_config_reloads",
+    "rttlab_agent_http_refused",
 ];
 
 /// The labels of one series.
