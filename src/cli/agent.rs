@@ -131,6 +131,9 @@ pub struct AgentArgs {
 struct Plan {
     peers: Vec<Peer>,
     peers_file: Option<PathBuf>,
+    /// The peers file's identity just before it was read: a change after that, even
+    /// one made while the agent was starting, is a change to read.
+    peers_stamp: Option<(SystemTime, u64, u64)>,
     probes: Vec<Probe>,
     settings: ProbeSettings,
     buckets: Buckets,
@@ -189,6 +192,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
     for t in a.peers.iter().chain(file.peers.iter().flatten()) {
         all.push(Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--peer: {e}"))?);
     }
+    let peers_stamp = stamp(&peers_file);
     if let Some(f) = &peers_file {
         all.extend(peers::read_file_sd(f).map_err(anyhow::Error::msg)?);
     }
@@ -216,6 +220,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
     Ok(Plan {
         peers,
         peers_file,
+        peers_stamp,
         probes,
         settings: ProbeSettings {
             interval,
@@ -405,7 +410,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 eprintln!("rttlab agent: the metrics endpoint stopped: {e}");
             }
         });
-        let mut seen = stamp(&current.peers_file);
+        let mut seen = current.peers_stamp;
         let mut next_textfile = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));

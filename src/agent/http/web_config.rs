@@ -48,16 +48,9 @@ const DUMMY_HASH: &str = "$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV
 /// Errors reading or applying a web config file.
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
-    /// The file cannot be read.
-    #[error("cannot read the web config {path}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not a regular file, or is too large.
-    #[error("web config {path}: {why}")]
-    NotAFile { path: PathBuf, why: String },
+    /// The file cannot be read, is not a regular file, or is too large.
+    #[error(transparent)]
+    File(#[from] crate::kernel::fs::FileError),
     /// The YAML does not parse, or has a key the format does not have.
     #[error("web config {path}: {source}")]
     Yaml {
@@ -195,7 +188,7 @@ impl WebConfig {
     /// The file cannot be read, is not the toolkit's format, or names a certificate,
     /// key or setting that cannot be used.
     pub fn read(path: &Path) -> Result<Self, WebConfigError> {
-        let text = read_bounded(path)?;
+        let text = crate::kernel::fs::read_text(path, "web config", MAX_FILE_BYTES)?;
         Self::parse(&text, path)
     }
 
@@ -353,35 +346,6 @@ fn parse_basic(v: &[u8]) -> Option<(String, String)> {
     let s = String::from_utf8(raw).ok()?;
     let (u, p) = s.split_once(':')?;
     Some((u.to_owned(), p.to_owned()))
-}
-
-/// Read a small regular file (a symlink only to a regular file) of at most
-/// [`MAX_FILE_BYTES`].
-fn read_bounded(path: &Path) -> Result<String, WebConfigError> {
-    use std::io::Read;
-    let read_err = |source| WebConfigError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let f = std::fs::File::open(path).map_err(read_err)?;
-    let meta = f.metadata().map_err(read_err)?;
-    if !meta.is_file() {
-        return Err(WebConfigError::NotAFile {
-            path: path.to_owned(),
-            why: "not a regular file".into(),
-        });
-    }
-    let mut text = String::new();
-    f.take(MAX_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(read_err)?;
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return Err(WebConfigError::NotAFile {
-            path: path.to_owned(),
-            why: format!("larger than {} KiB", MAX_FILE_BYTES >> 10),
-        });
-    }
-    Ok(text)
 }
 
 fn tls_config(
