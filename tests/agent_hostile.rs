@@ -145,6 +145,29 @@ fn connect(port: u16) -> TcpStream {
     TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).unwrap()
 }
 
+/// Send `request` on a new connection and read the answer until the agent closes.
+fn exchange(port: u16, request: &str) -> String {
+    let mut s = connect(port);
+    s.write_all(request.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut reply = String::new();
+    let _ = s.read_to_string(&mut reply);
+    reply
+}
+
+/// A connection with a 4 KiB receive buffer that has pipelined `requests` scrapes
+/// (as many as fit without blocking) and will never read an answer.
+fn non_reader(port: u16, requests: usize) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())
+        .unwrap();
+    let mut s: TcpStream = s.into();
+    s.set_nonblocking(true).unwrap();
+    let _ = s.write(&b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(requests));
+    s
+}
+
 /// A TCP connection to `port` from 127.0.0.`from`.
 fn connect_from(from: u8, port: u16) -> std::io::Result<TcpStream> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -177,27 +200,17 @@ fn a_huge_content_length_is_refused_and_kills_nothing() {
     let mut a = Agent::start(&[]);
     let before = probes_sent(&a);
     for path in ["/metrics", "/", "/nope"] {
-        let mut s = connect(a.metrics);
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n"
-        )
-        .unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut reply = String::new();
-        let _ = s.read_to_string(&mut reply);
+        let reply = exchange(
+            a.metrics,
+            &format!("GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n"),
+        );
         assert!(reply.starts_with("HTTP/1.1 413 "), "{path}: {reply:?}");
     }
     // Chunked bodies are refused the same way.
-    let mut s = connect(a.metrics);
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffff\r\n"
-    )
-    .unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut reply = String::new();
-    let _ = s.read_to_string(&mut reply);
+    let reply = exchange(
+        a.metrics,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffff\r\n",
+    );
     assert!(reply.starts_with("HTTP/1.1 413 "), "{reply:?}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(a.alive(), "the agent died");
@@ -262,16 +275,7 @@ fn scrapes_are_answered_while_clients_misbehave() {
     let (_, threads0, fds0) = a.footprint();
     let mut held = Vec::new();
     for _ in 0..2 {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        s.set_recv_buffer_size(4096).unwrap();
-        s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, a.metrics)).into())
-            .unwrap();
-        let mut s: TcpStream = s.into();
-        for _ in 0..10 {
-            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-                .unwrap();
-        }
-        held.push(s);
+        held.push(non_reader(a.metrics, 10));
     }
     for _ in 0..3 {
         let (code, secs, _) = curl(&[&a.url("http", "/metrics")]);
@@ -318,19 +322,8 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
     let a = Agent::start(&[]);
     probes_sent(&a);
     let (_, _, fds0) = a.footprint();
-    let mut stalled = Vec::new();
-    for _ in 0..4 {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        s.set_recv_buffer_size(4096).unwrap();
-        s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, a.metrics)).into())
-            .unwrap();
-        let mut s: TcpStream = s.into();
-        // Answers far beyond what the socket buffers hold, so the agent's writes stall.
-        let requests = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2000);
-        s.set_nonblocking(true).unwrap();
-        let _ = s.write(&requests);
-        stalled.push(s);
-    }
+    // Answers far beyond what the socket buffers hold, so the agent's writes stall.
+    let stalled: Vec<TcpStream> = (0..4).map(|_| non_reader(a.metrics, 2000)).collect();
     let t0 = Instant::now();
     let mut trickle = connect(a.metrics);
     trickle.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
