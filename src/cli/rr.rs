@@ -210,6 +210,10 @@ pub struct RrArgs {
     /// (rttlab.rr-slow/1): the slowest 1 % at the end, or with --slow every one over it.
     #[arg(long, value_name = "FILE", requires = "anatomy")]
     pub slow_log: Option<std::path::PathBuf>,
+    /// With --anatomy: the share of slowest transactions the tail table and the
+    /// end-of-run --slow-log hold, %, e.g. 0.1 (exactly the top ceil(n × PCT/100)).
+    #[arg(long, value_name = "PCT", requires = "anatomy", default_value = "1", value_parser = tail_pct)]
+    pub tail: u32,
     /// With --slow-log: log every transaction at least this slow as it happens, e.g. 1ms.
     #[arg(long, value_parser = values::duration, value_name = "THRESHOLD", requires = "slow_log")]
     pub slow: Option<Duration>,
@@ -221,6 +225,19 @@ pub struct RrArgs {
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+/// `--tail PCT` as parts per million: above 0 and at most 100, to 0.0001 %.
+fn tail_pct(s: &str) -> Result<u32, String> {
+    let pct: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    let ppm = (pct * 1e4).round();
+    if !(1.0..=1e6).contains(&ppm) {
+        return Err(format!("{s:?}: a share above 0 and at most 100 %"));
+    }
+    Ok(ppm as u32)
 }
 
 fn confidence_arg(s: &str) -> Result<(u32, f64), String> {
@@ -376,6 +393,7 @@ impl RrArgs {
         s.anatomy = self.anatomy;
         s.slow_log = self.slow_log.clone();
         s.slow = self.slow;
+        s.tail_ppm = self.tail;
         if s.anatomy {
             use rttlab::probe::anatomy::MIN_RESPONSE;
             if s.response_size < MIN_RESPONSE {

@@ -330,8 +330,18 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
     if let Some(tail) = &a.tail {
         let _ = writeln!(
             out,
-            "\nThe slowest 1 % ({} transactions, from {:.1} µs): the component furthest above its median in each",
-            tail.transactions, tail.from_rtt_us
+            "\nThe slowest {} % ({} transactions, from {:.1} µs; the round trip's P{} is {}){}: the component furthest above its median in each",
+            tail.share_pct,
+            tail.transactions,
+            tail.from_rtt_us,
+            100.0 - tail.share_pct,
+            tail.rtt_percentile_us
+                .map_or_else(|| "not recorded".into(), |v| format!("{v:.1} µs")),
+            if tail.exact {
+                ""
+            } else {
+                ", of the transactions kept (more than the run keeps: not exact)"
+            }
         );
         let mut c = Table::new(["CAUSE", "EVENT", "SHARE_pct", "MEAN_ADDED_us"]);
         for cause in &tail.causes {

@@ -180,7 +180,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut error = t.error.clone();
     if let Some(log) = slow_log {
         if log.threshold_ns.is_none() {
-            for l in t.anatomy.iter().flat_map(|a| a.slowest()) {
+            for l in t.anatomy.iter().flat_map(|a| a.slowest().0) {
                 log.write(&l);
             }
         }

@@ -96,8 +96,11 @@ pub struct RrSettings {
     pub keep_series: bool,
     /// `--slow-log FILE`: slow transactions' anatomies as JSON lines.
     pub slow_log: Option<PathBuf>,
+    /// `--tail PCT`: the share of the slowest transactions the anatomy's tail and the
+    /// end-of-run slow log hold, parts per million (1 %: 10 000).
+    pub tail_ppm: u32,
     /// `--slow THRESHOLD`: log every transaction at least this slow (without it, the
-    /// slowest 1 % at the end).
+    /// slowest share at the end).
     pub slow: Option<Duration>,
     /// `--recv spin`: wait for responses by polling a non-blocking socket instead of
     /// sleeping in `recv()`, so the client's wake-up is not in the round trip.
@@ -138,6 +141,7 @@ impl RrSettings {
             server_delay: Duration::ZERO,
             slow_log: None,
             slow: None,
+            tail_ppm: crate::probe::anatomy::TAIL_PPM,
             recv_spin: false,
         }
     }

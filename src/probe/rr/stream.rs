@@ -124,8 +124,17 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     /// `--anatomy`'s recorder for this stream.
     pub(super) fn anatomy(&self) -> crate::probe::anatomy::Recorder {
-        crate::probe::anatomy::Recorder::new(
+        use crate::probe::anatomy::{slowest::runs_at_most, TailPlan};
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let n_max = runs_at_most(
+            self.s.count,
+            ns(self.deadline.saturating_duration_since(self.start)),
             self.s.streams,
+            self.s.burst,
+            ns(self.s.interval),
+        );
+        crate::probe::anatomy::Recorder::new(
+            TailPlan::new(self.s.tail_ppm, n_max),
             self.s.test == crate::probe::control::TestKind::UdpRr,
         )
     }

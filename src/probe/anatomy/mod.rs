@@ -18,6 +18,10 @@
 use crate::stats::{LatencyHistogram, Percentile, Summary};
 use serde::{Deserialize, Serialize};
 
+pub mod slowest;
+
+use slowest::{tail_count, Slowest, PPM_PER_PCT};
+
 /// Where the trailer starts in a response (after UDP_RR's echoed sequence bytes).
 pub const TRAILER_AT: usize = 8;
 /// The trailer, little-endian: the transaction's number plus one (u32; 0: no
@@ -667,11 +671,11 @@ pub struct Recorder {
     /// Transactions by round trip (log bands), each band's component sums: what a
     /// transaction at a given percentile is made of.
     bands: Bands,
-    /// The slowest transactions so far, at most [`TAIL_SHARE`] of them times
-    /// `tail_scale` (the number of streams, so that the merged heaps hold every
-    /// transaction of the whole run's slowest share).
-    tail: std::collections::BinaryHeap<std::cmp::Reverse<Logged>>,
-    tail_scale: u64,
+    /// The slowest transactions so far: a superset of the run's slowest share
+    /// ([`slowest`] says why it is exact).
+    tail: Slowest<Logged>,
+    /// The share the tail holds, parts per million.
+    tail_ppm: u32,
     /// UDP_RR: each joined transaction's (number, raw forward, raw backward) one-way
     /// delays, ns, each on the far clock minus the near one (at most [`ONE_WAY_MAX`]).
     one_way: Option<Vec<(u64, i64, i64)>>,
@@ -683,8 +687,34 @@ pub struct Recorder {
 /// Transactions whose one-way delays a run keeps (16 bytes each: 32 MiB).
 pub const ONE_WAY_MAX: usize = 2_000_000;
 
-/// The share of transactions the tail analysis and `--slow-log` keep: the slowest 1 %.
-pub const TAIL_SHARE: f64 = 0.01;
+/// The share of transactions the tail analysis and `--slow-log` keep unless told
+/// otherwise (`--tail`): the slowest 1 %, in parts per million.
+pub const TAIL_PPM: u32 = PPM_PER_PCT;
+
+/// The tail a recorder keeps: its share of the run, and how many transactions to keep
+/// so that the run's share is among them ([`slowest::keep_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailPlan {
+    pub ppm: u32,
+    pub keep: u64,
+}
+
+impl TailPlan {
+    /// The tail of `ppm` of a run of at most `n_max` transactions.
+    pub fn new(ppm: u32, n_max: u64) -> Self {
+        Self {
+            ppm,
+            keep: slowest::keep_for(n_max, ppm),
+        }
+    }
+}
+
+impl Default for TailPlan {
+    /// 1 % of a run of unknown length: as many kept as the memory bound allows.
+    fn default() -> Self {
+        Self::new(TAIL_PPM, u64::MAX)
+    }
+}
 
 /// A joined transaction with where it came from, ordered by its round trip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -716,13 +746,15 @@ impl PartialOrd for Logged {
 
 impl Default for Recorder {
     fn default() -> Self {
-        Self::new(1, false)
+        Self::new(TailPlan::default(), false)
     }
 }
 
 impl Recorder {
-    /// For one of `streams` streams; with `one_way`, keep what one-way delays need.
-    pub fn new(streams: u32, one_way: bool) -> Self {
+    /// For one stream of a run whose tail is `tail` (the whole run's: every stream
+    /// keeps as many as the run's share can hold); with `one_way`, keep what one-way
+    /// delays need.
+    pub fn new(tail: TailPlan, one_way: bool) -> Self {
         Self {
             one_way: one_way.then(Vec::new),
             answered: None,
@@ -735,8 +767,8 @@ impl Recorder {
             inconsistent: 0,
             events: EventCounts::default(),
             bands: Bands::default(),
-            tail: std::collections::BinaryHeap::new(),
-            tail_scale: u64::from(streams.max(1)),
+            tail: Slowest::new(tail.keep),
+            tail_ppm: tail.ppm,
         }
     }
 
@@ -802,7 +834,7 @@ impl Recorder {
                     stream,
                     t,
                 };
-                self.keep_if_slow(l);
+                self.tail.offer(l);
                 Some(l)
             }
             Err(Missing::Unstamped) => {
@@ -813,14 +845,6 @@ impl Recorder {
                 self.inconsistent += 1;
                 None
             }
-        }
-    }
-
-    fn keep_if_slow(&mut self, l: Logged) {
-        let room = ((self.stamped * self.tail_scale) as f64 * TAIL_SHARE).ceil() as usize;
-        self.tail.push(std::cmp::Reverse(l));
-        while self.tail.len() > room.max(1) {
-            self.tail.pop();
         }
     }
 
@@ -864,7 +888,8 @@ impl Recorder {
         self.inconsistent += o.inconsistent;
         self.events.merge(&o.events);
         self.bands.merge(&o.bands);
-        self.tail.extend(o.tail.iter().copied());
+        self.tail.merge(&o.tail);
+        self.tail_ppm = o.tail_ppm;
         if let (Some(v), Some(w)) = (self.one_way.as_mut(), o.one_way.as_ref()) {
             v.extend_from_slice(w);
         } else if self.one_way.is_none() {
@@ -933,15 +958,13 @@ impl Recorder {
         })
     }
 
-    /// The run's slowest [`TAIL_SHARE`] of transactions (after [`Self::merge`]ing every
-    /// stream), in the order they were sent.
-    pub fn slowest(&self) -> Vec<Logged> {
-        let want = (self.stamped as f64 * TAIL_SHARE).ceil() as usize;
-        let mut v: Vec<Logged> = self.tail.iter().map(|r| r.0).collect();
-        v.sort_unstable_by(|a, b| b.cmp(a));
-        v.truncate(want);
+    /// The run's slowest share of transactions (after [`Self::merge`]ing every
+    /// stream): the top ⌈stamped·P⌉ by round trip, in the order they were sent, and
+    /// whether they are exactly those (false only past [`slowest::KEEP_MAX`]).
+    pub fn slowest(&self) -> (Vec<Logged>, bool) {
+        let (mut v, exact) = self.tail.top(tail_count(self.stamped, self.tail_ppm));
         v.sort_unstable_by_key(|l| (l.sent_unix_ns, l.stream, l.seq));
-        v
+        (v, exact)
     }
 
     /// The result: each component's statistics, and what made the slowest transactions
@@ -978,7 +1001,7 @@ impl Recorder {
     /// median (the delay it added); the table gives each cause's share of the tail and
     /// the mean delay it added.
     fn tail(&self) -> Option<Tail> {
-        let slow = self.slowest();
+        let (slow, exact) = self.slowest();
         let first = slow.iter().map(|l| l.t.rtt_ns).min()?;
         let median = |h: &LatencyHistogram| h.quantile_ns(0.5).unwrap_or(0);
         let h = &self.hist;
@@ -1029,9 +1052,14 @@ impl Recorder {
             })
             .collect();
         causes.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
+        let share_pct = f64::from(self.tail_ppm) / f64::from(PPM_PER_PCT);
+        let q = 1.0 - f64::from(self.tail_ppm) / 1e6;
         Some(Tail {
             transactions: slow.len() as u64,
+            share_pct,
             from_rtt_us: first as f64 / 1e3,
+            rtt_percentile_us: self.hist.rtt.quantile_ns(q).map(|v| v as f64 / 1e3),
+            exact,
             causes,
         })
     }
@@ -1060,14 +1088,33 @@ pub struct OneWay {
     pub unattributed_lost: u64,
 }
 
-/// What made the slowest [`TAIL_SHARE`] of transactions slow.
+/// What made the slowest share of transactions slow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tail {
+    /// ⌈stamped × share⌉: the slowest transactions by round trip.
     pub transactions: u64,
+    /// The share, % (`--tail`, 1 unless told; records before it: 1).
+    #[serde(default = "one_pct")]
+    pub share_pct: f64,
     /// The fastest of them: the tail starts here.
     pub from_rtt_us: f64,
+    /// The round trip's percentile 100 − share of the same transactions, from their
+    /// histogram (3 significant digits): the tail starts at or above it, within that
+    /// precision, so the two side by side show a contradiction (none in records
+    /// before it).
+    #[serde(default)]
+    pub rtt_percentile_us: Option<f64>,
+    /// The tail is exactly the run's slowest share (false when that share exceeds
+    /// the transactions a run keeps, [`slowest::KEEP_MAX`], and in records before it,
+    /// whose tail could miss transactions).
+    #[serde(default)]
+    pub exact: bool,
     /// By share of the tail, largest first.
     pub causes: Vec<Cause>,
+}
+
+fn one_pct() -> f64 {
+    1.0
 }
 
 /// One component as the cause of slow transactions, with the event that touched them.
@@ -1089,7 +1136,7 @@ pub struct Cause {
 pub const SLOW_SCHEMA: &str = "rttlab.rr-slow/1";
 
 /// `--slow-log FILE`: slow transactions' anatomies as JSON lines (`rttlab.rr-slow/1`),
-/// every one over a threshold as it happens, or the slowest [`TAIL_SHARE`] at the end.
+/// every one over a threshold as it happens, or the run's slowest share at the end.
 pub struct SlowLog {
     /// Log every transaction at least this slow as it is joined; without one, the
     /// run's slowest share is written at its end.
@@ -1408,7 +1455,7 @@ mod tests {
     #[test]
     fn one_way_delays_and_loss_by_direction() {
         let offset: u64 = 1_000_000_000;
-        let mut r = Recorder::new(1, true);
+        let mut r = Recorder::new(TailPlan::default(), true);
         let mut server = None;
         let mut answered = 0;
         for n in 1..=50u64 {
@@ -1611,7 +1658,7 @@ mod tests {
     /// think time and one by its network: the tail is those two, one cause each.
     #[test]
     fn the_tail_names_each_slow_transactions_cause() {
-        let mut r = Recorder::new(1, false);
+        let mut r = Recorder::new(TailPlan::default(), false);
         let mut server = None;
         for seq in 1..=201u32 {
             let sent = u64::from(seq) * 10_000;
@@ -1642,7 +1689,8 @@ mod tests {
         }
         assert_eq!(r.stamped, 200);
         assert_eq!(r.events.retransmitted, 1);
-        let slow = r.slowest();
+        let (slow, exact) = r.slowest();
+        assert!(exact);
         assert_eq!(slow.iter().map(|l| l.seq).collect::<Vec<_>>(), [50, 120]);
         let tail = r.tail().unwrap();
         assert_eq!(tail.transactions, 2);
