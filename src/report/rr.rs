@@ -187,8 +187,8 @@ impl Report for RrResult {
             };
             let _ = writeln!(
                 out,
-                "UDP: {} lost ({pct:.2} %), {} late replies, {} dropped by the server on request",
-                u.lost, u.late_replies, u.dropped_by_server
+                "UDP: {} lost ({pct:.2} %: no reply while the client ran), {} late replies (after their timeout: counted as transactions, not lost), {} stray datagrams, {} dropped by the server on request",
+                u.lost, u.late_replies, u.stray_replies, u.dropped_by_server
             );
         }
         if let Some(a) = &self.anatomy {

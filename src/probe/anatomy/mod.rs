@@ -781,7 +781,8 @@ impl Recorder {
         server: Option<ServerPart>,
         stream: u32,
     ) -> Option<Logged> {
-        if let Some(s) = server {
+        // The latest response's count: a late one (an older number) says less.
+        if let Some(s) = server.filter(|_| self.answered.is_none_or(|(n, _)| done.number > n)) {
             self.answered = Some((done.number, s.answered));
         }
         let joined = match (self.pending, server) {
@@ -1082,7 +1083,7 @@ pub struct OneWay {
     pub negative: u64,
     /// Requests that never reached the server (or that it dropped on purpose).
     pub request_lost: u64,
-    /// Responses that never came back.
+    /// Responses that never came back (a late one came back: it is not lost).
     pub response_lost: u64,
     /// Requests lost after the last response: which way is not known.
     pub unattributed_lost: u64,

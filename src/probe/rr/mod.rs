@@ -233,6 +233,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         udp: (s.test == TestKind::UdpRr).then(|| UdpStats {
             lost: t.lost,
             late_replies: t.late_replies,
+            stray_replies: t.stray_replies,
             dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose),
         }),
         remote_transactions: server.as_ref().map(|r| r.transactions),

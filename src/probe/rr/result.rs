@@ -51,10 +51,16 @@ pub struct OpenLoopStats {
 /// UDP_RR results.
 #[derive(Clone, Debug, Serialize)]
 pub struct UdpStats {
-    /// Requests whose reply did not arrive within the timeout.
+    /// Requests whose reply never arrived while the client ran (a reply after its
+    /// timeout is late, not lost).
     pub lost: u64,
-    /// Replies that arrived after their request had been declared lost.
+    /// Replies that arrived after their request's timeout: each is a transaction,
+    /// counted with its round trip (and its anatomy), and not lost.
     pub late_replies: u64,
+    /// Datagrams that answered no request (the wrong size, a duplicate, or a reply
+    /// later than 64 more timeouts).
+    #[serde(default)]
+    pub stray_replies: u64,
     /// Requests the server dropped on purpose (`--udp-drop-one-in`).
     pub dropped_by_server: u64,
 }
