@@ -217,6 +217,11 @@ pub struct RrArgs {
     /// With --slow-log: log every transaction at least this slow as it happens, e.g. 1ms.
     #[arg(long, value_parser = values::duration, value_name = "THRESHOLD", requires = "slow_log")]
     pub slow: Option<Duration>,
+    /// TCP_RR: write each request in two send() calls, its first byte then the rest,
+    /// with Nagle's algorithm on: the header-then-body pattern whose second write
+    /// waits for the first's ACK, which the server's delayed-ACK timer sends.
+    #[arg(long)]
+    pub split_request: bool,
     /// How the client waits for each response: block in recv() or spin on a
     /// non-blocking socket (no wake-up in the round trip).
     #[arg(long, value_enum, default_value = "block")]
@@ -394,6 +399,7 @@ impl RrArgs {
         s.slow_log = self.slow_log.clone();
         s.slow = self.slow;
         s.tail_ppm = self.tail;
+        s.split_request = self.split_request;
         if s.anatomy {
             use rttlab::probe::anatomy::MIN_RESPONSE;
             if s.response_size < MIN_RESPONSE {

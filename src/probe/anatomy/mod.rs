@@ -401,8 +401,11 @@ pub struct Events {
     pub response_tlp: bool,
     #[serde(default)]
     pub response_recovery: u8,
-    /// TCP: the request's ACK came alone, [`DELACK_MIN_NS`] or more after the request
-    /// left and before the response: the server's delayed-ACK timer sent it.
+    /// TCP: the server's delayed-ACK timer touched the request: its ACK came alone,
+    /// [`DELACK_MIN_NS`] or more after the request left and before the response
+    /// (which cost the round trip nothing: the client waits for the response); or
+    /// its last byte was held [`DELACK_MIN_NS`] or more in the client's stack, which
+    /// only an ACK that late releases (it cost `client_send`, [`Events::cause`]).
     pub delayed_ack: bool,
     /// The client's `recv()` returned on another CPU than `send()` was called on.
     pub client_migrated: bool,
@@ -426,24 +429,96 @@ impl Events {
         )
     }
 
-    /// The event that explains a slow transaction whose slowest component is the
-    /// `component`-th of [`Components::parts`]: a retransmission first (it adds a
-    /// timer's worth or a round trip: an RTO, else a tail loss probe, else loss
-    /// recovery), then a delayed ACK, then a migration of that component's host.
-    pub fn touching(&self, component: usize) -> Option<&'static str> {
-        let client_side = component == 0 || component == 4;
-        let server_side = component == 2 || component == 3;
-        let (tlp, rto, recovery) = self.by_kind();
-        if rto > 0 {
+    /// The event that cost the `component`-th of [`Components::parts`] of `t` its
+    /// time: one on the transaction's critical path whose time lies inside that
+    /// component, or none (an event that happened beside the wait names nothing).
+    ///
+    /// - **network** (client TX → server RX, server TX → client RX): a retransmission
+    ///   the transaction waited for. The copy that got through left `after` µs after
+    ///   the first send (RFC 6298 §5, `tcp_retransmit_timer`; RFC 8985 §7,
+    ///   `tcp_send_loss_probe`), so waiting for it makes the network part at least
+    ///   `after`: a network part shorter than that got an earlier copy through and the
+    ///   retransmission was spurious (an ACK lost or late). A message whose last
+    ///   segment went once but earlier ones again (loss recovery,
+    ///   `tcp_xmit_retransmit_queue`) was complete only with them. By kind, an RTO
+    ///   first, then the tail loss probe, then loss recovery.
+    /// - **client_send** (send() → the request's last byte leaves the stack): a
+    ///   delayed ACK, when that byte waited at least [`DELACK_MIN_NS`] in the client's
+    ///   stack. A written byte is held that long only for an ACK — Nagle's algorithm
+    ///   (RFC 1122 §4.2.3.4, RFC 896; `tcp_nagle_check` with Minshall's variant,
+    ///   `tcp_minshall_check`: a short segment waits while an earlier short one is
+    ///   unacknowledged) or a closed window — and an ACK that late is the receiver's
+    ///   delayed-ACK timer's (RFC 1122 §4.2.3.2; `tcp_send_delayed_ack`, at least
+    ///   TCP_DELACK_MIN). A delayed ACK of a request the server is answering anyway
+    ///   (its think time past 40 ms, seed 000) delays nothing: the client waits for
+    ///   the response, not the ACK.
+    /// - **server_recv**, **client_recv** (a packet's arrival → its reader's `recv()`
+    ///   returns): a wake-up on another CPU than the reader last ran on (the
+    ///   scheduler's `try_to_wake_up`: a migration, a cold cache, an IPI).
+    /// - **server_app**: nothing the kernels report; the server's own time.
+    ///
+    /// UDP (`tcp` false) has no ACKs and no retransmissions: only the wake-ups.
+    pub fn cause(&self, component: usize, t: &Transaction, tcp: bool) -> Option<&'static str> {
+        match component {
+            0 if tcp => {
+                (self.delayed_ack && t.client_send_ns >= DELACK_MIN_NS).then_some("delayed_ack")
+            }
+            1 if tcp => self.waited_retransmission(t.network_ns),
+            2 => self.server_migrated.then_some("migration"),
+            4 => self.client_migrated.then_some("migration"),
+            _ => None,
+        }
+    }
+
+    /// The kind of the retransmissions a transaction whose network part took
+    /// `network_ns` waited for (see [`Self::cause`]).
+    fn waited_retransmission(&self, network_ns: u64) -> Option<&'static str> {
+        let waited = |again: u8, after_us: Option<u32>| {
+            again > 0 && after_us.is_none_or(|us| network_ns >= u64::from(us) * 1_000)
+        };
+        let req = waited(
+            self.request_retransmissions,
+            self.request_retransmitted_after_us,
+        );
+        let resp = waited(
+            self.response_retransmissions,
+            self.response_retransmitted_after_us,
+        );
+        let kinds = |again: u8, tlp: bool, recovery: u8| {
+            let tlp = u8::from(tlp);
+            (
+                again.saturating_sub(tlp).saturating_sub(recovery),
+                tlp,
+                recovery,
+            )
+        };
+        let none = (0, 0, 0);
+        let (a, b) = (
+            if req {
+                kinds(
+                    self.request_retransmissions,
+                    self.request_tlp,
+                    self.request_recovery,
+                )
+            } else {
+                none
+            },
+            if resp {
+                kinds(
+                    self.response_retransmissions,
+                    self.response_tlp,
+                    self.response_recovery,
+                )
+            } else {
+                none
+            },
+        );
+        if a.0 + b.0 > 0 {
             Some("rto")
-        } else if tlp > 0 {
+        } else if a.1 + b.1 > 0 {
             Some("tlp")
-        } else if recovery > 0 {
+        } else if a.2 + b.2 > 0 {
             Some("recovery")
-        } else if self.delayed_ack {
-            Some("delayed_ack")
-        } else if (client_side && self.client_migrated) || (server_side && self.server_migrated) {
-            Some("migration")
         } else {
             None
         }
@@ -645,11 +720,13 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
             response_tlp: probed(s.retransmissions.saturating_sub(s.recovery), s.rtos, s.tlp),
             response_recovery: s.recovery,
             // With a retransmission, an ACK alone answers the copy (a duplicate
-            // request, the server's probe), not a timer.
-            delayed_ack: c.sends.again == 0
+            // request, the server's probe), not a timer. Or the request's last byte
+            // was held for an ACK that long (TCP only: it has an ACK stamp).
+            delayed_ack: (c.sends.again == 0
                 && s.retransmissions == 0
                 && c.acked
-                    .is_some_and(|a| a < rx && a.saturating_sub(tx) >= DELACK_MIN_NS),
+                    .is_some_and(|a| a < rx && a.saturating_sub(tx) >= DELACK_MIN_NS))
+                || (c.acked.is_some() && send >= DELACK_MIN_NS),
             client_migrated: c.cpu_sent != c.cpu_returned,
             server_migrated: s.migrated,
         },
@@ -1003,6 +1080,7 @@ impl Recorder {
     /// the mean delay it added.
     fn tail(&self) -> Option<Tail> {
         let (slow, exact) = self.slowest();
+        let tcp = self.one_way.is_none();
         let first = slow.iter().map(|l| l.t.rtt_ns).min()?;
         let median = |h: &LatencyHistogram| h.quantile_ns(0.5).unwrap_or(0);
         let h = &self.hist;
@@ -1032,7 +1110,7 @@ impl Recorder {
                 .enumerate()
                 .max_by_key(|&(_, extra)| extra)
                 .unwrap_or((0, 0));
-            let key = (i, t.events.touching(i));
+            let key = (i, t.events.cause(i, t, tcp));
             match by_cause.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, (n, a))) => {
                     *n += 1;
@@ -1554,7 +1632,38 @@ mod tests {
         assert!(!e.delayed_ack);
         // Without tail loss probes (the parts say none), every one was an RTO.
         assert_eq!(e.by_kind(), (0, 3, 0));
-        assert_eq!(e.touching(4), Some("rto"));
+        // Waited for: the network part (~700 ms) outlasts the last copies (601, 200 ms).
+        let t = join(&c, &s).unwrap();
+        assert_eq!(e.cause(1, &t, true), Some("rto"));
+        // The client's wake-up, on another CPU: a migration, not the retransmission.
+        assert_eq!(e.cause(4, &t, true), Some("migration"));
+        assert_eq!(e.cause(3, &t, true), None, "the server's own time");
+        // A copy sent after the response was on its way (an ACK lost): spurious, it
+        // cost nothing.
+        let quick = Transaction {
+            network_ns: 150_000_000,
+            ..t
+        };
+        assert_eq!(e.cause(1, &quick, true), None);
+        // A request held 45 ms in the client's stack waited for an ACK (Nagle, a
+        // window): the peer's delayed-ACK timer's. Not on UDP, which has none.
+        let held = join(
+            &ClientPart {
+                sends: Sends::once(45_000_900),
+                acked: Some(46_000_000),
+                ..c
+            },
+            &ServerPart {
+                retransmissions: 0,
+                retransmitted_after_us: None,
+                ..s
+            },
+        )
+        .unwrap();
+        assert!(held.events.delayed_ack);
+        assert_eq!(held.events.cause(0, &held, true), Some("delayed_ack"));
+        assert_eq!(held.events.cause(0, &held, false), None);
+        assert_eq!(e.cause(0, &t, true), None, "sent at once");
         let probed = join(
             &ClientPart { tlp: true, ..c },
             &ServerPart { tlp: true, ..s },
@@ -1617,13 +1726,15 @@ mod tests {
             ..Events::default()
         };
         assert_eq!(recovered.by_kind(), (0, 0, 2));
-        assert_eq!(recovered.touching(1), Some("recovery"));
+        // The last segment went once (no time known): the message waited for the rest.
+        assert_eq!(recovered.cause(1, &t, true), Some("recovery"));
         let quiet = Events {
             client_migrated: true,
             ..Events::default()
         };
-        assert_eq!(quiet.touching(4), Some("migration"));
-        assert_eq!(quiet.touching(2), None, "the server did not move");
+        assert_eq!(quiet.cause(4, &t, false), Some("migration"));
+        assert_eq!(quiet.cause(2, &t, true), None, "the server did not move");
+        assert_eq!(quiet.cause(1, &t, true), None, "nothing sent again");
         // Sent once, its ACK alone 650 ms later, before the response: the timer's.
         let once = ClientPart {
             sends: Sends::once(1_000),

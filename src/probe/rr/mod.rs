@@ -47,6 +47,11 @@ use stream::{
 /// Failures after measuring began are reported in [`RrResult::error`] with the partial
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
+    if s.split_request && (s.test != TestKind::TcpRr || s.open_loop.is_some()) {
+        return Err(RrError::Limit(
+            "--split-request writes closed-loop TCP_RR requests".into(),
+        ));
+    }
     if s.anatomy {
         check_anatomy(s)?;
     } else if s.slow_log.is_some() {
@@ -440,7 +445,8 @@ fn report_settings(
         server: s.server,
         local_data_addr,
         remote_data_port,
-        nodelay: true,
+        nodelay: !s.split_request,
+        split_request: s.split_request,
         thin_linear_timeouts: s.thin_linear_timeouts,
         congestion: s.congestion.clone().or(server_congestion),
         timeout_ms: (s.test == TestKind::UdpRr).then_some(s.timeout.as_secs_f64() * 1e3),

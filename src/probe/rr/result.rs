@@ -22,7 +22,10 @@ pub struct RrReportSettings {
     pub server: SocketAddr,
     pub local_data_addr: Option<SocketAddr>,
     pub remote_data_port: u16,
+    /// The client's data sockets set TCP_NODELAY (not with `--split-request`).
     pub nodelay: bool,
+    /// `--split-request`: each request written in two `send()` calls.
+    pub split_request: bool,
     pub thin_linear_timeouts: bool,
     pub congestion: Option<String>,
     pub timeout_ms: Option<f64>,

@@ -105,6 +105,12 @@ pub struct RrSettings {
     /// `--recv spin`: wait for responses by polling a non-blocking socket instead of
     /// sleeping in `recv()`, so the client's wake-up is not in the round trip.
     pub recv_spin: bool,
+    /// `--split-request`: TCP_RR writes each request in two `send()` calls (its first
+    /// byte, then the rest) on a socket with Nagle's algorithm on (no TCP_NODELAY):
+    /// the header-then-body pattern whose second write waits for the first's ACK
+    /// (RFC 1122 §4.2.3.4; `tcp_nagle_check`, `tcp_minshall_check`), which the
+    /// server's delayed-ACK timer sends (RFC 1122 §4.2.3.2, `tcp_send_delayed_ack`).
+    pub split_request: bool,
 }
 
 impl RrSettings {
@@ -143,6 +149,7 @@ impl RrSettings {
             slow: None,
             tail_ppm: crate::probe::anatomy::TAIL_PPM,
             recv_spin: false,
+            split_request: false,
         }
     }
 }

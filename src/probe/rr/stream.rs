@@ -193,7 +193,7 @@ pub(super) fn tcp_socket(
 ) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.path.data(&sock, addr)?;
-    sock.set_nodelay(true)?;
+    sock.set_nodelay(!s.split_request)?;
     if s.thin_linear_timeouts {
         sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
     }
@@ -343,7 +343,7 @@ pub(super) fn tcp_rr(
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
-            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+            if let Err(e) = write_request(cx, &mut sock, &req) {
                 out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
@@ -370,6 +370,17 @@ pub(super) fn tcp_rr(
     }
     note_tcp_info(&mut out, &sock);
     out
+}
+
+/// Send a TCP_RR request: in one write, or with `--split-request` its first byte and
+/// then the rest ([`RrSettings::split_request`]).
+pub(super) fn write_request(cx: &Ctx<'_>, sock: &mut TcpStream, req: &[u8]) -> io::Result<()> {
+    if cx.s.split_request && req.len() > 1 {
+        write_full(sock, &req[..1], || cx.keep())?;
+        write_full(sock, &req[1..], || cx.keep())
+    } else {
+        write_full(sock, req, || cx.keep())
+    }
 }
 
 /// What ended a TCP stream whose response was not read in full: the server closed the
