@@ -753,3 +753,44 @@ fn tcp_crr_adds_the_handshake() {
         "connect + rtt {ours} µs, rr's transaction {rr} µs"
     );
 }
+
+/// Each protocol's anatomy shows what it has. Witness: the human output of the same
+/// server. UDP_RR: one-way delays, IPDV, losses by direction and late replies, and no
+/// row or legend of what only TCP has (retransmissions, RTOs, delayed ACKs, tcp_ack,
+/// TCP_CRR's handshake). TCP_RR: its retransmissions and delayed ACKs, no one-way view.
+#[test]
+fn each_protocol_shows_what_it_has() {
+    let s = ServeChild::start(&[]);
+    let text = |test: &str| {
+        let o = s.rr(&["-t", test, "-n", "2000", "--anatomy"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let udp = text("UDP_RR");
+    assert!(udp.contains("late replies"), "{udp}");
+    // The one-way view needs stamped transactions (the kernel may start receive
+    // stamping late on a busy machine, or not at all in a short run).
+    if !udp.contains("Anatomy of 0 transactions") {
+        for has in ["One way", "ipdv_request", "responses on the way back"] {
+            assert!(udp.contains(has), "UDP_RR lacks {has:?}:\n{udp}");
+        }
+    }
+
+    for hasnt in [
+        "RTO",
+        "delayed",
+        "retransmi",
+        "tcp_ack",
+        "TCP_CRR",
+        "tail loss",
+    ] {
+        assert!(!udp.contains(hasnt), "UDP_RR shows {hasnt:?}:\n{udp}");
+    }
+    let tcp = text("TCP_RR");
+    for has in ["RTOs", "delayed-ACK", "tcp_ack", "retransmission"] {
+        assert!(tcp.contains(has), "TCP_RR lacks {has:?}:\n{tcp}");
+    }
+    for hasnt in ["One way", "TCP_CRR"] {
+        assert!(!tcp.contains(hasnt), "TCP_RR shows {hasnt:?}:\n{tcp}");
+    }
+}
