@@ -610,6 +610,94 @@ fn delayed_acks_are_the_servers_timer() {
         ours <= kernel && kernel <= ours + 4,
         "the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}"
     );
+    // The client waits for the response, not the ACK: the timer's ACK cost nothing,
+    // and the tail names no delayed ACK (before: server_app + delayed_ack).
+    let causes = doc["anatomy"]["tail"]["causes"].as_array().unwrap();
+    assert!(causes.iter().all(|c| c["event"].is_null()), "{causes:?}");
+    // What the slow transactions are made of is the server's think time: the largest
+    // part of the P99 band. (Every transaction thinks 60 ms, so which component is
+    // furthest above its median in the slowest is the jitter on top of it.)
+    let p99 = doc["anatomy"]["at_percentiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["percentile"] == 99.0)
+        .unwrap()["parts_us"]
+        .clone();
+    let app = p99["server_app"].as_f64().unwrap();
+    assert!(app >= 59_000.0, "{p99}");
+    for part in ["client_send", "network", "server_recv", "client_recv"] {
+        assert!(p99[part].as_f64().unwrap() < app, "{p99}");
+    }
+}
+
+/// A delayed ACK on the path: each request written as a 1-byte header, then the rest,
+/// with Nagle's algorithm on (`--split-request`). The rest waits in the client's stack
+/// for the header's ACK (`tcp_nagle_check`, Minshall's rule: a short segment waits
+/// while an earlier short one is unacknowledged), and the server, in interactive mode
+/// and with nothing to send until the request is whole, ACKs it from its delayed-ACK
+/// timer (`tcp_send_delayed_ack`, ≥ 40 ms). Witness: the server namespace's TcpExt
+/// DelayedACKs, one per held request (it may exceed the anatomy's by the control
+/// connection's and the stream's first and last). Those transactions' time is in
+/// client_send, and each is named with the delayed ACK.
+#[test]
+fn a_delayed_ack_on_the_path_is_named() {
+    if !privileged("a_delayed_ack_on_the_path_is_named") {
+        return;
+    }
+    let lab = Lab::up("dp", &["--delay", "1ms"]);
+    lab_rr(&lab, &["-n", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("all.jsonl");
+    let before = lab.tcp_ext("b", "DelayedACKs");
+    let doc = lab_rr(
+        &lab,
+        &[
+            "--split-request",
+            "-r",
+            "100,40",
+            "-n",
+            "60",
+            "--slow",
+            "0",
+            "--slow-log",
+            log.to_str().unwrap(),
+        ],
+    );
+    let kernel = lab.tcp_ext("b", "DelayedACKs") - before;
+    assert_eq!(doc["settings"]["nodelay"], false, "{}", doc["settings"]);
+    let lines = assert_schema_lines(&std::fs::read_to_string(&log).unwrap());
+    let held = lines
+        .iter()
+        .filter(|l| l["client_send_ns"].as_u64().unwrap() >= 40_000_000)
+        .count() as u64;
+    let ours = doc["anatomy"]["events"]["delayed_ack"].as_u64().unwrap();
+    eprintln!(
+        "{held} of {} requests held ≥ 40 ms; the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}",
+        lines.len()
+    );
+    assert!(held >= 30, "{held} requests held for an ACK");
+    assert_eq!(ours, held, "{}", doc["anatomy"]["events"]);
+    assert!(
+        ours <= kernel && kernel <= ours + 4,
+        "the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}"
+    );
+    // Each held request names its delayed ACK; no other does.
+    for l in &lines {
+        let held = l["client_send_ns"].as_u64().unwrap() >= 40_000_000;
+        assert_eq!(l["events"]["delayed_ack"], held, "{l}");
+    }
+    // Every request was held, so the tail is the ones held longest or slowest
+    // elsewhere by a few µs: where client_send is named, it is with the delayed ACK,
+    // and the delayed ACK is named with no other component.
+    let causes = doc["anatomy"]["tail"]["causes"].as_array().unwrap();
+    for c in causes {
+        assert_eq!(
+            c["component"] == "client_send",
+            c["event"] == "delayed_ack",
+            "{causes:?}"
+        );
+    }
 }
 
 /// TCP_CRR taken apart: the handshake before each request, then TCP_RR's five. The
@@ -664,4 +752,45 @@ fn tcp_crr_adds_the_handshake() {
         (ours / rr - 1.0).abs() < 0.02,
         "connect + rtt {ours} µs, rr's transaction {rr} µs"
     );
+}
+
+/// Each protocol's anatomy shows what it has. Witness: the human output of the same
+/// server. UDP_RR: one-way delays, IPDV, losses by direction and late replies, and no
+/// row or legend of what only TCP has (retransmissions, RTOs, delayed ACKs, tcp_ack,
+/// TCP_CRR's handshake). TCP_RR: its retransmissions and delayed ACKs, no one-way view.
+#[test]
+fn each_protocol_shows_what_it_has() {
+    let s = ServeChild::start(&[]);
+    let text = |test: &str| {
+        let o = s.rr(&["-t", test, "-n", "2000", "--anatomy"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let udp = text("UDP_RR");
+    assert!(udp.contains("late replies"), "{udp}");
+    // The one-way view needs stamped transactions (the kernel may start receive
+    // stamping late on a busy machine, or not at all in a short run).
+    if !udp.contains("Anatomy of 0 transactions") {
+        for has in ["One way", "ipdv_request", "responses on the way back"] {
+            assert!(udp.contains(has), "UDP_RR lacks {has:?}:\n{udp}");
+        }
+    }
+
+    for hasnt in [
+        "RTO",
+        "delayed",
+        "retransmi",
+        "tcp_ack",
+        "TCP_CRR",
+        "tail loss",
+    ] {
+        assert!(!udp.contains(hasnt), "UDP_RR shows {hasnt:?}:\n{udp}");
+    }
+    let tcp = text("TCP_RR");
+    for has in ["RTOs", "delayed-ACK", "tcp_ack", "retransmission"] {
+        assert!(tcp.contains(has), "TCP_RR lacks {has:?}:\n{tcp}");
+    }
+    for hasnt in ["One way", "TCP_CRR"] {
+        assert!(!tcp.contains(hasnt), "TCP_RR shows {hasnt:?}:\n{tcp}");
+    }
 }

@@ -6,7 +6,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rttlab::probe::anatomy::{ClientPart, Recorder, Sends, ServerPart, MIN_RESPONSE};
+use rttlab::probe::anatomy::{
+    ClientPart, Recorder, Sends, ServerPart, TailPlan, MIN_RESPONSE, TAIL_PPM,
+};
 use rttlab::stats::Percentile;
 
 fuzz_target!(|data: &[u8]| {
@@ -38,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let ps = [Percentile(50.0), Percentile(99.9)];
     for one_way in [false, true] {
-        let mut r = Recorder::new(1, one_way);
+        let mut r = Recorder::new(TailPlan::new(TAIL_PPM, parts.len() as u64), one_way);
         let mut joined = Vec::new();
         for (i, p) in parts.iter().enumerate() {
             joined.extend(r.record(client(i as u64 + 1), *p, 0));
@@ -59,7 +61,13 @@ fuzz_target!(|data: &[u8]| {
             );
         }
         let _ = r.result(&ps, !one_way);
-        let _ = r.slowest();
+        // Every joined transaction was offered: the tail is exact and is their top.
+        let (slow, exact) = r.slowest();
+        assert!(exact);
+        let mut by_rtt = joined.clone();
+        by_rtt.sort_unstable_by(|a, b| b.cmp(a));
+        by_rtt.truncate(slow.len());
+        assert!(slow.iter().all(|l| by_rtt.contains(l)));
         let _ = r.one_way(false, 3, 1, &ps);
         let _ = r.one_way(true, 3, 1, &ps);
     }

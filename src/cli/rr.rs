@@ -210,9 +210,18 @@ pub struct RrArgs {
     /// (rttlab.rr-slow/1): the slowest 1 % at the end, or with --slow every one over it.
     #[arg(long, value_name = "FILE", requires = "anatomy")]
     pub slow_log: Option<std::path::PathBuf>,
+    /// With --anatomy: the share of slowest transactions the tail table and the
+    /// end-of-run --slow-log hold, %, e.g. 0.1 (exactly the top ceil(n × PCT/100)).
+    #[arg(long, value_name = "PCT", requires = "anatomy", default_value = "1", value_parser = tail_pct)]
+    pub tail: u32,
     /// With --slow-log: log every transaction at least this slow as it happens, e.g. 1ms.
     #[arg(long, value_parser = values::duration, value_name = "THRESHOLD", requires = "slow_log")]
     pub slow: Option<Duration>,
+    /// TCP_RR: write each request in two send() calls, its first byte then the rest,
+    /// with Nagle's algorithm on: the header-then-body pattern whose second write
+    /// waits for the first's ACK, which the server's delayed-ACK timer sends.
+    #[arg(long)]
+    pub split_request: bool,
     /// How the client waits for each response: block in recv() or spin on a
     /// non-blocking socket (no wake-up in the round trip).
     #[arg(long, value_enum, default_value = "block")]
@@ -221,6 +230,19 @@ pub struct RrArgs {
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+/// `--tail PCT` as parts per million: above 0 and at most 100, to 0.0001 %.
+fn tail_pct(s: &str) -> Result<u32, String> {
+    let pct: f64 = s
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|e| format!("{s:?}: {e}"))?;
+    let ppm = (pct * 1e4).round();
+    if !(1.0..=1e6).contains(&ppm) {
+        return Err(format!("{s:?}: a share above 0 and at most 100 %"));
+    }
+    Ok(ppm as u32)
 }
 
 fn confidence_arg(s: &str) -> Result<(u32, f64), String> {
@@ -376,6 +398,8 @@ impl RrArgs {
         s.anatomy = self.anatomy;
         s.slow_log = self.slow_log.clone();
         s.slow = self.slow;
+        s.tail_ppm = self.tail;
+        s.split_request = self.split_request;
         if s.anatomy {
             use rttlab::probe::anatomy::MIN_RESPONSE;
             if s.response_size < MIN_RESPONSE {

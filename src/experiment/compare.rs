@@ -566,8 +566,17 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
                 format!(" with a {}", e.replace('_', " "))
             });
             out.push(format!(
-                "slowest 1 % ({} transactions from {:.0} µs): {:.0} % of them were slowest in {}{event}, which added {:.0} µs on average.",
-                tail.transactions, tail.from_rtt_us, c.share_pct, c.component, c.mean_added_us
+                "slowest {} % ({} transactions from {:.0} µs{}): {:.0} % of them were slowest in {}{event}, which added {:.0} µs on average.",
+                tail.share_pct,
+                tail.transactions,
+                tail.from_rtt_us,
+                tail.rtt_percentile_us.map_or(String::new(), |v| format!(
+                    ", tcp_rr's stamped P{} being {v:.0} µs",
+                    100.0 - tail.share_pct
+                )),
+                c.share_pct,
+                c.component,
+                c.mean_added_us
             ));
         }
     }

@@ -187,12 +187,12 @@ impl Report for RrResult {
             };
             let _ = writeln!(
                 out,
-                "UDP: {} lost ({pct:.2} %), {} late replies, {} dropped by the server on request",
-                u.lost, u.late_replies, u.dropped_by_server
+                "UDP: {} lost ({pct:.2} %: no reply while the client ran), {} late replies (after their timeout: counted as transactions, not lost), {} stray datagrams, {} dropped by the server on request",
+                u.lost, u.late_replies, u.stray_replies, u.dropped_by_server
             );
         }
         if let Some(a) = &self.anatomy {
-            anatomy(&mut out, a);
+            anatomy(&mut out, a, self.udp.as_ref());
         }
         if !self.local_tcp_info.is_empty() || !self.remote_tcp_info.is_empty() {
             out.push_str("\nTCP's own view at the end (tcp_info):\n");
@@ -244,8 +244,14 @@ impl Report for RrResult {
 }
 
 /// `--anatomy`'s table: each component's statistics, then the round trip they add up
-/// to, and TCP's request → ACK time beside them.
-fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
+/// to, and TCP's request → ACK time beside them. Each protocol shows what it has:
+/// TCP its retransmissions and delayed ACKs, UDP_RR (`udp`) its one-way delays, their
+/// variation, its losses by direction and its late replies.
+fn anatomy(
+    out: &mut String,
+    a: &crate::probe::anatomy::AnatomyResult,
+    udp: Option<&crate::probe::rr::UdpStats>,
+) {
     let c = &a.components;
     let _ = writeln!(
         out,
@@ -291,19 +297,27 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         out.push_str(&t.render());
     }
     let e = &a.events;
-    let _ = writeln!(
-        out,
-        "events: {} transactions retransmitted ({} request and {} response segments sent again: {} tail loss probes, {} RTOs, {} by loss recovery), {} delayed ACKs, the client woke on another CPU in {} and the server in {}",
-        e.retransmitted,
-        e.request_retransmissions,
-        e.response_retransmissions,
-        e.tlp,
-        e.rto,
-        e.recovery,
-        e.delayed_ack,
-        e.client_migrated,
-        e.server_migrated
-    );
+    if udp.is_some() {
+        let _ = writeln!(
+            out,
+            "events: the client woke on another CPU in {} transactions and the server in {}",
+            e.client_migrated, e.server_migrated
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "events: {} transactions retransmitted ({} request and {} response segments sent again: {} tail loss probes, {} RTOs, {} by loss recovery), {} requests ACKed by the server's delayed-ACK timer, the client woke on another CPU in {} and the server in {}",
+            e.retransmitted,
+            e.request_retransmissions,
+            e.response_retransmissions,
+            e.tlp,
+            e.rto,
+            e.recovery,
+            e.delayed_ack,
+            e.client_migrated,
+            e.server_migrated
+        );
+    }
     if let Some(w) = &a.one_way {
         let _ = writeln!(
             out,
@@ -323,15 +337,28 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         out.push_str(&t.render());
         let _ = writeln!(
             out,
-            "lost: {} requests on the way out (dropped by the server on purpose included), {} responses on the way back, {} after the last response (either way); ipdv is RFC 3393's variation between consecutive transactions, as a magnitude",
-            w.request_lost, w.response_lost, w.unattributed_lost
+            "lost: {} requests on the way out (dropped by the server on purpose included), {} responses on the way back, {} after the last response (either way); {} late replies, each with its anatomy and one-way delays, are not lost; ipdv is RFC 3393's variation between consecutive transactions, as a magnitude",
+            w.request_lost,
+            w.response_lost,
+            w.unattributed_lost,
+            udp.map_or(0, |u| u.late_replies)
         );
     }
     if let Some(tail) = &a.tail {
         let _ = writeln!(
             out,
-            "\nThe slowest 1 % ({} transactions, from {:.1} µs): the component furthest above its median in each",
-            tail.transactions, tail.from_rtt_us
+            "\nThe slowest {} % ({} transactions, from {:.1} µs; the round trip's P{} is {}){}: the component furthest above its median in each",
+            tail.share_pct,
+            tail.transactions,
+            tail.from_rtt_us,
+            100.0 - tail.share_pct,
+            tail.rtt_percentile_us
+                .map_or_else(|| "not recorded".into(), |v| format!("{v:.1} µs")),
+            if tail.exact {
+                ""
+            } else {
+                ", of the transactions kept (more than the run keeps: not exact)"
+            }
         );
         let mut c = Table::new(["CAUSE", "EVENT", "SHARE_pct", "MEAN_ADDED_us"]);
         for cause in &tail.causes {
@@ -344,7 +371,15 @@ fn anatomy(out: &mut String, a: &crate::probe::anatomy::AnatomyResult) {
         }
         out.push_str(&c.render());
     }
-    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt; tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. TCP_CRR's connect is what came before the request (connect() → send(): the handshake); its transaction is connect + sum_rtt. A cause's event is what the kernel reported of those transactions: a retransmission of either end by the RTO, the tail loss probe (tlp) or loss recovery (recovery: a message longer than a segment), a delayed ACK, or its host woke on another CPU.)\n");
+    out.push_str("(client_send: send() → request leaves the client's stack; network: the path both ways, what remains of the round trip; server_recv: request arrives → the server's recv() returns (its wake-up); server_app: → response leaves the server's stack; client_recv: response arrives → the client's recv() returns (its wake-up). Each transaction's five add up to its sum_rtt.");
+    if udp.is_some() {
+        out.push_str(" A cause's event is a wake-up on another CPU (migration) of server_recv or client_recv.)\n");
+    } else {
+        if a.connect.is_some() {
+            out.push_str(" TCP_CRR's connect is what came before the request (connect() → send(): the handshake); its transaction is connect + sum_rtt.");
+        }
+        out.push_str(" tcp_ack is the request's TX → its ACK, the kernel's own round trip, beside them. A cause's event is one that cost that component its time: in network, a retransmission the transaction waited for (by the RTO, the tail loss probe (tlp) or loss recovery: a message longer than a segment); in client_send, a delayed ACK the request waited for (held ≥ 40 ms for an ACK); in server_recv or client_recv, a wake-up on another CPU (migration).)\n");
+    }
 }
 
 fn opt_f(v: Option<f64>) -> Value {

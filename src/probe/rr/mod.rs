@@ -47,6 +47,11 @@ use stream::{
 /// Failures after measuring began are reported in [`RrResult::error`] with the partial
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
+    if s.split_request && (s.test != TestKind::TcpRr || s.open_loop.is_some()) {
+        return Err(RrError::Limit(
+            "--split-request writes closed-loop TCP_RR requests".into(),
+        ));
+    }
     if s.anatomy {
         check_anatomy(s)?;
     } else if s.slow_log.is_some() {
@@ -183,7 +188,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let mut error = t.error.clone();
     if let Some(log) = slow_log {
         if log.threshold_ns.is_none() {
-            for l in t.anatomy.iter().flat_map(|a| a.slowest()) {
+            for l in t.anatomy.iter().flat_map(|a| a.slowest().0) {
                 log.write(&l);
             }
         }
@@ -236,6 +241,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         udp: (s.test == TestKind::UdpRr).then(|| UdpStats {
             lost: t.lost,
             late_replies: t.late_replies,
+            stray_replies: t.stray_replies,
             dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose),
         }),
         remote_transactions: server.as_ref().map(|r| r.transactions),
@@ -446,7 +452,8 @@ fn report_settings(
         server: s.server,
         local_data_addr,
         remote_data_port,
-        nodelay: true,
+        nodelay: !s.split_request,
+        split_request: s.split_request,
         thin_linear_timeouts: s.thin_linear_timeouts,
         congestion: s.congestion.clone().or(server_congestion),
         timeout_ms: (s.test == TestKind::UdpRr).then_some(s.timeout.as_secs_f64() * 1e3),

@@ -3,7 +3,9 @@
 //! response time).
 
 use super::settings::OpenLoop;
-use super::stream::{get_seq, put_seq, record, seq_len, udp_socket, Ctx, StreamOutcome};
+use super::stream::{
+    get_seq, put_seq, record, seq_len, udp_socket, Ctx, StreamOutcome, GAVE_UP_MAX,
+};
 use crate::kernel::cpu::{self};
 use crate::kernel::sockopt;
 use crate::probe::io::{read_full, write_full, ReadEnd};
@@ -123,6 +125,8 @@ pub(super) fn open_loop(
         });
         let mut resp = vec![0u8; cx.s.response_size as usize + 1];
         let rlen = cx.s.response_size as usize;
+        // UDP: requests given up on, newest last: a reply to one is late, not lost.
+        let mut gave_up: VecDeque<Pending> = VecDeque::new();
         loop {
             let idle = sender_done.load(Ordering::Acquire)
                 && pending.lock().map_or(true, |p| p.is_empty());
@@ -161,6 +165,11 @@ pub(super) fn open_loop(
                                 .position(|x| x.seq & mask == got)
                                 .and_then(|i| p.remove(i))
                         });
+                        let late = gave_up
+                            .iter()
+                            .rposition(|x| x.seq & mask == got)
+                            .filter(|_| matched.is_none())
+                            .and_then(|i| gave_up.remove(i));
                         match matched {
                             Some(p) => {
                                 record(&mut out, &mut rec, cx, p.sent, t1);
@@ -168,10 +177,22 @@ pub(super) fn open_loop(
                                     u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                                 );
                             }
-                            None => out.late_replies += 1,
+                            None => match late {
+                                // Late, not lost: a transaction with its round trip.
+                                Some(p) => {
+                                    record(&mut out, &mut rec, cx, p.sent, t1);
+                                    out.intended.record_ns(
+                                        u64::try_from((t1 - p.intended).as_nanos())
+                                            .unwrap_or(u64::MAX),
+                                    );
+                                    out.lost = out.lost.saturating_sub(1);
+                                    out.late_replies += 1;
+                                }
+                                None => out.stray_replies += 1,
+                            },
                         }
                     }
-                    Ok(_) => out.late_replies += 1,
+                    Ok(_) => out.stray_replies += 1,
                     Err(e) if crate::probe::io::is_timeout(&e) => {}
                     Err(e) => {
                         out.error =
@@ -183,7 +204,12 @@ pub(super) fn open_loop(
                 let now = Instant::now();
                 if let Ok(mut p) = pending.lock() {
                     while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
-                        p.pop_front();
+                        if let Some(x) = p.pop_front() {
+                            if gave_up.len() == GAVE_UP_MAX {
+                                gave_up.pop_front();
+                            }
+                            gave_up.push_back(x);
+                        }
                         out.lost += 1;
                     }
                 }

@@ -22,7 +22,10 @@ pub struct RrReportSettings {
     pub server: SocketAddr,
     pub local_data_addr: Option<SocketAddr>,
     pub remote_data_port: u16,
+    /// The client's data sockets set TCP_NODELAY (not with `--split-request`).
     pub nodelay: bool,
+    /// `--split-request`: each request written in two `send()` calls.
+    pub split_request: bool,
     pub thin_linear_timeouts: bool,
     pub congestion: Option<String>,
     pub timeout_ms: Option<f64>,
@@ -51,10 +54,16 @@ pub struct OpenLoopStats {
 /// UDP_RR results.
 #[derive(Clone, Debug, Serialize)]
 pub struct UdpStats {
-    /// Requests whose reply did not arrive within the timeout.
+    /// Requests whose reply never arrived while the client ran (a reply after its
+    /// timeout is late, not lost).
     pub lost: u64,
-    /// Replies that arrived after their request had been declared lost.
+    /// Replies that arrived after their request's timeout: each is a transaction,
+    /// counted with its round trip (and its anatomy), and not lost.
     pub late_replies: u64,
+    /// Datagrams that answered no request (the wrong size, a duplicate, or a reply
+    /// later than 64 more timeouts).
+    #[serde(default)]
+    pub stray_replies: u64,
     /// Requests the server dropped on purpose (`--udp-drop-one-in`).
     pub dropped_by_server: u64,
 }

@@ -96,12 +96,21 @@ pub struct RrSettings {
     pub keep_series: bool,
     /// `--slow-log FILE`: slow transactions' anatomies as JSON lines.
     pub slow_log: Option<PathBuf>,
+    /// `--tail PCT`: the share of the slowest transactions the anatomy's tail and the
+    /// end-of-run slow log hold, parts per million (1 %: 10 000).
+    pub tail_ppm: u32,
     /// `--slow THRESHOLD`: log every transaction at least this slow (without it, the
-    /// slowest 1 % at the end).
+    /// slowest share at the end).
     pub slow: Option<Duration>,
     /// `--recv spin`: wait for responses by polling a non-blocking socket instead of
     /// sleeping in `recv()`, so the client's wake-up is not in the round trip.
     pub recv_spin: bool,
+    /// `--split-request`: TCP_RR writes each request in two `send()` calls (its first
+    /// byte, then the rest) on a socket with Nagle's algorithm on (no TCP_NODELAY):
+    /// the header-then-body pattern whose second write waits for the first's ACK
+    /// (RFC 1122 §4.2.3.4; `tcp_nagle_check`, `tcp_minshall_check`), which the
+    /// server's delayed-ACK timer sends (RFC 1122 §4.2.3.2, `tcp_send_delayed_ack`).
+    pub split_request: bool,
 }
 
 impl RrSettings {
@@ -138,7 +147,9 @@ impl RrSettings {
             server_delay: Duration::ZERO,
             slow_log: None,
             slow: None,
+            tail_ppm: crate::probe::anatomy::TAIL_PPM,
             recv_spin: false,
+            split_request: false,
         }
     }
 }

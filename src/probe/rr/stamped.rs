@@ -4,10 +4,10 @@
 
 use super::stream::{
     connect_one, no_stamps, note_crr_connection, note_pacing, note_tcp_info, pause, record,
-    record_crr, recv_flags, why_unread, Ctx, StreamOutcome,
+    record_crr, recv_flags, why_unread, write_request, Ctx, StreamOutcome,
 };
 use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
-use crate::probe::io::{is_timeout, write_full};
+use crate::probe::io::is_timeout;
 use crate::probe::stamps::{self, TxKind};
 use crate::stats::IntervalRecorder;
 use std::io;
@@ -70,7 +70,7 @@ impl Exchange {
     ) -> Result<Self, Option<String>> {
         let cpu_sent = current_cpu();
         let sent = crate::kernel::realtime_ns();
-        if let Err(e) = write_full(sock, req, || cx.keep()) {
+        if let Err(e) = write_request(cx, sock, req) {
             return Err(Some(format!(
                 "sending a request: {}",
                 crate::error_chain(&e)

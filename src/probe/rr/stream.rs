@@ -9,6 +9,7 @@ use super::settings::{
 use crate::kernel::cpu::CpuTracker;
 use crate::kernel::sockopt;
 use crate::kernel::tcp_info::TcpInfo;
+use crate::probe::anatomy::Sends;
 use crate::probe::io::{read_full, write_full, ReadEnd};
 use crate::probe::pacing::{self};
 use crate::probe::udp_timeout::UdpTimeout;
@@ -32,6 +33,9 @@ pub(super) struct StreamOutcome {
     /// which way they were lost).
     pub(super) lost_tail: u64,
     pub(super) late_replies: u64,
+    /// UDP_RR: datagrams that answer no request given up on (the wrong size, a
+    /// duplicate, or later than [`GAVE_UP_MAX`] timeouts).
+    pub(super) stray_replies: u64,
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
     pub(super) retrans: u64,
@@ -65,6 +69,7 @@ pub(super) struct Totals {
     /// which way they were lost).
     pub(super) lost_tail: u64,
     pub(super) late_replies: u64,
+    pub(super) stray_replies: u64,
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
     pub(super) retrans: u64,
@@ -89,6 +94,7 @@ impl Totals {
             t.lost += o.lost;
             t.lost_tail += o.lost_tail;
             t.late_replies += o.late_replies;
+            t.stray_replies += o.stray_replies;
             t.unanswered += o.unanswered;
             t.late_sends += o.late_sends;
             t.retrans += o.retrans;
@@ -124,8 +130,17 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     /// `--anatomy`'s recorder for this stream.
     pub(super) fn anatomy(&self) -> crate::probe::anatomy::Recorder {
-        crate::probe::anatomy::Recorder::new(
+        use crate::probe::anatomy::{slowest::runs_at_most, TailPlan};
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let n_max = runs_at_most(
+            self.s.count,
+            ns(self.deadline.saturating_duration_since(self.start)),
             self.s.streams,
+            self.s.burst,
+            ns(self.s.interval),
+        );
+        crate::probe::anatomy::Recorder::new(
+            TailPlan::new(self.s.tail_ppm, n_max),
             self.s.test == crate::probe::control::TestKind::UdpRr,
         )
     }
@@ -178,7 +193,7 @@ pub(super) fn tcp_socket(
 ) -> io::Result<TcpStream> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.path.data(&sock, addr)?;
-    sock.set_nodelay(true)?;
+    sock.set_nodelay(!s.split_request)?;
     if s.thin_linear_timeouts {
         sockopt::set_thin_linear_timeouts(&sock, true).map_err(|e| e.source)?;
     }
@@ -328,7 +343,7 @@ pub(super) fn tcp_rr(
         for _ in 0..cx.s.burst {
             let t0 = Instant::now();
             note_pacing(&mut out, &mut target, t0);
-            if let Err(e) = write_full(&mut sock, &req, || cx.keep()) {
+            if let Err(e) = write_request(cx, &mut sock, &req) {
                 out.error = Some(format!("sending a request: {}", crate::error_chain(&e)));
                 break 'run;
             }
@@ -355,6 +370,17 @@ pub(super) fn tcp_rr(
     }
     note_tcp_info(&mut out, &sock);
     out
+}
+
+/// Send a TCP_RR request: in one write, or with `--split-request` its first byte and
+/// then the rest ([`RrSettings::split_request`]).
+pub(super) fn write_request(cx: &Ctx<'_>, sock: &mut TcpStream, req: &[u8]) -> io::Result<()> {
+    if cx.s.split_request && req.len() > 1 {
+        write_full(sock, &req[..1], || cx.keep())?;
+        write_full(sock, &req[1..], || cx.keep())
+    } else {
+        write_full(sock, req, || cx.keep())
+    }
 }
 
 /// What ended a TCP stream whose response was not read in full: the server closed the
@@ -434,6 +460,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
     let mut now = cx.start;
     let mut target = None;
     let mut rto = UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout);
+    let mut gave_up = GaveUp::default();
     let mut sock_timeout = cx.s.timeout.min(POLL_TICK);
     let fd = std::os::fd::AsRawFd::as_raw_fd(&u);
     let mut book = if cx.s.anatomy {
@@ -457,10 +484,7 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
             };
             // Wake when the request is due to be lost, in whole ms (so that the
             // socket option changes only when the timeout really moves).
-            let want = Duration::from_millis(
-                u64::try_from(limit.min(POLL_TICK).as_millis()).unwrap_or(100) + 1,
-            )
-            .min(POLL_TICK);
+            let want = wake_after(limit);
             if want != sock_timeout && u.set_read_timeout(Some(want)).is_ok() {
                 sock_timeout = want;
             }
@@ -489,32 +513,63 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
                         record(&mut out, &mut rec, cx, t0, now);
                         out.lost_tail = 0;
                         rto.sample(now - t0);
+                        // Read before the client gave up, but it came after its timeout
+                        // (a client woken late finds it waiting): late all the same.
+                        if arrived_after(rx, sent, now - t0, limit) {
+                            out.late_replies += 1;
+                        }
                         if let Some(book) = book.as_mut() {
-                            udp_anatomy(cx, book, fd, seq, seq & mask, (sent, cpu_sent), rx, &resp);
+                            let mut part =
+                                udp_part(seq, seq & mask, (sent, cpu_sent), rx, Sends::default());
+                            // After the part's `returned`: the read is not the round trip's.
+                            part.sends = request_sends(fd, seq);
+                            cx.anatomy_record(book, part, &resp);
                         }
                         break;
                     }
-                    Ok(_) => out.late_replies += 1,
+                    Ok((n, rx)) => {
+                        let reply = (n == cx.s.response_size as usize).then_some((&resp[..n], rx));
+                        late_reply(cx, (&mut out, &mut rec, &mut book), &mut gave_up, reply, k);
+                    }
                     Err(e)
                         if crate::probe::io::is_timeout(&e)
-                            || e.kind() == io::ErrorKind::Interrupted =>
-                    {
-                        now = Instant::now();
-                        if now - t0 >= limit {
-                            out.lost += 1;
-                            out.lost_tail += 1;
-                            break;
-                        }
-                        if !cx.keep() {
-                            break 'run;
-                        }
-                    }
+                            || e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => {
                         out.error = Some(format!(
                             "receiving a response: {e} (is the server still running?)"
                         ));
                         break 'run;
                     }
+                }
+                // Given up on once its timeout has passed, whatever woke the read (the
+                // socket's timeout or another datagram): a reply after that is late.
+                now = Instant::now();
+                let waited = now - t0;
+                if waited >= limit {
+                    out.lost += 1;
+                    out.lost_tail += 1;
+                    // Its send stamp now, before the next request's read passes it.
+                    let sends = if book.is_some() {
+                        request_sends(fd, seq)
+                    } else {
+                        Sends::default()
+                    };
+                    gave_up.push(GivenUp {
+                        seq,
+                        t0,
+                        sent,
+                        cpu: cpu_sent,
+                        sends,
+                    });
+                    break;
+                }
+                if !cx.keep() {
+                    break 'run;
+                }
+                // Read on until the timeout, not a whole timeout after what woke it.
+                let left = wake_after(limit - waited);
+                if left != sock_timeout && u.set_read_timeout(Some(left)).is_ok() {
+                    sock_timeout = left;
                 }
             }
             if !cx.more(out.transactions + out.lost, now) {
@@ -524,47 +579,158 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
         target = pause(cx, now);
         now = Instant::now();
     }
+    // Replies to the last requests given up on may still come: one more timeout for
+    // them (the last one carries the part of the transaction before it).
+    if out.lost_tail > 0 && out.error.is_none() && !cx.ctl.stop.load(Ordering::Relaxed) {
+        let until = Instant::now() + rto.current().min(cx.s.timeout);
+        while out.lost_tail > 0 && Instant::now() < until {
+            let _ = u.set_read_timeout(Some(wake_after(until - Instant::now())));
+            let got = if book.is_some() {
+                crate::probe::stamps::recv(fd, &mut resp, recv_flags)
+            } else {
+                crate::probe::io::recv_with(fd, &mut resp, recv_flags).map(|n| (n, None))
+            };
+            let Ok((n, rx)) = got else { continue };
+            let reply = (n == cx.s.response_size as usize).then_some((&resp[..n], rx));
+            late_reply(cx, (&mut out, &mut rec, &mut book), &mut gave_up, reply, k);
+        }
+    }
     out.anatomy = book;
     out
 }
 
-/// UDP_RR with `--anatomy`: the transaction `seq` (echoed as `echoed`) just answered.
-#[allow(clippy::too_many_arguments)]
-fn udp_anatomy(
+/// A datagram that is not the reply the loop waits for (`reply`: none when it is the
+/// wrong size): the reply to a request given up on, which then counts as a late reply
+/// and a transaction with its round trip (and its anatomy), no longer a loss; or a
+/// stray.
+fn late_reply(
     cx: &Ctx<'_>,
-    book: &mut crate::probe::anatomy::Recorder,
-    fd: std::os::fd::RawFd,
+    (out, rec, book): (
+        &mut StreamOutcome,
+        &mut Option<IntervalRecorder>,
+        &mut Option<crate::probe::anatomy::Recorder>,
+    ),
+    gave_up: &mut GaveUp,
+    reply: Option<(&[u8], Option<u64>)>,
+    k: usize,
+) {
+    let mask = if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    };
+    let Some((resp, rx)) = reply else {
+        out.stray_replies += 1;
+        return;
+    };
+    let echoed = get_seq(resp, k);
+    let Some((g, after)) = gave_up.answered(echoed, mask) else {
+        out.stray_replies += 1;
+        return;
+    };
+    record(out, rec, cx, g.t0, Instant::now());
+    out.lost = out.lost.saturating_sub(1);
+    out.late_replies += 1;
+    out.lost_tail = out.lost_tail.min(after);
+    if let Some(book) = book.as_mut() {
+        let part = udp_part(g.seq, echoed, (g.sent, g.cpu), rx, g.sends);
+        cx.anatomy_record(book, part, resp);
+    }
+}
+
+/// Whether a reply arrived after `limit`: by its kernel RX stamp against the request's
+/// `sent` (both CLOCK_REALTIME, `--anatomy`), else by when its read returned, `waited`.
+fn arrived_after(rx: Option<u64>, sent: u64, waited: Duration, limit: Duration) -> bool {
+    let limit_ns = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+    rx.map_or(waited >= limit, |rx| rx.saturating_sub(sent) >= limit_ns)
+}
+
+/// The socket timeout that wakes a read `left` from now: whole ms rounded up (so that
+/// the option changes only when the time really moves), at most [`POLL_TICK`] (the
+/// read wakes to see whether the run was stopped).
+fn wake_after(left: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(left.min(POLL_TICK).as_millis()).unwrap_or(100) + 1)
+        .min(POLL_TICK)
+}
+
+/// A UDP request the client gave up on (its timeout passed), kept so that a reply
+/// arriving later is known as late, not lost, and keeps its round trip and anatomy.
+#[derive(Clone, Copy, Debug)]
+struct GivenUp {
+    seq: u64,
+    t0: Instant,
+    /// CLOCK_REALTIME just before `send()`, the CPU it was sent from, and the
+    /// request's SND stamp (read when it was given up on, with `--anatomy`).
+    sent: u64,
+    cpu: u32,
+    sends: Sends,
+}
+
+/// The requests given up on most recently, at most [`GAVE_UP_MAX`]: a reply later than
+/// that many more timeouts is a stray.
+#[derive(Default)]
+struct GaveUp(std::collections::VecDeque<GivenUp>);
+
+/// Requests given up on that a late reply can still be matched to.
+pub(super) const GAVE_UP_MAX: usize = 64;
+
+impl GaveUp {
+    fn push(&mut self, g: GivenUp) {
+        if self.0.len() == GAVE_UP_MAX {
+            self.0.pop_front();
+        }
+        self.0.push_back(g);
+    }
+
+    /// The request a reply echoing `echoed` answers, taken out, and how many given up
+    /// on after it are still unanswered (the newest with that echo: the sequence bytes
+    /// may wrap).
+    fn answered(&mut self, echoed: u64, mask: u64) -> Option<(GivenUp, u64)> {
+        let i = self.0.iter().rposition(|g| g.seq & mask == echoed)?;
+        let g = self.0.remove(i)?;
+        Some((g, (self.0.len() - i) as u64))
+    }
+}
+
+/// The SND stamp of request `seq` (datagrams are numbered from 0, lost requests
+/// included: request `seq` is seq − 1).
+fn request_sends(fd: std::os::fd::RawFd, seq: u64) -> Sends {
+    let mut sends = Sends::default();
+    let want = seq.wrapping_sub(1) as u32;
+    let _ = crate::probe::stamps::drain_tx(fd, |t| {
+        if t.kind == crate::probe::stamps::TxKind::Sent && t.id == want {
+            sends.add(t.ns);
+        }
+        sends.first.is_some()
+    });
+    sends
+}
+
+/// UDP_RR with `--anatomy`: the client's part of transaction `seq` (echoed as
+/// `echoed`), whose response was read just now, with its request's SND stamp.
+fn udp_part(
     seq: u64,
     echoed: u64,
     (sent, cpu_sent): (u64, u32),
     rx: Option<u64>,
-    resp: &[u8],
-) {
-    use crate::probe::anatomy::{current_cpu, ClientPart, Sends};
+    sends: Sends,
+) -> crate::probe::anatomy::ClientPart {
+    use crate::probe::anatomy::{current_cpu, ClientPart};
     let returned = crate::kernel::realtime_ns();
-    let mut part = ClientPart {
+    ClientPart {
         seq: echoed as u32,
         number: seq,
         sent,
         rx,
         returned,
         acked: None,
-        sends: Sends::default(),
+        sends,
         cpu_sent,
         cpu_returned: current_cpu(),
         // UDP is never retransmitted.
         tlp: false,
         connect_ns: None,
-    };
-    // Datagrams are numbered from 0, lost requests included: request `seq` is seq − 1.
-    let want = seq.wrapping_sub(1) as u32;
-    let _ = crate::probe::stamps::drain_tx(fd, |t| {
-        if t.kind == crate::probe::stamps::TxKind::Sent && t.id == want {
-            part.sends.add(t.ns);
-        }
-        part.sends.first.is_some()
-    });
-    cx.anatomy_record(book, part, resp);
+    }
 }
 
 /// The error of a kernel that refuses the stamps `--anatomy` needs.
@@ -702,6 +868,43 @@ mod tests {
         assert_eq!(t.hist.max_ns(), Some(50_000));
         assert_eq!(t.error.as_deref(), Some("second"));
         assert_eq!(t.local_addr, Some("10.0.0.1:5".parse().unwrap()));
+    }
+
+    /// Witness: arithmetic. A reply is matched to the newest request given up on with
+    /// its (possibly wrapped) echo, and the ones given up on after it stay; the oldest
+    /// are forgotten past [`GAVE_UP_MAX`]. Lateness is by the RX stamp when there is one.
+    #[test]
+    fn late_replies_find_the_request_given_up_on() {
+        let t0 = Instant::now();
+        let g = |seq| GivenUp {
+            seq,
+            t0,
+            sent: 0,
+            cpu: 0,
+            sends: Sends::default(),
+        };
+        let mut gave = GaveUp::default();
+        for seq in [3, 259, 260, 300] {
+            gave.push(g(seq));
+        }
+        // One sequence byte: 259 and 3 both echo as 3; the newest is the one.
+        let (found, after) = gave.answered(3, 0xff).unwrap();
+        assert_eq!((found.seq, after), (259, 2));
+        assert_eq!(
+            gave.answered(300 & 0xff, 0xff).map(|(g, a)| (g.seq, a)),
+            Some((300, 0))
+        );
+        assert!(gave.answered(7, 0xff).is_none());
+        for seq in 1000..1000 + GAVE_UP_MAX as u64 {
+            gave.push(g(seq));
+        }
+        assert!(gave.answered(3, u64::MAX).is_none(), "forgotten");
+        let ms = Duration::from_millis(1);
+        assert!(arrived_after(Some(10_000_001), 0, ms, 10 * ms));
+        assert!(!arrived_after(Some(9_999_999), 0, 20 * ms, 10 * ms));
+        assert!(arrived_after(None, 0, 10 * ms, 10 * ms));
+        assert_eq!(wake_after(Duration::from_micros(5_300)), 6 * ms);
+        assert_eq!(wake_after(Duration::from_secs(5)), POLL_TICK);
     }
 
     /// Witness: the bytes written and read back (the sequence number rides in the

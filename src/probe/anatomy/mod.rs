@@ -18,6 +18,10 @@
 use crate::stats::{LatencyHistogram, Percentile, Summary};
 use serde::{Deserialize, Serialize};
 
+pub mod slowest;
+
+use slowest::{tail_count, Slowest, PPM_PER_PCT};
+
 /// Where the trailer starts in a response (after UDP_RR's echoed sequence bytes).
 pub const TRAILER_AT: usize = 8;
 /// The trailer, little-endian: the transaction's number plus one (u32; 0: no
@@ -397,8 +401,11 @@ pub struct Events {
     pub response_tlp: bool,
     #[serde(default)]
     pub response_recovery: u8,
-    /// TCP: the request's ACK came alone, [`DELACK_MIN_NS`] or more after the request
-    /// left and before the response: the server's delayed-ACK timer sent it.
+    /// TCP: the server's delayed-ACK timer touched the request: its ACK came alone,
+    /// [`DELACK_MIN_NS`] or more after the request left and before the response
+    /// (which cost the round trip nothing: the client waits for the response); or
+    /// its last byte was held [`DELACK_MIN_NS`] or more in the client's stack, which
+    /// only an ACK that late releases (it cost `client_send`, [`Events::cause`]).
     pub delayed_ack: bool,
     /// The client's `recv()` returned on another CPU than `send()` was called on.
     pub client_migrated: bool,
@@ -422,24 +429,96 @@ impl Events {
         )
     }
 
-    /// The event that explains a slow transaction whose slowest component is the
-    /// `component`-th of [`Components::parts`]: a retransmission first (it adds a
-    /// timer's worth or a round trip: an RTO, else a tail loss probe, else loss
-    /// recovery), then a delayed ACK, then a migration of that component's host.
-    pub fn touching(&self, component: usize) -> Option<&'static str> {
-        let client_side = component == 0 || component == 4;
-        let server_side = component == 2 || component == 3;
-        let (tlp, rto, recovery) = self.by_kind();
-        if rto > 0 {
+    /// The event that cost the `component`-th of [`Components::parts`] of `t` its
+    /// time: one on the transaction's critical path whose time lies inside that
+    /// component, or none (an event that happened beside the wait names nothing).
+    ///
+    /// - **network** (client TX → server RX, server TX → client RX): a retransmission
+    ///   the transaction waited for. The copy that got through left `after` µs after
+    ///   the first send (RFC 6298 §5, `tcp_retransmit_timer`; RFC 8985 §7,
+    ///   `tcp_send_loss_probe`), so waiting for it makes the network part at least
+    ///   `after`: a network part shorter than that got an earlier copy through and the
+    ///   retransmission was spurious (an ACK lost or late). A message whose last
+    ///   segment went once but earlier ones again (loss recovery,
+    ///   `tcp_xmit_retransmit_queue`) was complete only with them. By kind, an RTO
+    ///   first, then the tail loss probe, then loss recovery.
+    /// - **client_send** (send() → the request's last byte leaves the stack): a
+    ///   delayed ACK, when that byte waited at least [`DELACK_MIN_NS`] in the client's
+    ///   stack. A written byte is held that long only for an ACK — Nagle's algorithm
+    ///   (RFC 1122 §4.2.3.4, RFC 896; `tcp_nagle_check` with Minshall's variant,
+    ///   `tcp_minshall_check`: a short segment waits while an earlier short one is
+    ///   unacknowledged) or a closed window — and an ACK that late is the receiver's
+    ///   delayed-ACK timer's (RFC 1122 §4.2.3.2; `tcp_send_delayed_ack`, at least
+    ///   TCP_DELACK_MIN). A delayed ACK of a request the server is answering anyway
+    ///   (its think time past 40 ms, seed 000) delays nothing: the client waits for
+    ///   the response, not the ACK.
+    /// - **server_recv**, **client_recv** (a packet's arrival → its reader's `recv()`
+    ///   returns): a wake-up on another CPU than the reader last ran on (the
+    ///   scheduler's `try_to_wake_up`: a migration, a cold cache, an IPI).
+    /// - **server_app**: nothing the kernels report; the server's own time.
+    ///
+    /// UDP (`tcp` false) has no ACKs and no retransmissions: only the wake-ups.
+    pub fn cause(&self, component: usize, t: &Transaction, tcp: bool) -> Option<&'static str> {
+        match component {
+            0 if tcp => {
+                (self.delayed_ack && t.client_send_ns >= DELACK_MIN_NS).then_some("delayed_ack")
+            }
+            1 if tcp => self.waited_retransmission(t.network_ns),
+            2 => self.server_migrated.then_some("migration"),
+            4 => self.client_migrated.then_some("migration"),
+            _ => None,
+        }
+    }
+
+    /// The kind of the retransmissions a transaction whose network part took
+    /// `network_ns` waited for (see [`Self::cause`]).
+    fn waited_retransmission(&self, network_ns: u64) -> Option<&'static str> {
+        let waited = |again: u8, after_us: Option<u32>| {
+            again > 0 && after_us.is_none_or(|us| network_ns >= u64::from(us) * 1_000)
+        };
+        let req = waited(
+            self.request_retransmissions,
+            self.request_retransmitted_after_us,
+        );
+        let resp = waited(
+            self.response_retransmissions,
+            self.response_retransmitted_after_us,
+        );
+        let kinds = |again: u8, tlp: bool, recovery: u8| {
+            let tlp = u8::from(tlp);
+            (
+                again.saturating_sub(tlp).saturating_sub(recovery),
+                tlp,
+                recovery,
+            )
+        };
+        let none = (0, 0, 0);
+        let (a, b) = (
+            if req {
+                kinds(
+                    self.request_retransmissions,
+                    self.request_tlp,
+                    self.request_recovery,
+                )
+            } else {
+                none
+            },
+            if resp {
+                kinds(
+                    self.response_retransmissions,
+                    self.response_tlp,
+                    self.response_recovery,
+                )
+            } else {
+                none
+            },
+        );
+        if a.0 + b.0 > 0 {
             Some("rto")
-        } else if tlp > 0 {
+        } else if a.1 + b.1 > 0 {
             Some("tlp")
-        } else if recovery > 0 {
+        } else if a.2 + b.2 > 0 {
             Some("recovery")
-        } else if self.delayed_ack {
-            Some("delayed_ack")
-        } else if (client_side && self.client_migrated) || (server_side && self.server_migrated) {
-            Some("migration")
         } else {
             None
         }
@@ -641,11 +720,13 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
             response_tlp: probed(s.retransmissions.saturating_sub(s.recovery), s.rtos, s.tlp),
             response_recovery: s.recovery,
             // With a retransmission, an ACK alone answers the copy (a duplicate
-            // request, the server's probe), not a timer.
-            delayed_ack: c.sends.again == 0
+            // request, the server's probe), not a timer. Or the request's last byte
+            // was held for an ACK that long (TCP only: it has an ACK stamp).
+            delayed_ack: (c.sends.again == 0
                 && s.retransmissions == 0
                 && c.acked
-                    .is_some_and(|a| a < rx && a.saturating_sub(tx) >= DELACK_MIN_NS),
+                    .is_some_and(|a| a < rx && a.saturating_sub(tx) >= DELACK_MIN_NS))
+                || (c.acked.is_some() && send >= DELACK_MIN_NS),
             client_migrated: c.cpu_sent != c.cpu_returned,
             server_migrated: s.migrated,
         },
@@ -667,11 +748,11 @@ pub struct Recorder {
     /// Transactions by round trip (log bands), each band's component sums: what a
     /// transaction at a given percentile is made of.
     bands: Bands,
-    /// The slowest transactions so far, at most [`TAIL_SHARE`] of them times
-    /// `tail_scale` (the number of streams, so that the merged heaps hold every
-    /// transaction of the whole run's slowest share).
-    tail: std::collections::BinaryHeap<std::cmp::Reverse<Logged>>,
-    tail_scale: u64,
+    /// The slowest transactions so far: a superset of the run's slowest share
+    /// ([`slowest`] says why it is exact).
+    tail: Slowest<Logged>,
+    /// The share the tail holds, parts per million.
+    tail_ppm: u32,
     /// UDP_RR: each joined transaction's (number, raw forward, raw backward) one-way
     /// delays, ns, each on the far clock minus the near one (at most [`ONE_WAY_MAX`]).
     one_way: Option<Vec<(u64, i64, i64)>>,
@@ -683,8 +764,34 @@ pub struct Recorder {
 /// Transactions whose one-way delays a run keeps (16 bytes each: 32 MiB).
 pub const ONE_WAY_MAX: usize = 2_000_000;
 
-/// The share of transactions the tail analysis and `--slow-log` keep: the slowest 1 %.
-pub const TAIL_SHARE: f64 = 0.01;
+/// The share of transactions the tail analysis and `--slow-log` keep unless told
+/// otherwise (`--tail`): the slowest 1 %, in parts per million.
+pub const TAIL_PPM: u32 = PPM_PER_PCT;
+
+/// The tail a recorder keeps: its share of the run, and how many transactions to keep
+/// so that the run's share is among them ([`slowest::keep_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailPlan {
+    pub ppm: u32,
+    pub keep: u64,
+}
+
+impl TailPlan {
+    /// The tail of `ppm` of a run of at most `n_max` transactions.
+    pub fn new(ppm: u32, n_max: u64) -> Self {
+        Self {
+            ppm,
+            keep: slowest::keep_for(n_max, ppm),
+        }
+    }
+}
+
+impl Default for TailPlan {
+    /// 1 % of a run of unknown length: as many kept as the memory bound allows.
+    fn default() -> Self {
+        Self::new(TAIL_PPM, u64::MAX)
+    }
+}
 
 /// A joined transaction with where it came from, ordered by its round trip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -716,13 +823,15 @@ impl PartialOrd for Logged {
 
 impl Default for Recorder {
     fn default() -> Self {
-        Self::new(1, false)
+        Self::new(TailPlan::default(), false)
     }
 }
 
 impl Recorder {
-    /// For one of `streams` streams; with `one_way`, keep what one-way delays need.
-    pub fn new(streams: u32, one_way: bool) -> Self {
+    /// For one stream of a run whose tail is `tail` (the whole run's: every stream
+    /// keeps as many as the run's share can hold); with `one_way`, keep what one-way
+    /// delays need.
+    pub fn new(tail: TailPlan, one_way: bool) -> Self {
         Self {
             one_way: one_way.then(Vec::new),
             answered: None,
@@ -735,8 +844,8 @@ impl Recorder {
             inconsistent: 0,
             events: EventCounts::default(),
             bands: Bands::default(),
-            tail: std::collections::BinaryHeap::new(),
-            tail_scale: u64::from(streams.max(1)),
+            tail: Slowest::new(tail.keep),
+            tail_ppm: tail.ppm,
         }
     }
 
@@ -749,7 +858,8 @@ impl Recorder {
         server: Option<ServerPart>,
         stream: u32,
     ) -> Option<Logged> {
-        if let Some(s) = server {
+        // The latest response's count: a late one (an older number) says less.
+        if let Some(s) = server.filter(|_| self.answered.is_none_or(|(n, _)| done.number > n)) {
             self.answered = Some((done.number, s.answered));
         }
         let joined = match (self.pending, server) {
@@ -802,7 +912,7 @@ impl Recorder {
                     stream,
                     t,
                 };
-                self.keep_if_slow(l);
+                self.tail.offer(l);
                 Some(l)
             }
             Err(Missing::Unstamped) => {
@@ -813,14 +923,6 @@ impl Recorder {
                 self.inconsistent += 1;
                 None
             }
-        }
-    }
-
-    fn keep_if_slow(&mut self, l: Logged) {
-        let room = ((self.stamped * self.tail_scale) as f64 * TAIL_SHARE).ceil() as usize;
-        self.tail.push(std::cmp::Reverse(l));
-        while self.tail.len() > room.max(1) {
-            self.tail.pop();
         }
     }
 
@@ -864,7 +966,8 @@ impl Recorder {
         self.inconsistent += o.inconsistent;
         self.events.merge(&o.events);
         self.bands.merge(&o.bands);
-        self.tail.extend(o.tail.iter().copied());
+        self.tail.merge(&o.tail);
+        self.tail_ppm = o.tail_ppm;
         if let (Some(v), Some(w)) = (self.one_way.as_mut(), o.one_way.as_ref()) {
             v.extend_from_slice(w);
         } else if self.one_way.is_none() {
@@ -933,15 +1036,13 @@ impl Recorder {
         })
     }
 
-    /// The run's slowest [`TAIL_SHARE`] of transactions (after [`Self::merge`]ing every
-    /// stream), in the order they were sent.
-    pub fn slowest(&self) -> Vec<Logged> {
-        let want = (self.stamped as f64 * TAIL_SHARE).ceil() as usize;
-        let mut v: Vec<Logged> = self.tail.iter().map(|r| r.0).collect();
-        v.sort_unstable_by(|a, b| b.cmp(a));
-        v.truncate(want);
+    /// The run's slowest share of transactions (after [`Self::merge`]ing every
+    /// stream): the top ⌈stamped·P⌉ by round trip, in the order they were sent, and
+    /// whether they are exactly those (false only past [`slowest::KEEP_MAX`]).
+    pub fn slowest(&self) -> (Vec<Logged>, bool) {
+        let (mut v, exact) = self.tail.top(tail_count(self.stamped, self.tail_ppm));
         v.sort_unstable_by_key(|l| (l.sent_unix_ns, l.stream, l.seq));
-        v
+        (v, exact)
     }
 
     /// The result: each component's statistics, and what made the slowest transactions
@@ -978,7 +1079,8 @@ impl Recorder {
     /// median (the delay it added); the table gives each cause's share of the tail and
     /// the mean delay it added.
     fn tail(&self) -> Option<Tail> {
-        let slow = self.slowest();
+        let (slow, exact) = self.slowest();
+        let tcp = self.one_way.is_none();
         let first = slow.iter().map(|l| l.t.rtt_ns).min()?;
         let median = |h: &LatencyHistogram| h.quantile_ns(0.5).unwrap_or(0);
         let h = &self.hist;
@@ -1008,7 +1110,7 @@ impl Recorder {
                 .enumerate()
                 .max_by_key(|&(_, extra)| extra)
                 .unwrap_or((0, 0));
-            let key = (i, t.events.touching(i));
+            let key = (i, t.events.cause(i, t, tcp));
             match by_cause.iter_mut().find(|(k, _)| *k == key) {
                 Some((_, (n, a))) => {
                     *n += 1;
@@ -1029,9 +1131,14 @@ impl Recorder {
             })
             .collect();
         causes.sort_by(|a, b| b.share_pct.total_cmp(&a.share_pct));
+        let share_pct = f64::from(self.tail_ppm) / f64::from(PPM_PER_PCT);
+        let q = 1.0 - f64::from(self.tail_ppm) / 1e6;
         Some(Tail {
             transactions: slow.len() as u64,
+            share_pct,
             from_rtt_us: first as f64 / 1e3,
+            rtt_percentile_us: self.hist.rtt.quantile_ns(q).map(|v| v as f64 / 1e3),
+            exact,
             causes,
         })
     }
@@ -1054,20 +1161,39 @@ pub struct OneWay {
     pub negative: u64,
     /// Requests that never reached the server (or that it dropped on purpose).
     pub request_lost: u64,
-    /// Responses that never came back.
+    /// Responses that never came back (a late one came back: it is not lost).
     pub response_lost: u64,
     /// Requests lost after the last response: which way is not known.
     pub unattributed_lost: u64,
 }
 
-/// What made the slowest [`TAIL_SHARE`] of transactions slow.
+/// What made the slowest share of transactions slow.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tail {
+    /// ⌈stamped × share⌉: the slowest transactions by round trip.
     pub transactions: u64,
+    /// The share, % (`--tail`, 1 unless told; records before it: 1).
+    #[serde(default = "one_pct")]
+    pub share_pct: f64,
     /// The fastest of them: the tail starts here.
     pub from_rtt_us: f64,
+    /// The round trip's percentile 100 − share of the same transactions, from their
+    /// histogram (3 significant digits): the tail starts at or above it, within that
+    /// precision, so the two side by side show a contradiction (none in records
+    /// before it).
+    #[serde(default)]
+    pub rtt_percentile_us: Option<f64>,
+    /// The tail is exactly the run's slowest share (false when that share exceeds
+    /// the transactions a run keeps, [`slowest::KEEP_MAX`], and in records before it,
+    /// whose tail could miss transactions).
+    #[serde(default)]
+    pub exact: bool,
     /// By share of the tail, largest first.
     pub causes: Vec<Cause>,
+}
+
+fn one_pct() -> f64 {
+    1.0
 }
 
 /// One component as the cause of slow transactions, with the event that touched them.
@@ -1089,7 +1215,7 @@ pub struct Cause {
 pub const SLOW_SCHEMA: &str = "rttlab.rr-slow/1";
 
 /// `--slow-log FILE`: slow transactions' anatomies as JSON lines (`rttlab.rr-slow/1`),
-/// every one over a threshold as it happens, or the slowest [`TAIL_SHARE`] at the end.
+/// every one over a threshold as it happens, or the run's slowest share at the end.
 pub struct SlowLog {
     /// Log every transaction at least this slow as it is joined; without one, the
     /// run's slowest share is written at its end.
@@ -1414,7 +1540,7 @@ mod tests {
     #[test]
     fn one_way_delays_and_loss_by_direction() {
         let offset: u64 = 1_000_000_000;
-        let mut r = Recorder::new(1, true);
+        let mut r = Recorder::new(TailPlan::default(), true);
         let mut server = None;
         let mut answered = 0;
         for n in 1..=50u64 {
@@ -1512,7 +1638,38 @@ mod tests {
         assert!(!e.delayed_ack);
         // Without tail loss probes (the parts say none), every one was an RTO.
         assert_eq!(e.by_kind(), (0, 3, 0));
-        assert_eq!(e.touching(4), Some("rto"));
+        // Waited for: the network part (~700 ms) outlasts the last copies (601, 200 ms).
+        let t = join(&c, &s).unwrap();
+        assert_eq!(e.cause(1, &t, true), Some("rto"));
+        // The client's wake-up, on another CPU: a migration, not the retransmission.
+        assert_eq!(e.cause(4, &t, true), Some("migration"));
+        assert_eq!(e.cause(3, &t, true), None, "the server's own time");
+        // A copy sent after the response was on its way (an ACK lost): spurious, it
+        // cost nothing.
+        let quick = Transaction {
+            network_ns: 150_000_000,
+            ..t
+        };
+        assert_eq!(e.cause(1, &quick, true), None);
+        // A request held 45 ms in the client's stack waited for an ACK (Nagle, a
+        // window): the peer's delayed-ACK timer's. Not on UDP, which has none.
+        let held = join(
+            &ClientPart {
+                sends: Sends::once(45_000_900),
+                acked: Some(46_000_000),
+                ..c
+            },
+            &ServerPart {
+                retransmissions: 0,
+                retransmitted_after_us: None,
+                ..s
+            },
+        )
+        .unwrap();
+        assert!(held.events.delayed_ack);
+        assert_eq!(held.events.cause(0, &held, true), Some("delayed_ack"));
+        assert_eq!(held.events.cause(0, &held, false), None);
+        assert_eq!(e.cause(0, &t, true), None, "sent at once");
         let probed = join(
             &ClientPart { tlp: true, ..c },
             &ServerPart { tlp: true, ..s },
@@ -1575,13 +1732,15 @@ mod tests {
             ..Events::default()
         };
         assert_eq!(recovered.by_kind(), (0, 0, 2));
-        assert_eq!(recovered.touching(1), Some("recovery"));
+        // The last segment went once (no time known): the message waited for the rest.
+        assert_eq!(recovered.cause(1, &t, true), Some("recovery"));
         let quiet = Events {
             client_migrated: true,
             ..Events::default()
         };
-        assert_eq!(quiet.touching(4), Some("migration"));
-        assert_eq!(quiet.touching(2), None, "the server did not move");
+        assert_eq!(quiet.cause(4, &t, false), Some("migration"));
+        assert_eq!(quiet.cause(2, &t, true), None, "the server did not move");
+        assert_eq!(quiet.cause(1, &t, true), None, "nothing sent again");
         // Sent once, its ACK alone 650 ms later, before the response: the timer's.
         let once = ClientPart {
             sends: Sends::once(1_000),
@@ -1617,7 +1776,7 @@ mod tests {
     /// think time and one by its network: the tail is those two, one cause each.
     #[test]
     fn the_tail_names_each_slow_transactions_cause() {
-        let mut r = Recorder::new(1, false);
+        let mut r = Recorder::new(TailPlan::default(), false);
         let mut server = None;
         for seq in 1..=201u32 {
             let sent = u64::from(seq) * 10_000;
@@ -1648,7 +1807,8 @@ mod tests {
         }
         assert_eq!(r.stamped, 200);
         assert_eq!(r.events.retransmitted, 1);
-        let slow = r.slowest();
+        let (slow, exact) = r.slowest();
+        assert!(exact);
         assert_eq!(slow.iter().map(|l| l.seq).collect::<Vec<_>>(), [50, 120]);
         let tail = r.tail().unwrap();
         assert_eq!(tail.transactions, 2);

@@ -1,0 +1,197 @@
+//! UDP_RR's late replies: a reply that arrives after its request's timeout is a late
+//! reply in every count, a transaction with its round trip and its anatomy, and not
+//! a loss in either direction. The witness is the wire: tcpdump in both hosts.
+
+mod common;
+
+use common::{assert_schema, privileged, Lab};
+use std::time::Duration;
+
+/// tcpdump on `host`'s eth0 in the lab, UDP only, to `pcap`; stopped by [`stop_dump`].
+fn start_dump(lab: &Lab, host: &str, pcap: &std::path::Path) -> std::process::Child {
+    let ns = format!("rttlab-lab-{}-{host}", lab.name);
+    std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "tcpdump", "-i", "eth0", "-w"])
+        .arg(pcap)
+        .args(["--immediate-mode", "-Z", "root", "-U", "udp"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn stop_dump(mut dump: std::process::Child) {
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling the tcpdump this test started.
+    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
+    dump.wait().unwrap();
+}
+
+/// Each UDP datagram in `pcap`: (time s, payload length, its first 8 payload bytes as
+/// the little-endian sequence rr puts there).
+fn datagrams(pcap: &std::path::Path) -> Vec<(f64, usize, u64)> {
+    let o = std::process::Command::new("tcpdump")
+        .args(["-nn", "-tt", "-x", "-r"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let mut out = Vec::new();
+    let mut head: Option<(f64, usize)> = None;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut flush = |head: &mut Option<(f64, usize)>, bytes: &mut Vec<u8>| {
+        // IPv4 (20 bytes, no options) or IPv6 (40) + UDP (8), then the payload.
+        if let Some((t, len)) = head.take() {
+            let at = if bytes.first().is_some_and(|b| b >> 4 == 6) {
+                48
+            } else {
+                28
+            };
+            if bytes.len() >= at + 8 {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&bytes[at..at + 8]);
+                out.push((t, len, u64::from_le_bytes(b)));
+            }
+        }
+        bytes.clear();
+    };
+    for l in text.lines() {
+        if let Some(hex) = l.trim_start().strip_prefix("0x") {
+            // "0x0010:  4500 0024 ..." : the words after the offset.
+            for w in hex.split_whitespace().skip(1) {
+                for i in (0..w.len()).step_by(2) {
+                    bytes.push(u8::from_str_radix(&w[i..i + 2], 16).unwrap());
+                }
+            }
+        } else {
+            flush(&mut head, &mut bytes);
+            let t: f64 = l.split_whitespace().next().unwrap().parse().unwrap();
+            let len = l
+                .rsplit_once("length ")
+                .and_then(|(_, n)| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no length in {l}"));
+            head = Some((t, len));
+        }
+    }
+    flush(&mut head, &mut bytes);
+    out
+}
+
+/// UDP_RR with every reply later than a fixed 10 ms timeout and no loss: the server
+/// thinks 5 ms and the way back takes 9 ± 1 ms, so each reply takes 15–17 ms, well
+/// clear of the timeout (no reply can be judged either way by a few µs of stack).
+/// Witnesses: tcpdump in both hosts. In b, every request arrived and every response
+/// left; in a, every response arrived, each more than 10 ms after its request left
+/// (the wire's late replies). rr counts each as a late reply and a transaction, none
+/// as lost on the way back; the only reply it may miss is the last, which comes after
+/// it stopped (an unattributed loss). Every transaction keeps its anatomy, and its
+/// one-way delays are the configured path's.
+#[test]
+fn late_udp_replies_are_late_not_lost() {
+    if !privileged("late_udp_replies_are_late_not_lost") {
+        return;
+    }
+    let lab = Lab::up("ul", &["--delay", "1ms"]);
+    lab.set(&[
+        "--delay",
+        "9ms",
+        "--jitter",
+        "1ms",
+        "--reorder",
+        "false",
+        "--dir",
+        "b2a",
+    ]);
+    // Start the server (the lab retries until it listens) before capturing.
+    lab.in_a_retrying(&["rr", "-H", "b", "-t", "UDP_RR", "--json", "-n", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
+    let (da, db) = (start_dump(&lab, "a", &pa), start_dump(&lab, "b", &pb));
+    std::thread::sleep(Duration::from_millis(800));
+    let n = 150u64;
+    let count = n.to_string();
+    let doc = lab.in_a_retrying(&[
+        "rr",
+        "-H",
+        "b",
+        "--anatomy",
+        "--json",
+        "-t",
+        "UDP_RR",
+        "-r",
+        "8,40",
+        "--timeout",
+        "10ms",
+        "--server-delay",
+        "5ms",
+        "-n",
+        &count,
+    ]);
+    assert_schema(&doc);
+    stop_dump(da);
+    stop_dump(db);
+    let (at_a, at_b) = (datagrams(&pa), datagrams(&pb));
+    let requests = |v: &[(f64, usize, u64)]| v.iter().filter(|d| d.1 == 8).count() as u64;
+    let responses = |v: &[(f64, usize, u64)]| v.iter().filter(|d| d.1 == 40).count() as u64;
+    // Nothing lost on the path: the same datagrams at both ends.
+    assert_eq!(
+        (requests(&at_a), requests(&at_b)),
+        (n, n),
+        "requests on the wire"
+    );
+    assert_eq!(
+        (responses(&at_a), responses(&at_b)),
+        (n, n),
+        "responses on the wire"
+    );
+    // At a: each response's time after its request left.
+    let sent_at: std::collections::HashMap<u64, f64> = at_a
+        .iter()
+        .filter(|d| d.1 == 8)
+        .map(|d| (d.2, d.0))
+        .collect();
+    let waits: Vec<f64> = at_a
+        .iter()
+        .filter(|d| d.1 == 40)
+        .map(|d| d.0 - sent_at[&d.2])
+        .collect();
+    let wire_late = waits.iter().filter(|&&w| w > 0.010).count() as u64;
+    let udp = &doc["udp"];
+    let w = &doc["anatomy"]["one_way"];
+    let a = &doc["anatomy"];
+    let got = |v: &serde_json::Value| v.as_u64().unwrap();
+    let fastest = waits.iter().copied().fold(f64::MAX, f64::min);
+    eprintln!(
+        "wire: {wire_late} of {n} replies after 10 ms (fastest {:.3} ms); rr: {udp}; one way lost: {} {} {}",
+        fastest * 1e3,
+        w["request_lost"],
+        w["response_lost"],
+        w["unattributed_lost"]
+    );
+    assert_eq!(
+        wire_late, n,
+        "every reply later than the timeout on the wire"
+    );
+    let (late, lost) = (got(&udp["late_replies"]), got(&udp["lost"]));
+    assert!(lost <= 1, "only the last may come after rr stopped: {udp}");
+    assert_eq!(late + lost, wire_late, "{udp}");
+    assert_eq!(got(&udp["stray_replies"]), 0, "{udp}");
+    assert_eq!(got(&w["response_lost"]), 0, "{w}");
+    assert_eq!(got(&w["request_lost"]), 0, "{w}");
+    assert_eq!(got(&w["unattributed_lost"]), lost, "{w}");
+    // Every answered transaction, late or not, counted and taken apart (the first
+    // may lack a stamp: receive stamping starts lazily). Were the last reply missed,
+    // the part of the transaction before it, which rides on that reply, would be too.
+    assert_eq!(got(&doc["transactions"]), late, "{doc}");
+    assert_eq!(
+        got(&a["stamped"]) + got(&a["unstamped"]) + got(&a["inconsistent"]),
+        late - lost,
+        "{a}"
+    );
+    assert!(got(&a["stamped"]) + 2 >= late, "{a}");
+    // Their one-way delays are the path's: 1 ms out, 9 ± 1 ms back.
+    let med = |k: &str| w[k]["percentiles_us"]["p50"].as_f64().unwrap();
+    assert!((med("request") - 1_000.0).abs() < 300.0, "{w}");
+    assert!((med("response") - 9_000.0).abs() < 1_100.0, "{w}");
+    assert_eq!(got(&w["request"]["samples"]), got(&a["stamped"]), "{w}");
+}
