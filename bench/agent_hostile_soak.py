@@ -297,6 +297,18 @@ def main():
         "| agent | first minute (median) | last minute (median) | max |",
         "|---|---|---|---|",
     ] + [f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} |" for n, a, b, c in rows]
+    report += [
+        "",
+        "Minute by minute (medians of the 5 s samples):",
+        "",
+        "| minute | RSS (KiB) | threads | descriptors |",
+        "|---|---|---|---|",
+    ]
+    t_first = marks[0][0]
+    for k in range(int((marks[-1][0] - t_first) // 60) + 1):
+        m = [x for t, x in marks if k <= (t - t_first) / 60 < k + 1]
+        if m:
+            report.append(f"| {k + 1} | {med(m, 'VmRSS'):.0f} | {med(m, 'Threads'):.0f} | {med(m, 'fds'):.0f} |")
     text = "\n".join(report) + "\n"
     print(text)
     with open(args.out, "w") as f:

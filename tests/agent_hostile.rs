@@ -368,6 +368,42 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
     drop(stalled);
 }
 
+/// Witness: curl, and the agent's own `displaced` counter. 70 connections from 70
+/// addresses (more than the 64 the endpoint holds) pipeline 2 000 scrapes each and
+/// never read, so every slot holds a client whose answers wait. A scrape still gets
+/// in within 1 s, each time: a connection not computing an answer is displaced for
+/// it (with tiny_http, two such clients stopped every scrape).
+#[test]
+fn a_full_house_of_clients_that_never_read_makes_room_for_a_scrape() {
+    raise_fd_limit();
+    let a = Agent::start(&[]);
+    probes_sent(&a);
+    let held: Vec<TcpStream> = (0..70u8)
+        .map(|i| {
+            let s = connect_from(2 + i, a.metrics).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let mut s = s;
+            let _ = s.write(&b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(2000));
+            s
+        })
+        .collect();
+    // Long enough for the answers to fill the socket buffers and stall.
+    std::thread::sleep(Duration::from_secs(4));
+    for _ in 0..3 {
+        let (code, secs, _) = curl(&[&a.url("http", "/metrics")]);
+        assert_eq!(code, 200, "a scrape beside 70 clients that never read");
+        assert!(secs < 1.0, "the scrape took {secs} s");
+    }
+    let (_, _, body) = curl(&[&a.url("http", "/metrics")]);
+    let displaced = body
+        .lines()
+        .find(|l| l.starts_with("rttlab_agent_http_refused_total{reason=\"displaced\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(displaced >= 3.0, "displaced {displaced}");
+    drop(held);
+}
+
 /// Witness: curl verifying the agent's certificate against the CA openssl made, with
 /// and without the basic-auth password; the hash in the file is bcrypt's, as
 /// `htpasswd -B` makes it. Plain HTTP to the TLS port gets no answer.
