@@ -455,6 +455,129 @@ fn tls_and_basic_auth_as_the_exporter_toolkit_configures_them() {
     assert!(head.contains("x-content-type-options: nosniff"), "{head}");
     let (code, _, _) = curl(&[&a.url("http", "/metrics")]);
     assert_eq!(code, 0, "plain HTTP to the TLS port was answered");
+    // A web config emptied while being saved (`cat > web.yml`) turns neither TLS nor
+    // authentication off: the agent keeps what it started with until a restart.
+    std::fs::write(&web, "").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..2 {
+        let (code, _, _) = curl(&[&a.url("http", "/metrics")]);
+        assert_eq!(
+            code, 0,
+            "plain HTTP answered after the web config was emptied"
+        );
+        let (code, _, _) = curl(&["--cacert", ca, &url]);
+        assert_eq!(code, 401, "no credentials after the web config was emptied");
+        let (code, _, _) = curl(&["--cacert", ca, "-u", &login, &url]);
+        assert_eq!(
+            code, 200,
+            "the right login after the web config was emptied"
+        );
+    }
+}
+
+/// Witness: curl with the right login, timed, and the agent's `busy` refusals. 64
+/// keep-alive connections from 4 addresses guess passwords as fast as the agent
+/// answers (each guess costs a bcrypt of cost 10, one at a time): a scrape with the
+/// right login, remembered from before, is answered within 1 s each time, and no
+/// connection is refused as busy (before, guesses waiting for bcrypt held every slot
+/// and 9 of 9 scrapes failed).
+#[test]
+fn password_guessing_does_not_keep_the_right_login_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let (web, password) = tls_files(dir.path());
+    // tls_files hashes at cost 6; a cost-10 hash, as htpasswd -B makes by default.
+    let hash = bcrypt::hash(password, 10).unwrap();
+    std::fs::write(
+        &web,
+        format!("tls_server_config:\n  cert_file: agent.crt\n  key_file: agent.key\nbasic_auth_users:\n  prometheus: '{hash}'\n"),
+    )
+    .unwrap();
+    let a = Agent::start(&["--web-config", web.to_str().unwrap()]);
+    let ca = dir.path().join("ca.crt");
+    let ca = ca.to_str().unwrap().to_owned();
+    let url = a.url("https", "/metrics");
+    let login = format!("prometheus:{password}");
+    let (code, _, _) = curl(&["--cacert", &ca, "-u", &login, &url]);
+    assert_eq!(code, 200, "the first scrape");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let guessers: Vec<_> = (0..64u8)
+        .map(|i| {
+            let (stop, ca, url) = (std::sync::Arc::clone(&stop), ca.clone(), url.clone());
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed)
+                    && t0.elapsed() < Duration::from_secs(30)
+                {
+                    // curl keeps its connection alive across the URLs of one call.
+                    let _ = Command::new("curl")
+                        .args(["-s", "-o", "/dev/null", "-m", "5", "--cacert", &ca])
+                        .args(["--interface", &format!("127.0.0.{}", 2 + i % 4)])
+                        .args(["-u", &format!("prometheus:guess{i}")])
+                        .args([&url, &url, &url, &url])
+                        .stdout(Stdio::null())
+                        .status();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let mut worst = 0.0f64;
+    for _ in 0..5 {
+        let (code, secs, _) = curl(&["--cacert", &ca, "-u", &login, &url]);
+        assert_eq!(code, 200, "the right login beside 64 guessers");
+        worst = worst.max(secs);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for g in guessers {
+        g.join().unwrap();
+    }
+    assert!(
+        worst < 1.0,
+        "the right login waited {worst} s beside 64 guessers"
+    );
+    let (_, _, body) = curl(&["--cacert", &ca, "-u", &login, &url]);
+    let busy = body
+        .lines()
+        .find(|l| l.starts_with("rttlab_agent_http_refused_total{reason=\"busy\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(busy, Some(0.0), "connections refused as busy");
+}
+
+/// Witness: the agent's exit status and message. Under `ulimit -n 1024`, 600 peers
+/// probed at tcp_rr and udp_rr need 2 400 descriptors, more than the agent's half of
+/// the limit: it refuses to start and names the limit (before, it held 1 023
+/// descriptors within 4 s and /metrics stopped answering).
+#[test]
+fn peers_beyond_the_descriptor_limit_are_refused_by_name() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.json");
+    std::fs::write(&peers, peers_json(600, free_port())).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["agent", "--probes", "tcp_rr,udp_rr", "--peers-file"])
+        .arg(&peers)
+        .args(["-L", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("600 peers") && err.contains("ulimit -n 1024"),
+        "{err}"
+    );
 }
 
 /// Witness: the agent's exit status and the message it prints, for web config files

@@ -217,6 +217,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
         None => all.iter().find(|p| is_me(p, own_port)).cloned(),
     };
     let peers = mesh.select(&all, me.as_ref()).map_err(anyhow::Error::msg)?;
+    check_descriptors(peers.len(), &probes, a.metrics_max_connections)?;
     Ok(Plan {
         peers,
         peers_file,
@@ -229,6 +230,46 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
         },
         buckets,
     })
+}
+
+/// Descriptors one peer's probes hold: a TCP_RR or UDP_RR session is a control
+/// connection and a data socket, TCP_CRR a control connection and its connection of
+/// the moment; ICMP shares one socket among all peers.
+fn descriptors_per_peer(probes: &[Probe]) -> u64 {
+    probes
+        .iter()
+        .map(|p| if *p == Probe::Icmp { 0 } else { 2 })
+        .sum()
+}
+
+/// Refuse a peer list whose probes would not fit the agent's half of the open-file
+/// limit (the other half is its server's, `reserved_descriptors`), less the metrics
+/// endpoint's connections and a reserve for the process: past it, sockets fail one
+/// by one and the endpoint can no longer accept.
+fn check_descriptors(
+    peers: usize,
+    probes: &[Probe],
+    metrics_connections: usize,
+) -> anyhow::Result<()> {
+    let Ok(limit) = rlimit::open_files() else {
+        return Ok(());
+    };
+    let need = peers as u64 * descriptors_per_peer(probes);
+    let budget = (limit.soft / 2).saturating_sub(metrics_connections as u64 + 32);
+    if need > budget {
+        bail!(
+            "{peers} peers × {} descriptors ({}) need {need}, more than the {budget} the agent's probes may hold (half of ulimit -n {}, less the metrics endpoint's {metrics_connections} connections): raise the limit (LimitNOFILE= in the unit, ulimit -n) or probe fewer peers (--mesh, --probes)",
+            descriptors_per_peer(probes),
+            probes
+                .iter()
+                .filter(|p| **p != Probe::Icmp)
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            limit.soft
+        );
+    }
+    Ok(())
 }
 
 /// A target that is this host: one of its addresses, on the agent's own port.
@@ -325,9 +366,10 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     let secret = a.secret.load()?;
     let listen = listen_addrs(&a)?;
     let own_port = listen[0].port();
+    // Raised before the first plan, which checks the peers' descriptors against it.
+    let open_files = rlimit::raise_open_files();
     let mut current = plan(&a, secret.clone(), own_port)?;
 
-    let open_files = rlimit::raise_open_files();
     let server = Server::bind(ServerConfig {
         listen,
         secret: secret.clone(),

@@ -132,6 +132,20 @@ impl Web {
                 if now != *seen {
                     *seen = now;
                     match WebConfig::read(path) {
+                        // As the exporter-toolkit, TLS and authentication are what
+                        // the agent started with: a file emptied or cut while being
+                        // saved must not turn either off.
+                        Ok(c)
+                            if c.tls.is_some() != self.now.tls.is_some()
+                                || c.needs_auth() != self.now.needs_auth() =>
+                        {
+                            refused.inc();
+                            eprintln!(
+                                "rttlab agent: keeping the previous web config: {} would turn TLS or basic auth {} (restart the agent to change that)",
+                                path.display(),
+                                if c.tls.is_some() || c.needs_auth() { "on" } else { "off" }
+                            );
+                        }
                         Ok(c) => self.now = Arc::new(c),
                         Err(e) => {
                             refused.inc();
@@ -433,8 +447,7 @@ where
         let web = Arc::clone(web);
         let busy = Arc::clone(&slot.busy);
         async move {
-            busy.store(true, Ordering::Relaxed);
-            let response = answer(&req, &web, &shared).await;
+            let response = answer(&req, &web, &shared, &busy).await;
             busy.store(false, Ordering::Relaxed);
             Ok::<_, std::convert::Infallible>(response)
         }
@@ -462,9 +475,10 @@ async fn answer(
     req: &Request<Incoming>,
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
+    busy: &AtomicBool,
 ) -> Response<Full<Bytes>> {
     let arrived = Instant::now();
-    let mut response = route(req, web, shared, arrived).await;
+    let mut response = route(req, web, shared, arrived, busy).await;
     for (name, value) in &web.headers {
         if let (Ok(n), Ok(v)) = (
             header::HeaderName::from_bytes(name.as_bytes()),
@@ -481,6 +495,7 @@ async fn route(
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
     arrived: Instant,
+    busy: &AtomicBool,
 ) -> Response<Full<Bytes>> {
     let announces_body = req.headers().contains_key(header::TRANSFER_ENCODING)
         || req
@@ -504,6 +519,8 @@ async fn route(
             .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
+    // Only a request that may be answered makes its connection busy (not displaced for
+    // a newcomer): one waiting its turn for bcrypt is a guess until it is checked.
     if web.needs_auth() && authorize(req, web, shared).await == Auth::Denied {
         shared.refused.unauthorized.inc();
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
@@ -513,6 +530,7 @@ async fn route(
         );
         return r;
     }
+    busy.store(true, Ordering::Relaxed);
     match req.uri().path() {
         "/metrics" => {
             let accept = req

@@ -348,6 +348,13 @@ fn parse_basic(v: &[u8]) -> Option<(String, String)> {
     Some((u.to_owned(), p.to_owned()))
 }
 
+/// A certificate, key or CA file: a regular file (a symlink is followed only to one)
+/// of at most [`MAX_FILE_BYTES`], read without blocking on a FIFO — these files are
+/// read again on a running agent whenever the web config changes.
+fn read_pem(path: &Path, what: &'static str) -> Result<Vec<u8>, WebConfigError> {
+    Ok(crate::kernel::fs::read(path, what, MAX_FILE_BYTES)?)
+}
+
 fn tls_config(
     t: &TlsFile,
     dir: &Path,
@@ -370,8 +377,8 @@ fn tls_config(
     let certs: Vec<CertificateDer<'static>> = match (t.cert_file.is_empty(), t.cert.is_empty()) {
         (false, true) => {
             let f = dir.join(&t.cert_file);
-            CertificateDer::pem_file_iter(&f)
-                .and_then(|it| it.collect())
+            CertificateDer::pem_slice_iter(&read_pem(&f, "certificate file")?)
+                .collect::<Result<_, _>>()
                 .map_err(|e| pem("certificate", &f.display().to_string(), e))?
         }
         (true, false) => CertificateDer::pem_slice_iter(t.cert.as_bytes())
@@ -392,7 +399,7 @@ fn tls_config(
     let key: PrivateKeyDer<'static> = match (t.key_file.is_empty(), t.key.is_empty()) {
         (false, true) => {
             let f = dir.join(&t.key_file);
-            PrivateKeyDer::from_pem_file(&f)
+            PrivateKeyDer::from_pem_slice(&read_pem(&f, "private key file")?)
                 .map_err(|e| pem("private key", &f.display().to_string(), e))?
         }
         (true, false) => PrivateKeyDer::from_pem_slice(t.key.as_bytes())
@@ -493,9 +500,7 @@ fn tls_config(
         }
         let f = dir.join(&t.client_ca_file);
         let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_file_iter(&f)
-            .map_err(|e| pem("client CA", &f.display().to_string(), e))?
-        {
+        for c in CertificateDer::pem_slice_iter(&read_pem(&f, "client CA file")?) {
             let c = c.map_err(|e| pem("client CA", &f.display().to_string(), e))?;
             roots.add(c).map_err(tls_err)?;
         }
@@ -629,6 +634,15 @@ mod tests {
                 .to_string();
             assert!(e.contains(says), "{extra}: {e}");
         }
+        // Files it names are bounded as the config itself: /dev/zero is refused by name.
+        let zero = format!("tls_server_config:\n  cert_file: /dev/zero\n  key_file: {key}\n");
+        let e = WebConfig::parse(&zero, &dir.path().join("web.yml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/zero") && e.contains("character device"),
+            "{e}"
+        );
         let suites = WebConfig::parse(
             &format!("{base}  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\n  curve_preferences: [X25519]\n"),
             &dir.path().join("web.yml"),
