@@ -550,7 +550,6 @@ fn password_guessing_does_not_keep_the_right_login_out() {
 /// descriptors within 4 s and /metrics stopped answering).
 #[test]
 fn peers_beyond_the_descriptor_limit_are_refused_by_name() {
-    use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     let peers = dir.path().join("peers.json");
     std::fs::write(&peers, peers_json(600, free_port())).unwrap();
@@ -558,19 +557,7 @@ fn peers_beyond_the_descriptor_limit_are_refused_by_name() {
     cmd.args(["agent", "--probes", "tcp_rr,udp_rr", "--peers-file"])
         .arg(&peers)
         .args(["-L", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"]);
-    // SAFETY: setrlimit is async-signal-safe and touches only the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            let r = libc::rlimit {
-                rlim_cur: 1024,
-                rlim_max: 1024,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    common::limit_open_files(&mut cmd, 1024);
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");

@@ -790,22 +790,7 @@ fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                let r = libc::rlimit {
-                    rlim_cur: 1024,
-                    rlim_max: 1024,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    common::limit_open_files(&mut cmd, 1024);
     let child = cmd.spawn().unwrap();
     common::wait_listening("127.0.0.1", port, None);
     let srv = ServeChild { child, port };

@@ -617,3 +617,22 @@ pub fn tls_files(dir: &std::path::Path) -> (PathBuf, &'static str) {
     .unwrap();
     (web, password)
 }
+
+/// Start `cmd` with RLIMIT_NOFILE at `n`, soft and hard (`ulimit -n n` in a shell that
+/// cannot raise it again).
+pub fn limit_open_files(cmd: &mut Command, n: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: n,
+                rlim_max: n,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
