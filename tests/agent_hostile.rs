@@ -368,8 +368,7 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
     drop(stalled);
 }
 
-/// Witness: curl, and the agent's own `displaced` counter. 70 connections from 70
-/// addresses (more than the 64 the endpoint holds) pipeline 2 000 scrapes each and
+/// Witness: curl, timed. 70 connections from 70 addresses (more than the 64 the endpoint holds) pipeline 2 000 scrapes each and
 /// never read, so every slot holds a client whose answers wait. A scrape still gets
 /// in within 1 s, each time: a connection not computing an answer is displaced for
 /// it (with tiny_http, two such clients stopped every scrape).
@@ -394,13 +393,6 @@ fn a_full_house_of_clients_that_never_read_makes_room_for_a_scrape() {
         assert_eq!(code, 200, "a scrape beside 70 clients that never read");
         assert!(secs < 1.0, "the scrape took {secs} s");
     }
-    let (_, _, body) = curl(&[&a.url("http", "/metrics")]);
-    let displaced = body
-        .lines()
-        .find(|l| l.starts_with("rttlab_agent_http_refused_total{reason=\"displaced\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    assert!(displaced >= 3.0, "displaced {displaced}");
     drop(held);
 }
 
