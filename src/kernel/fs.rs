@@ -516,18 +516,20 @@ pub fn open_append(path: &Path) -> Result<File, FileError> {
 pub struct ScratchDir(PathBuf);
 
 impl ScratchDir {
-    /// A new directory `PREFIX-XXXXXX` in the system's temporary directory.
+    /// A new directory named `PREFIX-` and six random characters, in the system's
+    /// temporary directory (mkdtemp(3)).
     ///
     /// # Errors
     /// mkdtemp failed (a full or read-only /tmp).
     pub fn new(prefix: &str) -> Result<Self, FileError> {
-        let template = std::env::temp_dir().join(format!("{prefix}-XXXXXX"));
+        // mkdtemp(3) replaces the template's last six characters, which must be 'X'.
+        let template = std::env::temp_dir().join(format!("{prefix}-{}", "X".repeat(6)));
         let write_err = |source| FileError::Write {
             path: template.clone(),
             source,
         };
         let mut bytes = c_path(&template).map_err(write_err)?.into_bytes_with_nul();
-        // SAFETY: a NUL-terminated, writable template ending in XXXXXX, which
+        // SAFETY: a NUL-terminated, writable template ending in the six characters
         // mkdtemp overwrites in place.
         if unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) }.is_null() {
             return Err(write_err(io::Error::last_os_error()));
