@@ -20,12 +20,14 @@ use std::time::Duration;
 pub type Labels = Vec<(String, String)>;
 
 /// The reasons of `rttlab_agent_http_refused_total`.
-pub const HTTP_REFUSALS: [&str; 6] = [
+pub const HTTP_REFUSALS: [&str; 8] = [
     "displaced",
+    "slow_reader",
     "busy",
     "body",
     "method",
     "unauthorized",
+    "rate_limit",
     "web_config",
 ];
 
@@ -231,7 +233,7 @@ impl Metrics {
         }
         r.register(
             "rttlab_agent_http_refused",
-            "Connections and requests the metrics endpoint refused: displaced (an idle connection closed for a newer one at the connection cap), busy (a new connection closed: every one was answering), body, method, unauthorized (requests answered 413, 405, 401), web_config (a changed web config file that could not be used)",
+            "Connections and requests the metrics endpoint refused: displaced (a connection closed for a newer one at the connection cap: one that never asked, had not read its answer for a second, or was idle), slow_reader (a client still reading an exposition four newer ones replaced), busy (a new connection closed: every one was answering), body, method, unauthorized (requests answered 413, 405, 401), rate_limit (answered 429 past the web config's rate_limit), web_config (a changed web config file that could not be used)",
             m.http_refused.clone(),
         );
         r.register(

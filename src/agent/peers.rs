@@ -18,6 +18,19 @@ use std::path::Path;
 /// The control port of `rttlab serve` and of every agent.
 pub const DEFAULT_PORT: u16 = crate::probe::control::DEFAULT_CONTROL_PORT;
 
+/// Bytes of a host name: DNS's limit (RFC 1035, 253 in text form), with room for
+/// an IPv6 literal and its zone.
+pub const MAX_HOST_BYTES: usize = 253;
+
+/// Bytes of a label's name or value from file_sd. Every series of a peer repeats its
+/// labels, some hundred times over: an 85 KB label once made an 803 MB exposition.
+/// Prometheus itself has no limit by default; its `label_value_length_limit` is
+/// what a scrape config sets, and a rack, zone or team name fits in far less.
+pub const MAX_LABEL_BYTES: usize = 256;
+
+/// Labels a file_sd group may give its peers.
+pub const MAX_LABELS: usize = 16;
+
 /// A peer: where it is, the name its series carry, and its own labels.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Peer {
@@ -55,6 +68,12 @@ impl Peer {
         };
         if host.is_empty() || host.contains(char::is_whitespace) {
             return Err(format!("target {s:?}: no host"));
+        }
+        if host.len() > MAX_HOST_BYTES {
+            return Err(format!(
+                "target of {} bytes: a host name has at most {MAX_HOST_BYTES}",
+                s.len()
+            ));
         }
         let port = match port {
             None => DEFAULT_PORT,
@@ -150,7 +169,20 @@ impl<'de> Deserialize<'de> for Target {
 
 fn labels<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
     let m = BTreeMap::<String, String>::deserialize(d)?;
-    for k in m.keys() {
+    if m.len() > MAX_LABELS {
+        return Err(serde::de::Error::custom(format!(
+            "labels: {} labels, at most {MAX_LABELS}",
+            m.len()
+        )));
+    }
+    for (k, v) in &m {
+        if k.len() > MAX_LABEL_BYTES || v.len() > MAX_LABEL_BYTES {
+            return Err(serde::de::Error::custom(format!(
+                "labels: label {:?}: {} bytes, at most {MAX_LABEL_BYTES} for a name or a value",
+                k.chars().take(32).collect::<String>(),
+                k.len().max(v.len())
+            )));
+        }
         check_label_name(k).map_err(|e| serde::de::Error::custom(format!("labels: {e}")))?;
     }
     Ok(m.into_iter().collect())
@@ -347,6 +379,31 @@ mod tests {
     }
 
     /// Witness: Prometheus's file_sd format (documentation example shape).
+    /// Witness: the error, placed by serde_json at the group's line. A label value
+    /// of 257 bytes, or 17 labels, is refused; 256 bytes are taken.
+    #[test]
+    fn labels_are_bounded_in_size_and_number() {
+        let group =
+            |labels: &str| format!("[\n{{\"targets\": [\"a\"], \"labels\": {{{labels}}}}}\n]");
+        let at = |n: usize| format!("\"rack\": \"{}\"", "r".repeat(n));
+        assert_eq!(
+            parse_file_sd(&group(&at(256))).unwrap()[0].labels[0]
+                .1
+                .len(),
+            256
+        );
+        let e = parse_file_sd(&group(&at(257))).unwrap_err();
+        assert!(
+            e.contains("257 bytes, at most 256") && e.contains("line 2"),
+            "{e}"
+        );
+        let many: Vec<String> = (0..17).map(|i| format!("\"l{i}\": \"v\"")).collect();
+        let e = parse_file_sd(&group(&many.join(","))).unwrap_err();
+        assert!(e.contains("17 labels, at most 16"), "{e}");
+        let e = Peer::parse(&format!("{}:1", "h".repeat(254)), Vec::new()).unwrap_err();
+        assert!(e.contains("at most 253"), "{e}");
+    }
+
     #[test]
     fn file_sd_groups_carry_their_labels() {
         let text = r#"[

@@ -4,14 +4,39 @@
 //!
 //! hyper has a header-read deadline of its own but no write deadline, and tokio's
 //! sockets have none; this wrapper sits under TLS and HTTP so that both are covered.
+//! It also tells the endpoint since when a write has been waiting ([`WriteStall`]),
+//! which is how a client that stopped reading is told from one being answered.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep, Sleep};
+
+/// Since when the connection's writes have been waiting for the client to read:
+/// `None` while they make progress.
+#[derive(Default)]
+pub struct WriteStall(Mutex<Option<Instant>>);
+
+impl WriteStall {
+    /// When the current stall began, if writes are stalled.
+    pub fn since(&self) -> Option<Instant> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set(&self, since: Option<Instant>) {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = since;
+    }
+}
 
 /// `inner` with a stall limit on reads and one on writes.
 pub struct Deadlines<T> {
@@ -22,18 +47,43 @@ pub struct Deadlines<T> {
     read_timer: Option<Pin<Box<Sleep>>>,
     /// Armed when a write or flush cannot proceed and cleared by any progress.
     write_timer: Option<Pin<Box<Sleep>>>,
+    /// Shown to the endpoint: since when `write_timer` has been armed.
+    stall: Arc<WriteStall>,
 }
 
 impl<T> Deadlines<T> {
-    /// Reads may wait `read_stall` for a byte, writes `write_stall` for room.
-    pub fn new(inner: T, read_stall: Duration, write_stall: Duration) -> Self {
+    /// Reads may wait `read_stall` for a byte, writes `write_stall` for room; a
+    /// waiting write is shown in `stall`.
+    pub fn new(
+        inner: T,
+        read_stall: Duration,
+        write_stall: Duration,
+        stall: Arc<WriteStall>,
+    ) -> Self {
         Self {
             inner,
             read_stall,
             write_stall,
             read_timer: None,
             write_timer: None,
+            stall,
         }
+    }
+
+    /// A write or flush finished `r`: the stall (if any) is over.
+    fn wrote<R>(&mut self, r: io::Result<R>) -> Poll<io::Result<R>> {
+        if self.write_timer.take().is_some() {
+            self.stall.set(None);
+        }
+        Poll::Ready(r)
+    }
+
+    /// A write or flush must wait: arm the stall limit (showing when it began).
+    fn write_waits<R>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+        if self.write_timer.is_none() {
+            self.stall.set(Some(Instant::now()));
+        }
+        stalled(&mut self.write_timer, self.write_stall, "write", cx)
     }
 }
 
@@ -79,22 +129,34 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlines<T> {
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         match Pin::new(&mut me.inner).poll_write(cx, buf) {
-            Poll::Ready(r) => {
-                me.write_timer = None;
-                Poll::Ready(r)
-            }
-            Poll::Pending => stalled(&mut me.write_timer, me.write_stall, "write", cx),
+            Poll::Ready(r) => me.wrote(r),
+            Poll::Pending => me.write_waits(cx),
         }
+    }
+
+    /// Passed through, so that hyper queues a shared exposition instead of copying
+    /// it into a buffer of each connection's own (its "flatten" strategy).
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        match Pin::new(&mut me.inner).poll_write_vectored(cx, bufs) {
+            Poll::Ready(r) => me.wrote(r),
+            Poll::Pending => me.write_waits(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let me = self.get_mut();
         match Pin::new(&mut me.inner).poll_flush(cx) {
-            Poll::Ready(r) => {
-                me.write_timer = None;
-                Poll::Ready(r)
-            }
-            Poll::Pending => stalled(&mut me.write_timer, me.write_stall, "write", cx),
+            Poll::Ready(r) => me.wrote(r),
+            Poll::Pending => me.write_waits(cx),
         }
     }
 
@@ -102,7 +164,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlines<T> {
         let me = self.get_mut();
         match Pin::new(&mut me.inner).poll_shutdown(cx) {
             Poll::Ready(r) => Poll::Ready(r),
-            Poll::Pending => stalled(&mut me.write_timer, me.write_stall, "write", cx),
+            Poll::Pending => me.write_waits(cx),
         }
     }
 }
@@ -126,7 +188,12 @@ mod tests {
     fn a_silent_peer_times_out_and_a_slow_one_does_not() {
         runtime().block_on(async {
             let (a, mut b) = tokio::io::duplex(64);
-            let mut a = Deadlines::new(a, Duration::from_secs(5), Duration::from_secs(5));
+            let mut a = Deadlines::new(
+                a,
+                Duration::from_secs(5),
+                Duration::from_secs(5),
+                Arc::default(),
+            );
             let t0 = tokio::time::Instant::now();
             let writer = tokio::spawn(async move {
                 for _ in 0..3 {
@@ -149,16 +216,55 @@ mod tests {
     }
 
     /// Witness: a duplex pipe of 64 bytes that nobody reads — the write stalls and
-    /// fails at its limit.
+    /// fails at its limit, and the stall is shown from its start.
     #[test]
     fn a_peer_that_never_reads_times_out_the_write() {
         runtime().block_on(async {
             let (a, _b) = tokio::io::duplex(64);
-            let mut a = Deadlines::new(a, Duration::from_secs(60), Duration::from_secs(10));
+            let stall = Arc::<WriteStall>::default();
+            let mut a = Deadlines::new(
+                a,
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                Arc::clone(&stall),
+            );
             let t0 = tokio::time::Instant::now();
             let e = a.write_all(&[0u8; 1024]).await.unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::TimedOut);
             assert_eq!(t0.elapsed(), Duration::from_secs(10));
+            assert!(stall.since().is_some(), "the stall is shown");
+        });
+    }
+
+    /// Witness: the reader's progress — a stall shown while the pipe is full ends
+    /// when the reader drains it.
+    #[test]
+    fn a_stall_ends_when_the_client_reads() {
+        runtime().block_on(async {
+            let (a, mut b) = tokio::io::duplex(64);
+            let stall = Arc::<WriteStall>::default();
+            let mut a = Deadlines::new(
+                a,
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                Arc::clone(&stall),
+            );
+            let reader = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                let mut all = Vec::new();
+                b.read_to_end(&mut all).await.unwrap();
+                all.len()
+            });
+            let writer = tokio::spawn(async move {
+                a.write_all(&[7u8; 128]).await.unwrap();
+                a
+            });
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(stall.since().is_some(), "64 bytes wait for the reader");
+            let a = writer.await.unwrap();
+            assert_eq!(stall.since(), None, "the reader drained the pipe");
+            drop(a);
+            assert_eq!(reader.await.unwrap(), 128);
         });
     }
 }

@@ -16,14 +16,23 @@
 //!   keep-alive connection left open, cannot pin anything. A TLS handshake has the
 //!   header deadline too.
 //! - **Connections**: at most [`HttpLimits::max_connections`] (and a quarter of that
-//!   per source address); at the cap a new connection displaces the oldest one that
-//!   is not answering a request (its source's own oldest first), and when every one
-//!   is answering, the new one is closed. HTTP/1 answers one request at a time per
-//!   connection, so pipelining is bounded by the header buffer.
+//!   per source: an IPv4 address, or an IPv6 /64). At the cap a new connection
+//!   displaces, among its source's own when the source has its share: first the
+//!   oldest that never sent a request, then the one whose client has not read its
+//!   answer for longest (a second at least), then the oldest idle keep-alive. A
+//!   connection is answering from its request to the last byte handed to the kernel,
+//!   and one answering that way is never cut; when every one is, the newcomer is
+//!   closed. HTTP/1 answers one request at a time per connection, so pipelining is
+//!   bounded by the header buffer.
 //! - **Work**: an exposition is one pass over every series (tens of ms for a thousand
 //!   peers), so concurrent scrapes share it: a request is answered with an exposition
 //!   begun after it arrived, and at most one is computed at a time per format. Any
 //!   number of clients asking at once costs two expositions, not one each.
+//! - **Memory**: an answer is the shared exposition itself, queued to the socket
+//!   without a copy (hyper's vectored-write strategy), and at most
+//!   [`MAX_EXPOSITIONS_SENDING`] expositions are kept for clients still reading: a
+//!   newer one displaces the clients still reading the oldest (the slowest readers),
+//!   so slow readers hold a few expositions, not one each.
 //! - **Authentication** ([`web_config`]): bcrypt runs on the blocking pool, one at a
 //!   time, and a login that succeeded is remembered, so a guessing client delays
 //!   only other guesses.
@@ -36,8 +45,8 @@ pub mod deadline;
 pub mod web_config;
 
 use super::metrics::{Format, Metrics};
-use bytes::Bytes;
-use deadline::Deadlines;
+use bytes::{Buf, Bytes};
+use deadline::{Deadlines, WriteStall};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -46,10 +55,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 use web_config::{Auth, WebConfig};
@@ -105,11 +114,12 @@ pub struct MetricsServer {
     limits: HttpLimits,
 }
 
-/// The web config in force, and the file it came from, read again when it changes
-/// (as the exporter-toolkit does, so a renewed certificate needs no restart).
+/// The web config in force, and the file it came from, read again when it or a
+/// certificate, key or CA file it names changes (the exporter-toolkit reads them all
+/// per handshake), so a renewed certificate needs no restart.
 struct Web {
     now: Arc<WebConfig>,
-    file: Option<(PathBuf, Option<FileStamp>)>,
+    file: Option<(PathBuf, Vec<Option<FileStamp>>)>,
     checked: Instant,
 }
 
@@ -121,14 +131,23 @@ fn stamp(path: &Path) -> Option<FileStamp> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
+/// The stamps of the web config file and of the files `config` read.
+fn stamps(path: &Path, config: &WebConfig) -> Vec<Option<FileStamp>> {
+    std::iter::once(path)
+        .chain(config.files.iter().map(PathBuf::as_path))
+        .map(stamp)
+        .collect()
+}
+
 impl Web {
-    /// The config for a new connection: the file read again when it changed (looked
-    /// at once a second at most); a file that no longer reads keeps the last good one.
+    /// The config for a new connection: the files read again when one changed
+    /// (looked at once a second at most); files that no longer read keep the last
+    /// good config.
     fn current(&mut self, refused: &Counter) -> Arc<WebConfig> {
         if let Some((path, seen)) = &mut self.file {
             if self.checked.elapsed() >= Duration::from_secs(1) {
                 self.checked = Instant::now();
-                let now = stamp(path);
+                let now = stamps(path, &self.now);
                 if now != *seen {
                     *seen = now;
                     match WebConfig::read(path) {
@@ -146,7 +165,11 @@ impl Web {
                                 if c.tls.is_some() || c.needs_auth() { "on" } else { "off" }
                             );
                         }
-                        Ok(c) => self.now = Arc::new(c),
+                        Ok(c) => {
+                            // The files the new config read (a new cert_file, say).
+                            *seen = stamps(path, &c);
+                            self.now = Arc::new(c);
+                        }
                         Err(e) => {
                             refused.inc();
                             eprintln!(
@@ -173,12 +196,13 @@ impl MetricsServer {
         web_config: Option<&Path>,
         limits: HttpLimits,
     ) -> Result<Self, HttpError> {
+        let now = match web_config {
+            Some(p) => WebConfig::read(p)?,
+            None => WebConfig::none(),
+        };
         let web = Web {
-            now: Arc::new(match web_config {
-                Some(p) => WebConfig::read(p)?,
-                None => WebConfig::none(),
-            }),
-            file: web_config.map(|p| (p.to_owned(), stamp(p))),
+            file: web_config.map(|p| (p.to_owned(), stamps(p, &now))),
+            now: Arc::new(now),
             checked: Instant::now(),
         };
         let listener = Self::listen(addr).map_err(|source| HttpError::Bind { addr, source })?;
@@ -265,6 +289,14 @@ impl MetricsServer {
     }
 }
 
+/// Expositions kept for clients still reading them. Four covers a scrape of each
+/// format in flight while the next pair is made.
+pub const MAX_EXPOSITIONS_SENDING: usize = 4;
+
+/// A client whose answer has waited this long for it to read is a slow reader: the
+/// first to go, after connections that never asked anything, for a newcomer.
+const SLOW_READER: Duration = Duration::from_secs(1);
+
 struct Shared {
     metrics: Arc<Metrics>,
     limits: HttpLimits,
@@ -272,16 +304,20 @@ struct Shared {
     slots: Mutex<Slots>,
     /// One per format: OpenMetrics, text.
     exposition: [Cache; 2],
+    /// Expositions being sent, oldest first (a dead entry was sent in full).
+    sending: Mutex<Vec<Weak<Sent>>>,
     bcrypt: Semaphore,
 }
 
 /// Handles on `rttlab_agent_http_refused_total`, one per reason.
 struct Refused {
     displaced: Counter,
+    slow_reader: Counter,
     busy: Counter,
     body: Counter,
     method: Counter,
     unauthorized: Counter,
+    rate_limit: Counter,
     web_config: Counter,
 }
 
@@ -298,16 +334,89 @@ impl Shared {
             limits,
             refused: Refused {
                 displaced: c("displaced"),
+                slow_reader: c("slow_reader"),
                 busy: c("busy"),
                 body: c("body"),
                 method: c("method"),
                 unauthorized: c("unauthorized"),
+                rate_limit: c("rate_limit"),
                 web_config: c("web_config"),
             },
             slots: Mutex::new(Slots::default()),
             exposition: [Cache::default(), Cache::default()],
+            sending: Mutex::new(Vec::new()),
             bcrypt: Semaphore::new(1),
         })
+    }
+
+    /// Keep `sent` among the expositions being sent; past the cap, the clients still
+    /// reading the oldest are displaced.
+    fn track(&self, sent: &Arc<Sent>) {
+        let mut sending = lock(&self.sending);
+        sending.retain(|s| s.strong_count() > 0);
+        sending.push(Arc::downgrade(sent));
+        while sending.len() > MAX_EXPOSITIONS_SENDING {
+            if let Some(oldest) = sending.remove(0).upgrade() {
+                for (_, displace) in std::mem::take(&mut *lock(&oldest.readers)) {
+                    displace.notify_one();
+                    self.refused.slow_reader.inc();
+                }
+            }
+        }
+    }
+}
+
+/// One exposition while it is being sent, and the connections sending it (by slot).
+#[derive(Default)]
+struct Sent {
+    readers: Mutex<BTreeMap<u64, Arc<Notify>>>,
+}
+
+/// An answer's bytes (an exposition shares them with every connection it answers).
+/// hyper queues this to the socket and drops it when its last byte is written: until
+/// then its connection is answering, and a reader of an exposition.
+struct Lease {
+    bytes: Bytes,
+    answering: Arc<Activity>,
+    sent: Option<(Arc<Sent>, u64)>,
+}
+
+impl Buf for Lease {
+    fn remaining(&self) -> usize {
+        self.bytes.remaining()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.bytes.chunk()
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.bytes.advance(n);
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.answering.answering.store(false, Ordering::Relaxed);
+        if let Some((sent, slot)) = &self.sent {
+            lock(&sent.readers).remove(slot);
+        }
+    }
+}
+
+/// A response's body before it becomes a [`Lease`]: bytes, and the exposition they
+/// are part of.
+struct Answer {
+    bytes: Bytes,
+    sent: Option<Arc<Sent>>,
+}
+
+impl From<&'static str> for Answer {
+    fn from(s: &'static str) -> Self {
+        Self {
+            bytes: Bytes::from_static(s.as_bytes()),
+            sent: None,
+        }
     }
 }
 
@@ -315,7 +424,7 @@ impl Shared {
 /// is kept only while requests wait for it: an exposition is megabytes.
 #[derive(Default)]
 struct Cache {
-    newest: Mutex<Option<(Instant, Bytes)>>,
+    newest: Mutex<Option<(Instant, Bytes, Arc<Sent>)>>,
     making: tokio::sync::Mutex<()>,
     waiting: std::sync::atomic::AtomicUsize,
 }
@@ -327,10 +436,21 @@ struct Slots {
     next_id: u64,
 }
 
+/// What a connection is doing, as far as choosing one to displace goes.
+#[derive(Default)]
+struct Activity {
+    /// A request's head has arrived on it.
+    requested: AtomicBool,
+    /// From an admitted request until its answer's last byte is in the kernel.
+    answering: AtomicBool,
+    /// Since when its writes have waited for the client to read.
+    stall: Arc<WriteStall>,
+}
+
 struct SlotState {
+    /// [`source_of`] the client's address.
     source: IpAddr,
-    /// Answering a request now: not displaced for a newcomer.
-    busy: Arc<AtomicBool>,
+    activity: Arc<Activity>,
     /// Told to close.
     displace: Arc<Notify>,
 }
@@ -338,7 +458,7 @@ struct SlotState {
 /// A connection's place among the open ones; gives it back when dropped.
 struct Slot {
     id: u64,
-    busy: Arc<AtomicBool>,
+    activity: Arc<Activity>,
     displace: Arc<Notify>,
     shared: Arc<Shared>,
 }
@@ -353,18 +473,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The source a connection counts against: an IPv4 address (an IPv4-mapped IPv6
+/// one included), or an IPv6 /64, the block one host is given (RFC 6177), so that
+/// an attacker cannot claim a share per address of its own subnet.
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
+        },
+        v4 @ IpAddr::V4(_) => v4,
+    }
+}
+
 impl Slots {
-    /// A place for a connection from `source`, displacing the oldest idle one (from
-    /// the same source when it has its share) at a cap; `None` when all are busy.
-    fn admit(shared: &Arc<Shared>, source: IpAddr) -> Option<Slot> {
+    /// A place for a connection from `ip`, displacing another one (from the same
+    /// source when it has its share) at a cap; `None` when none may go.
+    fn admit(shared: &Arc<Shared>, ip: IpAddr) -> Option<Slot> {
         let max = shared.limits.max_connections.max(1);
         let per_source = (max / 4).max(1);
+        let source = source_of(ip);
         let mut slots = lock(&shared.slots);
         let from_source = slots.open.values().filter(|s| s.source == source).count();
+        let now = Instant::now();
         let victim = if from_source >= per_source {
-            Some(slots.oldest_idle(|s| s.source == source))
+            Some(slots.victim(|s| s.source == source, now))
         } else if slots.open.len() >= max {
-            Some(slots.oldest_idle(|_| true))
+            Some(slots.victim(|_| true, now))
         } else {
             None
         };
@@ -380,29 +515,48 @@ impl Slots {
         }
         slots.next_id += 1;
         let id = slots.next_id;
-        let busy = Arc::new(AtomicBool::new(false));
+        let activity = Arc::<Activity>::default();
         let displace = Arc::new(Notify::new());
         slots.open.insert(
             id,
             SlotState {
                 source,
-                busy: Arc::clone(&busy),
+                activity: Arc::clone(&activity),
                 displace: Arc::clone(&displace),
             },
         );
         Some(Slot {
             id,
-            busy,
+            activity,
             displace,
             shared: Arc::clone(shared),
         })
     }
 
-    fn oldest_idle(&self, matching: impl Fn(&SlotState) -> bool) -> Option<u64> {
-        self.open
-            .iter()
-            .find(|(_, s)| matching(s) && !s.busy.load(Ordering::Relaxed))
-            .map(|(&id, _)| id)
+    /// The connection to close for a newcomer, among those `matching`: the oldest
+    /// that never sent a request; else the one whose client has left its answer
+    /// unread longest, for [`SLOW_READER`] at least; else the oldest idle one.
+    fn victim(&self, matching: impl Fn(&SlotState) -> bool, now: Instant) -> Option<u64> {
+        let candidates = || self.open.iter().filter(|(_, s)| matching(s));
+        let never_asked = candidates()
+            .find(|(_, s)| !s.activity.requested.load(Ordering::Relaxed))
+            .map(|(&id, _)| id);
+        let slowest_reader = || {
+            candidates()
+                .filter_map(|(&id, s)| Some((s.activity.stall.since()?, id)))
+                .filter(|(since, _)| now.saturating_duration_since(*since) >= SLOW_READER)
+                .min()
+                .map(|(_, id)| id)
+        };
+        let idle = || {
+            candidates()
+                .find(|(_, s)| {
+                    !s.activity.answering.load(Ordering::Relaxed)
+                        && s.activity.stall.since().is_none()
+                })
+                .map(|(&id, _)| id)
+        };
+        never_asked.or_else(slowest_reader).or_else(idle)
     }
 }
 
@@ -416,7 +570,12 @@ async fn connection(
 ) {
     let _ = tcp.set_nodelay(true);
     let limits = &shared.limits;
-    let io = Deadlines::new(tcp, limits.idle_timeout, limits.write_timeout);
+    let io = Deadlines::new(
+        tcp,
+        limits.idle_timeout,
+        limits.write_timeout,
+        Arc::clone(&slot.activity.stall),
+    );
     let displace = Arc::clone(&slot.displace);
     let work = async {
         match web.tls.clone() {
@@ -442,27 +601,41 @@ async fn http<T>(io: T, slot: &Slot, web: &Arc<WebConfig>, shared: &Arc<Shared>)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let reader = (slot.id, Arc::clone(&slot.displace));
     let service = hyper::service::service_fn(|req: Request<Incoming>| {
         let shared = Arc::clone(shared);
         let web = Arc::clone(web);
-        let busy = Arc::clone(&slot.busy);
+        let activity = Arc::clone(&slot.activity);
+        let reader = reader.clone();
         async move {
-            let response = answer(&req, &web, &shared, &busy).await;
-            busy.store(false, Ordering::Relaxed);
-            Ok::<_, std::convert::Infallible>(response)
+            activity.requested.store(true, Ordering::Relaxed);
+            let response = answer(&req, &web, &shared, &activity).await;
+            Ok::<_, std::convert::Infallible>(response.map(|a| {
+                let sent = a.sent.map(|sent| {
+                    lock(&sent.readers).insert(reader.0, reader.1);
+                    (sent, reader.0)
+                });
+                Full::new(Lease {
+                    bytes: a.bytes,
+                    answering: activity,
+                    sent,
+                })
+            }))
         }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(Some(shared.limits.header_timeout))
         .max_buf_size(shared.limits.max_header_bytes.max(8192))
+        // Queue answers as they are (an exposition is shared), never copy them.
+        .writev(true)
         .keep_alive(true)
         .serve_connection(TokioIo::new(io), service)
         .await;
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+fn text(status: StatusCode, body: &'static str) -> Response<Answer> {
+    let mut r = Response::new(Answer::from(body));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -475,10 +648,10 @@ async fn answer(
     req: &Request<Incoming>,
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
-    busy: &AtomicBool,
-) -> Response<Full<Bytes>> {
+    activity: &Activity,
+) -> Response<Answer> {
     let arrived = Instant::now();
-    let mut response = route(req, web, shared, arrived, busy).await;
+    let mut response = route(req, web, shared, arrived, activity).await;
     for (name, value) in &web.headers {
         if let (Ok(n), Ok(v)) = (
             header::HeaderName::from_bytes(name.as_bytes()),
@@ -495,8 +668,13 @@ async fn route(
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
     arrived: Instant,
-    busy: &AtomicBool,
-) -> Response<Full<Bytes>> {
+    activity: &Activity,
+) -> Response<Answer> {
+    // The toolkit's rate_limit: every request, before anything else is done for it.
+    if !web.within_rate() {
+        shared.refused.rate_limit.inc();
+        return text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
+    }
     let announces_body = req.headers().contains_key(header::TRANSFER_ENCODING)
         || req
             .headers()
@@ -530,7 +708,7 @@ async fn route(
         );
         return r;
     }
-    busy.store(true, Ordering::Relaxed);
+    activity.answering.store(true, Ordering::Relaxed);
     match req.uri().path() {
         "/metrics" => {
             let accept = req
@@ -538,8 +716,11 @@ async fn route(
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok());
             let format = Format::negotiate(accept);
-            let body = exposition(shared, format, arrived).await;
-            let mut r = Response::new(Full::new(body));
+            let (bytes, sent) = exposition(shared, format, arrived).await;
+            let mut r = Response::new(Answer {
+                bytes,
+                sent: Some(sent),
+            });
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(format.content_type()),
@@ -587,34 +768,36 @@ async fn authorize(req: &Request<Incoming>, web: &Arc<WebConfig>, shared: &Arc<S
 
 /// An exposition begun at or after `arrived`: the newest one if it is, else a new
 /// one (made by this request, or by the one ahead of it in the queue).
-async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> Bytes {
+async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> (Bytes, Arc<Sent>) {
     let cache = &shared.exposition[usize::from(format == Format::Text)];
     let fresh = || {
         lock(&cache.newest)
             .as_ref()
-            .filter(|(begun, _)| *begun >= arrived)
-            .map(|(_, body)| body.clone())
+            .filter(|(begun, _, _)| *begun >= arrived)
+            .map(|(_, body, sent)| (body.clone(), Arc::clone(sent)))
     };
     cache.waiting.fetch_add(1, Ordering::SeqCst);
-    let body = {
+    let answer = {
         let _making = cache.making.lock().await;
         match fresh() {
-            Some(body) => body,
+            Some(answer) => answer,
             None => {
                 let begun = Instant::now();
                 let metrics = Arc::clone(&shared.metrics);
                 let body = tokio::task::spawn_blocking(move || Bytes::from(metrics.expose(format)))
                     .await
                     .unwrap_or_default();
-                *lock(&cache.newest) = Some((begun, body.clone()));
-                body
+                let sent = Arc::<Sent>::default();
+                shared.track(&sent);
+                *lock(&cache.newest) = Some((begun, body.clone(), Arc::clone(&sent)));
+                (body, sent)
             }
         }
     };
     if cache.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
         lock(&cache.newest).take();
     }
-    body
+    answer
 }
 
 /// Give freed memory back to the system: an exposition is megabytes freed at once,

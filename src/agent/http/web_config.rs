@@ -7,8 +7,8 @@
 //! tls_server_config:
 //!   cert_file: agent.crt          # or cert: <PEM text>; paths relative to this file
 //!   key_file: agent.key           # or key: <PEM text>
-//!   client_auth_type: RequireAndVerifyClientCert   # needs client_ca_file
-//!   client_ca_file: ca.crt
+//!   client_auth_type: RequireAndVerifyClientCert   # needs client_ca_file or client_ca
+//!   client_ca_file: ca.crt        # or client_ca: <PEM text>
 //!   min_version: TLS12            # TLS12 or TLS13 (rustls speaks no older TLS)
 //!   max_version: TLS13
 //!   cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # TLS 1.2 only, as in Go
@@ -18,7 +18,14 @@
 //!   headers: {Strict-Transport-Security: max-age=31536000}
 //! basic_auth_users:
 //!   prometheus: $2y$10$...        # bcrypt hashes, e.g. htpasswd -nBC 10 "" | tr -d ':\n'
+//! rate_limit:                     # requests, from all clients: 429 past it
+//!   interval: 100ms               # one more allowed per interval…
+//!   burst: 20                     # …up to this many at once
 //! ```
+//!
+//! The certificate, key and CA files are read again when they change (looked at
+//! once a second at most), as the toolkit reads them per handshake, so a renewed
+//! certificate is served without a restart.
 //!
 //! Unknown keys are refused, as the toolkit's strict YAML decoding refuses them, so a
 //! typo never silently turns TLS or authentication off. What rustls cannot do (TLS 1.0
@@ -35,6 +42,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Largest web config file read (the toolkit's files are a few hundred bytes).
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -88,6 +96,18 @@ struct File {
     http_server_config: Option<HttpFile>,
     #[serde(default)]
     basic_auth_users: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    rate_limit: Option<RateLimitFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RateLimitFile {
+    #[serde(default)]
+    burst: u32,
+    /// A Go duration (`100ms`, `1s`, `1m30s`); absent or 0 turns the limit off.
+    #[serde(default)]
+    interval: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -105,6 +125,8 @@ struct TlsFile {
     client_auth_type: String,
     #[serde(default)]
     client_ca_file: String,
+    #[serde(default)]
+    client_ca: String,
     #[serde(default)]
     client_allowed_sans: Vec<String>,
     #[serde(default)]
@@ -143,7 +165,45 @@ pub struct WebConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Extra response headers.
     pub headers: Vec<(String, String)>,
+    /// The certificate, key and CA files read: a change to any is a new config.
+    pub files: Vec<PathBuf>,
     auth: Option<BasicAuth>,
+    rate: Option<Mutex<Bucket>>,
+}
+
+/// The toolkit's `rate_limit` (Go's `rate.Limiter`): a bucket of `burst` requests,
+/// full at start, refilled by one each `interval`.
+#[derive(Debug)]
+struct Bucket {
+    burst: f64,
+    interval: Duration,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(burst: u32, interval: Duration, now: Instant) -> Self {
+        Self {
+            burst: f64::from(burst),
+            interval,
+            tokens: f64::from(burst),
+            at: now,
+        }
+    }
+
+    /// Take a request's token at `now`, if one is left.
+    fn allow(&mut self, now: Instant) -> bool {
+        let refill =
+            now.saturating_duration_since(self.at).as_secs_f64() / self.interval.as_secs_f64();
+        self.tokens = (self.tokens + refill).min(self.burst);
+        self.at = self.at.max(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 impl std::fmt::Debug for WebConfig {
@@ -153,6 +213,7 @@ impl std::fmt::Debug for WebConfig {
             .field("tls", &self.tls.is_some())
             .field("headers", &self.headers)
             .field("basic_auth", &self.auth.is_some())
+            .field("rate_limit", &self.rate)
             .finish()
     }
 }
@@ -178,7 +239,9 @@ impl WebConfig {
         Self {
             tls: None,
             headers: Vec::new(),
+            files: Vec::new(),
             auth: None,
+            rate: None,
         }
     }
 
@@ -210,9 +273,19 @@ impl WebConfig {
             })?
         };
         let dir = path.parent().unwrap_or(Path::new("."));
+        let mut files = Vec::new();
         let tls = match file.tls_server_config {
-            Some(t) => Some(Arc::new(tls_config(&t, dir, path)?)),
+            Some(t) => Some(Arc::new(tls_config(&t, dir, path, &mut files)?)),
             None => None,
+        };
+        let rate = match file.rate_limit {
+            Some(r) if !r.interval.is_empty() => {
+                let interval = humantime::parse_duration(&r.interval)
+                    .map_err(|e| invalid(format!("rate_limit.interval {:?}: {e}", r.interval)))?;
+                (!interval.is_zero())
+                    .then(|| Mutex::new(Bucket::new(r.burst, interval, Instant::now())))
+            }
+            _ => None,
         };
         let http = file.http_server_config.unwrap_or_default();
         if http.http2 == Some(true) {
@@ -258,7 +331,22 @@ impl WebConfig {
             }
             _ => None,
         };
-        Ok(Self { tls, headers, auth })
+        Ok(Self {
+            tls,
+            headers,
+            files,
+            auth,
+            rate,
+        })
+    }
+
+    /// Whether a request may be served now under `rate_limit` (always, without one).
+    pub fn within_rate(&self) -> bool {
+        self.rate.as_ref().is_none_or(|b| {
+            b.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .allow(Instant::now())
+        })
     }
 
     /// Whether requests need credentials at all.
@@ -355,10 +443,12 @@ fn read_pem(path: &Path, what: &'static str) -> Result<Vec<u8>, WebConfigError> 
     Ok(crate::kernel::fs::read(path, what, MAX_FILE_BYTES)?)
 }
 
+/// The TLS settings of `t`; the files it reads are added to `files`.
 fn tls_config(
     t: &TlsFile,
     dir: &Path,
     path: &Path,
+    files: &mut Vec<PathBuf>,
 ) -> Result<rustls::ServerConfig, WebConfigError> {
     let invalid = |why: String| WebConfigError::Invalid {
         path: path.to_owned(),
@@ -374,9 +464,16 @@ fn tls_config(
         path: path.to_owned(),
         source,
     };
+    let has_client_ca = !t.client_ca_file.is_empty() || !t.client_ca.is_empty();
+    if has_client_ca && matches!(t.client_auth_type.as_str(), "" | "NoClientCert") {
+        return Err(invalid(
+            "client CA's have been configured without a client_auth_type".into(),
+        ));
+    }
     let certs: Vec<CertificateDer<'static>> = match (t.cert_file.is_empty(), t.cert.is_empty()) {
         (false, true) => {
             let f = dir.join(&t.cert_file);
+            files.push(f.clone());
             CertificateDer::pem_slice_iter(&read_pem(&f, "certificate file")?)
                 .collect::<Result<_, _>>()
                 .map_err(|e| pem("certificate", &f.display().to_string(), e))?
@@ -399,6 +496,7 @@ fn tls_config(
     let key: PrivateKeyDer<'static> = match (t.key_file.is_empty(), t.key.is_empty()) {
         (false, true) => {
             let f = dir.join(&t.key_file);
+            files.push(f.clone());
             PrivateKeyDer::from_pem_slice(&read_pem(&f, "private key file")?)
                 .map_err(|e| pem("private key", &f.display().to_string(), e))?
         }
@@ -491,18 +589,27 @@ fn tls_config(
             "client_allowed_sans is not supported: restrict clients by client_ca_file".into(),
         ));
     }
-    let client_roots = || -> Result<Arc<rustls::RootCertStore>, WebConfigError> {
-        if t.client_ca_file.is_empty() {
+    // As the toolkit: client_ca_file first, else the inline client_ca.
+    let mut client_roots = || -> Result<Arc<rustls::RootCertStore>, WebConfigError> {
+        let (text, name) = if !t.client_ca_file.is_empty() {
+            let f = dir.join(&t.client_ca_file);
+            files.push(f.clone());
+            (read_pem(&f, "client CA file")?, f.display().to_string())
+        } else if !t.client_ca.is_empty() {
+            (t.client_ca.as_bytes().to_vec(), "(client_ca)".to_owned())
+        } else {
             return Err(invalid(format!(
-                "client_auth_type {} needs client_ca_file",
+                "client_auth_type {} needs client_ca_file or client_ca",
                 t.client_auth_type
             )));
-        }
-        let f = dir.join(&t.client_ca_file);
+        };
         let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(&read_pem(&f, "client CA file")?) {
-            let c = c.map_err(|e| pem("client CA", &f.display().to_string(), e))?;
+        for c in CertificateDer::pem_slice_iter(&text) {
+            let c = c.map_err(|e| pem("client CA", &name, e))?;
             roots.add(c).map_err(tls_err)?;
+        }
+        if roots.is_empty() {
+            return Err(invalid(format!("{name}: no CA certificate in it")));
         }
         Ok(Arc::new(roots))
     };
@@ -582,6 +689,44 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("\"Server\" is not one of"), "{e}");
+    }
+
+    /// Witness: arithmetic on a synthetic clock, as Go's `rate.Limiter` counts: a
+    /// full bucket of `burst` at start, one more token each `interval`, never more
+    /// than `burst`.
+    #[test]
+    fn the_rate_limit_is_a_bucket_of_burst_refilled_each_interval() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(3, Duration::from_millis(100), t0);
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(
+            [b.allow(t0), b.allow(t0), b.allow(t0), b.allow(t0)],
+            [true, true, true, false]
+        );
+        assert!(!b.allow(at(99)));
+        assert!(b.allow(at(100)));
+        assert!(!b.allow(at(150)));
+        // A long quiet spell refills to the burst, not beyond.
+        let n = (0..10).filter(|_| b.allow(at(10_000))).count();
+        assert_eq!(n, 3);
+        let mut none = Bucket::new(0, Duration::from_secs(1), t0);
+        assert!(!none.allow(at(5_000)), "burst 0 allows nothing, as in Go");
+    }
+
+    #[test]
+    fn rate_limit_and_client_ca_are_checked_as_the_toolkit_checks_them() {
+        let c = parse("rate_limit:\n  interval: 0s\n  burst: 1\n").unwrap();
+        assert!(c.within_rate() && c.within_rate(), "interval 0: no limit");
+        let c = parse("rate_limit:\n  interval: 1m\n  burst: 1\n").unwrap();
+        assert_eq!([c.within_rate(), c.within_rate()], [true, false]);
+        let e = parse("rate_limit:\n  interval: soon\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rate_limit.interval \"soon\""), "{e}");
+        let e = parse("tls_server_config:\n  cert: x\n  key: y\n  client_ca: z\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("without a client_auth_type"), "{e}");
     }
 
     /// Witness: the bcrypt crate's own hash of the password, checked by the
