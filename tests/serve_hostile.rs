@@ -699,8 +699,8 @@ fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), S
     }
 }
 
-/// The slow-frame attack: two one-second TCP_RR tests from 127.0.0.2 fill both slots
-/// of `--max-tests 2`; their data streams stay busy (a transaction a second, so the
+/// The slow-frame attack: two one-second TCP_RR tests from 127.0.0.2 and 127.0.0.3
+/// fill both slots of `--max-tests 2`; their data streams stay busy (a transaction a second, so the
 /// idle rule never fires) while each control connection sends a frame length
 /// announcing 200 000 bytes and then a byte a second. Witnesses: the server's own
 /// reply on each attacking connection and when it came (by the test's length plus
@@ -710,12 +710,12 @@ fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), S
 fn slow_control_frames_free_their_slots_by_the_tests_end() {
     let srv = ServeChild::start(&["--max-tests", "2", "--idle-timeout", "3s"]);
     let port = srv.port;
-    let attackers: Vec<_> = (0..2)
-        .map(|_| {
+    let attackers: Vec<_> = (2..4)
+        .map(|from| {
             let (mut c, data_port) =
-                start_test(2, port, TestSpec::basic(TestKind::TcpRr, 1, 1, 1000)).unwrap();
+                start_test(from, port, TestSpec::basic(TestKind::TcpRr, 1, 1, 1000)).unwrap();
             let ready = Instant::now();
-            let mut data = connect_from(2, data_port).unwrap();
+            let mut data = connect_from(from, data_port).unwrap();
             data.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
             thread::spawn(move || {
                 c.write_all(&200_000u32.to_be_bytes()).unwrap();
@@ -767,6 +767,31 @@ fn slow_control_frames_free_their_slots_by_the_tests_end() {
         );
     }
     assert_eq!(json(&srv.rr(&["-n", "100", "--json"]))["transactions"], 100);
+}
+
+/// One address cannot hold every test slot (once, 32 slow clients from 127.0.0.2
+/// held all 32). Under `--max-tests 4` (two per source by default), 127.0.0.2 runs
+/// two one-minute tests; its third is refused with the per-source limit named, and
+/// a legitimate `rr` from 127.0.0.1 is served beside them. Witnesses: the server's
+/// reply and rr's transaction count.
+#[test]
+fn one_address_holds_at_most_its_share_of_the_test_slots() {
+    let srv = ServeChild::start(&["--max-tests", "4"]);
+    let spec = || TestSpec::basic(TestKind::TcpRr, 1, 1, 60_000);
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let (c, data_port) = start_test(2, srv.port, spec()).unwrap();
+            (c, connect_from(2, data_port).unwrap())
+        })
+        .collect();
+    let e = start_test(2, srv.port, spec()).err().unwrap();
+    assert_eq!(
+        e,
+        "server busy: 2 tests running from 127.0.0.2, the limit per source is 2 (--max-tests-per-source)"
+    );
+    let o = srv.rr(&["-n", "50", "--json"]);
+    assert_eq!(json(&o)["transactions"], 50, "{}", stderr(&o));
+    drop(held);
 }
 
 /// Descriptors of a process, from /proc.

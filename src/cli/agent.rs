@@ -115,6 +115,10 @@ pub struct AgentArgs {
     /// one per TCP_RR, UDP_RR and TCP_CRR probe).
     #[arg(long, default_value_t = 1024)]
     pub max_tests: u32,
+    /// Most tests the probe server runs at once for one address (IPv6: one /64).
+    /// Default: half of --max-tests.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tests_per_source: Option<u32>,
     /// Memory the probe server's tests may use together.
     #[arg(long, default_value = "1GiB", value_parser = values::bytes)]
     pub max_memory: u64,
@@ -378,6 +382,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             data_ports: a.data_ports,
             ..Limits::default()
         },
+        max_tests_per_source: a.max_tests_per_source,
         max_memory_bytes: a.max_memory,
         // Half the descriptors stay with the agent's own probes, sessions and metrics
         // connections, whatever its server's peers ask.

@@ -19,7 +19,7 @@ fixed by the client's -P inside that range.
 Before a client has finished its handshake it holds no test slot: such connections wait
 in a pool of --max-handshakes (--max-handshakes-per-source from one address or IPv6
 /64), the oldest dropped when it is full (and told so), each with --handshake-timeout
-in all. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
+in all. One address runs at most --max-tests-per-source of the --max-tests tests. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
 open-file limit, raised to its hard limit at start, and --max-threads. Every refusal
 names the limit. See the README's threat model for what a secret protects.
 
@@ -44,6 +44,10 @@ pub struct ServeArgs {
     /// Most tests served at once.
     #[arg(long, default_value_t = Limits::default().max_concurrent_tests)]
     pub max_tests: u32,
+    /// Most tests served at once to one address (IPv6: one /64). Default: half of
+    /// --max-tests, so that one client cannot take every slot.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tests_per_source: Option<u32>,
     /// Longest test a client may ask for.
     #[arg(long, default_value = "1h", value_parser = values::seconds)]
     pub max_duration: Duration,
@@ -128,6 +132,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         handshake_timeout: a.handshake_timeout,
         max_handshakes: a.max_handshakes,
         max_handshakes_per_source: a.max_handshakes_per_source,
+        max_tests_per_source: a.max_tests_per_source,
         max_memory_bytes: a.max_memory,
         max_threads: a.max_threads,
         reserved_descriptors: 0,

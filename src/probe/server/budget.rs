@@ -1,5 +1,6 @@
 //! What the server may spend on tests, and what one test costs: a slot among
-//! `--max-tests`, memory, file descriptors and threads, each reserved before anything
+//! `--max-tests` (and among its source's `--max-tests-per-source`, so that one
+//! address cannot hold them all), memory, file descriptors and threads, each reserved before anything
 //! is opened for the test and given back when it ends, however it ends. A test that
 //! does not fit is refused with the limit it would break named, so the process never
 //! runs out: without a descriptor budget, tests inside every other limit took a
@@ -11,7 +12,10 @@
 use super::data::DATA_THREAD_STACK;
 use super::{CongestionPolicy, ServerConfig};
 use crate::probe::control::{Limits, TestKind, TestSpec};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// What one stream is assumed to cost besides its payload buffers: its thread's stack
 /// and an allowance for its socket's kernel buffers.
@@ -64,6 +68,7 @@ pub fn test_memory_bytes(spec: &TestSpec) -> u64 {
 /// The server's budgets and what running tests hold of them.
 pub(super) struct Budgets {
     max_tests: u64,
+    max_tests_per_source: u64,
     max_memory_bytes: u64,
     max_descriptors: u64,
     max_threads: u64,
@@ -73,6 +78,8 @@ pub(super) struct Budgets {
     memory_bytes: AtomicU64,
     descriptors: AtomicU64,
     threads: AtomicU64,
+    /// Tests running per source (an IPv4 address or IPv6 /64); only sources with one.
+    per_source: Mutex<HashMap<IpAddr, u64>>,
 }
 
 impl Budgets {
@@ -86,8 +93,12 @@ impl Budgets {
             + 2 * (config.max_handshakes as u64 + super::CONTROL_THREAD_SLACK as u64)
             + OWN_DESCRIPTORS
             + config.reserved_descriptors;
+        let max_tests = u64::from(config.limits.max_concurrent_tests);
         Self {
-            max_tests: u64::from(config.limits.max_concurrent_tests),
+            max_tests,
+            max_tests_per_source: config
+                .max_tests_per_source
+                .map_or((max_tests / 2).max(1), u64::from),
             max_memory_bytes: config.max_memory_bytes,
             max_descriptors: open_files.saturating_sub(reserved),
             max_threads: config.max_threads,
@@ -96,6 +107,7 @@ impl Budgets {
             memory_bytes: AtomicU64::new(0),
             descriptors: AtomicU64::new(0),
             threads: AtomicU64::new(0),
+            per_source: Mutex::new(HashMap::new()),
         }
     }
 
@@ -104,17 +116,33 @@ impl Budgets {
         self.max_descriptors
     }
 
-    /// Take a test slot and reserve what the test costs, or say which limit refuses it
-    /// (nothing stays reserved then).
+    /// Take a test slot for a client from `source` (its [`SourceKey`]) and reserve
+    /// what the test costs, or say which limit refuses it (nothing stays reserved
+    /// then).
     ///
     /// # Errors
     /// A one-line reason naming the limit, what the test needs and what is in use.
-    pub(super) fn take(&self, cost: Cost) -> Result<TestSlot<'_>, String> {
+    ///
+    /// [`SourceKey`]: super::admission::SourceKey
+    pub(super) fn take(&self, cost: Cost, source: IpAddr) -> Result<TestSlot<'_>, String> {
         let mut slot = TestSlot {
             budgets: self,
+            source: None,
             tests: 0,
             cost: Cost::default(),
         };
+        {
+            let mut per_source = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
+            let held = per_source.entry(source).or_insert(0);
+            if *held >= self.max_tests_per_source {
+                return Err(format!(
+                    "server busy: {held} tests running from {source}, the limit per source is {} (--max-tests-per-source)",
+                    self.max_tests_per_source
+                ));
+            }
+            *held += 1;
+            slot.source = Some(source);
+        }
         reserve(&self.tests, 1, self.max_tests).map_err(|used| {
             format!(
                 "server busy: {used} tests running, the limit is {} (--max-tests)",
@@ -160,6 +188,8 @@ fn reserve(used: &AtomicU64, amount: u64, max: u64) -> Result<(), u64> {
 /// A running test's share of the budgets, given back when it is dropped.
 pub(super) struct TestSlot<'a> {
     budgets: &'a Budgets,
+    /// The source whose count this slot holds one of.
+    source: Option<IpAddr>,
     tests: u64,
     cost: Cost,
 }
@@ -167,6 +197,15 @@ pub(super) struct TestSlot<'a> {
 impl Drop for TestSlot<'_> {
     fn drop(&mut self) {
         let b = self.budgets;
+        if let Some(source) = self.source {
+            let mut per_source = b.per_source.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(held) = per_source.get_mut(&source) {
+                *held -= 1;
+                if *held == 0 {
+                    per_source.remove(&source);
+                }
+            }
+        }
         b.tests.fetch_sub(self.tests, Ordering::SeqCst);
         b.memory_bytes
             .fetch_sub(self.cost.memory_bytes, Ordering::SeqCst);
@@ -306,6 +345,8 @@ pub(super) fn check_host(
 mod tests {
     use super::*;
 
+    const HOME: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     fn budgets(open_files: u64) -> Budgets {
         let config = ServerConfig {
             max_handshakes: 4,
@@ -338,8 +379,8 @@ mod tests {
             threads: 1,
             ..Cost::of(&spec)
         };
-        let held: Vec<_> = (0..14).map(|_| b.take(cost).unwrap()).collect();
-        let e = b.take(cost).err().unwrap();
+        let held: Vec<_> = (0..14).map(|_| b.take(cost, HOME).unwrap()).collect();
+        let e = b.take(cost, HOME).err().unwrap();
         assert_eq!(
             e,
             "server descriptor budget: this test needs 66 descriptors, 924 of 934 are in use (ulimit -n 1024)"
@@ -349,7 +390,37 @@ mod tests {
         drop(held);
         assert_eq!(b.descriptors.load(Ordering::SeqCst), 0);
         assert_eq!(b.memory_bytes.load(Ordering::SeqCst), 0);
-        assert!(b.take(cost).is_ok());
+        assert!(b.take(cost, HOME).is_ok());
+    }
+
+    /// Witness: the counts, by arithmetic. Half of `--max-tests` (32) by default: one
+    /// source's 17th test is refused by name while another source still gets one, and
+    /// a slot given back is that source's again.
+    #[test]
+    fn one_source_holds_at_most_its_share_of_the_tests() {
+        let b = budgets(1 << 20);
+        let other = IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+        let mut held: Vec<_> = (0..16)
+            .map(|_| b.take(Cost::default(), HOME).unwrap())
+            .collect();
+        assert_eq!(
+            b.take(Cost::default(), HOME).err().unwrap(),
+            "server busy: 16 tests running from 127.0.0.1, the limit per source is 16 (--max-tests-per-source)"
+        );
+        assert_eq!(
+            b.tests.load(Ordering::SeqCst),
+            16,
+            "the refusal kept no slot"
+        );
+        let _theirs = b.take(Cost::default(), other).unwrap();
+        held.pop();
+        assert!(b.take(Cost::default(), HOME).is_ok());
+        drop(held);
+        assert_eq!(
+            b.per_source.lock().unwrap().len(),
+            1,
+            "only sources with a test"
+        );
     }
 
     #[test]
@@ -359,9 +430,9 @@ mod tests {
             threads: 60,
             ..Cost::default()
         };
-        let _one = b.take(cost).unwrap();
+        let _one = b.take(cost, HOME).unwrap();
         assert_eq!(
-            b.take(cost).err().unwrap(),
+            b.take(cost, HOME).err().unwrap(),
             "server thread budget: this test needs 60 threads, 60 of 100 are in use (--max-threads)"
         );
         assert_eq!(b.tests.load(Ordering::SeqCst), 1);

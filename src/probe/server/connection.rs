@@ -143,7 +143,10 @@ fn open<'a>(
     }
     let slot = budget::validate(&spec, &shared.config.limits)
         .and_then(|()| budget::check_host(&spec, &shared.cpus, &shared.config.congestion))
-        .and_then(|()| shared.budgets.take(Cost::of(&spec)));
+        .and_then(|()| {
+            let source = admission::SourceKey::of(peer.ip()).0;
+            shared.budgets.take(Cost::of(&spec), source)
+        });
     let slot = match slot {
         Ok(slot) => slot,
         Err(reason) => {

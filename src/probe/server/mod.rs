@@ -87,6 +87,9 @@ pub struct ServerConfig {
     pub max_handshakes: usize,
     /// Connections in the handshake at once from one source address (IPv6: one /64).
     pub max_handshakes_per_source: usize,
+    /// Tests running at once from one source address (IPv6: one /64); `None`: half
+    /// of `limits.max_concurrent_tests`.
+    pub max_tests_per_source: Option<u32>,
     /// Memory all running tests together may be estimated to use, in bytes.
     pub max_memory_bytes: u64,
     /// Data threads all running tests together may use (one per stream).
@@ -128,6 +131,7 @@ impl Default for ServerConfig {
             handshake_timeout: Duration::from_secs(5),
             max_handshakes: 64,
             max_handshakes_per_source: 8,
+            max_tests_per_source: None,
             max_memory_bytes: 512 << 20,
             max_threads: 4096,
             reserved_descriptors: 0,
