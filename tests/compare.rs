@@ -205,6 +205,32 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         std::fs::read_to_string(dir.path().join("report.html")).unwrap(),
         html
     );
+    // A histogram this report reads, made a symlink out of the directory to nothing:
+    // the refusal names the file in the directory given and why, never the private
+    // scratch copy the report is rendered in (once: "/tmp/rttlab-report-…: No such
+    // file or directory"). Witness: report's stderr.
+    let copy = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+    }
+    let hist = copy.path().join("tcp_rr.hist.csv");
+    std::fs::remove_file(&hist).unwrap();
+    std::os::unix::fs::symlink("/nonexistent/tcp_rr.hist.csv", &hist).unwrap();
+    let o = Command::new(bin())
+        .arg("report")
+        .arg(copy.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: a symlink to /nonexistent/tcp_rr.hist.csv, which does not exist",
+            hist.display()
+        )) && !err.contains("rttlab-report"),
+        "{err}"
+    );
     assert_eq!(compare_labs(), Vec::<String>::new());
 }
 

@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         let mut server = Session::derive(b"secret", b"c", b"s", Role::Server);
         assert!(matches!(
             server.read::<_, ClientMsg>(&mut &data[..]),
-            Err(ControlError::Forged | ControlError::TooLarge(_) | ControlError::Io(_))
+            Err(ControlError::Forged | ControlError::TooLarge { .. } | ControlError::Io(_))
         ));
         // Sealed by the client, it opens at the server, and not under another key.
         let mut client = Session::derive(b"secret", b"c", b"s", Role::Client);

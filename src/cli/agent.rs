@@ -459,6 +459,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         });
         let mut seen = current.peers_stamp;
         let mut next_textfile = Instant::now();
+        let mut textfile_failing: Option<String> = None;
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(200));
             let changed = stamp(&current.peers_file) != seen;
@@ -490,12 +491,24 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             if let Some(path) = &a.textfile {
                 if Instant::now() >= next_textfile {
                     next_textfile = Instant::now() + current.settings.interval;
-                    if let Err(e) = write_textfile(path, &metrics) {
-                        eprintln!(
-                            "rttlab agent: --textfile {}: {}",
-                            path.display(),
-                            rttlab::error_chain(&e)
-                        );
+                    // Said once when it starts failing (or fails anew), not every
+                    // interval, and once when it is written again.
+                    match write_textfile(path, &metrics) {
+                        Err(e) => {
+                            let why = rttlab::error_chain(&e);
+                            if textfile_failing.as_ref() != Some(&why) {
+                                eprintln!("rttlab agent: --textfile {}: {why}", path.display());
+                                textfile_failing = Some(why);
+                            }
+                        }
+                        Ok(()) => {
+                            if textfile_failing.take().is_some() {
+                                eprintln!(
+                                    "rttlab agent: --textfile {}: written again",
+                                    path.display()
+                                );
+                            }
+                        }
                     }
                 }
             }

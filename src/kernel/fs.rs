@@ -144,6 +144,13 @@ pub enum FileError {
         path: PathBuf,
         max: u64,
     },
+    /// A symlink whose target does not exist.
+    #[error("{what} {}: a symlink to {}, which does not exist", .path.display(), .to.display())]
+    Dangling {
+        what: &'static str,
+        path: PathBuf,
+        to: PathBuf,
+    },
     /// A symlink in a directory that leads out of it.
     #[error("{what} {}: a symlink pointing out of {}", .path.display(), .dir.display())]
     OutsideDir {
@@ -337,7 +344,17 @@ pub fn open_in(dir: &Path, name: &str, what: &'static str) -> Result<RegularFile
     if !link.file_type().is_symlink() {
         return RegularFile::open_with(&path, &path, what, libc::O_NOFOLLOW);
     }
-    let target = path.canonicalize().map_err(io_err)?;
+    let target = match path.canonicalize() {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(FileError::Dangling {
+                what,
+                to: std::fs::read_link(&path).unwrap_or_default(),
+                path,
+            })
+        }
+        Err(e) => return Err(io_err(e)),
+    };
     let root = dir.canonicalize().map_err(io_err)?;
     if !target.starts_with(&root) {
         return Err(FileError::OutsideDir {

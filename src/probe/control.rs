@@ -339,9 +339,10 @@ pub enum ControlError {
     /// Reading or writing the socket failed.
     #[error("control connection")]
     Io(#[from] std::io::Error),
-    /// The peer announced a frame larger than [`MAX_FRAME`].
-    #[error("control frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
-    TooLarge(u32),
+    /// The peer announced a frame larger than the limit where it was read
+    /// ([`MAX_FRAME`], or [`MAX_HANDSHAKE_FRAME`] during the handshake).
+    #[error("control frame of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: u32, max: u32 },
     /// The frame is not a message of this protocol.
     #[error("malformed control message: {0}")]
     Malformed(String),
@@ -420,7 +421,7 @@ pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, ControlError> {
 fn frame_of(body: &[u8], max: u32) -> Result<Vec<u8>, ControlError> {
     let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
     if len > max {
-        return Err(ControlError::TooLarge(len));
+        return Err(ControlError::TooLarge { len, max });
     }
     let mut frame = Vec::with_capacity(body.len() + 4);
     frame.extend_from_slice(&len.to_be_bytes());
@@ -446,7 +447,7 @@ pub fn frame_len(buf: &[u8], max: u32) -> Result<Option<usize>, ControlError> {
     };
     let len = u32::from_be_bytes(*head);
     if len > max {
-        return Err(ControlError::TooLarge(len));
+        return Err(ControlError::TooLarge { len, max });
     }
     Ok(Some(4 + len as usize))
 }
@@ -476,7 +477,7 @@ fn read_frame<R: Read>(r: &mut R, max: u32) -> Result<Vec<u8>, ControlError> {
     r.read_exact(&mut len)?;
     let len = u32::from_be_bytes(len);
     if len > max {
-        return Err(ControlError::TooLarge(len));
+        return Err(ControlError::TooLarge { len, max });
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)?;
@@ -670,7 +671,9 @@ mod tests {
         let mut buf = (MAX_FRAME + 1).to_be_bytes().to_vec();
         buf.extend_from_slice(b"{}");
         let r: Result<ClientMsg, _> = read_msg(&mut &buf[..]);
-        assert!(matches!(r, Err(ControlError::TooLarge(n)) if n == MAX_FRAME + 1));
+        assert!(
+            matches!(r, Err(ControlError::TooLarge { len, max }) if len == MAX_FRAME + 1 && max == MAX_FRAME)
+        );
     }
 
     #[test]
@@ -802,7 +805,15 @@ mod tests {
         let mut buf = (MAX_HANDSHAKE_FRAME + 1).to_be_bytes().to_vec();
         buf.extend_from_slice(&[b' '; 8]);
         let r: Result<ClientMsg, _> = read_msg_limited(&mut &buf[..], MAX_HANDSHAKE_FRAME);
-        assert!(matches!(r, Err(ControlError::TooLarge(_))));
+        let e = r.unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "control frame of {} bytes exceeds the limit of {MAX_HANDSHAKE_FRAME}",
+                MAX_HANDSHAKE_FRAME + 1
+            ),
+            "the handshake's limit is the one named"
+        );
     }
 
     #[test]
@@ -812,7 +823,7 @@ mod tests {
         assert_eq!(frame_len(&frame[..4], 100).unwrap(), Some(frame.len()));
         assert!(matches!(
             frame_len(&frame, 3),
-            Err(ControlError::TooLarge(n)) if n as usize == frame.len() - 4
+            Err(ControlError::TooLarge { len, max: 3 }) if len as usize == frame.len() - 4
         ));
         let back: ClientMsg = decode(&frame[4..]).unwrap();
         assert_eq!(back, ClientMsg::Done);

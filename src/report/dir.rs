@@ -56,22 +56,23 @@ pub struct Rendered {
 /// large; a file of `out` that is a symlink.
 pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsError> {
     results::read_run(dir)?;
-    let text = match out {
-        Some(out) if same_dir(dir, out) => render(dir)?,
-        Some(out) => {
-            results::copy_dir(dir, out)?;
-            render(out)?
-        }
+    let mut unreadable = results::check_histograms(dir)?;
+    let rendered = match out {
+        Some(out) if same_dir(dir, out) => render(dir),
+        Some(out) => results::copy_dir(dir, out).and_then(|()| render(out)),
         None => {
             let scratch = ScratchDir::new("rttlab-report")?;
-            results::copy_dir(dir, scratch.path())?;
-            render(scratch.path())?
+            results::copy_dir(dir, scratch.path()).and_then(|()| render(scratch.path()))
         }
     };
-    Ok(Rendered {
-        text,
-        unreadable: results::check_histograms(dir)?,
-    })
+    let text = match rendered {
+        Ok(text) => text,
+        // A report that needs a histogram left out of the copy fails on the copy's
+        // path; the reason worth saying is why the original could not be read.
+        Err(_) if !unreadable.is_empty() => return Err(unreadable.remove(0)),
+        Err(e) => return Err(e),
+    };
+    Ok(Rendered { text, unreadable })
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

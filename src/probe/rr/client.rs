@@ -173,7 +173,10 @@ pub(super) fn read_sealed_or_error(
     stream.read_exact(&mut len)?;
     let n = u32::from_be_bytes(len);
     if n > control::MAX_FRAME {
-        return Err(ControlError::TooLarge(n));
+        return Err(ControlError::TooLarge {
+            len: n,
+            max: control::MAX_FRAME,
+        });
     }
     let mut body = vec![0u8; n as usize];
     stream.read_exact(&mut body)?;
