@@ -628,6 +628,7 @@ fn delayed_acks_are_the_servers_timer() {
     // The client waits for the response, not the ACK: the timer's ACK cost nothing,
     // and the tail names no delayed ACK (before: server_app + delayed_ack).
     let causes = doc["anatomy"]["tail"]["causes"].as_array().unwrap();
+    eprintln!("tail causes: {causes:?}");
     assert!(causes.iter().all(|c| c["event"].is_null()), "{causes:?}");
     // What the slow transactions are made of is the server's think time: the largest
     // part of the P99 band. (Every transaction thinks 60 ms, so which component is

@@ -195,3 +195,152 @@ fn late_udp_replies_are_late_not_lost() {
     assert!((med("response") - 9_000.0).abs() < 1_100.0, "{w}");
     assert_eq!(got(&w["request"]["samples"]), got(&a["stamped"]), "{w}");
 }
+
+/// RFC 6298's estimator as rr's adaptive UDP timeout uses it (its 10 ms floor in
+/// place of the clock granularity G), by hand: the limit a request had, given the
+/// round trips answered in time before it.
+struct Rfc6298 {
+    srtt: Option<f64>,
+    rttvar: f64,
+}
+
+impl Rfc6298 {
+    fn limit(&self) -> f64 {
+        self.srtt
+            .map_or(1.0, |s| s + (4.0 * self.rttvar).max(0.010))
+    }
+
+    fn sample(&mut self, r: f64) {
+        match self.srtt {
+            None => (self.srtt, self.rttvar) = (Some(r), r / 2.0),
+            Some(s) => {
+                self.rttvar = 0.75 * self.rttvar + 0.25 * (s - r).abs();
+                self.srtt = Some(0.875 * s + 0.125 * r);
+            }
+        }
+    }
+}
+
+/// UDP_RR under the adaptive timeout (no `--timeout`), no loss: 1.4 s into a 3 s
+/// run the way back steps from 1 ms to 30 ms. The timeout, adapted to the 2 ms round
+/// trip, stays there (late replies do not feed it, as Karn's rule keeps retransmitted
+/// segments out of TCP's estimate), so from then on the replies come late; the run
+/// goes on to its end and its last replies come after it stopped. Witnesses: tcpdump
+/// in both hosts, and RFC 6298's arithmetic on the wire's own round trips. Every
+/// request and response is seen at both ends (nothing lost). At a, each response's
+/// wait after its request is judged against the limit its request had, computed from
+/// the wire's earlier on-time round trips. rr's clock stands a little off the wire's
+/// (its send stamp is taken before `send()`, and a preempted vCPU can stretch that),
+/// so a wait within 1 ms of its limit (an emulator hiccup landing there: a few per
+/// run on a busy machine) could be judged either way and is counted apart; every
+/// other one is judged by the wire alone. rr counts the wire's late replies as late
+/// or, for the last in flight, as lost at the end and unattributed; neither
+/// direction loses any; every answered transaction is taken apart.
+#[test]
+fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
+    if !privileged("replies_pushed_past_the_adaptive_timeout_are_late_not_lost") {
+        return;
+    }
+    let lab = Lab::up("ua", &["--delay", "1ms"]);
+    lab.in_a_retrying(&["rr", "-H", "b", "-t", "UDP_RR", "--json", "-n", "2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
+    let (da, db) = (start_dump(&lab, "a", &pa), start_dump(&lab, "b", &pb));
+    std::thread::sleep(Duration::from_millis(800));
+    let doc = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            lab.in_a_retrying(&[
+                "rr",
+                "-H",
+                "b",
+                "--anatomy",
+                "--json",
+                "-t",
+                "UDP_RR",
+                "-r",
+                "8,40",
+                "-l",
+                "3",
+            ])
+        });
+        std::thread::sleep(Duration::from_millis(1400));
+        lab.set(&["--delay", "30ms", "--dir", "b2a"]);
+        run.join().unwrap()
+    });
+    assert_schema(&doc);
+    assert_eq!(
+        doc["settings"]["timeout_adaptive"], true,
+        "{}",
+        doc["settings"]
+    );
+    stop_dump(da);
+    stop_dump(db);
+    let (at_a, at_b) = (datagrams(&pa), datagrams(&pb));
+    let count = |v: &[(f64, usize, u64)], len: usize| v.iter().filter(|d| d.1 == len).count();
+    let n = count(&at_a, 8);
+    assert_eq!(
+        (count(&at_b, 8), count(&at_a, 40), count(&at_b, 40)),
+        (n, n, n),
+        "{n} requests left a: nothing lost on the path"
+    );
+    // Requests in the order sent, each with its response's arrival at a.
+    let back: std::collections::HashMap<u64, f64> = at_a
+        .iter()
+        .filter(|d| d.1 == 40)
+        .map(|d| (d.2, d.0))
+        .collect();
+    let mut estimator = Rfc6298 {
+        srtt: None,
+        rttvar: 0.0,
+    };
+    let (mut wire_late, mut close) = (0u64, Vec::new());
+    for d in at_a.iter().filter(|d| d.1 == 8) {
+        let (wait, limit) = (back[&d.2] - d.0, estimator.limit());
+        if (wait - limit).abs() < 0.001 {
+            close.push((wait, limit));
+        } else if wait > limit {
+            wire_late += 1;
+        }
+        if wait < limit {
+            estimator.sample(wait);
+        }
+    }
+    let got = |v: &serde_json::Value| v.as_u64().unwrap();
+    let (udp, w, a) = (&doc["udp"], &doc["anatomy"]["one_way"], &doc["anatomy"]);
+    eprintln!(
+        "wire: {wire_late} of {n} replies past their limit, {} within 1 ms of it; rr: {udp}",
+        close.len()
+    );
+    assert!(wire_late >= 20, "the step made {wire_late} late replies");
+    assert!(
+        wire_late < n as u64 / 2,
+        "most replies on time: {wire_late} of {n}"
+    );
+    let (late, lost) = (got(&udp["late_replies"]), got(&udp["lost"]));
+    assert!(
+        lost <= 3,
+        "only the last few may come after rr stopped: {udp}"
+    );
+    assert!(
+        close.len() as u64 * 10 <= wire_late,
+        "too many waits within 1 ms of their limit to judge: {close:?}"
+    );
+    let judged = wire_late..=wire_late + close.len() as u64;
+    assert!(
+        judged.contains(&(late + lost)),
+        "the wire says {judged:?} late (within 1 ms: {close:?}): {udp}"
+    );
+    assert_eq!(got(&udp["stray_replies"]), 0, "{udp}");
+    assert_eq!(got(&w["request_lost"]), 0, "{w}");
+    assert_eq!(got(&w["response_lost"]), 0, "{w}");
+    assert_eq!(got(&w["unattributed_lost"]), lost, "{w}");
+    let answered = n as u64 - lost;
+    assert_eq!(got(&doc["transactions"]), answered, "{doc}");
+    // The last reply missed carries the part of the transaction before it.
+    let parts = got(&a["stamped"]) + got(&a["unstamped"]) + got(&a["inconsistent"]);
+    assert!(
+        parts + lost.min(1) == answered,
+        "{parts} of {answered}: {a}"
+    );
+    assert!(got(&a["stamped"]) + 2 + lost >= answered, "{a}");
+}
