@@ -233,7 +233,7 @@ impl Metrics {
         }
         r.register(
             "rttlab_agent_http_refused",
-            "Connections and requests the metrics endpoint refused: displaced (a connection closed for a newer one at the connection cap: one that never asked, had not read its answer for a second, or was idle), slow_reader (a client still reading an exposition four newer ones replaced), busy (a new connection closed: every one was answering), body, method, unauthorized (requests answered 413, 405, 401), rate_limit (answered 429 past the web config's rate_limit), web_config (a changed web config file that could not be used)",
+            "Connections and requests the metrics endpoint refused: displaced (a connection closed for a newer one at the connection cap: one not answering, as a head left unfinished or a keep-alive between scrapes, or one whose client had left its answer unread for 250 ms), slow_reader (a client reading an exposition too slowly to finish it in 10 s, closed when more than four expositions were being sent), busy (a new connection closed: every one was answering), body, method, unauthorized (requests answered 413, 405, 401), rate_limit (answered 429 past the web config's rate_limit), web_config (a changed web config file that could not be used)",
             m.http_refused.clone(),
         );
         r.register(

@@ -4,35 +4,46 @@
 //!
 //! hyper has a header-read deadline of its own but no write deadline, and tokio's
 //! sockets have none; this wrapper sits under TLS and HTTP so that both are covered.
-//! It also tells the endpoint since when a write has been waiting ([`WriteStall`]),
-//! which is how a client that stopped reading is told from one being answered.
+//! It also tells the endpoint what the client has done ([`Progress`]): whether any
+//! byte has been read from it, and since when a write has been waiting for it, which
+//! is how a client that stopped reading is told from one being answered.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep, Sleep};
 
-/// Since when the connection's writes have been waiting for the client to read:
-/// `None` while they make progress.
+/// What a connection's client has done, as its reads and writes show it.
 #[derive(Default)]
-pub struct WriteStall(Mutex<Option<Instant>>);
+pub struct Progress {
+    /// Since when writes have waited for the client to read (`None` while they move).
+    stalled: Mutex<Option<Instant>>,
+    /// A byte has been read from the client.
+    read_any: AtomicBool,
+}
 
-impl WriteStall {
-    /// When the current stall began, if writes are stalled.
+impl Progress {
+    /// When the current write stall began, if writes are stalled.
     pub fn since(&self) -> Option<Instant> {
         *self
-            .0
+            .stalled
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether any byte has been read from the client.
+    pub fn read_any(&self) -> bool {
+        self.read_any.load(Ordering::Relaxed)
+    }
+
     fn set(&self, since: Option<Instant>) {
         *self
-            .0
+            .stalled
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = since;
     }
@@ -48,7 +59,7 @@ pub struct Deadlines<T> {
     /// Armed when a write or flush cannot proceed and cleared by any progress.
     write_timer: Option<Pin<Box<Sleep>>>,
     /// Shown to the endpoint: since when `write_timer` has been armed.
-    stall: Arc<WriteStall>,
+    stall: Arc<Progress>,
 }
 
 impl<T> Deadlines<T> {
@@ -58,7 +69,7 @@ impl<T> Deadlines<T> {
         inner: T,
         read_stall: Duration,
         write_stall: Duration,
-        stall: Arc<WriteStall>,
+        stall: Arc<Progress>,
     ) -> Self {
         Self {
             inner,
@@ -111,9 +122,13 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlines<T> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let me = self.get_mut();
+        let before = buf.filled().len();
         match Pin::new(&mut me.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
                 me.read_timer = None;
+                if buf.filled().len() > before {
+                    me.stall.read_any.store(true, Ordering::Relaxed);
+                }
                 Poll::Ready(r)
             }
             Poll::Pending => stalled(&mut me.read_timer, me.read_stall, "read", cx),
@@ -221,7 +236,7 @@ mod tests {
     fn a_peer_that_never_reads_times_out_the_write() {
         runtime().block_on(async {
             let (a, _b) = tokio::io::duplex(64);
-            let stall = Arc::<WriteStall>::default();
+            let stall = Arc::<Progress>::default();
             let mut a = Deadlines::new(
                 a,
                 Duration::from_secs(60),
@@ -242,7 +257,7 @@ mod tests {
     fn a_stall_ends_when_the_client_reads() {
         runtime().block_on(async {
             let (a, mut b) = tokio::io::duplex(64);
-            let stall = Arc::<WriteStall>::default();
+            let stall = Arc::<Progress>::default();
             let mut a = Deadlines::new(
                 a,
                 Duration::from_secs(60),

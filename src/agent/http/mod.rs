@@ -18,21 +18,28 @@
 //! - **Connections**: at most [`HttpLimits::max_connections`] (and a quarter of that
 //!   per source: an IPv4 address, or an IPv6 /64). At the cap a new connection
 //!   displaces, among its source's own when the source has its share: first the
-//!   oldest that never sent a request, then the one whose client has not read its
-//!   answer for longest (a second at least), then the oldest idle keep-alive. A
-//!   connection is answering from its request to the last byte handed to the kernel,
-//!   and one answering that way is never cut; when every one is, the newcomer is
-//!   closed. HTTP/1 answers one request at a time per connection, so pipelining is
+//!   oldest that is not answering (a head begun and not finished, a keep-alive
+//!   between scrapes, or nothing sent for 250 ms), then the one whose client has
+//!   left its answer unread for longest (250 ms at least). A connection is
+//!   answering from its request to the last byte handed to the kernel, and one
+//!   whose client takes it as it comes is never cut; a newcomer whose request has
+//!   not been read yet is not cut either. When none may go, the new one is closed.
+//!   A connection's send buffer is fixed at 256 KiB (512 KiB in the kernel), so a
+//!   client that never reads holds that much kernel memory, not tcp_wmem's 4 MB.
+//!   HTTP/1 answers one request at a time per connection, so pipelining is
 //!   bounded by the header buffer.
 //! - **Work**: an exposition is one pass over every series (tens of ms for a thousand
 //!   peers), so concurrent scrapes share it: a request is answered with an exposition
 //!   begun after it arrived, and at most one is computed at a time per format. Any
 //!   number of clients asking at once costs two expositions, not one each.
 //! - **Memory**: an answer is the shared exposition itself, queued to the socket
-//!   without a copy (hyper's vectored-write strategy), and at most
-//!   [`MAX_EXPOSITIONS_SENDING`] expositions are kept for clients still reading: a
-//!   newer one displaces the clients still reading the oldest (the slowest readers),
-//!   so slow readers hold a few expositions, not one each.
+//!   without a copy (hyper's vectored-write strategy). Past
+//!   [`MAX_EXPOSITIONS_SENDING`] expositions still being sent, a new one displaces
+//!   the slow readers of the older ones, oldest first: a client that has read nothing
+//!   for a second, or that reads at a pace that would take longer than
+//!   [`READ_WITHIN`] (Prometheus's default scrape timeout) for the whole answer. So
+//!   slow readers hold a few expositions, not one each, and a client reading at
+//!   a scraper's pace is never cut, however many expositions others ask for.
 //! - **Authentication** ([`web_config`]): bcrypt runs on the blocking pool, one at a
 //!   time, and a login that succeeded is remembered, so a guessing client delays
 //!   only other guesses.
@@ -46,7 +53,7 @@ pub mod web_config;
 
 use super::metrics::{Format, Metrics};
 use bytes::{Buf, Bytes};
-use deadline::{Deadlines, WriteStall};
+use deadline::{Deadlines, Progress};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
@@ -116,11 +123,14 @@ pub struct MetricsServer {
 
 /// The web config in force, and the file it came from, read again when it or a
 /// certificate, key or CA file it names changes (the exporter-toolkit reads them all
-/// per handshake), so a renewed certificate needs no restart.
+/// per handshake), so a renewed certificate needs no restart. The files are read and
+/// parsed on the blocking pool: however a file is made, new connections are served
+/// with the config in force meanwhile.
 struct Web {
     now: Arc<WebConfig>,
     file: Option<(PathBuf, Vec<Option<FileStamp>>)>,
     checked: Instant,
+    reading: Option<tokio::task::JoinHandle<Result<WebConfig, web_config::WebConfigError>>>,
 }
 
 type FileStamp = (std::time::SystemTime, u64, u64);
@@ -140,48 +150,54 @@ fn stamps(path: &Path, config: &WebConfig) -> Vec<Option<FileStamp>> {
 }
 
 impl Web {
-    /// The config for a new connection: the files read again when one changed
-    /// (looked at once a second at most); files that no longer read keep the last
-    /// good config.
-    fn current(&mut self, refused: &Counter) -> Arc<WebConfig> {
-        if let Some((path, seen)) = &mut self.file {
-            if self.checked.elapsed() >= Duration::from_secs(1) {
-                self.checked = Instant::now();
-                let now = stamps(path, &self.now);
-                if now != *seen {
-                    *seen = now;
-                    match WebConfig::read(path) {
-                        // As the exporter-toolkit, TLS and authentication are what
-                        // the agent started with: a file emptied or cut while being
-                        // saved must not turn either off.
-                        Ok(c)
-                            if c.tls.is_some() != self.now.tls.is_some()
-                                || c.needs_auth() != self.now.needs_auth() =>
-                        {
-                            refused.inc();
-                            eprintln!(
-                                "rttlab agent: keeping the previous web config: {} would turn TLS or basic auth {} (restart the agent to change that)",
-                                path.display(),
-                                if c.tls.is_some() || c.needs_auth() { "on" } else { "off" }
-                            );
-                        }
-                        Ok(c) => {
-                            // The files the new config read (a new cert_file, say).
-                            *seen = stamps(path, &c);
-                            self.now = Arc::new(c);
-                        }
-                        Err(e) => {
-                            refused.inc();
-                            eprintln!(
-                                "rttlab agent: keeping the previous web config: {}",
-                                crate::error_chain(&e)
-                            );
-                        }
-                    }
+    /// Take a finished read of the files, and start one when they changed (looked at
+    /// once a second at most). Files that no longer read keep the last good config.
+    async fn refresh(&mut self, refused: &Counter) {
+        let Some((path, seen)) = &mut self.file else {
+            return;
+        };
+        if let Some(reading) = self.reading.take_if(|r| r.is_finished()) {
+            match reading.await {
+                // As the exporter-toolkit, TLS and authentication are what the agent
+                // started with: a file emptied or cut while being saved must not turn
+                // either off.
+                Ok(Ok(c))
+                    if c.tls.is_some() != self.now.tls.is_some()
+                        || c.needs_auth() != self.now.needs_auth() =>
+                {
+                    refused.inc();
+                    eprintln!(
+                        "rttlab agent: keeping the previous web config: {} would turn TLS or basic auth {} (restart the agent to change that)",
+                        path.display(),
+                        if c.tls.is_some() || c.needs_auth() { "on" } else { "off" }
+                    );
+                }
+                Ok(Ok(c)) => {
+                    // The files the new config read (a new cert_file, say).
+                    *seen = stamps(path, &c);
+                    self.now = Arc::new(c);
+                }
+                Ok(Err(e)) => {
+                    refused.inc();
+                    eprintln!(
+                        "rttlab agent: keeping the previous web config: {}",
+                        crate::error_chain(&e)
+                    );
+                }
+                Err(_) => {
+                    refused.inc();
                 }
             }
         }
-        Arc::clone(&self.now)
+        if self.reading.is_none() && self.checked.elapsed() >= Duration::from_secs(1) {
+            self.checked = Instant::now();
+            let now = stamps(path, &self.now);
+            if now != *seen {
+                *seen = now;
+                let path = path.clone();
+                self.reading = Some(tokio::task::spawn_blocking(move || WebConfig::read(&path)));
+            }
+        }
     }
 }
 
@@ -204,6 +220,7 @@ impl MetricsServer {
             file: web_config.map(|p| (p.to_owned(), stamps(p, &now))),
             now: Arc::new(now),
             checked: Instant::now(),
+            reading: None,
         };
         let listener = Self::listen(addr).map_err(|source| HttpError::Bind { addr, source })?;
         Ok(Self {
@@ -262,7 +279,7 @@ impl MetricsServer {
                     accepted = listener.accept() => match accepted {
                         Ok((tcp, peer)) => {
                             if let Some(slot) = Slots::admit(&shared, peer.ip()) {
-                                let config = web.current(&shared.refused.web_config);
+                                let config = Arc::clone(&web.now);
                                 tokio::spawn(connection(tcp, slot, config, Arc::clone(&shared)));
                             } else {
                                 shared.refused.busy.inc();
@@ -275,6 +292,7 @@ impl MetricsServer {
                         if stop.load(Ordering::Relaxed) {
                             break;
                         }
+                        web.refresh(&shared.refused.web_config).await;
                         ticks = ticks.wrapping_add(1);
                         if ticks % 20 == 0 {
                             tokio::task::spawn_blocking(trim);
@@ -293,9 +311,31 @@ impl MetricsServer {
 /// format in flight while the next pair is made.
 pub const MAX_EXPOSITIONS_SENDING: usize = 4;
 
-/// A client whose answer has waited this long for it to read is a slow reader: the
-/// first to go, after connections that never asked anything, for a newcomer.
+/// The send buffer of a metrics connection, bytes (see [`connection`]).
+const SEND_BUFFER: usize = 256 << 10;
+
+/// A connection nothing has been read from for this long may be displaced as one
+/// that never asks; a younger one is a newcomer whose request may not have been read
+/// yet (a flood of connections that send nothing must come faster than the cap in
+/// this time to keep the newcomers out).
+const SILENT: Duration = Duration::from_millis(250);
+
+/// A client whose answer has waited this long for it to read may lose its connection
+/// to a newcomer at the cap (the one stalled longest first, after connections that
+/// never asked and idle ones): clients that send a request and never read cannot
+/// hold the slots (once, a hundred of them a second kept every scrape out). A
+/// scraper takes bytes as they come: its writes wait a round trip at most.
+const STALLED: Duration = Duration::from_millis(250);
+
+/// A client whose answer has waited this long for it to read is a slow reader, and
+/// one that has read this long is judged by its pace ([`READ_WITHIN`]): past
+/// [`MAX_EXPOSITIONS_SENDING`], slow readers lose their exposition.
 const SLOW_READER: Duration = Duration::from_secs(1);
+
+/// The time a client may take to read a whole exposition, judged by its pace once it
+/// has read for [`SLOW_READER`]: Prometheus's default `scrape_timeout`, after which a
+/// scraper gives up on the answer anyway.
+pub const READ_WITHIN: Duration = Duration::from_secs(10);
 
 struct Shared {
     metrics: Arc<Metrics>,
@@ -349,18 +389,33 @@ impl Shared {
         })
     }
 
-    /// Keep `sent` among the expositions being sent; past the cap, the clients still
-    /// reading the oldest are displaced.
+    /// Keep `sent` among the expositions being sent; past the cap, the slow readers
+    /// of the older ones are displaced, oldest first, until the cap is met by the
+    /// expositions someone still reads (or no reader is slow).
     fn track(&self, sent: &Arc<Sent>) {
         let mut sending = lock(&self.sending);
         sending.retain(|s| s.strong_count() > 0);
         sending.push(Arc::downgrade(sent));
-        while sending.len() > MAX_EXPOSITIONS_SENDING {
-            if let Some(oldest) = sending.remove(0).upgrade() {
-                for (_, displace) in std::mem::take(&mut *lock(&oldest.readers)) {
-                    displace.notify_one();
+        let now = Instant::now();
+        let mut kept = sending.len();
+        for older in sending[..sending.len() - 1]
+            .iter()
+            .filter_map(Weak::upgrade)
+        {
+            if kept <= MAX_EXPOSITIONS_SENDING {
+                break;
+            }
+            let mut readers = lock(&older.readers);
+            readers.retain(|_, r| {
+                let slow = r.slow(now);
+                if slow {
+                    r.displace.notify_one();
                     self.refused.slow_reader.inc();
                 }
+                !slow
+            });
+            if readers.is_empty() {
+                kept -= 1;
             }
         }
     }
@@ -369,7 +424,35 @@ impl Shared {
 /// One exposition while it is being sent, and the connections sending it (by slot).
 #[derive(Default)]
 struct Sent {
-    readers: Mutex<BTreeMap<u64, Arc<Notify>>>,
+    readers: Mutex<BTreeMap<u64, Reader>>,
+}
+
+/// A connection sending an exposition, and how far it has got.
+struct Reader {
+    displace: Arc<Notify>,
+    stall: Arc<Progress>,
+    began: Instant,
+    len: usize,
+    /// Bytes hyper has not yet handed to the kernel.
+    left: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Reader {
+    /// Whether it reads too slowly to keep its exposition in memory: nothing taken for
+    /// [`SLOW_READER`], or, after that long, a pace that needs more than
+    /// [`READ_WITHIN`] for the whole (sent / elapsed < len / READ_WITHIN).
+    fn slow(&self, now: Instant) -> bool {
+        let stalled = self
+            .stall
+            .since()
+            .is_some_and(|t| now.saturating_duration_since(t) >= SLOW_READER);
+        let elapsed = now.saturating_duration_since(self.began);
+        let sent = self.len - self.left.load(Ordering::Relaxed).min(self.len);
+        stalled
+            || (elapsed >= SLOW_READER
+                && (sent as f64) * READ_WITHIN.as_secs_f64()
+                    < (self.len as f64) * elapsed.as_secs_f64())
+    }
 }
 
 /// An answer's bytes (an exposition shares them with every connection it answers).
@@ -379,6 +462,8 @@ struct Lease {
     bytes: Bytes,
     answering: Arc<Activity>,
     sent: Option<(Arc<Sent>, u64)>,
+    /// What is left of `bytes`, shown to [`Reader::slow`].
+    left: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Buf for Lease {
@@ -392,6 +477,7 @@ impl Buf for Lease {
 
     fn advance(&mut self, n: usize) {
         self.bytes.advance(n);
+        self.left.store(self.bytes.len(), Ordering::Relaxed);
     }
 }
 
@@ -443,11 +529,13 @@ struct Activity {
     requested: AtomicBool,
     /// From an admitted request until its answer's last byte is in the kernel.
     answering: AtomicBool,
-    /// Since when its writes have waited for the client to read.
-    stall: Arc<WriteStall>,
+    /// What its client has done: a byte read, and since when its writes have waited.
+    stall: Arc<Progress>,
 }
 
 struct SlotState {
+    /// When it was accepted.
+    opened: Instant,
     /// [`source_of`] the client's address.
     source: IpAddr,
     activity: Arc<Activity>,
@@ -520,6 +608,7 @@ impl Slots {
         slots.open.insert(
             id,
             SlotState {
+                opened: now,
                 source,
                 activity: Arc::clone(&activity),
                 displace: Arc::clone(&displace),
@@ -534,29 +623,32 @@ impl Slots {
     }
 
     /// The connection to close for a newcomer, among those `matching`: the oldest
-    /// that never sent a request; else the one whose client has left its answer
-    /// unread longest, for [`SLOW_READER`] at least; else the oldest idle one.
+    /// that is not answering (a head begun and not finished, a keep-alive between
+    /// scrapes, or nothing sent for [`SILENT`]); else the one whose client has left
+    /// its answer unread longest, for [`STALLED`] at least. A connection nothing has
+    /// been read from for less than [`SILENT`] is a newcomer, and one whose client
+    /// takes its answer as it comes is answering: neither is ever chosen.
     fn victim(&self, matching: impl Fn(&SlotState) -> bool, now: Instant) -> Option<u64> {
         let candidates = || self.open.iter().filter(|(_, s)| matching(s));
-        let never_asked = candidates()
-            .find(|(_, s)| !s.activity.requested.load(Ordering::Relaxed))
+        // Under a flood the endpoint may take tens of ms to read a scraper's
+        // request: the flood's newcomers must not push out the scraper that came
+        // just before them (once, 3 scrapes in 6 were).
+        let not_answering = candidates()
+            .find(|(_, s)| {
+                let a = &s.activity;
+                !a.answering.load(Ordering::Relaxed)
+                    && a.stall.since().is_none()
+                    && (a.stall.read_any() || now.saturating_duration_since(s.opened) >= SILENT)
+            })
             .map(|(&id, _)| id);
-        let slowest_reader = || {
+        let longest_stalled = || {
             candidates()
                 .filter_map(|(&id, s)| Some((s.activity.stall.since()?, id)))
-                .filter(|(since, _)| now.saturating_duration_since(*since) >= SLOW_READER)
+                .filter(|(since, _)| now.saturating_duration_since(*since) >= STALLED)
                 .min()
                 .map(|(_, id)| id)
         };
-        let idle = || {
-            candidates()
-                .find(|(_, s)| {
-                    !s.activity.answering.load(Ordering::Relaxed)
-                        && s.activity.stall.since().is_none()
-                })
-                .map(|(&id, _)| id)
-        };
-        never_asked.or_else(slowest_reader).or_else(idle)
+        not_answering.or_else(longest_stalled)
     }
 }
 
@@ -569,6 +661,12 @@ async fn connection(
     shared: Arc<Shared>,
 ) {
     let _ = tcp.set_nodelay(true);
+    // A fixed send buffer (the kernel doubles it) instead of autotuning up to
+    // tcp_wmem's 4 MB: a client that never reads holds at most this much kernel
+    // memory, and a stall means the client stopped (a write waits for a third of
+    // the buffer to drain, 170 KB here: 120 ms at 1.4 MB/s, where 4 MB took 1 s). It
+    // still carries 5 MB/s over a 100 ms round trip.
+    let _ = socket2::SockRef::from(&tcp).set_send_buffer_size(SEND_BUFFER);
     let limits = &shared.limits;
     let io = Deadlines::new(
         tcp,
@@ -601,24 +699,33 @@ async fn http<T>(io: T, slot: &Slot, web: &Arc<WebConfig>, shared: &Arc<Shared>)
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let reader = (slot.id, Arc::clone(&slot.displace));
+    let (id, displace) = (slot.id, Arc::clone(&slot.displace));
     let service = hyper::service::service_fn(|req: Request<Incoming>| {
         let shared = Arc::clone(shared);
         let web = Arc::clone(web);
         let activity = Arc::clone(&slot.activity);
-        let reader = reader.clone();
+        let displace = Arc::clone(&displace);
         async move {
             activity.requested.store(true, Ordering::Relaxed);
             let response = answer(&req, &web, &shared, &activity).await;
             Ok::<_, std::convert::Infallible>(response.map(|a| {
+                let left = Arc::new(std::sync::atomic::AtomicUsize::new(a.bytes.len()));
                 let sent = a.sent.map(|sent| {
-                    lock(&sent.readers).insert(reader.0, reader.1);
-                    (sent, reader.0)
+                    let reader = Reader {
+                        displace,
+                        stall: Arc::clone(&activity.stall),
+                        began: Instant::now(),
+                        len: a.bytes.len(),
+                        left: Arc::clone(&left),
+                    };
+                    lock(&sent.readers).insert(id, reader);
+                    (sent, id)
                 });
                 Full::new(Lease {
                     bytes: a.bytes,
                     answering: activity,
                     sent,
+                    left,
                 })
             }))
         }
@@ -670,7 +777,9 @@ async fn route(
     arrived: Instant,
     activity: &Activity,
 ) -> Response<Answer> {
-    // The toolkit's rate_limit: every request, before anything else is done for it.
+    // The toolkit's rate_limit, as the toolkit applies it: one bucket for every
+    // client, taken before authentication (it spares the agent's work, not a
+    // scraper's share: anonymous requests spend it too).
     if !web.within_rate() {
         shared.refused.rate_limit.inc();
         return text(StatusCode::TOO_MANY_REQUESTS, "Too Many Requests\n");
@@ -716,11 +825,16 @@ async fn route(
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok());
             let format = Format::negotiate(accept);
-            let (bytes, sent) = exposition(shared, format, arrived).await;
-            let mut r = Response::new(Answer {
-                bytes,
-                sent: Some(sent),
-            });
+            // A HEAD is answered with the headers alone: it costs no exposition.
+            let mut r = if req.method() == Method::HEAD {
+                Response::new(Answer::from(""))
+            } else {
+                let (bytes, sent) = exposition(shared, format, arrived).await;
+                Response::new(Answer {
+                    bytes,
+                    sent: Some(sent),
+                })
+            };
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(format.content_type()),

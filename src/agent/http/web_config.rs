@@ -18,7 +18,8 @@
 //!   headers: {Strict-Transport-Security: max-age=31536000}
 //! basic_auth_users:
 //!   prometheus: $2y$10$...        # bcrypt hashes, e.g. htpasswd -nBC 10 "" | tr -d ':\n'
-//! rate_limit:                     # requests, from all clients: 429 past it
+//! rate_limit:                     # requests from all clients together, counted
+//!                                 # before authentication as the toolkit does: 429
 //!   interval: 100ms               # one more allowed per interval…
 //!   burst: 20                     # …up to this many at once
 //! ```
@@ -44,8 +45,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Largest web config file read (the toolkit's files are a few hundred bytes).
-const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Largest web config file read: the toolkit's files are a few hundred bytes, a few
+/// KiB with a certificate inline. (A 400 KB file of nested brackets once took the
+/// YAML parser over a minute.)
+const MAX_FILE_BYTES: u64 = 64 << 10;
+/// Largest certificate, key or CA file read (a CA bundle is a few hundred KiB).
+const MAX_PEM_BYTES: u64 = 1 << 20;
 /// Successful logins remembered, so a scraper's every request does not pay a bcrypt
 /// verification (tens of ms each); the toolkit caches them the same way.
 const AUTH_CACHE_MAX: usize = 1024;
@@ -437,10 +442,10 @@ fn parse_basic(v: &[u8]) -> Option<(String, String)> {
 }
 
 /// A certificate, key or CA file: a regular file (a symlink is followed only to one)
-/// of at most [`MAX_FILE_BYTES`], read without blocking on a FIFO — these files are
+/// of at most [`MAX_PEM_BYTES`], read without blocking on a FIFO — these files are
 /// read again on a running agent whenever the web config changes.
 fn read_pem(path: &Path, what: &'static str) -> Result<Vec<u8>, WebConfigError> {
-    Ok(crate::kernel::fs::read(path, what, MAX_FILE_BYTES)?)
+    Ok(crate::kernel::fs::read(path, what, MAX_PEM_BYTES)?)
 }
 
 /// The TLS settings of `t`; the files it reads are added to `files`.
