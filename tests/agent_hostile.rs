@@ -868,6 +868,40 @@ fn the_toolkits_rate_limit_and_inline_client_ca_are_honoured() {
     assert_eq!(codes, [200, 200, 200, 429, 429]);
 }
 
+/// Witness: curl, timed. The web config replaced by 64 KiB of nested brackets (the
+/// most the agent reads; the YAML parser takes about a second over it): while it is
+/// read, new connections are served with the config in force (TLS and basic auth),
+/// each scrape within a second, and so after it is refused.
+/// Before, the file was parsed on the endpoint's one thread when a connection came:
+/// a 400 KB file stopped every handshake for over a minute.
+#[test]
+fn a_web_config_slow_to_parse_holds_up_no_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (web, password) = tls_files(dir.path());
+    let mut a = Agent::start(&["--web-config", web.to_str().unwrap()]);
+    let url = a.url("https", "/-/healthy");
+    let ca = dir.path().join("ca.crt");
+    let login = format!("prometheus:{password}");
+    let scrape = || curl(&["--cacert", ca.to_str().unwrap(), "-u", &login, &url]);
+    assert_eq!(scrape().0, 200);
+    let n = 32_000;
+    let nested = format!("tls_server_config: {}{}\n", "[".repeat(n), "]".repeat(n));
+    let tmp = dir.path().join("web.yml.new");
+    std::fs::write(&tmp, nested).unwrap();
+    std::fs::rename(&tmp, &web).unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let (code, secs, _) = scrape();
+        assert_eq!(code, 200, "a scrape while the web config is read");
+        assert!(
+            secs < 1.0,
+            "a scrape took {secs} s while the web config was read"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(a.alive());
+}
+
 /// Witness: curl with the right login, timed, and the agent's `busy` refusals. 64
 /// keep-alive connections from 4 addresses guess passwords as fast as the agent
 /// answers (each guess costs a bcrypt of cost 10, one at a time): a scrape with the

@@ -65,7 +65,7 @@ pub enum WebConfigError {
     #[error(transparent)]
     File(#[from] crate::kernel::fs::FileError),
     /// The YAML does not parse, or has a key the format does not have.
-    #[error("web config {path}: {source}")]
+    #[error("web config {path}")]
     Yaml {
         path: PathBuf,
         #[source]
