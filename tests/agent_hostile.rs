@@ -413,6 +413,43 @@ fn large_peers_file(dir: &Path, n: usize) -> PathBuf {
     peers
 }
 
+/// A scrape of `/metrics` on `port` with a 64 KiB receive buffer, its answer unread.
+fn paced_scrape(port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(64 * 1024).unwrap();
+    s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())
+        .unwrap();
+    let mut s: TcpStream = s.into();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Read the answer on `s` 64 KiB at a time, `every` apart, to its end: the
+/// Content-Length its head announced and the bytes of body that came. Fails the
+/// test if the connection is cut.
+fn read_paced(mut s: TcpStream, every: Duration) -> (usize, usize) {
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) => panic!("the scrape was cut after {} bytes: {e}", got.len()),
+        }
+        std::thread::sleep(every);
+    }
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no content-length in {head}"));
+    (length, got.len() - head_end)
+}
+
 /// Witnesses: the scrape's own Content-Length against the bytes it received, and the
 /// agent's `displaced` and `busy` counts. A scraper reading a 7 MB exposition
 /// steadily (64 KiB every 20 ms, ~2 s in all) while 200 connections from its own
@@ -430,17 +467,7 @@ fn a_scrape_being_sent_is_never_cut_for_a_newcomer() {
         &["--metrics-max-connections", "8"],
     );
     let port = a.metrics_port;
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(64 * 1024).unwrap();
-    s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())
-        .unwrap();
-    let mut scraper: TcpStream = s.into();
-    scraper
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    scraper
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let scraper = paced_scrape(port);
     let churn = std::thread::spawn(move || {
         let mut kept = Vec::new();
         for i in 0..200 {
@@ -458,26 +485,10 @@ fn a_scrape_being_sent_is_never_cut_for_a_newcomer() {
         }
         kept
     });
-    let mut got = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        match scraper.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-            Err(e) => panic!("the scrape was cut after {} bytes: {e}", got.len()),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (length, body) = read_paced(scraper, Duration::from_millis(20));
     drop(churn.join().unwrap());
-    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no content-length in {head}"));
     assert!(length > 5_000_000, "a 7 MB exposition: {length} bytes");
-    assert_eq!(got.len() - head_end, length, "the body the head announced");
+    assert_eq!(body, length, "the body the head announced");
     // The churn met the cap: each newcomer displaced a connection or was closed.
     let met = refused(port, "displaced") + refused(port, "busy");
     assert!(met >= 150.0, "the churn met the cap {met} times");
@@ -575,17 +586,7 @@ fn a_steady_reader_keeps_its_exposition_when_others_ask_for_more() {
     let dir = tempfile::tempdir().unwrap();
     let a = AgentChild::start(dir.path(), &large_peers_file(dir.path(), 2000), &[]);
     let port = a.metrics_port;
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(64 * 1024).unwrap();
-    s.connect(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into())
-        .unwrap();
-    let mut reader: TcpStream = s.into();
-    reader
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    reader
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
+    let reader = paced_scrape(port);
     let others = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         (0..6u8)
@@ -595,32 +596,16 @@ fn a_steady_reader_keeps_its_exposition_when_others_ask_for_more() {
             })
             .collect::<Vec<_>>()
     });
-    let mut got = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
     let t0 = Instant::now();
-    loop {
-        match reader.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-            Err(e) => panic!("the steady reader was cut after {} bytes: {e}", got.len()),
-        }
-        // ~1.4 MB/s: 64 KiB every 45 ms.
-        std::thread::sleep(Duration::from_millis(45));
-    }
+    // ~1.4 MB/s: 64 KiB every 45 ms.
+    let (length, body) = read_paced(reader, Duration::from_millis(45));
     let took = t0.elapsed();
     let held = others.join().unwrap();
-    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
-    let head = String::from_utf8_lossy(&got[..head_end]).to_lowercase();
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no content-length in {head}"));
     eprintln!(
         "{length} bytes read in {took:?} beside {} non-readers",
         held.len()
     );
-    assert_eq!(got.len() - head_end, length, "the body the head announced");
+    assert_eq!(body, length, "the body the head announced");
     let slow = refused(port, "slow_reader");
     assert!(slow >= 1.0, "{slow} slow readers displaced");
     drop(held);

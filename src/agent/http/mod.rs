@@ -22,8 +22,9 @@
 //!   between scrapes, or nothing sent for 250 ms), then the one whose client has
 //!   left its answer unread for longest (250 ms at least). A connection is
 //!   answering from its request to the last byte handed to the kernel, and one
-//!   whose client takes it as it comes is never cut; a newcomer whose request has
-//!   not been read yet is not cut either. When none may go, the new one is closed.
+//!   whose client takes it as it comes is never cut; nor are the newest few (a
+//!   source's share) whose request has not been read yet. When none may go, the new
+//!   one is closed.
 //!   A connection's send buffer is fixed at 256 KiB (512 KiB in the kernel), so a
 //!   client that never reads holds that much kernel memory, not tcp_wmem's 4 MB.
 //!   HTTP/1 answers one request at a time per connection, so pipelining is
@@ -585,9 +586,9 @@ impl Slots {
         let from_source = slots.open.values().filter(|s| s.source == source).count();
         let now = Instant::now();
         let victim = if from_source >= per_source {
-            Some(slots.victim(|s| s.source == source, now))
+            Some(slots.victim(|s| s.source == source, now, per_source))
         } else if slots.open.len() >= max {
-            Some(slots.victim(|_| true, now))
+            Some(slots.victim(|_| true, now, per_source))
         } else {
             None
         };
@@ -625,20 +626,37 @@ impl Slots {
     /// The connection to close for a newcomer, among those `matching`: the oldest
     /// that is not answering (a head begun and not finished, a keep-alive between
     /// scrapes, or nothing sent for [`SILENT`]); else the one whose client has left
-    /// its answer unread longest, for [`STALLED`] at least. A connection nothing has
-    /// been read from for less than [`SILENT`] is a newcomer, and one whose client
-    /// takes its answer as it comes is answering: neither is ever chosen.
-    fn victim(&self, matching: impl Fn(&SlotState) -> bool, now: Instant) -> Option<u64> {
+    /// its answer unread longest, for [`STALLED`] at least. The `newcomers` newest
+    /// connections that nothing has been read from for less than [`SILENT`] are
+    /// never chosen, nor is one whose client takes its answer as it comes.
+    fn victim(
+        &self,
+        matching: impl Fn(&SlotState) -> bool,
+        now: Instant,
+        newcomers: usize,
+    ) -> Option<u64> {
         let candidates = || self.open.iter().filter(|(_, s)| matching(s));
         // Under a flood the endpoint may take tens of ms to read a scraper's
         // request: the flood's newcomers must not push out the scraper that came
-        // just before them (once, 3 scrapes in 6 were).
+        // just before them (once, 3 scrapes in 6 were). A burst of newcomers
+        // (hundreds at once) must not shut the door either: only the newest few are
+        // spared.
+        let young = |s: &SlotState| {
+            !s.activity.stall.read_any() && now.saturating_duration_since(s.opened) < SILENT
+        };
+        let spared: Vec<u64> = self
+            .open
+            .iter()
+            .rev()
+            .filter(|(_, s)| young(s))
+            .take(newcomers)
+            .map(|(&id, _)| id)
+            .collect();
         let not_answering = candidates()
-            .find(|(_, s)| {
-                let a = &s.activity;
-                !a.answering.load(Ordering::Relaxed)
-                    && a.stall.since().is_none()
-                    && (a.stall.read_any() || now.saturating_duration_since(s.opened) >= SILENT)
+            .find(|(id, s)| {
+                !s.activity.answering.load(Ordering::Relaxed)
+                    && s.activity.stall.since().is_none()
+                    && !spared.contains(id)
             })
             .map(|(&id, _)| id);
         let longest_stalled = || {
