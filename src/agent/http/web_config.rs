@@ -680,8 +680,10 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_foreign_values_are_refused_by_name() {
-        let e = parse("basic_auth_user:\n  a: b\n").unwrap_err().to_string();
+        // The YAML error is the source: the chain says it once.
+        let e = crate::error_chain(&parse("basic_auth_user:\n  a: b\n").unwrap_err());
         assert!(e.contains("unknown field `basic_auth_user`"), "{e}");
+        assert_eq!(e.matches("unknown field").count(), 1, "{e}");
         let e = parse("tls_server_config:\n  key_file: k\n")
             .unwrap_err()
             .to_string();
