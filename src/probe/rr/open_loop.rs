@@ -4,7 +4,7 @@
 
 use super::settings::OpenLoop;
 use super::stream::{
-    get_seq, put_seq, record, seq_len, udp_socket, Ctx, StreamOutcome, GAVE_UP_MAX,
+    get_seq, put_seq, record, seq_len, seq_mask, udp_socket, Ctx, GaveUp, StreamOutcome,
 };
 use crate::kernel::cpu::{self};
 use crate::kernel::sockopt;
@@ -61,11 +61,7 @@ pub(super) fn open_loop(
         .and_then(|s| s.local_addr().ok())
         .or(udp.as_ref().and_then(|u| u.local_addr().ok()));
     let k = seq_len(cx.s);
-    let mask = if k >= 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * k)) - 1
-    };
+    let mask = seq_mask(k);
     let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
     let sender_done = AtomicBool::new(false);
     let send_error: Mutex<Option<String>> = Mutex::new(None);
@@ -126,7 +122,7 @@ pub(super) fn open_loop(
         let mut resp = vec![0u8; cx.s.response_size as usize + 1];
         let rlen = cx.s.response_size as usize;
         // UDP: requests given up on, newest last: a reply to one is late, not lost.
-        let mut gave_up: VecDeque<Pending> = VecDeque::new();
+        let mut gave_up = GaveUp::<Pending>::default();
         loop {
             let idle = sender_done.load(Ordering::Acquire)
                 && pending.lock().map_or(true, |p| p.is_empty());
@@ -165,31 +161,27 @@ pub(super) fn open_loop(
                                 .position(|x| x.seq & mask == got)
                                 .and_then(|i| p.remove(i))
                         });
-                        let late = gave_up
-                            .iter()
-                            .rposition(|x| x.seq & mask == got)
-                            .filter(|_| matched.is_none())
-                            .and_then(|i| gave_up.remove(i));
-                        match matched {
+                        // Else a request given up on: late, not lost, a transaction
+                        // with its round trip.
+                        let (answered, late) = match matched {
+                            Some(p) => (Some(p), false),
+                            None => (
+                                gave_up.take_newest(|x| x.seq & mask == got).map(|(p, _)| p),
+                                true,
+                            ),
+                        };
+                        match answered {
                             Some(p) => {
                                 record(&mut out, &mut rec, cx, p.sent, t1);
                                 out.intended.record_ns(
                                     u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                                 );
-                            }
-                            None => match late {
-                                // Late, not lost: a transaction with its round trip.
-                                Some(p) => {
-                                    record(&mut out, &mut rec, cx, p.sent, t1);
-                                    out.intended.record_ns(
-                                        u64::try_from((t1 - p.intended).as_nanos())
-                                            .unwrap_or(u64::MAX),
-                                    );
+                                if late {
                                     out.lost = out.lost.saturating_sub(1);
                                     out.late_replies += 1;
                                 }
-                                None => out.stray_replies += 1,
-                            },
+                            }
+                            None => out.stray_replies += 1,
                         }
                     }
                     Ok(_) => out.stray_replies += 1,
@@ -205,10 +197,7 @@ pub(super) fn open_loop(
                 if let Ok(mut p) = pending.lock() {
                     while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
                         if let Some(x) = p.pop_front() {
-                            if gave_up.len() == GAVE_UP_MAX {
-                                gave_up.pop_front();
-                            }
-                            gave_up.push_back(x);
+                            gave_up.push(x);
                         }
                         out.lost += 1;
                     }

@@ -410,6 +410,15 @@ pub(super) fn note_tcp_info(out: &mut StreamOutcome, sock: &TcpStream) {
     }
 }
 
+/// The bits of a sequence number that `k` sequence bytes carry.
+pub(super) fn seq_mask(k: usize) -> u64 {
+    if k >= 8 {
+        u64::MAX
+    } else {
+        (1u64 << (8 * k)) - 1
+    }
+}
+
 /// Sequence bytes carried at the start of a UDP request and echoed by the server.
 pub(super) fn seq_len(s: &RrSettings) -> usize {
     (s.request_size.min(s.response_size) as usize).min(8)
@@ -449,18 +458,14 @@ pub(super) fn udp_rr(cx: &Ctx<'_>, mut rec: Option<IntervalRecorder>) -> StreamO
     };
     out.local_addr = u.local_addr().ok();
     let k = seq_len(cx.s);
-    let mask = if k >= 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * k)) - 1
-    };
+    let mask = seq_mask(k);
     let mut req = vec![0u8; cx.s.request_size as usize];
     let mut resp = vec![0u8; cx.s.response_size as usize + 1];
     let mut seq = 0u64;
     let mut now = cx.start;
     let mut target = None;
     let mut rto = UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout);
-    let mut gave_up = GaveUp::default();
+    let mut gave_up = GaveUp::<GivenUp>::default();
     let mut sock_timeout = cx.s.timeout.min(POLL_TICK);
     let fd = std::os::fd::AsRawFd::as_raw_fd(&u);
     let mut book = if cx.s.anatomy {
@@ -610,21 +615,17 @@ fn late_reply(
         &mut Option<IntervalRecorder>,
         &mut Option<crate::probe::anatomy::Recorder>,
     ),
-    gave_up: &mut GaveUp,
+    gave_up: &mut GaveUp<GivenUp>,
     reply: Option<(&[u8], Option<u64>)>,
     k: usize,
 ) {
-    let mask = if k >= 8 {
-        u64::MAX
-    } else {
-        (1u64 << (8 * k)) - 1
-    };
+    let mask = seq_mask(k);
     let Some((resp, rx)) = reply else {
         out.stray_replies += 1;
         return;
     };
     let echoed = get_seq(resp, k);
-    let Some((g, after)) = gave_up.answered(echoed, mask) else {
+    let Some((g, after)) = gave_up.take_newest(|g| g.seq & mask == echoed) else {
         out.stray_replies += 1;
         return;
     };
@@ -666,27 +667,33 @@ struct GivenUp {
     sends: Sends,
 }
 
-/// The requests given up on most recently, at most [`GAVE_UP_MAX`]: a reply later than
-/// that many more timeouts is a stray.
-#[derive(Default)]
-struct GaveUp(std::collections::VecDeque<GivenUp>);
+/// The UDP requests given up on most recently, at most [`GAVE_UP_MAX`], oldest first:
+/// a reply later than that many more timeouts is a stray. Closed loop keeps
+/// [`GivenUp`]s, open loop its pending requests.
+pub(super) struct GaveUp<T>(std::collections::VecDeque<T>);
+
+impl<T> Default for GaveUp<T> {
+    fn default() -> Self {
+        Self(std::collections::VecDeque::new())
+    }
+}
 
 /// Requests given up on that a late reply can still be matched to.
 pub(super) const GAVE_UP_MAX: usize = 64;
 
-impl GaveUp {
-    fn push(&mut self, g: GivenUp) {
+impl<T> GaveUp<T> {
+    pub(super) fn push(&mut self, g: T) {
         if self.0.len() == GAVE_UP_MAX {
             self.0.pop_front();
         }
         self.0.push_back(g);
     }
 
-    /// The request a reply echoing `echoed` answers, taken out, and how many given up
-    /// on after it are still unanswered (the newest with that echo: the sequence bytes
-    /// may wrap).
-    fn answered(&mut self, echoed: u64, mask: u64) -> Option<(GivenUp, u64)> {
-        let i = self.0.iter().rposition(|g| g.seq & mask == echoed)?;
+    /// The newest request a reply answers (`is`: the sequence bytes may wrap, so the
+    /// newest with that echo), taken out, and how many given up on after it are still
+    /// unanswered.
+    pub(super) fn take_newest(&mut self, is: impl Fn(&T) -> bool) -> Option<(T, u64)> {
+        let i = self.0.iter().rposition(is)?;
         let g = self.0.remove(i)?;
         Some((g, (self.0.len() - i) as u64))
     }
@@ -883,22 +890,24 @@ mod tests {
             cpu: 0,
             sends: Sends::default(),
         };
-        let mut gave = GaveUp::default();
+        let mut gave = GaveUp::<GivenUp>::default();
         for seq in [3, 259, 260, 300] {
             gave.push(g(seq));
         }
         // One sequence byte: 259 and 3 both echo as 3; the newest is the one.
-        let (found, after) = gave.answered(3, 0xff).unwrap();
+        let echo = |e: u64, mask: u64| move |g: &GivenUp| g.seq & mask == e;
+        let (found, after) = gave.take_newest(echo(3, 0xff)).unwrap();
         assert_eq!((found.seq, after), (259, 2));
         assert_eq!(
-            gave.answered(300 & 0xff, 0xff).map(|(g, a)| (g.seq, a)),
+            gave.take_newest(echo(300 & 0xff, 0xff))
+                .map(|(g, a)| (g.seq, a)),
             Some((300, 0))
         );
-        assert!(gave.answered(7, 0xff).is_none());
+        assert!(gave.take_newest(echo(7, 0xff)).is_none());
         for seq in 1000..1000 + GAVE_UP_MAX as u64 {
             gave.push(g(seq));
         }
-        assert!(gave.answered(3, u64::MAX).is_none(), "forgotten");
+        assert!(gave.take_newest(echo(3, u64::MAX)).is_none(), "forgotten");
         let ms = Duration::from_millis(1);
         assert!(arrived_after(Some(10_000_001), 0, ms, 10 * ms));
         assert!(!arrived_after(Some(9_999_999), 0, 20 * ms, 10 * ms));
