@@ -417,15 +417,42 @@ impl Events {
     /// The retransmissions of both ends by kind: (tail loss probes, RTOs, loss
     /// recovery).
     pub fn by_kind(&self) -> (u8, u8, u8) {
-        let tlp = u8::from(self.request_tlp) + u8::from(self.response_tlp);
-        let recovery = self.request_recovery.saturating_add(self.response_recovery);
-        let all = self
-            .request_retransmissions
-            .saturating_add(self.response_retransmissions);
+        self.kinds_of(true, true)
+    }
+
+    /// The retransmissions of the request (when `request`) and of the response (when
+    /// `response`) by kind: (tail loss probes, RTOs, loss recovery). A message's
+    /// first retransmission may be its probe, loss recovery sent those it counts, and
+    /// the RTO timer the rest.
+    fn kinds_of(&self, request: bool, response: bool) -> (u8, u8, u8) {
+        let side = |on: bool, again: u8, tlp: bool, recovery: u8| {
+            let (again, tlp, recovery) = if on {
+                (again, u8::from(tlp), recovery)
+            } else {
+                (0, 0, 0)
+            };
+            (
+                tlp,
+                again.saturating_sub(tlp).saturating_sub(recovery),
+                recovery,
+            )
+        };
+        let a = side(
+            request,
+            self.request_retransmissions,
+            self.request_tlp,
+            self.request_recovery,
+        );
+        let b = side(
+            response,
+            self.response_retransmissions,
+            self.response_tlp,
+            self.response_recovery,
+        );
         (
-            tlp,
-            all.saturating_sub(tlp).saturating_sub(recovery),
-            recovery,
+            a.0.saturating_add(b.0),
+            a.1.saturating_add(b.1),
+            a.2.saturating_add(b.2),
         )
     }
 
@@ -476,48 +503,21 @@ impl Events {
         let waited = |again: u8, after_us: Option<u32>| {
             again > 0 && after_us.is_none_or(|us| network_ns >= u64::from(us) * 1_000)
         };
-        let req = waited(
-            self.request_retransmissions,
-            self.request_retransmitted_after_us,
+        let (tlp, rto, recovery) = self.kinds_of(
+            waited(
+                self.request_retransmissions,
+                self.request_retransmitted_after_us,
+            ),
+            waited(
+                self.response_retransmissions,
+                self.response_retransmitted_after_us,
+            ),
         );
-        let resp = waited(
-            self.response_retransmissions,
-            self.response_retransmitted_after_us,
-        );
-        let kinds = |again: u8, tlp: bool, recovery: u8| {
-            let tlp = u8::from(tlp);
-            (
-                again.saturating_sub(tlp).saturating_sub(recovery),
-                tlp,
-                recovery,
-            )
-        };
-        let none = (0, 0, 0);
-        let (a, b) = (
-            if req {
-                kinds(
-                    self.request_retransmissions,
-                    self.request_tlp,
-                    self.request_recovery,
-                )
-            } else {
-                none
-            },
-            if resp {
-                kinds(
-                    self.response_retransmissions,
-                    self.response_tlp,
-                    self.response_recovery,
-                )
-            } else {
-                none
-            },
-        );
-        if a.0 + b.0 > 0 {
+        if rto > 0 {
             Some("rto")
-        } else if a.1 + b.1 > 0 {
+        } else if tlp > 0 {
             Some("tlp")
-        } else if a.2 + b.2 > 0 {
+        } else if recovery > 0 {
             Some("recovery")
         } else {
             None
