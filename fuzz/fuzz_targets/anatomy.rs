@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let ps = [Percentile(50.0), Percentile(99.9)];
     for one_way in [false, true] {
-        let mut r = Recorder::new(TailPlan::new(TAIL_PPM, parts.len() as u64), one_way);
+        let mut r = Recorder::new(TailPlan::new(TAIL_PPM, parts.len() as u64, 1), one_way);
         let mut joined = Vec::new();
         for (i, p) in parts.iter().enumerate() {
             joined.extend(r.record(client(i as u64 + 1), *p, 0));

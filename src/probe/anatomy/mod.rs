@@ -777,11 +777,12 @@ pub struct TailPlan {
 }
 
 impl TailPlan {
-    /// The tail of `ppm` of a run of at most `n_max` transactions.
-    pub fn new(ppm: u32, n_max: u64) -> Self {
+    /// The tail of `ppm` of a run of at most `n_max` transactions over `streams`
+    /// streams (each keeps its own, within its share of the memory bound).
+    pub fn new(ppm: u32, n_max: u64, streams: u32) -> Self {
         Self {
             ppm,
-            keep: slowest::keep_for(n_max, ppm),
+            keep: slowest::keep_for(n_max, ppm, streams),
         }
     }
 }
@@ -789,7 +790,7 @@ impl TailPlan {
 impl Default for TailPlan {
     /// 1 % of a run of unknown length: as many kept as the memory bound allows.
     fn default() -> Self {
-        Self::new(TAIL_PPM, u64::MAX)
+        Self::new(TAIL_PPM, u64::MAX, 1)
     }
 }
 

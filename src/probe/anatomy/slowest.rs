@@ -18,14 +18,17 @@
 //! with r items above it enters the final tail as soon as ⌈n·P⌉ > r. A run ended by
 //! count has n ≤ the count; one ended by time has n ≤ its length over the shortest time
 //! a transaction can take ([`runs_at_most`]); `keep` is ⌈n_max·P⌉ of that bound, capped
-//! by [`KEEP_MAX`] (the memory bound), so the memory held is at most
-//! min(seen, ⌈n_max·P⌉, [`KEEP_MAX`]) items.
+//! by the run's share of [`KEEP_MAX`] (the memory bound, divided among its streams:
+//! each stream keeps its own), so the memory a run holds is at most
+//! min(seen, streams·⌈n_max·P⌉, [`KEEP_MAX`]) items. A tail larger than a stream's
+//! share is reported as not exact ([`Slowest::top`]).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-/// The most items a tail keeps (a transaction's anatomy is ~140 bytes: ~28 MiB). A 1 %
-/// tail is exact for runs of up to 20 million transactions.
+/// The most items a run's tail keeps, all its streams together (a transaction's anatomy
+/// is ~140 bytes: ~28 MiB). A 1 % tail of one stream is exact for runs of up to 20
+/// million transactions; of 64 streams, up to 312 500.
 pub const KEEP_MAX: u64 = 200_000;
 
 /// The fewest ns a closed-loop transaction takes: two system calls and a trip through
@@ -63,9 +66,10 @@ pub fn runs_at_most(
     count.map_or(by_time, |c| c.min(by_time))
 }
 
-/// How many items a tail of `ppm` keeps for a run of at most `n_max` transactions.
-pub fn keep_for(n_max: u64, ppm: u32) -> u64 {
-    tail_count(n_max, ppm).clamp(1, KEEP_MAX)
+/// How many items each of `streams` streams keeps for a tail of `ppm` of a run of at
+/// most `n_max` transactions: all of the run's tail, within its share of [`KEEP_MAX`].
+pub fn keep_for(n_max: u64, ppm: u32, streams: u32) -> u64 {
+    tail_count(n_max, ppm).clamp(1, (KEEP_MAX / u64::from(streams.max(1))).max(1))
 }
 
 /// The largest `keep` items offered, and how many were offered.
@@ -165,7 +169,7 @@ mod tests {
                     .map(|(i, &v)| (v, i as u64))
                     .collect();
                 let bound = runs_at_most(Some(n), u64::MAX, 1, 1, 0);
-                let mut s = Slowest::new(keep_for(bound, ppm));
+                let mut s = Slowest::new(keep_for(bound, ppm, 1));
                 for &t in &tagged {
                     s.offer(t);
                 }
@@ -193,8 +197,11 @@ mod tests {
         assert_eq!(runs_at_most(Some(500), 1_000_000_000, 2, 1, 0), 500);
         // Paced at 10 ms, bursts of 3, for 1 s: 101 bursts.
         assert_eq!(runs_at_most(None, 1_000_000_000, 1, 3, 10_000_000), 303);
-        assert_eq!(keep_for(600, 10_000), 6);
-        assert_eq!(keep_for(u64::MAX, 10_000), KEEP_MAX);
+        assert_eq!(keep_for(600, 10_000, 1), 6);
+        assert_eq!(keep_for(600, 10_000, 64), 6);
+        assert_eq!(keep_for(u64::MAX, 10_000, 1), KEEP_MAX);
+        // 64 streams share the memory bound.
+        assert_eq!(keep_for(u64::MAX, 10_000, 64), KEEP_MAX / 64);
     }
 
     /// Witness: a full sort of both streams' items together.

@@ -140,7 +140,7 @@ impl Ctx<'_> {
             ns(self.s.interval),
         );
         crate::probe::anatomy::Recorder::new(
-            TailPlan::new(self.s.tail_ppm, n_max),
+            TailPlan::new(self.s.tail_ppm, n_max, self.s.streams),
             self.s.test == crate::probe::control::TestKind::UdpRr,
         )
     }
