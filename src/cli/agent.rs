@@ -258,12 +258,12 @@ fn check_descriptors(
     let Ok(limit) = rlimit::open_files() else {
         return Ok(());
     };
-    let need = peers as u64 * descriptors_per_peer(probes);
+    let per_peer = descriptors_per_peer(probes);
+    let need = peers as u64 * per_peer;
     let budget = (limit.soft / 2).saturating_sub(metrics_connections as u64 + 32);
     if need > budget {
         bail!(
-            "{peers} peers × {} descriptors ({}) need {need}, more than the {budget} the agent's probes may hold (half of ulimit -n {}, less the metrics endpoint's {metrics_connections} connections): raise the limit (LimitNOFILE= in the unit, ulimit -n) or probe fewer peers (--mesh, --probes)",
-            descriptors_per_peer(probes),
+            "{peers} peers × {per_peer} descriptors ({}) need {need}, more than the {budget} the agent's probes may hold (half of ulimit -n {}, less the metrics endpoint's {metrics_connections} connections): raise the limit (LimitNOFILE= in the unit, ulimit -n) or probe fewer peers (--mesh, --probes)",
             probes
                 .iter()
                 .filter(|p| **p != Probe::Icmp)
