@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Two rttlab builds side by side on the hot paths, alternated, medians: the passive
+file engine (TS and seq/ACK), rr's transaction loop (TCP_RR, with and without
+--anatomy, and UDP_RR, -T 0,0 on loopback), and the agent's CPU per probe.
+
+    bench/hot_paths.py OLD_BINARY NEW_BINARY [--pairs 7]
+
+Build the old one beside HEAD with a worktree of its own, e.g.
+    git worktree add /tmp/old COMMIT && CARGO_TARGET_DIR=/tmp/old-target \\
+        cargo build --release --manifest-path /tmp/old/Cargo.toml --bin rttlab
+
+Loopback only, every run bounded: passive reads tests/corpus/crr-gw.pcapng.gz (20
+reads a sample); rr runs 3 s against one server of the new build; the agent probes
+200 loopback peers (127.0.1.1-200, one `serve` of the new build) at tcp_rr and
+udp_rr every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
+probes its own counter says it sent. Each pair runs old and new in turn, the order
+alternating; the ratio is new/old of the medians (above 1: new is slower for
+passive and agent, faster for rr).
+"""
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def alternate(pairs, run):
+    res = {"old": [], "new": []}
+    for pair in range(pairs):
+        for b in (["old", "new"] if pair % 2 == 0 else ["new", "old"]):
+            res[b].append(run(b))
+    return res
+
+
+def line(name, unit, res, digits=2):
+    m = {b: statistics.median(v) for b, v in res.items()}
+    rng = {b: f"{min(v):.{digits}f}–{max(v):.{digits}f}" for b, v in res.items()}
+    return (f"| {name} | {m['old']:.{digits}f} ({rng['old']}) | {m['new']:.{digits}f} ({rng['new']}) "
+            f"| {unit} | {m['new'] / m['old']:.3f} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--pairs", type=int, default=7)
+    a = ap.parse_args()
+    bins = {"old": a.old, "new": a.new}
+    tmp = tempfile.mkdtemp(prefix="rttlab-hot-")
+    cap = os.path.join(tmp, "crr.pcapng")
+    with gzip.open(os.path.join(ROOT, "tests", "corpus", "crr-gw.pcapng.gz")) as f, open(cap, "wb") as g:
+        g.write(f.read())
+    rows = []
+    for method in ["ts", "seq"]:
+        outs = {}
+
+        def passive(b):
+            cmd = [bins[b], "passive", "-r", cap, "--method", method, "-q", "--summary"]
+            t0 = time.perf_counter()
+            for _ in range(20):
+                o = subprocess.run(cmd, capture_output=True)
+            outs[b] = o.stdout
+            return (time.perf_counter() - t0) / 20 * 1e3
+
+        rows.append(line(f"passive -r crr-gw --method {method}", "ms a run", alternate(a.pairs, passive)))
+        assert outs["old"] == outs["new"], f"passive --method {method}: outputs differ"
+    srv = subprocess.Popen([a.new, "serve", "-L", "0.0.0.0:15866", "-q", "--max-tests", "1000"],
+                           stderr=subprocess.DEVNULL)
+    time.sleep(1)
+    try:
+        for name, extra in [("TCP_RR", []), ("TCP_RR --anatomy", ["--anatomy"]), ("UDP_RR", ["-t", "UDP_RR"])]:
+            def rr(b):
+                o = subprocess.run([bins[b], "rr", "-H", "127.0.0.1", "-p", "15866", "-l", "3", "-T", "0,0",
+                                    "--json"] + extra, capture_output=True, text=True, timeout=60)
+                return json.loads(o.stdout)["transactions"] / 3
+
+            rows.append(line(f"rr {name} -T 0,0 -l 3", "transactions/s", alternate(a.pairs, rr), 0))
+        peers = os.path.join(tmp, "peers.json")
+        with open(peers, "w") as f:
+            json.dump([{"targets": [f"127.0.1.{i}:15866" for i in range(1, 201)]}], f)
+        hz = os.sysconf("SC_CLK_TCK")
+
+        def cpu(pid):
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / hz
+
+        def sent():
+            body = urllib.request.urlopen("http://127.0.0.1:16901/metrics", timeout=10).read().decode()
+            return sum(float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
+                       if l.startswith("rttlab_probes_sent_total{"))
+
+        def agent(b):
+            p = subprocess.Popen([bins[b], "agent", "--peers-file", peers, "--probes", "tcp_rr,udp_rr",
+                                  "--interval", "100ms", "-L", "127.0.0.1:16900",
+                                  "--metrics-listen", "127.0.0.1:16901"], stderr=subprocess.DEVNULL)
+            try:
+                time.sleep(4)
+                c0, s0 = cpu(p.pid), sent()
+                time.sleep(10)
+                c1, s1 = cpu(p.pid), sent()
+            finally:
+                p.terminate()
+                p.wait()
+            time.sleep(1)
+            return (c1 - c0) / (s1 - s0) * 1e6
+
+        rows.append(line("agent, 200 peers × tcp_rr,udp_rr every 100 ms", "µs CPU a probe", alternate(a.pairs, agent)))
+    finally:
+        srv.kill()
+    print("| path | old median (range) | new median (range) | unit | new/old |")
+    print("|---|---:|---:|---|---:|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
