@@ -3,14 +3,13 @@
 file engine (TS and seq/ACK), rr's transaction loop (TCP_RR, with and without
 --anatomy, and UDP_RR, -T 0,0 on loopback), and the agent's CPU per probe.
 
-    bench/hot_paths.py OLD_BINARY NEW_BINARY [--pairs 7]
+    bench/hot_paths.py OLD_BINARY NEW_BINARY [--pairs 7] [--capture BIG.pcap]
 
-Build the old one beside HEAD with a worktree of its own, e.g.
-    git worktree add /tmp/old COMMIT && CARGO_TARGET_DIR=/tmp/old-target \\
-        cargo build --release --manifest-path /tmp/old/Cargo.toml --bin rttlab
+bench/against.sh COMMIT builds COMMIT beside HEAD and runs this on both, with a
+capture of 2.6 M packets from bench/big_capture.sh.
 
 Loopback only, every run bounded: passive reads tests/corpus/crr-gw.pcapng.gz (20
-reads a sample); rr runs 3 s against one server of the new build; the agent probes
+reads a sample) and, with --capture, the big capture (3 reads a sample); rr runs 3 s against one server of the new build; the agent probes
 200 loopback peers (127.0.1.1-200, one `serve` of the new build) at tcp_rr and
 udp_rr every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
 probes its own counter says it sent. Each pair runs old and new in turn, the order
@@ -50,6 +49,7 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--capture", help="a large capture (bench/big_capture.sh) read by both engines too")
     a = ap.parse_args()
     bins = {"old": a.old, "new": a.new}
     tmp = tempfile.mkdtemp(prefix="rttlab-hot-")
@@ -57,19 +57,23 @@ def main():
     with gzip.open(os.path.join(ROOT, "tests", "corpus", "crr-gw.pcapng.gz")) as f, open(cap, "wb") as g:
         g.write(f.read())
     rows = []
-    for method in ["ts", "seq"]:
-        outs = {}
+    captures = [("crr-gw", cap, 20)]
+    if a.capture:
+        captures.append((os.path.basename(a.capture), a.capture, 3))
+    for name, path, reads in captures:
+        for method in ["ts", "seq"]:
+            outs = {}
 
-        def passive(b):
-            cmd = [bins[b], "passive", "-r", cap, "--method", method, "-q", "--summary"]
-            t0 = time.perf_counter()
-            for _ in range(20):
-                o = subprocess.run(cmd, capture_output=True)
-            outs[b] = o.stdout
-            return (time.perf_counter() - t0) / 20 * 1e3
+            def passive(b):
+                cmd = [bins[b], "passive", "-r", path, "--method", method, "-q", "--summary"]
+                t0 = time.perf_counter()
+                for _ in range(reads):
+                    o = subprocess.run(cmd, capture_output=True)
+                outs[b] = o.stdout
+                return (time.perf_counter() - t0) / reads * 1e3
 
-        rows.append(line(f"passive -r crr-gw --method {method}", "ms a run", alternate(a.pairs, passive)))
-        assert outs["old"] == outs["new"], f"passive --method {method}: outputs differ"
+            rows.append(line(f"passive -r {name} --method {method}", "ms a run", alternate(a.pairs, passive)))
+            assert outs["old"] == outs["new"], f"passive -r {name} --method {method}: outputs differ"
     srv = subprocess.Popen([a.new, "serve", "-L", "0.0.0.0:15866", "-q", "--max-tests", "1000"],
                            stderr=subprocess.DEVNULL)
     time.sleep(1)

@@ -11,6 +11,11 @@ use crate::stats::LatencyHistogram;
 use hdrhistogram::Histogram;
 use std::collections::HashMap;
 
+/// A sample's accumulator is found per sample: foldhash, as the flow table, not SipHash
+/// (3–4 % of a TS run on 250 000 samples went to SipHash). Rows are sorted before they
+/// are shown, so the order a map keeps does not reach the output.
+type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// Exact samples kept per row before it becomes a histogram.
 pub const FEW: usize = 256;
 
@@ -144,9 +149,9 @@ pub struct Total {
 /// Collects rows as flows finish, and totals.
 #[derive(Default)]
 pub struct Summary {
-    open: HashMap<(FlowKey, Endpoint, Method), Acc>,
+    open: Map<(FlowKey, Endpoint, Method), Acc>,
     rows: Vec<Row>,
-    totals: HashMap<(Method, Place), LatencyHistogram>,
+    totals: Map<(Method, Place), LatencyHistogram>,
 }
 
 fn us(ns: u64) -> f64 {
@@ -233,7 +238,7 @@ pub struct IntervalSummary {
     len_ns: u64,
     /// Start of the interval being collected.
     start_ns: Option<u64>,
-    open: HashMap<(Endpoint, Endpoint, Method), Acc>,
+    open: Map<(Endpoint, Endpoint, Method), Acc>,
 }
 
 impl IntervalSummary {
@@ -242,7 +247,7 @@ impl IntervalSummary {
         Self {
             len_ns: len_ns.max(1),
             start_ns: None,
-            open: HashMap::new(),
+            open: Map::default(),
         }
     }
 
