@@ -5,9 +5,9 @@
 mod common;
 
 use common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
-use rttlab::lab::control::Start;
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::Impairments;
+use rttlab::lab::socket::Start;
 use rttlab::lab::{Lab, LabSpec};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -7,9 +7,9 @@ mod common;
 
 use common::{bin, privileged};
 use rttlab::kernel::netns;
-use rttlab::lab::control::Start;
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
+use rttlab::lab::socket::Start;
 use rttlab::lab::{Lab, LabSpec, Node};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;

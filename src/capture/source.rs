@@ -230,12 +230,11 @@ impl Capture {
                     };
                     // Built only on failure: an eager `ok_or` cloned the path into
                     // an error for every packet and freed it again (5 % of a run).
-                    let link = LinkType::from_number(p.link).ok_or_else(|| {
-                        SourceError::LinkType {
+                    let link =
+                        LinkType::from_number(p.link).ok_or_else(|| SourceError::LinkType {
                             path: path.clone(),
                             link: p.link,
-                        }
-                    })?;
+                        })?;
                     f(p.ts_ns, link, p.data);
                 }
                 Ok(Batch::More(max))

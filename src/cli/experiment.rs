@@ -6,7 +6,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use rttlab::experiment::blackout;
 use rttlab::experiment::runner::{self, Experiment};
-use rttlab::experiment::{passive_active, resreq, sweep, synrto};
+use rttlab::experiment::{passive_active, resreq, sweep, syn_rto};
 use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
 use rttlab::results::schema;
 use std::path::{Path, PathBuf};
@@ -291,7 +291,7 @@ pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
         ExperimentCommand::Blackout(b) => run_blackout(b),
         ExperimentCommand::ResreqInterval(r) => run_resreq(r),
         ExperimentCommand::IntervalSweep(w) => run_sweep(w),
-        ExperimentCommand::SynRto(y) => run_synrto(y),
+        ExperimentCommand::SynRto(y) => run_syn_rto(y),
         ExperimentCommand::PassiveVsActive(p) => run_pva(p),
     }
 }
@@ -536,7 +536,7 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
+fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
     let hz = rttlab::kernel::hz::detect_here()?;
     let us = u64::try_from(a.syn_rto.as_micros()).unwrap_or(u64::MAX);
     if us > 120_000_000 || rttlab::kernel::hz::usecs_to_jiffies(us, hz) < 2 {
@@ -545,7 +545,7 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
             2000 / hz
         );
     }
-    let s = synrto::Settings {
+    let s = syn_rto::Settings {
         connections: a.connections.max(1),
         syn_rto_ms: ms(a.syn_rto)?,
         lab_rtt_us: micros(a.lab_rtt),
@@ -554,7 +554,7 @@ fn run_synrto(a: SynRtoArgs) -> anyhow::Result<()> {
         trials: a.trials.trials.unwrap_or(1),
         seed: a.trials.seed,
     };
-    let e = synrto::SynRtoExperiment {
+    let e = syn_rto::SynRtoExperiment {
         settings: s,
         lab_name: lab_name("sy"),
     };

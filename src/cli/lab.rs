@@ -3,9 +3,9 @@
 use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
-use rttlab::lab::control::{self, Reply, Request, Start};
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::{ImpairmentPatch, Impairments, JitterDist, Loss, QueueLimit};
+use rttlab::lab::socket::{self, Reply, Request, Start};
 use rttlab::lab::{topology, Lab, LabError, LabInfo, LabSpec};
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -336,7 +336,7 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
     })?;
     let mut o = std::io::stdout().lock();
     if u.json {
-        let status = match control::request(&info.control, &Request::Status)? {
+        let status = match socket::request(&info.socket, &Request::Status)? {
             Reply::Status(s) => s,
             _ => bail!(
                 "lab {}: the emulator answered its status request with something else",
@@ -404,8 +404,9 @@ fn daemon(spec: &str) -> anyhow::Result<()> {
     outln!("{}", serde_json::to_string(lab.info())?);
     std::io::stdout().flush()?;
     // Nobody reads stdout any more.
-    // SAFETY: dup2 of /dev/null onto fd 1.
     if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        // SAFETY: dup2 onto fd 1 of a descriptor `null` keeps open across the call; fd 1
+        // is only written through std's stdout, which stays valid on /dev/null.
         unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), 1) };
     }
     while !stop.load(std::sync::atomic::Ordering::Acquire) && !lab.shutdown_requested() {
@@ -425,7 +426,7 @@ fn find(name: &str) -> anyhow::Result<LabInfo> {
         (Some(i), true) => Ok(i),
         _ => Err(LabError::Unreachable {
             path: topology::state_dir(name)
-                .join("control.sock")
+                .join("lab.sock")
                 .display()
                 .to_string(),
             source: "the process that owns the lab has gone".into(),
@@ -445,8 +446,8 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         bail!("nothing to change: give an impairment (--delay, --loss, ...) or --blackout");
     }
     if !patch.is_empty() {
-        control::request(
-            &info.control,
+        socket::request(
+            &info.socket,
             &Request::Set {
                 link: s.host.clone(),
                 dirs: dirs.clone(),
@@ -468,8 +469,8 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         let start = s.at.map_or(Start::Now, |a| Start::After {
             ns: a.as_nanos() as u64,
         });
-        let r = control::request(
-            &info.control,
+        let r = socket::request(
+            &info.socket,
             &Request::Blackout {
                 link: s.host.clone(),
                 dirs,
@@ -517,11 +518,11 @@ fn exec(e: ExecArgs) -> anyhow::Result<()> {
 
 fn list(json: bool) -> anyhow::Result<()> {
     use rttlab::results::schema;
-    let labs: Vec<(String, Result<control::Status, String>)> = topology::find_all()
+    let labs: Vec<(String, Result<socket::Status, String>)> = topology::find_all()
         .into_iter()
         .map(|f| {
             let st = match (&f.info, f.live) {
-                (Some(i), true) => match control::request(&i.control, &Request::Status) {
+                (Some(i), true) => match socket::request(&i.socket, &Request::Status) {
                     Ok(Reply::Status(s)) => Ok(*s),
                     Ok(_) => Err("unexpected reply".into()),
                     Err(e) => Err(rttlab::error_chain(&e)),
@@ -568,7 +569,7 @@ fn down(d: DownArgs) -> anyhow::Result<()> {
     for f in targets {
         if let (Some(i), true) = (&f.info, f.live) {
             if i.daemon {
-                let _ = control::request(&i.control, &Request::Shutdown);
+                let _ = socket::request(&i.socket, &Request::Shutdown);
                 let t0 = std::time::Instant::now();
                 while topology::alive(i.owner_pid) && t0.elapsed() < Duration::from_secs(5) {
                     std::thread::sleep(Duration::from_millis(20));

@@ -16,14 +16,14 @@
 //! the seed's per-trial `ip tcp_metrics flush` made permanent: a cached RTT would
 //! change a new connection's first RTO.
 
-use super::bench::{LabServer, Nft};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{LabServer, Nft};
 use super::ExperimentError;
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
-use crate::lab::control::Start;
 use crate::lab::emulator::Dir;
 use crate::lab::impair::Impairments;
+use crate::lab::socket::Start;
 use crate::lab::{Lab, LabSpec, Node};
 use crate::probe::rr::{self, RrSettings, RunControl};
 use crate::results::blackout::{path_of, predict, BlackoutBy, Mechanism, Settings, TrialRecord};
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 /// Where trials run: the lab (hosts a and b, both tuned), or this host against a
 /// remote server (this host tuned, every change journalled and reverted at the end).
-pub struct Bench {
+pub struct Testbed {
     lab: Option<LabServer>,
     server: SocketAddr,
     /// (namespace, peer) of each host whose knobs the run sets.
@@ -42,13 +42,13 @@ pub struct Bench {
     journal: Option<Journal>,
 }
 
-impl Bench {
+impl Testbed {
     fn lab(&self) -> Option<&Lab> {
         self.lab.as_ref().map(LabServer::lab)
     }
 }
 
-impl Drop for Bench {
+impl Drop for Testbed {
     fn drop(&mut self) {
         // This run's own journal entries only (its nftables table, the knobs it set,
         // each back to what it found): a value the user set earlier with `rttlab
@@ -77,11 +77,11 @@ fn setup_err<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
     }
 }
 
-fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
+fn lab_testbed(name: &str, poll: bool) -> Result<Testbed, ExperimentError> {
     let mut spec = LabSpec::new(name, Impairments::default());
     spec.poll = poll;
-    let bench = LabServer::up_spec(&spec)?;
-    let lab = bench.lab();
+    let testbed = LabServer::up_spec(&spec)?;
+    let lab = testbed.lab();
     for n in [Node::A, Node::B] {
         sysctl::write(Some(lab.netns(n)), "net.ipv4.tcp_no_metrics_save", "1")
             .map_err(setup_err("tcp_no_metrics_save"))?;
@@ -91,21 +91,21 @@ fn lab_bench(name: &str, poll: bool) -> Result<Bench, ExperimentError> {
         (Some(lab.netns(Node::A).to_string()), b),
         (Some(lab.netns(Node::B).to_string()), a),
     ];
-    Ok(Bench {
-        server: bench.server,
-        lab: Some(bench),
+    Ok(Testbed {
+        server: testbed.server,
+        lab: Some(testbed),
         hosts,
         journal: None,
     })
 }
 
-fn remote_bench(server: SocketAddr) -> Result<Bench, ExperimentError> {
+fn remote_testbed(server: SocketAddr) -> Result<Testbed, ExperimentError> {
     let journal = Journal::for_run("blackout");
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
     tuning::record_nft_table(&journal, None, "inet", NFT_TABLE).map_err(setup_err("journal"))?;
     nft_here(None, REMOVE_TABLE).map_err(setup_err("nftables"))?;
-    Ok(Bench {
+    Ok(Testbed {
         lab: None,
         server,
         hosts: vec![(None, server.ip())],
@@ -177,7 +177,7 @@ fn rr_settings(
 /// Black out `port` for `d`, `warmup` from now: the lab's emulator (both directions, in
 /// the path) or nftables on host a. Returns when it began and ended (CLOCK_REALTIME ns).
 fn black_out(
-    b: &Bench,
+    b: &Testbed,
     by: BlackoutBy,
     warmup: Duration,
     d: Duration,
@@ -216,7 +216,7 @@ fn black_out(
 
 /// Run one trial.
 fn trial(
-    b: &Bench,
+    b: &Testbed,
     s: &Settings,
     (rto_min_ms, thin, d_ms): Cell,
     k: u32,
@@ -334,7 +334,7 @@ impl Experiment for Blackout {
     const NAME: &'static str = "blackout";
     type Cell = Cell;
     type Record = TrialRecord;
-    type Bench = Bench;
+    type Testbed = Testbed;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -366,10 +366,10 @@ impl Experiment for Blackout {
         ((r.rto_min_ms, r.thin, r.disruption_ms), r.trial)
     }
 
-    fn bench(&self) -> Result<Bench, ExperimentError> {
+    fn testbed(&self) -> Result<Testbed, ExperimentError> {
         match self.settings.remote {
-            Some(server) => remote_bench(server),
-            None => lab_bench(
+            Some(server) => remote_testbed(server),
+            None => lab_testbed(
                 &format!("blackout-{}", std::process::id() % 100_000),
                 self.settings.lab_poll,
             ),
@@ -378,7 +378,7 @@ impl Experiment for Blackout {
 
     fn trial(
         &self,
-        b: &Bench,
+        b: &Testbed,
         &cell: &Cell,
         k: u32,
         ctx: &TrialContext<'_>,

@@ -4,8 +4,8 @@
 //! captured at the client, and the sampled cloud metric (seed 000) — and the gaps
 //! between them explained from the data.
 
-use super::bench::{capture_port, port_srtt, LabServer};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{capture_port, port_srtt, LabServer};
 use super::ExperimentError;
 use crate::kernel::{netns, route};
 use crate::lab::Node;
@@ -72,12 +72,12 @@ pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>,
 /// every layer early; what was measured is kept.
 pub fn measure(
     s: &CompareSettings,
-    bench: Option<&LabServer>,
+    testbed: Option<&LabServer>,
     trial: u32,
     interrupt: &AtomicBool,
 ) -> CompareResult {
-    let lab = bench.map(LabServer::lab);
-    let server = match (bench, s.server) {
+    let lab = testbed.map(LabServer::lab);
+    let server = match (testbed, s.server) {
         (Some(b), _) => b.server,
         (None, Some(a)) => a,
         (None, None) => unreachable!("a lab is built when no server is given"),
@@ -605,7 +605,7 @@ impl Experiment for Compare {
     const NAME: &'static str = "compare";
     type Cell = ();
     type Record = CompareResult;
-    type Bench = Option<LabServer>;
+    type Testbed = Option<LabServer>;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -627,18 +627,18 @@ impl Experiment for Compare {
         ((), r.trial)
     }
 
-    fn bench(&self) -> Result<Option<LabServer>, ExperimentError> {
+    fn testbed(&self) -> Result<Option<LabServer>, ExperimentError> {
         lab_for(&self.settings, &self.lab_name)
     }
 
     fn trial(
         &self,
-        bench: &Option<LabServer>,
+        testbed: &Option<LabServer>,
         (): &(),
         trial: u32,
         ctx: &TrialContext<'_>,
     ) -> Result<CompareResult, ExperimentError> {
-        let r = measure(&self.settings, bench.as_ref(), trial, ctx.interrupt);
+        let r = measure(&self.settings, testbed.as_ref(), trial, ctx.interrupt);
         for l in &r.layers {
             if let Some(h) = &l.histogram {
                 results::write_file(ctx.out, &l.histogram_file(trial), &h.to_csv())?;

@@ -2,14 +2,14 @@
 //! kernel knobs, and write results directories (docs/ARCHITECTURE.md: run.json, raw data as JSON
 //! lines written as each trial finishes, tables and report).
 
-pub mod bench;
 pub mod blackout;
 pub mod compare;
 pub mod passive_active;
 pub mod resreq;
 pub mod runner;
 pub mod sweep;
-pub mod synrto;
+pub mod syn_rto;
+pub mod testbed;
 
 /// Errors that stop an experiment (a point or trial that fails is recorded with its
 /// error instead, and the run goes on).

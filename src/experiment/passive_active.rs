@@ -15,8 +15,8 @@
 //! and send time) every second with TCP_NODELAY, another reads the echoes and times
 //! them, so a message held behind a lost one waits in the receive buffer.
 
-use super::bench::{capture_port, LabServer};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{capture_port, LabServer};
 use super::ExperimentError;
 use crate::kernel::{netns, realtime_ns, sockopt};
 use crate::lab::emulator::Dir;
@@ -322,7 +322,7 @@ fn impairments(sc: Scenario, s: &Settings) -> Impairments {
 
 /// Run one scenario in the lab.
 fn scenario(
-    bench: &LabServer,
+    testbed: &LabServer,
     s: &Settings,
     name: &str,
     sc: Scenario,
@@ -330,7 +330,7 @@ fn scenario(
     out: &Path,
     interrupt: &AtomicBool,
 ) -> Result<ScenarioResult, String> {
-    let lab = bench.lab();
+    let lab = testbed.lab();
     let imp = impairments(sc, s);
     lab.set(
         &Dir::BOTH,
@@ -343,8 +343,8 @@ fn scenario(
         },
     )
     .map_err(|e| crate::error_chain(&e))?;
-    let b_ip = bench.server.ip();
-    let (echo_l, bulk_l) = netns::run_in(Some(bench.server_ns()), || {
+    let b_ip = testbed.server.ip();
+    let (echo_l, bulk_l) = netns::run_in(Some(testbed.server_ns()), || {
         Ok::<_, String>((
             listen(SocketAddr::new(b_ip, ECHO_PORT), &s.congestion)?,
             listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
@@ -363,7 +363,7 @@ fn scenario(
         let cap = th.spawn(|| {
             capture_port(
                 &lab.info().a.ifname,
-                Some(bench.client_ns()),
+                Some(testbed.client_ns()),
                 ECHO_PORT,
                 1,
                 Duration::from_secs(3600),
@@ -376,7 +376,7 @@ fn scenario(
         });
         let sender = bulk.then(|| {
             th.spawn(|| {
-                netns::run_in(Some(bench.client_ns()), || {
+                netns::run_in(Some(testbed.client_ns()), || {
                     bulk_send(SocketAddr::new(b_ip, BULK_PORT), &s.congestion, &stop_bulk)
                 })
                 .map_err(|e| crate::error_chain(&e))
@@ -412,7 +412,7 @@ fn scenario(
             })
         });
         let pinger = th.spawn(|| {
-            netns::run_in(Some(bench.client_ns()), || {
+            netns::run_in(Some(testbed.client_ns()), || {
                 let mut p = PingSettings::new(b_ip);
                 p.count = Some((s.duration_s / s.interval_s).floor().max(1.0) as u64);
                 p.interval = Duration::from_secs_f64(s.interval_s);
@@ -424,7 +424,7 @@ fn scenario(
             .map_err(|e| crate::error_chain(&e))
             .and_then(|x| x)
         });
-        let echo = netns::run_in(Some(bench.client_ns()), || {
+        let echo = netns::run_in(Some(testbed.client_ns()), || {
             echo_client(
                 SocketAddr::new(b_ip, ECHO_PORT),
                 s,
@@ -539,7 +539,7 @@ impl Experiment for PassiveVsActive {
     /// A scenario's name.
     type Cell = String;
     type Record = ScenarioResult;
-    type Bench = LabServer;
+    type Testbed = LabServer;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -561,13 +561,13 @@ impl Experiment for PassiveVsActive {
         (r.scenario.clone(), r.trial)
     }
 
-    fn bench(&self) -> Result<LabServer, ExperimentError> {
+    fn testbed(&self) -> Result<LabServer, ExperimentError> {
         LabServer::up(&self.lab_name, Impairments::default())
     }
 
     fn trial(
         &self,
-        bench: &LabServer,
+        testbed: &LabServer,
         name: &String,
         trial: u32,
         ctx: &TrialContext<'_>,
@@ -579,7 +579,7 @@ impl Experiment for PassiveVsActive {
             .map(|(_, sc)| *sc)
             .ok_or_else(|| ExperimentError::Invalid(format!("unknown scenario {name:?}")))?;
         Ok(scenario(
-            bench,
+            testbed,
             &self.settings,
             name,
             sc,

@@ -13,8 +13,8 @@
 //! a two-segment request, and more parallel streams as the wait grows so that the
 //! packet rate stays roughly the same.
 
-use super::bench::{capture_port, port_srtt, until_interrupted, LabServer};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{capture_port, port_srtt, until_interrupted, LabServer};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::passive::{Sample, Sink};
@@ -126,7 +126,7 @@ fn stem(wait_ms: f64, trial: u32) -> String {
 
 /// One wait in the lab.
 fn point(
-    bench: &LabServer,
+    testbed: &LabServer,
     s: &Settings,
     (wait_ms, streams): Cell,
     trial: u32,
@@ -136,7 +136,7 @@ fn point(
     let duration = Duration::from_secs_f64(s.duration_s);
     let stop = AtomicBool::new(false);
     let ctl = RunControl::default();
-    let mut r = RrSettings::new(bench.server);
+    let mut r = RrSettings::new(testbed.server);
     r.request_size = s.request_size;
     r.response_size = s.response_size;
     r.duration = Some(duration);
@@ -149,8 +149,8 @@ fn point(
     let (rr, srv, cli_cap, srv_cap) = std::thread::scope(|sc| {
         let cli_cap = sc.spawn(|| {
             capture_port(
-                &bench.lab().info().a.ifname,
-                Some(bench.client_ns()),
+                &testbed.lab().info().a.ifname,
+                Some(testbed.client_ns()),
                 DATA_PORT,
                 s.sampler_one_in,
                 period,
@@ -160,8 +160,8 @@ fn point(
         });
         let srv_cap = sc.spawn(|| {
             capture_port(
-                &bench.lab().info().b.ifname,
-                Some(bench.server_ns()),
+                &testbed.lab().info().b.ifname,
+                Some(testbed.server_ns()),
                 DATA_PORT,
                 s.sampler_one_in,
                 period,
@@ -171,14 +171,14 @@ fn point(
         });
         let srv = sc.spawn(|| {
             port_srtt(
-                Some(bench.server_ns()),
+                Some(testbed.server_ns()),
                 DATA_PORT,
                 duration + Duration::from_secs(10),
                 &stop,
             )
         });
         std::thread::sleep(Duration::from_millis(300));
-        let rr = netns::run_in(Some(bench.client_ns()), || {
+        let rr = netns::run_in(Some(testbed.client_ns()), || {
             until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl))
                 .map_err(|e| crate::error_chain(&e))
         })
@@ -193,7 +193,7 @@ fn point(
         errors.push(format!("server srtt: {}", e));
         LatencyHistogram::new()
     });
-    let mut metric = |c: Result<super::bench::Captured<Ignore>, String>, who: &str| match c {
+    let mut metric = |c: Result<super::testbed::Captured<Ignore>, String>, who: &str| match c {
         Ok(c) => (c.periods.into_iter().max_by_key(|p| p.samples), c.drops),
         Err(e) => {
             errors.push(format!("{who} capture: {}", e));
@@ -268,7 +268,7 @@ impl Experiment for ResreqInterval {
     const NAME: &'static str = "resreq-interval";
     type Cell = Cell;
     type Record = Point;
-    type Bench = LabServer;
+    type Testbed = LabServer;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -295,7 +295,7 @@ impl Experiment for ResreqInterval {
         ((p.wait_ms, p.streams), p.trial)
     }
 
-    fn bench(&self) -> Result<LabServer, ExperimentError> {
+    fn testbed(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
         LabServer::with_rtt(
             &self.lab_name,
@@ -306,13 +306,13 @@ impl Experiment for ResreqInterval {
 
     fn trial(
         &self,
-        bench: &LabServer,
+        testbed: &LabServer,
         &cell: &Cell,
         trial: u32,
         ctx: &TrialContext<'_>,
     ) -> Result<Point, ExperimentError> {
         Ok(point(
-            bench,
+            testbed,
             &self.settings,
             cell,
             trial,

@@ -24,7 +24,7 @@ pub trait Experiment {
     /// A line of `trials.jsonl` (a failed trial is a record holding its error).
     type Record: Serialize + DeserializeOwned;
     /// Where trials run: the lab and its server, or this host and a remote server.
-    type Bench;
+    type Testbed;
 
     /// The settings `run.json` records (a rerun with the same settings resumes).
     fn settings(&self) -> serde_json::Value;
@@ -40,7 +40,7 @@ pub trait Experiment {
     ///
     /// # Errors
     /// The lab, the server or the journal could not be set up.
-    fn bench(&self) -> Result<Self::Bench, ExperimentError>;
+    fn testbed(&self) -> Result<Self::Testbed, ExperimentError>;
     /// Run one trial.
     ///
     /// # Errors
@@ -48,7 +48,7 @@ pub trait Experiment {
     /// that fails is a record with its error.
     fn trial(
         &self,
-        bench: &Self::Bench,
+        testbed: &Self::Testbed,
         cell: &Self::Cell,
         trial: u32,
         ctx: &TrialContext<'_>,
@@ -69,7 +69,7 @@ pub trait Experiment {
     fn report(&self, out: &Path, records: &[Self::Record]) -> Result<String, ResultsError>;
 }
 
-/// What a trial may use besides its bench.
+/// What a trial may use besides its testbed.
 pub struct TrialContext<'a> {
     /// The results directory (trials write their sample files here).
     pub out: &'a Path,
@@ -82,7 +82,7 @@ pub struct TrialContext<'a> {
 /// Where a run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Building the bench (the lab, servers, knobs).
+    /// Building the testbed (the lab, servers, knobs).
     Setup,
     /// A trial starts (`done` trials are done).
     Trial,
@@ -132,7 +132,7 @@ pub fn plan<C: Clone>(cells: &[C], trials: u32, seed: u64) -> Vec<(C, u32)> {
 /// stopping early when `interrupt` is set; then write its report.
 ///
 /// # Errors
-/// The results directory or the bench could not be set up, or a record could not be
+/// The results directory or the testbed could not be set up, or a record could not be
 /// written. Failed trials are records, not errors.
 pub fn run<E: Experiment>(
     e: &E,
@@ -165,7 +165,7 @@ pub fn run<E: Experiment>(
     };
     if total > 0 && !interrupt.load(Ordering::Acquire) {
         tell(Phase::Setup, 0, Duration::ZERO, "");
-        let bench = e.bench()?;
+        let testbed = e.testbed()?;
         let t0 = Instant::now();
         for (index, (cell, k)) in todo.into_iter().enumerate() {
             if interrupt.load(Ordering::Acquire) {
@@ -178,7 +178,7 @@ pub fn run<E: Experiment>(
                 interrupt,
                 index,
             };
-            let r = e.trial(&bench, &cell, k, &ctx)?;
+            let r = e.trial(&testbed, &cell, k, &ctx)?;
             dir.record(&r)?;
             let per = t0.elapsed() / (index as u32 + 1);
             last = e.describe(&r);
@@ -234,7 +234,7 @@ mod tests {
         const NAME: &'static str = "counting";
         type Cell = u32;
         type Record = (u32, u32, bool);
-        type Bench = ();
+        type Testbed = ();
         fn settings(&self) -> serde_json::Value {
             serde_json::json!({"cells": 4, "trials": 2})
         }
@@ -250,7 +250,7 @@ mod tests {
         fn key(&self, r: &(u32, u32, bool)) -> (u32, u32) {
             (r.0, r.1)
         }
-        fn bench(&self) -> Result<(), ExperimentError> {
+        fn testbed(&self) -> Result<(), ExperimentError> {
             *self.benches.borrow_mut() += 1;
             Ok(())
         }
@@ -325,7 +325,7 @@ mod tests {
         assert!(on_disk.iter().all(|r| !r.2));
         let failed = std::fs::read_to_string(dir.path().join("failed.jsonl")).unwrap();
         assert_eq!(failed.lines().count(), 2, "{failed}");
-        // A fourth run has nothing to do and sets up no bench.
+        // A fourth run has nothing to do and sets up no testbed.
         let benches = *e.benches.borrow();
         let o = run(&e, dir.path(), &serde_json::json!({}), &stop, &mut |_| {}).unwrap();
         assert_eq!((o.records.len(), *e.benches.borrow()), (8, benches));

@@ -10,8 +10,8 @@
 //! A ping sending on the clock alone would, at intervals below the RTT, put hundreds
 //! of requests in flight and measure their queue, not the seed's flat curve.
 
-use super::bench::{until_interrupted, LabServer};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{until_interrupted, LabServer};
 use super::ExperimentError;
 use crate::kernel::netns;
 use crate::probe::pacing::PaceMode;
@@ -137,7 +137,7 @@ impl Experiment for IntervalSweep {
     const NAME: &'static str = "interval-sweep";
     type Cell = Cell;
     type Record = Point;
-    type Bench = LabServer;
+    type Testbed = LabServer;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -163,7 +163,7 @@ impl Experiment for IntervalSweep {
         ((p.interval_us, p.tool.clone()), p.trial)
     }
 
-    fn bench(&self) -> Result<LabServer, ExperimentError> {
+    fn testbed(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
         LabServer::with_rtt(
             &self.lab_name,
@@ -174,7 +174,7 @@ impl Experiment for IntervalSweep {
 
     fn trial(
         &self,
-        bench: &LabServer,
+        testbed: &LabServer,
         cell: &Cell,
         trial: u32,
         ctx: &TrialContext<'_>,
@@ -183,9 +183,9 @@ impl Experiment for IntervalSweep {
         let (interval_us, tool) = (cell.0, cell.1.as_str());
         let interval = Duration::from_secs_f64(interval_us / 1e6);
         let time = Duration::from_secs_f64(s.max_time_s).max(interval * s.min_samples as u32);
-        Ok(netns::run_in(Some(bench.client_ns()), || {
+        Ok(netns::run_in(Some(testbed.client_ns()), || {
             if tool == "icmp" {
-                let mut p = PingSettings::new(bench.server.ip());
+                let mut p = PingSettings::new(testbed.server.ip());
                 p.count = Some(s.count);
                 p.duration = Some(time);
                 p.interval = interval;
@@ -202,7 +202,7 @@ impl Experiment for IntervalSweep {
                     out,
                 )
             } else {
-                let mut r = RrSettings::new(bench.server);
+                let mut r = RrSettings::new(testbed.server);
                 r.count = Some(s.count);
                 r.duration = Some(time);
                 r.interval = interval;

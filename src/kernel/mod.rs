@@ -7,7 +7,7 @@ pub mod descriptors;
 pub mod fs;
 pub mod host;
 pub mod hz;
-pub mod link;
+pub mod interface;
 pub mod netlink;
 pub mod netns;
 pub mod netstat;

@@ -203,8 +203,9 @@ pub fn mount_bpffs(dir: &Path) -> std::io::Result<()> {
 
 fn fs_magic(path: &Path) -> Option<i64> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs into a zeroed struct with a valid C string.
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `s` a writable statfs that outlives the call.
     (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type as i64)
 }
 

@@ -221,14 +221,6 @@ impl Journal {
         Self { path, owner: None }
     }
 
-    /// The same file, for the changes of `owner`.
-    pub fn owned_by(&self, owner: &str) -> Self {
-        Self {
-            path: self.path.clone(),
-            owner: Some(owner.to_owned()),
-        }
-    }
-
     fn err(&self, msg: impl ToString) -> TuneError {
         TuneError::Journal {
             path: self.path.display().to_string(),

@@ -7,16 +7,16 @@
 //! namespaces behind; [`topology::sweep_stale`] (run by every `up`) and
 //! [`topology::remove`] (`lab down`) find and remove them.
 
-pub mod control;
 pub mod emulator;
 pub mod exec;
 pub mod impair;
 pub mod ring;
+pub mod socket;
 pub mod topology;
 
-use control::{DirStatus, Reply, Request, Start, Status};
 use emulator::{Dir, EventLog, Ports, Shared};
 use impair::{Blackout, ImpairmentPatch, Impairments};
+use socket::{DirStatus, Reply, Request, Start, Status};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -162,7 +162,7 @@ impl Inner {
                 .zip(&self.links)
                 .map(|(h, l)| {
                     let (up, down) = dirs(l);
-                    control::LinkStatus {
+                    socket::LinkStatus {
                         host: h.name.clone(),
                         up,
                         down,
@@ -326,8 +326,8 @@ impl Inner {
 pub struct Lab {
     inner: Arc<Inner>,
     emulators: Vec<std::thread::JoinHandle<()>>,
-    control: Option<std::thread::JoinHandle<()>>,
-    control_stop: Arc<AtomicBool>,
+    socket_thread: Option<std::thread::JoinHandle<()>>,
+    socket_stop: Arc<AtomicBool>,
 }
 
 fn is_root() -> bool {
@@ -395,7 +395,7 @@ impl Lab {
             b,
             hosts,
             router_netns: topology::netns_name(&spec.name, 'r'),
-            control: dir.join("control.sock"),
+            socket: dir.join("lab.sock"),
             events: Some(
                 spec.events
                     .clone()
@@ -473,20 +473,20 @@ impl Lab {
             links: shared,
             shutdown: AtomicBool::new(false),
         });
-        let _ = std::fs::remove_file(&inner.info.control);
-        let listener = std::os::unix::net::UnixListener::bind(&inner.info.control)
-            .map_err(setup("binding the control socket"))?;
-        let control_stop = Arc::new(AtomicBool::new(false));
-        let (i2, stop2) = (inner.clone(), control_stop.clone());
-        let control = std::thread::Builder::new()
-            .name("lab-control".into())
-            .spawn(move || control::serve(listener, &stop2, |r| i2.handle(r)))
-            .map_err(setup("starting the control thread"))?;
+        let _ = std::fs::remove_file(&inner.info.socket);
+        let listener = std::os::unix::net::UnixListener::bind(&inner.info.socket)
+            .map_err(setup("binding the lab's socket"))?;
+        let socket_stop = Arc::new(AtomicBool::new(false));
+        let (i2, stop2) = (inner.clone(), socket_stop.clone());
+        let socket_thread = std::thread::Builder::new()
+            .name("lab-socket".into())
+            .spawn(move || socket::serve(listener, &stop2, |r| i2.handle(r)))
+            .map_err(setup("starting the socket thread"))?;
         Ok(Lab {
             inner,
             emulators,
-            control: Some(control),
-            control_stop,
+            socket_thread: Some(socket_thread),
+            socket_stop,
         })
     }
 
@@ -515,20 +515,6 @@ impl Lab {
     /// Impossible values, or the emulator has stopped.
     pub fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
         self.inner.set(None, dirs, patch)
-    }
-
-    /// Change the impairments of star host `host`'s link (`Dir::A2b`: from the host
-    /// into the hub, `Dir::B2a`: back).
-    ///
-    /// # Errors
-    /// No such host in a star, impossible values, or the emulator has stopped.
-    pub fn set_link(
-        &self,
-        host: &str,
-        dirs: &[Dir],
-        patch: &ImpairmentPatch,
-    ) -> Result<(), LabError> {
-        self.inner.set(Some(host), dirs, patch)
     }
 
     /// A blackout of star host `host`'s link (as [`Lab::blackout`]).
@@ -618,9 +604,9 @@ impl Lab {
         for h in self.emulators.drain(..) {
             let _ = h.join();
         }
-        if let Some(h) = self.control.take() {
-            self.control_stop.store(true, Ordering::Release);
-            let _ = std::os::unix::net::UnixStream::connect(&self.inner.info.control);
+        if let Some(h) = self.socket_thread.take() {
+            self.socket_stop.store(true, Ordering::Release);
+            let _ = std::os::unix::net::UnixStream::connect(&self.inner.info.socket);
             let _ = h.join();
         }
         topology::remove(&self.inner.info.name)
@@ -669,8 +655,9 @@ fn spawn_emulator(
                 return;
             }
             let open = || -> Result<Ports, String> {
-                let ix =
-                    |n: &str| crate::kernel::link::index(n).map_err(|e| crate::error_chain(&e));
+                let ix = |n: &str| {
+                    crate::kernel::interface::index(n).map_err(|e| crate::error_chain(&e))
+                };
                 let (ia, ib) = (ix(&near)?, ix(&far)?);
                 let e = |e: crate::kernel::SyscallError| crate::error_chain(&e);
                 Ok(Ports {
@@ -715,7 +702,7 @@ fn fnv(b: &[u8]) -> u64 {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if !self.emulators.is_empty() || self.control.is_some() {
+        if !self.emulators.is_empty() || self.socket_thread.is_some() {
             let _ = self.teardown();
         }
     }

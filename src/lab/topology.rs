@@ -13,7 +13,7 @@
 //! blackout of X's link cuts exactly X's pairs.
 
 use super::LabError;
-use crate::kernel::{link, netns, sysctl};
+use crate::kernel::{interface, netns, sysctl};
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
@@ -65,7 +65,10 @@ pub struct LabInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostInfo>,
     pub router_netns: String,
-    pub control: PathBuf,
+    /// The Unix socket of the process that runs the emulator ([`super::socket`]);
+    /// "control" in labs brought up before the rename.
+    #[serde(alias = "control")]
+    pub socket: PathBuf,
     pub events: Option<PathBuf>,
 }
 
@@ -228,19 +231,19 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
         .collect::<Result<Vec<_>, _>>()?;
     netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
         if info.is_star() {
-            link::add_bridge(HUB, mac(info.index, 0x20, 0)).map_err(super::setup("bridge"))?;
-            link::disable_offloads(HUB).map_err(super::setup("offloads"))?;
-            link::set_up(HUB).map_err(super::setup("link up"))?;
+            interface::add_bridge(HUB, mac(info.index, 0x20, 0)).map_err(super::setup("bridge"))?;
+            interface::disable_offloads(HUB).map_err(super::setup("offloads"))?;
+            interface::set_up(HUB).map_err(super::setup("link up"))?;
         }
         for (i, (host, file)) in hosts.iter().zip(&files).enumerate() {
             let to = router_if(info, i);
-            link::add_veth(
-                &link::VethEnd {
+            interface::add_veth(
+                &interface::VethEnd {
                     name: &to,
                     mac: mac(info.index, 0x10 + i as u8, 1),
                     netns: None,
                 },
-                &link::VethEnd {
+                &interface::VethEnd {
                     name: &host.ifname,
                     mac: parse_mac(&host.mac),
                     netns: Some(file),
@@ -248,17 +251,17 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 MTU,
             )
             .map_err(super::setup("veth"))?;
-            link::disable_offloads(&to).map_err(super::setup("offloads"))?;
-            link::set_up(&to).map_err(super::setup("link up"))?;
+            interface::disable_offloads(&to).map_err(super::setup("offloads"))?;
+            interface::set_up(&to).map_err(super::setup("link up"))?;
             if info.is_star() {
                 let (up, br) = hub_ifs(&host.name);
-                link::add_veth(
-                    &link::VethEnd {
+                interface::add_veth(
+                    &interface::VethEnd {
                         name: &up,
                         mac: mac(info.index, 0x30 + i as u8, 1),
                         netns: None,
                     },
-                    &link::VethEnd {
+                    &interface::VethEnd {
                         name: &br,
                         mac: mac(info.index, 0x30 + i as u8, 2),
                         netns: None,
@@ -267,31 +270,31 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
                 )
                 .map_err(super::setup("veth"))?;
                 for n in [&up, &br] {
-                    link::disable_offloads(n).map_err(super::setup("offloads"))?;
+                    interface::disable_offloads(n).map_err(super::setup("offloads"))?;
                 }
-                link::set_master(&br, HUB).map_err(super::setup("bridge port"))?;
+                interface::set_master(&br, HUB).map_err(super::setup("bridge port"))?;
                 for n in [&up, &br] {
-                    link::set_up(n).map_err(super::setup("link up"))?;
+                    interface::set_up(n).map_err(super::setup("link up"))?;
                 }
             }
         }
-        link::set_up("lo").map_err(super::setup("lo up"))
+        interface::set_up("lo").map_err(super::setup("lo up"))
     })
     .map_err(super::setup("router namespace"))??;
     for me in &hosts {
         netns::run_in(Some(&me.netns), || -> Result<(), LabError> {
-            link::set_up("lo").map_err(super::setup("lo up"))?;
-            link::disable_offloads(&me.ifname).map_err(super::setup("offloads"))?;
-            link::add_address(&me.ifname, IpAddr::V4(me.ipv4), 24)
+            interface::set_up("lo").map_err(super::setup("lo up"))?;
+            interface::disable_offloads(&me.ifname).map_err(super::setup("offloads"))?;
+            interface::add_address(&me.ifname, IpAddr::V4(me.ipv4), 24)
                 .map_err(super::setup("address"))?;
-            link::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64)
+            interface::add_address(&me.ifname, IpAddr::V6(me.ipv6), 64)
                 .map_err(super::setup("address"))?;
-            link::set_up(&me.ifname).map_err(super::setup("link up"))?;
+            interface::set_up(&me.ifname).map_err(super::setup("link up"))?;
             for peer in hosts.iter().filter(|p| p.name != me.name) {
                 let m = parse_mac(&peer.mac);
-                link::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m)
+                interface::add_neighbour(&me.ifname, IpAddr::V4(peer.ipv4), m)
                     .map_err(super::setup("neighbour"))?;
-                link::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m)
+                interface::add_neighbour(&me.ifname, IpAddr::V6(peer.ipv6), m)
                     .map_err(super::setup("neighbour"))?;
             }
             Ok(())

@@ -267,7 +267,10 @@ impl Sampler {
     /// A TCP packet of flow `key` sent by half `d`: `seglen` of sequence space from
     /// `seq`, and `ack` when the ACK flag is set. `watched` says whether the metric
     /// looks at this direction (data leaving the VM, ACKs coming back).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a packet's fields as the passive engine decoded them, passed per packet without building a struct"
+    )]
     pub fn packet(
         &mut self,
         now: u64,

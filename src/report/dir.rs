@@ -28,7 +28,7 @@ pub fn render(dir: &Path) -> Result<String, ResultsError> {
         }
         "resreq-interval" => super::resreq::write(dir, &results::read_trials(dir)?),
         "interval-sweep" => super::sweep::write(dir, &results::read_trials(dir)?),
-        "syn-rto" => super::synrto::write(dir, &results::read_trials(dir)?),
+        "syn-rto" => super::syn_rto::write(dir, &results::read_trials(dir)?),
         "passive-vs-active" => super::passive_active::write(dir, &results::read_trials(dir)?),
         _ => Err(results::invalid(
             &dir.join("run.json"),

@@ -1,8 +1,8 @@
 //! How labs are shown: their hosts, each direction's impairments, counters.
 
 use super::table::Table;
-use crate::lab::control::Status;
 use crate::lab::impair::{Impairments, JitterDist, Loss, QueueLimit};
+use crate::lab::socket::Status;
 use crate::lab::LabInfo;
 
 fn ms(ns: u64) -> String {

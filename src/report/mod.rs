@@ -15,7 +15,7 @@ pub mod rto;
 pub mod selectors;
 pub mod svg;
 pub mod sweep;
-pub mod synrto;
+pub mod syn_rto;
 pub mod table;
 pub mod tcpinfo;
 pub mod trials;

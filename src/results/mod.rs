@@ -19,7 +19,7 @@ pub mod passive_active;
 pub mod resreq;
 pub mod schema;
 pub mod sweep;
-pub mod synrto;
+pub mod syn_rto;
 
 use crate::kernel::fs;
 use serde::de::DeserializeOwned;

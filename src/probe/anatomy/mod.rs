@@ -9,7 +9,7 @@
 //! The client's two intervals are on its clock, the server's two on its own, and the
 //! network is what remains of the round trip: (client RX − client TX) − (server_recv +
 //! server_app). The five add up to the round trip exactly and no clock is compared
-//! with another (DESIGN: "Anatomy of a transaction").
+//! with another (docs/ARCHITECTURE.md, "one transaction's anatomy").
 //!
 //! The server learns a response's TX stamp only after sending it, so each response
 //! carries the server's two intervals of the *previous* transaction in a trailer after

@@ -1,4 +1,4 @@
-//! The lab's control socket: one JSON request per line on a Unix socket in the lab's
+//! The lab's socket: one JSON request per line on a Unix socket in the lab's
 //! state directory, one JSON reply per line. `lab set`, `lab list` and `lab down` use
 //! it to reach the process that runs the emulator, whether that is a `lab up` daemon
 //! or an experiment holding a [`super::Lab`].
@@ -87,7 +87,7 @@ pub enum Reply {
     Error { message: String },
 }
 
-/// Send one request to the lab whose control socket is `path`.
+/// Send one request to the lab whose socket is `path`.
 ///
 /// # Errors
 /// The socket is gone or silent (the owner died), or the owner answered with an error.

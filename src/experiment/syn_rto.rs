@@ -10,14 +10,14 @@
 //! a's namespace) counts every SYN that was sent again: the witness that the first
 //! one really was lost and the time is the RTO's.
 
-use super::bench::{LabServer, Nft};
 use super::runner::{Experiment, TrialContext};
+use super::testbed::{LabServer, Nft};
 use super::ExperimentError;
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{hz, netns, netstat};
 use crate::lab::Node;
-use crate::results::synrto::{Case, CASES};
+use crate::results::syn_rto::{Case, CASES};
 use crate::results::{write_file, ResultsError};
 use crate::stats::LatencyHistogram;
 use serde::{Deserialize, Serialize};
@@ -126,12 +126,12 @@ impl Drop for Override {
 
 /// `n` connections from a to `to`, each timed from connect() to its return.
 fn connect_times(
-    bench: &LabServer,
+    testbed: &LabServer,
     to: SocketAddr,
     n: u32,
     interrupt: &AtomicBool,
 ) -> Result<(LatencyHistogram, u32, u64), String> {
-    let ns = bench.client_ns();
+    let ns = testbed.client_ns();
     let before = netstat::read(Some(ns))?;
     let (h, failed) = netns::run_in(Some(ns), || {
         let mut h = LatencyHistogram::new();
@@ -172,7 +172,7 @@ impl Experiment for SynRtoExperiment {
     /// An index into [`CASES`].
     type Cell = usize;
     type Record = Case;
-    type Bench = LabServer;
+    type Testbed = LabServer;
 
     fn settings(&self) -> serde_json::Value {
         serde_json::to_value(&self.settings).unwrap_or_default()
@@ -200,7 +200,7 @@ impl Experiment for SynRtoExperiment {
         )
     }
 
-    fn bench(&self) -> Result<LabServer, ExperimentError> {
+    fn testbed(&self) -> Result<LabServer, ExperimentError> {
         let s = &self.settings;
         LabServer::with_rtt(
             &self.lab_name,
@@ -211,17 +211,17 @@ impl Experiment for SynRtoExperiment {
 
     fn trial(
         &self,
-        bench: &LabServer,
+        testbed: &LabServer,
         &k: &usize,
         trial: u32,
         ctx: &TrialContext<'_>,
     ) -> Result<Case, ExperimentError> {
         let s = &self.settings;
         let case = CASES[k];
-        let to = bench.server;
+        let to = testbed.server;
         let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
         let rtt = s.lab_rtt_us as f64 / 1e3;
-        let nft = |script: &str| Nft::spawn(Some(bench.lab()), Node::B)?.run(script);
+        let nft = |script: &str| Nft::spawn(Some(testbed.lab()), Node::B)?.run(script);
         let predicted_ms = match k {
             0 => rtt,
             1 => 1000.0 + rtt,
@@ -237,7 +237,7 @@ impl Experiment for SynRtoExperiment {
             } else {
                 None
             };
-            let r = connect_times(bench, to, s.connections, ctx.interrupt);
+            let r = connect_times(testbed, to, s.connections, ctx.interrupt);
             drop(guard);
             if k > 0 {
                 nft(REMOVE)?;
@@ -298,6 +298,6 @@ impl Experiment for SynRtoExperiment {
     }
 
     fn report(&self, out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
-        crate::report::synrto::write(out, cases)
+        crate::report::syn_rto::write(out, cases)
     }
 }

@@ -3,7 +3,7 @@
 use super::html::Page;
 use super::svg::{LineChart, Series};
 use super::table::Table;
-use crate::results::synrto::{Case, CASES};
+use crate::results::syn_rto::{Case, CASES};
 use crate::results::{read_histogram, read_run, write_file, ResultsError};
 use crate::stats::LatencyHistogram;
 use std::path::Path;
