@@ -46,6 +46,39 @@ pub const LAYERS: [&str; 8] = [
     "passive_ts",
 ];
 
+/// Histogram bounds that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BucketsError {
+    /// Not 0 < min < max, or no bucket per decade.
+    #[error("buckets need 0 < min < max and at least one per decade (got {min:?}, {max:?}, {per_decade})")]
+    Range {
+        /// The lowest bound asked for.
+        min: Duration,
+        /// The highest.
+        max: Duration,
+        /// Buckets per power of ten.
+        per_decade: u32,
+    },
+    /// More buckets than series a peer and layer may have.
+    #[error("{0} buckets is too many (at most 100)")]
+    TooMany(usize),
+    /// Not `MIN:MAX:PER_DECADE`.
+    #[error("{0:?}: give MIN:MAX:PER_DECADE, e.g. 10us:10s:3")]
+    Syntax(String),
+    /// A bound that is not a duration. humantime's reason is in the message, not a
+    /// source: clap prints a value parser's error without its sources.
+    #[error("{text:?} is not a duration: {why}")]
+    Duration {
+        /// The bound as given.
+        text: String,
+        /// humantime's reason.
+        why: humantime::DurationError,
+    },
+    /// A count per decade that is not a number.
+    #[error("{0:?} is not a number of buckets per decade")]
+    PerDecade(String),
+}
+
 /// Log-spaced histogram bounds: `per_decade` per power of ten from `min` to `max`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buckets(Arc<Vec<f64>>);
@@ -54,17 +87,19 @@ impl Buckets {
     /// # Errors
     /// Bounds not positive, `min` not below `max`, no bucket per decade, or more than
     /// 100 buckets (each is a series per peer and layer).
-    pub fn log(min: Duration, max: Duration, per_decade: u32) -> Result<Self, String> {
+    pub fn log(min: Duration, max: Duration, per_decade: u32) -> Result<Self, BucketsError> {
         let (lo, hi) = (min.as_secs_f64(), max.as_secs_f64());
         if lo <= 0.0 || hi <= lo || per_decade == 0 {
-            return Err(format!(
-                "buckets need 0 < min < max and at least one per decade (got {min:?}, {max:?}, {per_decade})"
-            ));
+            return Err(BucketsError::Range {
+                min,
+                max,
+                per_decade,
+            });
         }
         let decades = (hi / lo).log10();
         let n = (decades * f64::from(per_decade)).round() as usize + 1;
         if n > 100 {
-            return Err(format!("{n} buckets is too many (at most 100)"));
+            return Err(BucketsError::TooMany(n));
         }
         let step = decades / (n - 1).max(1) as f64;
         // Rounded to 6 significant digits: `le` values stay readable and stable.
@@ -85,19 +120,22 @@ impl Buckets {
 }
 
 impl std::str::FromStr for Buckets {
-    type Err = String;
+    type Err = BucketsError;
     /// `MIN:MAX:PER_DECADE`, e.g. `10us:10s:3`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, BucketsError> {
         let parts: Vec<&str> = s.split(':').collect();
         let [min, max, per] = parts[..] else {
-            return Err(format!("{s:?}: give MIN:MAX:PER_DECADE, e.g. 10us:10s:3"));
+            return Err(BucketsError::Syntax(s.into()));
         };
         let d = |x: &str| {
-            humantime::parse_duration(x).map_err(|e| format!("{x:?} is not a duration: {e}"))
+            humantime::parse_duration(x).map_err(|why| BucketsError::Duration {
+                text: x.into(),
+                why,
+            })
         };
         let per = per
             .parse()
-            .map_err(|_| format!("{per:?} is not a number of buckets per decade"))?;
+            .map_err(|_| BucketsError::PerDecade(per.into()))?;
         Self::log(d(min)?, d(max)?, per)
     }
 }

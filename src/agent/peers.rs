@@ -37,6 +37,83 @@ pub const MAX_LABELS: usize = 16;
 /// ~40 MB without any.
 pub const MAX_LABELS_BYTES: usize = 512;
 
+/// What is wrong with a target, a label, a mesh, a file_sd file or the config file.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// `[` without its `]`.
+    #[error("target {0:?}: unclosed '['")]
+    UnclosedBracket(String),
+    /// Something other than `:PORT` after `[V6]`.
+    #[error("target {0:?}: expected :PORT after ']'")]
+    AfterBracket(String),
+    /// An empty host, or one with white space.
+    #[error("target {0:?}: no host")]
+    NoHost(String),
+    /// A host longer than DNS allows ([`MAX_HOST_BYTES`]).
+    #[error("target's host of {0} bytes: a host name has at most {MAX_HOST_BYTES}")]
+    HostTooLong(usize),
+    /// A port that is not a number in 1–65535.
+    #[error("target {target:?}: port {port:?} is not in 1-65535")]
+    BadPort {
+        /// The target as given.
+        target: String,
+        /// Its port part.
+        port: String,
+    },
+    /// Not `[a-zA-Z_][a-zA-Z0-9_]*`.
+    #[error("label {0:?} is not a Prometheus label name")]
+    NotALabelName(String),
+    /// `__…`.
+    #[error("label {0:?}: names starting with __ are Prometheus's own")]
+    ReservedLabel(String),
+    /// One of the labels the agent sets itself.
+    #[error("label {0:?} is set by the agent itself")]
+    OwnLabel(String),
+    /// `random:K` with K not a number.
+    #[error("random:{0}: not a number of peers")]
+    RandomCount(String),
+    /// A `--mesh` that is none of the forms.
+    #[error("{0:?}: give full, group:LABEL, random:K or group:LABEL,random:K")]
+    MeshSyntax(String),
+    /// `random:0` alone.
+    #[error("{0:?} selects no peer")]
+    EmptyMesh(String),
+    /// `group:LABEL` without knowing which target is this host.
+    #[error("--mesh group:{0}: this host is not among the targets (give --self TARGET)")]
+    SelfUnknown(String),
+    /// `group:LABEL` for a host without that label.
+    #[error("--mesh group:{label}: this host ({target}) has no label {label:?}")]
+    SelfUnlabelled {
+        /// The group's label.
+        label: String,
+        /// This host's target.
+        target: String,
+    },
+    /// The file could not be read (see [`fs::read_text`]).
+    #[error(transparent)]
+    Read(#[from] fs::FileError),
+    /// A file_sd file that is not what Prometheus reads, with the line and key.
+    #[error(transparent)]
+    FileSd(#[from] serde_json::Error),
+    /// The config file is not TOML or has an unknown key.
+    #[error("{}", match line { Some(l) => format!("line {l}: {msg}"), None => msg.clone() })]
+    Config {
+        /// Where, when the parser knows.
+        line: Option<usize>,
+        /// The parser's message.
+        msg: String,
+    },
+    /// One of the above in file `path`.
+    #[error("{}", path.display())]
+    InFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong in it.
+        #[source]
+        source: Box<PeerError>,
+    },
+}
+
 /// A peer: where it is, the name its series carry, and its own labels.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Peer {
@@ -53,16 +130,16 @@ impl Peer {
     ///
     /// # Errors
     /// Empty host, or a port that is not a number in 1–65535.
-    pub fn parse(s: &str, labels: Vec<(String, String)>) -> Result<Self, String> {
+    pub fn parse(s: &str, labels: Vec<(String, String)>) -> Result<Self, PeerError> {
         let s = s.trim();
         let (host, port) = if let Some(rest) = s.strip_prefix('[') {
             let (h, after) = rest
                 .split_once(']')
-                .ok_or_else(|| format!("target {s:?}: unclosed '['"))?;
+                .ok_or_else(|| PeerError::UnclosedBracket(s.into()))?;
             match after.strip_prefix(':') {
                 Some(p) => (h, Some(p)),
                 None if after.is_empty() => (h, None),
-                None => return Err(format!("target {s:?}: expected :PORT after ']'")),
+                None => return Err(PeerError::AfterBracket(s.into())),
             }
         } else if s.parse::<std::net::Ipv6Addr>().is_ok() {
             (s, None)
@@ -73,13 +150,10 @@ impl Peer {
             }
         };
         if host.is_empty() || host.contains(char::is_whitespace) {
-            return Err(format!("target {s:?}: no host"));
+            return Err(PeerError::NoHost(s.into()));
         }
         if host.len() > MAX_HOST_BYTES {
-            return Err(format!(
-                "target's host of {} bytes: a host name has at most {MAX_HOST_BYTES}",
-                host.len()
-            ));
+            return Err(PeerError::HostTooLong(host.len()));
         }
         let port = match port {
             None => DEFAULT_PORT,
@@ -87,7 +161,10 @@ impl Peer {
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p > 0)
-                .ok_or_else(|| format!("target {s:?}: port {p:?} is not in 1-65535"))?,
+                .ok_or_else(|| PeerError::BadPort {
+                    target: s.into(),
+                    port: p.into(),
+                })?,
         };
         let target = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -115,22 +192,20 @@ impl Peer {
 ///
 /// # Errors
 /// Not `[a-zA-Z_][a-zA-Z0-9_]*`, reserved (`__…`), or one of the agent's own.
-pub fn check_label_name(k: &str) -> Result<(), String> {
+pub fn check_label_name(k: &str) -> Result<(), PeerError> {
     let ok = k
         .bytes()
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
         && k.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
     if !ok {
-        return Err(format!("label {k:?} is not a Prometheus label name"));
+        return Err(PeerError::NotALabelName(k.into()));
     }
     if k.starts_with("__") {
-        return Err(format!(
-            "label {k:?}: names starting with __ are Prometheus's own"
-        ));
+        return Err(PeerError::ReservedLabel(k.into()));
     }
     if OWN_LABELS.contains(&k) {
-        return Err(format!("label {k:?} is set by the agent itself"));
+        return Err(PeerError::OwnLabel(k.into()));
     }
     Ok(())
 }
@@ -207,18 +282,20 @@ fn labels<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::E
 /// # Errors
 /// Unreadable, not a regular file, too large or malformed: the message names the
 /// file, and the line and key.
-pub fn read_file_sd(path: &Path) -> Result<Vec<Peer>, String> {
-    let text = fs::read_text(path, "peers file", fs::CONFIG_MAX_BYTES)
-        .map_err(|e| crate::error_chain(&e))?;
-    parse_file_sd(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_file_sd(path: &Path) -> Result<Vec<Peer>, PeerError> {
+    let text = fs::read_text(path, "peers file", fs::CONFIG_MAX_BYTES)?;
+    parse_file_sd(&text).map_err(|e| PeerError::InFile {
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 /// [`read_file_sd`] on text.
 ///
 /// # Errors
 /// Malformed, with the line and key.
-pub fn parse_file_sd(text: &str) -> Result<Vec<Peer>, String> {
-    let groups: Vec<Group> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+pub fn parse_file_sd(text: &str) -> Result<Vec<Peer>, PeerError> {
+    let groups: Vec<Group> = serde_json::from_str(text)?;
     Ok(groups.into_iter().flat_map(|g| g.0).collect())
 }
 
@@ -234,9 +311,9 @@ pub struct Mesh {
 }
 
 impl std::str::FromStr for Mesh {
-    type Err = String;
+    type Err = PeerError;
     /// `full`, `group:LABEL`, `random:K`, or `group:LABEL,random:K`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, PeerError> {
         let mut m = Self::default();
         if s == "full" {
             return Ok(m);
@@ -250,17 +327,15 @@ impl std::str::FromStr for Mesh {
                 Some(("random", k)) => {
                     m.random = k
                         .parse()
-                        .map_err(|_| format!("random:{k}: not a number of peers"))?;
+                        .map_err(|_| PeerError::RandomCount(k.into()))?;
                 }
                 _ => {
-                    return Err(format!(
-                        "{s:?}: give full, group:LABEL, random:K or group:LABEL,random:K"
-                    ))
+                    return Err(PeerError::MeshSyntax(s.into()))
                 }
             }
         }
         if m.group.is_none() && m.random == 0 {
-            return Err(format!("{s:?} selects no peer"));
+            return Err(PeerError::EmptyMesh(s.into()));
         }
         Ok(m)
     }
@@ -274,7 +349,7 @@ impl Mesh {
     ///
     /// # Errors
     /// A group is asked for but `me` is unknown or has no value for its label.
-    pub fn select(&self, all: &[Peer], me: Option<&Peer>) -> Result<Vec<Peer>, String> {
+    pub fn select(&self, all: &[Peer], me: Option<&Peer>) -> Result<Vec<Peer>, PeerError> {
         let mut others: Vec<Peer> = all
             .iter()
             .filter(|p| me.is_none_or(|m| p.target != m.target))
@@ -286,15 +361,13 @@ impl Mesh {
             None if self.random == 0 => return Ok(others),
             None => (Vec::new(), others),
             Some(label) => {
-                let me = me.ok_or_else(|| {
-                    format!("--mesh group:{label}: this host is not among the targets (give --self TARGET)")
-                })?;
-                let mine = me.label(label).ok_or_else(|| {
-                    format!(
-                        "--mesh group:{label}: this host ({}) has no label {label:?}",
-                        me.target
-                    )
-                })?;
+                let me = me.ok_or_else(|| PeerError::SelfUnknown(label.clone()))?;
+                let mine = me
+                    .label(label)
+                    .ok_or_else(|| PeerError::SelfUnlabelled {
+                        label: label.clone(),
+                        target: me.target.clone(),
+                    })?;
                 others
                     .into_iter()
                     .partition(|p| p.label(label) == Some(mine))
@@ -338,17 +411,19 @@ pub struct ConfigFile {
 /// # Errors
 /// Unreadable, not a regular file, too large, not TOML, or an unknown key: the message
 /// names the file, and the line and key.
-pub fn read_config(path: &Path) -> Result<ConfigFile, String> {
-    let text = fs::read_text(path, "config file", fs::CONFIG_MAX_BYTES)
-        .map_err(|e| crate::error_chain(&e))?;
-    parse_config(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_config(path: &Path) -> Result<ConfigFile, PeerError> {
+    let text = fs::read_text(path, "config file", fs::CONFIG_MAX_BYTES)?;
+    parse_config(&text).map_err(|e| PeerError::InFile {
+        path: path.to_owned(),
+        source: Box::new(e),
+    })
 }
 
 /// [`read_config`] on text.
 ///
 /// # Errors
 /// As [`read_config`].
-pub fn parse_config(text: &str) -> Result<ConfigFile, String> {
+pub fn parse_config(text: &str) -> Result<ConfigFile, PeerError> {
     toml::from_str(text).map_err(|e| {
         let line = e.span().map(|s| {
             text.as_bytes()[..s.start.min(text.len())]
@@ -357,10 +432,9 @@ pub fn parse_config(text: &str) -> Result<ConfigFile, String> {
                 .count()
                 + 1
         });
-        let msg = e.message().trim().to_string();
-        match line {
-            Some(l) => format!("line {l}: {msg}"),
-            None => msg,
+        PeerError::Config {
+            line,
+            msg: e.message().trim().to_string(),
         }
     })
 }
@@ -405,7 +479,7 @@ mod tests {
                 .len(),
             128
         );
-        let e = parse_file_sd(&group(&at(129))).unwrap_err();
+        let e = parse_file_sd(&group(&at(129))).unwrap_err().to_string();
         assert!(
             e.contains("129 bytes, at most 128") && e.contains("line 2"),
             "{e}"
@@ -413,15 +487,15 @@ mod tests {
         let wide: Vec<String> = (0..6)
             .map(|i| format!("\"l{i}\": \"{}\"", "v".repeat(100)))
             .collect();
-        let e = parse_file_sd(&group(&wide.join(","))).unwrap_err();
+        let e = parse_file_sd(&group(&wide.join(","))).unwrap_err().to_string();
         assert!(
             e.contains("612 bytes of names and values, at most 512"),
             "{e}"
         );
         let many: Vec<String> = (0..17).map(|i| format!("\"l{i}\": \"v\"")).collect();
-        let e = parse_file_sd(&group(&many.join(","))).unwrap_err();
+        let e = parse_file_sd(&group(&many.join(","))).unwrap_err().to_string();
         assert!(e.contains("17 labels, at most 16"), "{e}");
-        let e = Peer::parse(&format!("{}:1", "h".repeat(254)), Vec::new()).unwrap_err();
+        let e = Peer::parse(&format!("{}:1", "h".repeat(254)), Vec::new()).unwrap_err().to_string();
         assert!(
             e.contains("host of 254 bytes: a host name has at most 253"),
             "{e}"
@@ -460,7 +534,7 @@ mod tests {
             ("[\n {\"targets\": [\"a\"]\n", "line 3", ""),
         ];
         for (text, line, key) in cases {
-            let e = parse_file_sd(text).unwrap_err();
+            let e = parse_file_sd(text).unwrap_err().to_string();
             assert!(e.contains(line) && e.contains(key), "{text:?}: {e}");
         }
     }
@@ -471,9 +545,9 @@ mod tests {
             parse_config("peers = [\"a\", \"b:1\"]\ninterval = \"2s\"\nself = \"a\"\n").unwrap();
         assert_eq!(ok.peers.unwrap().len(), 2);
         assert_eq!(ok.self_target.as_deref(), Some("a"));
-        let e = parse_config("interval = \"1s\"\n\nintervall = \"2s\"\n").unwrap_err();
+        let e = parse_config("interval = \"1s\"\n\nintervall = \"2s\"\n").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("intervall"), "{e}");
-        let e = parse_config("peers = \"a\"\n").unwrap_err();
+        let e = parse_config("peers = \"a\"\n").unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");
     }
 

@@ -43,13 +43,18 @@ impl Probe {
     }
 }
 
+/// A probe name that is none of [`Probe::ALL`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a probe (icmp, tcp_rr, udp_rr, tcp_crr)")]
+pub struct NotAProbe(pub String);
+
 impl std::str::FromStr for Probe {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NotAProbe;
+    fn from_str(s: &str) -> Result<Self, NotAProbe> {
         Self::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| format!("{s:?} is not a probe (icmp, tcp_rr, udp_rr, tcp_crr)"))
+            .ok_or_else(|| NotAProbe(s.into()))
     }
 }
 

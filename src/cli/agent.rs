@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use rttlab::agent::exposition::write_textfile;
 use rttlab::agent::http::{HttpLimits, MetricsServer};
-use rttlab::agent::metrics::{Buckets, Metrics};
+use rttlab::agent::metrics::{Buckets, BucketsError, Metrics};
 use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
 use rttlab::agent::prober::{self, Probe, ProbeSettings};
@@ -145,7 +145,7 @@ struct Plan {
 
 fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result<Plan> {
     let file = match &a.config {
-        Some(p) => peers::read_config(p).map_err(anyhow::Error::msg)?,
+        Some(p) => peers::read_config(p)?,
         None => ConfigFile::default(),
     };
     let at = |key: &str| {
@@ -158,7 +158,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
     } else if let Some(list) = &file.probes {
         list.iter()
             .map(|s| s.parse())
-            .collect::<Result<Vec<Probe>, String>>()
+            .collect::<Result<Vec<Probe>, _>>()
             .map_err(|e| anyhow::anyhow!("{}{e}", at("probes")))?
     } else {
         Probe::DEFAULT.to_vec()
@@ -188,17 +188,17 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
         (Some(b), _) => b.clone(),
         (None, Some(b)) => b
             .parse()
-            .map_err(|e| anyhow::anyhow!("{}{e}", at("buckets")))?,
-        (None, None) => "10us:10s:3".parse().map_err(anyhow::Error::msg)?,
+            .map_err(|e: BucketsError| anyhow::anyhow!("{}{e}", at("buckets")))?,
+        (None, None) => "10us:10s:3".parse()?,
     };
     let peers_file = a.peers_file.clone().or(file.peers_file.clone());
     let mut all = Vec::new();
     for t in a.peers.iter().chain(file.peers.iter().flatten()) {
-        all.push(Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--peer: {e}"))?);
+        all.push(Peer::parse(t, Vec::new()).context("--peer")?);
     }
     let peers_stamp = stamp(&peers_file);
     if let Some(f) = &peers_file {
-        all.extend(peers::read_file_sd(f).map_err(anyhow::Error::msg)?);
+        all.extend(peers::read_file_sd(f)?);
     }
     // Before anything is done per peer (is_me resolves names).
     if all.len() > a.max_peers {
@@ -210,7 +210,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
     }
     let me = match a.self_target.as_ref().or(file.self_target.as_ref()) {
         Some(t) => {
-            let p = Peer::parse(t, Vec::new()).map_err(|e| anyhow::anyhow!("--self: {e}"))?;
+            let p = Peer::parse(t, Vec::new()).context("--self")?;
             Some(
                 all.iter()
                     .find(|x| x.target == p.target)
@@ -220,7 +220,7 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
         }
         None => all.iter().find(|p| is_me(p, own_port)).cloned(),
     };
-    let peers = mesh.select(&all, me.as_ref()).map_err(anyhow::Error::msg)?;
+    let peers = mesh.select(&all, me.as_ref())?;
     check_descriptors(peers.len(), &probes, a.metrics_max_connections)?;
     Ok(Plan {
         peers,

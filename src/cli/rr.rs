@@ -253,7 +253,7 @@ fn confidence_arg(s: &str) -> Result<(u32, f64), String> {
         .trim()
         .parse()
         .map_err(|_| format!("{l:?} is not a level"))?;
-    rttlab::stats::confidence::Level::from_percent(level)?;
+    rttlab::stats::confidence::Level::from_percent(level).map_err(|e| e.to_string())?;
     let width: f64 = w
         .trim()
         .parse()
@@ -492,7 +492,8 @@ fn iterate(
     min: usize,
 ) -> Result<rttlab::probe::rr::RrResult, rttlab::probe::rr::RrError> {
     use rttlab::stats::confidence::{Interval, Level};
-    let lvl = Level::from_percent(level).map_err(rttlab::probe::rr::RrError::Limit)?;
+    let lvl = Level::from_percent(level)
+        .map_err(|e| rttlab::probe::rr::RrError::Limit(e.to_string()))?;
     let (mut tps, mut lat) = (Vec::new(), Vec::new());
     loop {
         let mut r = rr::run(settings, ctl)?;

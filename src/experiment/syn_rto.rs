@@ -132,7 +132,7 @@ fn connect_times(
     interrupt: &AtomicBool,
 ) -> Result<(LatencyHistogram, u32, u64), String> {
     let ns = testbed.client_ns();
-    let before = netstat::read(Some(ns))?;
+    let before = netstat::read(Some(ns)).map_err(|e| crate::error_chain(&e))?;
     let (h, failed) = netns::run_in(Some(ns), || {
         let mut h = LatencyHistogram::new();
         let mut failed = 0;
@@ -153,7 +153,7 @@ fn connect_times(
         (h, failed)
     })
     .map_err(|e| crate::error_chain(&e))?;
-    let after = netstat::read(Some(ns))?;
+    let after = netstat::read(Some(ns)).map_err(|e| crate::error_chain(&e))?;
     Ok((
         h,
         failed,

@@ -37,20 +37,36 @@ pub fn parse(text: &str) -> Counters {
 ///
 /// # Errors
 /// No such namespace, or the files cannot be read.
-pub fn read(ns: Option<&str>) -> Result<Counters, String> {
+pub fn read(ns: Option<&str>) -> Result<Counters, NetstatError> {
     netns::run_in(ns, || {
         let mut c = Counters::new();
         for f in [
             "/proc/thread-self/net/netstat",
             "/proc/thread-self/net/snmp",
         ] {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| format!("{f}: {}", crate::error_chain(&e)))?;
+            let text =
+                std::fs::read_to_string(f).map_err(|source| NetstatError::Read { file: f, source })?;
             c.extend(parse(&text));
         }
         Ok(c)
-    })
-    .map_err(|e| crate::error_chain(&e))?
+    })?
+}
+
+/// Why the counters could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum NetstatError {
+    /// The namespace could not be entered.
+    #[error(transparent)]
+    Netns(#[from] netns::NetnsError),
+    /// A counters file could not be read.
+    #[error("{file}")]
+    Read {
+        /// The file under /proc.
+        file: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// `after − before` for `key` (0 when missing).

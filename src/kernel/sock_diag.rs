@@ -113,8 +113,14 @@ pub enum DiagError {
     Netns(#[from] NetnsError),
     #[error("sock_diag (is the inet_diag/tcp_diag module available?)")]
     Syscall(#[from] SyscallError),
-    #[error("{0}")]
-    Filter(String),
+    /// A filter the kernel's bytecode cannot express.
+    #[error("prefix /{prefix} is longer than the address ({bits} bits)")]
+    Prefix {
+        /// The prefix length asked for.
+        prefix: u8,
+        /// The address's length.
+        bits: u8,
+    },
 }
 
 /// A sock_diag socket, possibly inside another network namespace.
@@ -131,7 +137,10 @@ fn addr_bytes(ip: IpAddr) -> Vec<u8> {
 
 /// The bytecode of `f`: an AND of conditions. Each op jumps to the next when true and
 /// past the end (rejecting the socket) when false.
-pub fn bytecode(f: &DiagFilter) -> Result<Vec<u8>, String> {
+///
+/// # Errors
+/// A prefix longer than its address.
+pub fn bytecode(f: &DiagFilter) -> Result<Vec<u8>, DiagError> {
     // (code, operand bytes)
     let mut ops: Vec<(u8, Vec<u8>)> = Vec::new();
     let port_ops = |ops: &mut Vec<(u8, Vec<u8>)>, ge: u8, le: u8, (lo, hi): (u16, u16)| {
@@ -157,9 +166,7 @@ pub fn bytecode(f: &DiagFilter) -> Result<Vec<u8>, String> {
                 (libc::AF_INET6 as u8, 128)
             };
             if prefix > bits {
-                return Err(format!(
-                    "prefix /{prefix} is longer than the address ({bits} bits)"
-                ));
+                return Err(DiagError::Prefix { prefix, bits });
             }
             // struct inet_diag_hostcond { u8 family; u8 prefix_len; int port; __be32 addr[]; }
             let mut h = vec![family, prefix, 0, 0];
@@ -266,7 +273,7 @@ impl SockDiag {
         f: &DiagFilter,
         mut each: impl FnMut(SockEntry),
     ) -> Result<(), DiagError> {
-        let bc = bytecode(f).map_err(DiagError::Filter)?;
+        let bc = bytecode(f)?;
         for (wanted, family) in [(f.ipv4, libc::AF_INET), (f.ipv6, libc::AF_INET6)] {
             if !wanted {
                 continue;

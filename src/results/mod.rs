@@ -264,7 +264,7 @@ pub fn read_histogram(
     let p = dir.join(name);
     let text = read_file(dir, name)?;
     crate::stats::LatencyHistogram::from_csv(&text)
-        .map_err(|msg| invalid(&p, format!("not a histogram rttlab wrote: {msg}")))
+        .map_err(|e| invalid(&p, format!("not a histogram rttlab wrote: {e}")))
 }
 
 /// The layout version of a `run.json`: its `"schema"` (`rttlab.results/N`), or 1 for

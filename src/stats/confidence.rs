@@ -25,16 +25,21 @@ pub enum Level {
     P99,
 }
 
+/// A confidence level other than netperf's two.
+#[derive(Debug, thiserror::Error)]
+#[error("confidence level {0}: 95 or 99, as netperf's -I")]
+pub struct UnknownLevel(pub u32);
+
 impl Level {
     /// 95 or 99.
     ///
     /// # Errors
     /// Any other level (netperf's are these two).
-    pub fn from_percent(p: u32) -> Result<Self, String> {
+    pub fn from_percent(p: u32) -> Result<Self, UnknownLevel> {
         match p {
             95 => Ok(Self::P95),
             99 => Ok(Self::P99),
-            _ => Err(format!("confidence level {p}: 95 or 99, as netperf's -I")),
+            _ => Err(UnknownLevel(p)),
         }
     }
 

@@ -10,6 +10,30 @@ pub const MAX_TRACKABLE_NS: u64 = 3_600 * 1_000_000_000;
 /// Significant decimal digits kept by the histogram: a value is known to 0.1 % of itself.
 const SIGNIFICANT_DIGITS: u8 = 3;
 
+/// Why a histogram file cannot be read back ([`LatencyHistogram::from_csv`]).
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    /// A line that is neither a comment, the header nor `value,count`.
+    #[error("line {number}: cannot read {text:?}")]
+    Line {
+        /// 1-based.
+        number: usize,
+        /// The line.
+        text: String,
+    },
+    /// No moments line: not written by rttlab.
+    #[error("no \"# count=…\" line: not an rttlab histogram")]
+    NoHeader,
+    /// Buckets and header disagree (a cut or edited file).
+    #[error("the buckets hold {buckets} samples, the header says {header}")]
+    Count {
+        /// Samples in the buckets.
+        buckets: u64,
+        /// The header's count.
+        header: u64,
+    },
+}
+
 /// All samples of one measurement. Recording is O(1) and allocation-free, memory is
 /// fixed (~200 KiB) however long the run, and min/max/mean/stddev are exact because
 /// they are kept outside the histogram's buckets.
@@ -202,11 +226,14 @@ impl LatencyHistogram {
     ///
     /// # Errors
     /// The text is not such a histogram (the message names the line).
-    pub fn from_csv(text: &str) -> Result<Self, String> {
+    pub fn from_csv(text: &str) -> Result<Self, CsvError> {
         let mut h = Self::new();
         let mut moments = false;
         for (n, line) in text.lines().enumerate() {
-            let bad = || format!("line {}: cannot read {line:?}", n + 1);
+            let bad = || CsvError::Line {
+                number: n + 1,
+                text: line.into(),
+            };
             if line.starts_with("# count=") {
                 let field = |k: &str| {
                     line.split(' ')
@@ -239,14 +266,13 @@ impl LatencyHistogram {
             }
         }
         if !moments {
-            return Err("no \"# count=…\" line: not an rttlab histogram".into());
+            return Err(CsvError::NoHeader);
         }
         if h.hist.len() != h.count {
-            return Err(format!(
-                "the buckets hold {} samples, the header says {}",
-                h.hist.len(),
-                h.count
-            ));
+            return Err(CsvError::Count {
+                buckets: h.hist.len(),
+                header: h.count,
+            });
         }
         Ok(h)
     }
