@@ -93,7 +93,7 @@ fuzz_target!(|data: &[u8]| {
                 let refuse = ops.first().is_some_and(|b| b & 1 == 1);
                 ops = ops.get(1..).unwrap_or(&[]);
                 match asked.take() {
-                    Some(Action::Open(_)) if refuse => conv.test_refused("server busy".into()),
+                    Some(Action::Open(_)) if refuse => conv.test_refused(&rttlab::probe::server::Refusal::Busy { used: 1, limit: 1 }),
                     Some(Action::Open(spec)) => {
                         test_ends = Some(
                             now + Duration::from_millis(spec.max_duration_ms)

@@ -157,14 +157,15 @@ impl Peer {
         }
         let port = match port {
             None => DEFAULT_PORT,
-            Some(p) => p
-                .parse::<u16>()
-                .ok()
-                .filter(|p| *p > 0)
-                .ok_or_else(|| PeerError::BadPort {
-                    target: s.into(),
-                    port: p.into(),
-                })?,
+            Some(p) => {
+                p.parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| PeerError::BadPort {
+                        target: s.into(),
+                        port: p.into(),
+                    })?
+            }
         };
         let target = if host.contains(':') {
             format!("[{host}]:{port}")
@@ -325,13 +326,9 @@ impl std::str::FromStr for Mesh {
                     m.group = Some(l.to_string());
                 }
                 Some(("random", k)) => {
-                    m.random = k
-                        .parse()
-                        .map_err(|_| PeerError::RandomCount(k.into()))?;
+                    m.random = k.parse().map_err(|_| PeerError::RandomCount(k.into()))?;
                 }
-                _ => {
-                    return Err(PeerError::MeshSyntax(s.into()))
-                }
+                _ => return Err(PeerError::MeshSyntax(s.into())),
             }
         }
         if m.group.is_none() && m.random == 0 {
@@ -362,12 +359,10 @@ impl Mesh {
             None => (Vec::new(), others),
             Some(label) => {
                 let me = me.ok_or_else(|| PeerError::SelfUnknown(label.clone()))?;
-                let mine = me
-                    .label(label)
-                    .ok_or_else(|| PeerError::SelfUnlabelled {
-                        label: label.clone(),
-                        target: me.target.clone(),
-                    })?;
+                let mine = me.label(label).ok_or_else(|| PeerError::SelfUnlabelled {
+                    label: label.clone(),
+                    target: me.target.clone(),
+                })?;
                 others
                     .into_iter()
                     .partition(|p| p.label(label) == Some(mine))
@@ -487,15 +482,21 @@ mod tests {
         let wide: Vec<String> = (0..6)
             .map(|i| format!("\"l{i}\": \"{}\"", "v".repeat(100)))
             .collect();
-        let e = parse_file_sd(&group(&wide.join(","))).unwrap_err().to_string();
+        let e = parse_file_sd(&group(&wide.join(",")))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("612 bytes of names and values, at most 512"),
             "{e}"
         );
         let many: Vec<String> = (0..17).map(|i| format!("\"l{i}\": \"v\"")).collect();
-        let e = parse_file_sd(&group(&many.join(","))).unwrap_err().to_string();
+        let e = parse_file_sd(&group(&many.join(",")))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("17 labels, at most 16"), "{e}");
-        let e = Peer::parse(&format!("{}:1", "h".repeat(254)), Vec::new()).unwrap_err().to_string();
+        let e = Peer::parse(&format!("{}:1", "h".repeat(254)), Vec::new())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("host of 254 bytes: a host name has at most 253"),
             "{e}"
@@ -545,7 +546,9 @@ mod tests {
             parse_config("peers = [\"a\", \"b:1\"]\ninterval = \"2s\"\nself = \"a\"\n").unwrap();
         assert_eq!(ok.peers.unwrap().len(), 2);
         assert_eq!(ok.self_target.as_deref(), Some("a"));
-        let e = parse_config("interval = \"1s\"\n\nintervall = \"2s\"\n").unwrap_err().to_string();
+        let e = parse_config("interval = \"1s\"\n\nintervall = \"2s\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 3") && e.contains("intervall"), "{e}");
         let e = parse_config("peers = \"a\"\n").unwrap_err().to_string();
         assert!(e.contains("line 1"), "{e}");

@@ -492,8 +492,8 @@ fn iterate(
     min: usize,
 ) -> Result<rttlab::probe::rr::RrResult, rttlab::probe::rr::RrError> {
     use rttlab::stats::confidence::{Interval, Level};
-    let lvl = Level::from_percent(level)
-        .map_err(|e| rttlab::probe::rr::RrError::Limit(e.to_string()))?;
+    let lvl =
+        Level::from_percent(level).map_err(|e| rttlab::probe::rr::RrError::Limit(e.to_string()))?;
     let (mut tps, mut lat) = (Vec::new(), Vec::new());
     loop {
         let mut r = rr::run(settings, ctl)?;

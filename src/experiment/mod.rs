@@ -19,9 +19,9 @@ pub enum ExperimentError {
     Lab(#[from] crate::lab::LabError),
     #[error(transparent)]
     Results(#[from] crate::results::ResultsError),
-    /// Settings that cannot run (the message says which and what to use).
-    #[error("{0}")]
-    Invalid(String),
+    /// A passive-vs-active scenario that is none of the three.
+    #[error("unknown scenario {0:?}: use delay, loss-N (percent) or queue-NKB")]
+    UnknownScenario(String),
     /// A step of setting up where the trials run failed; its error is the source.
     #[error("setting up the experiment: {step}")]
     Setup {

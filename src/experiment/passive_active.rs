@@ -519,11 +519,9 @@ impl PassiveVsActive {
             .scenarios
             .iter()
             .map(|n| {
-                Scenario::parse(n).map(|sc| (n.clone(), sc)).ok_or_else(|| {
-                    ExperimentError::Invalid(format!(
-                        "unknown scenario {n:?}: use delay, loss-N (percent) or queue-NKB"
-                    ))
-                })
+                Scenario::parse(n)
+                    .map(|sc| (n.clone(), sc))
+                    .ok_or_else(|| ExperimentError::UnknownScenario(n.clone()))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
@@ -577,7 +575,7 @@ impl Experiment for PassiveVsActive {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, sc)| *sc)
-            .ok_or_else(|| ExperimentError::Invalid(format!("unknown scenario {name:?}")))?;
+            .ok_or_else(|| ExperimentError::UnknownScenario(name.into()))?;
         Ok(scenario(
             testbed,
             &self.settings,

@@ -44,8 +44,8 @@ pub fn read(ns: Option<&str>) -> Result<Counters, NetstatError> {
             "/proc/thread-self/net/netstat",
             "/proc/thread-self/net/snmp",
         ] {
-            let text =
-                std::fs::read_to_string(f).map_err(|source| NetstatError::Read { file: f, source })?;
+            let text = std::fs::read_to_string(f)
+                .map_err(|source| NetstatError::Read { file: f, source })?;
             c.extend(parse(&text));
         }
         Ok(c)

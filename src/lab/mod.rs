@@ -54,9 +54,20 @@ pub enum LabError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// Building the lab cannot go on, with no error underneath.
-    #[error("building the lab failed: {0}")]
-    Cannot(String),
+    /// A star of one host, or of more than the lab can address.
+    #[error("building the lab failed: a star has 2 to {max} hosts, not {hosts}")]
+    StarSize {
+        /// Hosts asked for.
+        hosts: usize,
+        /// [`topology::MAX_HOSTS`].
+        max: usize,
+    },
+    /// Every lab index is taken.
+    #[error("building the lab failed: {0} labs exist already")]
+    TooManyLabs(usize),
+    /// The emulator's thread ended before it said whether it started.
+    #[error("building the lab failed: the emulator thread died")]
+    EmulatorThreadDied,
     #[error("removing the lab: {step}")]
     Teardown {
         step: String,
@@ -71,8 +82,27 @@ pub enum LabError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The lab's process refused a request; its reason crossed the lab's socket as text.
     #[error("{0}")]
     Refused(String),
+    /// A link of a host the lab does not have.
+    #[error("lab {lab:?} has no link of a host {host:?} (links are a star's: lab up --hosts N)")]
+    NoSuchLink {
+        /// The lab.
+        lab: String,
+        /// The host named.
+        host: String,
+    },
+    /// `lab down` of a lab an experiment or a test holds.
+    #[error("lab {lab:?} belongs to process {pid} (an experiment or test); stop that process, or use `rttlab lab down --force`")]
+    NotADaemon {
+        /// The lab.
+        lab: String,
+        /// The process that holds it.
+        pid: i32,
+    },
+    /// The emulator's thread stopped; its error chain, kept as text because it is
+    /// handed from the emulator's thread to every later request.
     #[error("the lab's emulator stopped: {0}; remove the lab with `rttlab lab down`")]
     EmulatorDied(String),
 }
@@ -212,11 +242,9 @@ impl Inner {
                     .all_hosts()
                     .iter()
                     .position(|h| h.name == name && self.info.is_star())
-                    .ok_or_else(|| {
-                        LabError::Refused(format!(
-                            "lab {:?} has no link of a host {name:?} (links are a star's: lab up --hosts N)",
-                            self.info.name
-                        ))
+                    .ok_or_else(|| LabError::NoSuchLink {
+                        lab: self.info.name.clone(),
+                        host: name.into(),
                     })?;
                 Ok(vec![&self.links[i]])
             }
@@ -295,9 +323,9 @@ impl Inner {
     fn handle(&self, req: Request) -> Reply {
         let r = match req {
             Request::Status => return Reply::Status(Box::new(self.status())),
-            Request::Set { link, dirs, patch } => self
-                .set(link.as_deref(), &dirs, &patch)
-                .map(|()| Reply::Ok),
+            Request::Set { link, dirs, patch } => {
+                self.set(link.as_deref(), &dirs, &patch).map(|()| Reply::Ok)
+            }
             Request::Blackout {
                 link,
                 dirs,
@@ -311,10 +339,10 @@ impl Inner {
                 self.shutdown.store(true, Ordering::Release);
                 Ok(Reply::Ok)
             }
-            Request::Shutdown => Err(LabError::Refused(format!(
-                "lab {:?} belongs to process {} (an experiment or test); stop that process, or use `rttlab lab down --force`",
-                self.info.name, self.info.owner_pid
-            ))),
+            Request::Shutdown => Err(LabError::NotADaemon {
+                lab: self.info.name.clone(),
+                pid: self.info.owner_pid,
+            }),
         };
         r.unwrap_or_else(|e| Reply::Error {
             message: crate::error_chain(&e),
@@ -348,11 +376,10 @@ impl Lab {
             imp.validate()?;
         }
         if spec.star.len() == 1 || spec.star.len() > topology::MAX_HOSTS {
-            return Err(LabError::Cannot(format!(
-                "a star has 2 to {} hosts, not {}",
-                topology::MAX_HOSTS,
-                spec.star.len()
-            )));
+            return Err(LabError::StarSize {
+                hosts: spec.star.len(),
+                max: topology::MAX_HOSTS,
+            });
         }
         if !is_root() {
             return Err(LabError::NotRoot);
@@ -685,7 +712,7 @@ fn spawn_emulator(
     match rx.recv() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(setup("starting the emulator")(e)),
-        Err(_) => return Err(LabError::Cannot("the emulator thread died".into())),
+        Err(_) => return Err(LabError::EmulatorThreadDied),
     }
     while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {
         std::thread::yield_now();

@@ -493,7 +493,7 @@ pub fn free_index() -> Result<u8, LabError> {
         .collect();
     (0..=255u8)
         .find(|i| !used.contains(i))
-        .ok_or_else(|| LabError::Cannot("256 labs exist already".into()))
+        .ok_or(LabError::TooManyLabs(256))
 }
 
 #[cfg(test)]

@@ -216,29 +216,43 @@ impl std::fmt::Display for PortRange {
     }
 }
 
+/// A `--data-ports` value that is not a range of unprivileged ports.
+#[derive(Debug, thiserror::Error)]
+pub enum PortRangeError {
+    /// No `-`.
+    #[error("{0:?}: expected LOW-HIGH, e.g. 12867-32767")]
+    Syntax(String),
+    /// An end that is not a port number.
+    #[error("{0:?} is not a port number")]
+    Port(String),
+    /// A privileged port.
+    #[error("data ports must be 1024 or above (privileged ports are never served), not {0}")]
+    Privileged(u16),
+    /// LOW above HIGH.
+    #[error("{0}: the low port is above the high one")]
+    Reversed(String),
+}
+
 impl std::str::FromStr for PortRange {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = PortRangeError;
+    fn from_str(s: &str) -> Result<Self, PortRangeError> {
         let (low, high) = s
             .split_once('-')
-            .ok_or_else(|| format!("{s:?}: expected LOW-HIGH, e.g. 12867-32767"))?;
+            .ok_or_else(|| PortRangeError::Syntax(s.into()))?;
         let parse = |v: &str| {
             v.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("{v:?} is not a port number"))
+                .map_err(|_| PortRangeError::Port(v.into()))
         };
         let r = PortRange {
             low: parse(low)?,
             high: parse(high)?,
         };
         if r.low < 1024 {
-            return Err(format!(
-                "data ports must be 1024 or above (privileged ports are never served), not {}",
-                r.low
-            ));
+            return Err(PortRangeError::Privileged(r.low));
         }
         if r.low > r.high {
-            return Err(format!("{s}: the low port is above the high one"));
+            return Err(PortRangeError::Reversed(s.into()));
         }
         Ok(r)
     }

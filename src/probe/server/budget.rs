@@ -124,7 +124,7 @@ impl Budgets {
     /// A one-line reason naming the limit, what the test needs and what is in use.
     ///
     /// [`SourceKey`]: super::admission::SourceKey
-    pub(super) fn take(&self, cost: Cost, source: IpAddr) -> Result<TestSlot<'_>, String> {
+    pub(super) fn take(&self, cost: Cost, source: IpAddr) -> Result<TestSlot<'_>, Refusal> {
         let mut slot = TestSlot {
             budgets: self,
             source: None,
@@ -135,42 +135,43 @@ impl Budgets {
             let mut per_source = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
             let held = per_source.entry(source).or_insert(0);
             if *held >= self.max_tests_per_source {
-                return Err(format!(
-                    "server busy: {held} tests running from {source}, the limit per source is {} (--max-tests-per-source)",
-                    self.max_tests_per_source
-                ));
+                return Err(Refusal::PerSource {
+                    held: *held,
+                    from: source,
+                    limit: self.max_tests_per_source,
+                });
             }
             *held += 1;
             slot.source = Some(source);
         }
-        reserve(&self.tests, 1, self.max_tests).map_err(|used| {
-            format!(
-                "server busy: {used} tests running, the limit is {} (--max-tests)",
-                self.max_tests
-            )
+        reserve(&self.tests, 1, self.max_tests).map_err(|used| Refusal::Busy {
+            used,
+            limit: self.max_tests,
         })?;
         slot.tests = 1;
         reserve(&self.memory_bytes, cost.memory_bytes, self.max_memory_bytes).map_err(|used| {
-            format!(
-                "server memory budget: this test needs {} MiB, {} of {} MiB are in use (--max-memory)",
-                cost.memory_bytes.div_ceil(1 << 20),
-                used.div_ceil(1 << 20),
-                self.max_memory_bytes >> 20
-            )
+            Refusal::Memory {
+                need_mib: cost.memory_bytes.div_ceil(1 << 20),
+                used_mib: used.div_ceil(1 << 20),
+                limit_mib: self.max_memory_bytes >> 20,
+            }
         })?;
         slot.cost.memory_bytes = cost.memory_bytes;
         reserve(&self.descriptors, cost.descriptors, self.max_descriptors).map_err(|used| {
-            format!(
-                "server descriptor budget: this test needs {} descriptors, {used} of {} are in use (ulimit -n {})",
-                cost.descriptors, self.max_descriptors, self.open_files
-            )
+            Refusal::Descriptors {
+                need: cost.descriptors,
+                used,
+                limit: self.max_descriptors,
+                open_files: self.open_files,
+            }
         })?;
         slot.cost.descriptors = cost.descriptors;
         reserve(&self.threads, cost.threads, self.max_threads).map_err(|used| {
-            format!(
-                "server thread budget: this test needs {} threads, {used} of {} are in use (--max-threads)",
-                cost.threads, self.max_threads
-            )
+            Refusal::Threads {
+                need: cost.threads,
+                used,
+                limit: self.max_threads,
+            }
         })?;
         slot.cost.threads = cost.threads;
         Ok(slot)
@@ -215,81 +216,231 @@ impl Drop for TestSlot<'_> {
     }
 }
 
+/// Why the server refuses a test: its text is the `Error` message the client prints, so
+/// each names the value, the limit and the setting that sets it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Tests from one source at `--max-tests-per-source`.
+    #[error("server busy: {held} tests running from {from}, the limit per source is {limit} (--max-tests-per-source)")]
+    PerSource {
+        /// Tests the source runs.
+        held: u64,
+        /// The source (an address, or its /64).
+        from: IpAddr,
+        /// `--max-tests-per-source`.
+        limit: u64,
+    },
+    /// Tests at `--max-tests`.
+    #[error("server busy: {used} tests running, the limit is {limit} (--max-tests)")]
+    Busy {
+        /// Tests running.
+        used: u64,
+        /// `--max-tests`.
+        limit: u64,
+    },
+    /// Memory at `--max-memory`.
+    #[error("server memory budget: this test needs {need_mib} MiB, {used_mib} of {limit_mib} MiB are in use (--max-memory)")]
+    Memory {
+        /// What the test would hold.
+        need_mib: u64,
+        /// Held by the tests running.
+        used_mib: u64,
+        /// `--max-memory`.
+        limit_mib: u64,
+    },
+    /// Descriptors at the server's share of its `ulimit -n`.
+    #[error("server descriptor budget: this test needs {need} descriptors, {used} of {limit} are in use (ulimit -n {open_files})")]
+    Descriptors {
+        /// What the test would open.
+        need: u64,
+        /// Open for the tests running.
+        used: u64,
+        /// The share for tests.
+        limit: u64,
+        /// The process's limit.
+        open_files: u64,
+    },
+    /// Threads at `--max-threads`.
+    #[error("server thread budget: this test needs {need} threads, {used} of {limit} are in use (--max-threads)")]
+    Threads {
+        /// What the test would start.
+        need: u64,
+        /// Running for other tests.
+        used: u64,
+        /// `--max-threads`.
+        limit: u64,
+    },
+    /// A request or response size outside `--max-payload`.
+    #[error("{what} {bytes} bytes is outside 1..={limit} (server limit --max-payload)")]
+    Payload {
+        /// "request size" or "response size".
+        what: &'static str,
+        /// The size asked for.
+        bytes: u32,
+        /// `--max-payload`.
+        limit: u32,
+    },
+    /// A UDP_RR size larger than a datagram.
+    #[error("UDP_RR sizes must be at most {0} bytes (one datagram)")]
+    Datagram(u32),
+    /// Streams outside `--max-streams`.
+    #[error("{streams} streams is outside 1..={limit} (server limit --max-streams)")]
+    Streams {
+        /// Streams asked for.
+        streams: u32,
+        /// `--max-streams`.
+        limit: u32,
+    },
+    /// A test longer than `--max-duration`.
+    #[error("test length {ms} ms is outside 1..={limit_ms} ms (server limit --max-duration)")]
+    Duration {
+        /// The length asked for.
+        ms: u64,
+        /// `--max-duration`.
+        limit_ms: u64,
+    },
+    /// An interval longer than the server waits.
+    #[error("interval and timeout {ms} ms are longer than the server's limit of {limit_ms} ms")]
+    Interval {
+        /// The interval asked for.
+        ms: u64,
+        /// The server's limit.
+        limit_ms: u64,
+    },
+    /// A fixed data port outside `--data-ports`.
+    #[error("data port {port} is outside the server's data ports {range} (--data-ports)")]
+    DataPortRange {
+        /// The port asked for.
+        port: u16,
+        /// `--data-ports`.
+        range: crate::probe::control::PortRange,
+    },
+    /// A congestion control name that cannot be one.
+    #[error("congestion control name must be 1–15 letters, digits or _")]
+    CongestionName,
+    /// `udp_drop_one_in` of 0.
+    #[error("udp_drop_one_in must be at least 1")]
+    DropOneIn,
+    /// UDP_RR's anatomy with more than one stream.
+    #[error("the anatomy of UDP_RR is measured with one stream")]
+    UdpAnatomyStreams,
+    /// Responses too short to carry the server's stamps.
+    #[error("the anatomy needs responses of at least {0} bytes (they carry the server's stamps)")]
+    AnatomyResponse(u32),
+    /// A server delay longer than the server waits per request.
+    #[error("server delay {us} µs is longer than the {limit_us} µs a server waits per request")]
+    ServerDelay {
+        /// The delay asked for.
+        us: u64,
+        /// The server's limit.
+        limit_us: u64,
+    },
+    /// A congestion control the policy or the kernel does not allow.
+    #[error("congestion control {name:?} is not one this server allows ({allowed}: net.ipv4.tcp_allowed_congestion_control and serve --allow-cc, among those the kernel has loaded)")]
+    Congestion {
+        /// The name asked for.
+        name: String,
+        /// The names allowed, space-separated.
+        allowed: String,
+    },
+    /// A server CPU outside its affinity.
+    #[error("server CPU {cpu} is not one the server may run on ({cpus})")]
+    ServerCpu {
+        /// The CPU asked for.
+        cpu: usize,
+        /// Those it may run on, comma-separated.
+        cpus: String,
+    },
+    /// A fixed data port that cannot be bound.
+    #[error("cannot open data port {port}: {why} (the server's data ports are {range}; pick a free one or leave -P out)")]
+    DataPort {
+        /// The port asked for.
+        port: u16,
+        /// The bind's error, in the message (the client sees only text).
+        why: String,
+        /// `--data-ports`.
+        range: crate::probe::control::PortRange,
+    },
+    /// The data socket's own address could not be read.
+    #[error("data socket: {0}")]
+    DataSocket(String),
+    /// Every port of `--data-ports` is taken.
+    #[error("no free data port in the server's range {0}")]
+    NoDataPort(crate::probe::control::PortRange),
+}
+
 /// Check a spec against the limits before anything is opened.
 ///
 /// # Errors
 /// A one-line reason naming the value and the limit.
-pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), String> {
+pub fn validate(spec: &TestSpec, limits: &Limits) -> Result<(), Refusal> {
     for (what, v) in [
         ("request size", spec.request_size),
         ("response size", spec.response_size),
     ] {
         if v == 0 || v > limits.max_payload {
-            return Err(format!(
-                "{what} {v} bytes is outside 1..={} (server limit --max-payload)",
-                limits.max_payload
-            ));
+            return Err(Refusal::Payload {
+                what,
+                bytes: v,
+                limit: limits.max_payload,
+            });
         }
     }
     if spec.test == TestKind::UdpRr {
         let max_udp = 65_507;
         if spec.request_size > max_udp || spec.response_size > max_udp {
-            return Err(format!(
-                "UDP_RR sizes must be at most {max_udp} bytes (one datagram)"
-            ));
+            return Err(Refusal::Datagram(max_udp));
         }
     }
     if spec.streams == 0 || spec.streams > limits.max_streams {
-        return Err(format!(
-            "{} streams is outside 1..={} (server limit --max-streams)",
-            spec.streams, limits.max_streams
-        ));
+        return Err(Refusal::Streams {
+            streams: spec.streams,
+            limit: limits.max_streams,
+        });
     }
     if spec.max_duration_ms == 0 || spec.max_duration_ms > limits.max_duration_ms {
-        return Err(format!(
-            "test length {} ms is outside 1..={} ms (server limit --max-duration)",
-            spec.max_duration_ms, limits.max_duration_ms
-        ));
+        return Err(Refusal::Duration {
+            ms: spec.max_duration_ms,
+            limit_ms: limits.max_duration_ms,
+        });
     }
     if spec.interval_ms > limits.max_interval_ms {
-        return Err(format!(
-            "interval and timeout {} ms are longer than the server's limit of {} ms",
-            spec.interval_ms, limits.max_interval_ms
-        ));
+        return Err(Refusal::Interval {
+            ms: spec.interval_ms,
+            limit_ms: limits.max_interval_ms,
+        });
     }
     if spec.data_port != 0 && !limits.data_ports.contains(spec.data_port) {
-        return Err(format!(
-            "data port {} is outside the server's data ports {} (--data-ports)",
-            spec.data_port, limits.data_ports
-        ));
+        return Err(Refusal::DataPortRange {
+            port: spec.data_port,
+            range: limits.data_ports,
+        });
     }
     if spec.congestion.as_ref().is_some_and(|c| {
         c.is_empty() || c.len() > 15 || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     }) {
-        return Err("congestion control name must be 1–15 letters, digits or _".into());
+        return Err(Refusal::CongestionName);
     }
     if spec.udp_drop_one_in == Some(0) {
-        return Err("udp_drop_one_in must be at least 1".into());
+        return Err(Refusal::DropOneIn);
     }
     if spec.anatomy {
         // UDP_RR's streams share one server socket, whose TX stamps are numbered
         // across them.
         if spec.test == TestKind::UdpRr && spec.streams > 1 {
-            return Err("the anatomy of UDP_RR is measured with one stream".into());
+            return Err(Refusal::UdpAnatomyStreams);
         }
         if spec.response_size < crate::probe::anatomy::MIN_RESPONSE {
-            return Err(format!(
-                "the anatomy needs responses of at least {} bytes (they carry the server's stamps)",
-                crate::probe::anatomy::MIN_RESPONSE
+            return Err(Refusal::AnatomyResponse(
+                crate::probe::anatomy::MIN_RESPONSE,
             ));
         }
     }
     if spec.server_delay_us > crate::probe::control::MAX_SERVER_DELAY_US {
-        return Err(format!(
-            "server delay {} µs is longer than the {} µs a server waits per request",
-            spec.server_delay_us,
-            crate::probe::control::MAX_SERVER_DELAY_US
-        ));
+        return Err(Refusal::ServerDelay {
+            us: spec.server_delay_us,
+            limit_us: crate::probe::control::MAX_SERVER_DELAY_US,
+        });
     }
     Ok(())
 }
@@ -309,7 +460,7 @@ pub(super) fn check_host(
     spec: &TestSpec,
     cpus: &[usize],
     policy: &CongestionPolicy,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if let Some(cc) = &spec.congestion {
         let registered = sysctl_words("net.ipv4.tcp_available_congestion_control");
         let allowed = match policy {
@@ -321,21 +472,22 @@ pub(super) fn check_host(
             CongestionPolicy::AnyRegistered => registered.clone(),
         };
         if !allowed.contains(cc) || !registered.contains(cc) {
-            return Err(format!(
-                "congestion control {cc:?} is not one this server allows ({}: net.ipv4.tcp_allowed_congestion_control and serve --allow-cc, among those the kernel has loaded)",
-                allowed.join(" ")
-            ));
+            return Err(Refusal::Congestion {
+                name: cc.clone(),
+                allowed: allowed.join(" "),
+            });
         }
     }
     if let Some(cpu) = spec.server_cpu {
         if !cpus.contains(&cpu) {
-            return Err(format!(
-                "server CPU {cpu} is not one the server may run on ({})",
-                cpus.iter()
+            return Err(Refusal::ServerCpu {
+                cpu,
+                cpus: cpus
+                    .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
-                    .join(",")
-            ));
+                    .join(","),
+            });
         }
     }
     Ok(())
@@ -382,7 +534,7 @@ mod tests {
         let held: Vec<_> = (0..14).map(|_| b.take(cost, HOME).unwrap()).collect();
         let e = b.take(cost, HOME).err().unwrap();
         assert_eq!(
-            e,
+            e.to_string(),
             "server descriptor budget: this test needs 66 descriptors, 924 of 934 are in use (ulimit -n 1024)"
         );
         // The refusal kept nothing: the slot and the memory it took are back.
@@ -404,7 +556,7 @@ mod tests {
             .map(|_| b.take(Cost::default(), HOME).unwrap())
             .collect();
         assert_eq!(
-            b.take(Cost::default(), HOME).err().unwrap(),
+            b.take(Cost::default(), HOME).err().unwrap().to_string(),
             "server busy: 16 tests running from 127.0.0.1, the limit per source is 16 (--max-tests-per-source)"
         );
         assert_eq!(
@@ -432,7 +584,7 @@ mod tests {
         };
         let _one = b.take(cost, HOME).unwrap();
         assert_eq!(
-            b.take(cost, HOME).err().unwrap(),
+            b.take(cost, HOME).err().unwrap().to_string(),
             "server thread budget: this test needs 60 threads, 60 of 100 are in use (--max-threads)"
         );
         assert_eq!(b.tests.load(Ordering::SeqCst), 1);

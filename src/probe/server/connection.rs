@@ -150,7 +150,7 @@ fn open<'a>(
     let slot = match slot {
         Ok(slot) => slot,
         Err(reason) => {
-            conv.test_refused(reason);
+            conv.test_refused(&reason);
             return None;
         }
     };
@@ -182,7 +182,7 @@ fn open<'a>(
             })
         }
         Err(reason) => {
-            conv.test_refused(reason);
+            conv.test_refused(&reason);
             None
         }
     }

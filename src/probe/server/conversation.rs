@@ -295,9 +295,9 @@ impl<'a> Conversation<'a> {
     }
 
     /// The driver refused the test asked for (the reason names the limit).
-    pub fn test_refused(&mut self, reason: String) {
+    pub fn test_refused(&mut self, reason: &super::budget::Refusal) {
         if matches!(self.state, State::Opening { .. }) {
-            self.tell(EndKind::Refused, reason);
+            self.tell(EndKind::Refused, reason.to_string());
         }
     }
 
@@ -783,7 +783,7 @@ mod tests {
             t0,
         );
         assert_eq!(actions(&mut c), vec![Action::Open(Box::new(spec()))]);
-        c.test_refused("server busy: 2 tests running, the limit is 2 (--max-tests)".into());
+        c.test_refused(&crate::probe::server::Refusal::Busy { used: 2, limit: 2 });
         let a = actions(&mut c);
         let Action::Send(f) = &a[0] else {
             panic!("{a:?}")

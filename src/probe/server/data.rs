@@ -4,6 +4,7 @@
 //! test ends. The conversation decides when a test starts and ends; this module only
 //! serves it.
 
+use super::budget::Refusal;
 use crate::kernel::cpu::{self, CpuTracker};
 use crate::kernel::sockopt;
 use crate::probe::control::{PortRange, ServerReport, TestKind, TestSpec};
@@ -127,24 +128,28 @@ impl DataTest {
         peer_ip: IpAddr,
         idle: Duration,
         ports: PortRange,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Refusal> {
         let sock = if spec.data_port != 0 {
-            bind_data(spec.test, SocketAddr::new(local_ip, spec.data_port), spec.tos).map_err(|e| {
-                format!(
-                    "cannot open data port {}: {e} (the server's data ports are {ports}; pick a free one or leave -P out)",
-                    spec.data_port
-                )
+            bind_data(
+                spec.test,
+                SocketAddr::new(local_ip, spec.data_port),
+                spec.tos,
+            )
+            .map_err(|e| Refusal::DataPort {
+                port: spec.data_port,
+                why: e.to_string(),
+                range: ports,
             })?
         } else {
             candidate_ports(ports)
                 .find_map(|p| bind_data(spec.test, SocketAddr::new(local_ip, p), spec.tos).ok())
-                .ok_or_else(|| format!("no free data port in the server's range {ports}"))?
+                .ok_or(Refusal::NoDataPort(ports))?
         };
         let port = match &sock {
             DataSock::Tcp(l) => l.local_addr(),
             DataSock::Udp(u) => u.local_addr(),
         }
-        .map_err(|e| format!("data socket: {}", crate::error_chain(&e)))?
+        .map_err(|e| Refusal::DataSocket(e.to_string()))?
         .port();
         let idle = idle + Duration::from_millis(spec.interval_ms);
         Ok(Self {

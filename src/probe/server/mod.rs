@@ -46,7 +46,7 @@ pub mod conversation;
 mod data;
 mod refusals;
 
-pub use budget::{test_memory_bytes, validate, Cost};
+pub use budget::{test_memory_bytes, validate, Cost, Refusal};
 
 use crate::kernel::cpu;
 use crate::kernel::host::HostFacts;
