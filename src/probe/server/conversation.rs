@@ -295,7 +295,7 @@ impl<'a> Conversation<'a> {
     }
 
     /// The driver refused the test asked for (the reason names the limit).
-    pub fn test_refused(&mut self, reason: &super::budget::Refusal) {
+    pub fn test_refused(&mut self, reason: &super::refusal::Refusal) {
         if matches!(self.state, State::Opening { .. }) {
             self.tell(EndKind::Refused, reason.to_string());
         }

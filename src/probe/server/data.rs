@@ -4,7 +4,7 @@
 //! test ends. The conversation decides when a test starts and ends; this module only
 //! serves it.
 
-use super::budget::Refusal;
+use super::refusal::Refusal;
 use crate::kernel::cpu::{self, CpuTracker};
 use crate::kernel::sockopt;
 use crate::probe::control::{PortRange, ServerReport, TestKind, TestSpec};

@@ -44,16 +44,18 @@ mod budget;
 mod connection;
 pub mod conversation;
 mod data;
-mod refusals;
+mod refusal;
+mod refusal_log;
 
-pub use budget::{test_memory_bytes, validate, Cost, Refusal};
+pub use budget::{test_memory_bytes, validate, Cost};
+pub use refusal::Refusal;
 
 use crate::kernel::cpu;
 use crate::kernel::host::HostFacts;
 use crate::probe::control::{self, Limits};
 use admission::{ControlThread, SourceKey};
 use budget::Budgets;
-use refusals::RefusalLog;
+use refusal_log::RefusalLog;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io;
