@@ -97,12 +97,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         seed: a.trials.seed,
         secret: a.secret.load()?,
     };
-    let out = a.out.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        std::path::PathBuf::from(format!("results/compare-{t}"))
-    });
+    let out = super::experiment::out_dir(a.out, rttlab::results::names::COMPARE);
     let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let i2 = interrupt.clone();
     super::progress::on_interrupt(move || i2.store(true, std::sync::atomic::Ordering::Release));

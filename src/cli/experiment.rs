@@ -356,18 +356,11 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         Some(h) => h,
         None => rttlab::kernel::hz::detect_here()?,
     };
-    let out = a.out.unwrap_or_else(|| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        PathBuf::from(format!(
-            "results/blackout-{}-{t}",
-            match s.mechanism {
-                Mechanism::Route => "route",
-                Mechanism::Sysctl => "sysctl",
-            }
-        ))
-    });
+    let mechanism = match s.mechanism {
+        Mechanism::Route => "route",
+        Mechanism::Sysctl => "sysctl",
+    };
+    let out = out_dir(a.out, &format!("{}-{mechanism}", blackout::Blackout::NAME));
     let facts = serde_json::json!({
         "host": rttlab::kernel::host::HostFacts::collect(),
         "hz": hz,
@@ -403,7 +396,7 @@ fn drive<E: Experiment>(
         let doc = RunDocument {
             experiment: E::NAME,
             dir: out,
-            settings: e.settings(),
+            settings: serde_json::to_value(e.settings())?,
             trials: o.records.len(),
             failed: Some(o.failed),
             interrupted: Some(o.interrupted),
@@ -448,8 +441,8 @@ pub struct RunDocument<'a, R: serde::Serialize> {
     pub records: &'a [R],
 }
 
-/// `results/NAME-<unix time>` unless `out` is given.
-fn out_dir(out: Option<PathBuf>, name: &str) -> PathBuf {
+/// `out`, or `results/NAME-<unix time>`.
+pub(super) fn out_dir(out: Option<PathBuf>, name: &str) -> PathBuf {
     out.unwrap_or_else(|| {
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -501,7 +494,7 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     };
     drive(
         &e,
-        &out_dir(a.out, "resreq-interval"),
+        &out_dir(a.out, resreq::ResreqInterval::NAME),
         &host_facts(),
         &a.output,
     )
@@ -525,7 +518,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     };
     drive(
         &e,
-        &out_dir(a.out, "interval-sweep"),
+        &out_dir(a.out, sweep::IntervalSweep::NAME),
         &host_facts(),
         &a.output,
     )
@@ -558,7 +551,12 @@ fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
         settings: s,
         lab_name: lab_name("sy"),
     };
-    drive(&e, &out_dir(a.out, "syn-rto"), &host_facts(), &a.output)
+    drive(
+        &e,
+        &out_dir(a.out, syn_rto::SynRtoExperiment::NAME),
+        &host_facts(),
+        &a.output,
+    )
 }
 
 fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
@@ -575,7 +573,7 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     let e = passive_active::PassiveVsActive::new(s, &lab_name("pa"))?;
     drive(
         &e,
-        &out_dir(a.out, "passive-vs-active"),
+        &out_dir(a.out, passive_active::PassiveVsActive::NAME),
         &host_facts(),
         &a.output,
     )

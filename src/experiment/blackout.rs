@@ -100,7 +100,7 @@ fn lab_testbed(name: &str, poll: bool) -> Result<Testbed, ExperimentError> {
 }
 
 fn remote_testbed(server: SocketAddr) -> Result<Testbed, ExperimentError> {
-    let journal = Journal::for_run("blackout");
+    let journal = Journal::for_run(crate::results::names::BLACKOUT);
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
     tuning::record_nft_table(&journal, None, "inet", NFT_TABLE).map_err(setup_err("journal"))?;
@@ -331,13 +331,14 @@ pub struct Blackout {
 }
 
 impl Experiment for Blackout {
-    const NAME: &'static str = "blackout";
+    const NAME: &'static str = crate::results::names::BLACKOUT;
     type Cell = Cell;
     type Record = TrialRecord;
     type Testbed = Testbed;
+    type Settings = Settings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     /// rto_min × thin × D, in the seed script's nesting.

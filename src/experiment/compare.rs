@@ -602,13 +602,14 @@ pub struct Compare {
 }
 
 impl Experiment for Compare {
-    const NAME: &'static str = "compare";
+    const NAME: &'static str = crate::results::names::COMPARE;
     type Cell = ();
     type Record = CompareResult;
     type Testbed = Option<LabServer>;
+    type Settings = CompareSettings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     fn cells(&self) -> Vec<()> {

@@ -533,14 +533,15 @@ impl PassiveVsActive {
 }
 
 impl Experiment for PassiveVsActive {
-    const NAME: &'static str = "passive-vs-active";
+    const NAME: &'static str = crate::results::names::PASSIVE_VS_ACTIVE;
     /// A scenario's name.
     type Cell = String;
     type Record = ScenarioResult;
     type Testbed = LabServer;
+    type Settings = Settings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     fn cells(&self) -> Vec<String> {

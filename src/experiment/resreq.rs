@@ -265,13 +265,14 @@ pub struct ResreqInterval {
 }
 
 impl Experiment for ResreqInterval {
-    const NAME: &'static str = "resreq-interval";
+    const NAME: &'static str = crate::results::names::RESREQ_INTERVAL;
     type Cell = Cell;
     type Record = Point;
     type Testbed = LabServer;
+    type Settings = Settings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     fn cells(&self) -> Vec<Cell> {

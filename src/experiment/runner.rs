@@ -26,8 +26,11 @@ pub trait Experiment {
     /// Where trials run: the lab and its server, or this host and a remote server.
     type Testbed;
 
-    /// The settings `run.json` records (a rerun with the same settings resumes).
-    fn settings(&self) -> serde_json::Value;
+    /// What `run.json` records of the settings (a rerun with the same ones resumes).
+    type Settings: Serialize;
+
+    /// The settings `run.json` records.
+    fn settings(&self) -> &Self::Settings;
     /// Every cell, in a fixed order (the shuffle is over this order).
     fn cells(&self) -> Vec<Self::Cell>;
     /// Repeats of each cell (`--trials`).
@@ -141,7 +144,9 @@ pub fn run<E: Experiment>(
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome<E::Record>, ExperimentError> {
-    let (mut dir, all) = ResultsDir::open::<E::Record>(out, E::NAME, &e.settings(), facts)?;
+    let settings =
+        serde_json::to_value(e.settings()).map_err(crate::results::json(&out.join("run.json")))?;
+    let (mut dir, all) = ResultsDir::open::<E::Record>(out, E::NAME, &settings, facts)?;
     // A trial that failed (its error is in its record) is done again: its record moves
     // to failed.jsonl.
     let (mut records, failed): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| !e.failed(r));
@@ -228,6 +233,7 @@ mod tests {
         benches: RefCell<u32>,
         stop_after: RefCell<Option<usize>>,
         failing: RefCell<Vec<(u32, u32)>>,
+        settings: serde_json::Value,
     }
 
     impl Experiment for Counting {
@@ -235,8 +241,9 @@ mod tests {
         type Cell = u32;
         type Record = (u32, u32, bool);
         type Testbed = ();
-        fn settings(&self) -> serde_json::Value {
-            serde_json::json!({"cells": 4, "trials": 2})
+        type Settings = serde_json::Value;
+        fn settings(&self) -> &serde_json::Value {
+            &self.settings
         }
         fn cells(&self) -> Vec<u32> {
             (0..4).collect()
@@ -294,6 +301,7 @@ mod tests {
             stop_after: RefCell::new(Some(3)),
             // The first and the fifth trial of the plan fail once.
             failing: RefCell::new(vec![plan[0], plan[4]]),
+            settings: serde_json::json!({"cells": 4, "trials": 2}),
         };
         let stop = AtomicBool::new(false);
         let mut seen = Vec::new();

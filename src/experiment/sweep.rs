@@ -134,13 +134,14 @@ pub struct IntervalSweep {
 }
 
 impl Experiment for IntervalSweep {
-    const NAME: &'static str = "interval-sweep";
+    const NAME: &'static str = crate::results::names::INTERVAL_SWEEP;
     type Cell = Cell;
     type Record = Point;
     type Testbed = LabServer;
+    type Settings = Settings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     fn cells(&self) -> Vec<Cell> {

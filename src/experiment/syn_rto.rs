@@ -105,7 +105,7 @@ impl Override {
         let fs = PrivateBpfFs::mount()?;
         let s = SynRto::at(fs.0.join("syn_rto"));
         let cgroup = syn_rto::cgroup2_root().map_err(|x| e(&x))?;
-        let journal = Journal::for_run("syn-rto");
+        let journal = Journal::for_run(crate::results::names::SYN_RTO);
         tuning::attach_syn_rto(&journal, &s, &cgroup).map_err(|x| e(&x))?;
         let o = Self {
             s,
@@ -168,14 +168,15 @@ pub struct SynRtoExperiment {
 }
 
 impl Experiment for SynRtoExperiment {
-    const NAME: &'static str = "syn-rto";
+    const NAME: &'static str = crate::results::names::SYN_RTO;
     /// An index into [`CASES`].
     type Cell = usize;
     type Record = Case;
     type Testbed = LabServer;
+    type Settings = Settings;
 
-    fn settings(&self) -> serde_json::Value {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+    fn settings(&self) -> &Self::Settings {
+        &self.settings
     }
 
     fn cells(&self) -> Vec<usize> {

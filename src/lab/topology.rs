@@ -65,9 +65,9 @@ pub struct LabInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostInfo>,
     pub router_netns: String,
-    /// The Unix socket of the process that runs the emulator ([`super::socket`]);
-    /// "control" in labs brought up before the rename.
-    #[serde(alias = "control")]
+    /// The Unix socket of the process that runs the emulator ([`super::socket`]). Its
+    /// JSON key stays "control", as the schema rttlab.lab/1 publishes it.
+    #[serde(rename = "control")]
     pub socket: PathBuf,
     pub events: Option<PathBuf>,
 }

@@ -2,6 +2,9 @@
 //! it: `rttlab report`, and every experiment's last step.
 
 use crate::kernel::fs::ScratchDir;
+use crate::results::names::{
+    BLACKOUT, COMPARE, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
+};
 use crate::results::{self, ResultsError};
 use std::path::Path;
 
@@ -18,18 +21,18 @@ pub fn render(dir: &Path) -> Result<String, ResultsError> {
     let (name, _) = results::read_run(dir)?;
     match name.as_str() {
         // trials.jsonl: written by the trial runner; before it, compare.json alone.
-        "compare" if dir.join("trials.jsonl").exists() => {
+        COMPARE if dir.join("trials.jsonl").exists() => {
             super::compare::write_trials(dir, &results::read_trials(dir)?)
         }
-        "compare" => super::compare::write(dir),
-        "blackout" => {
+        COMPARE => super::compare::write(dir),
+        BLACKOUT => {
             let trials = results::blackout::recompute(dir, results::read_trials(dir)?)?;
             super::blackout::write(dir, &trials)
         }
-        "resreq-interval" => super::resreq::write(dir, &results::read_trials(dir)?),
-        "interval-sweep" => super::sweep::write(dir, &results::read_trials(dir)?),
-        "syn-rto" => super::syn_rto::write(dir, &results::read_trials(dir)?),
-        "passive-vs-active" => super::passive_active::write(dir, &results::read_trials(dir)?),
+        RESREQ_INTERVAL => super::resreq::write(dir, &results::read_trials(dir)?),
+        INTERVAL_SWEEP => super::sweep::write(dir, &results::read_trials(dir)?),
+        SYN_RTO => super::syn_rto::write(dir, &results::read_trials(dir)?),
+        PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &results::read_trials(dir)?),
         _ => Err(results::invalid(
             &dir.join("run.json"),
             format!("written by experiment {name:?}, which this rttlab does not know"),

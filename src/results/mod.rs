@@ -15,6 +15,7 @@
 
 pub mod blackout;
 pub mod compare;
+pub mod names;
 pub mod passive_active;
 pub mod resreq;
 pub mod schema;
