@@ -26,6 +26,18 @@ pub struct TrialArgs {
     pub seed: u64,
 }
 
+/// Where a run goes and how it is repeated (every experiment).
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Results directory; an existing one with the same settings is resumed.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trials: TrialArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 /// What an experiment prints on stdout (every experiment).
 #[derive(Args, Debug)]
 pub struct OutputArgs {
@@ -93,13 +105,8 @@ pub struct PvaArgs {
     /// bbr keeps the bottleneck's queue nearly empty).
     #[arg(long, default_value = "cubic")]
     pub cc: String,
-    /// Results directory; an existing one with the same settings is resumed.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub trials: TrialArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug)]
@@ -125,13 +132,8 @@ pub struct SynRtoArgs {
     /// How the lab's emulator waits between frames.
     #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
     pub emulator: values::Emulator,
-    /// Results directory; an existing one with the same settings is resumed.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub trials: TrialArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug)]
@@ -161,13 +163,8 @@ pub struct SweepArgs {
     /// How the lab's emulator waits between frames.
     #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
     pub emulator: values::Emulator,
-    /// Results directory; an existing one with the same settings is resumed.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub trials: TrialArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub run: RunArgs,
 }
 
 #[derive(Args, Debug)]
@@ -203,13 +200,8 @@ pub struct ResreqArgs {
     /// How the lab's emulator waits between frames.
     #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
     pub emulator: values::Emulator,
-    /// Results directory; an existing one with the same settings is resumed.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub trials: TrialArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub run: RunArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq)]
@@ -269,13 +261,8 @@ pub struct BlackoutArgs {
     /// Congestion control of the data connection (bbr keeps thin timeouts from ever applying).
     #[arg(long, default_value = "cubic")]
     pub cc: String,
-    /// Results directory; an existing one with the same settings is resumed.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
     #[command(flatten)]
-    pub trials: TrialArgs,
-    #[command(flatten)]
-    pub output: OutputArgs,
+    pub run: RunArgs,
     /// The kernel's HZ for the model (detected when not given).
     #[arg(long)]
     pub hz: Option<u32>,
@@ -320,7 +307,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
             .iter()
             .map(|&d| ms(d))
             .collect::<anyhow::Result<_>>()?,
-        trials: a.trials.trials.unwrap_or(3),
+        trials: a.run.trials.trials.unwrap_or(3),
         mechanism: match a.mechanism {
             MechanismArg::Route => Mechanism::Route,
             MechanismArg::Sysctl => Mechanism::Sysctl,
@@ -343,7 +330,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         },
         cc: a.cc.clone(),
         warmup_ms: 1000,
-        seed: a.trials.seed,
+        seed: a.run.trials.seed,
         lab_poll: a.emulator.polls(1),
         secret: a.secret.load()?,
     };
@@ -360,7 +347,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         Mechanism::Route => "route",
         Mechanism::Sysctl => "sysctl",
     };
-    let out = out_dir(a.out, &format!("{}-{mechanism}", blackout::Blackout::NAME));
+    let out = out_dir(a.run.out, &format!("{}-{mechanism}", blackout::Blackout::NAME));
     let facts = serde_json::json!({
         "host": rttlab::kernel::host::HostFacts::collect(),
         "hz": hz,
@@ -369,7 +356,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         &blackout::Blackout { settings: s, hz },
         &out,
         &facts,
-        &a.output,
+        &a.run.output,
     )
 }
 
@@ -486,17 +473,17 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
         s.sampler_one_in = n;
     }
     s.lab_poll = a.emulator.polls(1);
-    s.trials = a.trials.trials.unwrap_or(1);
-    s.seed = a.trials.seed;
+    s.trials = a.run.trials.trials.unwrap_or(1);
+    s.seed = a.run.trials.seed;
     let e = resreq::ResreqInterval {
         settings: s,
         lab_name: lab_name("rq"),
     };
     drive(
         &e,
-        &out_dir(a.out, resreq::ResreqInterval::NAME),
+        &out_dir(a.run.out, resreq::ResreqInterval::NAME),
         &host_facts(),
-        &a.output,
+        &a.run.output,
     )
 }
 
@@ -510,17 +497,17 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     s.lab_rtt_us = micros(a.lab_rtt);
     s.spin = !a.sleep;
     s.lab_poll = a.emulator.polls(1);
-    s.trials = a.trials.trials.unwrap_or(1);
-    s.seed = a.trials.seed;
+    s.trials = a.run.trials.trials.unwrap_or(1);
+    s.seed = a.run.trials.seed;
     let e = sweep::IntervalSweep {
         settings: s,
         lab_name: lab_name("sw"),
     };
     drive(
         &e,
-        &out_dir(a.out, sweep::IntervalSweep::NAME),
+        &out_dir(a.run.out, sweep::IntervalSweep::NAME),
         &host_facts(),
-        &a.output,
+        &a.run.output,
     )
 }
 
@@ -544,8 +531,8 @@ fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
         lab_rtt_us: micros(a.lab_rtt),
         hz,
         lab_poll: a.emulator.polls(1),
-        trials: a.trials.trials.unwrap_or(1),
-        seed: a.trials.seed,
+        trials: a.run.trials.trials.unwrap_or(1),
+        seed: a.run.trials.seed,
     };
     let e = syn_rto::SynRtoExperiment {
         settings: s,
@@ -553,9 +540,9 @@ fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
     };
     drive(
         &e,
-        &out_dir(a.out, syn_rto::SynRtoExperiment::NAME),
+        &out_dir(a.run.out, syn_rto::SynRtoExperiment::NAME),
         &host_facts(),
-        &a.output,
+        &a.run.output,
     )
 }
 
@@ -568,13 +555,13 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     s.delay_step_s = a.delay_step.as_secs_f64();
     s.interval_s = a.interval.as_secs_f64().max(0.01);
     s.congestion = a.cc;
-    s.trials = a.trials.trials.unwrap_or(1);
-    s.seed = a.trials.seed;
+    s.trials = a.run.trials.trials.unwrap_or(1);
+    s.seed = a.run.trials.seed;
     let e = passive_active::PassiveVsActive::new(s, &lab_name("pa"))?;
     drive(
         &e,
-        &out_dir(a.out, passive_active::PassiveVsActive::NAME),
+        &out_dir(a.run.out, passive_active::PassiveVsActive::NAME),
         &host_facts(),
-        &a.output,
+        &a.run.output,
     )
 }
