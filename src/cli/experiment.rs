@@ -347,7 +347,10 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         Mechanism::Route => "route",
         Mechanism::Sysctl => "sysctl",
     };
-    let out = out_dir(a.run.out, &format!("{}-{mechanism}", blackout::Blackout::NAME));
+    let out = out_dir(
+        a.run.out,
+        &format!("{}-{mechanism}", blackout::Blackout::NAME),
+    );
     let facts = serde_json::json!({
         "host": rttlab::kernel::host::HostFacts::collect(),
         "hz": hz,

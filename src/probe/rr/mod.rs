@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 use stream::{
-    publish, tcp_crr, tcp_rr, tcp_socket, thread_cpu_ns, udp_rr, watch, Ctx, StreamOutcome, Totals,
+    publish, tcp_crr, tcp_rr, tcp_socket, thread_cpu_ns, udp_rr, watch, Ctx, StreamOutcome,
 };
 
 /// Run one rr test against a running server.
@@ -184,7 +184,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     if let Ok(r) = &server {
         join_last_parts(&mut outcomes, &r.last_parts, slow_log);
     }
-    let t = Totals::of(&outcomes);
+    let mut t = StreamOutcome::default();
+    for o in &outcomes {
+        t.merge(o);
+    }
     let mut error = t.error.clone();
     if let Some(log) = slow_log {
         if log.threshold_ns.is_none() {

@@ -214,7 +214,7 @@ pub(super) fn open_loop(
     if let Some(s) = &rx_tcp {
         if let Ok(ti) = sockopt::tcp_info(s) {
             out.retrans = u64::from(ti.total_retrans);
-            out.info = Some(ti);
+            out.info = vec![ti];
         }
     }
     out

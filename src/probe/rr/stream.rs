@@ -39,7 +39,9 @@ pub(super) struct StreamOutcome {
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
     pub(super) retrans: u64,
-    pub(super) info: Option<TcpInfo>,
+    /// The kernel's view of the stream's socket at its end (TCP_CRR: its last
+    /// connection's); merged, every stream's.
+    pub(super) info: Vec<TcpInfo>,
     pub(super) cpus: CpuTracker,
     pub(super) cpu_ns: u64,
     pub(super) local_addr: Option<SocketAddr>,
@@ -54,60 +56,32 @@ pub(super) struct StreamOutcome {
 /// Transactions a stream keeps with `keep_series` (16 bytes each: 16 MiB).
 pub(super) const SERIES_MAX: usize = 1_000_000;
 
-/// Every stream's outcome added up: histograms merged, counts summed, the first
-/// error and local address kept.
-#[derive(Default)]
-pub(super) struct Totals {
-    pub(super) hist: LatencyHistogram,
-    pub(super) connect: LatencyHistogram,
-    pub(super) intended: LatencyHistogram,
-    pub(super) pacing: LatencyHistogram,
-    pub(super) cpus: CpuTracker,
-    pub(super) transactions: u64,
-    pub(super) lost: u64,
-    /// UDP_RR: requests lost after the last answered one (no later response says
-    /// which way they were lost).
-    pub(super) lost_tail: u64,
-    pub(super) late_replies: u64,
-    pub(super) stray_replies: u64,
-    pub(super) unanswered: u64,
-    pub(super) late_sends: u64,
-    pub(super) retrans: u64,
-    pub(super) cpu_ns: u64,
-    pub(super) info: Vec<TcpInfo>,
-    pub(super) error: Option<String>,
-    pub(super) local_addr: Option<SocketAddr>,
-    pub(super) anatomy: Option<crate::probe::anatomy::Recorder>,
-    pub(super) series: Vec<(u64, u64)>,
-}
-
-impl Totals {
-    pub(super) fn of(outcomes: &[StreamOutcome]) -> Self {
-        let mut t = Self::default();
-        for o in outcomes {
-            t.hist.merge(&o.hist);
-            t.connect.merge(&o.connect);
-            t.intended.merge(&o.intended);
-            t.pacing.merge(&o.pacing);
-            t.cpus.merge(&o.cpus);
-            t.transactions += o.transactions;
-            t.lost += o.lost;
-            t.lost_tail += o.lost_tail;
-            t.late_replies += o.late_replies;
-            t.stray_replies += o.stray_replies;
-            t.unanswered += o.unanswered;
-            t.late_sends += o.late_sends;
-            t.retrans += o.retrans;
-            t.cpu_ns += o.cpu_ns;
-            t.info.extend(o.info.clone());
-            t.error = t.error.take().or_else(|| o.error.clone());
-            t.local_addr = t.local_addr.or(o.local_addr);
-            if let Some(a) = &o.anatomy {
-                t.anatomy.get_or_insert_with(Default::default).merge(a);
-            }
-            t.series.extend_from_slice(&o.series);
+impl StreamOutcome {
+    /// Add another stream's outcome: histograms merged, counts summed, each stream's
+    /// `tcp_info` kept, the first error and local address kept.
+    pub(super) fn merge(&mut self, o: &StreamOutcome) {
+        self.hist.merge(&o.hist);
+        self.connect.merge(&o.connect);
+        self.intended.merge(&o.intended);
+        self.pacing.merge(&o.pacing);
+        self.cpus.merge(&o.cpus);
+        self.published += o.published;
+        self.transactions += o.transactions;
+        self.lost += o.lost;
+        self.lost_tail += o.lost_tail;
+        self.late_replies += o.late_replies;
+        self.stray_replies += o.stray_replies;
+        self.unanswered += o.unanswered;
+        self.late_sends += o.late_sends;
+        self.retrans += o.retrans;
+        self.cpu_ns += o.cpu_ns;
+        self.info.extend(o.info.iter().cloned());
+        self.error = self.error.take().or_else(|| o.error.clone());
+        self.local_addr = self.local_addr.or(o.local_addr);
+        if let Some(a) = &o.anatomy {
+            self.anatomy.get_or_insert_with(Default::default).merge(a);
         }
-        t
+        self.series.extend_from_slice(&o.series);
     }
 }
 
@@ -406,7 +380,7 @@ pub(super) fn why_unread(cx: &Ctx<'_>, failed: Option<&io::Error>) -> Option<Str
 pub(super) fn note_tcp_info(out: &mut StreamOutcome, sock: &TcpStream) {
     if let Ok(ti) = sockopt::tcp_info(sock) {
         out.retrans = u64::from(ti.total_retrans);
-        out.info = Some(ti);
+        out.info = vec![ti];
     }
 }
 
@@ -786,7 +760,7 @@ pub(super) fn record_crr(
 pub(super) fn note_crr_connection(out: &mut StreamOutcome, sock: &TcpStream) {
     if let Ok(ti) = sockopt::tcp_info(sock) {
         out.retrans += u64::from(ti.total_retrans);
-        out.info = Some(ti);
+        out.info = vec![ti];
     }
     out.local_addr = out.local_addr.or(sock.local_addr().ok());
 }
@@ -841,7 +815,7 @@ mod tests {
 
     /// Witness: arithmetic on two made-up streams' outcomes.
     #[test]
-    fn totals_add_every_stream_and_keep_the_first_error() {
+    fn merged_outcomes_add_every_stream_and_keep_the_first_error() {
         let mut a = StreamOutcome {
             transactions: 3,
             lost: 1,
@@ -865,7 +839,10 @@ mod tests {
             error: Some("third".into()),
             ..Default::default()
         };
-        let t = Totals::of(&[a, b, c]);
+        let mut t = StreamOutcome::default();
+        for o in [a, b, c] {
+            t.merge(&o);
+        }
         assert_eq!(
             (t.transactions, t.lost, t.late_replies, t.retrans, t.cpu_ns),
             (5, 1, 1, 2, 100)
