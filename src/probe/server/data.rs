@@ -53,8 +53,25 @@ struct ThreadCounters {
     retrans: u64,
     last_info: Option<crate::kernel::tcp_info::TcpInfo>,
     cpus: CpuTracker,
-    /// `--anatomy`: the server's part of the stream's last transaction.
-    last_part: Option<crate::probe::anatomy::LastPart>,
+    /// `--anatomy`: the server's part of the stream's last transaction (merged: every
+    /// stream's).
+    last_parts: Vec<crate::probe::anatomy::LastPart>,
+}
+
+impl ThreadCounters {
+    /// Add another thread's counts: sums, every stream's last part, the CPUs; a
+    /// TCP_CRR connection's `tcp_info` from the later thread that has one.
+    fn merge(&mut self, o: ThreadCounters) {
+        self.transactions += o.transactions;
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.connections += o.connections;
+        self.dropped += o.dropped;
+        self.retrans += o.retrans;
+        self.last_info = o.last_info.or(self.last_info.take());
+        self.cpus.merge(&o.cpus);
+        self.last_parts.extend(o.last_parts);
+    }
 }
 
 pub(super) struct RunningTest {
@@ -326,10 +343,11 @@ impl DataTest {
         let mut sends = previous_sends(fd, want, None);
         retrans.note(fd, &mut sends);
         let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
-        c.last_part = book
-            .last(sends, answered)
-            .zip(s.peer_addr().ok())
-            .map(|(p, peer)| anatomy::LastPart::new(peer, &p));
+        c.last_parts.extend(
+            book.last(sends, answered)
+                .zip(s.peer_addr().ok())
+                .map(|(p, peer)| anatomy::LastPart::new(peer, &p)),
+        );
         c
     }
 
@@ -555,10 +573,11 @@ impl DataTest {
             let want = c.transactions.wrapping_sub(1) as u32;
             let sends = previous_sends(u.as_raw_fd(), want, None);
             let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
-            c.last_part = book
-                .last(sends, answered)
-                .zip(last_peer)
-                .map(|(p, peer)| crate::probe::anatomy::LastPart::new(peer, &p));
+            c.last_parts.extend(
+                book.last(sends, answered)
+                    .zip(last_peer)
+                    .map(|(p, peer)| crate::probe::anatomy::LastPart::new(peer, &p)),
+            );
         }
         c.bytes_in = (c.transactions + c.dropped) * u64::from(self.spec.request_size);
         c.bytes_out = c.transactions * u64::from(self.spec.response_size);
@@ -743,25 +762,21 @@ impl RunningTest {
             // SAFETY: the listener is owned by the worker threads' Arc and still open; wakes accept().
             unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
         }
-        let mut cpus = CpuTracker::default();
-        let mut crr_info = None;
+        let mut all = ThreadCounters::default();
         for t in self.threads {
             if let Ok(c) = t.join() {
-                report.transactions += c.transactions;
-                report.bytes_received += c.bytes_in;
-                report.bytes_sent += c.bytes_out;
-                report.connections += c.connections;
-                report.dropped_on_purpose += c.dropped;
-                report.total_retrans += c.retrans;
-                report.last_parts.extend(c.last_part);
-                cpus.merge(&c.cpus);
-                crr_info = c.last_info.or(crr_info);
+                all.merge(c);
             }
         }
-        if let Some(ti) = crr_info {
-            report.tcp_info.push(ti);
-        }
-        report.placement = cpus.placement(self.server_cpu);
+        report.transactions = all.transactions;
+        report.bytes_received = all.bytes_in;
+        report.bytes_sent = all.bytes_out;
+        report.connections = all.connections;
+        report.dropped_on_purpose = all.dropped;
+        report.total_retrans += all.retrans;
+        report.last_parts = all.last_parts;
+        report.tcp_info.extend(all.last_info);
+        report.placement = all.cpus.placement(self.server_cpu);
         report
     }
 }
