@@ -18,7 +18,7 @@
 
 use super::runner::{Experiment, TrialContext};
 use super::testbed::{LabServer, Nft};
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{netns, netstat, realtime_ns, route, sysctl};
 use crate::lab::emulator::Dir;
@@ -121,35 +121,41 @@ fn set_rto_min(
     mech: Mechanism,
     ms: u32,
     j: Option<&Journal>,
-) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
+) -> Result<(), TrialError> {
+    let step = || format!("rto_min {ms} ms on the route to {peer}");
     match mech {
         Mechanism::Route => {
             // The route the kernel uses for the peer (`ip route get fibmatch`).
-            let r = route::lookup(ns, peer).map_err(|x| e(&x))?;
+            let r = route::lookup(ns, peer).map_err(TrialError::step(step()))?;
             match j {
                 Some(j) => tuning::set_route_rto_min(j, ns, &r, Some(ms))
                     .map(drop)
-                    .map_err(|x| e(&x)),
+                    .map_err(TrialError::step(step())),
                 None => route::set_rto_min(ns, &r, Some(route::RtoMin { ms, locked: true }))
-                    .map_err(|x| e(&x)),
+                    .map_err(TrialError::step(step())),
             }
         }
         Mechanism::Sysctl => set_knob(ns, KNOBS[0], &(u64::from(ms) * 1000).to_string(), j),
     }
 }
 
-fn set_knob(ns: Option<&str>, key: &str, value: &str, j: Option<&Journal>) -> Result<(), String> {
+fn set_knob(
+    ns: Option<&str>,
+    key: &str,
+    value: &str,
+    j: Option<&Journal>,
+) -> Result<(), TrialError> {
+    let step = || format!("{key} = {value}");
     match j {
         Some(j) => tuning::set_sysctl(j, ns, key, value)
             .map(drop)
-            .map_err(|e| crate::error_chain(&e)),
-        None => sysctl::write(ns, key, value).map_err(|e| crate::error_chain(&e)),
+            .map_err(TrialError::step(step())),
+        None => sysctl::write(ns, key, value).map_err(TrialError::step(step())),
     }
 }
 
 /// Run an nftables script in the lab's host a, or on this host (`None`).
-fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), String> {
+fn nft_here(lab: Option<&Lab>, script: &str) -> Result<(), TrialError> {
     Nft::spawn(lab, Node::A)?.run(script)
 }
 
@@ -182,7 +188,7 @@ fn black_out(
     warmup: Duration,
     d: Duration,
     port: u16,
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64), TrialError> {
     match (by, b.lab()) {
         (BlackoutBy::Emulator, Some(lab)) => {
             let w = lab
@@ -194,12 +200,10 @@ fn black_out(
                         ns: warmup.as_nanos() as u64,
                     },
                 )
-                .map_err(|e| crate::error_chain(&e))?;
+                .map_err(TrialError::step("the emulator's blackout"))?;
             Ok((w.start_ns, w.end_ns))
         }
-        (BlackoutBy::Emulator, None) => {
-            Err("the emulator's blackout needs the lab; with a remote server use nftables".into())
-        }
+        (BlackoutBy::Emulator, None) => Err(TrialError::EmulatorBlackoutNeedsLab),
         (BlackoutBy::Nftables, lab) => {
             let (add, del) = (Nft::spawn(lab, Node::A)?, Nft::spawn(lab, Node::A)?);
             std::thread::sleep(warmup);
@@ -229,7 +233,7 @@ fn trial(
     (rec.predicted_ms, rec.boundary_ms) = (predicted_ms, boundary_ms);
     let t0 = Instant::now();
     let j = b.journal.as_ref();
-    let prep = || -> Result<(), String> {
+    let prep = || -> Result<(), TrialError> {
         for (ns, peer) in &b.hosts {
             set_rto_min(ns.as_deref(), *peer, s.mechanism, rto_min_ms, j)?;
             set_knob(ns.as_deref(), KNOBS[1], if thin { "1" } else { "0" }, j)?;
@@ -237,7 +241,7 @@ fn trial(
         Ok(())
     };
     if let Err(e) = prep() {
-        rec.error = Some(e);
+        rec.error = Some(e.chain());
         return rec;
     }
     let counters = || -> Vec<_> {
@@ -287,7 +291,7 @@ fn trial(
             rec.blackout_start_ns = s0;
             rec.blackout_end_ns = s1;
         }
-        Ok(Err(e)) => rec.error = Some(format!("blackout: {}", e)),
+        Ok(Err(e)) => rec.error = Some(format!("blackout: {}", e.chain())),
         Err(_) => rec.error = Some("blackout thread panicked".into()),
     }
     match result.0 {

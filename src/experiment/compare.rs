@@ -6,7 +6,7 @@
 
 use super::runner::{Experiment, TrialContext};
 use super::testbed::{capture_port, port_srtt, LabServer};
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::kernel::{netns, route};
 use crate::lab::Node;
 use crate::passive::sampler::Period;
@@ -189,11 +189,11 @@ pub fn measure(
         stop.store(true, Ordering::Release);
         let srv = srv.map(|h| {
             h.join()
-                .unwrap_or_else(|_| Err("sock_diag panicked".into()))
+                .unwrap_or_else(|_| Err(TrialError::Panicked("sock_diag")))
         });
         let pas = pas
             .join()
-            .unwrap_or_else(|_| Err("capture panicked".into()));
+            .unwrap_or_else(|_| Err(TrialError::Panicked("capture")));
         (tcp, udp, icmp, srv, pas)
     });
 
@@ -240,7 +240,7 @@ pub fn measure(
     let (server_srtt, server_series) = match srv {
         Some(Ok(h)) => h,
         Some(Err(e)) => {
-            errors.push(format!("tcp_info server: {}", e));
+            errors.push(format!("tcp_info server: {}", e.chain()));
             (LatencyHistogram::new(), Vec::new())
         }
         // A remote server: the srtt it reported at the end of the run.
@@ -265,15 +265,19 @@ pub fn measure(
         (
             "passive_ts",
             "TSval → echo, capture → server → capture",
-            pas.as_ref().map(|p| &p.sink.ts_net),
+            pas.as_ref()
+                .map(|p| &p.sink.ts_net)
+                .map_err(TrialError::chain),
         ),
         (
             "passive_seq",
             "data → covering ACK, capture → server → capture",
-            pas.as_ref().map(|p| &p.sink.seq_net),
+            pas.as_ref()
+                .map(|p| &p.sink.seq_net)
+                .map_err(TrialError::chain),
         ),
     ] {
-        push_layer(&mut layers, &mut errors, name, what, h);
+        push_layer(&mut layers, &mut errors, name, what, h.as_ref().copied());
     }
     let (sampler, local, drops) = pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
         (p.periods.clone(), p.sink.local, p.drops)

@@ -39,6 +39,48 @@ pub enum ExperimentError {
     Netns(#[from] crate::kernel::netns::NetnsError),
 }
 
+/// Why a step of a trial failed. The trial keeps it in its record as its error chain
+/// ([`crate::error_chain`]) and the run goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    /// A step failed; its error is the source.
+    #[error("{step}")]
+    Step {
+        /// What the trial was doing.
+        step: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// `--blackout-by emulator` with a remote server.
+    #[error("the emulator's blackout needs the lab; with a remote server use nftables")]
+    EmulatorBlackoutNeedsLab,
+    /// A thread of the trial panicked.
+    #[error("{0} panicked")]
+    Panicked(&'static str),
+    /// nft refused a script: its own words, from its stderr.
+    #[error("nft: {0}")]
+    Nft(String),
+}
+
+impl TrialError {
+    /// For `map_err`: the error of step `step`.
+    pub fn step<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
+        step: impl Into<String>,
+    ) -> impl FnOnce(E) -> Self {
+        let step = step.into();
+        move |e| Self::Step {
+            step,
+            source: e.into(),
+        }
+    }
+
+    /// Its chain, as a trial's record keeps it.
+    pub fn chain(&self) -> String {
+        crate::error_chain(self)
+    }
+}
+
 /// Serde's default for `trials` in settings written before `--trials` existed.
 fn one_trial() -> u32 {
     1

@@ -17,7 +17,7 @@
 
 use super::runner::{Experiment, TrialContext};
 use super::testbed::{capture_port, LabServer};
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::kernel::{netns, realtime_ns, sockopt};
 use crate::lab::emulator::Dir;
 use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
@@ -168,32 +168,33 @@ fn bulk_sink(l: TcpListener, stop: &AtomicBool) -> u64 {
 }
 
 /// A TCP connection to `to` with congestion control `cc`.
-fn connect(to: SocketAddr, cc: &str, timeout: Duration) -> Result<TcpStream, String> {
+fn connect(to: SocketAddr, cc: &str, timeout: Duration) -> Result<TcpStream, TrialError> {
     let sock = Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step("a TCP socket"))?;
     sockopt::set_congestion(&sock, cc)
-        .map_err(|e| format!("congestion control {cc}: {}", crate::error_chain(&e)))?;
+        .map_err(TrialError::step(format!("congestion control {cc}")))?;
     sock.connect_timeout(&SockAddr::from(to), timeout)
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step(format!("connecting to {to}")))?;
     Ok(sock.into())
 }
 
 /// A listener on `at` whose connections use congestion control `cc`.
-fn listen(at: SocketAddr, cc: &str) -> Result<TcpListener, String> {
+fn listen(at: SocketAddr, cc: &str) -> Result<TcpListener, TrialError> {
     let sock = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step("a TCP socket"))?;
     sockopt::set_congestion(&sock, cc)
-        .map_err(|e| format!("congestion control {cc}: {}", crate::error_chain(&e)))?;
+        .map_err(TrialError::step(format!("congestion control {cc}")))?;
+    let listening = || format!("listening on {at}");
     sock.set_reuse_address(true)
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step(listening()))?;
     sock.bind(&SockAddr::from(at))
-        .map_err(|e| crate::error_chain(&e))?;
-    sock.listen(16).map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step(listening()))?;
+    sock.listen(16).map_err(TrialError::step(listening()))?;
     Ok(sock.into())
 }
 
 /// The bulk sender in a: writes as fast as TCP takes it until `stop`.
-fn bulk_send(to: SocketAddr, cc: &str, stop: &AtomicBool) -> Result<(), String> {
+fn bulk_send(to: SocketAddr, cc: &str, stop: &AtomicBool) -> Result<(), TrialError> {
     let mut c = connect(to, cc, Duration::from_secs(10))?;
     c.set_write_timeout(Some(Duration::from_millis(200))).ok();
     let buf = vec![0x5au8; 1 << 16];
@@ -205,7 +206,7 @@ fn bulk_send(to: SocketAddr, cc: &str, stop: &AtomicBool) -> Result<(), String> 
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => return Err(crate::error_chain(&e)),
+            Err(e) => return Err(TrialError::step("sending the bulk flow")(e)),
         }
     }
     Ok(())
@@ -219,10 +220,13 @@ fn echo_client(
     s: &Settings,
     t0: Instant,
     interrupt: &AtomicBool,
-) -> Result<(Series, u64, Option<u32>), String> {
+) -> Result<(Series, u64, Option<u32>), TrialError> {
     let c = connect(to, &s.congestion, Duration::from_secs(30))?;
-    c.set_nodelay(true).map_err(|e| crate::error_chain(&e))?;
-    let mut rx = c.try_clone().map_err(|e| crate::error_chain(&e))?;
+    c.set_nodelay(true)
+        .map_err(TrialError::step("TCP_NODELAY on the echo connection"))?;
+    let mut rx = c
+        .try_clone()
+        .map_err(TrialError::step("the echo connection's reader"))?;
     rx.set_read_timeout(Some(Duration::from_millis(200))).ok();
     let sent = std::sync::atomic::AtomicU64::new(0);
     let done_sending = AtomicBool::new(false);
@@ -329,7 +333,7 @@ fn scenario(
     trial: u32,
     out: &Path,
     interrupt: &AtomicBool,
-) -> Result<ScenarioResult, String> {
+) -> Result<ScenarioResult, TrialError> {
     let lab = testbed.lab();
     let imp = impairments(sc, s);
     lab.set(
@@ -342,16 +346,17 @@ fn scenario(
             ..ImpairmentPatch::default()
         },
     )
-    .map_err(|e| crate::error_chain(&e))?;
+    .map_err(TrialError::step(format!(
+        "the scenario's impairments ({name})"
+    )))?;
     let b_ip = testbed.server.ip();
     let (echo_l, bulk_l) = netns::run_in(Some(testbed.server_ns()), || {
-        Ok::<_, String>((
+        Ok::<_, TrialError>((
             listen(SocketAddr::new(b_ip, ECHO_PORT), &s.congestion)?,
             listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
         ))
     })
-    .map_err(|e| crate::error_chain(&e))?
-    .map_err(|e| format!("listening in b: {}", e))?;
+    .map_err(TrialError::step("entering b's namespace"))??;
     let stop = AtomicBool::new(false);
     let stop_bulk = AtomicBool::new(false);
     let bulk = matches!(sc, Scenario::Queue { .. });
@@ -379,7 +384,7 @@ fn scenario(
                 netns::run_in(Some(testbed.client_ns()), || {
                     bulk_send(SocketAddr::new(b_ip, BULK_PORT), &s.congestion, &stop_bulk)
                 })
-                .map_err(|e| crate::error_chain(&e))
+                .map_err(TrialError::step("entering a's namespace"))
                 .and_then(|x| x)
             })
         });
@@ -419,9 +424,9 @@ fn scenario(
                 p.timeout = Duration::from_secs(5);
                 p.keep_series = true;
                 let ctl = PingControl::default();
-                ping::run(&p, &ctl).map_err(|e| crate::error_chain(&e))
+                ping::run(&p, &ctl).map_err(TrialError::step("ping"))
             })
-            .map_err(|e| crate::error_chain(&e))
+            .map_err(TrialError::step("entering a's namespace"))
             .and_then(|x| x)
         });
         let echo = netns::run_in(Some(testbed.client_ns()), || {
@@ -432,13 +437,16 @@ fn scenario(
                 interrupt,
             )
         })
-        .map_err(|e| crate::error_chain(&e))
+        .map_err(TrialError::step("entering a's namespace"))
         .and_then(|x| x);
         let ping = pinger
             .join()
-            .unwrap_or_else(|_| Err("ping panicked".into()));
+            .unwrap_or_else(|_| Err(TrialError::Panicked("ping")));
         stop_bulk.store(true, Ordering::Release);
-        let sent = sender.map(|h| h.join().unwrap_or_else(|_| Err("bulk panicked".into())));
+        let sent = sender.map(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(TrialError::Panicked("the bulk sender")))
+        });
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Release);
         if let Some(c) = changer {
@@ -448,12 +456,12 @@ fn scenario(
         let bulk_bytes = sink.join().unwrap_or(0);
         let cap = cap
             .join()
-            .unwrap_or_else(|_| Err("capture panicked".into()));
+            .unwrap_or_else(|_| Err(TrialError::Panicked("capture")));
         (echo, ping, cap, sent, bulk_bytes)
     });
     let mut errors = Vec::new();
     let (app, app_unanswered, retrans) = echo.unwrap_or_else(|e| {
-        errors.push(format!("echo: {}", e));
+        errors.push(format!("echo: {}", e.chain()));
         (Series::new(), 0, None)
     });
     let (icmp, lost) = match ping {
@@ -462,19 +470,19 @@ fn scenario(
             p.lost,
         ),
         Err(e) => {
-            errors.push(format!("ping: {}", e));
+            errors.push(format!("ping: {}", e.chain()));
             (Series::new(), 0)
         }
     };
     let (ts, drops) = match cap {
         Ok(c) => (c.sink.series, c.drops),
         Err(e) => {
-            errors.push(format!("capture: {}", e));
+            errors.push(format!("capture: {}", e.chain()));
             (Series::new(), 0)
         }
     };
     if let Some(Err(e)) = sent {
-        errors.push(format!("bulk: {}", e));
+        errors.push(format!("bulk: {}", e.chain()));
     }
     let mut csv = String::from("t_s,layer,rtt_ms\n");
     for (layer, series) in [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)] {
@@ -487,7 +495,7 @@ fn scenario(
     } else {
         format!("{name}-t{trial}.samples.csv")
     };
-    write_file(out, &samples_file, &csv).map_err(|e| crate::error_chain(&e))?;
+    write_file(out, &samples_file, &csv).map_err(TrialError::step(samples_file.clone()))?;
     Ok(ScenarioResult {
         scenario: name.into(),
         trial,
@@ -594,7 +602,7 @@ impl Experiment for PassiveVsActive {
             bulk_bytes: 0,
             capture_drops: 0,
             samples_file: String::new(),
-            error: Some(e),
+            error: Some(e.chain()),
         }))
     }
 

@@ -15,7 +15,7 @@
 
 use super::runner::{Experiment, TrialContext};
 use super::testbed::{capture_port, port_srtt, until_interrupted, LabServer};
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::kernel::netns;
 use crate::passive::{Sample, Sink};
 use crate::probe::rr::{self, RrSettings, RunControl};
@@ -111,8 +111,9 @@ fn median_us(h: &LatencyHistogram) -> Option<f64> {
 }
 
 /// A scoped thread's result, a panic as an error.
-fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, String>>) -> Result<T, String> {
-    h.join().unwrap_or_else(|_| Err("panicked".into()))
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, Result<T, TrialError>>) -> Result<T, TrialError> {
+    h.join()
+        .unwrap_or_else(|_| Err(TrialError::Panicked("a thread")))
 }
 
 /// The files of one trial: `wait-40ms`, `wait-40ms-t1` for its second repeat.
@@ -190,13 +191,13 @@ fn point(
     });
     let mut errors = Vec::new();
     let server_srtt = srv.map(|(h, _)| h).unwrap_or_else(|e| {
-        errors.push(format!("server srtt: {}", e));
+        errors.push(format!("server srtt: {}", e.chain()));
         LatencyHistogram::new()
     });
-    let mut metric = |c: Result<super::testbed::Captured<Ignore>, String>, who: &str| match c {
+    let mut metric = |c: Result<super::testbed::Captured<Ignore>, TrialError>, who: &str| match c {
         Ok(c) => (c.periods.into_iter().max_by_key(|p| p.samples), c.drops),
         Err(e) => {
-            errors.push(format!("{who} capture: {}", e));
+            errors.push(format!("{who} capture: {}", e.chain()));
             (None, 0)
         }
     };

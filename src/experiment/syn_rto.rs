@@ -12,7 +12,7 @@
 
 use super::runner::{Experiment, TrialContext};
 use super::testbed::{LabServer, Nft};
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::kernel::syn_rto::{self, SynRto, Tuning};
 use crate::kernel::tuning::{self, Journal};
 use crate::kernel::{hz, netns, netstat};
@@ -65,16 +65,15 @@ const REMOVE: &str = "table inet rttlab_synrto\ndelete table inet rttlab_synrto\
 struct PrivateBpfFs(std::path::PathBuf);
 
 impl PrivateBpfFs {
-    fn mount() -> Result<Self, String> {
+    fn mount() -> Result<Self, TrialError> {
         let dir = std::env::temp_dir().join(format!("rttlab-bpffs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("{}: {}", dir.display(), crate::error_chain(&e)))?;
+        std::fs::create_dir_all(&dir).map_err(TrialError::step(dir.display().to_string()))?;
         if let Err(e) = crate::kernel::syn_rto::mount_bpffs(&dir) {
             let _ = std::fs::remove_dir(&dir);
-            return Err(format!(
-                "mounting a bpf filesystem at {}: {e}",
+            return Err(TrialError::step(format!(
+                "mounting a bpf filesystem at {}",
                 dir.display()
-            ));
+            ))(e));
         }
         Ok(Self(dir))
     }
@@ -100,20 +99,21 @@ struct Override {
 }
 
 impl Override {
-    fn attach(prefix: std::net::IpAddr, t: Tuning) -> Result<Self, String> {
-        let e = |x: &dyn std::fmt::Display| x.to_string();
+    fn attach(prefix: std::net::IpAddr, t: Tuning) -> Result<Self, TrialError> {
         let fs = PrivateBpfFs::mount()?;
         let s = SynRto::at(fs.0.join("syn_rto"));
-        let cgroup = syn_rto::cgroup2_root().map_err(|x| e(&x))?;
+        let cgroup = syn_rto::cgroup2_root().map_err(TrialError::step("the cgroup2 root"))?;
         let journal = Journal::for_run(crate::results::names::SYN_RTO);
-        tuning::attach_syn_rto(&journal, &s, &cgroup).map_err(|x| e(&x))?;
+        tuning::attach_syn_rto(&journal, &s, &cgroup)
+            .map_err(TrialError::step("attaching the SYN's RTO override"))?;
         let o = Self {
             s,
             cgroup,
             journal,
             _fs: fs,
         };
-        o.s.add(prefix, 32, t).map_err(|x| e(&x))?;
+        o.s.add(prefix, 32, t)
+            .map_err(TrialError::step(format!("the override for {prefix}")))?;
         Ok(o)
     }
 }
@@ -130,9 +130,10 @@ fn connect_times(
     to: SocketAddr,
     n: u32,
     interrupt: &AtomicBool,
-) -> Result<(LatencyHistogram, u32, u64), String> {
+) -> Result<(LatencyHistogram, u32, u64), TrialError> {
     let ns = testbed.client_ns();
-    let before = netstat::read(Some(ns)).map_err(|e| crate::error_chain(&e))?;
+    let counters = "the kernel's TCP counters";
+    let before = netstat::read(Some(ns)).map_err(TrialError::step(counters))?;
     let (h, failed) = netns::run_in(Some(ns), || {
         let mut h = LatencyHistogram::new();
         let mut failed = 0;
@@ -152,8 +153,8 @@ fn connect_times(
         }
         (h, failed)
     })
-    .map_err(|e| crate::error_chain(&e))?;
-    let after = netstat::read(Some(ns)).map_err(|e| crate::error_chain(&e))?;
+    .map_err(TrialError::step("entering the client's namespace"))?;
+    let after = netstat::read(Some(ns)).map_err(TrialError::step(counters))?;
     Ok((
         h,
         failed,
@@ -281,7 +282,7 @@ impl Experiment for SynRtoExperiment {
                 syn_retransmits: 0,
                 predicted_ms,
                 file: None,
-                error: Some(e),
+                error: Some(e.chain()),
             },
         })
     }

@@ -2,7 +2,7 @@
 //! capture of one TCP port with the passive engines and the sampled metric, and the
 //! kernel's srtt of one port sampled through sock_diag.
 
-use super::ExperimentError;
+use super::{ExperimentError, TrialError};
 use crate::capture::live::LiveCapture;
 use crate::kernel::netns;
 use crate::kernel::sock_diag::{self, DiagFilter, SockDiag};
@@ -115,8 +115,9 @@ pub fn capture_port<S: Sink>(
     period: Duration,
     stop: &AtomicBool,
     mut sink: S,
-) -> Result<Captured<S>, String> {
-    let mut cap = LiveCapture::open(iface, ns).map_err(|e| crate::error_chain(&e))?;
+) -> Result<Captured<S>, TrialError> {
+    let what = || format!("capturing port {port} on {iface}");
+    let mut cap = LiveCapture::open(iface, ns).map_err(TrialError::step(what()))?;
     let link = cap.link();
     let mut a = Analyzer::new(Config {
         local: cap.addresses.clone(),
@@ -133,11 +134,11 @@ pub fn capture_port<S: Sink>(
     });
     while !stop.load(Ordering::Acquire) {
         cap.poll(50, |ts, frame| a.packet(ts, link, frame, &mut sink))
-            .map_err(|e| crate::error_chain(&e))?;
+            .map_err(TrialError::step(what()))?;
     }
     // What is still in the ring.
     cap.poll(0, |ts, frame| a.packet(ts, link, frame, &mut sink))
-        .map_err(|e| crate::error_chain(&e))?;
+        .map_err(TrialError::step(what()))?;
     a.finish(&mut sink);
     Ok(Captured {
         sink,
@@ -157,8 +158,9 @@ pub fn port_srtt(
     port: u16,
     until: Duration,
     stop: &AtomicBool,
-) -> Result<(LatencyHistogram, Vec<(u64, u64)>), String> {
-    let mut d = SockDiag::open(ns).map_err(|e| crate::error_chain(&e))?;
+) -> Result<(LatencyHistogram, Vec<(u64, u64)>), TrialError> {
+    let what = || format!("the kernel's srtt of port {port} (sock_diag)");
+    let mut d = SockDiag::open(ns).map_err(TrialError::step(what()))?;
     let mut h = LatencyHistogram::new();
     let mut series = Vec::new();
     let f = DiagFilter {
@@ -182,7 +184,7 @@ pub fn port_srtt(
             }
         },
     )
-    .map_err(|e| crate::error_chain(&e))?;
+    .map_err(TrialError::step(what()))?;
     Ok((h, series))
 }
 
@@ -193,7 +195,7 @@ pub struct Nft(std::process::Child);
 
 impl Nft {
     /// Start nft in the lab's `node`, or on this host (`None`).
-    pub fn spawn(lab: Option<&Lab>, node: Node) -> Result<Self, String> {
+    pub fn spawn(lab: Option<&Lab>, node: Node) -> Result<Self, TrialError> {
         let mut cmd = match lab {
             Some(l) => l.command(node, "nft"),
             None => std::process::Command::new("nft"),
@@ -203,26 +205,25 @@ impl Nft {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .map(Nft)
-            .map_err(|e| format!("nft: {} (apt-get install nftables)", crate::error_chain(&e)))
+            .map_err(TrialError::step("starting nft (apt-get install nftables)"))
     }
 
     /// Hand it `script` and wait until the ruleset is changed.
-    pub fn run(mut self, script: &str) -> Result<(), String> {
+    pub fn run(mut self, script: &str) -> Result<(), TrialError> {
         use std::io::Write;
         if let Some(mut i) = self.0.stdin.take() {
             i.write_all(script.as_bytes())
-                .map_err(|e| crate::error_chain(&e))?;
+                .map_err(TrialError::step("handing nft its script"))?;
         }
         let o = self
             .0
             .wait_with_output()
-            .map_err(|e| crate::error_chain(&e))?;
+            .map_err(TrialError::step("waiting for nft"))?;
         if o.status.success() {
             Ok(())
         } else {
-            Err(format!(
-                "nft: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
+            Err(TrialError::Nft(
+                String::from_utf8_lossy(&o.stderr).trim().to_owned(),
             ))
         }
     }
