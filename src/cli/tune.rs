@@ -6,7 +6,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use rttlab::kernel::tuning::{self, sysctl_command, Journal};
 use rttlab::kernel::{hz, netns, route, sockopt, syn_rto, sysctl};
 use rttlab::results::schema;
-use serde::Serialize;
+use rttlab::results::tune::{
+    Probe, RouteRtoMin, RtoMinState, SynRtoPrefix, SynRtoState, ThinState,
+};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -244,33 +246,7 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             dry_run,
         } => {
             let hz = hz::detect_here()?;
-            let jiffy = Duration::from_micros(hz::jiffy_us(hz));
-            let jiffies =
-                hz::usecs_to_jiffies(u64::try_from(syn.as_micros()).unwrap_or(u64::MAX), hz);
-            if syn > Duration::from_secs(120) {
-                bail!("the SYN RTO must be at most 120 s (TCP_RTO_MAX)");
-            }
-            // bpf_sol_tcp_setsockopt accepts [TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN (200 ms)]
-            // and silently keeps the old value otherwise, so refuse here.
-            let us = |name: &str, d: Option<Duration>| -> anyhow::Result<u32> {
-                match d {
-                    None => Ok(0),
-                    Some(d)
-                        if !syn_rto::bpf_timeout_ok(
-                            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
-                            hz,
-                        ) =>
-                    {
-                        bail!("--{name} must be more than {} µs (one jiffy at HZ {hz}; the kernel takes 2 jiffies or more) and at most 200 ms", jiffy.as_micros())
-                    }
-                    Some(d) => Ok(u32::try_from(d.as_micros()).unwrap_or(u32::MAX)),
-                }
-            };
-            let t = syn_rto::Tuning::new(
-                u32::try_from(jiffies).unwrap_or(u32::MAX),
-                us("rto-min", rto_min)?,
-                us("delack-max", delack_max)?,
-            );
+            let t = syn_rto::Tuning::checked(syn, rto_min, delack_max, hz)?;
             let s = syn_rto::SynRto::at(&at.pin_dir);
             if dry_run {
                 let pin = at.pin_dir.display();
@@ -500,16 +476,6 @@ fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A new connection's RTO as the kernel reports it (`--probe`).
-#[derive(Serialize)]
-struct Probe {
-    addr: SocketAddr,
-    rto_us: u32,
-    srtt_us: u32,
-    /// The kernel's HZ, when it can be told from rto_min and this RTO.
-    hz: Option<u32>,
-}
-
 fn probe(netns: Option<&str>, target: &str) -> anyhow::Result<Probe> {
     let addr: SocketAddr = target
         .to_socket_addrs()
@@ -543,55 +509,6 @@ fn print_probe(p: &Probe) -> anyhow::Result<()> {
         ))
     );
     Ok(())
-}
-
-/// `tune rto-min show --json`.
-#[derive(Serialize)]
-struct RtoMinState<'a> {
-    netns: Option<&'a str>,
-    sysctl: &'static str,
-    /// None on kernels without the sysctl (before 6.11).
-    sysctl_us: Option<u64>,
-    routes: Vec<RouteRtoMin>,
-    probe: Option<Probe>,
-}
-
-/// A route that carries an rto_min metric.
-#[derive(Serialize)]
-struct RouteRtoMin {
-    prefix: String,
-    dev: Option<String>,
-    rto_min_ms: u32,
-    /// Only a locked metric is used by TCP (tcp_rto_min(): dst_metric_locked).
-    locked: bool,
-}
-
-/// `tune thin show --json`.
-#[derive(Serialize)]
-struct ThinState<'a> {
-    netns: Option<&'a str>,
-    sysctl: &'static str,
-    on: bool,
-}
-
-/// `tune syn-rto list --json`.
-#[derive(Serialize)]
-struct SynRtoState<'a> {
-    attached: bool,
-    pin_dir: &'a std::path::Path,
-    /// The kernel's HZ (measured only when attached).
-    hz: Option<u32>,
-    prefixes: Vec<SynRtoPrefix>,
-}
-
-/// One prefix of the sock_ops program's trie; 0 leaves the kernel's value.
-#[derive(Serialize)]
-struct SynRtoPrefix {
-    prefix: String,
-    syn_rto_jiffies: u32,
-    syn_rto_ms: u64,
-    rto_min_us: u32,
-    delack_max_us: u32,
 }
 
 fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {

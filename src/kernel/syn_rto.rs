@@ -26,6 +26,7 @@ use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The compiled program, committed beside its source.
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/syn_rto.bpf.o");
@@ -66,6 +67,57 @@ impl Tuning {
             pad: 0,
         }
     }
+
+    /// The tuning of a SYN RTO and, optionally, an rto_min and a delayed-ACK maximum,
+    /// in the units the program hands the kernel at `hz`.
+    ///
+    /// # Errors
+    /// A SYN RTO over TCP_RTO_MAX (120 s), or a timeout the kernel would silently
+    /// ignore: `bpf_sol_tcp_setsockopt` takes [TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN
+    /// (200 ms)] and keeps the old value otherwise ([`bpf_timeout_ok`]).
+    pub fn checked(
+        syn_rto: Duration,
+        rto_min: Option<Duration>,
+        delack_max: Option<Duration>,
+        hz: u32,
+    ) -> Result<Self, TuningRangeError> {
+        if syn_rto > Duration::from_secs(120) {
+            return Err(TuningRangeError::SynRto);
+        }
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let us = |flag: &'static str, d: Option<Duration>| match d {
+            None => Ok(0),
+            Some(d) if !bpf_timeout_ok(micros(d), hz) => Err(TuningRangeError::Timeout {
+                flag,
+                jiffy_us: super::hz::jiffy_us(hz),
+                hz,
+            }),
+            Some(d) => Ok(u32::try_from(micros(d)).unwrap_or(u32::MAX)),
+        };
+        Ok(Self::new(
+            u32::try_from(super::hz::usecs_to_jiffies(micros(syn_rto), hz)).unwrap_or(u32::MAX),
+            us("rto-min", rto_min)?,
+            us("delack-max", delack_max)?,
+        ))
+    }
+}
+
+/// A tuning the kernel would refuse or silently ignore.
+#[derive(Debug, thiserror::Error)]
+pub enum TuningRangeError {
+    /// Over TCP_RTO_MAX.
+    #[error("the SYN RTO must be at most 120 s (TCP_RTO_MAX)")]
+    SynRto,
+    /// Outside what `bpf_sol_tcp_setsockopt` takes.
+    #[error("--{flag} must be more than {jiffy_us} µs (one jiffy at HZ {hz}; the kernel takes 2 jiffies or more) and at most 200 ms")]
+    Timeout {
+        /// The command-line flag that set it.
+        flag: &'static str,
+        /// One jiffy.
+        jiffy_us: u64,
+        /// The kernel's HZ.
+        hz: u32,
+    },
 }
 
 /// The `bpftool map update` that sets `t` for `ip/prefix` in the maps pinned at
@@ -500,6 +552,40 @@ pub fn bpf_timeout_ok(us: u64, hz: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::{Tuning, TuningRangeError};
+    use std::time::Duration;
+
+    /// Witness: arithmetic at HZ 250 (4 ms jiffies, `usecs_to_jiffies` rounds up) and
+    /// the kernel's bounds, TCP_TIMEOUT_MIN (2 jiffies), TCP_RTO_MIN (200 ms) and
+    /// TCP_RTO_MAX (120 s).
+    #[test]
+    fn tunings_are_in_the_kernels_units_and_bounds() {
+        let ms = Duration::from_millis;
+        let t = Tuning::checked(ms(50), Some(ms(8)), None, 250).unwrap();
+        assert_eq!(
+            (t.syn_rto_jiffies, t.rto_min_us, t.delack_max_us),
+            (13, 8_000, 0)
+        );
+        assert!(matches!(
+            Tuning::checked(Duration::from_secs(121), None, None, 250),
+            Err(TuningRangeError::SynRto)
+        ));
+        // One jiffy is below TCP_TIMEOUT_MIN; 201 ms above TCP_RTO_MIN.
+        for bad in [ms(4), ms(201)] {
+            let e = Tuning::checked(ms(50), None, Some(bad), 250).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "--delack-max must be more than 4000 µs (one jiffy at HZ 250; the kernel takes 2 jiffies or more) and at most 200 ms"
+            );
+        }
+        assert_eq!(
+            Tuning::checked(ms(50), Some(ms(5)), None, 250)
+                .unwrap()
+                .rto_min_us,
+            5_000
+        );
+    }
+
     /// Witness: `struct bpf_lpm_trie_key` and the program's value struct, written out
     /// by hand: prefix length 8 as a little-endian u32, 10.0.0.0 in network order; 5
     /// jiffies and 8 ms as little-endian u32s.

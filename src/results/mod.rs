@@ -21,6 +21,7 @@ pub mod resreq;
 pub mod schema;
 pub mod sweep;
 pub mod syn_rto;
+pub mod tune;
 
 use crate::kernel::fs;
 use serde::de::DeserializeOwned;
