@@ -111,7 +111,10 @@ fuzz_target!(|data: &[u8]| {
                 let dropped = ops.first().is_some_and(|b| b & 1 == 1);
                 ops = ops.get(1..).unwrap_or(&[]);
                 if dropped {
-                    conv.dropped("server busy: dropped".into());
+                    conv.dropped(&rttlab::probe::server::Refusal::Handshakes {
+                        waiting: 1,
+                        limit: 1,
+                    });
                 } else {
                     conv.on_eof();
                 }

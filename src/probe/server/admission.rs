@@ -10,6 +10,7 @@
 //! authentication too often are refused at connect until their window passes.
 
 use super::data::canon;
+use super::refusal::Refusal;
 use super::Shared;
 use crate::probe::control::{self, ServerMsg};
 use std::collections::{HashMap, VecDeque};
@@ -59,7 +60,7 @@ pub(super) struct Pool {
     waiting: VecDeque<Waiting>,
     /// Connections dropped from the pool whose threads have not yet said so to their
     /// peers, with the reason to say (at most one per live control thread).
-    dropped: HashMap<u64, String>,
+    dropped: HashMap<u64, Refusal>,
     next_id: u64,
 }
 
@@ -100,19 +101,20 @@ pub(super) fn admit(stream: &TcpStream, peer: SocketAddr, shared: &Shared) -> Op
         let per_source = shared.config.max_handshakes_per_source;
         if from_source >= per_source {
             let at = oldest(&pool, |w| w.source == source);
-            let why = format!(
-                "server busy: dropped from the handshake pool, {from_source} connections from {} waiting (--max-handshakes-per-source {per_source}); try again",
-                source.0
-            );
+            let why = Refusal::HandshakesPerSource {
+                waiting: from_source,
+                from: source.0,
+                limit: per_source,
+            };
             evict(&mut pool, at, why, shared);
         }
         let max = shared.config.max_handshakes;
         if pool.waiting.len() >= max {
             let at = oldest(&pool, |_| true);
-            let why = format!(
-                "server busy: dropped from the handshake pool, {} connections waiting (--max-handshakes {max}); try again",
-                pool.waiting.len()
-            );
+            let why = Refusal::Handshakes {
+                waiting: pool.waiting.len(),
+                limit: max,
+            };
             evict(&mut pool, at, why, shared);
         }
         pool.next_id += 1;
@@ -182,7 +184,7 @@ pub(super) fn said_hello(shared: &Shared, id: u64) {
 /// Drop the connection at `at` from the pool: shut it for reading, which wakes its
 /// thread from its read (`tcp_recvmsg` returns 0 once `RCV_SHUTDOWN` is set) to tell
 /// the peer `why`.
-fn evict(pool: &mut Pool, at: Option<usize>, why: String, shared: &Shared) {
+fn evict(pool: &mut Pool, at: Option<usize>, why: Refusal, shared: &Shared) {
     if let Some(w) = at.and_then(|i| pool.waiting.remove(i)) {
         let _ = w.stream.shutdown(std::net::Shutdown::Read);
         pool.dropped.insert(w.id, why);
@@ -197,7 +199,7 @@ fn evict(pool: &mut Pool, at: Option<usize>, why: String, shared: &Shared) {
 ///
 /// # Errors
 /// It was dropped from the pool: the reason to tell its peer.
-pub(super) fn leave_pool(shared: &Shared, id: u64) -> Result<(), String> {
+pub(super) fn leave_pool(shared: &Shared, id: u64) -> Result<(), Refusal> {
     let mut pool = shared.pool.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(why) = pool.dropped.remove(&id) {
         return Err(why);

@@ -109,7 +109,7 @@ pub(super) fn serve(ctl: &TcpStream, peer: SocketAddr, id: u64, shared: &Shared)
         match (&mut &*ctl).read(&mut buf) {
             Ok(0) => match admission::leave_pool(shared, id) {
                 // Dropped from the pool: its socket was shut for reading to wake us.
-                Err(why) => conv.dropped(why),
+                Err(why) => conv.dropped(&why),
                 Ok(()) => conv.on_eof(),
             },
             Ok(n) => conv.on_bytes(&buf[..n], Instant::now()),
@@ -138,7 +138,7 @@ fn open<'a>(
     shared: &'a Shared,
 ) -> Option<Test<'a>> {
     if let Err(why) = admission::leave_pool(shared, id) {
-        conv.dropped(why);
+        conv.dropped(&why);
         return None;
     }
     let slot = budget::validate(&spec, &shared.config.limits)

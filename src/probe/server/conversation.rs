@@ -321,9 +321,9 @@ impl<'a> Conversation<'a> {
     }
 
     /// The connection was dropped from the handshake pool (`why` says so to the peer).
-    pub fn dropped(&mut self, why: String) {
+    pub fn dropped(&mut self, why: &super::refusal::Refusal) {
         if !self.is_closed() {
-            self.tell(EndKind::Dropped, why);
+            self.tell(EndKind::Dropped, why.to_string());
         }
     }
 
@@ -847,10 +847,13 @@ mod tests {
         let t0 = Instant::now();
         let mut c = Conversation::new(t0, &s, [0; NONCE_LEN]);
         c.on_bytes(&hello(&[])[..3], t0);
-        c.dropped("server busy: dropped from the handshake pool".into());
+        c.dropped(&crate::probe::server::Refusal::Handshakes {
+            waiting: 64,
+            limit: 64,
+        });
         let a = actions(&mut c);
         assert!(
-            matches!(&a[0], Action::Send(f) if plain(f) == ServerMsg::Error { message: "server busy: dropped from the handshake pool".into() })
+            matches!(&a[0], Action::Send(f) if plain(f) == ServerMsg::Error { message: "server busy: dropped from the handshake pool, 64 connections waiting (--max-handshakes 64); try again".into() })
         );
         assert_eq!(ending(&a).unwrap().kind, EndKind::Dropped);
         c.on_bytes(&hello(&[]), t0);

@@ -7,6 +7,24 @@ use std::net::IpAddr;
 /// each names the value, the limit and the setting that sets it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// A connection still in its handshake, dropped for a newer one from its source.
+    #[error("server busy: dropped from the handshake pool, {waiting} connections from {from} waiting (--max-handshakes-per-source {limit}); try again")]
+    HandshakesPerSource {
+        /// Connections from the source in the pool.
+        waiting: usize,
+        /// The source (an address, or its /64).
+        from: IpAddr,
+        /// `--max-handshakes-per-source`.
+        limit: usize,
+    },
+    /// A connection still in its handshake, dropped for a newer one.
+    #[error("server busy: dropped from the handshake pool, {waiting} connections waiting (--max-handshakes {limit}); try again")]
+    Handshakes {
+        /// Connections in the pool.
+        waiting: usize,
+        /// `--max-handshakes`.
+        limit: usize,
+    },
     /// Tests from one source at `--max-tests-per-source`.
     #[error("server busy: {held} tests running from {from}, the limit per source is {limit} (--max-tests-per-source)")]
     PerSource {
