@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A capture of real Linux TCP for the passive engine's benchmarks: bulk TCP through a
-# token-bucket shaper (iperf3) and request/response (rttlab rr) between two network
+# token-bucket shaper (iperf3, two streams) and request/response (rttlab rr, eight
+# streams) between two network
 # namespaces this script creates and removes, ~2.6 M packets, whole frames as tcpdump
 # keeps them by default (SNAPLEN=128 keeps the headers only: a tenth of the bytes).
 #

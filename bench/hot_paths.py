@@ -9,9 +9,10 @@ bench/against.sh COMMIT builds COMMIT beside HEAD and runs this on both, with a
 capture of 2.6 M packets from bench/big_capture.sh.
 
 Loopback only, every run bounded: passive reads tests/corpus/crr-gw.pcapng.gz (20
-reads a sample) and, with --capture, the big capture (3 reads a sample); rr runs 3 s against one server of the new build; the agent probes
-200 loopback peers (127.0.1.1-200, one `serve` of the new build) at tcp_rr and
-udp_rr every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
+reads a sample) and, with --capture, the big capture (3 reads a sample); rr
+runs 3 s against a server of its own build (the control protocol's version may
+differ); the agent probes 200 loopback peers (127.0.1.1-200, its own build's
+`serve`) at tcp_rr and udp_rr every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
 probes its own counter says it sent. Each pair runs old and new in turn, the order
 alternating; the ratio is new/old of the medians (above 1: new is slower for
 passive and agent, faster for rr).
