@@ -9,6 +9,11 @@
 use super::seq::SeqHalf;
 use super::ts::TsHalf;
 use std::collections::HashMap;
+
+/// The passive engines' maps, looked up per packet or per sample: foldhash, not std's
+/// SipHash (3–4 % of a TS run with 250 000 samples went to SipHash in the summaries).
+/// Nothing reaches the output in a map's order: rows are sorted first.
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// One end of a connection. IPv4 addresses are kept IPv4-mapped, so one key type
@@ -179,7 +184,7 @@ pub struct FlowCounters {
 /// capture time, and when the table is full the least recently seen eighth is
 /// evicted at once, so eviction costs O(1) per new flow amortised.
 pub struct FlowTable {
-    index: HashMap<FlowKey, u32, foldhash::fast::FixedState>,
+    index: FastMap<FlowKey, u32>,
     slab: Vec<Option<Flow>>,
     free: Vec<u32>,
     last: Option<(FlowKey, u32)>,
@@ -193,7 +198,7 @@ impl FlowTable {
     /// recently seen).
     pub fn new(idle_ns: u64, cap: usize) -> Self {
         Self {
-            index: HashMap::with_hasher(foldhash::fast::FixedState::default()),
+            index: FastMap::default(),
             slab: Vec::new(),
             free: Vec::new(),
             last: None,

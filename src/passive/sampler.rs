@@ -19,10 +19,10 @@
 //! Bucket bounds past the first are not published; rttlab assumes doubling (0, 1, 2,
 //! 4, … 65 536 ms, then overflow), which only matters for RTTs above 1 ms.
 
-use super::flow::FlowKey;
+use super::flow::{FastMap, FlowKey};
 use super::seq::before;
 use hdrhistogram::Histogram;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// `--sampler 1/N[,period=60s][,seed=S]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -217,7 +217,7 @@ pub struct Sampler {
     cfg: SamplerConfig,
     rng: u64,
     /// Sampled data segments' end sequence numbers and times, per flow and sender.
-    pending: HashMap<(FlowKey, usize), VecDeque<(u32, u64)>>,
+    pending: FastMap<(FlowKey, usize), VecDeque<(u32, u64)>>,
     first_ns: Option<u64>,
     done: Vec<Period>,
     current: Option<Acc>,
@@ -231,7 +231,7 @@ impl Sampler {
         Self {
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
             cfg,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             first_ns: None,
             done: Vec::new(),
             current: None,
