@@ -168,6 +168,51 @@ fn pacing_excludes_the_wait_from_latency() {
     assert!((0.08..0.5).contains(&e), "{e}");
 }
 
+/// Every closed loop (each protocol, with and without `--anatomy`, reading blocked or
+/// spinning) paces, counts and stamps alike. Witnesses: the server's own count (a
+/// second process); the wall clock (29 waits of 3 ms between 30 transactions take at
+/// least 87 ms, whatever the scheduler does); the pacing error's sample count (one per
+/// transaction after a wait, arithmetic); and the anatomy's stamped count, which only
+/// the kernel's stamps and the server's trailers can raise.
+#[test]
+fn every_closed_loop_paces_counts_and_stamps_alike() {
+    let s = ServeChild::start(&[]);
+    for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
+        for anatomy in [false, true] {
+            for recv in ["block", "spin"] {
+                let what = format!("{test} anatomy={anatomy} --recv {recv}");
+                let mut args = vec!["-t", test, "-n", "30", "-w", "3ms", "--recv", recv];
+                args.extend(["--json"]);
+                if anatomy {
+                    args.push("--anatomy");
+                }
+                let o = s.rr(&args);
+                assert!(o.status.success(), "{what}: {}", stderr(&o));
+                let v = json(&o);
+                assert_eq!(v["transactions"], 30, "{what}");
+                assert_eq!(v["remote_transactions"], 30, "{what}");
+                assert_eq!(v["settings"]["recv"], recv, "{what}");
+                let elapsed = v["elapsed_s"].as_f64().unwrap();
+                assert!(elapsed >= 0.087, "{what}: {elapsed} s");
+                assert_eq!(v["pacing_error"]["samples"], 29, "{what}");
+                let a = &v["anatomy"];
+                if anatomy {
+                    // Receive stamps may start late on a busy machine: most, not all.
+                    let stamped = a["stamped"].as_u64().unwrap_or(0);
+                    assert!(stamped >= 20, "{what}: {stamped} stamped: {a}");
+                    assert_eq!(
+                        a["connect"].is_object(),
+                        test == "TCP_CRR",
+                        "{what}: only TCP_CRR times a handshake: {a}"
+                    );
+                } else {
+                    assert!(a.is_null(), "{what}: {a}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn open_loop_reports_service_and_intended_times() {
     let s = ServeChild::start(&[]);

@@ -12,12 +12,17 @@
 //! hides its own effect (coordinated omission); the response time shows it.
 
 mod client;
+mod closed;
 mod open_loop;
+mod outcome;
 mod result;
+mod sequence;
 mod session;
 mod settings;
 mod stamped;
-mod stream;
+mod tcp;
+mod udp;
+mod watchdog;
 
 pub use client::ControlClient;
 pub use result::{Confidence, OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
@@ -30,15 +35,16 @@ use crate::kernel::host::HostFacts;
 use crate::probe::control::{TestKind, TestSpec};
 use crate::probe::pacing;
 use crate::stats::{HdrLogWriter, Summary};
+use closed::{thread_cpu_ns, Ctx, Tally};
 use open_loop::{open_loop, Endpoint};
+use outcome::StreamOutcome;
 use settings::{IN_FLIGHT_GRACE, REPORT_WAIT, REPORT_WAIT_CUT};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-use stream::{
-    publish, tcp_crr, tcp_rr, tcp_socket, thread_cpu_ns, udp_rr, watch, Ctx, StreamOutcome,
-};
+use tcp::{tcp_socket, Plain, TcpCrr, TcpRr};
+use watchdog::watch;
 
 /// Run one rr test against a running server.
 ///
@@ -81,6 +87,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     };
     let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
+    let tail = tail_plan(s, run_for);
 
     let watched: Vec<TcpStream> = conns
         .iter()
@@ -125,23 +132,15 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
                     quota,
                     cutoff,
                     stream: i as u32,
+                    tail,
                     slow_log,
                 };
                 let cpu0 = thread_cpu_ns();
-                let mut out = match (s.test, s.open_loop) {
-                    (TestKind::TcpRr, None) if s.anatomy => stamped::tcp_rr(&cx, conn, recorder),
-                    (TestKind::TcpRr, None) => tcp_rr(&cx, conn, recorder),
-                    (TestKind::UdpRr, None) => udp_rr(&cx, recorder),
-                    (TestKind::TcpCrr, _) if s.anatomy => stamped::tcp_crr(&cx, recorder),
-                    (TestKind::TcpCrr, _) => tcp_crr(&cx, recorder),
-                    (TestKind::TcpRr, Some(ol)) => {
-                        open_loop(&cx, ol, Endpoint::Tcp(conn), recorder)
-                    }
-                    (TestKind::UdpRr, Some(ol)) => open_loop(&cx, ol, Endpoint::Udp, recorder),
-                };
-                out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
-                publish(&mut out, ctl);
-                out
+                let mut tally = Tally::new(recorder);
+                measure_stream(&cx, conn, &mut tally);
+                tally.out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+                tally.publish(ctl);
+                tally.out
             }));
         }
         let start = Instant::now();
@@ -296,6 +295,46 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             CpuUse::between(a, b, elapsed, r.transactions)
         }),
     })
+}
+
+/// One stream's transactions, by test and loop: the closed loop with its protocol's
+/// exchange (and `--anatomy`'s hook), or the open loop.
+fn measure_stream(cx: &Ctx<'_>, conn: Option<TcpStream>, tally: &mut Tally) {
+    let s = cx.s;
+    let opened = match (s.test, s.open_loop) {
+        (TestKind::TcpRr, None) if s.anatomy => {
+            TcpRr::<stamped::RrStamps>::open(cx, conn, &mut tally.out)
+                .map(|x| closed::run(cx, x, tally))
+        }
+        (TestKind::TcpRr, None) => {
+            TcpRr::<Plain>::open(cx, conn, &mut tally.out).map(|x| closed::run(cx, x, tally))
+        }
+        (TestKind::TcpCrr, _) if s.anatomy => {
+            TcpCrr::<stamped::CrrStamps>::open(cx).map(|x| closed::run(cx, x, tally))
+        }
+        (TestKind::TcpCrr, _) => TcpCrr::<Plain>::open(cx).map(|x| closed::run(cx, x, tally)),
+        (TestKind::UdpRr, None) => udp::UdpRr::open(cx, tally).map(|x| closed::run(cx, x, tally)),
+        (TestKind::TcpRr, Some(ol)) => {
+            open_loop(cx, ol, Endpoint::Tcp(conn), tally);
+            Ok(())
+        }
+        (TestKind::UdpRr, Some(ol)) => {
+            open_loop(cx, ol, Endpoint::Udp, tally);
+            Ok(())
+        }
+    };
+    if let Err(e) = opened {
+        tally.out.error = Some(e);
+    }
+}
+
+/// `--anatomy`'s tail for each stream: its share of the run (`--tail`) among at most
+/// as many transactions as the run can hold.
+fn tail_plan(s: &RrSettings, run_for: Duration) -> crate::probe::anatomy::TailPlan {
+    use crate::probe::anatomy::{slowest::runs_at_most, TailPlan};
+    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let n_max = runs_at_most(s.count, ns(run_for), s.streams, s.burst, ns(s.interval));
+    TailPlan::new(s.tail_ppm, n_max, s.streams)
 }
 
 /// Each stream's last transaction joined with the server's part of it, which came in

@@ -2,15 +2,14 @@
 //! the stream's thread matches the replies (coordinated omission shows in the
 //! response time).
 
+use super::closed::{Ctx, Tally};
+use super::sequence::{get_seq, put_seq, seq_len, seq_mask};
 use super::settings::OpenLoop;
-use super::stream::{
-    get_seq, put_seq, record, seq_len, seq_mask, udp_socket, Ctx, GaveUp, StreamOutcome,
-};
+use super::udp::{udp_socket, GaveUp};
 use crate::kernel::cpu::{self};
 use crate::kernel::sockopt;
 use crate::probe::io::{read_full, write_full, ReadEnd};
 use crate::probe::pacing::{self, Arrivals};
-use crate::stats::IntervalRecorder;
 use std::collections::VecDeque;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,34 +28,28 @@ pub(super) struct Pending {
 
 /// Open loop: a sender thread sends on the schedule; this thread receives and matches
 /// replies (TCP: in order; UDP: by the echoed sequence number).
-pub(super) fn open_loop(
-    cx: &Ctx<'_>,
-    ol: OpenLoop,
-    ep: Endpoint,
-    mut rec: Option<IntervalRecorder>,
-) -> StreamOutcome {
-    let mut out = StreamOutcome::default();
+pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Tally) {
     let (mut tx_tcp, mut rx_tcp, udp) = match ep {
         Endpoint::Tcp(Some(s)) => match s.try_clone() {
             Ok(c) => (Some(c), Some(s), None),
             Err(e) => {
-                out.error = Some(format!("data socket: {}", crate::error_chain(&e)));
-                return out;
+                tally.out.error = Some(format!("data socket: {}", crate::error_chain(&e)));
+                return;
             }
         },
         Endpoint::Tcp(None) => {
-            out.error = Some("no data connection".into());
-            return out;
+            tally.out.error = Some("no data connection".into());
+            return;
         }
         Endpoint::Udp => match udp_socket(cx) {
             Ok(u) => (None, None, Some(u)),
             Err(e) => {
-                out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
-                return out;
+                tally.out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
+                return;
             }
         },
     };
-    out.local_addr = rx_tcp
+    tally.out.local_addr = rx_tcp
         .as_ref()
         .and_then(|s| s.local_addr().ok())
         .or(udp.as_ref().and_then(|u| u.local_addr().ok()));
@@ -139,15 +132,15 @@ pub(super) fn open_loop(
                         let t1 = Instant::now();
                         let front = pending.lock().ok().and_then(|mut p| p.pop_front());
                         if let Some(p) = front {
-                            record(&mut out, &mut rec, cx, p.sent, t1);
-                            out.intended.record_ns(
+                            tally.record(cx, p.sent, t1);
+                            tally.out.intended.record_ns(
                                 u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                             );
                         }
                     }
                     Ok(ReadEnd::Stopped { .. }) => break,
                     Ok(ReadEnd::Closed { .. }) | Err(_) => {
-                        out.error = Some("the data connection broke mid-test".into());
+                        tally.out.error = Some("the data connection broke mid-test".into());
                         break;
                     }
                 }
@@ -172,22 +165,22 @@ pub(super) fn open_loop(
                         };
                         match answered {
                             Some(p) => {
-                                record(&mut out, &mut rec, cx, p.sent, t1);
-                                out.intended.record_ns(
+                                tally.record(cx, p.sent, t1);
+                                tally.out.intended.record_ns(
                                     u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
                                 );
                                 if late {
-                                    out.lost = out.lost.saturating_sub(1);
-                                    out.late_replies += 1;
+                                    tally.out.lost = tally.out.lost.saturating_sub(1);
+                                    tally.out.late_replies += 1;
                                 }
                             }
-                            None => out.stray_replies += 1,
+                            None => tally.out.stray_replies += 1,
                         }
                     }
-                    Ok(_) => out.stray_replies += 1,
+                    Ok(_) => tally.out.stray_replies += 1,
                     Err(e) if crate::probe::io::is_timeout(&e) => {}
                     Err(e) => {
-                        out.error =
+                        tally.out.error =
                             Some(format!("receiving a response: {}", crate::error_chain(&e)));
                         break;
                     }
@@ -199,23 +192,22 @@ pub(super) fn open_loop(
                         if let Some(x) = p.pop_front() {
                             gave_up.push(x);
                         }
-                        out.lost += 1;
+                        tally.out.lost += 1;
                     }
                 }
             }
         }
         sender.join().unwrap_or(0)
     });
-    out.late_sends = late_sends;
-    out.unanswered = pending.lock().map_or(0, |p| p.len() as u64);
-    if out.error.is_none() {
-        out.error = send_error.into_inner().unwrap_or_else(|p| p.into_inner());
+    tally.out.late_sends = late_sends;
+    tally.out.unanswered = pending.lock().map_or(0, |p| p.len() as u64);
+    if tally.out.error.is_none() {
+        tally.out.error = send_error.into_inner().unwrap_or_else(|p| p.into_inner());
     }
     if let Some(s) = &rx_tcp {
         if let Ok(ti) = sockopt::tcp_info(s) {
-            out.retrans = u64::from(ti.total_retrans);
-            out.info = vec![ti];
+            tally.out.retrans = u64::from(ti.total_retrans);
+            tally.out.info = vec![ti];
         }
     }
-    out
 }

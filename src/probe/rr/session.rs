@@ -3,8 +3,8 @@
 //! transaction a second on it (Pingmesh's probes, on netperf's TCP_RR, UDP_RR and
 //! TCP_CRR), where `rr` runs a test flat out or on its own schedule.
 
+use super::sequence::{get_seq, put_seq};
 use super::settings::{RrError, CONNECT_TIMEOUT, UDP_TIMEOUT_FLOOR};
-use super::stream::{get_seq, put_seq};
 use super::ControlClient;
 use crate::kernel::sockopt;
 use crate::kernel::tcp_info::TcpInfo;

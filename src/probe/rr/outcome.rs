@@ -1,0 +1,120 @@
+//! What one stream measured, and the sum of every stream's.
+
+use crate::kernel::cpu::CpuTracker;
+use crate::kernel::tcp_info::TcpInfo;
+use crate::probe::anatomy::Recorder;
+use crate::stats::LatencyHistogram;
+use std::net::SocketAddr;
+
+/// What one stream measured; merged, what the run measured.
+#[derive(Default)]
+pub(super) struct StreamOutcome {
+    pub(super) hist: LatencyHistogram,
+    /// Transactions already added to the shared progress count.
+    pub(super) published: u64,
+    pub(super) pacing: LatencyHistogram,
+    pub(super) connect: LatencyHistogram,
+    pub(super) intended: LatencyHistogram,
+    pub(super) transactions: u64,
+    pub(super) lost: u64,
+    /// UDP_RR: requests lost after the last answered one (no later response says
+    /// which way they were lost).
+    pub(super) lost_tail: u64,
+    pub(super) late_replies: u64,
+    /// UDP_RR: datagrams that answer no request given up on (the wrong size, a
+    /// duplicate, or later than [`GAVE_UP_MAX`](super::udp::GAVE_UP_MAX) timeouts).
+    pub(super) stray_replies: u64,
+    pub(super) unanswered: u64,
+    pub(super) late_sends: u64,
+    pub(super) retrans: u64,
+    /// The kernel's view of the stream's socket at its end (TCP_CRR: its last
+    /// connection's); merged, every stream's.
+    pub(super) info: Vec<TcpInfo>,
+    pub(super) cpus: CpuTracker,
+    pub(super) cpu_ns: u64,
+    pub(super) local_addr: Option<SocketAddr>,
+    pub(super) error: Option<String>,
+    /// `--anatomy`: the stream's transactions split into components.
+    pub(super) anatomy: Option<Recorder>,
+    /// With `keep_series`: each transaction as (ns from the run's start to its end,
+    /// round trip ns), at most [`SERIES_MAX`].
+    pub(super) series: Vec<(u64, u64)>,
+}
+
+/// Transactions a stream keeps with `keep_series` (16 bytes each: 16 MiB).
+pub(super) const SERIES_MAX: usize = 1_000_000;
+
+impl StreamOutcome {
+    /// Add another stream's outcome: histograms merged, counts summed, each stream's
+    /// `tcp_info` kept, the first error and local address kept.
+    pub(super) fn merge(&mut self, o: &StreamOutcome) {
+        self.hist.merge(&o.hist);
+        self.connect.merge(&o.connect);
+        self.intended.merge(&o.intended);
+        self.pacing.merge(&o.pacing);
+        self.cpus.merge(&o.cpus);
+        self.published += o.published;
+        self.transactions += o.transactions;
+        self.lost += o.lost;
+        self.lost_tail += o.lost_tail;
+        self.late_replies += o.late_replies;
+        self.stray_replies += o.stray_replies;
+        self.unanswered += o.unanswered;
+        self.late_sends += o.late_sends;
+        self.retrans += o.retrans;
+        self.cpu_ns += o.cpu_ns;
+        self.info.extend(o.info.iter().cloned());
+        self.error = self.error.take().or_else(|| o.error.clone());
+        self.local_addr = self.local_addr.or(o.local_addr);
+        if let Some(a) = &o.anatomy {
+            self.anatomy.get_or_insert_with(Default::default).merge(a);
+        }
+        self.series.extend_from_slice(&o.series);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: arithmetic on two made-up streams' outcomes.
+    #[test]
+    fn merged_outcomes_add_every_stream_and_keep_the_first_error() {
+        let mut a = StreamOutcome {
+            transactions: 3,
+            lost: 1,
+            retrans: 2,
+            cpu_ns: 100,
+            ..Default::default()
+        };
+        for ns in [10_000, 20_000, 30_000] {
+            a.hist.record_ns(ns);
+        }
+        let mut b = StreamOutcome {
+            transactions: 2,
+            late_replies: 1,
+            error: Some("second".into()),
+            local_addr: Some("10.0.0.1:5".parse().unwrap()),
+            ..Default::default()
+        };
+        b.hist.record_ns(40_000);
+        b.hist.record_ns(50_000);
+        let c = StreamOutcome {
+            error: Some("third".into()),
+            ..Default::default()
+        };
+        let mut t = StreamOutcome::default();
+        for o in [a, b, c] {
+            t.merge(&o);
+        }
+        assert_eq!(
+            (t.transactions, t.lost, t.late_replies, t.retrans, t.cpu_ns),
+            (5, 1, 1, 2, 100)
+        );
+        assert_eq!(t.hist.count(), 5);
+        assert_eq!(t.hist.min_ns(), Some(10_000));
+        assert_eq!(t.hist.max_ns(), Some(50_000));
+        assert_eq!(t.error.as_deref(), Some("second"));
+        assert_eq!(t.local_addr, Some("10.0.0.1:5".parse().unwrap()));
+    }
+}
