@@ -102,8 +102,9 @@ pub struct RrSettings {
     /// `--slow THRESHOLD`: log every transaction at least this slow (without it, the
     /// slowest share at the end).
     pub slow: Option<Duration>,
-    /// `--recv spin`: wait for responses by polling a non-blocking socket instead of
-    /// sleeping in `recv()`, so the client's wake-up is not in the round trip.
+    /// `--recv spin`: wait for responses by reading without blocking (`MSG_DONTWAIT`)
+    /// until the response is in, instead of sleeping in `recv()`, so the client's
+    /// wake-up is not in the round trip. Requests are still sent by blocking writes.
     pub recv_spin: bool,
     /// `--split-request`: TCP_RR writes each request in two `send()` calls (its first
     /// byte, then the rest) on a socket with Nagle's algorithm on (no TCP_NODELAY):

@@ -9,8 +9,8 @@
 //! sees "server busy" rather than a connection cut mid-handshake. Sources that fail
 //! authentication too often are refused at connect until their window passes.
 
-use super::data::canon;
 use super::refusal::Refusal;
+use super::serving::canon;
 use super::Shared;
 use crate::probe::control::{self, ServerMsg};
 use std::collections::{HashMap, VecDeque};

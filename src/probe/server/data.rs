@@ -1,14 +1,16 @@
 //! A test's data service: its data socket (a TCP listener or a UDP socket in the
-//! server's port range), the threads that answer its streams (TCP_RR, TCP_CRR, UDP_RR,
-//! each with and without `--anatomy`'s stamps), and the report they add up to when the
-//! test ends. The conversation decides when a test starts and ends; this module only
+//! server's port range), the threads that answer its streams (each runs
+//! `serving::serve` on its transport, with `--anatomy`'s hook from `stamped` or none),
+//! and the report they add up to when the test ends. The conversation decides when a test starts and ends; this module only
 //! serves it.
 
 use super::refusal::Refusal;
-use crate::kernel::cpu::{self, CpuTracker};
+use super::serving::{
+    same_ip, serve, Accepting, Connection, Datagrams, Plain, Service, ThreadCounters, POLL_TICK,
+};
+use super::stamped::{CrrStamps, RrStamps, UdpStamps};
 use crate::kernel::sockopt;
 use crate::probe::control::{PortRange, ServerReport, TestKind, TestSpec};
-use crate::probe::io::{read_full, write_full, ReadEnd};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -17,9 +19,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// How often blocked data threads look at their stop flag.
-const POLL_TICK: Duration = Duration::from_millis(100);
 /// Time a client gets to connect its data streams after Ready.
 const CONNECT_GRACE: Duration = Duration::from_secs(10);
 /// Stack of a data thread: its buffers live on the heap, so this is ample.
@@ -31,47 +30,9 @@ enum DataSock {
 }
 
 pub(super) struct DataTest {
-    spec: TestSpec,
+    service: Service,
     sock: DataSock,
     pub(super) port: u16,
-    peer_ip: IpAddr,
-    /// How long the client may send nothing before the test is ended.
-    idle: Duration,
-    started: Instant,
-    /// When the client was last heard from, in ms since `started`.
-    last_activity_ms: AtomicU64,
-}
-
-/// Counters one data thread returns.
-#[derive(Default)]
-struct ThreadCounters {
-    transactions: u64,
-    bytes_in: u64,
-    bytes_out: u64,
-    connections: u64,
-    dropped: u64,
-    retrans: u64,
-    last_info: Option<crate::kernel::tcp_info::TcpInfo>,
-    cpus: CpuTracker,
-    /// `--anatomy`: the server's part of the stream's last transaction (merged: every
-    /// stream's).
-    last_parts: Vec<crate::probe::anatomy::LastPart>,
-}
-
-impl ThreadCounters {
-    /// Add another thread's counts: sums, every stream's last part, the CPUs; a
-    /// TCP_CRR connection's `tcp_info` from the later thread that has one.
-    fn merge(&mut self, o: ThreadCounters) {
-        self.transactions += o.transactions;
-        self.bytes_in += o.bytes_in;
-        self.bytes_out += o.bytes_out;
-        self.connections += o.connections;
-        self.dropped += o.dropped;
-        self.retrans += o.retrans;
-        self.last_info = o.last_info.or(self.last_info.take());
-        self.cpus.merge(&o.cpus);
-        self.last_parts.extend(o.last_parts);
-    }
 }
 
 pub(super) struct RunningTest {
@@ -84,18 +45,6 @@ pub(super) struct RunningTest {
     server_cpu: Option<usize>,
     /// The machine's CPU ticks when the test started, and when that was.
     machine_start: Option<(crate::kernel::cpu::MachineTicks, Instant)>,
-}
-
-/// An IPv4-mapped IPv6 address as the IPv4 address it is.
-pub(super) fn canon(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-fn same_ip(a: IpAddr, b: IpAddr) -> bool {
-    canon(a) == canon(b)
 }
 
 /// Bind a data socket on `port`. TCP listeners set `SO_REUSEADDR` only so that a test
@@ -170,37 +119,16 @@ impl DataTest {
         .port();
         let idle = idle + Duration::from_millis(spec.interval_ms);
         Ok(Self {
-            spec: spec.clone(),
+            service: Service {
+                spec: spec.clone(),
+                peer_ip,
+                idle,
+                started: Instant::now(),
+                last_activity_ms: AtomicU64::new(0),
+            },
             sock,
             port,
-            peer_ip,
-            idle,
-            started: Instant::now(),
-            last_activity_ms: AtomicU64::new(0),
         })
-    }
-
-    /// Note that the client was heard from (UDP and TCP_CRR threads; TCP_RR's activity
-    /// is read from its sockets' `tcp_info`, to keep the clock off its hot path).
-    fn heard(&self) {
-        self.last_activity_ms
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
-    }
-
-    fn configure(&self, s: &TcpStream) -> io::Result<()> {
-        s.set_nodelay(self.spec.nodelay)?;
-        if self.spec.thin_linear_timeouts {
-            sockopt::set_thin_linear_timeouts(s, true).map_err(|e| e.source)?;
-        }
-        if let Some(cc) = &self.spec.congestion {
-            sockopt::set_congestion(s, cc).map_err(|e| {
-                io::Error::new(
-                    e.source.kind(),
-                    format!("congestion control {cc}: {}", e.source),
-                )
-            })?;
-        }
-        Ok(())
     }
 
     /// Accept the client's streams (TCP_RR) or start the workers (UDP_RR, TCP_CRR).
@@ -209,17 +137,17 @@ impl DataTest {
         let mut threads = Vec::new();
         let mut streams = Vec::new();
         let mut listener_fd = None;
-        let spec = self.spec.clone();
+        let spec = self.service.spec.clone();
         let this = Arc::new(self);
         match &this.sock {
             DataSock::Tcp(l) if spec.test == TestKind::TcpRr => {
                 let deadline = Instant::now() + CONNECT_GRACE;
                 while streams.len() < spec.streams as usize {
                     let s = accept_until(l, deadline)?;
-                    if !same_ip(s.peer_addr()?.ip(), this.peer_ip) {
+                    if !same_ip(s.peer_addr()?.ip(), this.service.peer_ip) {
                         continue;
                     }
-                    this.configure(&s)?;
+                    this.service.configure(&s)?;
                     // No receive timeout: a finite one arms a kernel timer on every
                     // blocking recv (~15 % of TCP_RR's rate at one vCPU). `finish`
                     // shuts these sockets down; the control connection's timeout
@@ -230,7 +158,7 @@ impl DataTest {
                         std::thread::Builder::new()
                             .name("serve-rr".into())
                             .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_rr(s, &st))?,
+                            .spawn(move || t.serve_stream(s, &st))?,
                     );
                 }
             }
@@ -243,7 +171,7 @@ impl DataTest {
                         std::thread::Builder::new()
                             .name("serve-crr".into())
                             .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_crr(&st))?,
+                            .spawn(move || t.serve_connections(&st))?,
                     );
                 }
             }
@@ -255,7 +183,7 @@ impl DataTest {
                         std::thread::Builder::new()
                             .name("serve-udp".into())
                             .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_udp(&st))?,
+                            .spawn(move || t.serve_datagrams(&st))?,
                     );
                 }
             }
@@ -278,418 +206,51 @@ impl DataTest {
         })
     }
 
-    fn pin(&self) {
-        if let Some(c) = self.spec.server_cpu {
-            let _ = cpu::pin_current_thread(c);
-        }
-    }
-
-    /// `--server-delay`: wait before answering (sleep, then spin the last 200 µs, so
-    /// the delay is what was asked, not what the timer slack makes of it).
-    fn think(&self, stop: &AtomicBool) {
-        if self.spec.server_delay_us > 0 {
-            let until = Instant::now() + Duration::from_micros(self.spec.server_delay_us);
-            crate::probe::pacing::wait_until(
-                crate::probe::pacing::PaceMode::Hybrid {
-                    margin: Duration::from_micros(200),
-                },
-                until,
-                || !stop.load(Ordering::Relaxed),
-            );
-        }
-    }
-
-    /// TCP_RR with `--anatomy`: every request read with its RX stamp, every response
-    /// carrying the server's part of the transaction before it (`probe::anatomy`).
-    fn serve_rr_stamped(&self, s: TcpStream, stop: &AtomicBool) -> ThreadCounters {
-        use crate::probe::{anatomy, stamps};
-        let mut c = ThreadCounters::default();
-        let fd = s.as_raw_fd();
-        if stamps::enable(fd, false).is_err() {
-            return c;
-        }
-        let resp_len = u64::from(self.spec.response_size);
-        let mut req = vec![0u8; self.spec.request_size as usize];
-        let mut resp = vec![0u8; self.spec.response_size as usize];
-        let mut book = anatomy::ServerStamps::default();
-        book.tlp = anatomy::probes_tail_loss(fd);
-        let mut retrans = anatomy::RetransCounters::new(fd, resp_len);
-        let mut w = &s;
-        while let Some(rx) = read_stamped(fd, &mut req, || !stop.load(Ordering::Relaxed)) {
-            let returned = crate::kernel::realtime_ns();
-            let cpu = anatomy::current_cpu();
-            self.think(stop);
-            // The previous response's SND stamps: its last byte's offset from 0.
-            let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
-            let mut sends = previous_sends(fd, want, rx);
-            retrans.note(fd, &mut sends);
-            let seq = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
-            match book.next(seq, rx, returned, cpu, sends, seq) {
-                Some(p) => p.write(&mut resp),
-                None => {
-                    resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN].fill(0)
-                }
-            }
-            if write_full(&mut w, &resp, || !stop.load(Ordering::Relaxed)).is_err() {
-                break;
-            }
-            c.transactions += 1;
-            if c.transactions % 64 == 1 {
-                c.cpus.sample();
-            }
-        }
-        // The last response's stamps have long come (the client read it before ending).
-        let want = (c.transactions * resp_len).wrapping_sub(1) as u32;
-        let mut sends = previous_sends(fd, want, None);
-        retrans.note(fd, &mut sends);
-        let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
-        c.last_parts.extend(
-            book.last(sends, answered)
-                .zip(s.peer_addr().ok())
-                .map(|(p, peer)| anatomy::LastPart::new(peer, &p)),
-        );
-        c
-    }
-
-    fn serve_rr(&self, mut s: TcpStream, stop: &AtomicBool) -> ThreadCounters {
-        self.pin();
-        if self.spec.anatomy {
-            let mut c = self.serve_rr_stamped(s, stop);
-            c.bytes_in = c.transactions * u64::from(self.spec.request_size);
-            c.bytes_out = c.transactions * u64::from(self.spec.response_size);
-            return c;
-        }
-        let mut c = ThreadCounters::default();
-        let mut req = vec![0u8; self.spec.request_size as usize];
-        let resp = vec![0u8; self.spec.response_size as usize];
-        while let Ok(ReadEnd::Full) = read_full(&mut s, &mut req, || !stop.load(Ordering::Relaxed))
+    /// TCP_RR: one of the client's streams, stamped with `--anatomy` (served plain
+    /// if the kernel refuses the stamps: the client counts it unstamped).
+    fn serve_stream(&self, s: TcpStream, stop: &AtomicBool) -> ThreadCounters {
+        let (svc, conn) = (&self.service, Connection(s));
+        match svc
+            .spec
+            .anatomy
+            .then(|| RrStamps::open(&conn, svc))
+            .flatten()
         {
-            self.think(stop);
-            if write_full(&mut s, &resp, || !stop.load(Ordering::Relaxed)).is_err() {
-                break;
-            }
-            c.transactions += 1;
-            if c.transactions % 64 == 1 {
-                c.cpus.sample();
-            }
+            Some(stamps) => serve(svc, conn, stamps, stop),
+            None => serve(svc, conn, Plain, stop),
         }
-        c.bytes_in = c.transactions * u64::from(self.spec.request_size);
-        c.bytes_out = c.transactions * u64::from(self.spec.response_size);
-        c
     }
 
-    fn serve_crr(&self, stop: &AtomicBool) -> ThreadCounters {
-        self.pin();
-        let mut c = ThreadCounters::default();
-        let DataSock::Tcp(l) = &self.sock else {
-            return c;
+    /// TCP_CRR: a connection per transaction from the test's listener.
+    fn serve_connections(&self, stop: &AtomicBool) -> ThreadCounters {
+        let DataSock::Tcp(listener) = &self.sock else {
+            return ThreadCounters::default();
         };
-        let mut req = vec![0u8; self.spec.request_size as usize];
-        let resp = vec![0u8; self.spec.response_size as usize];
-        // --anatomy: the listener's stamping keeps the kernel's receive stamps on
-        // between connections (it turns them on lazily, for every socket at once);
-        // without it the first responses only would lack their stamps.
-        let stamped = self.spec.anatomy;
-        if stamped {
-            let _ = crate::probe::stamps::hold_rx(l.as_raw_fd());
-        }
-        let mut tlp = None;
-        while !stop.load(Ordering::Relaxed) {
-            let Ok((mut s, peer)) = l.accept() else { break };
-            if !same_ip(peer.ip(), self.peer_ip) || self.configure(&s).is_err() {
-                continue;
-            }
-            c.connections += 1;
-            self.heard();
-            let _ = s.set_read_timeout(Some(POLL_TICK));
-            let _ = s.set_write_timeout(Some(POLL_TICK));
-            if stamped {
-                if self.serve_crr_stamped(&s, stop, (&mut req, &resp), &mut tlp) {
-                    c.transactions += 1;
-                    self.await_close(&mut s, stop, &mut c);
-                }
-                continue;
-            }
-            let t0 = Instant::now();
-            let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
-            if !matches!(read_full(&mut s, &mut req, keep), Ok(ReadEnd::Full)) {
-                continue;
-            }
-            if write_full(&mut s, &resp, || !stop.load(Ordering::Relaxed)).is_err() {
-                continue;
-            }
-            c.transactions += 1;
-            self.await_close(&mut s, stop, &mut c);
-        }
-        c.bytes_in = c.transactions * u64::from(self.spec.request_size);
-        c.bytes_out = c.transactions * u64::from(self.spec.response_size);
-        c
-    }
-
-    /// After a TCP_CRR transaction: wait for the client's close, so the client, not the
-    /// server, holds TIME_WAIT, and count what the connection retransmitted.
-    fn await_close(&self, s: &mut TcpStream, stop: &AtomicBool, c: &mut ThreadCounters) {
-        if c.transactions % 64 == 1 {
-            c.cpus.sample();
-        }
-        let t0 = Instant::now();
-        let mut one = [0u8; 1];
-        let _ = read_full(s, &mut one, || {
-            !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle
-        });
-        if let Ok(ti) = sockopt::tcp_info(&*s) {
-            c.retrans += u64::from(ti.total_retrans);
-            c.last_info = Some(ti);
-        }
-    }
-
-    /// TCP_CRR with `--anatomy`: the request read with its RX stamp, the response, and
-    /// after it, once the response is acknowledged (every copy of it sent by then), the
-    /// server's part of this one transaction in a message of
-    /// [`MIN_RESPONSE`](crate::probe::anatomy::MIN_RESPONSE) bytes (a connection has no
-    /// next response to carry it). True when answered.
-    fn serve_crr_stamped(
-        &self,
-        s: &TcpStream,
-        stop: &AtomicBool,
-        (req, resp): (&mut [u8], &[u8]),
-        tlp: &mut Option<bool>,
-    ) -> bool {
-        use crate::probe::{anatomy, stamps};
-        let fd = s.as_raw_fd();
-        // Numbers this connection's bytes from 0 (OPT_ID counts from the setsockopt);
-        // TX ACK: the response's ACK says no copy of it will follow.
-        if stamps::enable(fd, true).is_err() {
-            return false;
-        }
-        // The handshake's retransmissions (a SYN-ACK sent again) are not the response's.
-        let mut retrans = anatomy::RetransCounters::new(fd, resp.len() as u64);
-        let t0 = Instant::now();
-        let keep = || !stop.load(Ordering::Relaxed) && t0.elapsed() < self.idle;
-        let Some(rx) = read_stamped(fd, req, keep) else {
-            return false;
+        let svc = &self.service;
+        let t = Accepting {
+            listener,
+            conn: None,
         };
-        let returned = crate::kernel::realtime_ns();
-        let cpu = anatomy::current_cpu();
-        self.think(stop);
-        let mut w = s;
-        if write_full(&mut w, resp, || !stop.load(Ordering::Relaxed)).is_err() {
-            return false;
+        if svc.spec.anatomy {
+            let stamps = CrrStamps::open(&t, svc);
+            serve(svc, t, stamps, stop)
+        } else {
+            serve(svc, t, Plain, stop)
         }
-        let Some(mut sends) = acked_sends(fd, (resp.len() as u32).wrapping_sub(1), keep) else {
-            return false;
+    }
+
+    /// UDP_RR: the test's socket, shared with its other threads.
+    fn serve_datagrams(&self, stop: &AtomicBool) -> ThreadCounters {
+        let DataSock::Udp(sock) = &self.sock else {
+            return ThreadCounters::default();
         };
-        retrans.note(fd, &mut sends);
-        let mut book = anatomy::ServerStamps::default();
-        // Every connection from the same client negotiates the same: asked once.
-        book.tlp = *tlp.get_or_insert_with(|| anatomy::probes_tail_loss(fd));
-        book.next(1, rx, returned, cpu, anatomy::Sends::default(), 1);
-        let mut part = [0u8; anatomy::MIN_RESPONSE as usize];
-        if let Some(p) = book.next(2, None, returned, cpu, sends, 1) {
-            p.write(&mut part);
-        }
-        write_full(&mut w, &part, || !stop.load(Ordering::Relaxed)).is_ok()
-    }
-
-    fn serve_udp(&self, stop: &AtomicBool) -> ThreadCounters {
-        self.pin();
-        let mut c = ThreadCounters::default();
-        let DataSock::Udp(u) = &self.sock else {
-            return c;
-        };
-        let mut buf = vec![0u8; self.spec.request_size as usize + 1];
-        let mut resp = vec![0u8; self.spec.response_size as usize];
-        let echo = (self.spec.request_size.min(self.spec.response_size) as usize).min(8);
-        let mut idle_since = Instant::now();
-        let mut seen = 0u64;
-        let stamped =
-            self.spec.anatomy && crate::probe::stamps::enable(u.as_raw_fd(), false).is_ok();
-        let mut book = crate::probe::anatomy::ServerStamps::default();
-        let mut last_peer = None;
-        // SAFETY: sockaddr_storage is plain data.
-        let mut from_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        while !stop.load(Ordering::Relaxed) && idle_since.elapsed() < self.idle {
-            let (n, from, rx) = if stamped {
-                match recv_from_stamped(u.as_raw_fd(), &mut buf, &mut from_addr) {
-                    Ok(x) => x,
-                    Err(_) => continue,
-                }
-            } else {
-                match u.recv_from(&mut buf) {
-                    Ok((n, from)) => (n, from, None),
-                    Err(_) => continue,
-                }
-            };
-            let (returned, cpu) = if stamped {
-                (
-                    crate::kernel::realtime_ns(),
-                    crate::probe::anatomy::current_cpu(),
-                )
-            } else {
-                (0, 0)
-            };
-            if n != self.spec.request_size as usize || !same_ip(from.ip(), self.peer_ip) {
-                continue;
-            }
-            idle_since = Instant::now();
-            self.heard();
-            seen += 1;
-            if self
-                .spec
-                .udp_drop_one_in
-                .is_some_and(|k| seen % u64::from(k) == 0)
-            {
-                c.dropped += 1;
-                continue;
-            }
-            // Echo the client's sequence number so late replies are told apart.
-            resp[..echo].copy_from_slice(&buf[..echo]);
-            self.think(stop);
-            if stamped {
-                use crate::probe::anatomy;
-                // The previous response's SND stamp: datagrams are numbered from 0.
-                let want = c.transactions.wrapping_sub(1) as u32;
-                let sends = previous_sends(u.as_raw_fd(), want, rx);
-                let mut seq = [0u8; 8];
-                seq[..echo].copy_from_slice(&buf[..echo]);
-                let seq = u64::from_le_bytes(seq) as u32;
-                let answered = u32::try_from(c.transactions + 1).unwrap_or(u32::MAX);
-                match book.next(seq, rx, returned, cpu, sends, answered) {
-                    Some(p) => p.write(&mut resp),
-                    None => resp[anatomy::TRAILER_AT..anatomy::TRAILER_AT + anatomy::TRAILER_LEN]
-                        .fill(0),
-                }
-            }
-            if u.send_to(&resp, from).is_ok() {
-                c.transactions += 1;
-                last_peer = Some(from);
-                if c.transactions % 64 == 1 {
-                    c.cpus.sample();
-                }
-            }
-        }
-        if stamped {
-            // The last response's SND stamp: datagrams are numbered from 0.
-            let want = c.transactions.wrapping_sub(1) as u32;
-            let sends = previous_sends(u.as_raw_fd(), want, None);
-            let answered = u32::try_from(c.transactions).unwrap_or(u32::MAX);
-            c.last_parts.extend(
-                book.last(sends, answered)
-                    .zip(last_peer)
-                    .map(|(p, peer)| crate::probe::anatomy::LastPart::new(peer, &p)),
-            );
-        }
-        c.bytes_in = (c.transactions + c.dropped) * u64::from(self.spec.request_size);
-        c.bytes_out = c.transactions * u64::from(self.spec.response_size);
-        c
-    }
-}
-
-/// Read a whole request with the RX stamp of its last packet; `None` when the
-/// connection closed or `keep` said stop.
-fn read_stamped(
-    fd: std::os::fd::RawFd,
-    buf: &mut [u8],
-    keep: impl Fn() -> bool,
-) -> Option<Option<u64>> {
-    let mut got = 0;
-    let mut rx = None;
-    while got < buf.len() {
-        match crate::probe::stamps::recv(fd, &mut buf[got..], 0) {
-            Ok((0, _)) => return None,
-            Ok((n, ts)) => {
-                got += n;
-                rx = ts.or(rx);
-            }
-            Err(e) if crate::probe::io::is_timeout(&e) => {
-                if !keep() {
-                    return None;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
+        let svc = &self.service;
+        let t = Datagrams::new(sock, &svc.spec);
+        match svc.spec.anatomy.then(|| UdpStamps::open(&t)).flatten() {
+            Some(stamps) => serve(svc, t, stamps, stop),
+            None => serve(svc, t, Plain, stop),
         }
     }
-    Some(rx)
-}
-
-/// The SND stamps of byte `want` of a message just sent, read until its ACK stamp:
-/// every copy of it the kernel sent (a retransmission comes before the ACK it earns).
-/// `None` when `keep` stops the wait first (the client went quiet or the run ended).
-fn acked_sends(
-    fd: std::os::fd::RawFd,
-    want: u32,
-    keep: impl Fn() -> bool,
-) -> Option<crate::probe::anatomy::Sends> {
-    use crate::probe::{anatomy, stamps};
-    let mut sends = anatomy::Sends::default();
-    let mut acked = false;
-    loop {
-        let _ = stamps::drain_tx(fd, |t| {
-            if t.id == want {
-                match t.kind {
-                    stamps::TxKind::Sent => sends.add(t.ns),
-                    stamps::TxKind::Acked => acked = true,
-                }
-            }
-            acked
-        });
-        if acked {
-            return Some(sends);
-        }
-        if !keep() {
-            return None;
-        }
-        // An error-queue entry shows as POLLERR.
-        let mut p = libc::pollfd {
-            fd,
-            events: 0,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the call's duration.
-        unsafe { libc::poll(&mut p, 1, POLL_TICK.as_millis() as libc::c_int) };
-    }
-}
-
-/// The SND stamps of the previous response (OPT_ID `want`), read once the request
-/// after it arrived (RX stamp `rx`): its first, and any retransmission, which comes
-/// only from a timer and so only when that request came
-/// [`NO_RETRANSMISSION_WITHIN_NS`](crate::probe::anatomy::NO_RETRANSMISSION_WITHIN_NS)
-/// or later after the response left.
-fn previous_sends(
-    fd: std::os::fd::RawFd,
-    want: u32,
-    rx: Option<u64>,
-) -> crate::probe::anatomy::Sends {
-    use crate::probe::{anatomy, stamps};
-    let mut sends = anatomy::Sends::default();
-    let _ = stamps::drain_tx(fd, |t| {
-        if t.kind == stamps::TxKind::Sent && t.id == want {
-            sends.add(t.ns);
-        }
-        sends.first.is_some_and(|first| {
-            rx.is_some_and(|rx| rx.saturating_sub(first) < anatomy::NO_RETRANSMISSION_WITHIN_NS)
-        })
-    });
-    sends
-}
-
-fn recv_from_stamped(
-    fd: std::os::fd::RawFd,
-    buf: &mut [u8],
-    from: &mut libc::sockaddr_storage,
-) -> io::Result<(usize, SocketAddr, Option<u64>)> {
-    let (n, rx) = crate::probe::stamps::recv_from(fd, buf, 0, Some(from))?;
-    // SAFETY: the kernel wrote a sockaddr of its family into `from`.
-    let sa = unsafe {
-        socket2::SockAddr::new(
-            *from,
-            std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
-        )
-    }
-    .as_socket()
-    .ok_or_else(|| io::Error::other("a datagram without a sender"))?;
-    Ok((n, sa, rx))
 }
 
 fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
@@ -733,8 +294,9 @@ impl RunningTest {
                 .map(|ti| Duration::from_millis(u64::from(ti.last_data_recv_ms)))
                 .min();
         }
-        let last = Duration::from_millis(self.test.last_activity_ms.load(Ordering::Relaxed));
-        self.test.started.elapsed().checked_sub(last)
+        let svc = &self.test.service;
+        let last = Duration::from_millis(svc.last_activity_ms.load(Ordering::Relaxed));
+        svc.started.elapsed().checked_sub(last)
     }
 
     /// Snapshot `tcp_info`, stop every thread and add up the counters.

@@ -46,6 +46,8 @@ pub mod conversation;
 mod data;
 mod refusal;
 mod refusal_log;
+mod serving;
+mod stamped;
 
 pub use budget::{test_memory_bytes, validate, Cost};
 pub use refusal::Refusal;
