@@ -5,7 +5,7 @@
 //! UDP_RR with its timeouts) is an [`Exchange`]; the anatomy is a hook inside the
 //! TCP exchanges (`super::stamped`) and an option of UDP's, not a loop of its own.
 
-use super::outcome::{StreamOutcome, SERIES_MAX};
+use super::outcome::{StreamError, StreamOutcome, SERIES_MAX};
 use super::settings::{RrSettings, RunControl, SAMPLE_EVERY};
 use crate::probe::anatomy::{ClientPart, Recorder, ServerPart, SlowLog, TailPlan};
 use crate::probe::pacing;
@@ -131,7 +131,7 @@ impl Tally {
 
 /// Why a transaction ended the stream: the run was stopped (`None`), or the error the
 /// stream reports.
-pub(super) type Ended = Option<String>;
+pub(super) type Ended = Option<StreamError>;
 
 /// One protocol's transaction, as the closed loop drives it.
 pub(super) trait Exchange {
@@ -189,11 +189,6 @@ fn pause(cx: &Ctx<'_>, after: Instant) -> Option<Instant> {
     let target = after + cx.s.interval;
     pacing::wait_until(cx.s.pace, target, || !cx.ctl.stop.load(Ordering::Relaxed));
     Some(target)
-}
-
-/// The error of a kernel that refuses the stamps `--anatomy` needs.
-pub(super) fn no_stamps(e: &std::io::Error) -> String {
-    format!("--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING): {e}")
 }
 
 /// The calling thread's CPU time so far.

@@ -37,7 +37,7 @@ use crate::probe::pacing;
 use crate::stats::{HdrLogWriter, Summary};
 use closed::{thread_cpu_ns, Ctx, Tally};
 use open_loop::{open_loop, Endpoint};
-use outcome::StreamOutcome;
+use outcome::{StreamError, StreamOutcome};
 use settings::{IN_FLIGHT_GRACE, REPORT_WAIT, REPORT_WAIT_CUT};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -153,7 +153,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| StreamOutcome {
-                    error: Some("a measuring thread panicked".into()),
+                    error: Some(StreamError::Panicked),
                     ..Default::default()
                 })
             })
@@ -184,10 +184,10 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         join_last_parts(&mut outcomes, &r.last_parts, slow_log);
     }
     let mut t = StreamOutcome::default();
-    for o in &outcomes {
+    for o in outcomes {
         t.merge(o);
     }
-    let mut error = t.error.clone();
+    let mut error = t.error.as_ref().map(crate::error_chain);
     if let Some(log) = slow_log {
         if log.threshold_ns.is_none() {
             for l in t.anatomy.iter().flat_map(|a| a.slowest().0) {

@@ -3,6 +3,7 @@
 //! response time).
 
 use super::closed::{Ctx, Tally};
+use super::outcome::StreamError;
 use super::sequence::{get_seq, put_seq, seq_len, seq_mask};
 use super::settings::OpenLoop;
 use super::udp::{udp_socket, GaveUp};
@@ -33,18 +34,18 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
         Endpoint::Tcp(Some(s)) => match s.try_clone() {
             Ok(c) => (Some(c), Some(s), None),
             Err(e) => {
-                tally.out.error = Some(format!("data socket: {}", crate::error_chain(&e)));
+                tally.out.error = Some(StreamError::DataSocket(e));
                 return;
             }
         },
         Endpoint::Tcp(None) => {
-            tally.out.error = Some("no data connection".into());
+            tally.out.error = Some(StreamError::NoConnection);
             return;
         }
         Endpoint::Udp => match udp_socket(cx) {
             Ok(u) => (None, None, Some(u)),
             Err(e) => {
-                tally.out.error = Some(format!("UDP data socket: {}", crate::error_chain(&e)));
+                tally.out.error = Some(StreamError::UdpSocket(e));
                 return;
             }
         },
@@ -57,7 +58,7 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
     let mask = seq_mask(k);
     let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
     let sender_done = AtomicBool::new(false);
-    let send_error: Mutex<Option<String>> = Mutex::new(None);
+    let send_error: Mutex<Option<StreamError>> = Mutex::new(None);
     let late_sends = std::thread::scope(|scope| {
         let sender = scope.spawn(|| {
             if let Some(c) = cx.s.local_cpu {
@@ -105,7 +106,7 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
                 };
                 if let Err(e) = r {
                     *send_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(format!("sending a request: {}", crate::error_chain(&e)));
+                        Some(StreamError::Send(e));
                     break;
                 }
             }
@@ -140,7 +141,7 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
                     }
                     Ok(ReadEnd::Stopped { .. }) => break,
                     Ok(ReadEnd::Closed { .. }) | Err(_) => {
-                        tally.out.error = Some("the data connection broke mid-test".into());
+                        tally.out.error = Some(StreamError::Broke);
                         break;
                     }
                 }
@@ -180,8 +181,7 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
                     Ok(_) => tally.out.stray_replies += 1,
                     Err(e) if crate::probe::io::is_timeout(&e) => {}
                     Err(e) => {
-                        tally.out.error =
-                            Some(format!("receiving a response: {}", crate::error_chain(&e)));
+                        tally.out.error = Some(StreamError::Receive(e));
                         break;
                     }
                 }

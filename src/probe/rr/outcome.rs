@@ -4,6 +4,7 @@ use crate::kernel::cpu::CpuTracker;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::anatomy::Recorder;
 use crate::stats::LatencyHistogram;
+use std::io;
 use std::net::SocketAddr;
 
 /// What one stream measured; merged, what the run measured.
@@ -33,7 +34,7 @@ pub(super) struct StreamOutcome {
     pub(super) cpus: CpuTracker,
     pub(super) cpu_ns: u64,
     pub(super) local_addr: Option<SocketAddr>,
-    pub(super) error: Option<String>,
+    pub(super) error: Option<StreamError>,
     /// `--anatomy`: the stream's transactions split into components.
     pub(super) anatomy: Option<Recorder>,
     /// With `keep_series`: each transaction as (ns from the run's start to its end,
@@ -47,7 +48,7 @@ pub(super) const SERIES_MAX: usize = 1_000_000;
 impl StreamOutcome {
     /// Add another stream's outcome: histograms merged, counts summed, each stream's
     /// `tcp_info` kept, the first error and local address kept.
-    pub(super) fn merge(&mut self, o: &StreamOutcome) {
+    pub(super) fn merge(&mut self, o: StreamOutcome) {
         self.hist.merge(&o.hist);
         self.connect.merge(&o.connect);
         self.intended.merge(&o.intended);
@@ -63,14 +64,52 @@ impl StreamOutcome {
         self.late_sends += o.late_sends;
         self.retrans += o.retrans;
         self.cpu_ns += o.cpu_ns;
-        self.info.extend(o.info.iter().cloned());
-        self.error = self.error.take().or_else(|| o.error.clone());
+        self.info.extend(o.info);
+        self.error = self.error.take().or(o.error);
         self.local_addr = self.local_addr.or(o.local_addr);
         if let Some(a) = &o.anatomy {
             self.anatomy.get_or_insert_with(Default::default).merge(a);
         }
-        self.series.extend_from_slice(&o.series);
+        self.series.extend(o.series);
     }
+}
+
+/// Why a stream stopped measuring before the run's end (the result's `error`, with
+/// the numbers measured until then).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StreamError {
+    #[error("no data connection")]
+    NoConnection,
+    #[error("--anatomy needs the kernel's software timestamps (SO_TIMESTAMPING)")]
+    NoStamps(#[source] io::Error),
+    #[error("SO_TIMESTAMPING on a new connection")]
+    NoStampsOnConnection(#[source] io::Error),
+    #[error("data socket")]
+    DataSocket(#[source] io::Error),
+    #[error("UDP data socket")]
+    UdpSocket(#[source] io::Error),
+    #[error("connecting")]
+    Connect(#[source] io::Error),
+    #[error(
+        "connecting: out of local ports (connections in TIME_WAIT; lower the rate or the duration)"
+    )]
+    OutOfPorts(#[source] io::Error),
+    #[error("sending a request")]
+    Send(#[source] io::Error),
+    #[error("reading a response")]
+    Read(#[source] io::Error),
+    #[error("receiving a response (is the server still running?)")]
+    Receive(#[source] io::Error),
+    #[error("the server closed the data connection mid-test")]
+    ServerClosed,
+    #[error("the server closed the connection before responding")]
+    ClosedBeforeResponse,
+    #[error("the data connection broke mid-test")]
+    Broke,
+    #[error("a transaction was still unanswered {} s after the end of the run", .0.as_secs())]
+    Unanswered(std::time::Duration),
+    #[error("a measuring thread panicked")]
+    Panicked,
 }
 
 #[cfg(test)]
@@ -93,19 +132,19 @@ mod tests {
         let mut b = StreamOutcome {
             transactions: 2,
             late_replies: 1,
-            error: Some("second".into()),
+            error: Some(StreamError::ServerClosed),
             local_addr: Some("10.0.0.1:5".parse().unwrap()),
             ..Default::default()
         };
         b.hist.record_ns(40_000);
         b.hist.record_ns(50_000);
         let c = StreamOutcome {
-            error: Some("third".into()),
+            error: Some(StreamError::Broke),
             ..Default::default()
         };
         let mut t = StreamOutcome::default();
         for o in [a, b, c] {
-            t.merge(&o);
+            t.merge(o);
         }
         assert_eq!(
             (t.transactions, t.lost, t.late_replies, t.retrans, t.cpu_ns),
@@ -114,7 +153,10 @@ mod tests {
         assert_eq!(t.hist.count(), 5);
         assert_eq!(t.hist.min_ns(), Some(10_000));
         assert_eq!(t.hist.max_ns(), Some(50_000));
-        assert_eq!(t.error.as_deref(), Some("second"));
+        assert!(
+            matches!(t.error, Some(StreamError::ServerClosed)),
+            "the first error"
+        );
         assert_eq!(t.local_addr, Some("10.0.0.1:5".parse().unwrap()));
     }
 }

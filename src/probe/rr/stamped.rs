@@ -3,8 +3,8 @@
 //! server part rides in the next response; TCP_CRR's follows the response on the same
 //! connection.
 
-use super::closed::{no_stamps, Ctx};
-use super::outcome::StreamOutcome;
+use super::closed::Ctx;
+use super::outcome::{StreamError, StreamOutcome};
 use super::tcp::Hook;
 use crate::probe::anatomy::{
     current_cpu, probes_tail_loss, ClientPart, Recorder, RetransCounters, Sends, ServerPart,
@@ -85,7 +85,7 @@ impl RrStamps {
 }
 
 impl Hook for RrStamps {
-    fn open(cx: &Ctx<'_>) -> Result<Self, String> {
+    fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         Ok(Self {
             book: cx.recorder(),
             clock: Clock::default(),
@@ -95,8 +95,8 @@ impl Hook for RrStamps {
         })
     }
 
-    fn connected(&mut self, fd: RawFd) -> Result<(), String> {
-        stamps::enable(fd, true).map_err(|e| no_stamps(&e))?;
+    fn connected(&mut self, fd: RawFd) -> Result<(), StreamError> {
+        stamps::enable(fd, true).map_err(StreamError::NoStamps)?;
         self.tlp = probes_tail_loss(fd);
         self.retrans = Some(RetransCounters::new(fd, self.req_len));
         Ok(())
@@ -181,10 +181,10 @@ pub(super) struct CrrStamps {
 }
 
 impl Hook for CrrStamps {
-    fn open(cx: &Ctx<'_>) -> Result<Self, String> {
+    fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         let hold = UdpSocket::bind(("127.0.0.1", 0))
             .and_then(|u| stamps::hold_rx(u.as_raw_fd()).map(|()| u))
-            .map_err(|e| no_stamps(&e))?;
+            .map_err(StreamError::NoStamps)?;
         Ok(Self {
             book: cx.recorder(),
             clock: Clock::default(),
@@ -202,10 +202,9 @@ impl Hook for CrrStamps {
         self.before = crate::kernel::realtime_ns();
     }
 
-    fn connected(&mut self, fd: RawFd) -> Result<(), String> {
+    fn connected(&mut self, fd: RawFd) -> Result<(), StreamError> {
         // Numbers this connection's bytes from 0 (OPT_ID counts from here).
-        stamps::enable(fd, true)
-            .map_err(|e| format!("SO_TIMESTAMPING on a new connection: {e}"))?;
+        stamps::enable(fd, true).map_err(StreamError::NoStampsOnConnection)?;
         // The handshake's retransmissions (a lost SYN) are not the request's.
         self.retrans = Some(RetransCounters::new(fd, self.req_len));
         self.tlp.get_or_insert_with(|| probes_tail_loss(fd));

@@ -4,7 +4,7 @@
 //! `--anatomy`'s stamps (`super::stamped`).
 
 use super::closed::{Ctx, Ended, Exchange, Tally};
-use super::outcome::StreamOutcome;
+use super::outcome::{StreamError, StreamOutcome};
 use super::settings::{RrSettings, CONNECT_TIMEOUT, IN_FLIGHT_GRACE, POLL_TICK};
 use crate::kernel::sockopt;
 use crate::probe::io::{is_timeout, recv_with, write_full};
@@ -55,7 +55,7 @@ pub(super) trait Hook: Sized {
     ///
     /// # Errors
     /// What the stream's error says (the kernel refused what the hook needs).
-    fn open(cx: &Ctx<'_>) -> Result<Self, String>;
+    fn open(cx: &Ctx<'_>) -> Result<Self, StreamError>;
 
     /// A connection was made: TCP_RR's one, before the first transaction; TCP_CRR's
     /// each, after `begin`.
@@ -63,7 +63,7 @@ pub(super) trait Hook: Sized {
     /// # Errors
     /// What the stream's error says.
     #[inline]
-    fn connected(&mut self, _fd: RawFd) -> Result<(), String> {
+    fn connected(&mut self, _fd: RawFd) -> Result<(), StreamError> {
         Ok(())
     }
 
@@ -99,7 +99,7 @@ pub(super) trait Hook: Sized {
 pub(super) struct Plain;
 
 impl Hook for Plain {
-    fn open(_cx: &Ctx<'_>) -> Result<Self, String> {
+    fn open(_cx: &Ctx<'_>) -> Result<Self, StreamError> {
         Ok(Plain)
     }
 
@@ -155,10 +155,6 @@ pub(super) fn write_request(cx: &Ctx<'_>, sock: &mut TcpStream, req: &[u8]) -> i
     }
 }
 
-fn sending_failed(e: &io::Error) -> Ended {
-    Some(format!("sending a request: {}", crate::error_chain(e)))
-}
-
 /// Send `req` and read the whole of `resp` with the hook at its points; `unread` says
 /// what a response not read in full (closed, or the read's error) means for this
 /// test. Returns when the response was read.
@@ -168,15 +164,15 @@ fn request<H: Hook>(
     hook: &mut H,
     sock: &mut TcpStream,
     (req, resp): (&[u8], &mut [u8]),
-    unread: impl FnOnce(Option<&io::Error>) -> Ended,
+    unread: impl FnOnce(Option<io::Error>) -> Ended,
 ) -> Result<Instant, Ended> {
     hook.sending();
-    write_request(cx, sock, req).map_err(|e| sending_failed(&e))?;
+    write_request(cx, sock, req).map_err(|e| Some(StreamError::Send(e)))?;
     match read_response::<H>(cx, sock.as_raw_fd(), resp) {
         Ok(Read::Full(rx)) => hook.received(rx),
         Ok(Read::Stopped) => return Err(None),
         Ok(Read::Closed) => return Err(unread(None)),
-        Err(e) => return Err(unread(Some(&e))),
+        Err(e) => return Err(unread(Some(e))),
     }
     Ok(Instant::now())
 }
@@ -195,8 +191,8 @@ impl<H: Hook> TcpRr<H> {
         cx: &Ctx<'_>,
         conn: Option<TcpStream>,
         out: &mut StreamOutcome,
-    ) -> Result<Self, String> {
-        let sock = conn.ok_or("no data connection")?;
+    ) -> Result<Self, StreamError> {
+        let sock = conn.ok_or(StreamError::NoConnection)?;
         out.local_addr = sock.local_addr().ok();
         let mut hook = H::open(cx)?;
         hook.connected(sock.as_raw_fd())?;
@@ -239,19 +235,12 @@ impl<H: Hook> Exchange for TcpRr<H> {
 /// the connection (`failed` is none) or the socket failed. When the watchdog shut the
 /// socket at the run's end, that is what it was, and an error only if the run was
 /// not stopped by the user.
-fn why_unread(cx: &Ctx<'_>, failed: Option<&io::Error>) -> Ended {
+fn why_unread(cx: &Ctx<'_>, failed: Option<io::Error>) -> Ended {
     if cx.cutoff.load(Ordering::SeqCst) {
-        return (!cx.ctl.stop.load(Ordering::Relaxed)).then(|| {
-            format!(
-                "a transaction was still unanswered {} s after the end of the run",
-                IN_FLIGHT_GRACE.as_secs()
-            )
-        });
+        return (!cx.ctl.stop.load(Ordering::Relaxed))
+            .then_some(StreamError::Unanswered(IN_FLIGHT_GRACE));
     }
-    Some(match failed {
-        Some(e) => format!("reading a response: {}", crate::error_chain(e)),
-        None => "the server closed the data connection mid-test".into(),
-    })
+    Some(failed.map_or(StreamError::ServerClosed, StreamError::Read))
 }
 
 /// TCP_CRR: a connection per transaction, its handshake timed on its own (netperf's
@@ -263,7 +252,7 @@ pub(super) struct TcpCrr<H> {
 }
 
 impl<H: Hook> TcpCrr<H> {
-    pub(super) fn open(cx: &Ctx<'_>) -> Result<Self, String> {
+    pub(super) fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         Ok(Self {
             req: vec![0u8; cx.s.request_size as usize],
             resp: vec![0u8; cx.s.response_size as usize],
@@ -283,12 +272,7 @@ impl<H: Hook> Exchange for TcpCrr<H> {
             &mut self.hook,
             &mut sock,
             (&self.req, &mut self.resp),
-            |e| {
-                Some(e.map_or_else(
-                    || "the server closed the connection before responding".into(),
-                    |e| format!("reading a response: {}", crate::error_chain(e)),
-                ))
-            },
+            |e| Some(e.map_or(StreamError::ClosedBeforeResponse, StreamError::Read)),
         )?;
         let out = &mut tally.out;
         out.connect
@@ -314,11 +298,10 @@ impl<H: Hook> Exchange for TcpCrr<H> {
 /// TCP_CRR's connection for one transaction.
 fn connect(cx: &Ctx<'_>) -> Result<TcpStream, Ended> {
     tcp_socket(cx.s, cx.data, true).map_err(|e| {
-        let hint = if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
-            " (out of local ports: connections in TIME_WAIT; lower the rate or the duration)"
+        Some(if e.raw_os_error() == Some(libc::EADDRNOTAVAIL) {
+            StreamError::OutOfPorts(e)
         } else {
-            ""
-        };
-        Some(format!("connecting: {}{hint}", crate::error_chain(&e)))
+            StreamError::Connect(e)
+        })
     })
 }

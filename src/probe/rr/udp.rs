@@ -2,7 +2,8 @@
 //! or its timeout passes (then it is lost, and a reply after that is late, not lost:
 //! it keeps its round trip). `--anatomy` reads the kernel's stamps on the same path.
 
-use super::closed::{no_stamps, Ctx, Ended, Exchange, Tally};
+use super::closed::{Ctx, Ended, Exchange, Tally};
+use super::outcome::StreamError;
 use super::sequence::{get_seq, put_seq, seq_len, seq_mask};
 use super::settings::{POLL_TICK, UDP_TIMEOUT_FLOOR};
 use crate::probe::anatomy::{current_cpu, ClientPart, Recorder, Sends};
@@ -51,13 +52,12 @@ pub(super) struct UdpRr {
 }
 
 impl UdpRr {
-    pub(super) fn open(cx: &Ctx<'_>, tally: &mut Tally) -> Result<Self, String> {
-        let u =
-            udp_socket(cx).map_err(|e| format!("UDP data socket: {}", crate::error_chain(&e)))?;
+    pub(super) fn open(cx: &Ctx<'_>, tally: &mut Tally) -> Result<Self, StreamError> {
+        let u = udp_socket(cx).map_err(StreamError::UdpSocket)?;
         tally.out.local_addr = u.local_addr().ok();
         let fd = u.as_raw_fd();
         let book = if cx.s.anatomy {
-            stamps::enable(fd, false).map_err(|e| no_stamps(&e))?;
+            stamps::enable(fd, false).map_err(StreamError::NoStamps)?;
             Some(cx.recorder())
         } else {
             None
@@ -118,10 +118,7 @@ impl Exchange for UdpRr {
             None => (0, 0),
         };
         if let Err(e) = self.u.send(&self.req) {
-            return Err(Some(format!(
-                "sending a request: {}",
-                crate::error_chain(&e)
-            )));
+            return Err(Some(StreamError::Send(e)));
         }
         loop {
             match self.recv(flags) {
@@ -149,11 +146,7 @@ impl Exchange for UdpRr {
                     late_reply(cx, (tally, &mut self.book), &mut self.gave_up, reply, k);
                 }
                 Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    return Err(Some(format!(
-                        "receiving a response: {e} (is the server still running?)"
-                    )));
-                }
+                Err(e) => return Err(Some(StreamError::Receive(e))),
             }
             // Given up on once its timeout has passed, whatever woke the read (the
             // socket's timeout or another datagram): a reply after that is late.
