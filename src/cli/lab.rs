@@ -518,16 +518,16 @@ fn exec(e: ExecArgs) -> anyhow::Result<()> {
 
 fn list(json: bool) -> anyhow::Result<()> {
     use rttlab::results::schema;
-    let labs: Vec<(String, Result<socket::Status, String>)> = topology::find_all()
+    let labs: Vec<(String, Result<socket::Status, LabError>)> = topology::find_all()
         .into_iter()
         .map(|f| {
             let st = match (&f.info, f.live) {
                 (Some(i), true) => match socket::request(&i.socket, &Request::Status) {
                     Ok(Reply::Status(s)) => Ok(*s),
-                    Ok(_) => Err("unexpected reply".into()),
-                    Err(e) => Err(rttlab::error_chain(&e)),
+                    Ok(_) => Err(LabError::UnexpectedReply),
+                    Err(e) => Err(e),
                 },
-                _ => Err("left by a run that has gone: remove with `rttlab lab down --all`".into()),
+                _ => Err(LabError::Abandoned),
             };
             (f.name, st)
         })
@@ -537,9 +537,10 @@ fn list(json: bool) -> anyhow::Result<()> {
         for (name, st) in &labs {
             let v = match st {
                 Ok(s) => schema::line(schema::LAB, s)?,
-                Err(e) => {
-                    schema::line(schema::LAB, &serde_json::json!({"name": name, "error": e}))?
-                }
+                Err(e) => schema::line(
+                    schema::LAB,
+                    &serde_json::json!({"name": name, "error": rttlab::error_chain(e)}),
+                )?,
             };
             writeln!(o, "{v}")?;
         }

@@ -461,12 +461,16 @@ fn report_reverted(done: Vec<tuning::Reverted>) -> anyhow::Result<()> {
     for (c, r) in done {
         match r {
             Ok(()) => outln!("reverted: {}", c.revert_command()),
-            Err(e) if e.contains("not found") => {
+            Err(e) if tuning::namespace_gone(&e) => {
                 outln!("gone with its namespace: {}", c.revert_command())
             }
             Err(e) => {
                 failed += 1;
-                eprintln!("rttlab: could not revert ({e}): {}", c.revert_command());
+                eprintln!(
+                    "rttlab: could not revert ({}): {}",
+                    rttlab::error_chain(&e),
+                    c.revert_command()
+                );
             }
         }
     }

@@ -5,7 +5,7 @@
 //! between them explained from the data.
 
 use super::runner::{Experiment, TrialContext};
-use super::testbed::{capture_port, port_srtt, LabServer};
+use super::testbed::{capture_port, port_srtt, Captured, LabServer};
 use super::{ExperimentError, TrialError};
 use crate::kernel::{netns, route};
 use crate::lab::Node;
@@ -76,60 +76,206 @@ pub fn measure(
     trial: u32,
     interrupt: &AtomicBool,
 ) -> CompareResult {
-    let lab = testbed.map(LabServer::lab);
-    let server = match (testbed, s.server) {
-        (Some(b), _) => b.server,
-        (None, Some(a)) => a,
-        (None, None) => unreachable!("a lab is built when no server is given"),
-    };
-    let client_ns = lab.as_ref().map(|l| l.netns(Node::A).to_string());
-    let server_ns = lab.as_ref().map(|l| l.netns(Node::B).to_string());
-    let iface = match (&s.interface, &lab) {
-        (Some(i), _) => i.clone(),
-        (None, Some(_)) => "eth0".to_string(),
-        (None, None) => route::list(None)
-            .ok()
-            .and_then(|r| route::find(&r, server.ip(), None).ok())
-            .and_then(|r| r.dev)
-            .unwrap_or_else(|| "lo".into()),
-    };
-
+    let ends = Endpoints::of(s, testbed);
     let started_unix_ns = crate::kernel::realtime_ns();
+    let p = probe(s, &ends, interrupt);
+    let mut errors = Vec::new();
+    let mut layers = Vec::new();
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "icmp",
+        "echo request → reply",
+        p.icmp.as_ref().map(|p| &p.histogram),
+    );
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "tcp_rr",
+        "send() of a request → last byte of the response",
+        p.tcp.as_ref().map(|r| &r.histogram),
+    );
+    push_layer(
+        &mut layers,
+        &mut errors,
+        "udp_rr",
+        "send() of a request → its response",
+        p.udp.as_ref().map(|r| &r.histogram),
+    );
+    let client_srtt = srtt_histogram(
+        p.tcp
+            .iter()
+            .flat_map(|r| r.tcpinfo_series.iter().map(|t| t.info.rtt_us)),
+    );
+    layers.push(Layer::from_histogram(
+        "tcp_info_client",
+        "srtt, sampled every 10 ms",
+        &client_srtt,
+    ));
+    let (server_srtt, server_series) = match &p.srv {
+        Some(Ok((h, series))) => (h.clone(), series.clone()),
+        Some(Err(e)) => {
+            errors.push(format!("tcp_info server: {}", e.chain()));
+            (LatencyHistogram::new(), Vec::new())
+        }
+        // A remote server: the srtt it reported at the end of the run.
+        None => (
+            srtt_histogram(
+                p.tcp
+                    .iter()
+                    .flat_map(|r| r.remote_tcp_info.iter().map(|t| t.rtt_us)),
+            ),
+            Vec::new(),
+        ),
+    };
+    layers.push(Layer::from_histogram(
+        "tcp_info_server",
+        if ends.server_ns.is_some() {
+            "srtt, sampled every 10 ms"
+        } else {
+            "srtt at the end of the run"
+        },
+        &server_srtt,
+    ));
+    for (name, what, h) in [
+        (
+            "passive_ts",
+            "TSval → echo, capture → server → capture",
+            p.pas.as_ref().map(|p| &p.sink.ts_net),
+        ),
+        (
+            "passive_seq",
+            "data → covering ACK, capture → server → capture",
+            p.pas.as_ref().map(|p| &p.sink.seq_net),
+        ),
+    ] {
+        push_layer(&mut layers, &mut errors, name, what, h);
+    }
+    let (sampler, local, drops) = p.pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
+        (p.periods.clone(), p.sink.local, p.drops)
+    });
+    layers.push(metric_layer(sampler.iter().max_by_key(|p| p.samples)));
+    let timeline = timeline(s, started_unix_ns, &p, server_series);
+    let tcp = p.tcp.as_ref().ok();
+    let mut result = CompareResult {
+        settings: s.clone(),
+        server: ends.server,
+        capture_interface: ends.iface,
+        layers,
+        tcp_retransmissions_client: tcp.and_then(|r| r.local_retrans),
+        tcp_retransmissions_server: tcp.and_then(|r| r.remote_retrans),
+        ping_lost: p.icmp.as_ref().map_or(0, |p| p.lost),
+        udp_lost: p
+            .udp
+            .as_ref()
+            .ok()
+            .and_then(|r| r.udp.as_ref())
+            .map_or(0, |u| u.lost),
+        passive_local_samples: local,
+        capture_drops: drops,
+        sampler,
+        explanations: Vec::new(),
+        errors,
+        trial,
+        anatomy: tcp
+            .and_then(|r| r.anatomy.as_ref())
+            .map(|a| CompareAnatomy {
+                stamped: a.stamped,
+                at_percentiles: a.at_percentiles.clone(),
+                events: a.events,
+                tail: a.tail.clone(),
+            }),
+        timeline,
+    };
+    result.explanations = explain(&result);
+    result
+}
+
+/// Where a comparison runs: the server, the namespaces of the lab's two hosts (none
+/// against a real server) and the interface the capture listens on.
+struct Endpoints {
+    server: std::net::SocketAddr,
+    client_ns: Option<String>,
+    server_ns: Option<String>,
+    iface: String,
+}
+
+impl Endpoints {
+    fn of(s: &CompareSettings, testbed: Option<&LabServer>) -> Self {
+        let lab = testbed.map(LabServer::lab);
+        let server = match (testbed, s.server) {
+            (Some(b), _) => b.server,
+            (None, Some(a)) => a,
+            (None, None) => unreachable!("a lab is built when no server is given"),
+        };
+        let iface = match (&s.interface, &lab) {
+            (Some(i), _) => i.clone(),
+            (None, Some(_)) => "eth0".to_string(),
+            (None, None) => route::list(None)
+                .ok()
+                .and_then(|r| route::find(&r, server.ip(), None).ok())
+                .and_then(|r| r.dev)
+                .unwrap_or_else(|| "lo".into()),
+        };
+        Self {
+            server,
+            client_ns: lab.as_ref().map(|l| l.netns(Node::A).to_string()),
+            server_ns: lab.as_ref().map(|l| l.netns(Node::B).to_string()),
+            iface,
+        }
+    }
+}
+
+/// Why a probed layer has no numbers.
+#[derive(Debug, thiserror::Error)]
+enum LayerError {
+    #[error(transparent)]
+    Rr(#[from] rr::RrError),
+    #[error(transparent)]
+    Ping(#[from] ping::PingError),
+    #[error(transparent)]
+    Namespace(#[from] netns::NetnsError),
+    #[error(transparent)]
+    Trial(#[from] TrialError),
+    #[error("{0} panicked")]
+    Panicked(&'static str),
+}
+
+/// The server's srtt: its histogram, and each sample as (CLOCK_REALTIME ns, srtt ns).
+type ServerSrtt = (LatencyHistogram, Vec<(u64, u64)>);
+
+/// Every layer's raw measurement of one trial.
+struct Probed {
+    tcp: Result<RrResult, LayerError>,
+    udp: Result<RrResult, LayerError>,
+    icmp: Result<ping::PingResult, LayerError>,
+    /// The server's srtt samples (its namespace's sock_diag; none against a real
+    /// server).
+    srv: Option<Result<ServerSrtt, TrialError>>,
+    pas: Result<Captured<PassiveSink>, LayerError>,
+}
+
+/// Probe every layer at once: the capture and the server's srtt first, then TCP_RR
+/// (taken apart), UDP_RR and ICMP side by side for the duration.
+fn probe(s: &CompareSettings, ends: &Endpoints, interrupt: &AtomicBool) -> Probed {
+    let (server, client_ns) = (ends.server, ends.client_ns.as_deref());
     let stop = AtomicBool::new(false);
     let (tcp_ctl, udp_ctl, ping_ctl) = (
         RunControl::default(),
         RunControl::default(),
         PingControl::default(),
     );
-    let mut errors = Vec::new();
-    let rr_settings = |test: TestKind, port: u16| {
-        let mut r = RrSettings::new(server);
-        r.secret.clone_from(&s.secret);
-        r.test = test;
-        r.request_size = 1;
-        r.response_size = 2;
-        r.duration = Some(s.duration);
-        r.interval = s.interval;
-        r.data_port = port;
-        r.keep_series = true;
-        if test == TestKind::TcpRr {
-            r.tcpinfo_interval = Some(Duration::from_millis(10));
-            // Taken apart, so the explanations can say where its time went; the
-            // responses carry the server's stamps.
-            r.anatomy = true;
-            r.response_size = crate::probe::anatomy::MIN_RESPONSE;
-        }
-        r
+    let rr_in_client = |test: TestKind, port: u16, ctl: &RunControl| {
+        netns::run_in(client_ns, || {
+            rr::run(&rr_settings(s, server, test, port), ctl)
+        })?
+        .map_err(LayerError::from)
     };
-    let in_client =
-        |f: &(dyn Fn() -> Result<RrResult, String> + Sync)| -> Result<RrResult, String> {
-            netns::run_in(client_ns.as_deref(), f).map_err(|e| crate::error_chain(&e))?
-        };
-    let (tcp, udp, icmp, srv, pas) = std::thread::scope(|sc| {
+    std::thread::scope(|sc| {
         let pas = sc.spawn(|| {
             capture_port(
-                &iface,
-                client_ns.as_deref(),
+                &ends.iface,
+                client_ns,
                 s.data_port,
                 s.sampler_one_in,
                 s.duration + Duration::from_secs(5),
@@ -137,7 +283,7 @@ pub fn measure(
                 PassiveSink::default(),
             )
         });
-        let srv = server_ns.as_ref().map(|ns| {
+        let srv = ends.server_ns.as_ref().map(|ns| {
             let stop = &stop;
             sc.spawn(move || {
                 port_srtt(
@@ -162,29 +308,25 @@ pub fn measure(
         });
         // Let the capture start before the traffic.
         std::thread::sleep(Duration::from_millis(300));
-        let udp = sc.spawn(|| {
-            in_client(&|| {
-                rr::run(&rr_settings(TestKind::UdpRr, s.data_port + 1), &udp_ctl)
-                    .map_err(|e| crate::error_chain(&e))
-            })
-        });
+        let udp = sc.spawn(|| rr_in_client(TestKind::UdpRr, s.data_port + 1, &udp_ctl));
         let icmp = sc.spawn(|| {
-            netns::run_in(client_ns.as_deref(), || {
+            netns::run_in(client_ns, || {
                 let mut p = PingSettings::new(server.ip());
                 p.count = None;
                 p.duration = Some(s.duration);
                 p.interval = s.interval;
                 p.keep_series = true;
-                ping::run(&p, &ping_ctl).map_err(|e| crate::error_chain(&e))
-            })
-            .map_err(|e| crate::error_chain(&e))?
+                ping::run(&p, &ping_ctl)
+            })?
+            .map_err(LayerError::from)
         });
-        let tcp = in_client(&|| {
-            rr::run(&rr_settings(TestKind::TcpRr, s.data_port), &tcp_ctl)
-                .map_err(|e| crate::error_chain(&e))
-        });
-        let udp = udp.join().unwrap_or_else(|_| Err("UDP_RR panicked".into()));
-        let icmp = icmp.join().unwrap_or_else(|_| Err("ping panicked".into()));
+        let tcp = rr_in_client(TestKind::TcpRr, s.data_port, &tcp_ctl);
+        let udp = udp
+            .join()
+            .unwrap_or_else(|_| Err(LayerError::Panicked("UDP_RR")));
+        let icmp = icmp
+            .join()
+            .unwrap_or_else(|_| Err(LayerError::Panicked("ping")));
         std::thread::sleep(Duration::from_millis(200));
         stop.store(true, Ordering::Release);
         let srv = srv.map(|h| {
@@ -193,201 +335,130 @@ pub fn measure(
         });
         let pas = pas
             .join()
-            .unwrap_or_else(|_| Err(TrialError::Panicked("capture")));
-        (tcp, udp, icmp, srv, pas)
-    });
-
-    let mut layers = Vec::new();
-    push_layer(
-        &mut layers,
-        &mut errors,
-        "icmp",
-        "echo request → reply",
-        icmp.as_ref().map(|p| &p.histogram),
-    );
-    push_layer(
-        &mut layers,
-        &mut errors,
-        "tcp_rr",
-        "send() of a request → last byte of the response",
-        tcp.as_ref().map(|r| &r.histogram),
-    );
-    push_layer(
-        &mut layers,
-        &mut errors,
-        "udp_rr",
-        "send() of a request → its response",
-        udp.as_ref().map(|r| &r.histogram),
-    );
-    let ping_lost = icmp.as_ref().map_or(0, |p| p.lost);
-    let udp_lost = udp
-        .as_ref()
-        .ok()
-        .and_then(|r| r.udp.as_ref())
-        .map_or(0, |u| u.lost);
-    let (retr_c, retr_s) = tcp
-        .as_ref()
-        .map_or((None, None), |r| (r.local_retrans, r.remote_retrans));
-    let client_srtt = srtt_histogram(
-        tcp.iter()
-            .flat_map(|r| r.tcpinfo_series.iter().map(|t| t.info.rtt_us)),
-    );
-    layers.push(Layer::from_histogram(
-        "tcp_info_client",
-        "srtt, sampled every 10 ms",
-        &client_srtt,
-    ));
-    let (server_srtt, server_series) = match srv {
-        Some(Ok(h)) => h,
-        Some(Err(e)) => {
-            errors.push(format!("tcp_info server: {}", e.chain()));
-            (LatencyHistogram::new(), Vec::new())
+            .unwrap_or_else(|_| Err(TrialError::Panicked("capture")))
+            .map_err(LayerError::from);
+        Probed {
+            tcp,
+            udp,
+            icmp,
+            srv,
+            pas,
         }
-        // A remote server: the srtt it reported at the end of the run.
-        None => (
-            srtt_histogram(
-                tcp.iter()
-                    .flat_map(|r| r.remote_tcp_info.iter().map(|t| t.rtt_us)),
-            ),
-            Vec::new(),
-        ),
+    })
+}
+
+/// The rr settings of a layer: 1-byte requests, 2-byte responses, at the run's
+/// interval; TCP_RR taken apart and its `tcp_info` sampled every 10 ms.
+fn rr_settings(
+    s: &CompareSettings,
+    server: std::net::SocketAddr,
+    test: TestKind,
+    port: u16,
+) -> RrSettings {
+    let mut r = RrSettings::new(server);
+    r.secret.clone_from(&s.secret);
+    r.test = test;
+    r.request_size = 1;
+    r.response_size = 2;
+    r.duration = Some(s.duration);
+    r.interval = s.interval;
+    r.data_port = port;
+    r.keep_series = true;
+    if test == TestKind::TcpRr {
+        r.tcpinfo_interval = Some(Duration::from_millis(10));
+        // Taken apart, so the explanations can say where its time went; the
+        // responses carry the server's stamps.
+        r.anatomy = true;
+        r.response_size = crate::probe::anatomy::MIN_RESPONSE;
+    }
+    r
+}
+
+/// Every layer's per-bin median and P99 on one time axis from `started_unix_ns`.
+fn timeline(
+    s: &CompareSettings,
+    started_unix_ns: u64,
+    p: &Probed,
+    server_series: Vec<(u64, u64)>,
+) -> Option<CompareTimeline> {
+    let bin = timeline::bin_for(s.duration, s.interval);
+    // The probes start 300 ms in and may overrun their duration by a little.
+    let span = s.duration + Duration::from_secs(2);
+    let from = |start: u64, t_s: f64| start + (t_s * 1e9) as u64;
+    let rr_series = |r: &Result<RrResult, LayerError>| -> Vec<(u64, u64)> {
+        r.iter()
+            .flat_map(|r| {
+                r.series
+                    .iter()
+                    .map(|&(t, ns)| (from(r.started_unix_ns, t), ns))
+            })
+            .collect()
     };
-    layers.push(Layer::from_histogram(
-        "tcp_info_server",
-        if server_ns.is_some() {
-            "srtt, sampled every 10 ms"
-        } else {
-            "srtt at the end of the run"
-        },
-        &server_srtt,
-    ));
-    for (name, what, h) in [
+    let sources: [(&str, Vec<(u64, u64)>); 7] = [
+        (
+            "icmp",
+            p.icmp
+                .iter()
+                .flat_map(|p| {
+                    p.series
+                        .iter()
+                        .map(|&(t, ns)| (from(p.started_unix_ns, t), ns))
+                })
+                .collect(),
+        ),
+        ("tcp_rr", rr_series(&p.tcp)),
+        ("udp_rr", rr_series(&p.udp)),
+        (
+            "tcp_info_client",
+            p.tcp
+                .iter()
+                .flat_map(|r| {
+                    r.tcpinfo_series
+                        .iter()
+                        .filter(|x| x.info.rtt_us > 0)
+                        .map(|x| {
+                            (
+                                from(r.started_unix_ns, x.t_ms / 1e3),
+                                u64::from(x.info.rtt_us) * 1000,
+                            )
+                        })
+                })
+                .collect(),
+        ),
+        ("tcp_info_server", server_series),
         (
             "passive_ts",
-            "TSval → echo, capture → server → capture",
-            pas.as_ref()
-                .map(|p| &p.sink.ts_net)
-                .map_err(TrialError::chain),
+            p.pas
+                .as_ref()
+                .map(|p| p.sink.ts_series.clone())
+                .unwrap_or_default(),
         ),
         (
             "passive_seq",
-            "data → covering ACK, capture → server → capture",
-            pas.as_ref()
-                .map(|p| &p.sink.seq_net)
-                .map_err(TrialError::chain),
+            p.pas
+                .as_ref()
+                .map(|p| p.sink.seq_series.clone())
+                .unwrap_or_default(),
         ),
-    ] {
-        push_layer(&mut layers, &mut errors, name, what, h.as_ref().copied());
-    }
-    let (sampler, local, drops) = pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
-        (p.periods.clone(), p.sink.local, p.drops)
-    });
-    layers.push(metric_layer(sampler.iter().max_by_key(|p| p.samples)));
-    let timeline = {
-        let bin = timeline::bin_for(s.duration, s.interval);
-        // The probes start 300 ms in and may overrun their duration by a little.
-        let span = s.duration + Duration::from_secs(2);
-        let from = |start: u64, t_s: f64| start + (t_s * 1e9) as u64;
-        let rr_series = |r: &Result<RrResult, String>| -> Vec<(u64, u64)> {
-            r.iter()
-                .flat_map(|r| {
-                    r.series
-                        .iter()
-                        .map(|&(t, ns)| (from(r.started_unix_ns, t), ns))
-                })
-                .collect()
-        };
-        let sources: [(&str, Vec<(u64, u64)>); 7] = [
-            (
-                "icmp",
-                icmp.iter()
-                    .flat_map(|p| {
-                        p.series
-                            .iter()
-                            .map(|&(t, ns)| (from(p.started_unix_ns, t), ns))
-                    })
-                    .collect(),
-            ),
-            ("tcp_rr", rr_series(&tcp)),
-            ("udp_rr", rr_series(&udp)),
-            (
-                "tcp_info_client",
-                tcp.iter()
-                    .flat_map(|r| {
-                        r.tcpinfo_series
-                            .iter()
-                            .filter(|x| x.info.rtt_us > 0)
-                            .map(|x| {
-                                (
-                                    from(r.started_unix_ns, x.t_ms / 1e3),
-                                    u64::from(x.info.rtt_us) * 1000,
-                                )
-                            })
-                    })
-                    .collect(),
-            ),
-            ("tcp_info_server", server_series),
-            (
-                "passive_ts",
-                pas.as_ref()
-                    .map(|p| p.sink.ts_series.clone())
-                    .unwrap_or_default(),
-            ),
-            (
-                "passive_seq",
-                pas.as_ref()
-                    .map(|p| p.sink.seq_series.clone())
-                    .unwrap_or_default(),
-            ),
-        ];
-        let layers: Vec<LayerTimeline> = sources
-            .into_iter()
-            .filter_map(|(name, samples)| {
-                let mut t = Timeline::new(started_unix_ns, bin, span);
-                for (at, ns) in samples {
-                    t.record(at, ns);
-                }
-                let points = t.points();
-                (!points.is_empty()).then(|| LayerTimeline {
-                    name: name.into(),
-                    points,
-                })
+    ];
+    let layers: Vec<LayerTimeline> = sources
+        .into_iter()
+        .filter_map(|(name, samples)| {
+            let mut t = Timeline::new(started_unix_ns, bin, span);
+            for (at, ns) in samples {
+                t.record(at, ns);
+            }
+            let points = t.points();
+            (!points.is_empty()).then(|| LayerTimeline {
+                name: name.into(),
+                points,
             })
-            .collect();
-        (!layers.is_empty()).then_some(CompareTimeline {
-            bin_s: bin.as_secs_f64(),
-            layers,
         })
-    };
-    let mut result = CompareResult {
-        settings: s.clone(),
-        server,
-        capture_interface: iface,
+        .collect();
+    (!layers.is_empty()).then_some(CompareTimeline {
+        bin_s: bin.as_secs_f64(),
         layers,
-        tcp_retransmissions_client: retr_c,
-        tcp_retransmissions_server: retr_s,
-        ping_lost,
-        udp_lost,
-        passive_local_samples: local,
-        capture_drops: drops,
-        sampler,
-        explanations: Vec::new(),
-        errors,
-        trial,
-        anatomy: tcp
-            .as_ref()
-            .ok()
-            .and_then(|r| r.anatomy.as_ref())
-            .map(|a| CompareAnatomy {
-                stamped: a.stamped,
-                at_percentiles: a.at_percentiles.clone(),
-                events: a.events,
-                tail: a.tail.clone(),
-            }),
-        timeline,
-    };
-    result.explanations = explain(&result);
-    result
+    })
 }
 
 /// tcp_info srtt values (µs; 0: no sample yet) as a histogram.
@@ -425,12 +496,12 @@ fn push_layer(
     errors: &mut Vec<String>,
     name: &'static str,
     what: &'static str,
-    r: Result<&LatencyHistogram, &String>,
+    r: Result<&LatencyHistogram, &LayerError>,
 ) {
     match r {
         Ok(h) => layers.push(Layer::from_histogram(name, what, h)),
         Err(e) => {
-            errors.push(format!("{name}: {}", e));
+            errors.push(format!("{name}: {}", crate::error_chain(e)));
             layers.push(Layer::from_histogram(name, what, &LatencyHistogram::new()));
         }
     }

@@ -78,7 +78,7 @@ impl Default for Settings {
 fn point(
     (interval_us, tool): &Cell,
     trial: u32,
-    r: Result<(&LatencyHistogram, u64), String>,
+    r: Result<(&LatencyHistogram, u64), &dyn std::error::Error>,
     out: &Path,
 ) -> Point {
     let interval_us = *interval_us;
@@ -119,7 +119,7 @@ fn point(
             p90_us: None,
             lost: 0,
             file: None,
-            error: Some(e),
+            error: Some(crate::error_chain(e)),
         },
     }
 }
@@ -193,15 +193,8 @@ impl Experiment for IntervalSweep {
                 p.one_in_flight = true;
                 let ctl = PingControl::default();
                 let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
-                let r = r.map_err(|e| crate::error_chain(&e));
-                point(
-                    cell,
-                    trial,
-                    r.as_ref()
-                        .map(|r| (&r.histogram, r.lost))
-                        .map_err(Clone::clone),
-                    out,
-                )
+                let r = r.as_ref().map(|r| (&r.histogram, r.lost));
+                point(cell, trial, r.map_err(|e| e as _), out)
             } else {
                 let mut r = RrSettings::new(testbed.server);
                 r.count = Some(s.count);
@@ -214,18 +207,11 @@ impl Experiment for IntervalSweep {
                 }
                 let ctl = RunControl::default();
                 let res = until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl));
-                let res = res.map_err(|e| crate::error_chain(&e));
-                point(
-                    cell,
-                    trial,
-                    res.as_ref()
-                        .map(|r| (&r.histogram, 0))
-                        .map_err(Clone::clone),
-                    out,
-                )
+                let res = res.as_ref().map(|r| (&r.histogram, 0));
+                point(cell, trial, res.map_err(|e| e as _), out)
             }
         })
-        .unwrap_or_else(|e| point(cell, trial, Err(crate::error_chain(&e)), out)))
+        .unwrap_or_else(|e| point(cell, trial, Err(&e), out)))
     }
 
     fn describe(&self, p: &Point) -> String {

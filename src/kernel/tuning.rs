@@ -181,8 +181,8 @@ pub enum TuneError {
     Nft { table: String, msg: String },
 }
 
-/// A change `revert` attempted, with its outcome (the error's message if it failed).
-pub type Reverted = (Change, Result<(), String>);
+/// A change `revert` attempted, with its outcome.
+pub type Reverted = (Change, Result<(), TuneError>);
 
 /// The journal file, as one owner sees it.
 pub struct Journal {
@@ -361,7 +361,7 @@ impl Journal {
             if r.as_ref().is_err_and(|x| !namespace_gone(x)) {
                 keep.push(e.clone());
             }
-            done.push((e.change, r.map_err(|x| crate::error_chain(&x))));
+            done.push((e.change, r));
         }
         keep.reverse();
         self.save(&keep)?;
@@ -369,7 +369,9 @@ impl Journal {
     }
 }
 
-fn namespace_gone(e: &TuneError) -> bool {
+/// Whether a change could not be undone because its namespace is gone (and took the
+/// change with it).
+pub fn namespace_gone(e: &TuneError) -> bool {
     matches!(
         e,
         TuneError::Netns(NetnsError::NotFound { .. })

@@ -105,6 +105,12 @@ pub enum LabError {
     /// handed from the emulator's thread to every later request.
     #[error("the lab's emulator stopped: {0}; remove the lab with `rttlab lab down`")]
     EmulatorDied(String),
+    /// The lab's process answered a request with a reply of another kind.
+    #[error("the lab's process gave an unexpected reply")]
+    UnexpectedReply,
+    /// A lab whose process is gone: its namespaces and files stay until removed.
+    #[error("left by a run that has gone: remove with `rttlab lab down --all`")]
+    Abandoned,
 }
 
 /// A node of the lab.
@@ -675,18 +681,19 @@ fn spawn_emulator(
             use std::os::fd::AsRawFd;
             // SAFETY: setns on an open namespace file; affects only this thread.
             if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = tx.send(Err(format!(
-                    "entering the router namespace: {}",
-                    std::io::Error::last_os_error()
-                )));
+                let e = std::io::Error::last_os_error();
+                let _ = tx.send(Err(setup("entering the router namespace")(e)));
                 return;
             }
-            let open = || -> Result<Ports, String> {
+            let open = || -> Result<Ports, LabError> {
                 let ix = |n: &str| {
-                    crate::kernel::interface::index(n).map_err(|e| crate::error_chain(&e))
+                    crate::kernel::interface::index(n)
+                        .map_err(setup(format!("the index of interface {n}")))
                 };
                 let (ia, ib) = (ix(&near)?, ix(&far)?);
-                let e = |e: crate::kernel::SyscallError| crate::error_chain(&e);
+                let e = |x: crate::kernel::SyscallError| {
+                    setup("opening the emulator's packet rings")(x)
+                };
                 Ok(Ports {
                     rx: [
                         ring::RxRing::open(ia).map_err(e)?,
@@ -711,7 +718,7 @@ fn spawn_emulator(
         .map_err(setup("starting the emulator's thread"))?;
     match rx.recv() {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(setup("starting the emulator")(e)),
+        Ok(Err(e)) => return Err(e),
         Err(_) => return Err(LabError::EmulatorThreadDied),
     }
     while !shared.running.load(Ordering::Acquire) && !emulator.is_finished() {

@@ -72,14 +72,14 @@ pub fn hosts(info: &LabInfo) -> String {
 }
 
 /// `lab list`: each lab, its state, impairments and counters.
-pub fn list(labs: &[(String, Result<Status, String>)]) -> String {
+pub fn list(labs: &[(String, Result<Status, crate::lab::LabError>)]) -> String {
     if labs.is_empty() {
         return "no labs\n".into();
     }
     let mut out = String::new();
     for (name, st) in labs {
         match st {
-            Err(why) => out.push_str(&format!("lab {name}: {why}\n\n")),
+            Err(why) => out.push_str(&format!("lab {name}: {}\n\n", crate::error_chain(why))),
             Ok(s) => {
                 let i = &s.info;
                 out.push_str(&format!(

@@ -32,7 +32,7 @@ pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEO
 use crate::kernel::cpu;
 use crate::kernel::cpu::{CpuUse, MachineTicks};
 use crate::kernel::host::HostFacts;
-use crate::probe::control::{TestKind, TestSpec};
+use crate::probe::control::{ServerReport, TestKind, TestSpec};
 use crate::probe::pacing;
 use crate::stats::{HdrLogWriter, Summary};
 use closed::{thread_cpu_ns, Ctx, Tally};
@@ -41,7 +41,7 @@ use outcome::{StreamError, StreamOutcome};
 use settings::{IN_FLIGHT_GRACE, REPORT_WAIT, REPORT_WAIT_CUT};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 use tcp::{tcp_socket, Plain, TcpCrr, TcpRr};
 use watchdog::watch;
@@ -53,16 +53,7 @@ use watchdog::watch;
 /// Failures after measuring began are reported in [`RrResult::error`] with the partial
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
-    if s.split_request && (s.test != TestKind::TcpRr || s.open_loop.is_some()) {
-        return Err(RrError::Limit(
-            "--split-request writes closed-loop TCP_RR requests".into(),
-        ));
-    }
-    if s.anatomy {
-        check_anatomy(s)?;
-    } else if s.slow_log.is_some() {
-        return Err(RrError::Limit("--slow-log needs --anatomy".into()));
-    }
+    check_settings(s)?;
     let mut client = ControlClient::connect(s.server, s.secret.as_deref(), &s.path)?;
     check_sizes(s, client.limits.max_payload)?;
     // A run bounded only by count asks for as long as the server allows.
@@ -71,109 +62,22 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let port = client.start(&test_spec(s, run_for))?;
     let data = SocketAddr::new(s.server.ip(), port);
     let mut hdr = open_hdr_log(s, port)?;
-    let slow_log = match &s.slow_log {
-        Some(p) => Some(
-            crate::probe::anatomy::SlowLog::create(
-                p,
-                s.slow
-                    .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-            )
-            .map_err(|source| RrError::Output {
-                flag: "--slow-log",
-                source,
-            })?,
-        ),
-        None => None,
-    };
+    let slow_log = open_slow_log(s)?;
     let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
-    let tail = tail_plan(s, run_for);
-
-    let watched: Vec<TcpStream> = conns
-        .iter()
-        .flatten()
-        .filter_map(|c| c.try_clone().ok())
-        .collect();
-
-    let cutoff = AtomicBool::new(false);
-    let barrier = Arc::new(Barrier::new(s.streams as usize + 1));
-    let start_cell: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    // netperf's -c: the whole machine's CPU ticks across the data phase.
-    let machine_cell: Mutex<Option<MachineTicks>> = Mutex::new(None);
-    let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
-        let mut handles = Vec::new();
-        for (i, conn) in conns.into_iter().enumerate() {
-            let quota = stream_quota(s.count, s.streams, i);
-            let barrier = Arc::clone(&barrier);
-            let start_cell = Arc::clone(&start_cell);
-            let recorder = hdr.as_mut().map(HdrLogWriter::recorder);
-            let cutoff = &cutoff;
-            handles.push(scope.spawn(move || {
-                if let Some(c) = s.local_cpu {
-                    let _ = cpu::pin_current_thread(c);
-                }
-                pacing::tighten_timer_slack();
-                barrier.wait();
-                let start = start_cell
-                    .lock()
-                    .map(|g| g.unwrap_or_else(Instant::now))
-                    .unwrap_or_else(|_| Instant::now());
-                if s.spread_starts {
-                    let phase = s.interval.mul_f64(i as f64 / f64::from(s.streams.max(1)));
-                    std::thread::sleep((start + phase).saturating_duration_since(Instant::now()));
-                }
-                let cx = Ctx {
-                    s,
-                    data,
-                    ctl,
-                    start,
-                    deadline: start + run_for,
-                    hard_deadline: start + run_for + IN_FLIGHT_GRACE,
-                    quota,
-                    cutoff,
-                    stream: i as u32,
-                    tail,
-                    slow_log,
-                };
-                let cpu0 = thread_cpu_ns();
-                let mut tally = Tally::new(recorder);
-                measure_stream(&cx, conn, &mut tally);
-                tally.out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
-                tally.publish(ctl);
-                tally.out
-            }));
-        }
-        let start = Instant::now();
-        *machine_cell.lock().unwrap_or_else(|p| p.into_inner()) = MachineTicks::now().ok();
-        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
-        barrier.wait();
-        let hard_deadline = start + run_for + IN_FLIGHT_GRACE;
-        let series = watch(s, &watched, ctl, &cutoff, hard_deadline, &handles);
-        let outs: Vec<StreamOutcome> = handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| StreamOutcome {
-                    error: Some(StreamError::Panicked),
-                    ..Default::default()
-                })
-            })
-            .collect();
-        (outs, series)
-    });
-    let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
-    let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
-    let started_unix_ns = crate::kernel::realtime_ns()
-        .saturating_sub(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
-    let machine = machine_cell
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .zip(MachineTicks::now().ok());
+    let plan = Plan {
+        data,
+        run_for,
+        tail: tail_plan(s, run_for),
+        slow_log,
+    };
+    let (outcomes, phase) = measure(s, ctl, &plan, conns, hdr.as_mut());
     if let Some(h) = hdr.take() {
         let _ = h.finish();
     }
 
     // A server that let the watchdog cut the run off is unlikely to answer promptly.
-    let wait = if cutoff.load(Ordering::SeqCst) && !ctl.stop.load(Ordering::Relaxed) {
+    let wait = if phase.cut_off && !ctl.stop.load(Ordering::Relaxed) {
         REPORT_WAIT_CUT
     } else {
         REPORT_WAIT
@@ -208,20 +112,42 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             None
         }
     };
+    let remote_host = server
+        .as_ref()
+        .and_then(|r| r.host.clone())
+        .or(Some(client.server_host.clone()));
+    Ok(result(
+        s,
+        &t,
+        phase,
+        (server.as_ref(), remote_host),
+        port,
+        error,
+    ))
+}
+
+/// The result of a run: the streams' merged outcome `t`, the data phase, the server's
+/// report (none when it could not be collected) and the run's first error.
+fn result(
+    s: &RrSettings,
+    t: &StreamOutcome,
+    phase: Phase,
+    (server, remote_host): (Option<&ServerReport>, Option<HostFacts>),
+    port: u16,
+    error: Option<String>,
+) -> RrResult {
+    let elapsed = phase.elapsed;
     let tcp = s.test != TestKind::UdpRr;
-    Ok(RrResult {
+    RrResult {
         settings: report_settings(
             s,
             t.local_addr,
             port,
-            server.as_ref().and_then(|r| r.congestion.clone()),
+            server.and_then(|r| r.congestion.clone()),
         ),
         brand: None,
         local_host: HostFacts::collect(),
-        remote_host: server
-            .as_ref()
-            .and_then(|r| r.host.clone())
-            .or(Some(client.server_host.clone())),
+        remote_host,
         elapsed_s: elapsed.as_secs_f64(),
         transactions: t.transactions,
         throughput_tps: if elapsed.is_zero() {
@@ -244,9 +170,9 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             lost: t.lost,
             late_replies: t.late_replies,
             stray_replies: t.stray_replies,
-            dropped_by_server: server.as_ref().map_or(0, |r| r.dropped_on_purpose),
+            dropped_by_server: server.map_or(0, |r| r.dropped_on_purpose),
         }),
-        remote_transactions: server.as_ref().map(|r| r.transactions),
+        remote_transactions: server.map(|r| r.transactions),
         local_tcp_info: t.info.clone(),
         remote_tcp_info: server
             .as_ref()
@@ -254,18 +180,20 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             .unwrap_or_default(),
         local_retrans: tcp.then_some(t.retrans),
         remote_retrans: if tcp {
-            server.as_ref().map(|r| r.total_retrans)
+            server.map(|r| r.total_retrans)
         } else {
             None
         },
         local_placement: t.cpus.placement(s.local_cpu),
-        remote_placement: server.as_ref().map(|r| r.placement.clone()),
+        remote_placement: server.map(|r| r.placement.clone()),
         client_cpu_us_per_transaction: (t.transactions > 0)
             .then(|| t.cpu_ns as f64 / 1e3 / t.transactions as f64),
-        tcpinfo_series,
+        tcpinfo_series: phase.tcpinfo_series,
         error,
         confidence: None,
-        local_cpu: machine.and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
+        local_cpu: phase
+            .machine
+            .and_then(|(a, b)| CpuUse::between(a, b, elapsed, t.transactions)),
         series: {
             let mut v: Vec<(f64, u64)> = t
                 .series
@@ -275,7 +203,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
             v
         },
-        started_unix_ns,
+        started_unix_ns: phase.started_unix_ns,
         anatomy: t.anatomy.as_ref().map(|a| {
             let mut r = a.result(&s.percentiles, s.test == TestKind::TcpRr);
             // One kernel at both ends (the lab's namespaces): one clock.
@@ -288,13 +216,157 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
             r.one_way = a.one_way(same_clock, t.lost, t.lost_tail, &s.percentiles);
             r
         }),
-        remote_cpu: server.as_ref().and_then(|r| {
+        remote_cpu: server.and_then(|r| {
             let [a, b] = r.machine_ticks?;
             // A server older than its elapsed field: the client's window is the closest.
             let elapsed = r.machine_elapsed_ns.map_or(elapsed, Duration::from_nanos);
             CpuUse::between(a, b, elapsed, r.transactions)
         }),
-    })
+    }
+}
+
+/// Settings that contradict each other, refused before the server is asked.
+fn check_settings(s: &RrSettings) -> Result<(), RrError> {
+    if s.split_request && (s.test != TestKind::TcpRr || s.open_loop.is_some()) {
+        return Err(RrError::Limit(
+            "--split-request writes closed-loop TCP_RR requests".into(),
+        ));
+    }
+    if s.anatomy {
+        check_anatomy(s)
+    } else if s.slow_log.is_some() {
+        Err(RrError::Limit("--slow-log needs --anatomy".into()))
+    } else {
+        Ok(())
+    }
+}
+
+/// `--slow-log`'s writer.
+fn open_slow_log(s: &RrSettings) -> Result<Option<crate::probe::anatomy::SlowLog>, RrError> {
+    let Some(p) = &s.slow_log else {
+        return Ok(None);
+    };
+    let threshold = s
+        .slow
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    crate::probe::anatomy::SlowLog::create(p, threshold)
+        .map(Some)
+        .map_err(|source| RrError::Output {
+            flag: "--slow-log",
+            source,
+        })
+}
+
+/// What every stream of a run shares, worked out once before they start.
+struct Plan<'a> {
+    data: SocketAddr,
+    run_for: Duration,
+    tail: crate::probe::anatomy::TailPlan,
+    slow_log: Option<&'a crate::probe::anatomy::SlowLog>,
+}
+
+/// What the data phase gave besides each stream's outcome: the watchdog's `tcp_info`
+/// samples, how long it ran and the machine's CPU ticks across it.
+struct Phase {
+    tcpinfo_series: Vec<TcpInfoSample>,
+    elapsed: Duration,
+    started_unix_ns: u64,
+    machine: Option<(MachineTicks, MachineTicks)>,
+    /// The watchdog shut the sockets down (stop or hard deadline).
+    cut_off: bool,
+}
+
+/// The data phase: a thread per stream, started together, and the watchdog on this
+/// thread until they end.
+fn measure(
+    s: &RrSettings,
+    ctl: &RunControl,
+    plan: &Plan<'_>,
+    conns: Vec<Option<TcpStream>>,
+    mut hdr: Option<&mut HdrLogWriter>,
+) -> (Vec<StreamOutcome>, Phase) {
+    let watched: Vec<TcpStream> = conns
+        .iter()
+        .flatten()
+        .filter_map(|c| c.try_clone().ok())
+        .collect();
+    let cutoff = AtomicBool::new(false);
+    let barrier = Barrier::new(s.streams as usize + 1);
+    let start_cell: Mutex<Option<Instant>> = Mutex::new(None);
+    // netperf's -c: the whole machine's CPU ticks across the data phase.
+    let machine_cell: Mutex<Option<MachineTicks>> = Mutex::new(None);
+    let (outcomes, tcpinfo_series) = std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for (i, conn) in conns.into_iter().enumerate() {
+            let recorder = hdr.as_mut().map(|h| h.recorder());
+            let (barrier, start_cell, cutoff) = (&barrier, &start_cell, &cutoff);
+            handles.push(scope.spawn(move || {
+                if let Some(c) = s.local_cpu {
+                    let _ = cpu::pin_current_thread(c);
+                }
+                pacing::tighten_timer_slack();
+                barrier.wait();
+                let start = start_cell
+                    .lock()
+                    .map(|g| g.unwrap_or_else(Instant::now))
+                    .unwrap_or_else(|_| Instant::now());
+                if s.spread_starts {
+                    let phase = s.interval.mul_f64(i as f64 / f64::from(s.streams.max(1)));
+                    std::thread::sleep((start + phase).saturating_duration_since(Instant::now()));
+                }
+                let cx = Ctx {
+                    s,
+                    data: plan.data,
+                    ctl,
+                    start,
+                    deadline: start + plan.run_for,
+                    hard_deadline: start + plan.run_for + IN_FLIGHT_GRACE,
+                    quota: stream_quota(s.count, s.streams, i),
+                    cutoff,
+                    stream: i as u32,
+                    tail: plan.tail,
+                    slow_log: plan.slow_log,
+                };
+                let cpu0 = thread_cpu_ns();
+                let mut tally = Tally::new(recorder);
+                measure_stream(&cx, conn, &mut tally);
+                tally.out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
+                tally.publish(ctl);
+                tally.out
+            }));
+        }
+        let start = Instant::now();
+        *machine_cell.lock().unwrap_or_else(|p| p.into_inner()) = MachineTicks::now().ok();
+        *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
+        barrier.wait();
+        let hard_deadline = start + plan.run_for + IN_FLIGHT_GRACE;
+        let series = watch(s, &watched, ctl, &cutoff, hard_deadline, &handles);
+        let outs: Vec<StreamOutcome> = handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| StreamOutcome {
+                    error: Some(StreamError::Panicked),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        (outs, series)
+    });
+    let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
+    let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    let machine = machine_cell
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .zip(MachineTicks::now().ok());
+    let phase = Phase {
+        tcpinfo_series,
+        elapsed,
+        started_unix_ns: crate::kernel::realtime_ns()
+            .saturating_sub(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)),
+        machine,
+        cut_off: cutoff.load(Ordering::SeqCst),
+    };
+    (outcomes, phase)
 }
 
 /// One stream's transactions, by test and loop: the closed loop with its protocol's
