@@ -3,6 +3,11 @@
 //! only parsing and the engines are timed. The whole-file comparison with pping,
 //! tcptrace and tshark is `bench/passive_peers.py`.
 
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates the bench's public entry point, undocumented"
+)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rttlab::capture::CaptureReader;
 use rttlab::passive::{Analyzer, Config, Sample, Sink};

@@ -1,6 +1,11 @@
 //! Per-sample costs on the measuring hot path: recording into the histogram (every
 //! transaction does it once) and summarising (once per result).
 
+#![allow(
+    missing_docs,
+    reason = "criterion_group! generates the bench's public entry point, undocumented"
+)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rttlab::stats::{LatencyHistogram, Summary, DEFAULT_PERCENTILES};
 

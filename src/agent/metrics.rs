@@ -152,19 +152,45 @@ pub type Gauge64 = Gauge<f64, AtomicU64>;
 /// Every metric the agent exports.
 pub struct Metrics {
     registry: Registry,
+    /// `rttlab_rtt_seconds`: one observation per probe, by peer and layer (see
+    /// [`LAYERS`]), in the bounds of `--buckets`.
     pub rtt: Family<Labels, Histogram, Buckets>,
+    /// `rttlab_probes_sent_total`: probe transactions started, by peer and layer.
     pub sent: Family<Labels, Counter>,
+    /// `rttlab_probes_lost_total`: ICMP and UDP_RR probes unanswered within the timeout;
+    /// TCP probes count in `timed_out` instead.
     pub lost: Family<Labels, Counter>,
+    /// `rttlab_probes_timed_out_total`: TCP probes unanswered within the timeout (the
+    /// connection is then opened anew).
     pub timed_out: Family<Labels, Counter>,
+    /// `rttlab_probe_errors_total`: probes that could not be sent, or whose session could
+    /// not be opened (refused, unreachable, rejected by the peer).
     pub errors: Family<Labels, Counter>,
+    /// `rttlab_tcp_retransmissions_total`: segments the kernel retransmitted on TCP probe
+    /// connections, the growth of `tcp_info`'s `total_retrans` from probe to probe.
     pub retransmissions: Family<Labels, Counter>,
+    /// `rttlab_tcp_srtt_seconds`: `tcpi_rtt` (TCP's smoothed RTT), in seconds, at the last
+    /// sample; layers `srtt_client` (each TCP_RR probe) and `srtt_server` (each interval).
     pub srtt: Family<Labels, Gauge64>,
+    /// `rttlab_tcp_min_rtt_seconds`: `tcpi_min_rtt` (TCP's windowed minimum RTT), in
+    /// seconds, at the last sample; never set when the kernel does not report it.
     pub min_rtt: Family<Labels, Gauge64>,
+    /// `rttlab_agent_peers`: how many peers are probed now, set at each change of peers.
     pub peers: Gauge,
+    /// `rttlab_agent_probe_lag_seconds`: how late each probe started against its paced
+    /// schedule, all peers and layers in one unlabelled histogram (the `rtt` bounds).
     pub lag: Histogram,
+    /// `rttlab_agent_late_probes_total`: probes that started more than a tenth of the
+    /// interval late, by peer and layer.
     pub late: Family<Labels, Counter>,
+    /// `rttlab_agent_scrape_duration_seconds`: how long the previous [`Metrics::expose`]
+    /// took.
     pub scrape_duration: Gauge64,
+    /// `rttlab_agent_config_reloads_total`: reloads of the configuration and peers file, by
+    /// label `result` (`success` or `failure`).
     pub reloads: Family<Labels, Counter>,
+    /// `rttlab_agent_config_last_reload_successful`: 1 when the last reload succeeded (and
+    /// at start), 0 after a failed one.
     pub reload_ok: Gauge,
     /// Connections and requests the metrics endpoint refused, by reason.
     pub http_refused: Family<Labels, Counter>,
@@ -305,7 +331,10 @@ impl Metrics {
 /// The two exposition formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// OpenMetrics 1.0: counters' samples end in `_total`, the exposition in `# EOF`.
     OpenMetrics,
+    /// The Prometheus text format 0.0.4: counter families named with `_total`, no
+    /// `# UNIT` or `# EOF` lines.
     Text,
 }
 

@@ -34,8 +34,11 @@ use std::time::Duration;
 /// Errors starting the agent.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
+    /// ICMP is among the probes and no ICMP socket (or its receive timestamps) could be
+    /// set up.
     #[error("ICMP probes need an ICMP socket (drop icmp from --probes to run without one)")]
     Icmp(#[source] crate::probe::ping::PingError),
+    /// A thread could not be spawned: which one (`probe`, `srtt_server`), and the OS error.
     #[error("starting the agent's {0} thread")]
     Thread(&'static str, #[source] std::io::Error),
 }

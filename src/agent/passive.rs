@@ -20,7 +20,9 @@ const SNAPLEN: u32 = 256;
 /// What to watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PassiveSettings {
+    /// The interface captured on (`--passive-iface`).
     pub interface: String,
+    /// TCP ports watched, at either end (`--passive-port`); empty would be every port.
     pub ports: Vec<u16>,
 }
 

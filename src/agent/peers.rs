@@ -119,7 +119,10 @@ pub enum PeerError {
 pub struct Peer {
     /// `HOST:PORT` as given (the port added when missing): the `peer` label.
     pub target: String,
+    /// The host as given (a name or an address, without brackets); resolved when
+    /// probed.
     pub host: String,
+    /// The probe server's port; [`DEFAULT_PORT`] when the target names none.
     pub port: u16,
     /// Extra labels from file_sd, sorted by name.
     pub labels: Vec<(String, String)>,
@@ -390,13 +393,22 @@ fn fnv(b: &[u8]) -> u64 {
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// `peers`: targets, `HOST[:PORT]` each; probed together with the `--peer` ones
+    /// (added to them, not replaced by them).
     pub peers: Option<Vec<String>>,
+    /// `peers_file`: a Prometheus file_sd JSON file of peers, as `--peers-file`.
     pub peers_file: Option<std::path::PathBuf>,
+    /// `probes`: probe names, as `--probes` (`icmp`, `tcp_rr`, `udp_rr`, `tcp_crr`).
     pub probes: Option<Vec<String>>,
+    /// `interval`: a duration such as `"1s"`, as `--interval`; parsed by the CLI.
     pub interval: Option<String>,
+    /// `timeout`: a duration such as `"10s"`, as `--timeout`; parsed by the CLI.
     pub timeout: Option<String>,
+    /// `mesh`: which peers to probe, as `--mesh` (`full`, `group:LABEL`, `random:K`).
     pub mesh: Option<String>,
+    /// `buckets`: histogram buckets `MIN:MAX:PER_DECADE`, as `--buckets`.
     pub buckets: Option<String>,
+    /// `self`: this host's target in the peers list, as `--self`.
     #[serde(rename = "self")]
     pub self_target: Option<String>,
 }

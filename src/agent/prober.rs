@@ -29,10 +29,13 @@ pub enum Probe {
 }
 
 impl Probe {
+    /// Every kind of probe, as `--probes` may name them.
     pub const ALL: [Self; 4] = [Self::Icmp, Self::TcpRr, Self::UdpRr, Self::TcpCrr];
     /// The default set: one probe per layer that needs no new connection a second.
     pub const DEFAULT: [Self; 3] = [Self::Icmp, Self::TcpRr, Self::UdpRr];
 
+    /// The probe's name in `--probes` and the `layer` label of its main series (`icmp`,
+    /// `tcp_rr`, `udp_rr`, `tcp_crr`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Icmp => "icmp",
@@ -66,6 +69,8 @@ pub struct ProbeSettings {
     /// A TCP probe unanswered this long ends its connection; ICMP and UDP wait at
     /// most this or the interval, whichever is shorter.
     pub timeout: Duration,
+    /// The shared secret for the peers' servers (`--secret-file` or `RTTLAB_SECRET`); `None`
+    /// when none is set.
     pub secret: Option<Vec<u8>>,
 }
 
@@ -74,14 +79,19 @@ pub struct ProbeSettings {
 /// handles share their values with the families, so a probe restarted with new
 /// settings continues the same counters.
 pub struct Series {
+    /// `rttlab_rtt_seconds` at the probe's own layer.
     pub rtt: Histogram,
+    /// `rttlab_probes_sent_total`.
     pub sent: Counter,
+    /// `rttlab_probe_errors_total`.
     pub errors: Counter,
+    /// `rttlab_agent_late_probes_total`.
     pub late: Counter,
     /// ICMP and UDP_RR.
     pub lost: Option<Counter>,
     /// The TCP probes.
     pub timed_out: Option<Counter>,
+    /// The TCP probes: `rttlab_tcp_retransmissions_total`, fed by [`tcp_layers`].
     pub retransmissions: Option<Counter>,
     /// TCP_CRR: `tcp_connect`.
     pub connect: Option<Histogram>,
@@ -90,6 +100,9 @@ pub struct Series {
 }
 
 impl Series {
+    /// Look up (creating them) the series `probe` writes for `peer`: labels are its
+    /// target, the layer and the peer's own labels. Series this kind does not write are
+    /// `None`.
     pub fn new(m: &Metrics, peer: &Peer, probe: Probe) -> Self {
         let l = labels(&peer.target, probe.name(), &peer.labels);
         let tcp = probe != Probe::Icmp && probe != Probe::UdpRr;
@@ -163,6 +176,7 @@ impl Resolved {
     pub fn any(&self) -> Option<SocketAddr> {
         self.0.map(|(a, _)| a)
     }
+    /// Keep a lookup's result, stamped now; `None` forgets the address.
     pub fn set(&mut self, a: Option<SocketAddr>) {
         self.0 = a.map(|a| (a, Instant::now()));
     }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 /// entry goes round again.
 const SLOTS: usize = 4096;
 
+/// Pending entries of type `T`, each due at an [`Instant`], kept in 4 096 slots of a
+/// fixed length counted from when the wheel was made (see the module docs).
 pub struct Wheel<T> {
     start: Instant,
     slot_ns: u128,
@@ -22,6 +24,7 @@ pub struct Wheel<T> {
 }
 
 impl<T: Copy> Wheel<T> {
+    /// An empty wheel whose slots are `slot` long (at least 1 ns), counted from now.
     pub fn new(slot: Duration) -> Self {
         Self {
             start: Instant::now(),
@@ -43,6 +46,8 @@ impl<T: Copy> Wheel<T> {
         self.start + Duration::from_nanos((u128::from(k) * self.slot_ns) as u64)
     }
 
+    /// Add `item`, due at `at` rounded up to the next slot boundary; a time already past
+    /// goes in the next slot [`Wheel::expire`] hands out.
     pub fn push(&mut self, at: Instant, item: T) {
         let tick = self.tick_of(at).max(self.next);
         self.slots[tick as usize % SLOTS].push((tick, item));
@@ -83,10 +88,12 @@ impl<T: Copy> Wheel<T> {
         Some(self.time_of(ahead))
     }
 
+    /// Entries pushed and not yet handed out by [`Wheel::expire`].
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether no entry is pending.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

@@ -48,6 +48,8 @@ pub struct Buffer<R> {
 }
 
 impl<R: Read> Buffer<R> {
+    /// Read `r` through a 1 MiB buffer, grown only for a record larger than that (up to
+    /// [`MAX_RECORD`]).
     pub fn new(r: R) -> Self {
         Self {
             r: Some(r),

@@ -15,7 +15,11 @@ use std::net::IpAddr;
 /// What a live capture keeps (empty lists: any host, any port).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Selection {
+    /// Addresses a frame's source or destination must be one of (an IPv4-mapped IPv6
+    /// address matches as IPv4).
     pub hosts: Vec<IpAddr>,
+    /// TCP ports a frame's source or destination port must be one of; with hosts as
+    /// well, a frame must match both.
     pub ports: Vec<u16>,
 }
 

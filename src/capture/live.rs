@@ -26,16 +26,22 @@ const RETIRE_MS: u32 = 10;
 /// Why a live capture could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
+    /// The interface does not exist (in the namespace, if one was given).
     #[error("no interface named {name:?}{place}; list them with `ip link`")]
     NoInterface {
+        /// The interface name asked for.
         name: String,
         /// Empty, or " in network namespace NAME".
         place: String,
     },
+    /// Opening the AF_PACKET socket failed with EPERM: no CAP_NET_RAW.
     #[error("capturing needs CAP_NET_RAW (run as root, or `setcap cap_net_raw+ep` on rttlab)")]
     NotPermitted,
+    /// Entering the named network namespace failed.
     #[error(transparent)]
     Netns(#[from] netns::NetnsError),
+    /// A system call setting up the capture failed: the socket, the ring's socket
+    /// options, the filter, the mmap or the bind.
     #[error(transparent)]
     Syscall(#[from] SyscallError),
 }

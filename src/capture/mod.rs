@@ -30,23 +30,48 @@ pub struct Packet<'a> {
 /// Why reading stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
+    /// A read from the underlying reader failed.
     #[error("reading the capture")]
     Io(#[from] std::io::Error),
+    /// The first four bytes, read little-endian, are neither a pcap magic nor a
+    /// pcapng Section Header Block type.
     #[error("not a pcap or pcapng file (magic {0:#010x}); convert it with `editcap -F pcap`")]
     NotACapture(u32),
+    /// The input ended part-way through a record (a clean end between records is not
+    /// an error).
     #[error("the capture ends inside a record at byte {offset} ({why}); the packets before it were read")]
-    Truncated { offset: u64, why: &'static str },
+    Truncated {
+        /// File offset of the start of the cut-short record.
+        offset: u64,
+        /// What was being read, e.g. "file header", "record header", "packet data", "block".
+        why: &'static str,
+    },
+    /// A header holds an impossible value (record too large, bad byte-order magic,
+    /// bad block length, ...).
     #[error("the capture is corrupt at byte {offset}: {why}; the packets before it were read")]
-    Corrupt { offset: u64, why: String },
+    Corrupt {
+        /// File offset of the record or block whose header is bad.
+        offset: u64,
+        /// What is wrong, as text (e.g. "block length 7").
+        why: String,
+    },
     /// The file shrank while it was read (log rotation that truncates, such as
     /// tcpdump's `-C`/`-W` reopening its oldest file).
     #[error("the capture file was cut to {len} bytes while it was read (rotated?); the packets before byte {offset} were read")]
-    Cut { len: u64, offset: u64 },
+    Cut {
+        /// Bytes of the file still readable after the cut (its new size, or the first
+        /// mapped page that failed to fault in, whichever is lower).
+        len: u64,
+        /// File offset of the record being read when the cut was seen.
+        offset: u64,
+    },
 }
 
 /// A pcap or pcapng reader, chosen by the file's magic number.
 pub enum CaptureReader<R: Read> {
+    /// A classic pcap file (µs or ns timestamps, either byte order).
     Pcap(pcap::PcapReader<R>),
+    /// A pcapng file (starts with a Section Header Block).
     Pcapng(pcapng::PcapngReader<R>),
 }
 

@@ -18,7 +18,13 @@ pub enum Source {
     /// A capture file; `-` is standard input.
     File(PathBuf),
     /// A live interface, in a named network namespace if given.
-    Interface { name: String, netns: Option<String> },
+    Interface {
+        /// The interface's name, as `ip link` shows it.
+        name: String,
+        /// The network namespace to capture in (a name in /run/netns, or a path); None:
+        /// this process's own.
+        netns: Option<String>,
+    },
 }
 
 /// How a source is opened.
@@ -45,25 +51,41 @@ pub enum Batch {
 /// Why a source could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
+    /// The capture file could not be opened, or standard input's first read failed.
     #[error("cannot open capture {}", .path.display())]
     Open {
+        /// The file asked for (`-`: standard input).
         path: PathBuf,
+        /// The error from opening it or from its first read.
         #[source]
         source: std::io::Error,
     },
+    /// The file is not a pcap or pcapng capture, or a record in it could not be read.
     #[error("{}", .path.display())]
     Read {
+        /// The file being read (`-`: standard input).
         path: PathBuf,
+        /// What went wrong in the capture format or the read.
         #[source]
         source: CaptureError,
     },
+    /// A packet's link type is not one rttlab can decode.
     #[error("{}: link type {link} is not supported (rttlab reads Ethernet, Linux cooked v1/v2, raw IP, BSD loopback); convert with `editcap -T ether`", .path.display())]
-    LinkType { path: PathBuf, link: u32 },
+    LinkType {
+        /// The file being read (`-`: standard input).
+        path: PathBuf,
+        /// The packet's LINKTYPE_ number, as the pcap or pcapng header gives it.
+        link: u32,
+    },
+    /// The live interface could not be opened for capture.
     #[error(transparent)]
     Live(#[from] LiveError),
+    /// Waiting for frames on a live interface failed (poll(2), other than by a signal).
     #[error("reading interface {name}")]
     Poll {
+        /// The interface being captured.
         name: String,
+        /// The failed system call and its error.
         #[source]
         source: crate::kernel::SyscallError,
     },

@@ -28,9 +28,8 @@ pub struct CompareArgs {
     /// `rttlab serve` on this host (default port 12866); without it, a lab.
     #[arg(short = 'H', long)]
     pub host: Option<String>,
-    /// The lab's round-trip delay.
-    #[arg(long, default_value = "10ms", value_parser = values::duration)]
-    pub lab_rtt: Duration,
+    #[command(flatten)]
+    pub lab: super::experiment::LabArgs<super::experiment::Rtt10ms>,
     /// Wait between a response and the next request (and between pings).
     #[arg(short = 'w', long, default_value = "10ms", value_parser = values::duration)]
     pub interval: Duration,
@@ -46,9 +45,6 @@ pub struct CompareArgs {
     /// Capture interface on the client (default: the route's; the lab's eth0).
     #[arg(short = 'i', long)]
     pub interface: Option<String>,
-    /// How the lab's emulator waits between frames.
-    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
-    pub emulator: values::Emulator,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -86,15 +82,14 @@ fn server_addr(h: &str) -> anyhow::Result<SocketAddr> {
 pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     let s = CompareSettings {
         server: a.host.as_deref().map(server_addr).transpose()?,
-        lab_rtt: a.lab_rtt,
+        lab_rtt: a.lab.lab_rtt,
         interval: a.interval,
         duration: a.duration,
         data_port: a.data_port,
         sampler_one_in: a.sampler,
         interface: a.interface,
-        lab_poll: a.emulator.polls(1),
-        trials: a.trials.trials.unwrap_or(1),
-        seed: a.trials.seed,
+        lab_poll: a.lab.emulator.polls(1),
+        repeats: a.trials.repeats(1),
         secret: a.secret.load()?,
     };
     let out = super::experiment::out_dir(a.out, rttlab::results::names::COMPARE);
@@ -102,7 +97,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     let i2 = interrupt.clone();
     super::progress::on_interrupt(move || i2.store(true, std::sync::atomic::Ordering::Release));
     let facts = serde_json::json!({ "host": rttlab::kernel::host::HostFacts::collect() });
-    let trials = s.trials;
+    let trials = s.repeats.trials;
     let e = compare::Compare {
         settings: s,
         lab_name: format!("cmp{}", std::process::id() % 100_000),

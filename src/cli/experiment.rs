@@ -8,7 +8,7 @@ use rttlab::experiment::blackout;
 use rttlab::experiment::runner::{self, Experiment};
 use rttlab::experiment::{passive_active, resreq, sweep, syn_rto};
 use rttlab::results::blackout::{BlackoutBy, Mechanism, Settings};
-use rttlab::results::schema;
+use rttlab::results::{schema, Repeats};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,6 +26,16 @@ pub struct TrialArgs {
     pub seed: u64,
 }
 
+impl TrialArgs {
+    /// The settings' repeats: `--trials` (else the experiment's `default`) and `--seed`.
+    pub fn repeats(&self, default: u32) -> Repeats {
+        Repeats {
+            trials: self.trials.unwrap_or(default),
+            seed: self.seed,
+        }
+    }
+}
+
 /// Where a run goes and how it is repeated (every experiment).
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -39,6 +49,48 @@ pub struct RunArgs {
 }
 
 /// What an experiment prints on stdout (every experiment).
+/// The lab an experiment builds: its round-trip delay and how its emulator waits,
+/// spelt alike in every command that builds one. `R` is the command's default RTT
+/// (its seed's).
+#[derive(Args, Debug)]
+pub struct LabArgs<R: LabRtt> {
+    /// The lab's round-trip delay.
+    #[arg(long, default_value = R::DEFAULT, value_parser = values::duration)]
+    pub lab_rtt: Duration,
+    /// How the lab's emulator waits between frames.
+    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
+    pub emulator: values::Emulator,
+    #[arg(skip)]
+    rtt: std::marker::PhantomData<R>,
+}
+
+/// A command's default lab RTT.
+pub trait LabRtt: Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// As `--lab-rtt` takes it.
+    const DEFAULT: &'static str;
+}
+
+/// 10 ms: `compare` and `syn-rto`.
+#[derive(Clone, Debug)]
+pub struct Rtt10ms;
+impl LabRtt for Rtt10ms {
+    const DEFAULT: &'static str = "10ms";
+}
+
+/// 100 µs: seed 000's lab for `resreq-interval`.
+#[derive(Clone, Debug)]
+pub struct Rtt100us;
+impl LabRtt for Rtt100us {
+    const DEFAULT: &'static str = "100us";
+}
+
+/// None: `interval-sweep` measures the tools, not a path.
+#[derive(Clone, Debug)]
+pub struct NoRtt;
+impl LabRtt for NoRtt {
+    const DEFAULT: &'static str = "0s";
+}
+
 #[derive(Args, Debug)]
 pub struct OutputArgs {
     /// Print the run as one JSON document (schema rttlab.experiment/1) instead of the
@@ -126,12 +178,8 @@ pub struct SynRtoArgs {
     /// The override's initial RTO (whole jiffies; at least 2).
     #[arg(long, default_value = "50ms", value_parser = values::duration)]
     pub syn_rto: Duration,
-    /// The lab's round-trip delay.
-    #[arg(long, default_value = "10ms", value_parser = values::duration)]
-    pub lab_rtt: Duration,
-    /// How the lab's emulator waits between frames.
-    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
-    pub emulator: values::Emulator,
+    #[command(flatten)]
+    pub lab: LabArgs<Rtt10ms>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -154,15 +202,11 @@ pub struct SweepArgs {
     /// Time per tool and interval at most (but at least 10 intervals).
     #[arg(long, default_value = "3s", value_parser = values::duration)]
     pub max_time: Duration,
-    /// The lab's round-trip delay.
-    #[arg(long, default_value = "0s", value_parser = values::duration)]
-    pub lab_rtt: Duration,
     /// Pace TCP_RR by sleeping instead of spinning.
     #[arg(long)]
     pub sleep: bool,
-    /// How the lab's emulator waits between frames.
-    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
-    pub emulator: values::Emulator,
+    #[command(flatten)]
+    pub lab: LabArgs<NoRtt>,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -190,16 +234,12 @@ pub struct ResreqArgs {
     /// How long each wait runs (default 6 s; 30 s with --long).
     #[arg(short = 'l', long, value_parser = values::seconds)]
     pub duration: Option<Duration>,
-    /// The lab's round-trip delay.
-    #[arg(long, default_value = "100us", value_parser = values::duration)]
-    pub lab_rtt: Duration,
+    #[command(flatten)]
+    pub lab: LabArgs<Rtt100us>,
     /// The sampled metric keeps one packet in N (default 1/1; 1/10 with --long, so that
     /// a response's bare ACK is often missed and the next request's data matched).
     #[arg(long, value_name = "1/N", value_parser = values::one_in)]
     pub sampler: Option<u32>,
-    /// How the lab's emulator waits between frames.
-    #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
-    pub emulator: values::Emulator,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -307,7 +347,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
             .iter()
             .map(|&d| ms(d))
             .collect::<anyhow::Result<_>>()?,
-        trials: a.run.trials.trials.unwrap_or(3),
+        repeats: a.run.trials.repeats(3),
         mechanism: match a.mechanism {
             MechanismArg::Route => Mechanism::Route,
             MechanismArg::Sysctl => Mechanism::Sysctl,
@@ -330,7 +370,6 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         },
         cc: a.cc.clone(),
         warmup_ms: 1000,
-        seed: a.run.trials.seed,
         lab_poll: a.emulator.polls(1),
         secret: a.secret.load()?,
     };
@@ -471,13 +510,12 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
     if let Some(d) = a.duration {
         s.duration_s = d.as_secs_f64();
     }
-    s.lab_rtt_us = micros(a.lab_rtt);
+    s.lab_rtt_us = micros(a.lab.lab_rtt);
     if let Some(n) = a.sampler {
         s.sampler_one_in = n;
     }
-    s.lab_poll = a.emulator.polls(1);
-    s.trials = a.run.trials.trials.unwrap_or(1);
-    s.seed = a.run.trials.seed;
+    s.lab_poll = a.lab.emulator.polls(1);
+    s.repeats = a.run.trials.repeats(1);
     let e = resreq::ResreqInterval {
         settings: s,
         lab_name: lab_name("rq"),
@@ -497,11 +535,10 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
     }
     s.count = a.count.max(1);
     s.max_time_s = a.max_time.as_secs_f64();
-    s.lab_rtt_us = micros(a.lab_rtt);
+    s.lab_rtt_us = micros(a.lab.lab_rtt);
     s.spin = !a.sleep;
-    s.lab_poll = a.emulator.polls(1);
-    s.trials = a.run.trials.trials.unwrap_or(1);
-    s.seed = a.run.trials.seed;
+    s.lab_poll = a.lab.emulator.polls(1);
+    s.repeats = a.run.trials.repeats(1);
     let e = sweep::IntervalSweep {
         settings: s,
         lab_name: lab_name("sw"),
@@ -531,11 +568,10 @@ fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
     let s = syn_rto::Settings {
         connections: a.connections.max(1),
         syn_rto_ms: ms(a.syn_rto)?,
-        lab_rtt_us: micros(a.lab_rtt),
+        lab_rtt_us: micros(a.lab.lab_rtt),
         hz,
-        lab_poll: a.emulator.polls(1),
-        trials: a.run.trials.trials.unwrap_or(1),
-        seed: a.run.trials.seed,
+        lab_poll: a.lab.emulator.polls(1),
+        repeats: a.run.trials.repeats(1),
     };
     let e = syn_rto::SynRtoExperiment {
         settings: s,
@@ -558,8 +594,7 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
     s.delay_step_s = a.delay_step.as_secs_f64();
     s.interval_s = a.interval.as_secs_f64().max(0.01);
     s.congestion = a.cc;
-    s.trials = a.run.trials.trials.unwrap_or(1);
-    s.seed = a.run.trials.seed;
+    s.repeats = a.run.trials.repeats(1);
     let e = passive_active::PassiveVsActive::new(s, &lab_name("pa"))?;
     drive(
         &e,

@@ -329,6 +329,7 @@ pub type Cell = (u32, bool, u32);
 
 /// The blackout sweep as the runner drives it.
 pub struct Blackout {
+    /// The grid, the trials and where they run (run.json's settings).
     pub settings: Settings,
     /// The kernel's HZ (the model's jiffies; also in run.json's host facts).
     pub hz: u32,
@@ -359,12 +360,8 @@ impl Experiment for Blackout {
         v
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, r: &TrialRecord) -> (Cell, u32) {
@@ -431,6 +428,6 @@ mod tests {
         c.sort_by_key(|&(r, t, d)| (r, t, d));
         c.dedup();
         assert_eq!(c.len(), 72);
-        assert_eq!(b.trials(), 3);
+        assert_eq!(b.repeats().trials, 3);
     }
 }

@@ -672,7 +672,9 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
 
 /// `rttlab compare` as the runner drives it: one cell, `--trials` repeats in one lab.
 pub struct Compare {
+    /// What to compare and how (run.json's settings).
     pub settings: CompareSettings,
+    /// The name of the lab built for the run when no server is given.
     pub lab_name: String,
 }
 
@@ -691,12 +693,8 @@ impl Experiment for Compare {
         vec![()]
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, r: &CompareResult) -> ((), u32) {

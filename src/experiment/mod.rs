@@ -15,8 +15,10 @@ pub mod testbed;
 /// error instead, and the run goes on).
 #[derive(Debug, thiserror::Error)]
 pub enum ExperimentError {
+    /// The lab could not be built, reached or changed.
     #[error(transparent)]
     Lab(#[from] crate::lab::LabError),
+    /// The results directory could not be read or written.
     #[error(transparent)]
     Results(#[from] crate::results::ResultsError),
     /// A passive-vs-active scenario that is none of the three.
@@ -25,7 +27,9 @@ pub enum ExperimentError {
     /// A step of setting up where the trials run failed; its error is the source.
     #[error("setting up the experiment: {step}")]
     Setup {
+        /// What was being set up.
         step: String,
+        /// What failed.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -35,6 +39,7 @@ pub enum ExperimentError {
     /// Its threads could not be started.
     #[error("starting the rttlab server in the lab")]
     ServerThreads(#[source] std::io::Error),
+    /// A lab host's network namespace could not be entered.
     #[error(transparent)]
     Netns(#[from] crate::kernel::netns::NetnsError),
 }
@@ -79,14 +84,4 @@ impl TrialError {
     pub fn chain(&self) -> String {
         crate::error_chain(self)
     }
-}
-
-/// Serde's default for `trials` in settings written before `--trials` existed.
-fn one_trial() -> u32 {
-    1
-}
-
-/// Serde's default for `seed` in settings written before `--trials` existed.
-fn first_seed() -> u64 {
-    1
 }

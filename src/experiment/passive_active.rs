@@ -40,13 +40,16 @@ const BULK_PORT: u16 = 12871;
 /// What to run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Settings {
+    /// The scenarios to run, by name (`delay`, `loss-N`, `queue-NKB`; `--scenarios`).
     pub scenarios: Vec<String>,
     /// How long each scenario sends echoes, s (the seed: 180).
     pub duration_s: f64,
     /// The base round-trip delay, ms (the seed: 100).
     pub base_rtt_ms: u32,
-    /// `delay`: the RTT added and removed, ms, and how often, s.
+    /// `delay`: the RTT added and removed, ms.
     pub delay_step_ms: u32,
+    /// `delay`: how often the RTT switches between the base and the base plus
+    /// `delay_step_ms`, s (`--delay-step`).
     pub delay_step_s: f64,
     /// `queue-*`: the bottleneck's rate, bit/s (the seed: 10 Mbit/s).
     pub rate_bps: u64,
@@ -59,10 +62,8 @@ pub struct Settings {
     /// bbr, which keeps it nearly empty and would hide the seed's queue scenarios.
     pub congestion: String,
     /// Repeats of each scenario, and the seed of their order.
-    #[serde(default = "super::one_trial")]
-    pub trials: u32,
-    #[serde(default = "super::first_seed")]
-    pub seed: u64,
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
 }
 
 impl Default for Settings {
@@ -77,8 +78,7 @@ impl Default for Settings {
             interval_s: 1.0,
             grace_s: 20.0,
             congestion: "cubic".into(),
-            trials: 1,
-            seed: 1,
+            repeats: crate::results::Repeats::default(),
         }
     }
 }
@@ -514,7 +514,9 @@ fn scenario(
 
 /// The experiment as the runner drives it.
 pub struct PassiveVsActive {
+    /// The scenarios and how they run (run.json's settings).
     pub settings: Settings,
+    /// The name of the lab built for the run.
     pub lab_name: String,
     scenarios: Vec<(String, Scenario)>,
 }
@@ -556,12 +558,8 @@ impl Experiment for PassiveVsActive {
         self.scenarios.iter().map(|(n, _)| n.clone()).collect()
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, r: &ScenarioResult) -> (String, u32) {

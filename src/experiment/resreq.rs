@@ -41,7 +41,9 @@ pub struct Settings {
     pub duration_s: f64,
     /// The lab's round-trip delay, µs.
     pub lab_rtt_us: u64,
+    /// Bytes of each request (the seed's long run: two segments' worth).
     pub request_size: u32,
+    /// Bytes of each response.
     pub response_size: u32,
     /// The sampled metric keeps one packet in this many.
     pub sampler_one_in: u32,
@@ -49,10 +51,8 @@ pub struct Settings {
     /// sleeping between frames (whose wake-ups a loaded VM stretches to milliseconds).
     pub lab_poll: bool,
     /// Repeats of each wait, and the seed of their order.
-    #[serde(default = "super::one_trial")]
-    pub trials: u32,
-    #[serde(default = "super::first_seed")]
-    pub seed: u64,
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
 }
 
 impl Settings {
@@ -68,8 +68,7 @@ impl Settings {
             response_size: 2,
             sampler_one_in: 1,
             lab_poll: true,
-            trials: 1,
-            seed: 1,
+            repeats: crate::results::Repeats::default(),
         }
     }
 
@@ -93,8 +92,7 @@ impl Settings {
             response_size: 2,
             sampler_one_in: 10,
             lab_poll: true,
-            trials: 1,
-            seed: 1,
+            repeats: crate::results::Repeats::default(),
         }
     }
 }
@@ -261,7 +259,9 @@ pub type Cell = (f64, u32);
 
 /// The experiment as the runner drives it.
 pub struct ResreqInterval {
+    /// The waits, streams and lab (run.json's settings).
     pub settings: Settings,
+    /// The name of the lab built for the run.
     pub lab_name: String,
 }
 
@@ -285,12 +285,8 @@ impl Experiment for ResreqInterval {
             .collect()
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, p: &Point) -> (Cell, u32) {

@@ -33,10 +33,8 @@ pub trait Experiment {
     fn settings(&self) -> &Self::Settings;
     /// Every cell, in a fixed order (the shuffle is over this order).
     fn cells(&self) -> Vec<Self::Cell>;
-    /// Repeats of each cell (`--trials`).
-    fn trials(&self) -> u32;
-    /// Seed of the order.
-    fn seed(&self) -> u64;
+    /// Repeats of each cell and the seed of their order (`--trials`, `--seed`).
+    fn repeats(&self) -> crate::results::Repeats;
     /// The cell and repeat number a recorded trial belongs to.
     fn key(&self, r: &Self::Record) -> (Self::Cell, u32);
     /// Set up where the trials run.
@@ -97,9 +95,13 @@ pub enum Phase {
 
 /// What the runner reports as it goes.
 pub struct Progress {
+    /// What the run is doing now.
     pub phase: Phase,
+    /// Trials done, this run's and earlier runs' of the same directory.
     pub done: usize,
+    /// Trials in the plan.
     pub total: usize,
+    /// Time left at the pace of this run's trials so far.
     pub eta: Duration,
     /// [`Experiment::describe`] of the last trial done.
     pub last: String,
@@ -113,6 +115,7 @@ pub struct Outcome<R> {
     pub records: Vec<R>,
     /// The tables' text.
     pub text: String,
+    /// Trials whose record holds an error.
     pub failed: usize,
     /// Ctrl-C ended the run before its plan did.
     pub interrupted: bool,
@@ -152,7 +155,7 @@ pub fn run<E: Experiment>(
     let (mut records, failed): (Vec<_>, Vec<_>) = all.into_iter().partition(|r| !e.failed(r));
     dir.set_aside(&records, &failed)?;
     let done: Vec<(E::Cell, u32)> = records.iter().map(|r| e.key(r)).collect();
-    let todo: Vec<(E::Cell, u32)> = plan(&e.cells(), e.trials(), e.seed())
+    let todo: Vec<(E::Cell, u32)> = plan(&e.cells(), e.repeats().trials, e.repeats().seed)
         .into_iter()
         .filter(|t| !done.contains(t))
         .collect();
@@ -248,11 +251,8 @@ mod tests {
         fn cells(&self) -> Vec<u32> {
             (0..4).collect()
         }
-        fn trials(&self) -> u32 {
-            2
-        }
-        fn seed(&self) -> u64 {
-            7
+        fn repeats(&self) -> crate::results::Repeats {
+            crate::results::Repeats { trials: 2, seed: 7 }
         }
         fn key(&self, r: &(u32, u32, bool)) -> (u32, u32) {
             (r.0, r.1)

@@ -34,6 +34,7 @@ pub struct Settings {
     pub count: u64,
     /// …and at most this long, s, but never fewer than `min_samples` intervals.
     pub max_time_s: f64,
+    /// Intervals each point runs at least, whatever `max_time_s` says.
     pub min_samples: u64,
     /// The lab's round-trip delay, µs.
     pub lab_rtt_us: u64,
@@ -42,10 +43,8 @@ pub struct Settings {
     /// The lab's emulator busy-polls instead of sleeping between frames.
     pub lab_poll: bool,
     /// Repeats of each tool and interval, and the seed of their order.
-    #[serde(default = "super::one_trial")]
-    pub trials: u32,
-    #[serde(default = "super::first_seed")]
-    pub seed: u64,
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
 }
 
 impl Default for Settings {
@@ -69,8 +68,7 @@ impl Default for Settings {
             lab_rtt_us: 0,
             spin: true,
             lab_poll: false,
-            trials: 1,
-            seed: 1,
+            repeats: crate::results::Repeats::default(),
         }
     }
 }
@@ -129,7 +127,9 @@ pub type Cell = (f64, String);
 
 /// The experiment as the runner drives it.
 pub struct IntervalSweep {
+    /// The intervals, tools and lab (run.json's settings).
     pub settings: Settings,
+    /// The name of the lab built for the run.
     pub lab_name: String,
 }
 
@@ -152,12 +152,8 @@ impl Experiment for IntervalSweep {
             .collect()
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, p: &Point) -> (Cell, u32) {

@@ -41,8 +41,8 @@ pub struct Settings {
     /// that a loaded VM holds back past the override's backed-off RTO is sent again.
     pub lab_poll: bool,
     /// Repeats of each case, and the seed of their order.
-    pub trials: u32,
-    pub seed: u64,
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
 }
 
 /// Drop the first SYN from each client port to `port` (b's input hook).
@@ -164,7 +164,9 @@ fn connect_times(
 
 /// The experiment as the runner drives it.
 pub struct SynRtoExperiment {
+    /// The override, the connections and the lab (run.json's settings).
     pub settings: Settings,
+    /// The name of the lab built for the run.
     pub lab_name: String,
 }
 
@@ -184,12 +186,8 @@ impl Experiment for SynRtoExperiment {
         (0..CASES.len()).collect()
     }
 
-    fn trials(&self) -> u32 {
-        self.settings.trials
-    }
-
-    fn seed(&self) -> u64 {
-        self.settings.seed
+    fn repeats(&self) -> crate::results::Repeats {
+        self.settings.repeats
     }
 
     fn key(&self, c: &Case) -> (usize, u32) {

@@ -69,6 +69,7 @@ impl LabServer {
         })
     }
 
+    /// The lab the server runs in.
     pub fn lab(&self) -> &Lab {
         &self.lab
     }
@@ -94,6 +95,7 @@ impl Drop for LabServer {
 
 /// What a capture of one port gave.
 pub struct Captured<S> {
+    /// The sink after the capture: what it kept of the samples.
     pub sink: S,
     /// The sampled metric's periods (the watched host: the capture host's addresses).
     pub periods: Vec<Period>,

@@ -189,6 +189,7 @@ impl MachineTicks {
 pub struct CpuUse {
     /// Busy share of all CPUs, in percent (netperf's LOCAL_CPU_UTIL).
     pub util_percent: f64,
+    /// CPUs online at the second reading (the `cpuN` lines of /proc/stat).
     pub cpus: u32,
     /// CPU time the machine spent per transaction, µs (netperf's service demand,
     /// LOCAL_SD): util × CPUs × elapsed / transactions, netperf's

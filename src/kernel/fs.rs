@@ -2,7 +2,7 @@
 //! reads of untrusted config-like files and results, and writes that a planted symlink
 //! cannot redirect.
 //!
-//! Reading ([`read`], [`read_text`], [`read_in`], [`RegularFile`]): the path is
+//! Reading ([`read`], [`read_text`], [`RegularFile`]): the path is
 //! `stat`ed first (a symlink is followed) and anything but a regular file is refused by
 //! name before it is opened — opening a FIFO blocks until a writer comes, opening some
 //! devices acts. It is then opened `O_NONBLOCK | O_NOCTTY` and the descriptor is
@@ -116,58 +116,87 @@ pub enum FileError {
     /// Opening, inspecting or reading failed.
     #[error("{what} {}", .path.display())]
     Io {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The path as given.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },
     /// Not a regular file (after following symlinks).
     #[error("{what} {}: {kind}, not a regular file", .path.display())]
     NotRegular {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The path as given (a symlink, if it is one, was followed).
         path: PathBuf,
+        /// What it is instead.
         kind: FileKind,
     },
     /// Larger than the cap, by its size.
     #[error("{what} {} is {}, more than the {} allowed", .path.display(), Bytes(*.size), Bytes(*.max))]
     TooLarge {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The path as given.
         path: PathBuf,
+        /// Its size by `fstat(2)`, in bytes.
         size: u64,
+        /// The cap, in bytes.
         max: u64,
     },
     /// More bytes than the cap came out of a file whose size said otherwise (a /proc
     /// file, a file growing underneath).
     #[error("{what} {}: more than the {} allowed", .path.display(), Bytes(*.max))]
     Overflow {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The path as given.
         path: PathBuf,
+        /// The cap, in bytes; reading gave at least one byte more.
         max: u64,
     },
     /// A symlink whose target does not exist.
     #[error("{what} {}: a symlink to {}, which does not exist", .path.display(), .to.display())]
     Dangling {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The symlink.
         path: PathBuf,
+        /// Where it points, as `readlink(2)` gives it (empty when that failed).
         to: PathBuf,
     },
     /// A symlink in a directory that leads out of it.
     #[error("{what} {}: a symlink pointing out of {}", .path.display(), .dir.display())]
     OutsideDir {
+        /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
+        /// The symlink.
         path: PathBuf,
+        /// The directory it leads out of, as given.
         dir: PathBuf,
     },
     /// Not UTF-8 text.
     #[error("{what} {}: not UTF-8 text", .path.display())]
-    NotText { what: &'static str, path: PathBuf },
+    NotText {
+        /// What the file is, named in the message ("peers file", "secret file").
+        what: &'static str,
+        /// The path as given.
+        path: PathBuf,
+    },
     /// A symlink stands where a file is to be written.
     #[error("{} is a symbolic link: refusing to write through it (remove it or choose another path)", .path.display())]
-    SymlinkTarget { path: PathBuf },
+    SymlinkTarget {
+        /// The path to be written, which is a symlink.
+        path: PathBuf,
+    },
     /// Creating, writing or renaming the file failed.
     #[error("writing {}", .path.display())]
     Write {
+        /// The file to be written (never its temporary).
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: io::Error,
     },

@@ -6,9 +6,14 @@ use serde::{Deserialize, Serialize};
 /// What a result says about the machine it ran on.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HostFacts {
+    /// The host's name (`uname -n`, the network namespace's UTS name).
     pub hostname: String,
+    /// The kernel release (`uname -r`, e.g. `6.8.0-45-generic`).
     pub kernel_release: String,
+    /// The hardware architecture (`uname -m`, e.g. `x86_64`).
     pub machine: String,
+    /// CPUs this process may run on (`available_parallelism`: affinity and cgroup
+    /// quota count), 1 when unknown.
     pub cpus: usize,
     /// The kernel's boot id (/proc/sys/kernel/random/boot_id): two ends with the same
     /// one read the same CLOCK_REALTIME (one kernel, e.g. the lab's namespaces), so a

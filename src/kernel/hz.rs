@@ -16,10 +16,13 @@ const RTO_MIN_SYSCTL: &str = "net.ipv4.tcp_rto_min_us";
 /// Why rto_min or HZ could not be found.
 #[derive(Debug, thiserror::Error)]
 pub enum HzError {
+    /// `net.ipv4.tcp_rto_min_us` exists but could not be read.
     #[error(transparent)]
     Sysctl(#[from] SysctlError),
+    /// `net.ipv4.tcp_rto_min_us` held this text, which does not parse as a `u64`.
     #[error("{RTO_MIN_SYSCTL} = {0:?} is not a whole number of µs")]
     RtoMin(String),
+    /// [`detect`] failed: no loopback connection, or no single HZ fits the RTOs seen.
     #[error("detecting this kernel's HZ from loopback connections (pass --hz)")]
     Detect(#[source] io::Error),
 }

@@ -33,7 +33,9 @@ pub enum LinkError {
     /// A system call or netlink request failed.
     #[error("{what}")]
     Failed {
+        /// What was being done, e.g. "creating veth a ⇄ b"; the error's message.
         what: String,
+        /// The call that failed and its errno.
         #[source]
         source: SyscallError,
     },
@@ -50,8 +52,11 @@ fn failed(what: impl Into<String>) -> impl FnOnce(SyscallError) -> LinkError {
 /// One end of a veth pair: its name, MAC address and, for the peer, the namespace it
 /// is created in (an open /run/netns file).
 pub struct VethEnd<'a> {
+    /// The interface's name (IFLA_IFNAME).
     pub name: &'a str,
+    /// The interface's MAC address (IFLA_ADDRESS).
     pub mac: [u8; 6],
+    /// The namespace the end is created in (IFLA_NET_NS_FD); None: the caller's.
     pub netns: Option<&'a std::fs::File>,
 }
 

@@ -27,6 +27,7 @@ pub mod tuning;
 pub struct SyscallError {
     /// The call that failed.
     pub call: &'static str,
+    /// Its error: the `errno` it set, or what was wrong with its answer.
     #[source]
     pub source: std::io::Error,
 }

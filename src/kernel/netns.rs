@@ -11,21 +11,34 @@ use std::path::PathBuf;
 pub enum NetnsError {
     /// No such namespace.
     #[error("network namespace {name:?} not found ({path}): create it with `ip netns add` or check the name")]
-    NotFound { name: String, path: String },
+    NotFound {
+        /// The namespace as named (a name under /run/netns, or a path).
+        name: String,
+        /// The file that could not be opened ([`path_of`] the name).
+        path: String,
+    },
     /// setns refused (not root / no CAP_SYS_ADMIN).
     #[error("entering network namespace {name:?} (needs root or CAP_SYS_ADMIN)")]
     Enter {
+        /// The namespace as named.
         name: String,
+        /// The failed `setns` call and its errno.
         #[source]
         source: SyscallError,
     },
     /// A namespace of that name exists already.
     #[error("network namespace {name:?} exists already")]
-    Exists { name: String },
+    Exists {
+        /// The name asked for.
+        name: String,
+    },
     /// Creating or deleting the namespace failed.
     #[error("network namespace {name:?} (needs root)")]
     Create {
+        /// The namespace being created or deleted.
         name: String,
+        /// The step that failed (mkdir, mount, unshare, or removing the file) and
+        /// its OS error.
         #[source]
         source: SyscallError,
     },

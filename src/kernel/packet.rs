@@ -6,23 +6,47 @@
 use super::{sockopt, SyscallError};
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
+/// PACKET_VERSION value of a ring handing over one frame at a time (`tpacket2_hdr`);
+/// the lab's emulator uses it.
 pub const TPACKET_V2: libc::c_int = 1;
+/// PACKET_VERSION value of a ring handing over blocks of frames (`tpacket3_hdr`);
+/// live capture uses it.
 pub const TPACKET_V3: libc::c_int = 2;
+/// SOL_PACKET option giving the socket a receive ring (a `tpacket_req` or
+/// `tpacket_req3` of block and frame sizes).
 pub const PACKET_RX_RING: libc::c_int = 5;
+/// SOL_PACKET option reading the socket's frame and drop counters (reading resets
+/// them).
 pub const PACKET_STATISTICS: libc::c_int = 6;
+/// SOL_PACKET option choosing the ring's header layout (a `TPACKET_V*`); set before
+/// PACKET_RX_RING.
 pub const PACKET_VERSION: libc::c_int = 10;
+/// SOL_PACKET option sending frames straight to the driver, past the qdisc layer.
 pub const PACKET_QDISC_BYPASS: libc::c_int = 20;
+/// SOL_PACKET option leaving out frames the host sends from the interface.
 pub const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+/// A ring slot's or block's status: the kernel's to fill. Written back to return it.
 pub const TP_STATUS_KERNEL: u32 = 0;
+/// Status bit: the slot or block is filled and the reader's.
 pub const TP_STATUS_USER: u32 = 1;
+/// Status bit: the frame was longer than its slot and was cut to fit.
 pub const TP_STATUS_COPY: u32 = 2;
+/// Status bit: the header's `tp_vlan_tci` holds a VLAN tag taken off the frame.
 pub const TP_STATUS_VLAN_VALID: u32 = 0x10;
+/// Status bit: the header's `tp_vlan_tpid` holds that tag's TPID (else 802.1Q is
+/// assumed).
 pub const TP_STATUS_VLAN_TPID_VALID: u32 = 0x40;
+/// Protocol (EtherType) that receives frames of every protocol, for bind(2).
 pub const ETH_P_ALL: u16 = 0x0003;
+/// TPID of an 802.1Q VLAN tag; the one assumed when the kernel gives none.
 pub const ETH_P_8021Q: u16 = 0x8100;
 /// `sll_pkttype` of a frame the host sent.
 pub const PACKET_OUTGOING: u8 = 4;
+/// Hardware type (SIOCGIFHWADDR's `sa_family`) of an Ethernet interface: frames
+/// start with a MAC header.
 pub const ARPHRD_ETHER: u16 = 1;
+/// Hardware type of a loopback interface: frames carry an Ethernet header too, and
+/// each is seen both leaving and arriving.
 pub const ARPHRD_LOOPBACK: u16 = 772;
 
 /// A raw packet socket for `protocol` (0: none until bound, so an unbound socket does
@@ -141,9 +165,14 @@ pub fn packet_statistics(fd: RawFd) -> Option<(u64, u64)> {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SockFilter {
+    /// The opcode: instruction class, size, mode and operation bits ORed together.
     pub code: u16,
+    /// For a conditional jump: instructions to skip when the test holds.
     pub jt: u8,
+    /// For a conditional jump: instructions to skip when it fails.
     pub jf: u8,
+    /// The operand: a constant, an offset into the frame, a jump's distance, or for
+    /// `ret` the bytes of the frame to keep.
     pub k: u32,
 }
 

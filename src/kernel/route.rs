@@ -71,17 +71,25 @@ const KEPT: [u16; 16] = [
 ];
 /// `RT_TABLE_MAIN`, `RT_TABLE_LOCAL`.
 pub const TABLE_MAIN: u32 = 254;
+/// `RT_TABLE_LOCAL`: the table of local and broadcast addresses (`ip route show table local`).
 pub const TABLE_LOCAL: u32 = 255;
 
 /// One route of the FIB.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Route {
+    /// Destination address (`RTA_DST`); the unspecified address for a default route.
     pub dst: IpAddr,
+    /// Destination prefix length in bits (`rtm_dst_len`).
     pub dst_len: u8,
+    /// Table id: `RTA_TABLE`, else `rtm_table` (254 main, 255 local).
     pub table: u32,
+    /// Output interface name (`RTA_OIF` looked up by index); `None` without one.
     pub dev: Option<String>,
+    /// Next-hop gateway (`RTA_GATEWAY`); `None` for a directly connected route.
     pub gateway: Option<IpAddr>,
+    /// Route priority (`RTA_PRIORITY`, `ip route`'s `metric`); `None` when not set.
     pub priority: Option<u32>,
+    /// Preferred source address (`RTA_PREFSRC`, `ip route`'s `src`).
     pub prefsrc: Option<IpAddr>,
     /// (RTAX_*, value) pairs.
     pub metrics: Vec<(u16, u32)>,
@@ -99,8 +107,10 @@ pub struct Route {
 /// Errors about routes.
 #[derive(Debug, thiserror::Error)]
 pub enum RouteError {
+    /// The named network namespace does not exist or could not be entered.
     #[error(transparent)]
     Netns(#[from] NetnsError),
+    /// A netlink socket call failed, or the kernel answered a request with an error.
     #[error("rtnetlink")]
     Syscall(#[from] SyscallError),
     /// No route covers the destination.
@@ -112,8 +122,11 @@ pub enum RouteError {
     /// The route has something a replace would lose.
     #[error("route {prefix} (table {table}) carries {what} that rttlab cannot send back unchanged; set its rto_min with `ip route change {prefix} … rto_min N` instead")]
     CannotKeep {
+        /// The route's destination, `ADDR/LEN`.
         prefix: String,
+        /// The route's table id (254 main, 255 local).
         table: u32,
+        /// What would be lost: unknown `rtm_flags` bits or attribute types.
         what: String,
     },
 }
@@ -417,7 +430,9 @@ pub fn find(routes: &[Route], ip: IpAddr, len: Option<u8>) -> Result<Route, Rout
 /// An rto_min metric: its value and whether it is locked (TCP uses it only then).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RtoMin {
+    /// The metric's value, ms (`ip route`'s `rto_min Nms`).
     pub ms: u32,
+    /// Whether its bit is set in RTAX_LOCK (`ip route … rto_min lock N`).
     pub locked: bool,
 }
 

@@ -50,7 +50,9 @@ pub const ALL_STATES: u32 = 0xfff;
 pub struct DiagFilter {
     /// Bit `1 << state` for each state wanted.
     pub states: u32,
+    /// Local port, exactly (`rttlab tcpinfo --sport`).
     pub sport: Option<u16>,
+    /// Remote port, exactly (`rttlab tcpinfo --dport`).
     pub dport: Option<u16>,
     /// Local ports LOW..=HIGH.
     pub sports: Option<(u16, u16)>,
@@ -58,7 +60,9 @@ pub struct DiagFilter {
     pub src: Option<(IpAddr, u8)>,
     /// Remote address prefix.
     pub dst: Option<(IpAddr, u8)>,
+    /// Dump AF_INET sockets (`-6` turns it off).
     pub ipv4: bool,
+    /// Dump AF_INET6 sockets, dual-stack ones included (`-4` turns it off).
     pub ipv6: bool,
 }
 
@@ -80,37 +84,63 @@ impl Default for DiagFilter {
 /// Socket memory (`INET_DIAG_SKMEMINFO`, as `ss -m` shows it).
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct SkMem {
+    /// `SK_MEMINFO_RMEM_ALLOC` (`r`): memory held by received data not yet read, bytes.
     pub rmem_alloc: u32,
+    /// `SK_MEMINFO_RCVBUF` (`rb`): the receive buffer limit (`SO_RCVBUF`), bytes.
     pub rcvbuf: u32,
+    /// `SK_MEMINFO_WMEM_ALLOC` (`t`): memory of sent packets still below TCP (qdisc,
+    /// driver), bytes.
     pub wmem_alloc: u32,
+    /// `SK_MEMINFO_SNDBUF` (`tb`): the send buffer limit (`SO_SNDBUF`), bytes.
     pub sndbuf: u32,
+    /// `SK_MEMINFO_FWD_ALLOC` (`f`): memory reserved for the socket and not yet used, bytes.
     pub fwd_alloc: u32,
+    /// `SK_MEMINFO_WMEM_QUEUED` (`w`): memory of the write queue (unsent and unacked
+    /// data), bytes.
     pub wmem_queued: u32,
+    /// `SK_MEMINFO_OPTMEM` (`o`): memory for socket options and ancillary data, bytes.
     pub optmem: u32,
+    /// `SK_MEMINFO_BACKLOG` (`bl`): memory of packets queued while the socket was
+    /// locked by its user, bytes.
     pub backlog: u32,
+    /// `SK_MEMINFO_DROPS` (`d`): packets dropped before reaching the socket, a count.
     pub drops: u32,
 }
 
 /// One socket of a dump.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct SockEntry {
+    /// TCP state as `ss` names it ([`TCP_STATES`], e.g. "ESTAB"); "?" for an unknown number.
     pub state: &'static str,
+    /// Local address and port; an IPv4-mapped IPv6 address is shown as IPv4.
     pub local: SocketAddr,
+    /// Remote address and port, mapped the same way.
     pub remote: SocketAddr,
+    /// `idiag_inode`: the socket's inode (`socket:[N]` in /proc/PID/fd); 0 for TIME-WAIT.
     pub inode: u32,
+    /// `idiag_uid`: the owning user id.
     pub uid: u32,
+    /// `idiag_rqueue` (`ss` Recv-Q): bytes received and not yet read by the application;
+    /// for LISTEN, connections waiting to be accepted.
     pub recv_q: u32,
+    /// `idiag_wqueue` (`ss` Send-Q): bytes sent and not yet acknowledged; for LISTEN,
+    /// the accept backlog limit.
     pub send_q: u32,
+    /// `INET_DIAG_CONG`: the congestion control algorithm, e.g. "cubic"; `None` if not sent.
     pub congestion: Option<String>,
+    /// `INET_DIAG_INFO` decoded; `None` if not sent or not decodable.
     pub tcp_info: Option<TcpInfo>,
+    /// `INET_DIAG_SKMEMINFO`; `None` if not sent or shorter than nine values.
     pub skmem: Option<SkMem>,
 }
 
 /// Errors of a dump.
 #[derive(Debug, thiserror::Error)]
 pub enum DiagError {
+    /// The named network namespace does not exist or could not be entered.
     #[error(transparent)]
     Netns(#[from] NetnsError),
+    /// The netlink socket could not be opened or used, or the kernel refused the dump.
     #[error("sock_diag (is the inet_diag/tcp_diag module available?)")]
     Syscall(#[from] SyscallError),
     /// A filter the kernel's bytecode cannot express.

@@ -48,8 +48,12 @@ pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/rttlab";
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Tuning {
+    /// The SYN's initial RTO, jiffies: the program's reply to
+    /// BPF_SOCK_OPS_TIMEOUT_INIT (the kernel's default is 1 s).
     pub syn_rto_jiffies: u32,
+    /// The connection's rto_min, µs (TCP_BPF_RTO_MIN; `--rto-min`).
     pub rto_min_us: u32,
+    /// The connection's delayed-ACK ceiling, µs (TCP_BPF_DELACK_MAX; `--delack-max`).
     pub delack_max_us: u32,
     pad: u32,
 }
@@ -162,34 +166,51 @@ fn load<E: std::error::Error + Send + Sync + 'static>(
 /// Errors of the override.
 #[derive(Debug, thiserror::Error)]
 pub enum SynRtoError {
+    /// A precondition failed (no cgroup v2 or bpffs, already attached, nothing
+    /// pinned); the message says which and what to do.
     #[error("{0}")]
     Setup(String),
+    /// Opening the object, the kernel's verifier, or pinning the program or a map failed.
     #[error("loading the eBPF program: {step} (needs root: CAP_BPF and CAP_NET_ADMIN)")]
     Load {
+        /// The step that failed, e.g. "pinning a map" or "the kernel's verifier".
         step: String,
+        /// aya's error.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A file or directory of the program (its cgroup, its pins) could not be used.
     #[error("{}", .path.display())]
     Path {
+        /// The cgroup directory, the pin directory or a pinned file.
         path: PathBuf,
+        /// The OS error opening, creating or removing it.
         #[source]
         source: std::io::Error,
     },
     /// The compiled object lacks a map or program this rttlab expects.
     #[error("the eBPF object has no {0}: rebuild it with bpf/build.sh")]
     Object(String),
+    /// A pinned trie could not be opened or edited (often: not attached yet).
     #[error("{path}: {msg}")]
-    Map { path: String, msg: String },
+    Map {
+        /// The trie's pin, `PIN_DIR/v4` or `PIN_DIR/v6`.
+        path: String,
+        /// aya's error chain, with a hint when the pin could not be opened.
+        msg: String,
+    },
+    /// A bpf(2) call failed: BPF_OBJ_GET of the pinned program, or BPF_PROG_ATTACH.
     #[error(transparent)]
     Syscall(#[from] SyscallError),
     /// The kernel refused to detach the program: it stays attached, so its pins stay
     /// (without them nothing could detach it later).
     #[error("the kernel refused to detach the program from {cgroup}; it is still attached, and its pins at {pin_dir} are kept so that `rttlab tune syn-rto detach --cgroup CGROUP` can retry (with the cgroup it is attached to)")]
     DetachRefused {
+        /// The cgroup detached from, as given.
         cgroup: String,
+        /// Where the program and its maps stay pinned.
         pin_dir: String,
+        /// The failed BPF_PROG_DETACH and its errno.
         #[source]
         source: SyscallError,
     },
@@ -317,6 +338,8 @@ fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<
 
 /// A pinned instance of the program.
 pub struct SynRto {
+    /// The directory (on a bpffs) of the pins `prog`, `v4` and `v6`
+    /// (`--pin-dir`, default [`DEFAULT_PIN_DIR`]).
     pub pin_dir: PathBuf,
 }
 

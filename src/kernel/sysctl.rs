@@ -14,10 +14,13 @@ pub enum SysctlError {
     /// Reading or writing failed.
     #[error("{key}{hint}", hint = if source.kind() == std::io::ErrorKind::PermissionDenied { " (run as root or grant CAP_NET_ADMIN)" } else { "" })]
     Io {
+        /// The sysctl, dotted (e.g. `net.ipv4.tcp_rto_min_us`).
         key: String,
+        /// The I/O error; permission denied adds a root/CAP_NET_ADMIN hint to the message.
         #[source]
         source: std::io::Error,
     },
+    /// The network namespace could not be found or entered.
     #[error(transparent)]
     Netns(#[from] NetnsError),
 }

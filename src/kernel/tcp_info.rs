@@ -13,62 +13,115 @@ use serde::{Deserialize, Serialize};
 pub struct TcpInfo {
     /// Bytes the kernel returned (tells which fields exist).
     pub len: usize,
+    /// `tcpi_state`: the TCP state number (include/net/tcp_states.h: 1 ESTABLISHED,
+    /// 10 LISTEN, …).
     pub state: u8,
+    /// `tcpi_ca_state`: congestion-control state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss.
     pub ca_state: u8,
     /// Consecutive RTOs of the current episode (`icsk_retransmits`).
     pub retransmits: u8,
+    /// `tcpi_probes`: unanswered zero-window or keepalive probes (`icsk_probes_out`).
     pub probes: u8,
+    /// `tcpi_backoff`: how many times the RTO has been doubled (`icsk_backoff`).
     pub backoff: u8,
+    /// `tcpi_options`: bits of the options in use: 1 timestamps, 2 SACK, 4 window scaling,
+    /// 8 ECN, 16 ECN seen, 32 data in SYN.
     pub options: u8,
+    /// `tcpi_rto`: the current retransmission timeout, µs (a whole number of jiffies).
     pub rto_us: u32,
+    /// `tcpi_ato`: the delayed-ACK timeout, µs.
     pub ato_us: u32,
+    /// `tcpi_snd_mss`: the MSS used for sending, bytes.
     pub snd_mss: u32,
+    /// `tcpi_rcv_mss`: the MSS estimated for the peer's segments, bytes.
     pub rcv_mss: u32,
+    /// `tcpi_unacked`: segments sent and not yet acknowledged (`packets_out`); for LISTEN,
+    /// connections waiting to be accepted.
     pub unacked: u32,
+    /// `tcpi_sacked`: segments SACKed (`sacked_out`); for LISTEN, the accept backlog limit.
     pub sacked: u32,
+    /// `tcpi_lost`: segments presumed lost (`lost_out`).
     pub lost: u32,
+    /// `tcpi_retrans`: retransmitted segments not yet acknowledged (`retrans_out`).
     pub retrans: u32,
+    /// `tcpi_last_data_sent`: ms since data was last sent.
     pub last_data_sent_ms: u32,
+    /// `tcpi_last_data_recv`: ms since data was last received.
     pub last_data_recv_ms: u32,
+    /// `tcpi_last_ack_recv`: ms since an ACK was last received.
     pub last_ack_recv_ms: u32,
+    /// `tcpi_pmtu`: the path MTU, bytes.
     pub pmtu: u32,
     /// Smoothed RTT (`srtt_us >> 3`).
     pub rtt_us: u32,
+    /// `tcpi_rttvar`: the RTT's mean deviation (`mdev_us >> 2`), µs.
     pub rttvar_us: u32,
+    /// `tcpi_snd_ssthresh`: the slow-start threshold, segments; 2147483647
+    /// (`TCP_INFINITE_SSTHRESH`) until the first loss.
     pub snd_ssthresh: u32,
+    /// `tcpi_snd_cwnd`: the congestion window, segments.
     pub snd_cwnd: u32,
+    /// `tcpi_reordering`: how much reordering the sender tolerates before it calls a
+    /// segment lost, segments (starts at `net.ipv4.tcp_reordering`, 3).
     pub reordering: u32,
+    /// `tcpi_rcv_rtt`: the RTT as this side estimates it while receiving (`rcv_rtt_est`),
+    /// µs; 0 until measured.
     pub rcv_rtt_us: u32,
     /// Retransmitted segments over the connection's life.
     pub total_retrans: u32,
+    /// `tcpi_pacing_rate`: bytes per second; `u64::MAX` when not paced.
     pub pacing_rate: Option<u64>,
+    /// `tcpi_bytes_acked`: bytes the peer acknowledged.
     pub bytes_acked: Option<u64>,
+    /// `tcpi_bytes_received`: bytes received in sequence.
     pub bytes_received: Option<u64>,
+    /// `tcpi_segs_out`: segments sent, retransmissions and pure ACKs included.
     pub segs_out: Option<u32>,
+    /// `tcpi_segs_in`: segments received, pure ACKs included.
     pub segs_in: Option<u32>,
+    /// `tcpi_notsent_bytes`: bytes written by the application and not yet sent.
     pub notsent_bytes: Option<u32>,
     /// Windowed minimum RTT (Linux ≥ 4.6).
     pub min_rtt_us: Option<u32>,
+    /// `tcpi_data_segs_in`: segments received that carry data.
     pub data_segs_in: Option<u32>,
+    /// `tcpi_data_segs_out`: segments sent that carry data, retransmissions included.
     pub data_segs_out: Option<u32>,
     /// Bytes per second (Linux ≥ 4.9).
     pub delivery_rate: Option<u64>,
+    /// `tcpi_busy_time`: time spent busy sending data, µs.
     pub busy_time_us: Option<u64>,
+    /// `tcpi_rwnd_limited`: time sending was limited by the peer's receive window, µs.
     pub rwnd_limited_us: Option<u64>,
+    /// `tcpi_sndbuf_limited`: time sending was limited by the send buffer, µs.
     pub sndbuf_limited_us: Option<u64>,
+    /// `tcpi_delivered`: segments the peer acknowledged or SACKed, retransmissions included.
     pub delivered: Option<u32>,
+    /// `tcpi_delivered_ce`: of those, segments the peer reported CE-marked (ECN).
     pub delivered_ce: Option<u32>,
+    /// `tcpi_bytes_sent`: data bytes sent, retransmissions included.
     pub bytes_sent: Option<u64>,
+    /// `tcpi_bytes_retrans`: data bytes retransmitted.
     pub bytes_retrans: Option<u64>,
+    /// `tcpi_dsack_dups`: segments the peer reported as received twice (DSACK).
     pub dsack_dups: Option<u32>,
+    /// `tcpi_reord_seen`: reordering events the sender detected.
     pub reord_seen: Option<u32>,
+    /// `tcpi_rcv_ooopack`: packets received out of order.
     pub rcv_ooopack: Option<u32>,
+    /// `tcpi_snd_wnd`: the peer's advertised receive window after scaling, bytes.
     pub snd_wnd: Option<u32>,
+    /// `tcpi_rcv_wnd`: the receive window this side advertises, after scaling, bytes.
     pub rcv_wnd: Option<u32>,
+    /// `tcpi_rehash`: times the flow was moved to another path (new hash) after timeouts or
+    /// by PLB.
     pub rehash: Option<u32>,
     /// RTO timeouts over the connection's life (Linux ≥ 6.7).
     pub total_rto: Option<u16>,
+    /// `tcpi_total_rto_recoveries`: RTO recoveries, an unfinished one included (Linux ≥ 6.7).
     pub total_rto_recoveries: Option<u16>,
+    /// `tcpi_total_rto_time`: time spent in RTO recoveries, ms, an unfinished one included
+    /// (Linux ≥ 6.7).
     pub total_rto_time_ms: Option<u32>,
 }
 

@@ -28,28 +28,44 @@ use std::path::PathBuf;
 pub enum Change {
     /// A sysctl and its value before.
     Sysctl {
+        /// The network namespace it was set in; None: rttlab's own.
         netns: Option<String>,
+        /// The sysctl's dotted name, e.g. `net.ipv4.tcp_rto_min_us`.
         key: String,
+        /// Its value before, as read from /proc/sys (trimmed); written back on revert.
         previous: String,
     },
     /// A route's rto_min before (`None` if it had none), exactly as it was: locked or
     /// not. Journals of rttlab 0.1 lack `table` (the main table) and `previous_locked`
     /// (they recorded locked values only).
     RouteRtoMin {
+        /// The network namespace of the route; None: rttlab's own.
         netns: Option<String>,
+        /// The route's destination, `ADDR/LEN`.
         prefix: String,
+        /// The route's table id (254 main, 255 local).
         #[serde(default = "main_table")]
         table: u32,
+        /// The route's rto_min before, ms; None: the route had none.
         previous_ms: Option<u32>,
+        /// Whether that rto_min was locked (`rto_min lock`); false when there was none.
         #[serde(default = "yes")]
         previous_locked: bool,
     },
     /// The sock_ops program pinned at `pin_dir`, attached to `cgroup`.
-    SynRtoAttach { pin_dir: String, cgroup: String },
+    SynRtoAttach {
+        /// The bpffs directory holding the program's pins (`--pin-dir`).
+        pin_dir: String,
+        /// The cgroup v2 directory the program is attached to (`--cgroup`).
+        cgroup: String,
+    },
     /// An nftables table rttlab created (removed on revert).
     NftTable {
+        /// The network namespace the table is in; None: rttlab's own.
         netns: Option<String>,
+        /// The table's nftables family, e.g. `inet`.
         family: String,
+        /// The table's name within its family, e.g. `rttlab_blackout`.
         name: String,
     },
 }
@@ -65,8 +81,12 @@ fn yes() -> bool {
 /// A change with its owner (`None`: the user's `rttlab tune`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Entry {
+    /// What was changed and the value it replaced; its keys sit in the entry's own
+    /// JSON object.
     #[serde(flatten)]
     pub change: Change,
+    /// The run that made it, `WHAT-PID` (see [`Journal::for_run`]); None (no `owner`
+    /// key): the user's `rttlab tune`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
@@ -163,22 +183,36 @@ pub fn sysctl_command(netns: Option<&str>, key: &str, value: &str) -> String {
 /// Errors of tuning.
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
+    /// A sysctl could not be read or written.
     #[error(transparent)]
     Sysctl(#[from] SysctlError),
+    /// A route could not be found, read or changed.
     #[error(transparent)]
     Route(#[from] RouteError),
+    /// A change's network namespace does not exist or could not be entered.
     #[error(transparent)]
     Netns(#[from] NetnsError),
+    /// The sock_ops program could not be attached or detached.
     #[error(transparent)]
     SynRto(#[from] super::syn_rto::SynRtoError),
     /// The journal could not be read or written.
     #[error(
         "journal {path}: {msg} (fix or remove it; it records what `rttlab tune revert` restores)"
     )]
-    Journal { path: String, msg: String },
+    Journal {
+        /// The journal file.
+        path: String,
+        /// What failed: the I/O, lock or JSON error.
+        msg: String,
+    },
     /// `nft` could not remove a table.
     #[error("nft delete table {table}: {msg}")]
-    Nft { table: String, msg: String },
+    Nft {
+        /// The table, `FAMILY NAME`.
+        table: String,
+        /// `nft`'s error output, or why `nft` could not be run.
+        msg: String,
+    },
 }
 
 /// A change `revert` attempted, with its outcome.

@@ -55,12 +55,19 @@ pub const MAX_HELD_FRAMES: usize = 65_536;
 /// Counters of one direction; read while the emulator runs.
 #[derive(Debug, Default)]
 pub struct DirCounters {
+    /// Frames taken off the receive ring, dropped ones included.
     pub rx_frames: AtomicU64,
+    /// Bytes of those frames as the ring holds them (a stripped VLAN tag not counted).
     pub rx_bytes: AtomicU64,
+    /// Frames sent on at their release time.
     pub tx_frames: AtomicU64,
+    /// Bytes of those frames (a VLAN tag put back counted).
     pub tx_bytes: AtomicU64,
+    /// Frames dropped because they arrived inside a blackout window.
     pub drop_blackout: AtomicU64,
+    /// Frames dropped by the loss model.
     pub drop_loss: AtomicU64,
+    /// Frames dropped because the queue in front of the rate limiter was full.
     pub drop_queue: AtomicU64,
     /// Held-frame limit reached, or a frame longer than a ring slot.
     pub drop_overflow: AtomicU64,
@@ -68,6 +75,8 @@ pub struct DirCounters {
     pub tx_errors: AtomicU64,
     /// Frames the kernel dropped before the emulator saw them (receive ring full).
     pub ring_drops: AtomicU64,
+    /// The largest backlog seen waiting for the rate limiter, bytes (sampled once per
+    /// pass of the emulator's loop).
     pub max_backlog_bytes: AtomicU64,
     /// The kernel's receive stamp (CLOCK_REALTIME ns) of the latest frame a blackout
     /// dropped: a witness, independent of the window's own arithmetic, that drops fall
@@ -78,17 +87,30 @@ pub struct DirCounters {
 /// A snapshot of [`DirCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterSnapshot {
+    /// [`DirCounters::rx_frames`]: frames received, dropped ones included.
     pub rx_frames: u64,
+    /// [`DirCounters::rx_bytes`]: bytes received.
     pub rx_bytes: u64,
+    /// [`DirCounters::tx_frames`]: frames sent on.
     pub tx_frames: u64,
+    /// [`DirCounters::tx_bytes`]: bytes sent on.
     pub tx_bytes: u64,
+    /// [`DirCounters::drop_blackout`]: frames dropped in a blackout window.
     pub drop_blackout: u64,
+    /// [`DirCounters::drop_loss`]: frames dropped by the loss model.
     pub drop_loss: u64,
+    /// [`DirCounters::drop_queue`]: frames dropped by a full queue.
     pub drop_queue: u64,
+    /// [`DirCounters::drop_overflow`]: held-frame limit reached or frame too long.
     pub drop_overflow: u64,
+    /// [`DirCounters::tx_errors`]: sends the kernel refused.
     pub tx_errors: u64,
+    /// [`DirCounters::ring_drops`]: frames the kernel dropped with the ring full.
     pub ring_drops: u64,
+    /// [`DirCounters::max_backlog_bytes`]: the largest rate-limiter backlog, bytes.
     pub max_backlog_bytes: u64,
+    /// [`DirCounters::last_blackout_drop_ns`]: receive stamp of the latest blackout
+    /// drop, CLOCK_REALTIME ns; 0 if none (and when absent from older JSON).
     #[serde(default)]
     pub last_blackout_drop_ns: u64,
 }
@@ -122,6 +144,7 @@ fn bump(c: &AtomicU64, by: u64) {
 /// What the controlling side changes; the emulator picks it up at its next wake-up.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
+    /// The impairments of each direction, indexed by [`Dir::index`].
     pub impairments: [Impairments; 2],
     /// Blackout windows per direction (expired ones are pruned).
     pub blackouts: [Vec<Blackout>; 2],
@@ -135,9 +158,11 @@ pub struct Shared {
     generation: AtomicU64,
     stop: AtomicBool,
     wake: std::os::fd::OwnedFd,
+    /// The counters of each direction, indexed by [`Dir::index`].
     pub counters: [DirCounters; 2],
     /// Why the emulator stopped on its own, if it did.
     pub failure: Mutex<Option<String>>,
+    /// True from the moment [`run`] starts until it returns.
     pub running: AtomicBool,
 }
 
@@ -212,7 +237,9 @@ impl Shared {
 /// The emulator's sockets: receive ring and transmit socket per direction (`rx[d]` on
 /// the interface towards the sender, `tx[d]` towards the receiver).
 pub struct Ports {
+    /// The receive ring of each direction, indexed by [`Dir::index`].
     pub rx: [RxRing; 2],
+    /// The transmit socket of each direction, indexed by [`Dir::index`].
     pub tx: [TxSocket; 2],
 }
 

@@ -25,14 +25,23 @@ pub enum Loss {
     #[default]
     None,
     /// Each frame lost independently with probability `p`.
-    Bernoulli { p: f64 },
+    Bernoulli {
+        /// The probability a frame is lost, 0 to 1 (`--loss`).
+        p: f64,
+    },
     /// Gilbert–Elliott (netem `loss gemodel p r 1-h 1-k`): a good and a bad state;
     /// `p` = P(good→bad), `r` = P(bad→good) per frame; a frame is lost with
     /// probability `loss_bad` in the bad state and `loss_good` in the good one.
     GilbertElliott {
+        /// Probability, per frame, of moving from the good state to the bad, 0 to 1.
         p: f64,
+        /// Probability, per frame, of moving from the bad state to the good, 0 to 1.
         r: f64,
+        /// Probability a frame is lost in the bad state (netem's 1-h; `--gemodel`
+        /// gives 1 when it is left out).
         loss_bad: f64,
+        /// Probability a frame is lost in the good state (netem's 1-k; `--gemodel`
+        /// gives 0 when it is left out).
         loss_good: f64,
     },
 }
@@ -95,25 +104,35 @@ pub struct Impairments {
     pub delay_ns: u64,
     /// Jitter around the delay (never below zero total delay).
     pub jitter_ns: u64,
+    /// How the jitter is drawn (`--jitter-dist`).
     pub jitter_dist: JitterDist,
     /// Let jittered frames overtake each other.
     pub reorder: bool,
+    /// How frames are lost at random (`--loss` or `--gemodel`).
     pub loss: Loss,
     /// Serialisation rate in bit/s (`None`: as fast as frames come).
     pub rate_bps: Option<u64>,
+    /// The drop-tail queue in front of the rate limiter (`--queue`); it applies only
+    /// with a rate.
     pub queue: QueueLimit,
 }
 
 /// A change to some impairments; fields left `None` keep their value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct ImpairmentPatch {
+    /// New one-way delay, ns (`--delay`).
     pub delay_ns: Option<u64>,
+    /// New jitter around the delay, ns (`--jitter`).
     pub jitter_ns: Option<u64>,
+    /// New jitter distribution (`--jitter-dist`).
     pub jitter_dist: Option<JitterDist>,
+    /// Whether jittered frames may now overtake each other (`--reorder`).
     pub reorder: Option<bool>,
+    /// New random loss (`--loss`, `--gemodel`; `--loss 0` gives [`Loss::None`]).
     pub loss: Option<Loss>,
     /// `Some(None)` removes the rate limit.
     pub rate_bps: Option<Option<u64>>,
+    /// New queue limit in front of the rate limiter (`--queue`).
     pub queue: Option<QueueLimit>,
 }
 
@@ -143,12 +162,22 @@ impl ImpairmentPatch {
 /// Invalid impairment values.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ImpairError {
+    /// A loss probability is below 0 or above 1.
     #[error("{what} {value} is outside 0–100 %")]
-    Probability { what: &'static str, value: f64 },
+    Probability {
+        /// Which probability: `loss`, `gemodel p`, `gemodel r`, or a gemodel state's
+        /// loss.
+        what: &'static str,
+        /// The value given, in percent.
+        value: f64,
+    },
+    /// A rate of 0 bit/s.
     #[error("a rate of 0 bit/s forwards nothing; give a positive rate or none")]
     ZeroRate,
+    /// A queue limit of 0 bytes or 0 frames.
     #[error("a queue limit of 0 drops everything; use a blackout for that")]
     ZeroQueue,
+    /// Delay plus jitter is over [`MAX_DELAY_NS`]; holds the delay alone, ms.
     #[error("delay {0} ms is over the 60 s the emulator holds frames")]
     DelayTooLong(f64),
 }
@@ -215,8 +244,12 @@ impl Impairments {
 /// captures, so a blackout can be lined up with a pcap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Blackout {
+    /// The first instant dropped (the request's time, or later with `lab set --at`).
     pub start_ns: u64,
+    /// The end, not included: the start plus the blackout's length (`--blackout`).
     pub end_ns: u64,
+    /// The TCP/UDP port whose frames are dropped (`--port`); None: every frame. With a
+    /// port, frames without ports are forwarded.
     pub port: Option<u16>,
 }
 
@@ -235,8 +268,11 @@ impl Blackout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DropReason {
+    /// The frame arrived inside a blackout window.
     Blackout,
+    /// Random loss took it (the [`Loss`] model).
     Loss,
+    /// The queue in front of the rate limiter was full.
     Queue,
 }
 
@@ -256,8 +292,11 @@ impl DropReason {
 pub enum Verdict {
     /// Send at this time (CLOCK_REALTIME ns).
     Forward {
+        /// Serialisation end plus delay and jitter; without `reorder`, never before
+        /// the previous frame's release.
         release_ns: u64,
     },
+    /// Do not forward the frame, for this reason.
     Drop(DropReason),
 }
 

@@ -34,23 +34,36 @@ pub(crate) fn setup<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
     }
 }
 
+/// Errors building, reaching, changing or removing a lab.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
+    /// A lab name [`topology::check_name`] refuses; the name as given.
     #[error("lab name {0:?} is not valid: use 1–32 of a-z, 0-9, '-' and '_'")]
     BadName(String),
+    /// A lab of that name exists already: its owner still runs, or one of its
+    /// namespaces is left.
     #[error(
         "lab {name:?} exists already ({detail}); remove it with `rttlab lab down --name {name}`"
     )]
-    Exists { name: String, detail: String },
+    Exists {
+        /// The lab name asked for.
+        name: String,
+        /// What was found: "its owner still runs" or "namespace … exists".
+        detail: String,
+    },
+    /// No lab of that name was found; the name as given.
     #[error("no lab named {0:?} (see `rttlab lab list`)")]
     NoSuchLab(String),
+    /// `lab up` without root: the effective uid is not 0.
     #[error("building the lab needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN): run with sudo")]
     NotRoot,
     /// A step of building the lab failed; what the kernel or the file system said is
     /// its source.
     #[error("building the lab: {step}")]
     Setup {
+        /// What was being done, as the message shows it ("creating namespace …").
         step: String,
+        /// What the kernel or the file system said.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -68,17 +81,26 @@ pub enum LabError {
     /// The emulator's thread ended before it said whether it started.
     #[error("building the lab failed: the emulator thread died")]
     EmulatorThreadDied,
+    /// A step of removing the lab failed: deleting a namespace or its state directory.
     #[error("removing the lab: {step}")]
     Teardown {
+        /// What was being removed, as the message shows it ("deleting namespace …").
         step: String,
+        /// What the kernel or the file system said.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// An impairment value out of range (a probability, a zero rate or queue, a delay
+    /// over 60 s).
     #[error(transparent)]
     Invalid(#[from] impair::ImpairError),
+    /// The lab's control socket cannot be used: it refuses the connection, stays silent
+    /// for 5 s, or answers with a reply this rttlab cannot parse; or its owner is gone.
     #[error("the lab's emulator at {path} cannot be reached, so it is not running: remove the lab with `rttlab lab down`")]
     Unreachable {
+        /// The lab's control socket (`lab.sock` in its state directory).
         path: String,
+        /// The I/O error, or why the reply or the lab could not be used.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
@@ -116,14 +138,20 @@ pub enum LabError {
 /// A node of the lab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Node {
+    /// Host `a` (namespace `rttlab-lab-NAME-a`); experiments run their client here.
     A,
+    /// The router `r` (namespace `rttlab-lab-NAME-r`), where the link emulator forwards
+    /// frames between the hosts.
     R,
+    /// Host `b` (namespace `rttlab-lab-NAME-b`); experiments run their server here.
     B,
 }
 
 /// How to build a lab.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LabSpec {
+    /// The lab's name (`--name`): 1–32 of `a-z 0-9 _ -`; its namespaces and state
+    /// directory are named after it.
     pub name: String,
     /// Impairments of a→b and b→a.
     pub impairments: [Impairments; 2],

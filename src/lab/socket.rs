@@ -20,41 +20,63 @@ pub enum Start {
     /// When the emulator's controller handles the request.
     Now,
     /// This long after that.
-    After { ns: u64 },
+    After {
+        /// Delay after the request is handled, ns (`lab set --at +1s`).
+        ns: u64,
+    },
     /// At this CLOCK_REALTIME time.
-    At { realtime_ns: u64 },
+    At {
+        /// CLOCK_REALTIME time, ns since the Unix epoch.
+        realtime_ns: u64,
+    },
 }
 
 /// A request to the lab's owner.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
+    /// The lab's settings and counters (`lab list`); answered with [`Reply::Status`].
     Status,
     /// `link`: a star's host whose link changes; `None`: every link.
     Set {
+        /// A star's host whose link changes (`lab set --host`); `None`: every link.
         #[serde(default)]
         link: Option<String>,
+        /// Directions to change (`--dir`); in a star, `a2b` is from the host into the hub.
         dirs: Vec<Dir>,
+        /// The impairments to change; those it leaves out keep their values.
         patch: ImpairmentPatch,
     },
+    /// Schedule a blackout (`lab set --blackout`); answered with [`Reply::Blackout`].
     Blackout {
+        /// A star's host whose link is blacked out (`lab set --host`); `None`: every link.
         #[serde(default)]
         link: Option<String>,
+        /// Directions blacked out (`--dir`).
         dirs: Vec<Dir>,
+        /// How long the blackout lasts, ns (`--blackout`).
         duration_ns: u64,
+        /// Drop only TCP/UDP packets with this source or destination port (`--port`);
+        /// `None`: every frame.
         port: Option<u16>,
+        /// When it starts (`--at` gives [`Start::After`]).
         start: Start,
     },
+    /// Stop the lab (`lab down`); refused with [`LabError::NotADaemon`] unless the
+    /// lab is a `lab up` daemon.
     Shutdown,
 }
 
 /// The state of a running lab.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Status {
+    /// The lab's names, namespaces, addresses and owner, as in its `lab.json`.
     pub info: LabInfo,
     /// `running`, or why the emulator stopped.
     pub emulator: String,
+    /// Host a to host b (in a star, `a`'s link into the hub).
     pub a2b: DirStatus,
+    /// Host b to host a (in a star, the hub back to `a`).
     pub b2a: DirStatus,
     /// A star's links, host by host (`a2b`/`b2a` above are `a`'s up and down).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -64,16 +86,23 @@ pub struct Status {
 /// One link of a star: `up` from the host into the hub, `down` back to it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkStatus {
+    /// The host's name (`a`, `b`, `c`, …).
     pub host: String,
+    /// From the host into the hub (the link's `a2b`).
     pub up: DirStatus,
+    /// From the hub back to the host (the link's `b2a`).
     pub down: DirStatus,
 }
 
 /// One direction's impairments, scheduled blackouts and counters.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DirStatus {
+    /// The impairments in force now.
     pub impairments: Impairments,
+    /// Blackouts scheduled or under way; the emulator forgets ended ones within about
+    /// a second.
     pub blackouts: Vec<Blackout>,
+    /// Frames and bytes forwarded and dropped, since the lab came up.
     pub counters: CounterSnapshot,
 }
 
@@ -81,10 +110,20 @@ pub struct DirStatus {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 pub enum Reply {
+    /// A `Set` or `Shutdown` was done.
     Ok,
+    /// The answer to a `Status` request.
     Status(Box<Status>),
-    Blackout { window: Blackout },
-    Error { message: String },
+    /// The blackout a `Blackout` request scheduled.
+    Blackout {
+        /// Its start and end (CLOCK_REALTIME ns) and port.
+        window: Blackout,
+    },
+    /// The request was refused.
+    Error {
+        /// Why: the error and its sources, joined into one line.
+        message: String,
+    },
 }
 
 /// Send one request to the lab whose socket is `path`.

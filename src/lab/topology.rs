@@ -36,39 +36,56 @@ pub const MTU: u32 = 1500;
 pub struct HostInfo {
     /// `a` or `b`: also the name that resolves inside the lab.
     pub name: String,
+    /// Its namespace: `rttlab-lab-NAME-X`, X being the host's name.
     pub netns: String,
+    /// Its interface towards R: always `eth0` ([`HOST_IF`]).
     pub ifname: String,
+    /// The interface's MAC address, `02:72:74:INDEX:N:00` in lower-case hex (locally
+    /// administered; N is 1 for `a`, 2 for `b`, …).
     pub mac: String,
+    /// Its IPv4 address, 198.18.INDEX.N (N is 1 for `a`, 2 for `b`, …).
     pub ipv4: Ipv4Addr,
+    /// Its IPv6 address, 2001:2:0:INDEX::N.
     pub ipv6: Ipv6Addr,
 }
 
 /// Everything that identifies a lab, written to its state directory as lab.json.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LabInfo {
+    /// The lab's name (`--name`).
     pub name: String,
     /// Selects the addresses: 198.18.INDEX.0/24 and 2001:2:0:INDEX::/64.
     pub index: u8,
     /// The process running the emulator, and its start time (to tell pid reuse).
     pub owner_pid: i32,
+    /// The owner's start time: clock ticks since boot, /proc/PID/stat field 22 (0 when
+    /// it could not be read).
     pub owner_start: u64,
     /// Whether the owner is a `lab up` daemon (`lab down` may stop it).
     pub daemon: bool,
+    /// When the lab was built: CLOCK_REALTIME, ns since the Unix epoch.
     pub created_unix_ns: u64,
     /// `builtin` (this emulator).
     pub engine: String,
+    /// Whether the emulator busy-polls instead of sleeping between frames (`--emulator`).
     pub poll: bool,
+    /// Seed of the loss and jitter draws: `--seed`, or drawn at random when not given.
     pub seed: u64,
+    /// Host `a` (a star's first host).
     pub a: HostInfo,
+    /// Host `b` (a star's second host).
     pub b: HostInfo,
     /// A star's hosts, `a` and `b` first; empty for the two-host lab.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostInfo>,
+    /// The router R's namespace, `rttlab-lab-NAME-r`.
     pub router_netns: String,
     /// The Unix socket of the process that runs the emulator ([`super::socket`]). Its
     /// JSON key stays "control", as the schema rttlab.lab/1 publishes it.
     #[serde(rename = "control")]
     pub socket: PathBuf,
+    /// The event log (JSON lines): `--events`, or `events.jsonl` in the state directory.
+    /// Always set when the lab is built.
     pub events: Option<PathBuf>,
 }
 
@@ -393,6 +410,8 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// A lab found on this machine.
 #[derive(Debug, Clone)]
 pub struct Found {
+    /// The lab's name: of its state directory, or taken from a namespace
+    /// `rttlab-lab-NAME-X` left behind.
     pub name: String,
     /// Its lab.json, when readable.
     pub info: Option<LabInfo>,

@@ -20,7 +20,11 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Flavour {
+    /// The seed's theory: rto_min, then doubling (thin: rto_min six times first); no TLP,
+    /// no jiffies.
     Simple,
+    /// The kernel's rules: jiffies at `hz`, the TLP, the timer wheel's rounding and, for
+    /// local drops, the zero-window-probe timer.
     Linux,
 }
 
@@ -38,18 +42,30 @@ pub enum DropAt {
 /// Inputs of the model.
 #[derive(Clone, Debug, Serialize)]
 pub struct RtoModel {
+    /// Which model computes the timeline.
     pub flavour: Flavour,
+    /// The minimum RTO (`--rto-min`; a route's `rto_min` or `net.ipv4.tcp_rto_min_us`);
+    /// in JSON `rto_min_s`, seconds.
     #[serde(rename = "rto_min_s", with = "crate::stats::units::seconds")]
     pub rto_min: Duration,
+    /// Thin-stream linear timeouts (`tcp_thin_linear_timeouts`): the first six
+    /// retransmissions keep the base RTO instead of doubling it.
     pub thin: bool,
+    /// The kernel's timer frequency (HZ: 100, 250, 300 or 1000), the length of a jiffy;
+    /// the `simple` flavour ignores it.
     pub hz: u32,
     /// Smoothed RTT before the loss (µs RTTs make it irrelevant, as in the seed).
     #[serde(rename = "srtt_s", with = "crate::stats::units::seconds")]
     pub srtt: Duration,
+    /// A tail loss probe goes out before the first RTO (`--no-tlp` turns it off, as
+    /// `net.ipv4.tcp_early_retrans` < 3 does); the `linux` flavour only.
     pub tlp: bool,
     /// The kernel's RTO cap (`tcp_rto_max`, 120 s by default).
     #[serde(rename = "rto_max_s", with = "crate::stats::units::seconds")]
     pub rto_max: Duration,
+    /// Where packets are dropped; for local drops the `linux` flavour adds the
+    /// zero-window-probe timer, and a transmission due exactly at the disruption's end is
+    /// still lost ([`idle`]).
     pub drop_at: DropAt,
 }
 
@@ -84,9 +100,13 @@ pub enum EventKind {
 /// One (re)transmission: when, in µs after the lost transmission, as a range.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Event {
+    /// What sent it; flattened into the event's JSON as `"kind"` (and `"n"`).
     #[serde(flatten)]
     pub kind: EventKind,
+    /// Earliest time it goes out, µs after the lost transmission.
     pub lo_us: f64,
+    /// Latest time it goes out, µs after the lost transmission (`lo_us` in the `simple`
+    /// flavour).
     pub hi_us: f64,
 }
 

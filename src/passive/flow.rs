@@ -20,11 +20,14 @@ use std::net::{IpAddr, Ipv6Addr};
 /// serves both families and compares as two integers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
+    /// The IP address as one integer: IPv6, or IPv4-mapped (`::ffff:a.b.c.d`).
     pub addr: u128,
+    /// The TCP port.
     pub port: u16,
 }
 
 impl Endpoint {
+    /// The endpoint `addr`:`port`, an IPv4 address kept IPv4-mapped.
     pub fn new(addr: IpAddr, port: u16) -> Self {
         let v6 = match addr {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
@@ -65,7 +68,9 @@ impl std::fmt::Display for Endpoint {
 /// same entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowKey {
+    /// The lower endpoint (by address, then port): the sender of half 0.
     pub lo: Endpoint,
+    /// The higher endpoint: the sender of half 1.
     pub hi: Endpoint,
 }
 
@@ -93,10 +98,14 @@ impl FlowKey {
 /// What one direction of a flow carries: packets sent by one endpoint.
 #[derive(Debug, Default)]
 pub struct Half {
+    /// TCP packets this endpoint sent that passed the filter.
     pub packets: u64,
     /// IP bytes (as the IP header says).
     pub bytes: u64,
+    /// The TS engine's state: TSvals this endpoint sent, not yet echoed.
     pub ts: TsHalf,
+    /// The seq/ACK engine's state: segments this endpoint sent, not yet acknowledged,
+    /// and their retransmission counts.
     pub seq: SeqHalf,
     /// Sequence number just past this half's FIN, once one is seen.
     pub fin_end: Option<u32>,
@@ -112,16 +121,24 @@ pub struct Half {
 /// TSval this direction's last sample echoed (`bytesDep`).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PpingBytes {
+    /// `bytesSnt`: frame bytes of this direction's timestamped packets once both
+    /// directions were seen; counted only for pping's output formats.
     pub sent: u64,
+    /// `lstBytesSnt`: `sent` when this direction's last RTT sample was taken.
     pub at_last_sample: u64,
+    /// `bytesDep`: this direction's `sent` when it sent the TSval that the reverse
+    /// direction's latest sample echoed (set by that sample, as pping.cpp does).
     pub departed: u64,
 }
 
 /// One TCP connection.
 #[derive(Debug)]
 pub struct Flow {
+    /// The connection's two endpoints.
     pub key: FlowKey,
+    /// Capture time of the flow's first packet, ns since the epoch.
     pub first_ns: u64,
+    /// Capture time of its latest packet, ns since the epoch (never moves back).
     pub last_ns: u64,
     /// Indexed by the sending endpoint: 0 = `key.lo`, 1 = `key.hi`.
     pub halves: [Half; 2],
@@ -131,6 +148,7 @@ pub struct Flow {
     /// The TS engine's minimum in pping's arithmetic (seconds as doubles), per
     /// endpoint that closed the loop.
     pub min_pping: [f64; 2],
+    /// An RST was seen: the flow is finished.
     pub reset: bool,
 }
 
@@ -165,9 +183,13 @@ impl Flow {
 /// Flow-table counters.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]
 pub struct FlowCounters {
+    /// Flows entered in the table, those restarted by a new SYN included.
     pub created: u64,
+    /// Flows dropped after no packet for `--idle-timeout` of capture time.
     pub expired_idle: u64,
+    /// Flows evicted to make room when the table held `--max-flows`.
     pub evicted_full: u64,
+    /// Flows removed as finished: reset, or both FINs acknowledged.
     pub closed: u64,
     /// A SYN on a key whose previous connection had not been forgotten yet.
     pub reused: u64,
@@ -190,6 +212,7 @@ pub struct FlowTable {
     last: Option<(FlowKey, u32)>,
     idle_ns: u64,
     cap: usize,
+    /// Flows created, expired, evicted, closed and restarted so far, and the most held.
     pub counters: FlowCounters,
 }
 
@@ -338,10 +361,12 @@ impl FlowTable {
         }
     }
 
+    /// Flows held now.
     pub fn len(&self) -> usize {
         self.index.len()
     }
 
+    /// Whether no flow is held.
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
     }

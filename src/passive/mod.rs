@@ -29,6 +29,7 @@ pub enum Method {
 }
 
 impl Method {
+    /// `ts` or `seq`: the method as text reports, summaries and histograms name it.
     pub fn name(self) -> &'static str {
         match self {
             Self::Ts => "ts",
@@ -52,14 +53,19 @@ pub enum Place {
 pub struct Sample {
     /// Capture time of the packet that closed the loop, ns since the epoch.
     pub ts_ns: u64,
+    /// The RTT: this packet's capture time minus that of the packet it answers (the TSval's
+    /// first sighting, or the data segment's), ns.
     pub rtt_ns: u64,
     /// The smallest RTT so far by this method to this host in this flow.
     pub min_ns: u64,
+    /// Which engine gave the sample.
     pub method: Method,
     /// The host whose answer closed the loop (the source of the echo or ACK).
     pub host: Endpoint,
     /// The other end.
     pub peer: Endpoint,
+    /// Whether the loop crossed the network, or is `host`'s own time to answer (when
+    /// `host` is one of [`Config::local`]).
     pub place: Place,
     /// TS samples: the same sample in pping's arithmetic, for its output formats.
     pub pping: Option<PpingSample>,
@@ -75,6 +81,8 @@ pub struct PpingSample {
     pub cap_s: f64,
     /// `offTm`: the whole second of the first packet with usable timestamps.
     pub origin_s: u64,
+    /// The RTT in pping's arithmetic: `cap_s` minus the echoed TSval's capture time, each
+    /// truncated to the µs, in seconds.
     pub rtt_s: f64,
     /// The flow's minimum so far, in the same arithmetic.
     pub min_s: f64,
@@ -93,6 +101,7 @@ impl PpingSample {
 
 /// Where samples and finished flows go.
 pub trait Sink {
+    /// One RTT sample, as soon as an engine gives it.
     fn sample(&mut self, s: &Sample);
     /// A flow left the table (closed, idle, evicted, or the input ended).
     fn flow_done(&mut self, _f: &Flow) {}
@@ -101,7 +110,9 @@ pub trait Sink {
 /// Which packets to look at (any that match; an empty list matches everything).
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
+    /// Addresses (`--host`): a packet matches with one of them at either end.
     pub hosts: Vec<IpAddr>,
+    /// Ports (`--port`): a packet matches with one of them at either end.
     pub ports: Vec<u16>,
     /// Flows between two endpoints, either way round.
     pub flows: Vec<(Endpoint, Endpoint)>,
@@ -130,9 +141,14 @@ impl Filter {
 /// Settings of an analysis.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// Run the TS engine (`--method ts` or `both`).
     pub ts: bool,
+    /// Run the seq/ACK engine (`--method seq` or `both`). Off, ACKs are still followed to
+    /// see a flow's FINs acknowledged.
     pub seq: bool,
+    /// Which segments' TSvals the TS engine remembers (`--ts-rule`).
     pub ts_record: ts::Record,
+    /// How the seq/ACK engine treats retransmissions and SACK (`--seq-rule`).
     pub seq_rules: seq::Rules,
     /// Forget a flow silent this long (default 10 s).
     pub idle_ns: u64,
@@ -142,6 +158,7 @@ pub struct Config {
     pub max_age_ns: u64,
     /// The capture point's own addresses: samples answered by them are local.
     pub local: Vec<IpAddr>,
+    /// Which packets reach the engines; the others count as `filtered`.
     pub filter: Filter,
     /// Emulate a sampled flow metric alongside the engines.
     pub sampler: Option<sampler::SamplerConfig>,
@@ -154,9 +171,12 @@ pub struct Config {
 /// See [`Config::pping`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PpingDetail {
+    /// No pping arithmetic: [`Sample::pping`] is `None` (`--json`, and the agent).
     #[default]
     Off,
+    /// pping's times and minimum (pping's default lines).
     Times,
+    /// pping's times and its byte counts too (`-m`, `--machine`).
     TimesAndBytes,
 }
 
@@ -182,9 +202,13 @@ impl Default for Config {
 /// `filtered` or a `skipped` reason.
 #[derive(Debug, Default, Clone, serde::Serialize)]
 pub struct Counters {
+    /// Every frame given to [`Analyzer::packet`].
     pub packets: u64,
+    /// TCP segments that passed the filter and reached the engines.
     pub tcp: u64,
+    /// IP packets of another transport (UDP, ICMP, ...).
     pub not_tcp: u64,
+    /// TCP segments the [`Filter`] left out.
     pub filtered: u64,
     /// Packets not decoded, by reason (see [`Skip`]).
     pub skipped: Vec<(Skip, u64)>,
@@ -195,17 +219,26 @@ pub struct Counters {
     pub unusable_timestamps: u64,
     /// With `--ts-rule pping`: packets of a direction whose reverse was not seen yet.
     pub one_way: u64,
+    /// Samples the TS engine gave.
     pub samples_ts: u64,
+    /// Samples the seq/ACK engine gave (those within [`Config::max_age_ns`]).
     pub samples_seq: u64,
     /// Seq/ACK engine, over flows that left the table: see [`seq::SeqHalf`].
     pub retransmissions: u64,
+    /// Retransmissions of data the receiver had already acknowledged (also counted in
+    /// `retransmissions`).
     pub spurious_retransmissions: u64,
+    /// Segments below the highest sequence seen but never seen themselves.
     pub out_of_order: u64,
+    /// ACKs that ended at a retransmitted segment, so gave no sample (Karn's rule).
     pub karn_skipped: u64,
+    /// ACKs that ended at a segment already timed at its SACK, so gave no sample.
     pub sacked_skipped: u64,
+    /// Seq/ACK samples taken at a SACK block.
     pub sack_timed: u64,
     /// Segments and TSvals not tracked because a flow had too many outstanding.
     pub untracked: u64,
+    /// The flow table's counters (created, expired, evicted, closed, reused, peak).
     pub flows: FlowCounters,
 }
 
@@ -244,6 +277,7 @@ pub struct Analyzer {
 const EXPIRE_EVERY_NS: u64 = 1_000_000_000;
 
 impl Analyzer {
+    /// An analyzer with an empty flow table, set up as `cfg` says.
     pub fn new(cfg: Config) -> Self {
         let local = cfg
             .local

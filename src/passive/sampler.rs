@@ -56,7 +56,11 @@ pub struct Period {
     pub buckets: Vec<u64>,
     /// The metric: the median interpolated within its bucket, in ms.
     pub median_ms: Option<f64>,
+    /// The 90th percentile, interpolated within its bucket the same way, in ms; `None`
+    /// without samples.
     pub p90_ms: Option<f64>,
+    /// The 99th percentile, interpolated within its bucket the same way, in ms; `None`
+    /// without samples.
     pub p99_ms: Option<f64>,
     /// The exact median of the same samples (to 2 significant digits), in ms: what the
     /// buckets hide.
@@ -227,6 +231,9 @@ pub struct Sampler {
 const PENDING_CAP: usize = 64;
 
 impl Sampler {
+    /// A sampler that has seen nothing yet; its periods start at the first packet's
+    /// time. `cfg.period_ns` must not be 0 (packets are divided into periods by it);
+    /// a `one_in` of 0 keeps every packet, as 1 does.
     pub fn new(cfg: SamplerConfig) -> Self {
         Self {
             rng: cfg.seed ^ 0x9e37_79b9_7f4a_7c15,
@@ -327,6 +334,7 @@ impl Sampler {
         v
     }
 
+    /// The configuration it was made with (`--sampler`).
     pub fn config(&self) -> SamplerConfig {
         self.cfg
     }

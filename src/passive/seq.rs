@@ -73,8 +73,12 @@ pub struct SeqHalf {
     nxt: Option<u32>,
     /// The highest cumulative ACK the other end sent for this data.
     pub acked: Option<u32>,
+    /// Segments that covered data seen before: retransmissions, spurious ones included.
     pub retransmissions: u64,
+    /// Retransmissions of data the receiver had already acknowledged.
     pub spurious: u64,
+    /// Segments below the highest sequence seen but never seen themselves: overtaken
+    /// before the capture point.
     pub out_of_order: u64,
     /// Segments not tracked because [`SeqHalf::CAP`] were outstanding.
     pub untracked: u64,

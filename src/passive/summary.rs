@@ -102,14 +102,24 @@ pub struct FlowRtt {
     pub host: String,
     /// The other end (it sent the data or TSvals being answered).
     pub peer: String,
+    /// Which loop was timed: TSval → TSecr, or data → ACK.
     pub method: Method,
+    /// Whether the loops crossed the network or were the capture host's own answers.
     pub place: Place,
+    /// RTT samples counted.
     pub samples: u64,
+    /// Smallest RTT, µs (exact).
     pub min_us: f64,
+    /// Mean RTT, µs (exact).
     pub mean_us: f64,
+    /// Median RTT, µs: exact (nearest rank) up to [`FEW`] samples, from a
+    /// 2-significant-digit histogram of µs beyond.
     pub p50_us: f64,
+    /// 90th-percentile RTT, µs (exact or from the histogram, as `p50_us`).
     pub p90_us: f64,
+    /// 99th-percentile RTT, µs (exact or from the histogram, as `p50_us`).
     pub p99_us: f64,
+    /// Largest RTT, µs (exact).
     pub max_us: f64,
 }
 
@@ -117,6 +127,7 @@ pub struct FlowRtt {
 /// flow's sequence numbers say of the data being answered.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Row {
+    /// The RTT statistics; flattened, so their keys sit at the top level of the row's JSON.
     #[serde(flatten)]
     pub rtt: FlowRtt,
     /// Segments the peer sent more than once (seen at the capture point).
@@ -130,13 +141,21 @@ pub struct Row {
 /// Totals over every flow for one method and place.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Total {
+    /// Which loop was timed: TSval → TSecr, or data → ACK.
     pub method: Method,
+    /// Network loops or the capture host's own answers (kept apart).
     pub place: Place,
+    /// Samples of this method and place over every flow.
     pub samples: u64,
+    /// Smallest RTT, µs (exact); `None` with no sample.
     pub min_us: Option<f64>,
+    /// Median RTT, µs, from the totals' HDR histogram; `None` with no sample.
     pub p50_us: Option<f64>,
+    /// 90th-percentile RTT, µs, from the totals' HDR histogram; `None` with no sample.
     pub p90_us: Option<f64>,
+    /// 99th-percentile RTT, µs, from the totals' HDR histogram; `None` with no sample.
     pub p99_us: Option<f64>,
+    /// Largest RTT, µs (exact); `None` with no sample.
     pub max_us: Option<f64>,
 }
 
@@ -218,8 +237,12 @@ impl Sink for Summary {
 /// The rows of one finished interval `[start_ns, end_ns)` of capture time.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Interval {
+    /// Start of the interval, capture time in ns since the epoch (a multiple of the
+    /// interval's length).
     pub start_ns: u64,
+    /// End of the interval (excluded): `start_ns` plus the interval's length.
     pub end_ns: u64,
+    /// One row per host, peer and method with samples in the interval, sorted by them.
     pub rows: Vec<FlowRtt>,
 }
 

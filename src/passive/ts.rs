@@ -42,7 +42,11 @@ pub fn before(a: u32, b: u32) -> bool {
 /// bytes of that direction at the reverse direction's last sample (`dBytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PpingBytesAt {
+    /// `fBytes`: bytes (whole frames) this direction had sent through the capture point,
+    /// this packet included.
     pub sent: u64,
+    /// `dBytes`: this direction's `sent` as noted with the TSval that the reverse
+    /// direction's last sample echoed.
     pub departed: u64,
 }
 

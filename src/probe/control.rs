@@ -82,8 +82,11 @@ impl TestKind {
 /// What the client asks the server to run.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TestSpec {
+    /// Which test to run.
     pub test: TestKind,
+    /// Bytes in each request (`rr -r REQ,RESP`); at most the server's `max_payload`.
     pub request_size: u32,
+    /// Bytes in each response (`rr -r REQ,RESP`); at most the server's `max_payload`.
     pub response_size: u32,
     /// Upper bound on the test's length; the server ends it after this plus a grace.
     pub max_duration_ms: u64,
@@ -92,8 +95,12 @@ pub struct TestSpec {
     pub interval_ms: u64,
     /// Data port to listen on; 0 lets the kernel choose.
     pub data_port: u16,
+    /// Parallel data connections (`rr --streams`); at most the server's `max_streams`.
     pub streams: u32,
+    /// Set TCP_NODELAY on the server's data sockets (rttlab's client always asks for it).
     pub nodelay: bool,
+    /// Set TCP_THIN_LINEAR_TIMEOUTS on the server's data sockets
+    /// (`rr --thin-linear-timeouts`).
     pub thin_linear_timeouts: bool,
     /// Congestion control for the server's data sockets.
     pub congestion: Option<String>,
@@ -155,8 +162,12 @@ impl TestSpec {
 /// What the server measured, returned at the end of a test.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ServerReport {
+    /// Requests answered, over every stream.
     pub transactions: u64,
+    /// Request bytes: requests received × `request_size`, computed rather than counted
+    /// (UDP_RR: the requests dropped on purpose included).
     pub bytes_received: u64,
+    /// Response bytes: responses sent × `response_size`, computed rather than counted.
     pub bytes_sent: u64,
     /// TCP_CRR: connections accepted.
     pub connections: u64,
@@ -166,8 +177,12 @@ pub struct ServerReport {
     pub tcp_info: Vec<TcpInfo>,
     /// Sum of `total_retrans` over every data socket the server had.
     pub total_retrans: u64,
+    /// Congestion control of the data sockets: read from the first one, else the one the
+    /// spec asked for; `None` when neither.
     pub congestion: Option<String>,
+    /// Where the server's data threads ran: the CPU pinned to, the CPUs allowed and seen.
     pub placement: Placement,
+    /// The server's machine; `None` when no test was running when Done came.
     pub host: Option<HostFacts>,
     /// The server machine's CPU ticks when the test started and ended (netperf's
     /// `-C`: netserver measures its own machine).
@@ -186,7 +201,9 @@ pub struct ServerReport {
 /// A range of ports, both ends included.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortRange {
+    /// First port of the range (included).
     pub low: u16,
+    /// Last port of the range (included).
     pub high: u16,
 }
 
@@ -261,12 +278,16 @@ impl std::str::FromStr for PortRange {
 /// The server's limits, announced in Welcome so a client can check before it asks.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Limits {
+    /// Largest request or response, bytes (`serve --max-payload`).
     pub max_payload: u32,
+    /// Most parallel streams in one test (`serve --max-streams`).
     pub max_streams: u32,
+    /// Longest test a client may announce, ms (`serve --max-duration`).
     pub max_duration_ms: u64,
     /// Longest interval plus per-request timeout a test may announce: the server waits
     /// this long on a quiet data socket, so it bounds how long a test can idle.
     pub max_interval_ms: u64,
+    /// Most tests served at once (`serve --max-tests`).
     pub max_concurrent_tests: u32,
     /// Data ports a client may ask for; with port 0 the server picks one of them.
     pub data_ports: PortRange,
@@ -307,20 +328,28 @@ impl Limits {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMsg {
+    /// The first frame: the client names its protocol and version and brings its nonce.
     Hello {
+        /// Must be [`MAGIC`].
         magic: String,
+        /// The client's [`PROTOCOL_VERSION`]; the server refuses any other.
         version: u32,
         /// The client's nonce, hex (absent from version-1 clients, which are then told
         /// their version is wrong rather than that their Hello is malformed).
         #[serde(default)]
         nonce_hex: String,
     },
+    /// The answer to a Challenge: proof that the client knows the secret.
     Auth {
+        /// [`client_proof`] of both nonces, hex.
         mac_hex: String,
     },
+    /// Ask for a test; the server answers Ready or Error.
     Start {
+        /// The test to run.
         spec: TestSpec,
     },
+    /// The client's transactions are over: the server stops the test and answers Result.
     Done,
 }
 
@@ -328,21 +357,33 @@ pub enum ClientMsg {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
+    /// The server has a secret: the client must answer with Auth.
     Challenge {
+        /// The server's nonce ([`NONCE_LEN`] bytes), hex.
         nonce_hex: String,
     },
+    /// The handshake is over (sealed when a secret was proved); the client may send Start.
     Welcome {
+        /// The server's [`PROTOCOL_VERSION`], checked before the rest is decoded.
         version: u32,
+        /// The server's machine.
         host: HostFacts,
+        /// What the server accepts, so the client can check its test first.
         limits: Limits,
     },
+    /// The test is set up; the client opens its streams to the data port.
     Ready {
+        /// The server's data port for this test.
         data_port: u16,
     },
+    /// The answer to Done: what the server measured.
     Result {
+        /// The server's counters, `tcp_info` and placement.
         report: Box<ServerReport>,
     },
+    /// A refusal or a protocol failure; the server then closes the connection.
     Error {
+        /// One line saying why.
         message: String,
     },
 }
@@ -356,7 +397,12 @@ pub enum ControlError {
     /// The peer announced a frame larger than the limit where it was read
     /// ([`MAX_FRAME`], or [`MAX_HANDSHAKE_FRAME`] during the handshake).
     #[error("control frame of {len} bytes exceeds the limit of {max}")]
-    TooLarge { len: u32, max: u32 },
+    TooLarge {
+        /// Bytes the frame's header announced.
+        len: u32,
+        /// The limit it was read under.
+        max: u32,
+    },
     /// The frame is not a message of this protocol.
     #[error("malformed control message: {0}")]
     Malformed(String),
@@ -365,7 +411,12 @@ pub enum ControlError {
     Json(#[from] serde_json::Error),
     /// The peer speaks another protocol version.
     #[error("protocol version mismatch: we speak {ours}, the peer {theirs}; use the same rttlab release on both ends")]
-    Version { ours: u32, theirs: u32 },
+    Version {
+        /// This end's [`PROTOCOL_VERSION`].
+        ours: u32,
+        /// The version the peer announced.
+        theirs: u32,
+    },
     /// The peer is not rttlab.
     #[error("the peer is not an rttlab server or client (bad magic)")]
     NotRttlab,
@@ -528,7 +579,9 @@ pub fn verify_client_proof(
 /// Which end of the connection a [`Session`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// The end that sends Hello (`rttlab rr`).
     Client,
+    /// The end that answers it (`rttlab serve`).
     Server,
 }
 

@@ -23,7 +23,9 @@ const PAYLOAD: usize = 16;
 /// An echo request sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sent {
+    /// Sent on the IPv6 socket (ICMPv6 echo); each family numbers its own echoes.
     pub v6: bool,
+    /// The ICMP echo sequence number, from 0 per family, wrapping.
     pub seq: u16,
     /// CLOCK_REALTIME just before `sendto()`, the clock of the receive stamps.
     pub sent_ns: u64,
@@ -32,8 +34,11 @@ pub struct Sent {
 /// An intact echo reply to one of our requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
+    /// Received on the IPv6 socket.
     pub v6: bool,
+    /// The sequence number of the request it answers ([`Sent::seq`] of the same family).
     pub seq: u16,
+    /// The address the reply came from.
     pub from: IpAddr,
     /// The kernel's receive stamp (CLOCK_REALTIME).
     pub received_ns: u64,

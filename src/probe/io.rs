@@ -10,9 +10,15 @@ pub enum ReadEnd {
     /// The buffer was filled.
     Full,
     /// The peer closed the connection after `got` bytes.
-    Closed { got: usize },
+    Closed {
+        /// Bytes read into the buffer before the end of stream.
+        got: usize,
+    },
     /// `keep_going` said stop after `got` bytes.
-    Stopped { got: usize },
+    Stopped {
+        /// Bytes read into the buffer before it stopped.
+        got: usize,
+    },
 }
 
 /// Fill `buf`, retrying after receive timeouts while `keep_going()` is true.

@@ -20,10 +20,14 @@ const SLEEP_SLICE: Duration = Duration::from_millis(100);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PaceMode {
+    /// Sleep until the deadline (slices of at most 100 ms): the vCPU is free, the wait
+    /// overshoots by the wake-up time.
     Sleep,
+    /// Busy-wait the whole interval (`rr --spin`, `--pace spin`): exact, but holds a vCPU.
     Spin,
     /// Sleep until `margin` before the deadline, then spin.
     Hybrid {
+        /// How long before the deadline spinning starts ([`PaceMode::HYBRID_MARGIN`] from `rr`).
         margin: Duration,
     },
 }

@@ -19,7 +19,9 @@ pub struct PathOptions {
     pub bind: Option<IpAddr>,
     /// Firewall mark, for policy routing (`ip rule add fwmark N …`).
     pub mark: Option<u32>,
+    /// Send buffer of data sockets, bytes (`SO_SNDBUF`, `--sndbuf`; the kernel doubles it).
     pub sndbuf: Option<usize>,
+    /// Receive buffer of data sockets, bytes (`SO_RCVBUF`, `--rcvbuf`; doubled likewise).
     pub rcvbuf: Option<usize>,
 }
 

@@ -39,16 +39,25 @@ pub enum SocketKind {
 /// Everything that shapes a ping run.
 #[derive(Clone, Debug)]
 pub struct PingSettings {
+    /// The host pinged; its family picks ICMP or ICMPv6.
     pub target: IpAddr,
+    /// Requests to send (`-c`); `None`: no count limit (`duration` or Ctrl-C ends the run).
     pub count: Option<u64>,
+    /// Stop sending after this long (`-l`); `None`: no time limit.
     pub duration: Option<Duration>,
+    /// Time between requests (`-i`); zero sends the next once the last reply (or its
+    /// timeout) is in.
     pub interval: Duration,
+    /// How to wait (`--pace`, `--spin`): every mode but `Sleep` busy-polls the socket
+    /// the whole time.
     pub pace: PaceMode,
     /// ICMP payload bytes (ping's -s; default 56).
     pub size: usize,
     /// A request without a reply after this is lost.
     pub timeout: Duration,
+    /// Which socket carries the echoes (`--socket`).
     pub socket: SocketKind,
+    /// Percentiles the result's summary gives (`--percentiles`).
     pub percentiles: Vec<Percentile>,
     /// Write the round trips as an HdrHistogram interval log (one interval per second).
     pub hdr_log: Option<std::path::PathBuf>,
@@ -90,10 +99,15 @@ pub enum Pmtu {
 pub struct ReplyEvent {
     /// ICMP bytes (header and payload: 64 for the default 56).
     pub bytes: usize,
+    /// The reply's source address (the target when the kernel gave none).
     pub from: IpAddr,
+    /// Its ICMP sequence number: requests count from 1, as iputils' ping's do, and wrap
+    /// after 65535.
     pub icmp_seq: u16,
     /// TTL or hop limit of the reply, when the kernel gave it.
     pub ttl: Option<u8>,
+    /// The round trip, ns: the kernel's receive stamp minus the send time read just
+    /// before `sendto()`.
     pub rtt_ns: u64,
     /// When it arrived (CLOCK_REALTIME ns), for ping's -D.
     pub received_ns: u64,
@@ -143,7 +157,9 @@ pub enum PingError {
     /// A socket option the settings ask for was refused.
     #[error("{what}")]
     Option {
+        /// The flag and the socket option, as the message shows it ("-t (IP_TTL)").
         what: String,
+        /// What the kernel said.
         #[source]
         source: io::Error,
     },
@@ -152,39 +168,66 @@ pub enum PingError {
 /// Settings as the result reports them.
 #[derive(Clone, Debug, Serialize)]
 pub struct PingReportSettings {
+    /// The host pinged.
     pub target: IpAddr,
+    /// Time between requests (`-i`), µs.
     pub interval_us: f64,
+    /// How the run waited: `sleep`, `spin` or `hybrid`.
     pub pacing: &'static str,
+    /// ICMP payload bytes (`-s`).
     pub size: usize,
+    /// Requests asked for (`-c`); `None`: no count limit.
     pub count_limit: Option<u64>,
+    /// Run length asked for (`-l`), s; `None`: no time limit.
     pub duration_limit_s: Option<f64>,
+    /// How long a request waited for its reply before it counted as lost (`-W`), ms.
     pub timeout_ms: f64,
+    /// Whether each request waited for the last one's reply (`--one-in-flight`).
     pub one_in_flight: bool,
+    /// The socket that was used: `dgram` or `raw`, never `auto`.
     pub socket: SocketKind,
+    /// How the round trips were timed: the kernel's receive stamp, a user-space send time.
     pub timestamps: &'static str,
+    /// TTL / hop limit of the requests (`-t`); `None`: the system's default.
     pub ttl: Option<u8>,
+    /// TOS byte / traffic class of the requests (`-Q`, `--dscp`); `None`: not set.
     pub tos: Option<u8>,
+    /// The interface the socket was bound to (`-I IFACE`); `None`: not bound to one.
     pub device: Option<String>,
+    /// The address the socket was bound to (`-I ADDR`, `--bind`); `None`: the kernel's
+    /// choice.
     pub source: Option<IpAddr>,
+    /// Firewall mark of the requests (`-m`); left out of the JSON when not set.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mark: Option<u32>,
+    /// Path MTU discovery (`-M`); `None`: the system's default.
     pub pmtu: Option<Pmtu>,
 }
 
 /// What a ping run measured.
 #[derive(Clone, Debug, Serialize)]
 pub struct PingResult {
+    /// The settings the run used.
     pub settings: PingReportSettings,
+    /// The machine that sent the requests.
     pub local_host: HostFacts,
+    /// Run length, s: from the first request until the last reply or timeout.
     pub elapsed_s: f64,
+    /// Echo requests sent.
     pub sent: u64,
+    /// Requests answered within the timeout (duplicates and late replies not counted).
     pub received: u64,
+    /// `sent - received`: requests without a reply within the timeout.
     pub lost: u64,
+    /// Replies to a request that had been answered already.
     pub duplicates: u64,
+    /// Replies that arrived after the reply to a later request.
     pub reordered: u64,
     /// Replies whose payload did not match what was sent.
     pub corrupted: u64,
+    /// Round trips of the replies within the timeout, µs.
     pub rtt: Summary,
+    /// The same round trips as a histogram, ns (not in the JSON).
     #[serde(skip)]
     pub histogram: LatencyHistogram,
     /// Every reply as (seconds since the start, RTT ns), with `keep_series`.
@@ -193,13 +236,17 @@ pub struct PingResult {
     /// The start, CLOCK_REALTIME ns: where the series sits among other clocks' samples.
     #[serde(skip)]
     pub started_unix_ns: u64,
+    /// What ended the run early (sending or receiving failed), or why the HdrHistogram
+    /// log could not be written; `None` when neither happened.
     pub error: Option<String>,
 }
 
 /// Shared with a watcher (progress, Ctrl-C).
 #[derive(Debug, Default)]
 pub struct PingControl {
+    /// Set to end the run (Ctrl-C): no more requests, and no wait for outstanding replies.
     pub stop: AtomicBool,
+    /// Replies received within the timeout so far, for a progress line.
     pub received: AtomicU64,
 }
 

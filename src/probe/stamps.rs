@@ -103,8 +103,12 @@ pub enum TxKind {
 /// the offset of the send's last byte) and the time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TxStamp {
+    /// Which event was stamped: the packet leaving the stack, or TCP's ACK of it.
     pub kind: TxKind,
+    /// The `OPT_ID` counter (`ee_data` of the error queue message): UDP's datagram
+    /// number from 0, TCP's offset of the send's last byte.
     pub id: u32,
+    /// The software stamp, CLOCK_REALTIME ns since the Unix epoch.
     pub ns: u64,
 }
 

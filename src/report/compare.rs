@@ -358,7 +358,7 @@ pub fn write(dir: &Path) -> Result<String, ResultsError> {
 /// its, followed by every layer's median over the trials with its interval.
 ///
 /// # Errors
-/// As [`write`]; no trial recorded.
+/// As [`write()`]; no trial recorded.
 pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
     let first = records
         .iter()

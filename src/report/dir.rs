@@ -46,7 +46,10 @@ pub fn render(dir: &Path) -> Result<String, ResultsError> {
 /// incomplete.
 #[derive(Debug)]
 pub struct Rendered {
+    /// The report's tables, as `rttlab report` prints them.
     pub text: String,
+    /// One error per histogram file that could not be read; empty when the report is
+    /// complete.
     pub unreadable: Vec<ResultsError>,
 }
 

@@ -28,7 +28,10 @@ use serde::Serialize;
 #[derive(Clone, Debug, PartialEq)]
 pub enum OutputFormat {
     /// Aligned tables for people.
-    Human { histogram: bool },
+    Human {
+        /// Add netperf's log-linear histogram to the tables (`--histogram`).
+        histogram: bool,
+    },
     /// One JSON object.
     Json,
     /// A line of selector names and a line of values, for every selector the result has.

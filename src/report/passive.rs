@@ -88,6 +88,7 @@ pub struct LineWriter<W: Write> {
 }
 
 impl<W: Write> LineWriter<W> {
+    /// Lines in `format` to `out`; `both`: both methods run, so each line names its own.
     pub fn new(out: W, format: LineFormat, both: bool) -> Self {
         Self {
             out,
@@ -184,6 +185,7 @@ impl<W: Write> LineWriter<W> {
     }
 }
 
+/// A place as tables and JSON name it: `network` or `local_host`.
 pub fn place_name(p: Place) -> &'static str {
     match p {
         Place::Network => "network",

@@ -7,12 +7,17 @@ use serde::Serialize;
 /// One cell: a configuration at one disruption.
 #[derive(Clone, Debug, Serialize)]
 pub struct Cell {
+    /// Length of the disruption, ms.
     pub disruption_ms: f64,
+    /// The configuration's rto_min, ms.
     pub rto_min_ms: f64,
+    /// 1 with thin-stream linear timeouts, 0 without (thick).
     pub thin: u8,
     /// Predicted TCP idle duration (the middle of `idle_lo_ms..idle_hi_ms`).
     pub idle_ms: f64,
+    /// Earliest the idle can end, ms (the ending transmission's earliest time).
     pub idle_lo_ms: f64,
+    /// Latest the idle can end, ms (the ending transmission's latest time).
     pub idle_hi_ms: f64,
     /// Default (thick, 200 ms) minus this cell: positive is better.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -24,16 +29,20 @@ pub struct Cell {
 /// The whole grid with the model's settings.
 #[derive(Clone, Debug, Serialize)]
 pub struct Grid {
+    /// The model of each (rto_min, thin) configuration, in the order of the cells.
     pub models: Vec<RtoModel>,
     /// The delayed-ACK ceiling each rto_min implies (`tcp_delack_max`).
     pub delack_max: Vec<DelackMax>,
+    /// Every configuration at every disruption, by rto_min, then thin, then disruption.
     pub cells: Vec<Cell>,
 }
 
 /// The delayed-ACK ceiling at one rto_min.
 #[derive(Clone, Debug, Serialize)]
 pub struct DelackMax {
+    /// The rto_min the ceiling follows from, ms.
     pub rto_min_ms: f64,
+    /// The delayed-ACK ceiling, µs.
     pub delack_max_us: u64,
 }
 
@@ -104,7 +113,7 @@ impl Grid {
         seed_layout(what, &cells)
     }
 
-    /// One row per cell: disruption_ms,rto_min_ms,thin,idle_ms[,improvement_ms].
+    /// One row per cell: disruption_ms,rto_min_ms,thin,idle_ms\[,improvement_ms\].
     pub fn csv(&self, improvement: bool) -> String {
         let mut out = String::from(if improvement {
             "disruption_ms,rto_min_ms,thin,idle_ms,improvement_ms\n"

@@ -11,66 +11,124 @@ use std::fmt::Write as _;
 /// One output selector.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Selector {
+    /// `THROUGHPUT`: transactions per second (rr).
     Throughput,
+    /// `THROUGHPUT_UNITS`: the unit of `THROUGHPUT`, always `Trans/s`.
     ThroughputUnits,
+    /// `MIN_LATENCY`: the fastest round trip, µs (empty when none was measured).
     MinLatency,
+    /// `MAX_LATENCY`: the slowest round trip, µs.
     MaxLatency,
+    /// `MEAN_LATENCY`: the mean round trip, µs.
     MeanLatency,
+    /// `STDDEV_LATENCY`: the round trips' standard deviation, µs.
     StddevLatency,
+    /// `P<digits>_LATENCY`: that percentile of the round trips, µs (from the histogram
+    /// when the summary does not carry it).
     PercentileLatency(Percentile),
     /// `rr --anatomy`: `P<digits>_<PART>_LATENCY`, e.g. P99_NETWORK_LATENCY.
     PartPercentile(Part, Percentile),
     /// `rr --anatomy`: `MEAN_<PART>_LATENCY`.
     PartMean(Part),
+    /// `RT_LATENCY`: netperf's round-trip latency; the same value as `MEAN_LATENCY`, µs.
     RtLatency,
+    /// `ELAPSED_TIME`: how long the run took, s.
     ElapsedTime,
+    /// `LOCAL_TRANSPORT_RETRANS`: segments the client's data sockets retransmitted (TCP).
     LocalTransportRetrans,
+    /// `REMOTE_TRANSPORT_RETRANS`: segments the server's data sockets retransmitted (TCP).
     RemoteTransportRetrans,
+    /// `RESULT_BRAND`: the `-B` label; empty without one.
     ResultBrand,
+    /// `REQUEST_SIZE`: bytes of each request (ping: of each echo's payload).
     RequestSize,
+    /// `RESPONSE_SIZE`: bytes of each response (ping: the same as the request).
     ResponseSize,
+    /// `PROTOCOL`: `TCP`, `UDP`, `ICMP` or `ICMPv6`.
     Protocol,
+    /// `BURST_SIZE`: transactions back to back per interval (`-b`).
     BurstSize,
+    /// `LOCAL_CPU_BIND`: the CPU the client was pinned to (`-T`); empty if none.
     LocalCpuBind,
+    /// `REMOTE_CPU_BIND`: the CPU the server was pinned to (`-T`); empty if none.
     RemoteCpuBind,
+    /// `LOCAL_CPU_UTIL`: the client machine's busy share of all its CPUs, % (netperf's `-c`).
     LocalCpuUtil,
+    /// `REMOTE_CPU_UTIL`: the server machine's busy share, %, as the server measured it
+    /// (netperf's `-C`).
     RemoteCpuUtil,
+    /// `LOCAL_SD`: the client machine's CPU time per transaction, µs (service demand).
     LocalSd,
+    /// `REMOTE_SD`: the server machine's CPU time per transaction, µs.
     RemoteSd,
+    /// `LOCAL_CPU_COUNT`: CPUs online on the client's machine.
     LocalCpuCount,
+    /// `REMOTE_CPU_COUNT`: CPUs online on the server's machine.
     RemoteCpuCount,
+    /// `CONFIDENCE_LEVEL`: the confidence level `-I` asked for, % (95 or 99).
     ConfidenceLevel,
+    /// `CONFIDENCE_INTERVAL`: the interval's whole width `-I` asked for, % of the mean.
     ConfidenceInterval,
+    /// `CONFIDENCE_ITERATION`: how many iterations `-I` ran.
     ConfidenceIteration,
+    /// `THROUGHPUT_CONFID`: ± the half-width reached, % of the mean transactions/s.
     ThroughputConfid,
     // rttlab's own.
+    /// `TEST`: the test's name (`TCP_RR`, `UDP_RR`, `TCP_CRR`; ping: `ICMP_ECHO`).
     Test,
+    /// `TRANSACTIONS`: transactions completed (ping: as `RECEIVED`).
     Transactions,
+    /// `LOST_TRANSACTIONS`: requests that got no reply in time (UDP_RR, ping; 0 for TCP).
     LostTransactions,
+    /// `INTERVAL_US`: the wait between a reply and the next request (`-w`), or between
+    /// pings, µs.
     IntervalUs,
+    /// `PACING`: how the interval was waited: `sleep`, `spin` or `hybrid`.
     Pacing,
+    /// `STREAMS`: parallel connections (`--streams`).
     Streams,
+    /// `LOCAL_CPUS_USED`: the CPUs the client's measuring threads ran on, space-separated.
     LocalCpusUsed,
+    /// `REMOTE_CPUS_USED`: the CPUs the server's threads ran on, space-separated.
     RemoteCpusUsed,
+    /// `LOCAL_TCP_RTT`: the client kernel's smoothed RTT (`tcpi_rtt`) of the first
+    /// stream's socket at its end, µs.
     LocalTcpRtt,
+    /// `REMOTE_TCP_RTT`: the same from the server's side, as the server reported it, µs.
     RemoteTcpRtt,
+    /// `CONNECT_MEAN_LATENCY`: TCP_CRR: the mean time of `connect()` alone, µs.
     ConnectMeanLatency,
+    /// `RESPONSE_TIME_P99_LATENCY`: open loop (`--rate`): P99 of intended send time →
+    /// response, µs.
     ResponseTimeP99,
+    /// `CLIENT_CPU_PER_TRAN`: CPU time of the client's measuring threads (only them, unlike
+    /// `LOCAL_SD`) per transaction, µs.
     ClientCpuPerTran,
+    /// `SENT`: ping: echo requests sent.
     Sent,
+    /// `RECEIVED`: ping: replies received in time, duplicates included.
     Received,
+    /// `DUPLICATES`: ping: replies to a request already answered.
     Duplicates,
+    /// `REORDERED`: ping: replies to a request older than one already answered.
     Reordered,
+    /// `KERNEL_RELEASE`: this host's kernel release (`uname -r`).
     KernelRelease,
+    /// `REMOTE_KERNEL_RELEASE`: the server's kernel release, as it reported it; empty if
+    /// unknown.
     RemoteKernelRelease,
+    /// `REMOTE_HOST`: the server's control address (rr) or the ping target.
     RemoteHost,
 }
 
 /// A selector's value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// A number printed with three decimals (latencies in µs, rates, percentages).
     Float(f64),
+    /// A count or size, printed as is.
     Int(u64),
+    /// Text, quoted as CSV needs; empty when the value applies but was not measured.
     Text(String),
 }
 
@@ -163,15 +221,22 @@ const FIXED: &[(&str, Selector)] = &[
 /// selector name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
+    /// `CLIENT_SEND`: the client's `send()` → the request leaves its stack.
     ClientSend,
+    /// `NETWORK`: the path both ways, what remains of the round trip.
     Network,
+    /// `SERVER_RECV`: the request arrives → the server's `recv()` returns (its wake-up).
     ServerRecv,
+    /// `SERVER_APP`: the server's `recv()` returns → the response leaves its stack.
     ServerApp,
+    /// `CLIENT_RECV`: the response arrives → the client's `recv()` returns (its wake-up).
     ClientRecv,
+    /// `TCP_ACK`: TCP only, the request's TX → its ACK, the kernel's own round trip.
     TcpAck,
 }
 
 impl Part {
+    /// Every part with its selector name, in the anatomy's order.
     pub const ALL: [(&'static str, Part); 6] = [
         ("CLIENT_SEND", Part::ClientSend),
         ("NETWORK", Part::Network),

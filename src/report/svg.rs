@@ -9,7 +9,10 @@ use std::fmt::Write;
 /// One line of a chart.
 #[derive(Clone, Debug)]
 pub struct Series {
+    /// Its name in the legend and in each point's tooltip.
     pub name: String,
+    /// (x, y) in the axes' units, any order (drawn sorted by x); points that are not
+    /// finite, or not positive on a log axis, are left out.
     pub points: Vec<(f64, f64)>,
     /// Dashed, no markers (predictions next to measurements).
     pub dashed: bool,
@@ -53,15 +56,21 @@ impl Series {
 /// An x–y line chart.
 #[derive(Clone, Debug)]
 pub struct LineChart {
+    /// The heading above the chart, also its `aria-label`.
     pub title: String,
     /// Axis labels, with their unit, e.g. "disruption (ms)".
     pub x_label: String,
+    /// The y axis's label, with its unit.
     pub y_label: String,
+    /// A base-10 logarithmic x axis (points with x ≤ 0 are left out).
     pub x_log: bool,
+    /// A base-10 logarithmic y axis (points with y ≤ 0 are left out).
     pub y_log: bool,
     /// Axis ranges; `None` fits the data.
     pub x_range: Option<(f64, f64)>,
+    /// The y axis's range; `None` fits the points inside the x range.
     pub y_range: Option<(f64, f64)>,
+    /// The lines, drawn and listed in the legend in this order.
     pub series: Vec<Series>,
 }
 
@@ -357,7 +366,9 @@ impl LineChart {
 /// times the P50 would flatten the P50's bar on a shared one), and markers across
 /// each bar, beneath it: measurements drawn against the segments they contain.
 pub struct StackedBars {
+    /// The heading above the chart, also its `aria-label`.
     pub title: String,
+    /// The label of the panels' y axes (tooltips give values in µs whatever it says).
     pub y_label: String,
     /// The segments' names, bottom first; segment `i` takes `COLOURS[i]`.
     pub segments: Vec<String>,

@@ -33,18 +33,23 @@ pub enum BlackoutBy {
 /// The sweep.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
+    /// rto_min values, ms (`--rto-min`).
     pub rto_min_ms: Vec<u32>,
+    /// Thin-stream linear timeouts off (thick), on, or both (`--thin`).
     pub thin: Vec<bool>,
+    /// Blackout lengths D, ms (`--disruption`).
     pub disruption_ms: Vec<u32>,
-    pub trials: u32,
+    /// Trials per cell (`--trials`, default 3) and the seed of their order.
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
+    /// How rto_min is set (`--mechanism`).
     pub mechanism: Mechanism,
+    /// What drops the packets (`--blackout-by`; always nftables with `-H`).
     pub blackout_by: BlackoutBy,
     /// Congestion control of both data sockets.
     pub cc: String,
     /// Time from the start of TCP_RR to the blackout.
     pub warmup_ms: u32,
-    /// Seed of the trial order.
-    pub seed: u64,
     /// A real server (`rttlab serve`) instead of the lab; the blackout is then nftables
     /// on this host and rto_min and thin are set here (thin also per socket at the server).
     pub remote: Option<SocketAddr>,
@@ -79,12 +84,11 @@ impl Settings {
             rto_min_ms: vec![5, 50, 200],
             thin: vec![false, true],
             disruption_ms: vec![10, 20, 30, 50, 70, 100, 200, 300, 500, 700, 1000, 1500],
-            trials: 3,
+            repeats: super::Repeats { trials: 3, seed: 1 },
             mechanism: Mechanism::Route,
             blackout_by: BlackoutBy::Emulator,
             cc: "cubic".into(),
             warmup_ms: 1000,
-            seed: 1,
             remote: None,
             lab_poll: false,
             secret: None,
@@ -95,9 +99,13 @@ impl Settings {
 /// One trial's outcome (a line of trials.jsonl).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TrialRecord {
+    /// The cell's rto_min, ms.
     pub rto_min_ms: u32,
+    /// Whether the cell has thin-stream linear timeouts on.
     pub thin: bool,
+    /// The cell's blackout length D, ms.
     pub disruption_ms: u32,
+    /// Which trial of the cell, from 0.
     pub trial: u32,
     /// Largest transaction latency (ms): the TCP idle duration.
     pub idle_ms: Option<f64>,
@@ -107,18 +115,27 @@ pub struct TrialRecord {
     /// disruption (see [`predict`]): the cell may go either way.
     #[serde(default)]
     pub boundary_ms: Option<f64>,
+    /// Transactions TCP_RR completed in the trial.
     pub transactions: u64,
+    /// Segments the client's data sockets retransmitted; `None` when the run gave no
+    /// result.
     pub client_retrans: Option<u64>,
+    /// Segments the server's data sockets retransmitted (its report); `None` when the
+    /// server sent no report.
     pub server_retrans: Option<u64>,
     /// TcpExt deltas summed over both hosts.
     pub loss_probes: u64,
+    /// `TcpExt.TCPTimeouts` delta (retransmission timeouts), summed over both hosts.
     pub timeouts: u64,
+    /// `TcpExt.TCPRetransFail` delta (retransmissions the local stack failed to send),
+    /// summed over both hosts.
     pub retrans_fail: u64,
     /// `tlp_rto`, `probe0`, `no_drop` or `none` (see [`path_of`]).
     pub path: String,
     /// When the blackout began and ended (CLOCK_REALTIME ns): the emulator's window, or
     /// the moments the nftables rules were in place and gone.
     pub blackout_start_ns: u64,
+    /// When the blackout ended (CLOCK_REALTIME ns); 0 when it failed.
     pub blackout_end_ns: u64,
     /// Frames the emulator dropped for the blackout (0 with nftables).
     pub dropped_frames: u64,
@@ -128,7 +145,9 @@ pub struct TrialRecord {
     pub last_drop_ns: u64,
     /// When the trial began (CLOCK_REALTIME ns) and how long it took (s).
     pub started_ns: u64,
+    /// How long the trial took, s.
     pub elapsed_s: f64,
+    /// Why the trial failed, if it did; failed trials are left out of the summaries.
     pub error: Option<String>,
 }
 
@@ -227,12 +246,19 @@ pub fn predict(
 /// predicted ms).
 #[derive(Clone, Debug, Serialize)]
 pub struct CellSummary {
+    /// The cell's rto_min, ms.
     pub rto_min_ms: u32,
+    /// Whether the cell has thin-stream linear timeouts on.
     pub thin: bool,
+    /// The cell's blackout length D, ms.
     pub disruption_ms: u32,
+    /// The recovery path of these trials (see [`path_of`]).
     pub path: String,
+    /// Trials of the cell with this path and an idle, failed ones left out.
     pub n: usize,
+    /// Median idle of those trials, ms.
     pub median_ms: f64,
+    /// The `linux` model's idle for the cell, ms (as the cell's first trial recorded it).
     pub predicted_ms: f64,
     /// |median − predicted| ≤ max(5 ms, 5 %).
     pub within: bool,
@@ -242,7 +268,9 @@ pub struct CellSummary {
     pub idles_ms: Vec<f64>,
     /// The median's 95 % interval over the trials (order statistics; its coverage).
     pub ci_low_ms: f64,
+    /// Upper end of that interval, ms.
     pub ci_high_ms: f64,
+    /// The interval's actual coverage (see [`MedianCi::coverage`]).
     pub ci_coverage: f64,
 }
 

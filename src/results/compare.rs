@@ -31,6 +31,7 @@ pub struct CompareSettings {
         alias = "duration",
         with = "crate::stats::units::seconds"
     )]
+    /// How long every layer runs (`--duration`); `duration_s` in the JSON, seconds.
     pub duration: Duration,
     /// The TCP_RR data port (fixed so the capture and sock_diag find the connection).
     pub data_port: u16,
@@ -44,10 +45,8 @@ pub struct CompareSettings {
     #[serde(default)]
     pub lab_poll: bool,
     /// Repeats of the whole comparison, and the seed of their order.
-    #[serde(default = "one")]
-    pub trials: u32,
-    #[serde(default = "one_u64")]
-    pub seed: u64,
+    #[serde(flatten)]
+    pub repeats: crate::results::Repeats,
     /// The secret shared with the server (never written to a results file).
     #[serde(skip)]
     pub secret: Option<Vec<u8>>,
@@ -64,8 +63,7 @@ impl Default for CompareSettings {
             sampler_one_in: 1,
             interface: None,
             lab_poll: true,
-            trials: 1,
-            seed: 1,
+            repeats: super::Repeats::default(),
             secret: None,
         }
     }
@@ -74,21 +72,32 @@ impl Default for CompareSettings {
 /// A layer's P50, P90 and P99 in µs (`None` without samples).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct LayerPercentiles {
+    /// The median, µs.
     pub p50: Option<f64>,
+    /// The 90th percentile, µs.
     pub p90: Option<f64>,
+    /// The 99th percentile, µs.
     pub p99: Option<f64>,
 }
 
 /// One layer's numbers, µs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layer {
+    /// The layer: `icmp`, `tcp_rr`, `udp_rr`, `tcp_info_client`, `tcp_info_server`,
+    /// `passive_ts`, `passive_seq` or `sampled_metric`.
     pub name: String,
     /// What a sample is.
     pub what: String,
+    /// Samples behind the numbers (`sampled_metric`: those of its busiest period).
     pub samples: u64,
+    /// The smallest sample, µs; `None` without samples, and for `sampled_metric`.
     pub min_us: Option<f64>,
+    /// The largest sample, µs; `None` without samples, and for `sampled_metric`.
     pub max_us: Option<f64>,
+    /// The mean, µs; `None` without samples, and for `sampled_metric`.
     pub mean_us: Option<f64>,
+    /// P50, P90 and P99, µs (`sampled_metric`: interpolated within its buckets, as the
+    /// metric does).
     pub percentiles_us: LayerPercentiles,
     /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
     #[serde(skip)]
@@ -129,18 +138,36 @@ impl Layer {
 /// The result: the layers, facts the explanations rest on, and the explanations.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareResult {
+    /// The settings the comparison ran with (the secret left out).
     pub settings: CompareSettings,
+    /// The address of the `rttlab serve` probed: `--host`, or the lab's server.
     pub server: SocketAddr,
+    /// The interface the passive layers captured on: `--interface`, the lab's `eth0`, or
+    /// the one the route to the server leaves by (`lo` when none is found).
     pub capture_interface: String,
+    /// Every layer's row, all eight each time, in the order of [`Layer::name`]; a layer that
+    /// failed has an empty row and an entry in `errors`.
     pub layers: Vec<Layer>,
+    /// Segments the client's TCP_RR data sockets retransmitted; `None` when tcp_rr
+    /// failed.
     pub tcp_retransmissions_client: Option<u64>,
+    /// Segments the server's TCP_RR data sockets retransmitted, as the server reported;
+    /// `None` when tcp_rr failed or the server sent no report.
     pub tcp_retransmissions_server: Option<u64>,
+    /// ICMP echo requests without a reply within the timeout (a late reply counts as lost,
+    /// as with ping -W); 0 when icmp failed.
     pub ping_lost: u64,
+    /// UDP_RR requests whose response never came while the client ran (a late one is not
+    /// lost); 0 when udp_rr failed.
     pub udp_lost: u64,
     /// Passive samples answered by the client itself (its own time to answer).
     pub passive_local_samples: u64,
+    /// Frames the kernel dropped from the capture's ring for want of space.
     pub capture_drops: u64,
+    /// The sampled metric's periods; the one with the most samples is the `sampled_metric`
+    /// row.
     pub sampler: Vec<Period>,
+    /// The gaps between layers the numbers support, each a sentence citing them.
     pub explanations: Vec<String>,
     /// Errors of layers that could not run (the others are still reported).
     pub errors: Vec<String>,
@@ -158,14 +185,20 @@ pub struct CompareResult {
 /// Every layer's median and P99 per time bin, on one axis from the comparison's start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareTimeline {
+    /// The width of a bin, seconds: about 60 bins over the run, each at least five
+    /// intervals and 10 ms wide.
     pub bin_s: f64,
+    /// The layers that have samples in some bin (`sampled_metric` never has a timeline).
     pub layers: Vec<LayerTimeline>,
 }
 
 /// One layer's bins (those with samples).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LayerTimeline {
+    /// The layer, named as in [`Layer::name`].
     pub name: String,
+    /// Its bins with samples: each one's middle (seconds from the start), sample count,
+    /// P50 and P99 (µs).
     pub points: Vec<crate::stats::timeline::TimePoint>,
 }
 
@@ -173,17 +206,13 @@ pub struct LayerTimeline {
 /// made of, what touched the transactions, and the slowest ones' causes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareAnatomy {
+    /// tcp_rr transactions whose stamps split them into components.
     pub stamped: u64,
+    /// What a transaction at each reported percentile is made of.
     pub at_percentiles: Vec<crate::probe::anatomy::Composition>,
+    /// What touched the stamped transactions: retransmissions by kind, delayed ACKs, CPU
+    /// migrations.
     pub events: crate::probe::anatomy::EventCounts,
+    /// The slowest transactions' causes; `None` when no transaction was taken apart.
     pub tail: Option<crate::probe::anatomy::Tail>,
-}
-
-/// Serde's defaults for settings written before `--trials` existed.
-fn one() -> u32 {
-    1
-}
-
-fn one_u64() -> u64 {
-    1
 }

@@ -25,7 +25,7 @@ pub mod tune;
 
 use crate::kernel::fs;
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -38,32 +38,55 @@ pub const SCHEMA: &str = "rttlab.results/2";
 /// Errors of a results directory.
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
+    /// Creating, reading or writing the directory or a file in it failed.
     #[error("results directory {}", .path.display())]
     Io {
+        /// The directory or file involved (appending a trial names the directory).
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// A file is not the JSON expected, or a record could not be turned into JSON.
     #[error("{}: not the JSON this rttlab writes", .path.display())]
     Json {
+        /// The file read or written (appending a trial names the directory).
         path: PathBuf,
+        /// serde_json's error, with the line and column when parsing.
         #[source]
         source: serde_json::Error,
     },
     /// A file that parses but says something this rttlab cannot use.
     #[error("{}: {msg}", .path.display())]
-    Invalid { path: PathBuf, msg: String },
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// The directory holds a run of another experiment or with other settings, so it
+    /// cannot be resumed.
     #[error(
         "{path} holds a run with other settings ({what} differs); give another --out, or remove it"
     )]
-    Mismatch { path: String, what: String },
+    Mismatch {
+        /// The results directory.
+        path: String,
+        /// The first setting that differs, or "the experiment or a setting".
+        what: String,
+    },
     /// A file that cannot be read or written safely: not a regular file, too large,
     /// a symlink out of the directory or where a file is to be written.
     #[error(transparent)]
     File(#[from] fs::FileError),
     /// Written by a newer rttlab whose layout this one does not know.
     #[error("{path} was written with results schema version {version}; this rttlab reads versions 1 to {SCHEMA_VERSION}: render it with a newer rttlab")]
-    Schema { path: String, version: u64 },
+    Schema {
+        /// The `run.json` that names it.
+        path: String,
+        /// The version in its `"schema"` (`rttlab.results/N`).
+        version: u64,
+    },
 }
 
 /// An open results directory.
@@ -394,6 +417,39 @@ pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
         .iter()
         .filter_map(|n| read_histogram(dir, n).err())
         .collect())
+}
+
+/// How often each cell of an experiment's plan runs, and the seed of the order the
+/// runs go in (`--trials`, `--seed`). Part of every experiment's settings (flattened:
+/// run.json keeps `trials` and `seed` as keys of its settings), so a rerun with other
+/// ones is another run. Files written before `--trials` existed read as one trial,
+/// seed 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repeats {
+    /// Runs of each cell (`--trials`).
+    #[serde(default = "one_trial")]
+    pub trials: u32,
+    /// Seed of the runs' shuffled order (`--seed`): one seed, one order.
+    #[serde(default = "first_seed")]
+    pub seed: u64,
+}
+
+impl Default for Repeats {
+    /// One trial of each cell, seed 1.
+    fn default() -> Self {
+        Self {
+            trials: one_trial(),
+            seed: first_seed(),
+        }
+    }
+}
+
+fn one_trial() -> u32 {
+    1
+}
+
+fn first_seed() -> u64 {
+    1
 }
 
 #[cfg(test)]

@@ -8,9 +8,19 @@ use std::path::Path;
 /// A scenario, parsed from its name.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Scenario {
+    /// `delay`: the RTT alternates between 100 and 150 ms.
     Delay,
-    Loss { percent: u32 },
-    Queue { kbytes: u32 },
+    /// `loss-N`: 100 ms RTT and N % random loss both ways.
+    Loss {
+        /// N, below 100.
+        percent: u32,
+    },
+    /// `queue-NKB`: 100 ms RTT, 10 Mbit/s and an N KB drop-tail queue both ways, filled
+    /// by a bulk flow.
+    Queue {
+        /// N, KB (above 0).
+        kbytes: u32,
+    },
 }
 
 impl Scenario {
@@ -58,32 +68,45 @@ impl Scenario {
 /// One layer's RTTs in a scenario (ms).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct LayerStats {
+    /// `icmp` (ping), `app` (the timestamp echo) or `tcp_ts` (the echo connection's
+    /// passive TS RTT).
     pub layer: String,
+    /// RTT samples of the layer.
     pub samples: u64,
     /// Probes with no answer: pings lost, echoes still outstanding at the end.
     pub unanswered: u64,
+    /// Mean RTT, ms; `None` without samples.
     pub mean_ms: Option<f64>,
+    /// 5th percentile, ms (sorted index round(0.05·(n−1))); `None` without samples.
     pub p5_ms: Option<f64>,
+    /// Median, ms (sorted index round(0.5·(n−1))); `None` without samples.
     pub p50_ms: Option<f64>,
+    /// 95th percentile, ms (sorted index round(0.95·(n−1))); `None` without samples.
     pub p95_ms: Option<f64>,
+    /// Largest RTT, ms; `None` without samples.
     pub max_ms: Option<f64>,
 }
 
 /// A scenario's results.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ScenarioResult {
+    /// The scenario's name: `delay`, `loss-N` or `queue-NKB` ([`Scenario::parse`]).
     pub scenario: String,
     /// Which repeat of this scenario (0 for the first; absent in older results).
     #[serde(default)]
     pub trial: u32,
+    /// The `icmp`, `app` and `tcp_ts` layers; empty when the trial could not run.
     pub layers: Vec<LayerStats>,
     /// TCP retransmissions of the echo connection (client side, tcp_info).
     pub echo_retransmissions: Option<u32>,
     /// Bytes the bulk flow moved (queue scenarios).
     pub bulk_bytes: u64,
+    /// Frames the kernel dropped from the capture ring for want of space.
     pub capture_drops: u64,
     /// Every sample: `t_s,layer,rtt_ms` (seconds since the scenario started).
     pub samples_file: String,
+    /// What failed, `; `-separated (`echo: …`, `ping: …`, `capture: …`, `bulk: …`), or
+    /// why the trial could not run; `None` when all went well.
     pub error: Option<String>,
 }
 

@@ -71,7 +71,10 @@ pub const ALL: [&str; 17] = [
 /// a JSON object).
 #[derive(Serialize)]
 pub struct Tagged<'a, T: Serialize + ?Sized> {
+    /// The document's kind and version, `rttlab.<kind>/<version>` (one of the
+    /// constants above); the `schema` key.
     pub schema: &'static str,
+    /// The value whose keys follow `schema` in the same object.
     #[serde(flatten)]
     pub body: &'a T,
 }

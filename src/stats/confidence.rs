@@ -19,8 +19,10 @@ const T99: [f64; 30] = [
 /// A confidence level netperf offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub enum Level {
+    /// 95 % (`-I 95,…`); `"95"` in JSON.
     #[serde(rename = "95")]
     P95,
+    /// 99 % (`-I 99,…`); `"99"` in JSON.
     #[serde(rename = "99")]
     P99,
 }
@@ -43,6 +45,7 @@ impl Level {
         }
     }
 
+    /// The level in percent, 95 or 99: the inverse of [`Level::from_percent`].
     pub fn percent(self) -> u32 {
         match self {
             Self::P95 => 95,
@@ -64,9 +67,11 @@ impl Level {
 /// The mean of some iterations' results and its confidence interval.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Interval {
+    /// The mean of the iterations' results, in their unit (rr: transactions/s).
     pub mean: f64,
     /// Half the interval's width, in the results' unit.
     pub half_width: f64,
+    /// How many results it was computed from (at least two).
     pub iterations: usize,
 }
 

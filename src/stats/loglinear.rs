@@ -11,17 +11,23 @@ use serde::Serialize;
 /// One decade: its name, its unit in nanoseconds, and ten counts.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct LogLinearRow {
+    /// netperf's row name, `UNIT_USEC` … `TEN_SEC`.
     pub name: &'static str,
+    /// The row's unit, ns: column i counts samples in [i, i+1) units.
     pub unit_ns: u64,
+    /// Samples per column; column 0 is empty in every row but the first, whose column 0
+    /// holds every sample under 1 µs.
     pub counts: [u64; 10],
 }
 
 /// The whole log-linear view.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct LogLinear {
+    /// One row per decade, from 1 µs (`UNIT_USEC`) to 10 s (`TEN_SEC`).
     pub rows: Vec<LogLinearRow>,
     /// Samples of 100 s or more.
     pub above_100s: u64,
+    /// Samples in the histogram, all rows and `above_100s` included.
     pub total: u64,
 }
 

@@ -10,9 +10,13 @@ use serde::{Deserialize, Serialize};
 /// A median with its interval.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MedianCi {
+    /// Trials counted (NaNs left out).
     pub n: usize,
+    /// Their median (the mean of the middle two for an even count), in the values' unit.
     pub median: f64,
+    /// The interval's lower end: the (k+1)-th smallest value.
     pub lo: f64,
+    /// The interval's upper end: the (k+1)-th largest value.
     pub hi: f64,
     /// The interval's actual coverage (order statistics give only certain levels; with
     /// fewer than 6 trials even [min, max] is below 95 %, and this says so).

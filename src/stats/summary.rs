@@ -55,10 +55,15 @@ impl Serialize for Percentile {
 /// Statistics of one set of samples, in microseconds. `None` when there were no samples.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Summary {
+    /// How many samples were recorded.
     pub samples: u64,
+    /// The smallest sample, exact, µs.
     pub min_us: Option<f64>,
+    /// The largest sample, exact, µs.
     pub max_us: Option<f64>,
+    /// The arithmetic mean, exact, µs.
     pub mean_us: Option<f64>,
+    /// The population standard deviation (netperf's STDDEV_LATENCY form), µs.
     pub stddev_us: Option<f64>,
     /// (percentile, value in µs) for each requested percentile; in JSON an object
     /// keyed by name (`{"p50": 78.1, "p999": 201.3}`), in the order asked for.

@@ -24,9 +24,13 @@ pub struct Timeline {
 /// One bin of a timeline: its middle (seconds from the start) and its statistics.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TimePoint {
+    /// The bin's middle, seconds from the timeline's start.
     pub t_s: f64,
+    /// Round trips kept in the bin.
     pub samples: u64,
+    /// The bin's median round trip, µs (nearest rank).
     pub p50_us: f64,
+    /// The bin's P99 round trip, µs (nearest rank).
     pub p99_us: f64,
 }
 

@@ -18,22 +18,31 @@ pub const ICMPV6: u8 = 58;
 /// The transport payload of an IP packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport<'a> {
+    /// The TCP segment: header, options and payload.
     Tcp(Tcp<'a>),
     /// Source and destination port; the UDP payload.
     Udp {
+        /// Source port.
         sport: u16,
+        /// Destination port.
         dport: u16,
+        /// The bytes after the UDP header, up to the IP packet's end or the capture's.
         payload: &'a [u8],
     },
     /// ICMP or ICMPv6: type, code, the rest.
     Icmp {
+        /// ICMP or ICMPv6 type.
         kind: u8,
+        /// ICMP or ICMPv6 code.
         code: u8,
+        /// The bytes after the type, code and checksum (from byte 4 on).
         body: &'a [u8],
     },
     /// Another protocol number and its bytes.
     Other {
+        /// The IP protocol number.
         proto: u8,
+        /// The payload after the IP headers, up to the packet's end or the capture's.
         bytes: &'a [u8],
     },
 }
@@ -41,7 +50,9 @@ pub enum Transport<'a> {
 /// A decoded IP packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ip<'a> {
+    /// Source address.
     pub src: IpAddr,
+    /// Destination address.
     pub dst: IpAddr,
     /// IPv4 TTL or IPv6 hop limit.
     pub ttl: u8,
@@ -50,6 +61,7 @@ pub struct Ip<'a> {
     /// The transport header and payload's length as the IP header says (what was sent,
     /// however much the capture kept).
     pub transport_len: u32,
+    /// The decoded transport header and payload.
     pub transport: Transport<'a>,
 }
 
@@ -210,12 +222,15 @@ pub fn decode(link: LinkType, frame: &[u8]) -> Result<Ip<'_>, Skip> {
 /// [`crate::passive::flow::Endpoint`] keeps them).
 #[derive(Debug, Clone, Copy)]
 pub struct TcpSegment<'a> {
+    /// Source address as a `u128`: IPv6, or IPv4 mapped (::ffff:a.b.c.d).
     pub src: u128,
+    /// Destination address, in the same form.
     pub dst: u128,
     /// The IP packet's length as its header says.
     pub ip_len: u32,
     /// The TCP header and payload's length as the IP header says.
     pub transport_len: u32,
+    /// The TCP header and payload.
     pub tcp: Tcp<'a>,
 }
 

@@ -12,25 +12,38 @@ pub struct Tcp<'a> {
 
 /// Flag bits.
 pub const FIN: u8 = 0x01;
+/// SYN: synchronise sequence numbers (opens a connection).
 pub const SYN: u8 = 0x02;
+/// RST: reset the connection.
 pub const RST: u8 = 0x04;
+/// PSH: push the data to the application.
 pub const PSH: u8 = 0x08;
+/// ACK: the acknowledgment number is valid.
 pub const ACK: u8 = 0x10;
 
 /// One option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcpOption<'a> {
+    /// Maximum segment size (kind 2), bytes.
     Mss(u16),
+    /// Window scale shift count (kind 3).
     WindowScale(u8),
+    /// SACK permitted (kind 4).
     SackPermitted,
     /// SACK blocks as (left, right) edges.
     Sack(SackBlocks<'a>),
+    /// Timestamps (kind 8, RFC 7323).
     Timestamps {
+        /// TSval: the sender's timestamp clock.
         val: u32,
+        /// TSecr: the TSval echoed back to the peer.
         ecr: u32,
     },
+    /// Any other option, or a known kind with an unexpected length.
     Unknown {
+        /// The option's kind byte.
         kind: u8,
+        /// The option's bytes after kind and length.
         data: &'a [u8],
     },
 }
@@ -73,15 +86,19 @@ impl<'a> Tcp<'a> {
         be32(self.header, at).unwrap_or(0)
     }
 
+    /// Source port (header bytes 0–1).
     pub fn src_port(&self) -> u16 {
         self.u16_at(0)
     }
+    /// Destination port (header bytes 2–3).
     pub fn dst_port(&self) -> u16 {
         self.u16_at(2)
     }
+    /// Sequence number (header bytes 4–7).
     pub fn seq(&self) -> u32 {
         self.u32_at(4)
     }
+    /// Acknowledgment number (header bytes 8–11); meaningful with [`ACK`] set.
     pub fn ack(&self) -> u32 {
         self.u32_at(8)
     }
@@ -89,6 +106,7 @@ impl<'a> Tcp<'a> {
     pub fn flags(&self) -> u8 {
         self.header[13]
     }
+    /// Receive window as sent (header bytes 14–15), before window scaling.
     pub fn window(&self) -> u16 {
         self.u16_at(14)
     }

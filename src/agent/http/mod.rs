@@ -104,7 +104,9 @@ pub enum HttpError {
     /// The address cannot be bound.
     #[error("cannot serve metrics on {addr} (--metrics-listen)")]
     Bind {
+        /// The address asked for (`--metrics-listen`).
         addr: SocketAddr,
+        /// The error from binding it, or from reading back the bound address.
         #[source]
         source: io::Error,
     },
@@ -334,7 +336,7 @@ const STALLED: Duration = Duration::from_millis(250);
 const SLOW_READER: Duration = Duration::from_secs(1);
 
 /// The time a client may take to read a whole exposition, judged by its pace once it
-/// has read for [`SLOW_READER`]: Prometheus's default `scrape_timeout`, after which a
+/// has read for `SLOW_READER`: Prometheus's default `scrape_timeout`, after which a
 /// scraper gives up on the answer anyway.
 pub const READ_WITHIN: Duration = Duration::from_secs(10);
 

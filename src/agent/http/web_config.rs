@@ -67,26 +67,40 @@ pub enum WebConfigError {
     /// The YAML does not parse, or has a key the format does not have.
     #[error("web config {path}")]
     Yaml {
+        /// The web config file (`--web-config`).
         path: PathBuf,
+        /// The YAML parser's error.
         #[source]
         source: serde_yaml_ng::Error,
     },
     /// A value is outside what the format (or rustls) allows.
     #[error("web config {path}: {why}")]
-    Invalid { path: PathBuf, why: String },
+    Invalid {
+        /// The web config file (`--web-config`).
+        path: PathBuf,
+        /// What is wrong, naming the key where there is one.
+        why: String,
+    },
     /// A certificate or key file cannot be read or parsed.
     #[error("web config {path}: {what} {file}")]
     Pem {
+        /// The web config file (`--web-config`).
         path: PathBuf,
+        /// What was being parsed: "certificate", "private key" or "client CA".
         what: &'static str,
+        /// The file it came from, or `(cert)`, `(key)`, `(client_ca)` for PEM text
+        /// given inline.
         file: String,
+        /// Why the PEM could not be parsed.
         #[source]
         source: rustls::pki_types::pem::Error,
     },
     /// rustls refused the certificates, key or settings.
     #[error("web config {path}: TLS settings")]
     Tls {
+        /// The web config file (`--web-config`).
         path: PathBuf,
+        /// What rustls said.
         #[source]
         source: rustls::Error,
     },

@@ -10,8 +10,12 @@
 /// kernel's count instead ([`RetransCounters`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sends {
+    /// The first SND stamp, when the byte left the stack (CLOCK_REALTIME ns); `None` until
+    /// one came.
     pub first: Option<u64>,
+    /// How many SND stamps came after the first: the byte's retransmissions (saturating).
     pub again: u8,
+    /// The latest of those retransmissions' stamps (CLOCK_REALTIME ns); `None` without one.
     pub last: Option<u64>,
     /// Of the retransmissions, those the RTO timer sent, as the sender's kernel
     /// counted them ([`RetransCounters`]); none where it does not count.

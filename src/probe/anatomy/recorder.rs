@@ -30,8 +30,9 @@ pub struct ClientPart {
     pub sends: Sends,
     /// The CPU the client sent from and the one `recv()` returned on.
     pub cpu_sent: u32,
+    /// The CPU `recv()` returned on (differs from `cpu_sent`: [`Events::client_migrated`]).
     pub cpu_returned: u32,
-    /// The client's kernel probes a tail loss first ([`probes_tail_loss`]).
+    /// The client's kernel probes a tail loss first ([`probes_tail_loss`](super::probes_tail_loss)).
     pub tlp: bool,
     /// TCP_CRR: `connect()` was called → it returned (the handshake), before `sent`.
     pub connect_ns: Option<u64>,
@@ -48,15 +49,20 @@ pub struct Events {
     /// µs from the request's first send to its last segment's last retransmission.
     pub request_retransmitted_after_us: Option<u32>,
     /// The first of them was the client's tail loss probe; the others were RTOs and
-    /// loss recovery ([`RetransCounters`]).
+    /// loss recovery ([`RetransCounters`](super::RetransCounters)).
     pub request_tlp: bool,
     /// Of them, those loss recovery sent (a request longer than a segment).
     #[serde(default)]
     pub request_recovery: u8,
     /// The same of the response, sent again by the server.
     pub response_retransmissions: u8,
+    /// µs from the response's first send to its last segment's last retransmission;
+    /// `None` when that segment went once.
     pub response_retransmitted_after_us: Option<u32>,
+    /// The first of the response's retransmissions was the server's tail loss probe.
     pub response_tlp: bool,
+    /// Of the response's retransmissions, those the server's loss recovery sent (a
+    /// response longer than a segment).
     #[serde(default)]
     pub response_recovery: u8,
     /// TCP: the server's delayed-ACK timer touched the request: its ACK came alone,
@@ -283,17 +289,25 @@ pub const DELACK_MIN_NS: u64 = 40_000_000;
 /// One transaction's anatomy, ns; the five components add up to `rtt`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transaction {
+    /// The round trip: the client's `send()` → its `recv()` returned the whole response.
     pub rtt_ns: u64,
+    /// `send()` → the request's last byte left the client's stack (its first SND stamp).
     pub client_send_ns: u64,
+    /// The request leaving the client → the response arriving there (RX stamp), less
+    /// the server's two parts: both ways across the network.
     pub network_ns: u64,
+    /// The request arrived at the server (RX stamp) → the server's `recv()` returned.
     pub server_recv_ns: u64,
+    /// The server's `recv()` returned → the response left its stack (first SND stamp).
     pub server_app_ns: u64,
+    /// The response arrived (RX stamp of its last packet) → the client's `recv()` returned.
     pub client_recv_ns: u64,
     /// TCP: request sent → its ACK came back (the kernel's own per-request round trip).
     pub tcp_ack_ns: Option<u64>,
     /// TCP_CRR: the handshake before the request (`connect()` → it returned); the
     /// transaction is this plus `rtt_ns`.
     pub connect_ns: Option<u64>,
+    /// Retransmissions, delayed ACKs and CPU migrations that touched it.
     pub events: Events,
 }
 
@@ -365,13 +379,19 @@ pub fn join(c: &ClientPart, s: &ServerPart) -> Result<Transaction, Missing> {
 /// every joined transaction's components.
 pub struct Recorder {
     pending: Option<ClientPart>,
+    /// Each component's histogram over the joined transactions (recorded in ns).
     pub hist: Components<LatencyHistogram>,
+    /// TCP: request sent → its ACK came back, for joined transactions with an ACK stamp.
     pub tcp_ack: LatencyHistogram,
     /// TCP_CRR's handshakes.
     pub connect: LatencyHistogram,
+    /// Transactions joined and recorded.
     pub stamped: u64,
+    /// Transactions not joined for a missing stamp ([`Missing::Unstamped`]).
     pub unstamped: u64,
+    /// Transactions not joined because their stamps contradict ([`Missing::Inconsistent`]).
     pub inconsistent: u64,
+    /// What touched the joined transactions, counted.
     pub events: EventCounts,
     /// Transactions by round trip (log bands), each band's component sums: what a
     /// transaction at a given percentile is made of.
@@ -400,7 +420,9 @@ pub const TAIL_PPM: u32 = PPM_PER_PCT;
 /// so that the run's share is among them ([`slowest::keep_for`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TailPlan {
+    /// The run's slowest share, parts per million (`--tail`; [`TAIL_PPM`] is 1 %).
     pub ppm: u32,
+    /// Transactions each stream keeps so that the run's share is among them.
     pub keep: u64,
 }
 
@@ -425,10 +447,13 @@ impl Default for TailPlan {
 /// A joined transaction with where it came from, ordered by its round trip.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Logged {
+    /// When the client called `send()`, CLOCK_REALTIME ns since the Unix epoch.
     pub sent_unix_ns: u64,
     /// The stream's transaction number, from 1.
     pub seq: u64,
+    /// The stream (connection) it came from, numbered from 0.
     pub stream: u32,
+    /// The transaction; in JSON its fields sit in the same object, not under `t`.
     #[serde(flatten)]
     pub t: Transaction,
 }

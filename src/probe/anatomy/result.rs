@@ -13,9 +13,14 @@ pub struct OneWay {
     pub clock: String,
     /// Server clock minus client clock, as used.
     pub offset_us: f64,
+    /// The request's delay, client TX stamp → server RX stamp, after the offset.
     pub request: Summary,
+    /// The response's delay, server TX stamp → client RX stamp, after the offset.
     pub response: Summary,
+    /// How much the request's delay changed from one transaction to the next (only
+    /// consecutive numbers are compared).
     pub ipdv_request: Summary,
+    /// The same of the response's delay.
     pub ipdv_response: Summary,
     /// Delays below zero after the offset (left out of the statistics).
     pub negative: u64,
@@ -44,7 +49,7 @@ pub struct Tail {
     #[serde(default)]
     pub rtt_percentile_us: Option<f64>,
     /// The tail is exactly the run's slowest share (false when that share exceeds
-    /// the transactions a run keeps, [`slowest::KEEP_MAX`], and in records before it,
+    /// the transactions a run keeps, [`slowest::KEEP_MAX`](super::slowest::KEEP_MAX), and in records before it,
     /// whose tail could miss transactions).
     #[serde(default)]
     pub exact: bool,
@@ -59,6 +64,8 @@ fn one_pct() -> f64 {
 /// One component as the cause of slow transactions, with the event that touched them.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cause {
+    /// The component furthest above its median in these transactions: "client_send",
+    /// "network", "server_recv", "server_app" or "client_recv".
     pub component: String,
     /// "rto", "tlp" (a retransmission by that timer), "recovery" (by loss recovery),
     /// "delayed_ack" or "migration" (of the component's host), or none: the component
@@ -76,10 +83,16 @@ pub struct Cause {
 pub struct Components<T> {
     /// The round trip the components add up to (CLOCK_REALTIME, send() → recv()).
     pub rtt: T,
+    /// The client's `send()` → the request's last byte left its stack (SND stamp).
     pub client_send: T,
+    /// Client TX → client RX of the response, less the server's two parts: both ways
+    /// across the network.
     pub network: T,
+    /// The request arrived at the server (RX stamp) → the server's `recv()` returned.
     pub server_recv: T,
+    /// The server's `recv()` returned → the response left its stack (SND stamp).
     pub server_app: T,
+    /// The response arrived at the client (RX stamp) → the client's `recv()` returned.
     pub client_recv: T,
 }
 
@@ -107,6 +120,7 @@ pub struct AnatomyResult {
     pub inconsistent: u64,
     /// What touched the stamped transactions.
     pub events: EventCounts,
+    /// Each component's statistics over the stamped transactions.
     pub components: Components<Summary>,
     /// What a transaction at each reported percentile is made of.
     pub at_percentiles: Vec<Composition>,
@@ -126,9 +140,11 @@ pub struct AnatomyResult {
 /// the components' own percentiles would not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Composition {
+    /// The round trip's percentile, e.g. 99.9 (one of `--percentiles`).
     pub percentile: f64,
     /// Transactions in the band.
     pub transactions: u64,
+    /// The band's mean round trip and mean components, µs.
     pub parts_us: Components<f64>,
 }
 
@@ -139,13 +155,20 @@ pub struct EventCounts {
     pub retransmitted: u64,
     /// Segments the client and the server sent again, summed over transactions.
     pub request_retransmissions: u64,
+    /// The server's: segments of responses sent again, summed over transactions.
     pub response_retransmissions: u64,
     /// Those retransmissions by kind: tail loss probes, RTOs and loss recovery.
     pub tlp: u64,
+    /// Retransmissions the RTO timer sent.
     pub rto: u64,
+    /// Retransmissions loss recovery sent (messages longer than a segment); 0 when
+    /// reading records that lack it.
     #[serde(default)]
     pub recovery: u64,
+    /// Transactions the server's delayed-ACK timer touched (see `Events::delayed_ack`).
     pub delayed_ack: u64,
+    /// Transactions whose client `recv()` returned on another CPU than `send()` ran on.
     pub client_migrated: u64,
+    /// Transactions whose request the server read on another CPU than the one before.
     pub server_migrated: u64,
 }

@@ -36,16 +36,20 @@ pub struct ServerPart {
     pub answered: u32,
     /// The request's RX stamp and the response's TX stamp, server's CLOCK_REALTIME.
     pub rx_ns: Option<u64>,
+    /// The response's TX stamp (its first SND stamp), ns. A trailer does not carry it:
+    /// read from one, it is `rx_ns + recv_ns + app_ns`, `None` if any is missing.
     pub tx_ns: Option<u64>,
     /// The response's retransmissions, and when its last segment's last one left after
     /// the first send.
     pub retransmissions: u8,
+    /// µs from the response's first send to its last segment's last retransmission;
+    /// `None` when that segment went once.
     pub retransmitted_after_us: Option<u32>,
     /// The server read this request on another CPU than the request before it.
     pub migrated: bool,
-    /// The server's kernel probes a tail loss first ([`probes_tail_loss`]).
+    /// The server's kernel probes a tail loss first ([`probes_tail_loss`](super::probes_tail_loss)).
     pub tlp: bool,
-    /// Of the retransmissions, those the server's RTO timer sent ([`RetransCounters`]).
+    /// Of the retransmissions, those the server's RTO timer sent ([`RetransCounters`](super::RetransCounters)).
     pub rtos: Option<u8>,
     /// Of the retransmissions, those the server's loss recovery sent ([`Sends::recovery`]).
     pub recovery: u8,
@@ -174,6 +178,7 @@ pub struct LastPart {
 }
 
 impl LastPart {
+    /// `part` encoded as a trailer, for the stream whose client end is `peer`.
     pub fn new(peer: std::net::SocketAddr, part: &ServerPart) -> Self {
         let mut trailer = vec![0u8; MIN_RESPONSE as usize];
         part.write(&mut trailer);

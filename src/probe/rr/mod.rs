@@ -65,13 +65,21 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let slow_log = open_slow_log(s)?;
     let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
+    // The watchdog's handles on the connections, also holding them open until the
+    // server's report is in: a connection closed before it leaves the server unable
+    // to say which stream its last part belongs to.
+    let watched: Vec<TcpStream> = conns
+        .iter()
+        .flatten()
+        .filter_map(|c| c.try_clone().ok())
+        .collect();
     let plan = Plan {
         data,
         run_for,
         tail: tail_plan(s, run_for),
         slow_log,
     };
-    let (outcomes, phase) = measure(s, ctl, &plan, conns, hdr.as_mut());
+    let (outcomes, phase) = measure(s, ctl, &plan, (conns, &watched), hdr.as_mut());
     if let Some(h) = hdr.take() {
         let _ = h.finish();
     }
@@ -83,6 +91,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         REPORT_WAIT
     };
     let server = client.finish(wait);
+    drop(watched);
     let mut outcomes = outcomes;
     if let Ok(r) = &server {
         join_last_parts(&mut outcomes, &r.last_parts, slow_log);
@@ -282,14 +291,9 @@ fn measure(
     s: &RrSettings,
     ctl: &RunControl,
     plan: &Plan<'_>,
-    conns: Vec<Option<TcpStream>>,
+    (conns, watched): (Vec<Option<TcpStream>>, &[TcpStream]),
     mut hdr: Option<&mut HdrLogWriter>,
 ) -> (Vec<StreamOutcome>, Phase) {
-    let watched: Vec<TcpStream> = conns
-        .iter()
-        .flatten()
-        .filter_map(|c| c.try_clone().ok())
-        .collect();
     let cutoff = AtomicBool::new(false);
     let barrier = Barrier::new(s.streams as usize + 1);
     let start_cell: Mutex<Option<Instant>> = Mutex::new(None);
@@ -340,7 +344,7 @@ fn measure(
         *start_cell.lock().unwrap_or_else(|p| p.into_inner()) = Some(start);
         barrier.wait();
         let hard_deadline = start + plan.run_for + IN_FLIGHT_GRACE;
-        let series = watch(s, &watched, ctl, &cutoff, hard_deadline, &handles);
+        let series = watch(s, watched, ctl, &cutoff, hard_deadline, &handles);
         let outs: Vec<StreamOutcome> = handles
             .into_iter()
             .map(|h| {

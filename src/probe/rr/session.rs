@@ -25,8 +25,12 @@ pub const SESSION_PAYLOAD: u32 = 8;
 /// What a session asks of the server.
 #[derive(Clone, Debug)]
 pub struct SessionSpec {
+    /// The server's control address; the data port it grants is taken at the same IP.
     pub server: SocketAddr,
+    /// The shared secret the control handshake proves; `None` for a server that asks for
+    /// none.
     pub secret: Option<Vec<u8>>,
+    /// The test asked for: TCP_RR, UDP_RR or TCP_CRR.
     pub test: TestKind,
     /// The caller's pace: the server ends a test whose client is silent longer than
     /// its idle timeout plus this.
@@ -52,6 +56,7 @@ pub struct Transaction {
 /// What one TCP_CRR transaction ([`Session::transact`]) came to.
 #[derive(Clone, Debug)]
 pub enum Outcome {
+    /// The response came: the times of the exchange and its `connect()`, and `tcp_info`.
     Answered(Transaction),
     /// No reply within the timeout.
     TimedOut,

@@ -37,6 +37,7 @@ pub(super) const MAX_TCPINFO_SAMPLES: usize = 100_000;
 pub struct OpenLoop {
     /// Requests per second per stream.
     pub rate_per_s: f64,
+    /// `--schedule`: fixed or Poisson gaps between the intended send times.
     pub schedule: Schedule,
     /// Requests without a reply after which the sender waits (the intended times keep
     /// their schedule, so the wait shows in the response time).
@@ -48,9 +49,15 @@ pub struct OpenLoop {
 pub struct RrSettings {
     /// The server's control address.
     pub server: SocketAddr,
+    /// The shared secret the control handshake proves (`--secret-file` or
+    /// `RTTLAB_SECRET`); `None`: run only against a server that asks for none.
     pub secret: Option<Vec<u8>>,
+    /// `-t`: TCP_RR, UDP_RR or TCP_CRR.
     pub test: TestKind,
+    /// `-r REQ,RESP`: bytes of each request.
     pub request_size: u32,
+    /// `-r REQ,RESP`: bytes of each response (raised to the anatomy's minimum with
+    /// `--anatomy`).
     pub response_size: u32,
     /// `-l`: run this long.
     pub duration: Option<Duration>,
@@ -58,31 +65,44 @@ pub struct RrSettings {
     pub count: Option<u64>,
     /// `-w`: wait between receipt of a response and the next request.
     pub interval: Duration,
+    /// `--pace` or `--spin`: how the interval is waited (sleep, spin or hybrid).
     pub pace: PaceMode,
     /// `-b`: transactions back to back per interval.
     pub burst: u32,
+    /// `--streams`: parallel connections, each with its own thread.
     pub streams: u32,
     /// Start stream i at i/streams of `interval`, so that many streams' requests do
     /// not leave in one burst every interval (seed 000 started its netperfs 50 ms apart).
     pub spread_starts: bool,
     /// `-P`: fixed server data port (0: any).
     pub data_port: u16,
+    /// `--thin-linear-timeouts`: TCP_THIN_LINEAR_TIMEOUTS on both ends' data sockets.
     pub thin_linear_timeouts: bool,
+    /// `--cc`: congestion control (TCP_CONGESTION) of both ends' data sockets;
+    /// `None`: the system's default.
     pub congestion: Option<String>,
+    /// `-T LCPU,`: pin the client's stream threads to this CPU; `None`: not pinned.
     pub local_cpu: Option<usize>,
+    /// `-T ,RCPU`: the CPU the server is asked to pin its side to; `None`: not pinned.
     pub remote_cpu: Option<usize>,
     /// UDP: a request without a reply after this is lost; with `adaptive_timeout`, the
     /// ceiling of the adaptive timeout.
     pub timeout: Duration,
     /// UDP_RR (closed loop): the timeout follows the measured round trips as TCP's RTO
-    /// does ([`super::udp_timeout`]): SRTT + max(4·RTTVAR, [`UDP_TIMEOUT_FLOOR`]), at most
+    /// does ([`crate::probe::udp_timeout`]): SRTT + max(4·RTTVAR, [`UDP_TIMEOUT_FLOOR`]), at most
     /// `timeout`.
     pub adaptive_timeout: bool,
+    /// `--rate`: send on a schedule whatever the replies do; `None`: closed loop.
     pub open_loop: Option<OpenLoop>,
+    /// `--tcpinfo-interval`: sample the client's tcp_info this often during the run;
+    /// `None`: no series.
     pub tcpinfo_interval: Option<Duration>,
     /// Tell the server to drop one UDP request in N (tests loss accounting).
     pub udp_drop_one_in: Option<u32>,
+    /// `--percentiles`: the latency percentiles the result carries.
     pub percentiles: Vec<Percentile>,
+    /// `--hdr-log`: write the latencies here as an HdrHistogram interval log (a tag
+    /// per stream, an interval per second).
     pub hdr_log: Option<PathBuf>,
     /// Traffic class, interface, source address, mark and socket buffers.
     pub path: crate::probe::path::PathOptions,
@@ -170,7 +190,9 @@ pub enum RrError {
     /// The control connection could not be made.
     #[error("cannot reach the rttlab server at {addr} (is `rttlab serve` running there?)")]
     Connect {
+        /// The server's control address.
         addr: SocketAddr,
+        /// Why the connection failed.
         #[source]
         source: io::Error,
     },
@@ -192,14 +214,18 @@ pub enum RrError {
     /// The data connections could not be set up.
     #[error("data connection to port {port}")]
     Data {
+        /// The data port the server announced.
         port: u16,
+        /// Why the connection or socket setup failed.
         #[source]
         source: io::Error,
     },
     /// An output file (`--hdr-log`, `--slow-log`) could not be created.
     #[error("{flag}")]
     Output {
+        /// The flag that named the file, e.g. `--hdr-log`.
         flag: &'static str,
+        /// Why the file could not be created.
         #[source]
         source: crate::kernel::fs::FileError,
     },

@@ -79,6 +79,7 @@ pub enum Action {
 /// How a conversation ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ending {
+    /// Which way it ended: completed, refused, failed proof, protocol error, ….
     pub kind: EndKind,
     /// One line saying why (what the peer was told, when it was told anything).
     pub message: String,

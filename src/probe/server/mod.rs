@@ -81,6 +81,8 @@ pub struct ServerConfig {
     pub listen: Vec<SocketAddr>,
     /// Shared secret both ends prove; `None` serves anyone.
     pub secret: Option<Vec<u8>>,
+    /// What a test may ask for, announced to clients in Welcome (`--max-payload`,
+    /// `--max-streams`, `--max-duration`, `--max-tests`, `--data-ports`).
     pub limits: Limits,
     /// A control connection silent this long between tests, or a test whose client
     /// has sent no data this long (plus the test's interval), is dropped.
@@ -168,7 +170,9 @@ pub enum ServerError {
     /// A listen address could not be bound.
     #[error("cannot listen on {addr} (is another server running there? pick another port with --port or --listen)")]
     Bind {
+        /// The address that could not be bound.
         addr: SocketAddr,
+        /// The OS error from binding.
         #[source]
         source: io::Error,
     },
@@ -180,15 +184,22 @@ pub enum ServerError {
 /// Counters of a running server.
 #[derive(Debug, Default)]
 pub struct ServerCounters {
+    /// Tests admitted (within the limits and given a budget slot), counted before their
+    /// data socket opens: one whose socket then fails to open counts in `rejected` too.
     pub tests_started: AtomicU64,
+    /// Tests that ran and whose Result was sent to the client.
     pub tests_completed: AtomicU64,
     /// Tests refused: busy, over the memory budget, or a spec the limits forbid.
     pub rejected: AtomicU64,
+    /// Conversations ended because the client's proof of the secret was wrong; each also
+    /// counts towards its source's lockout.
     pub auth_failures: AtomicU64,
     /// Connections refused at accept because their source failed too often.
     pub auth_locked_out: AtomicU64,
     /// Connections dropped from the handshake pool (oldest first) or past its deadline.
     pub handshakes_dropped: AtomicU64,
+    /// Conversations ended because the peer broke the protocol (a malformed, oversized,
+    /// forged or unexpected frame) or the test's data connections failed.
     pub protocol_errors: AtomicU64,
     /// Tests the server ended: the client went silent or overran its length.
     pub tests_ended_by_server: AtomicU64,

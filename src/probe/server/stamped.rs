@@ -50,6 +50,9 @@ fn carry(part: Option<crate::probe::anatomy::ServerPart>, resp: &mut [u8]) {
 /// of the transaction before it.
 pub(super) struct RrStamps {
     book: ServerStamps,
+    /// The client's end, read while the connection is up: once the client has closed
+    /// it and the test's end has shut it down, the socket can no longer name it.
+    peer: Option<std::net::SocketAddr>,
     retrans: RetransCounters,
     arrival: Arrival,
     resp_len: u64,
@@ -66,6 +69,7 @@ impl RrStamps {
         book.tlp = probes_tail_loss(fd);
         Some(Self {
             book,
+            peer: c.0.peer_addr().ok(),
             retrans: RetransCounters::new(fd, resp_len),
             arrival: Arrival::default(),
             resp_len,
@@ -105,7 +109,7 @@ impl Hook<Connection> for RrStamps {
         c.last_parts.extend(
             self.book
                 .last(sends, answered)
-                .zip(t.0.peer_addr().ok())
+                .zip(self.peer)
                 .map(|(p, peer)| LastPart::new(peer, &p)),
         );
     }
