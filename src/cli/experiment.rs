@@ -266,7 +266,7 @@ pub enum ByArg {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
-  rttlab experiment blackout                             the seed's grid in a lab, 5 trials
+  rttlab experiment blackout                             the seed's grid in a lab, 3 trials
   rttlab experiment blackout --rto-min 5ms,200ms --thin on --trials 3 --out runs/b
   rttlab experiment blackout -H server.example --blackout-by nftables   on a real path")]
 pub struct BlackoutArgs {

@@ -222,11 +222,17 @@ fn point(
         }
     }
     let (h, transactions, retr) = match &rr {
-        Ok(r) => (
-            Some(&r.histogram),
-            r.transactions,
-            r.local_retrans.unwrap_or(0) + r.remote_retrans.unwrap_or(0),
-        ),
+        Ok(r) => {
+            // Measured, then cut short: the point keeps its numbers and says why.
+            if let Some(e) = &r.error {
+                errors.push(format!("TCP_RR: {e}"));
+            }
+            (
+                Some(&r.histogram),
+                r.transactions,
+                r.local_retrans.unwrap_or(0) + r.remote_retrans.unwrap_or(0),
+            )
+        }
         Err(e) => {
             errors.push(format!("TCP_RR: {}", e));
             (None, 0, 0)

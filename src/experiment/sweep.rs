@@ -76,13 +76,13 @@ impl Default for Settings {
 fn point(
     (interval_us, tool): &Cell,
     trial: u32,
-    r: Result<(&LatencyHistogram, u64), &dyn std::error::Error>,
+    r: Result<(&LatencyHistogram, u64, Option<&str>), &dyn std::error::Error>,
     out: &Path,
 ) -> Point {
     let interval_us = *interval_us;
     let us = |v: Option<u64>| v.map(|x| x as f64 / 1e3);
     match r {
-        Ok((h, lost)) => {
+        Ok((h, lost, cut_short)) => {
             let file = if trial == 0 {
                 format!("{tool}-{interval_us}us.hist.csv")
             } else {
@@ -92,6 +92,8 @@ fn point(
                 Ok(()) => (Some(file), None),
                 Err(e) => (None, Some(crate::error_chain(&e))),
             };
+            // Measured, then cut short: the point keeps its numbers and says why.
+            let error = cut_short.map(str::to_string).or(error);
             Point {
                 interval_us,
                 tool: tool.clone(),
@@ -189,7 +191,9 @@ impl Experiment for IntervalSweep {
                 p.one_in_flight = true;
                 let ctl = PingControl::default();
                 let r = until_interrupted(interrupt, &ctl.stop, || ping::run(&p, &ctl));
-                let r = r.as_ref().map(|r| (&r.histogram, r.lost));
+                let r = r
+                    .as_ref()
+                    .map(|r| (&r.histogram, r.lost, r.error.as_deref()));
                 point(cell, trial, r.map_err(|e| e as _), out)
             } else {
                 let mut r = RrSettings::new(testbed.server);
@@ -203,7 +207,7 @@ impl Experiment for IntervalSweep {
                 }
                 let ctl = RunControl::default();
                 let res = until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl));
-                let res = res.as_ref().map(|r| (&r.histogram, 0));
+                let res = res.as_ref().map(|r| (&r.histogram, 0, r.error.as_deref()));
                 point(cell, trial, res.map_err(|e| e as _), out)
             }
         })

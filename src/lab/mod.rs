@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 pub use topology::{HostInfo, LabInfo};
 
-/// Errors building, changing or removing a lab.
 /// A failed step of building the lab, keeping the error as its source.
 pub(crate) fn setup<E: Into<Box<dyn std::error::Error + Send + Sync>>>(
     step: impl Into<String>,

@@ -107,7 +107,8 @@ pub trait Sink {
     fn flow_done(&mut self, _f: &Flow) {}
 }
 
-/// Which packets to look at (any that match; an empty list matches everything).
+/// Which packets to look at: a packet must match every list that is not empty (hosts,
+/// ports, flows), and any one entry of a list; empty lists match everything.
 #[derive(Debug, Clone, Default)]
 pub struct Filter {
     /// Addresses (`--host`): a packet matches with one of them at either end.

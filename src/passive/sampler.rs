@@ -272,8 +272,9 @@ impl Sampler {
     }
 
     /// A TCP packet of flow `key` sent by half `d`: `seglen` of sequence space from
-    /// `seq`, and `ack` when the ACK flag is set. `watched` says whether the metric
-    /// looks at this direction (data leaving the VM, ACKs coming back).
+    /// `seq`, and `ack` when the ACK flag is set. `data_watched` and `ack_watched` say whether
+    /// the metric looks at this direction's data (leaving the VM) and its ACKs (coming
+    /// back).
     #[allow(
         clippy::too_many_arguments,
         reason = "a packet's fields as the passive engine decoded them, passed per packet without building a struct"

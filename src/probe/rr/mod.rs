@@ -61,7 +61,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let run_for = s.duration.unwrap_or(server_max.min(MAX_RUN)).min(MAX_RUN);
     let port = client.start(&test_spec(s, run_for))?;
     let data = SocketAddr::new(s.server.ip(), port);
-    let mut hdr = open_hdr_log(s, port)?;
+    let mut hdr = open_hdr_log(s)?;
     let slow_log = open_slow_log(s)?;
     let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
@@ -379,14 +379,15 @@ fn measure_stream(cx: &Ctx<'_>, conn: Option<TcpStream>, tally: &mut Tally) {
     let s = cx.s;
     let opened = match (s.test, s.open_loop) {
         (TestKind::TcpRr, None) if s.anatomy => {
-            TcpRr::<stamped::RrStamps>::open(cx, conn, &mut tally.out)
+            TcpRr::<stamped::Stamps<stamped::RrStamps>>::open(cx, conn, &mut tally.out)
                 .map(|x| closed::run(cx, x, tally))
         }
         (TestKind::TcpRr, None) => {
             TcpRr::<Plain>::open(cx, conn, &mut tally.out).map(|x| closed::run(cx, x, tally))
         }
         (TestKind::TcpCrr, _) if s.anatomy => {
-            TcpCrr::<stamped::CrrStamps>::open(cx).map(|x| closed::run(cx, x, tally))
+            TcpCrr::<stamped::Stamps<stamped::CrrStamps>>::open(cx)
+                .map(|x| closed::run(cx, x, tally))
         }
         (TestKind::TcpCrr, _) => TcpCrr::<Plain>::open(cx).map(|x| closed::run(cx, x, tally)),
         (TestKind::UdpRr, None) => udp::UdpRr::open(cx, tally).map(|x| closed::run(cx, x, tally)),
@@ -498,7 +499,7 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
 }
 
 /// The `--hdr-log` writer, one tag per stream, one interval a second.
-fn open_hdr_log(s: &RrSettings, port: u16) -> Result<Option<HdrLogWriter>, RrError> {
+fn open_hdr_log(s: &RrSettings) -> Result<Option<HdrLogWriter>, RrError> {
     let Some(p) = &s.hdr_log else {
         return Ok(None);
     };
@@ -519,7 +520,7 @@ fn open_hdr_log(s: &RrSettings, port: u16) -> Result<Option<HdrLogWriter>, RrErr
         ),
     )
     .map(Some)
-    .map_err(|source| RrError::Data { port, source })
+    .map_err(RrError::HdrLog)
 }
 
 /// TCP_RR connects every stream before timing starts, so a refused data port is an

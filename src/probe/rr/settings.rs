@@ -229,6 +229,9 @@ pub enum RrError {
         #[source]
         source: crate::kernel::fs::FileError,
     },
+    /// `--hdr-log`'s header could not be written.
+    #[error("--hdr-log: writing the header")]
+    HdrLog(#[source] io::Error),
     /// A setting the server's limits forbid, caught before asking.
     #[error("{0}")]
     Limit(String),

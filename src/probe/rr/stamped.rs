@@ -18,7 +18,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 /// The client's side of one request → response, on its own clock.
 #[derive(Default)]
-struct Clock {
+pub(super) struct Clock {
     cpu_sent: u32,
     /// Just before `send()`.
     sent: u64,
@@ -61,16 +61,91 @@ impl Clock {
     }
 }
 
-/// A read of the response with its RX stamp.
-fn recv_stamped(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<u64>)> {
-    stamps::recv(fd, buf, flags)
+/// `--anatomy` on a TCP test: every response read with its RX stamp, the client's
+/// clock at each stamp point, and what the test `K` does with them.
+pub(super) struct Stamps<K> {
+    clock: Clock,
+    kind: K,
+}
+
+/// What a TCP test does with its stamps: where the server's part of a transaction
+/// comes from, and how a connection is set up for stamping.
+pub(super) trait Kind: Sized {
+    /// The stream's state before its first transaction.
+    ///
+    /// # Errors
+    /// The kernel refused what the stamps need.
+    fn open(cx: &Ctx<'_>) -> Result<Self, StreamError>;
+
+    /// A new connection, stamped from here.
+    ///
+    /// # Errors
+    /// The kernel refused the stamps on it.
+    fn connected(&mut self, fd: RawFd) -> Result<(), StreamError>;
+
+    /// A transaction begins (before TCP_CRR's connection).
+    #[inline]
+    fn begin(&mut self) {}
+
+    /// The transaction `number`, its response `resp` read whole at `clock`.
+    fn answered(
+        &mut self,
+        clock: &Clock,
+        cx: &Ctx<'_>,
+        sock: &mut TcpStream,
+        number: u64,
+        resp: &[u8],
+    );
+
+    /// The stream ended after `out.transactions`.
+    fn finish(self, fd: Option<RawFd>, out: &mut StreamOutcome);
+}
+
+impl<K: Kind> Hook for Stamps<K> {
+    fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
+        Ok(Self {
+            clock: Clock::default(),
+            kind: K::open(cx)?,
+        })
+    }
+
+    fn connected(&mut self, fd: RawFd) -> Result<(), StreamError> {
+        self.kind.connected(fd)
+    }
+
+    #[inline]
+    fn begin(&mut self) {
+        self.kind.begin();
+    }
+
+    #[inline]
+    fn sending(&mut self) {
+        self.clock.sending();
+    }
+
+    #[inline]
+    fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<u64>)> {
+        stamps::recv(fd, buf, flags)
+    }
+
+    #[inline]
+    fn received(&mut self, rx: Option<u64>) {
+        self.clock.received(rx);
+    }
+
+    fn answered(&mut self, cx: &Ctx<'_>, sock: &mut TcpStream, number: u64, resp: &[u8]) {
+        self.kind.answered(&self.clock, cx, sock, number, resp);
+    }
+
+    fn finish(self, fd: Option<RawFd>, out: &mut StreamOutcome) {
+        self.kind.finish(fd, out);
+    }
 }
 
 /// TCP_RR: the stream's one connection stamped; each transaction's server part comes
 /// in the next response, the last one's with the server's report.
 pub(super) struct RrStamps {
     book: Recorder,
-    clock: Clock,
     req_len: u64,
     /// The connection probes tail loss (`probe::anatomy::probes_tail_loss`).
     tlp: bool,
@@ -84,11 +159,10 @@ impl RrStamps {
     }
 }
 
-impl Hook for RrStamps {
+impl Kind for RrStamps {
     fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         Ok(Self {
             book: cx.recorder(),
-            clock: Clock::default(),
             req_len: u64::from(cx.s.request_size),
             tlp: false,
             retrans: None,
@@ -102,24 +176,16 @@ impl Hook for RrStamps {
         Ok(())
     }
 
-    #[inline]
-    fn sending(&mut self) {
-        self.clock.sending();
-    }
-
-    #[inline]
-    fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<u64>)> {
-        recv_stamped(fd, buf, flags)
-    }
-
-    #[inline]
-    fn received(&mut self, rx: Option<u64>) {
-        self.clock.received(rx);
-    }
-
-    fn answered(&mut self, cx: &Ctx<'_>, sock: &mut TcpStream, seq: u64, resp: &[u8]) {
+    fn answered(
+        &mut self,
+        clock: &Clock,
+        cx: &Ctx<'_>,
+        sock: &mut TcpStream,
+        seq: u64,
+        resp: &[u8],
+    ) {
         let fd = sock.as_raw_fd();
-        let mut part = self.clock.part(seq as u32, seq, self.tlp, None);
+        let mut part = clock.part(seq as u32, seq, self.tlp, None);
         let (this, previous) = (self.last_byte(seq), self.last_byte(seq - 1));
         let mut late_ack = None;
         // Due: this request's SND stamps (more than one when it was retransmitted: they
@@ -168,7 +234,6 @@ impl Hook for RrStamps {
 /// wants them, which would leave each new connection's response unstamped.
 pub(super) struct CrrStamps {
     book: Recorder,
-    clock: Clock,
     _hold: UdpSocket,
     req_len: u64,
     /// Every connection between the same hosts negotiates the same: asked once.
@@ -180,14 +245,13 @@ pub(super) struct CrrStamps {
     trailer: Vec<u8>,
 }
 
-impl Hook for CrrStamps {
+impl Kind for CrrStamps {
     fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         let hold = UdpSocket::bind(("127.0.0.1", 0))
             .and_then(|u| stamps::hold_rx(u.as_raw_fd()).map(|()| u))
             .map_err(StreamError::NoStamps)?;
         Ok(Self {
             book: cx.recorder(),
-            clock: Clock::default(),
             _hold: hold,
             req_len: u64::from(cx.s.request_size),
             tlp: None,
@@ -211,31 +275,23 @@ impl Hook for CrrStamps {
         Ok(())
     }
 
-    #[inline]
-    fn sending(&mut self) {
-        self.clock.sending();
-    }
-
-    #[inline]
-    fn recv(fd: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Option<u64>)> {
-        recv_stamped(fd, buf, flags)
-    }
-
-    #[inline]
-    fn received(&mut self, rx: Option<u64>) {
-        self.clock.received(rx);
-    }
-
-    fn answered(&mut self, cx: &Ctx<'_>, sock: &mut TcpStream, number: u64, _resp: &[u8]) {
+    fn answered(
+        &mut self,
+        clock: &Clock,
+        cx: &Ctx<'_>,
+        sock: &mut TcpStream,
+        number: u64,
+        _resp: &[u8],
+    ) {
         let fd = sock.as_raw_fd();
         let last_byte = (self.req_len as u32).wrapping_sub(1);
         // connect_ns: the handshake and the new socket's set-up; with the rest, exactly
         // the transaction on this clock.
-        let mut part = self.clock.part(
+        let mut part = clock.part(
             1,
             number,
             self.tlp.unwrap_or(false),
-            Some(self.clock.sent.saturating_sub(self.before)),
+            Some(clock.sent.saturating_sub(self.before)),
         );
         // The server's part follows the response, once its SND stamp was in.
         let Ok(ReadEnd::Full) = read_full(sock, &mut self.trailer, || cx.keep()) else {
