@@ -12,7 +12,7 @@ use crate::kernel::sockopt;
 use crate::probe::io::{read_full, write_full, ReadEnd};
 use crate::probe::pacing::{self, Arrivals};
 use std::collections::VecDeque;
-use std::net::TcpStream;
+use std::net::{TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,184 +30,226 @@ pub(super) struct Pending {
 /// Open loop: a sender thread sends on the schedule; this thread receives and matches
 /// replies (TCP: in order; UDP: by the echoed sequence number).
 pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Tally) {
-    let (mut tx_tcp, mut rx_tcp, udp) = match ep {
-        Endpoint::Tcp(Some(s)) => match s.try_clone() {
-            Ok(c) => (Some(c), Some(s), None),
-            Err(e) => {
-                tally.out.error = Some(StreamError::DataSocket(e));
-                return;
-            }
-        },
-        Endpoint::Tcp(None) => {
-            tally.out.error = Some(StreamError::NoConnection);
+    let (tx, rx) = match open(cx, ep) {
+        Ok(ends) => ends,
+        Err(e) => {
+            tally.out.error = Some(e);
             return;
         }
-        Endpoint::Udp => match udp_socket(cx) {
-            Ok(u) => (None, None, Some(u)),
-            Err(e) => {
-                tally.out.error = Some(StreamError::UdpSocket(e));
-                return;
-            }
-        },
     };
-    tally.out.local_addr = rx_tcp
-        .as_ref()
-        .and_then(|s| s.local_addr().ok())
-        .or(udp.as_ref().and_then(|u| u.local_addr().ok()));
-    let k = seq_len(cx.s);
-    let mask = seq_mask(k);
-    let pending: Mutex<VecDeque<Pending>> = Mutex::new(VecDeque::new());
-    let sender_done = AtomicBool::new(false);
-    let send_error: Mutex<Option<StreamError>> = Mutex::new(None);
+    tally.out.local_addr = match &rx {
+        Receiver::Tcp(s) => s.local_addr().ok(),
+        Receiver::Udp(u) => u.local_addr().ok(),
+    };
+    let shared = Shared {
+        pending: Mutex::new(VecDeque::new()),
+        sender_done: AtomicBool::new(false),
+        send_error: Mutex::new(None),
+    };
     let late_sends = std::thread::scope(|scope| {
-        let sender = scope.spawn(|| {
-            if let Some(c) = cx.s.local_cpu {
-                let _ = cpu::pin_current_thread(c);
-            }
-            pacing::tighten_timer_slack();
-            let mut arrivals = Arrivals::new(
-                ol.rate_per_s,
-                ol.schedule,
-                0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64,
-            );
-            let mut req = vec![0u8; cx.s.request_size as usize];
-            let (mut seq, mut late) = (0u64, 0u64);
-            while seq < cx.quota && !cx.ctl.stop.load(Ordering::Relaxed) {
-                let intended = cx.start + arrivals.next_offset();
-                if intended >= cx.deadline {
-                    break;
-                }
-                if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed))
-                {
-                    break;
-                }
-                while pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize
-                    && cx.keep()
-                {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
-                seq += 1;
-                put_seq(&mut req, seq, k);
-                let sent = Instant::now();
-                if sent - intended > Duration::from_millis(1) {
-                    late += 1;
-                }
-                if let Ok(mut p) = pending.lock() {
-                    p.push_back(Pending {
-                        seq,
-                        intended,
-                        sent,
-                    });
-                }
-                let r = match (&mut tx_tcp, &udp) {
-                    (Some(t), _) => write_full(t, &req, || cx.keep()),
-                    (None, Some(u)) => u.send(&req).map(|_| ()),
-                    (None, None) => Ok(()),
-                };
-                if let Err(e) = r {
-                    *send_error.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(StreamError::Send(e));
-                    break;
-                }
-            }
-            sender_done.store(true, Ordering::Release);
-            late
-        });
-        let mut resp = vec![0u8; cx.s.response_size as usize + 1];
-        let rlen = cx.s.response_size as usize;
-        // UDP: requests given up on, newest last: a reply to one is late, not lost.
-        let mut gave_up = GaveUp::<Pending>::default();
-        loop {
-            let idle = sender_done.load(Ordering::Acquire)
-                && pending.lock().map_or(true, |p| p.is_empty());
-            if idle || !cx.keep() {
-                break;
-            }
-            if let Some(s) = rx_tcp.as_mut() {
-                match read_full(s, &mut resp[..rlen], || {
-                    cx.keep()
-                        && !(sender_done.load(Ordering::Acquire)
-                            && pending.lock().map_or(true, |p| p.is_empty()))
-                }) {
-                    Ok(ReadEnd::Full) => {
-                        let t1 = Instant::now();
-                        let front = pending.lock().ok().and_then(|mut p| p.pop_front());
-                        if let Some(p) = front {
-                            tally.record(cx, p.sent, t1);
-                            tally.out.intended.record_ns(
-                                u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
-                            );
-                        }
-                    }
-                    Ok(ReadEnd::Stopped { .. }) => break,
-                    Ok(ReadEnd::Closed { .. }) | Err(_) => {
-                        tally.out.error = Some(StreamError::Broke);
-                        break;
-                    }
-                }
-            } else if let Some(u) = &udp {
-                match u.recv(&mut resp) {
-                    Ok(n) if n == rlen => {
-                        let t1 = Instant::now();
-                        let got = get_seq(&resp, k);
-                        let matched = pending.lock().ok().and_then(|mut p| {
-                            p.iter()
-                                .position(|x| x.seq & mask == got)
-                                .and_then(|i| p.remove(i))
-                        });
-                        // Else a request given up on: late, not lost, a transaction
-                        // with its round trip.
-                        let (answered, late) = match matched {
-                            Some(p) => (Some(p), false),
-                            None => (
-                                gave_up.take_newest(|x| x.seq & mask == got).map(|(p, _)| p),
-                                true,
-                            ),
-                        };
-                        match answered {
-                            Some(p) => {
-                                tally.record(cx, p.sent, t1);
-                                tally.out.intended.record_ns(
-                                    u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX),
-                                );
-                                if late {
-                                    tally.out.lost = tally.out.lost.saturating_sub(1);
-                                    tally.out.late_replies += 1;
-                                }
-                            }
-                            None => tally.out.stray_replies += 1,
-                        }
-                    }
-                    Ok(_) => tally.out.stray_replies += 1,
-                    Err(e) if crate::probe::io::is_timeout(&e) => {}
-                    Err(e) => {
-                        tally.out.error = Some(StreamError::Receive(e));
-                        break;
-                    }
-                }
-                // Requests older than the timeout are lost.
-                let now = Instant::now();
-                if let Ok(mut p) = pending.lock() {
-                    while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
-                        if let Some(x) = p.pop_front() {
-                            gave_up.push(x);
-                        }
-                        tally.out.lost += 1;
-                    }
-                }
-            }
+        let sender = scope.spawn(|| send_on_schedule(cx, ol, tx, &shared));
+        match &rx {
+            Receiver::Tcp(s) => receive_tcp(cx, s, &shared, tally),
+            Receiver::Udp(u) => receive_udp(cx, u, &shared, tally),
         }
         sender.join().unwrap_or(0)
     });
     tally.out.late_sends = late_sends;
-    tally.out.unanswered = pending.lock().map_or(0, |p| p.len() as u64);
+    tally.out.unanswered = shared.pending.lock().map_or(0, |p| p.len() as u64);
     if tally.out.error.is_none() {
-        tally.out.error = send_error.into_inner().unwrap_or_else(|p| p.into_inner());
+        tally.out.error = shared
+            .send_error
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
     }
-    if let Some(s) = &rx_tcp {
+    if let Receiver::Tcp(s) = &rx {
         if let Ok(ti) = sockopt::tcp_info(s) {
             tally.out.retrans = u64::from(ti.total_retrans);
             tally.out.info = vec![ti];
+        }
+    }
+}
+
+/// Where the sender writes requests.
+enum Sender {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// Where this thread reads replies (the same socket as the sender's).
+enum Receiver {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// The stream's two ends: TCP_RR's connection cloned, UDP_RR's socket cloned.
+fn open(cx: &Ctx<'_>, ep: Endpoint) -> Result<(Sender, Receiver), StreamError> {
+    match ep {
+        Endpoint::Tcp(Some(s)) => {
+            let tx = s.try_clone().map_err(StreamError::DataSocket)?;
+            Ok((Sender::Tcp(tx), Receiver::Tcp(s)))
+        }
+        Endpoint::Tcp(None) => Err(StreamError::NoConnection),
+        Endpoint::Udp => {
+            let u = udp_socket(cx).map_err(StreamError::UdpSocket)?;
+            let tx = u.try_clone().map_err(StreamError::UdpSocket)?;
+            Ok((Sender::Udp(tx), Receiver::Udp(u)))
+        }
+    }
+}
+
+/// What the sender and the receiver share: the requests sent and not yet answered
+/// (oldest first), whether the sender is done, and why it stopped early.
+struct Shared {
+    pending: Mutex<VecDeque<Pending>>,
+    sender_done: AtomicBool,
+    send_error: Mutex<Option<StreamError>>,
+}
+
+impl Shared {
+    /// The sender is done and every request it sent was answered or given up on.
+    fn idle(&self) -> bool {
+        self.sender_done.load(Ordering::Acquire)
+            && self.pending.lock().map_or(true, |p| p.is_empty())
+    }
+}
+
+/// The sender: requests at the schedule's times whatever the replies do (at most
+/// `max_outstanding` unanswered). Returns how many left more than 1 ms late.
+fn send_on_schedule(cx: &Ctx<'_>, ol: OpenLoop, mut tx: Sender, shared: &Shared) -> u64 {
+    if let Some(c) = cx.s.local_cpu {
+        let _ = cpu::pin_current_thread(c);
+    }
+    pacing::tighten_timer_slack();
+    let mut arrivals = Arrivals::new(
+        ol.rate_per_s,
+        ol.schedule,
+        0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64,
+    );
+    let k = seq_len(cx.s);
+    let mut req = vec![0u8; cx.s.request_size as usize];
+    let (mut seq, mut late) = (0u64, 0u64);
+    while seq < cx.quota && !cx.ctl.stop.load(Ordering::Relaxed) {
+        let intended = cx.start + arrivals.next_offset();
+        if intended >= cx.deadline {
+            break;
+        }
+        if !pacing::wait_until(cx.s.pace, intended, || !cx.ctl.stop.load(Ordering::Relaxed)) {
+            break;
+        }
+        while shared.pending.lock().map_or(0, |p| p.len()) >= ol.max_outstanding as usize
+            && cx.keep()
+        {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        seq += 1;
+        put_seq(&mut req, seq, k);
+        let sent = Instant::now();
+        if sent - intended > Duration::from_millis(1) {
+            late += 1;
+        }
+        if let Ok(mut p) = shared.pending.lock() {
+            p.push_back(Pending {
+                seq,
+                intended,
+                sent,
+            });
+        }
+        let r = match &mut tx {
+            Sender::Tcp(t) => write_full(t, &req, || cx.keep()),
+            Sender::Udp(u) => u.send(&req).map(|_| ()),
+        };
+        if let Err(e) = r {
+            *shared.send_error.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some(StreamError::Send(e));
+            break;
+        }
+    }
+    shared.sender_done.store(true, Ordering::Release);
+    late
+}
+
+/// A reply to `p` read at `t1`: its service time (actual send → reply) and its
+/// response time (intended send → reply).
+fn record(cx: &Ctx<'_>, tally: &mut Tally, p: &Pending, t1: Instant) {
+    tally.record(cx, p.sent, t1);
+    tally
+        .out
+        .intended
+        .record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+}
+
+/// TCP_RR's replies, in order: each answers the oldest request pending.
+fn receive_tcp(cx: &Ctx<'_>, s: &TcpStream, shared: &Shared, tally: &mut Tally) {
+    let mut resp = vec![0u8; cx.s.response_size as usize];
+    let mut s = s;
+    while !shared.idle() && cx.keep() {
+        match read_full(&mut s, &mut resp, || cx.keep() && !shared.idle()) {
+            Ok(ReadEnd::Full) => {
+                let t1 = Instant::now();
+                let front = shared.pending.lock().ok().and_then(|mut p| p.pop_front());
+                if let Some(p) = front {
+                    record(cx, tally, &p, t1);
+                }
+            }
+            Ok(ReadEnd::Stopped { .. }) => break,
+            Ok(ReadEnd::Closed { .. }) | Err(_) => {
+                tally.out.error = Some(StreamError::Broke);
+                break;
+            }
+        }
+    }
+}
+
+/// UDP_RR's replies, matched by their echoed sequence number; a request older than
+/// the timeout is lost, and a reply to it later is late, not lost.
+fn receive_udp(cx: &Ctx<'_>, u: &UdpSocket, shared: &Shared, tally: &mut Tally) {
+    let k = seq_len(cx.s);
+    let mask = seq_mask(k);
+    let rlen = cx.s.response_size as usize;
+    let mut resp = vec![0u8; rlen + 1];
+    // Requests given up on, newest last.
+    let mut gave_up = GaveUp::<Pending>::default();
+    while !shared.idle() && cx.keep() {
+        match u.recv(&mut resp) {
+            Ok(n) if n == rlen => {
+                let t1 = Instant::now();
+                let got = get_seq(&resp, k);
+                let matched = shared.pending.lock().ok().and_then(|mut p| {
+                    p.iter()
+                        .position(|x| x.seq & mask == got)
+                        .and_then(|i| p.remove(i))
+                });
+                match matched {
+                    Some(p) => record(cx, tally, &p, t1),
+                    // Else a request given up on: late, not lost, a transaction with
+                    // its round trip.
+                    None => match gave_up.take_newest(|x| x.seq & mask == got) {
+                        Some((p, _)) => {
+                            record(cx, tally, &p, t1);
+                            tally.out.lost = tally.out.lost.saturating_sub(1);
+                            tally.out.late_replies += 1;
+                        }
+                        None => tally.out.stray_replies += 1,
+                    },
+                }
+            }
+            Ok(_) => tally.out.stray_replies += 1,
+            Err(e) if crate::probe::io::is_timeout(&e) => {}
+            Err(e) => {
+                tally.out.error = Some(StreamError::Receive(e));
+                break;
+            }
+        }
+        // Requests older than the timeout are lost.
+        let now = Instant::now();
+        if let Ok(mut p) = shared.pending.lock() {
+            while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
+                if let Some(x) = p.pop_front() {
+                    gave_up.push(x);
+                }
+                tally.out.lost += 1;
+            }
         }
     }
 }
