@@ -1046,3 +1046,132 @@ fn a_flood_from_many_sources_writes_a_bounded_log() {
         "{text}"
     );
 }
+
+/// Connect to `port` from 127.0.0.`from` and reset the connection at once (SO_LINGER
+/// 0): a connection that is dead by the time the server accepts it.
+fn reset_from(from: u8, port: u16) {
+    if let Ok(s) = connect_from(from, port) {
+        let s = Socket::from(s);
+        let _ = s.set_linger(Some(Duration::ZERO));
+    }
+}
+
+/// Threads of the server process, polled until they are at most `want` or 5 s pass.
+fn threads_settle(pid: u32, want: u64) -> u64 {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, n) = rss_and_threads(pid);
+        if n <= want || Instant::now() >= until {
+            return n;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Strangers' connections to a TCP_RR test's data port, reset before the server
+/// accepts them, are dropped like any stranger's (one used to end the client's test:
+/// the server asked the dead socket for its peer). And a test whose streams do not
+/// all come fails without leaving a thread behind (they used to stay, blocked in
+/// recv outside every budget, for as long as the client held its streams open).
+/// Witnesses: a request answered on each of the client's streams after the resets;
+/// the server's Error naming the missing streams; the server's thread count from
+/// /proc against its count before the test, while the client still holds its streams.
+#[test]
+fn reset_strangers_and_missing_streams_leave_no_test_broken_and_no_thread_behind() {
+    let srv = ServeChild::start(&[]);
+    let pid = srv.child.id();
+    let (_, idle_threads) = rss_and_threads(pid);
+
+    let mut spec = TestSpec::basic(TestKind::TcpRr, 1, 1, 5_000);
+    spec.streams = 2;
+    let (_ctl, data_port) = start_test(1, srv.port, spec.clone())
+        .unwrap_or_else(|e| panic!("starting the first test: {e}"));
+    for _ in 0..30 {
+        reset_from(2, data_port);
+    }
+    // The accept loop polls every 50 ms: let it take the dead connections first.
+    thread::sleep(Duration::from_millis(200));
+    for mut s in (0..2).map(|_| connect_from(1, data_port).unwrap()) {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(&[7]).unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)
+            .expect("the stream is served after the strangers' resets");
+    }
+
+    spec.streams = 3;
+    let (mut ctl, data_port) =
+        start_test(1, srv.port, spec).unwrap_or_else(|e| panic!("starting the second test: {e}"));
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| connect_from(1, data_port).unwrap())
+        .collect();
+    ctl.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    match control::read_msg::<_, ServerMsg>(&mut ctl) {
+        Ok(ServerMsg::Error { message }) => {
+            assert!(
+                message.contains("did not connect its data streams"),
+                "{message}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(ctl);
+    // The first test still runs (its control connection is open): its two threads,
+    // and none of the failed test's two.
+    let n = threads_settle(pid, idle_threads + 2);
+    assert!(
+        n <= idle_threads + 2,
+        "{n} threads, {idle_threads} idle: the failed test's stream threads outlived it"
+    );
+    drop(held);
+}
+
+/// The server's CPU time so far, s (utime + stime of /proc/PID/stat).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[0] + f[1]) as f64 / hz
+}
+
+/// TCP_CRR with `--anatomy`: a client that resets its connection while the server
+/// still waits for its large response's ACK stamp. The server's wait used to see the
+/// dead socket's POLLHUP at once, every time, and spin a core until the test's idle
+/// timeout. Witness: the kernel's CPU accounting of the server process over 2 s
+/// (a spinning thread takes ~2 s; a waiting one next to nothing).
+#[test]
+fn a_reset_tcp_crr_connection_does_not_spin_the_stamped_server() {
+    let srv = ServeChild::start(&["--idle-timeout", "30s"]);
+    let pid = srv.child.id();
+    let mut spec = TestSpec::basic(TestKind::TcpCrr, 1, 65_536, 20_000);
+    spec.anatomy = true;
+    let (_ctl, data_port) =
+        start_test(1, srv.port, spec).unwrap_or_else(|e| panic!("starting the test: {e}"));
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
+    // A small window: most of the response waits in the server's send queue, unacked.
+    s.set_recv_buffer_size(2048).unwrap();
+    s.connect(&SockAddr::from(SocketAddr::from((
+        [127, 0, 0, 1],
+        data_port,
+    ))))
+    .unwrap();
+    let mut s: TcpStream = s.into();
+    s.write_all(&[1]).unwrap();
+    thread::sleep(Duration::from_millis(500));
+    let s = Socket::from(s);
+    s.set_linger(Some(Duration::ZERO)).unwrap();
+    drop(s);
+    thread::sleep(Duration::from_millis(300));
+    let before = cpu_seconds(pid);
+    thread::sleep(Duration::from_secs(2));
+    let used = cpu_seconds(pid) - before;
+    assert!(used < 0.5, "the server used {used:.2} s of CPU in 2 s");
+}

@@ -132,78 +132,33 @@ impl DataTest {
     }
 
     /// Accept the client's streams (TCP_RR) or start the workers (UDP_RR, TCP_CRR).
+    /// When that fails part way, what was started is stopped and joined before the
+    /// error returns: no thread outlives its test (and its place in the budgets).
     pub(super) fn run(self) -> io::Result<RunningTest> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        let mut streams = Vec::new();
-        let mut listener_fd = None;
         let spec = self.service.spec.clone();
-        let this = Arc::new(self);
-        match &this.sock {
-            DataSock::Tcp(l) if spec.test == TestKind::TcpRr => {
-                let deadline = Instant::now() + CONNECT_GRACE;
-                while streams.len() < spec.streams as usize {
-                    let s = accept_until(l, deadline)?;
-                    if !same_ip(s.peer_addr()?.ip(), this.service.peer_ip) {
-                        continue;
-                    }
-                    this.service.configure(&s)?;
-                    // No receive timeout: a finite one arms a kernel timer on every
-                    // blocking recv (~15 % of TCP_RR's rate at one vCPU). `finish`
-                    // shuts these sockets down; the control connection's timeout
-                    // bounds a client that vanished.
-                    streams.push(s.try_clone()?);
-                    let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(
-                        std::thread::Builder::new()
-                            .name("serve-rr".into())
-                            .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_stream(s, &st))?,
-                    );
-                }
-            }
-            DataSock::Tcp(l) => {
-                l.set_nonblocking(false)?;
-                listener_fd = Some(l.as_raw_fd());
-                for _ in 0..spec.streams {
-                    let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(
-                        std::thread::Builder::new()
-                            .name("serve-crr".into())
-                            .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_connections(&st))?,
-                    );
-                }
-            }
-            DataSock::Udp(u) => {
-                u.set_read_timeout(Some(POLL_TICK))?;
-                for _ in 0..spec.streams {
-                    let (t, st) = (Arc::clone(&this), Arc::clone(&stop));
-                    threads.push(
-                        std::thread::Builder::new()
-                            .name("serve-udp".into())
-                            .stack_size(DATA_THREAD_STACK)
-                            .spawn(move || t.serve_datagrams(&st))?,
-                    );
-                }
-            }
+        let mut test = RunningTest {
+            test: Arc::new(self),
+            stop: Arc::new(AtomicBool::new(false)),
+            streams: Vec::new(),
+            listener_fd: None,
+            threads: Vec::new(),
+            congestion: None,
+            server_cpu: spec.server_cpu,
+            machine_start: None,
+        };
+        if let Err(e) = test.start(&spec) {
+            let _ = test.finish();
+            return Err(e);
         }
-        let congestion = streams
+        test.congestion = test
+            .streams
             .first()
             .and_then(|s| sockopt::congestion(s).ok())
             .or(spec.congestion.clone());
-        Ok(RunningTest {
-            test: this,
-            stop,
-            streams,
-            listener_fd,
-            threads,
-            congestion,
-            server_cpu: spec.server_cpu,
-            machine_start: crate::kernel::cpu::MachineTicks::now()
-                .ok()
-                .map(|t| (t, Instant::now())),
-        })
+        test.machine_start = crate::kernel::cpu::MachineTicks::now()
+            .ok()
+            .map(|t| (t, Instant::now()));
+        Ok(test)
     }
 
     /// TCP_RR: one of the client's streams, stamped with `--anatomy` (served plain
@@ -253,14 +208,28 @@ impl DataTest {
     }
 }
 
-fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
+/// A data thread with its name and the data threads' stack.
+fn spawn(
+    name: &str,
+    f: impl FnOnce() -> ThreadCounters + Send + 'static,
+) -> io::Result<JoinHandle<ThreadCounters>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(DATA_THREAD_STACK)
+        .spawn(f)
+}
+
+/// The next connection to the listener, and its peer, by `deadline`.
+fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<(TcpStream, SocketAddr)> {
     l.set_nonblocking(true)?;
     loop {
         match l.accept() {
-            Ok((s, _)) => {
+            Ok((s, peer)) => {
                 s.set_nonblocking(false)?;
-                return Ok(s);
+                return Ok((s, peer));
             }
+            // A connection reset before it was accepted: nobody's stream; the next.
+            Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     return Err(io::Error::new(
@@ -282,6 +251,53 @@ fn accept_until(l: &TcpListener, deadline: Instant) -> io::Result<TcpStream> {
 }
 
 impl RunningTest {
+    /// Start the test's threads: a thread per TCP_RR stream as the client connects it
+    /// (from its own address; anyone else's connection is dropped), or the TCP_CRR and
+    /// UDP_RR workers.
+    fn start(&mut self, spec: &TestSpec) -> io::Result<()> {
+        let this = Arc::clone(&self.test);
+        match &this.sock {
+            DataSock::Tcp(l) if spec.test == TestKind::TcpRr => {
+                let deadline = Instant::now() + CONNECT_GRACE;
+                while self.streams.len() < spec.streams as usize {
+                    // The address accept() gave: a stranger's connection reset before
+                    // it was accepted can no longer name its peer.
+                    let (s, peer) = accept_until(l, deadline)?;
+                    if !same_ip(peer.ip(), this.service.peer_ip) {
+                        continue;
+                    }
+                    this.service.configure(&s)?;
+                    // No receive timeout: a finite one arms a kernel timer on every
+                    // blocking recv (~15 % of TCP_RR's rate at one vCPU). `finish`
+                    // shuts these sockets down; the control connection's timeout
+                    // bounds a client that vanished.
+                    self.streams.push(s.try_clone()?);
+                    let (t, st) = (Arc::clone(&this), Arc::clone(&self.stop));
+                    self.threads
+                        .push(spawn("serve-rr", move || t.serve_stream(s, &st))?);
+                }
+            }
+            DataSock::Tcp(l) => {
+                l.set_nonblocking(false)?;
+                self.listener_fd = Some(l.as_raw_fd());
+                for _ in 0..spec.streams {
+                    let (t, st) = (Arc::clone(&this), Arc::clone(&self.stop));
+                    self.threads
+                        .push(spawn("serve-crr", move || t.serve_connections(&st))?);
+                }
+            }
+            DataSock::Udp(u) => {
+                u.set_read_timeout(Some(POLL_TICK))?;
+                for _ in 0..spec.streams {
+                    let (t, st) = (Arc::clone(&this), Arc::clone(&self.stop));
+                    self.threads
+                        .push(spawn("serve-udp", move || t.serve_datagrams(&st))?);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// How long the client has sent nothing: TCP_RR from its sockets' `tcp_info`
     /// (`tcpi_last_data_recv`, the most recently active stream), the others from the
     /// data threads' last note. `None` before anything can be said.

@@ -244,10 +244,12 @@ impl Hook<Accepting<'_>> for CrrStamps {
 
 /// The SND stamps of byte `want` of a message just sent, read until its ACK stamp:
 /// every copy of it the kernel sent (a retransmission comes before the ACK it earns).
-/// `None` when `keep` stops the wait first (the client went quiet or the run ended).
+/// `None` when `keep` stops the wait first (the client went quiet or the run ended),
+/// or the connection hung up (a reset) before the ACK came.
 fn acked_sends(fd: RawFd, want: u32, keep: impl Fn() -> bool) -> Option<Sends> {
     let mut sends = Sends::default();
     let mut acked = false;
+    let mut hung_up = false;
     loop {
         let _ = stamps::drain_tx(fd, |t| {
             if t.id == want {
@@ -261,7 +263,10 @@ fn acked_sends(fd: RawFd, want: u32, keep: impl Fn() -> bool) -> Option<Sends> {
         if acked {
             return Some(sends);
         }
-        if !keep() {
+        // Hung up (tcp_poll: reset, or shut both ways): every stamp it will ever have
+        // was in the queue just drained, so the ACK's will not come; and poll() would
+        // return at once from here on, spinning.
+        if hung_up || !keep() {
             return None;
         }
         // An error-queue entry shows as POLLERR.
@@ -272,6 +277,7 @@ fn acked_sends(fd: RawFd, want: u32, keep: impl Fn() -> bool) -> Option<Sends> {
         };
         // SAFETY: one valid pollfd for the call's duration.
         unsafe { libc::poll(&mut p, 1, POLL_TICK.as_millis() as libc::c_int) };
+        hung_up = p.revents & libc::POLLHUP != 0;
     }
 }
 
