@@ -143,7 +143,7 @@ def pacing(n=2000, wait_us=1000):
         for pace in ("sleep", "hybrid", "spin"):
             for cpus in ("0,0", "0,1"):
                 pcap = tempfile.mktemp(suffix=".pcap")
-                td = subprocess.Popen(["tcpdump", "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "96", "--time-stamp-precision=nano", "-w", pcap, "tcp port 5002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                td = subprocess.Popen(["tcpdump", "-Z", "root", "--immediate-mode", "-i", "lo", "-s", "96", "--time-stamp-precision=nano", "-w", pcap, "tcp port 20002"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1.0)
                 out = subprocess.run([RTTLAB, "rr", "-H", "127.0.0.1", "-P", "20002", "-n", str(n), "-w", f"{wait_us}us", "--pace", pace, "-T", cpus,
                                       "--json"], capture_output=True, text=True).stdout
@@ -153,7 +153,7 @@ def pacing(n=2000, wait_us=1000):
                 os.unlink(pcap)
                 errs = []
                 for a, b in zip(pk, pk[1:]):
-                    if a[1] == 5002 and b[1] != 5002:  # response, then the next request
+                    if a[1] == 20002 and b[1] != 20002:  # response, then the next request
                         errs.append((b[0] - a[0]) / 1e3 - wait_us)
                 errs.sort()
                 q = lambda f: errs[min(len(errs) - 1, int(f * len(errs)))]
