@@ -585,26 +585,10 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             probe: target,
         } => {
             let ns = at.netns.as_deref();
-            if value.is_zero() || value > Duration::from_secs(120) {
-                bail!("rto_min must be more than 0 and at most 120 s");
-            }
+            tuning::check_rto_min(value)?;
             if let Some(dest) = dest {
-                if value.subsec_nanos() % 1_000_000 != 0 {
-                    bail!("a route's rto_min is whole milliseconds; {value:?} is not");
-                }
-                let ms = u32::try_from(value.as_millis()).context("rto_min too large")?;
-                // An address: the route the kernel would use for it (`ip route get
-                // fibmatch`: local table and policy routing included). A prefix: that
-                // route of the main table.
-                let r = match tuning::parse_prefix(&dest) {
-                    Some((ip, len)) => route::find(&route::list(ns)?, ip, Some(len))?,
-                    None => route::lookup(
-                        ns,
-                        dest.parse().with_context(|| {
-                            format!("--route {dest:?} is not an address or prefix")
-                        })?,
-                    )?,
-                };
+                let ms = tuning::route_rto_min_ms(value)?;
+                let r = tuning::route_for(ns, &dest)?;
                 if at.dry_run {
                     outln!("{}", r.ip_command(ns, Some(ms)));
                     return Ok(());

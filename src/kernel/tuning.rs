@@ -205,6 +205,9 @@ pub enum TuneError {
         /// What failed: the I/O, lock or JSON error.
         msg: String,
     },
+    /// `--route` named neither an address nor a prefix.
+    #[error("--route {0:?} is not an address or prefix")]
+    NotAnAddress(String),
     /// `nft` could not remove a table.
     #[error("nft delete table {table}: {msg}")]
     Nft {
@@ -533,6 +536,63 @@ pub fn parse_prefix(s: &str) -> Option<(IpAddr, u8)> {
     Some((a.parse().ok()?, l.parse().ok()?))
 }
 
+/// The most rto_min can be: `TCP_RTO_MAX` (include/net/tcp.h), 120 s.
+pub const RTO_MIN_MAX: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// An rto_min the kernel would not take as asked.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RtoMinError {
+    /// Zero, or more than [`RTO_MIN_MAX`].
+    #[error("rto_min must be more than 0 and at most 120 s")]
+    OutOfRange,
+    /// A route's `RTAX_RTO_MIN` is in whole milliseconds.
+    #[error("a route's rto_min is whole milliseconds; {0:?} is not")]
+    NotWholeMs(std::time::Duration),
+    /// More milliseconds than the attribute holds.
+    #[error("rto_min {0:?} is too large for a route")]
+    TooLarge(std::time::Duration),
+}
+
+/// `value` as an rto_min: more than 0 and at most [`RTO_MIN_MAX`].
+///
+/// # Errors
+/// [`RtoMinError::OutOfRange`].
+pub fn check_rto_min(value: std::time::Duration) -> Result<(), RtoMinError> {
+    if value.is_zero() || value > RTO_MIN_MAX {
+        return Err(RtoMinError::OutOfRange);
+    }
+    Ok(())
+}
+
+/// `value` as a route's rto_min, ms (`RTAX_RTO_MIN`, whole milliseconds).
+///
+/// # Errors
+/// Out of range, not whole milliseconds, or too large.
+pub fn route_rto_min_ms(value: std::time::Duration) -> Result<u32, RtoMinError> {
+    check_rto_min(value)?;
+    if value.subsec_nanos() % 1_000_000 != 0 {
+        return Err(RtoMinError::NotWholeMs(value));
+    }
+    u32::try_from(value.as_millis()).map_err(|_| RtoMinError::TooLarge(value))
+}
+
+/// The route `--route DEST` names: for an address, the route the kernel would use for
+/// it (`ip route get fibmatch`: the local table and policy routing included); for a
+/// prefix, that route of the main table.
+///
+/// # Errors
+/// `dest` is neither, or no route matches.
+pub fn route_for(netns: Option<&str>, dest: &str) -> Result<route::Route, TuneError> {
+    Ok(match parse_prefix(dest) {
+        Some((ip, len)) => route::find(&route::list(netns)?, ip, Some(len))?,
+        None => route::lookup(
+            netns,
+            dest.parse()
+                .map_err(|_| TuneError::NotAnAddress(dest.to_string()))?,
+        )?,
+    })
+}
+
 /// Set a sysctl, journalled. Returns the previous value.
 ///
 /// # Errors
@@ -616,5 +676,25 @@ mod tests {
         std::fs::write(&p, "{nope").unwrap();
         let e = Journal::at(p).entries().unwrap_err().to_string();
         assert!(e.contains("tune.json"), "{e}");
+    }
+
+    /// Witness: the kernel's bounds, arithmetic: rto_min is in (0, TCP_RTO_MAX = 120 s];
+    /// a route's is whole milliseconds.
+    #[test]
+    fn rto_min_is_checked_against_the_kernels_bounds() {
+        use std::time::Duration;
+        assert_eq!(check_rto_min(Duration::ZERO), Err(RtoMinError::OutOfRange));
+        assert_eq!(
+            check_rto_min(Duration::from_millis(120_001)),
+            Err(RtoMinError::OutOfRange)
+        );
+        assert_eq!(check_rto_min(Duration::from_secs(120)), Ok(()));
+        assert_eq!(check_rto_min(Duration::from_micros(5_500)), Ok(()));
+        assert_eq!(
+            route_rto_min_ms(Duration::from_micros(5_500)),
+            Err(RtoMinError::NotWholeMs(Duration::from_micros(5_500)))
+        );
+        assert_eq!(route_rto_min_ms(Duration::from_millis(5)), Ok(5));
+        assert_eq!(route_rto_min_ms(Duration::from_secs(120)), Ok(120_000));
     }
 }
