@@ -626,10 +626,15 @@ fn delayed_acks_are_the_servers_timer() {
         "the anatomy counts {ours} delayed ACKs, the server's kernel {kernel}"
     );
     // The client waits for the response, not the ACK: the timer's ACK cost nothing,
-    // and the tail names no delayed ACK (before: server_app + delayed_ack).
+    // and the tail names no delayed ACK (before: server_app + delayed_ack). Another
+    // event may be named there: on a loaded 2-CPU machine the slowest transaction's
+    // client can wake on the other CPU (a migration, a real cost of its own).
     let causes = doc["anatomy"]["tail"]["causes"].as_array().unwrap();
     eprintln!("tail causes: {causes:?}");
-    assert!(causes.iter().all(|c| c["event"].is_null()), "{causes:?}");
+    assert!(
+        causes.iter().all(|c| c["event"] != "delayed_ack"),
+        "{causes:?}"
+    );
     // What the slow transactions are made of is the server's think time: the largest
     // part of the P99 band. (Every transaction thinks 60 ms, so which component is
     // furthest above its median in the slowest is the jitter on top of it.)
