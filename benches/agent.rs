@@ -32,6 +32,7 @@ fn expose(c: &mut Criterion) {
     g.sample_size(20);
     g.bench_function("openmetrics", |b| b.iter(|| m.expose(Format::OpenMetrics)));
     g.bench_function("text_0.0.4", |b| b.iter(|| m.expose(Format::Text)));
+    g.bench_function("protobuf", |b| b.iter(|| m.expose(Format::Protobuf)));
     g.finish();
 }
 

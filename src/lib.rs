@@ -18,6 +18,27 @@ pub mod results;
 pub mod stats;
 pub mod wire;
 
+/// What this binary was built from, as `rttlab --version` and the agent's
+/// `rttlab_build_info` name it (set by build.rs).
+pub mod build {
+    /// The crate's version.
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    /// The commit, 12 hex digits, `-dirty` when the tree had changes; `unknown`
+    /// outside git.
+    pub const REVISION: &str = env!("RTTLAB_REVISION");
+    /// The build date, YYYY-MM-DD (`SOURCE_DATE_EPOCH`'s when set).
+    pub const DATE: &str = env!("RTTLAB_BUILD_DATE");
+    /// `0.1.0 (e799eef1a2b3 2026-11-26)`.
+    pub const LONG_VERSION: &str = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (",
+        env!("RTTLAB_REVISION"),
+        " ",
+        env!("RTTLAB_BUILD_DATE"),
+        ")"
+    );
+}
+
 /// An error and each of its sources, joined by ": " — the text of an error that is
 /// kept as a string (a trial's recorded error, a layer that could not run), where the
 /// error's own `Display` names only its context and leaves the cause to `source()`.

@@ -321,14 +321,10 @@ const ONE_RTT: [&str; 6] = [
 ];
 /// Application flows (client, server) watched by the passive_ts layer.
 const PASSIVE_PAIRS: [(&str, &str); 2] = [("a", "d"), ("b", "c")];
-/// The agents' buckets: 20 a decade from 1 ms, so a bucket is 12 % wide.
-const BUCKETS: &str = "1ms:1s:20";
-
-fn bucket_width(x: f64) -> f64 {
-    let step = 10f64.powf(1.0 / 20.0);
-    let k = (x / 1e-3).log(step).floor();
-    1e-3 * step.powf(k) * (step - 1.0)
-}
+/// How far a median from Prometheus may be from the configured RTT: the issue's
+/// 5 %. The agents' native histograms (schema 4) have buckets 4.4 % wide, and
+/// `histogram_quantile` interpolates inside one; the hosts add tens of µs.
+const MEDIAN_TOLERANCE: f64 = 0.05;
 
 fn percent_encode(s: &str) -> String {
     s.bytes()
@@ -357,14 +353,9 @@ fn query(ns: &str, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
         .unwrap()
         .iter()
         .map(|r| {
-            let labels = r["metric"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
-                .collect();
-            let value = r["value"][1].as_str().unwrap().parse().unwrap();
-            (labels, value)
+            let value =
+                common::grafana::sample_value(r).unwrap_or_else(|| panic!("{q}: no value in {r}"));
+            (common::grafana::sample_labels(r), value)
         })
         .collect()
 }
@@ -471,8 +462,6 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
                 "icmp,tcp_rr,udp_rr,tcp_crr",
                 "--interval",
                 "500ms",
-                "--buckets",
-                BUCKETS,
                 "--passive-iface",
                 "eth0",
                 "--passive-port",
@@ -497,6 +486,27 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             .unwrap();
         flows.push(Killed(child));
     }
+    // A stranger on host a: a plain `rttlab serve` (not the agent's server) whose data
+    // connections use the same port range, probed from host e, which is nobody's peer.
+    // Its sockets must never show as anyone's srtt_server.
+    let a_ns = lab.host_netns("a").unwrap().to_string();
+    let stranger = Killed(
+        rttlab::lab::exec::command(&a_ns, bin().to_str().unwrap())
+            .args(["serve", "-p", "12900"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("a", 12900, Some(lab.host_netns("e").unwrap()));
+    flows.push(Killed(
+        rttlab::lab::exec::command(lab.host_netns("e").unwrap(), bin().to_str().unwrap())
+            .args(["rr", "-H", "a", "-p", "12900", "-w", "100ms", "-l", "120"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
     let config = dir.path().join("prometheus.yml");
     let list: Vec<String> = HOSTS.iter().map(|h| format!("'{h}:9812'")).collect();
     std::fs::write(
@@ -516,7 +526,11 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
             ))
-            .args(["--web.listen-address=127.0.0.1:9090", "--log.level=warn"])
+            .args([
+                "--web.listen-address=127.0.0.1:9090",
+                "--log.level=warn",
+                "--enable-feature=native-histograms",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -541,7 +555,7 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     let want = HOSTS.len() * (HOSTS.len() - 1) * layers + 2 * PASSIVE_PAIRS.len();
     let t0 = Instant::now();
     loop {
-        let n = query(&watcher, "rttlab_rtt_seconds_count >= 10").len();
+        let n = query(&watcher, "histogram_count(rttlab_rtt_seconds) >= 10").len();
         if n >= want {
             break;
         }
@@ -557,7 +571,7 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     std::thread::sleep(Duration::from_secs(10));
     let medians = query(
         &watcher,
-        "histogram_quantile(0.5, increase(rttlab_rtt_seconds_bucket[10s]))",
+        "histogram_quantile(0.5, increase(rttlab_rtt_seconds[10s]))",
     );
     let delay = |h: &str| DELAYS_MS[HOSTS.iter().position(|x| *x == h).unwrap()] as f64 / 1e3;
     let mut checked = 0;
@@ -585,7 +599,7 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             layer == "tcp_crr" || layer == "passive_ts" || ONE_RTT.contains(&layer),
             "{l:?}"
         );
-        let width = bucket_width(expected);
+        let width = MEDIAN_TOLERANCE * expected;
         eprintln!(
             "{from}→{to} {layer:12} median {:7.2} ms, configured {:7.2} ms ± {:.2}",
             median * 1e3,
@@ -604,6 +618,83 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     }
     assert_eq!(checked, want, "{medians:?}");
     assert!(misses.is_empty(), "{}", misses.join("\n"));
+
+    // srtt_server only from the agents' own servers, and only for peers: the
+    // stranger's connection from e (TCP_RR on a, in the same data-port range) names
+    // no series.
+    let instances: Vec<String> = HOSTS.iter().map(|h| format!("{h}:9812")).collect();
+    let server_side = query(&watcher, "rttlab_tcp_srtt_seconds{layer=\"srtt_server\"}");
+    assert_eq!(
+        server_side.len(),
+        HOSTS.len() * (HOSTS.len() - 1),
+        "{server_side:?}"
+    );
+    for (l, _) in &server_side {
+        assert!(
+            instances.contains(&l["peer"]),
+            "srtt_server of a stranger: {l:?}"
+        );
+    }
+    drop(stranger);
+
+    // Every agent's own health, as every exporter has it: build_info naming this
+    // build, and process_* as the kernel counts the process (its descriptors and
+    // threads from /proc/PID, read at the same moment, within what a scrape's own
+    // connection and a probe being opened can change).
+    let builds = query(&watcher, "rttlab_build_info");
+    assert_eq!(builds.len(), HOSTS.len(), "{builds:?}");
+    for (l, v) in &builds {
+        assert_eq!(*v, 1.0);
+        assert_eq!(l["revision"], rttlab::build::REVISION, "{l:?}");
+        assert_eq!(l["version"], env!("CARGO_PKG_VERSION"), "{l:?}");
+    }
+    for (host, agent) in HOSTS.iter().zip(&agents) {
+        let pid = agent.0.id();
+        let q = |m: &str| {
+            query(&watcher, &format!("{m}{{instance=\"{host}:9812\"}}"))
+                .first()
+                .map(|(_, v)| *v)
+                .unwrap_or_else(|| panic!("no {m} for {host}"))
+        };
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count() as f64;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let threads: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let (open, t) = (q("process_open_fds"), q("process_threads"));
+        eprintln!("{host}: process_open_fds {open} (/proc: {fds}), process_threads {t} (/proc: {threads})");
+        assert!(
+            (open - fds).abs() <= 4.0,
+            "{host}: process_open_fds {open}, /proc/{pid}/fd {fds}"
+        );
+        assert!(
+            (t - threads).abs() <= 4.0,
+            "{host}: process_threads {t}, /proc {threads}"
+        );
+        assert!(q("process_resident_memory_bytes") > 1e6);
+        assert!(q("process_start_time_seconds") > 1.6e9);
+    }
+    // Counters at 0 from the start: increase() sees the first failed reload.
+    let reloads = query(&watcher, "rttlab_agent_config_reloads_total");
+    assert_eq!(reloads.len(), 2 * HOSTS.len(), "{reloads:?}");
+
+    // The Grafana dashboard: every panel's every query, as Grafana would send it with
+    // every variable at All, answers with series carrying the labels its legend names.
+    let dashboard = common::grafana::dashboard();
+    let mut empty = Vec::new();
+    for pq in common::grafana::panel_queries(&dashboard) {
+        let results = query(&watcher, &pq.expr);
+        if let Err(e) = common::grafana::check_results(&pq, results.iter().map(|(l, _)| l)) {
+            empty.push(e);
+        }
+    }
+    assert!(empty.is_empty(), "dashboard queries:\n{}", empty.join("\n"));
 
     // d's link goes dark both ways for 3 s: about six echoes lost each way, and every
     // TCP probe in flight retransmitted.

@@ -2,7 +2,7 @@
 //! atomically (written beside it, then renamed) so the collector never reads half of
 //! one. The HTTP endpoint is [`super::http`].
 
-use super::metrics::{Format, Metrics};
+use super::metrics::Metrics;
 use std::path::Path;
 
 /// Write the text-format exposition to `path` atomically: a fresh temporary with an
@@ -12,5 +12,5 @@ use std::path::Path;
 /// # Errors
 /// The directory is not writable, or `path` is a symlink.
 pub fn write_textfile(path: &Path, metrics: &Metrics) -> Result<(), crate::kernel::fs::FileError> {
-    crate::kernel::fs::write_replace(path, metrics.expose(Format::Text).as_bytes())
+    crate::kernel::fs::write_replace(path, metrics.text().as_bytes())
 }

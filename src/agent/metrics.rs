@@ -1,7 +1,9 @@
-//! The agent's metrics and their exposition, in OpenMetrics 1.0 and in the Prometheus
-//! text format 0.0.4, chosen by the scraper's `Accept` header as Prometheus servers
-//! negotiate it (they ask for OpenMetrics first; curl and node_exporter's textfile
-//! collector read the older format).
+//! The agent's metrics and their exposition, in the Prometheus protobuf format (the
+//! only one that carries native histograms), OpenMetrics 1.0 and the Prometheus text
+//! format 0.0.4, chosen by the scraper's `Accept` header as Prometheus servers
+//! negotiate it (with `--enable-feature=native-histograms` they ask for protobuf
+//! first, else OpenMetrics; curl and node_exporter's textfile collector read the
+//! older text format).
 //!
 //! Cardinality is bounded by peers × layers: no port, connection or sequence number is
 //! ever a label value.
@@ -10,7 +12,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -140,9 +142,25 @@ impl std::str::FromStr for Buckets {
     }
 }
 
+/// The native histograms' schema: buckets 2^(1/16) apart (4.4 %), so that
+/// `histogram_quantile`'s interpolation inside one bucket is off by at most that much,
+/// and by half of it for a peak within one bucket. A native histogram stores only the
+/// buckets observations fell in: a path whose RTT spreads ±10 % fills about five.
+pub const NATIVE_SCHEMA: i8 = 4;
+
+/// Most native buckets a series keeps (a spread from 10 µs to 10 s fills 320 at
+/// [`NATIVE_SCHEMA`]): past it the histogram halves its resolution, as client_golang's
+/// `NativeHistogramMaxBucketNumber` does, rather than grow without bound.
+pub const NATIVE_MAX_BUCKETS: usize = 160;
+
 impl MetricConstructor<Histogram> for Buckets {
+    /// Classic buckets for the text formats and scrapers without native histograms,
+    /// and native ones in the protobuf exposition.
     fn new_metric(&self) -> Histogram {
-        Histogram::new(self.0.iter().copied())
+        Histogram::new_classic_and_native(
+            self.0.iter().copied(),
+            NativeHistogramConfig::with_schema(NATIVE_SCHEMA).max_buckets(NATIVE_MAX_BUCKETS),
+        )
     }
 }
 
@@ -284,6 +302,13 @@ impl Metrics {
             "Time the previous scrape took to encode",
             m.scrape_duration.clone(),
         );
+        // Both results present at 0 from the start, so that increase() sees the
+        // first failure.
+        for result in ["success", "failure"] {
+            let _ = m
+                .reloads
+                .get_or_create(&vec![("result".into(), result.into())]);
+        }
         r.register(
             "rttlab_agent_config_reloads",
             "Reloads of the configuration and peers file, by result",
@@ -305,13 +330,43 @@ impl Metrics {
             "1 when the last reload of the configuration and peers file succeeded",
             m.reload_ok.clone(),
         );
+        let build: Family<Labels, Gauge> = Family::default();
+        build
+            .get_or_create(&vec![
+                ("version".into(), crate::build::VERSION.into()),
+                ("revision".into(), crate::build::REVISION.into()),
+                ("build_date".into(), crate::build::DATE.into()),
+            ])
+            .set(1);
+        r.register(
+            "rttlab_build_info",
+            "1, labelled with the version, commit and build date of this agent",
+            build,
+        );
+        r.register_collector(Box::new(super::process::ProcessCollector::default()));
         Self { registry, ..m }
     }
 
     /// The exposition in `format`; the time it took is the next scrape's
     /// `rttlab_agent_scrape_duration_seconds`.
-    pub fn expose(&self, format: Format) -> String {
+    pub fn expose(&self, format: Format) -> Vec<u8> {
         let t0 = std::time::Instant::now();
+        let out = match format {
+            // The registry holds nothing the protobuf encoder refuses (it refuses
+            // only native-only histograms in the text formats).
+            Format::Protobuf => {
+                prometheus_client::encoding::prometheus_protobuf::encode_to_vec(&self.registry)
+                    .unwrap_or_default()
+            }
+            Format::OpenMetrics | Format::Text => self.expose_text(format).into_bytes(),
+        };
+        self.last_len.store(out.len(), Ordering::Relaxed);
+        self.scrape_duration.set(t0.elapsed().as_secs_f64());
+        out
+    }
+
+    /// The exposition in one of the text formats.
+    fn expose_text(&self, format: Format) -> String {
         // Sized by the last exposition: a 10 MB one grown by doubling would peak at
         // twice that.
         let mut w = Text004 {
@@ -322,15 +377,24 @@ impl Metrics {
         };
         // Writing into a String cannot fail.
         let _ = encode(&mut w, &self.registry);
-        self.last_len.store(w.out.len(), Ordering::Relaxed);
-        self.scrape_duration.set(t0.elapsed().as_secs_f64());
         w.out
+    }
+
+    /// The text format 0.0.4, for node_exporter's textfile collector and for reading.
+    pub fn text(&self) -> String {
+        let t0 = std::time::Instant::now();
+        let out = self.expose_text(Format::Text);
+        self.scrape_duration.set(t0.elapsed().as_secs_f64());
+        out
     }
 }
 
-/// The two exposition formats.
+/// The exposition formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// The Prometheus protobuf format (`io.prometheus.client.MetricFamily`, length
+    /// delimited): classic and native histograms both.
+    Protobuf,
     /// OpenMetrics 1.0: counters' samples end in `_total`, the exposition in `# EOF`.
     OpenMetrics,
     /// The Prometheus text format 0.0.4: counter families named with `_total`, no
@@ -338,31 +402,46 @@ pub enum Format {
     Text,
 }
 
+/// The protobuf format's media type and parameters, as Prometheus asks for it.
+const PROTOBUF: &str = "application/vnd.google.protobuf";
+
 impl Format {
-    /// OpenMetrics when the `Accept` header lists it (Prometheus ≥ 2.5 does), else
-    /// the text format 0.0.4.
+    /// The format the `Accept` header prefers (highest `q`, the first listed among
+    /// equals): protobuf when it asks for `io.prometheus.client.MetricFamily`
+    /// delimited (Prometheus with native histograms on does, first), OpenMetrics when
+    /// it lists it (Prometheus ≥ 2.5), else the text format 0.0.4.
     pub fn negotiate(accept: Option<&str>) -> Self {
-        let wants = accept.is_some_and(|a| {
-            a.split(',').any(|part| {
-                let mut fields = part.split(';').map(str::trim);
-                let ty = fields.next().unwrap_or("");
-                let q = fields
-                    .find_map(|f| f.strip_prefix("q="))
-                    .and_then(|q| q.parse::<f64>().ok())
-                    .unwrap_or(1.0);
-                ty.eq_ignore_ascii_case("application/openmetrics-text") && q > 0.0
-            })
-        });
-        if wants {
-            Self::OpenMetrics
-        } else {
-            Self::Text
+        let mut best = (0.0, Self::Text);
+        for part in accept.unwrap_or("").split(',') {
+            let mut fields = part.split(';').map(str::trim);
+            let ty = fields.next().unwrap_or("");
+            let params: Vec<&str> = fields.collect();
+            let q = params
+                .iter()
+                .find_map(|f| f.strip_prefix("q="))
+                .and_then(|q| q.parse::<f64>().ok())
+                .unwrap_or(1.0);
+            let format = if ty.eq_ignore_ascii_case(PROTOBUF)
+                && params.contains(&"proto=io.prometheus.client.MetricFamily")
+                && params.contains(&"encoding=delimited")
+            {
+                Self::Protobuf
+            } else if ty.eq_ignore_ascii_case("application/openmetrics-text") {
+                Self::OpenMetrics
+            } else {
+                continue;
+            };
+            if q > best.0 {
+                best = (q, format);
+            }
         }
+        best.1
     }
 
     /// The `Content-Type` of this format.
     pub fn content_type(self) -> &'static str {
         match self {
+            Self::Protobuf => "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
             Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
             Self::Text => "text/plain; version=0.0.4; charset=utf-8",
         }
@@ -449,7 +528,8 @@ fn comment_004(line: &str, out: &mut String) {
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).
-const COUNTERS: [&str; 8] = [
+const COUNTERS: [&str; 9] = [
+    "process_cpu_seconds",
     "rttlab_probes_sent",
     "rttlab_probes_lost",
     "rttlab_probes_timed_out",
@@ -506,7 +586,7 @@ mod tests {
         m.rtt.get_or_create(&l).observe(0.005);
         m.sent.get_or_create(&l).inc();
         m.peers.set(1);
-        let om = m.expose(Format::OpenMetrics);
+        let om = String::from_utf8(m.expose(Format::OpenMetrics)).unwrap();
         let want_hist = "# HELP rttlab_rtt_seconds Round-trip time";
         assert!(om.contains(want_hist), "{om}");
         assert!(om.contains("# TYPE rttlab_rtt_seconds histogram\n"), "{om}");
@@ -528,7 +608,7 @@ mod tests {
         );
         assert!(om.ends_with("# EOF\n"), "{om}");
 
-        let text = m.expose(Format::Text);
+        let text = m.text();
         assert!(
             text.contains("# TYPE rttlab_probes_sent_total counter\n"),
             "{text}"
@@ -556,7 +636,7 @@ mod tests {
         for v in [0.0005, 0.002, 0.002, 0.05, 3.0] {
             m.rtt.get_or_create(&l).observe(v);
         }
-        let text = m.expose(Format::Text);
+        let text = m.text();
         let counts: Vec<u64> = text
             .lines()
             .filter(|l| l.starts_with("rttlab_rtt_seconds_bucket"))
@@ -573,7 +653,7 @@ mod tests {
         let m = small();
         let l = labels("a\"b\\c\nd", "icmp", &[]);
         m.sent.get_or_create(&l).inc();
-        let text = m.expose(Format::Text);
+        let text = m.text();
         assert!(
             text.contains(r#"rttlab_probes_sent_total{peer="a\"b\\c\nd",layer="icmp"} 1"#),
             "{text}"
@@ -596,7 +676,7 @@ mod tests {
         ] {
             f.get_or_create(&l).inc();
         }
-        let om = m.expose(Format::OpenMetrics);
+        let om = String::from_utf8(m.expose(Format::OpenMetrics)).unwrap();
         let mut counters: Vec<&str> = om
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
@@ -616,6 +696,21 @@ mod tests {
         assert_eq!(
             Format::negotiate(Some("application/openmetrics-text;q=0")),
             Format::Text
+        );
+        // Prometheus 2.42 with --enable-feature=native-histograms (scrape/scrape.go's
+        // scrapeAcceptHeaderWithProtobuf).
+        let native = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(native)), Format::Protobuf);
+        // Another message type, or not delimited, is not what we write.
+        assert_eq!(
+            Format::negotiate(Some(
+                "application/vnd.google.protobuf;proto=other.Thing;encoding=delimited"
+            )),
+            Format::Text
+        );
+        assert_eq!(
+            Format::negotiate(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text,application/openmetrics-text;q=0.2")),
+            Format::OpenMetrics
         );
     }
 }

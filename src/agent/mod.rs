@@ -15,11 +15,13 @@ pub mod metrics;
 pub mod passive;
 pub mod peers;
 pub mod prober;
+pub mod process;
 pub mod wheel;
 
 use crate::kernel::sock_diag::{DiagFilter, SockDiag};
 use crate::probe::control::PortRange;
 use crate::probe::echo::Echoer;
+use crate::probe::server::served::ServedStreams;
 use batch::Batch;
 use crr::CrrProbe;
 use metrics::{labels, Metrics, LAYERS};
@@ -59,10 +61,11 @@ pub struct Agent {
 }
 
 impl Agent {
-    /// An agent with no peer yet; `data_ports` are its server's, whose TCP sockets the
-    /// `srtt_server` layer samples, except those on `control_ports` (the server's own
-    /// listening ports may lie inside the range; their connections' srtt is the
-    /// control protocol's, delayed ACKs and all).
+    /// An agent with no peer yet. The `srtt_server` layer samples the TCP_RR streams
+    /// of its own server (`served`, whose data connections use `data_ports`) that
+    /// belong to peers: no other socket of the host, not the control connections
+    /// (their srtt is the control protocol's, delayed ACKs and all), and no client
+    /// that is not a peer.
     ///
     /// # Errors
     /// ICMP asked for and no ICMP socket opens; a thread cannot start.
@@ -71,7 +74,7 @@ impl Agent {
         probes: Vec<Probe>,
         settings: ProbeSettings,
         data_ports: PortRange,
-        control_ports: Vec<u16>,
+        served: Arc<ServedStreams>,
     ) -> Result<Self, AgentError> {
         let interval = settings.interval;
         let batch = start_batch(&metrics, &probes, &settings)?;
@@ -81,9 +84,7 @@ impl Agent {
             let (m, by_ip, stop) = (Arc::clone(&metrics), Arc::clone(&by_ip), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("srtt-server".into())
-                .spawn(move || {
-                    sample_server_srtt(&m, &by_ip, data_ports, &control_ports, interval, &stop)
-                })
+                .spawn(move || sample_server_srtt(&m, &by_ip, data_ports, &served, interval, &stop))
                 .map_err(|e| AgentError::Thread("srtt_server", e))?;
         }
         Ok(Self {
@@ -98,8 +99,9 @@ impl Agent {
         })
     }
 
-    /// Run other probes, or the same differently: every peer's probes restart; their
-    /// series and counters stay.
+    /// Run other probes, or the same differently: every peer's probes restart; the
+    /// series and counters of the kinds still probed stay, those of kinds no longer
+    /// probed go (a frozen series would read as a path that stopped changing).
     ///
     /// # Errors
     /// ICMP newly asked for and no ICMP socket opens.
@@ -109,6 +111,15 @@ impl Agent {
         settings: ProbeSettings,
     ) -> Result<(), AgentError> {
         let batch = start_batch(&self.metrics, &probes, &settings)?;
+        let dropped: Vec<&str> = self
+            .probes
+            .iter()
+            .filter(|p| !probes.contains(p))
+            .flat_map(|p| p.layers().iter().copied())
+            .collect();
+        for p in self.running.values() {
+            self.forget(p, &dropped);
+        }
         let peers: Vec<Peer> = std::mem::take(&mut self.running).into_values().collect();
         for (_, c) in std::mem::take(&mut self.crr) {
             c.stop();
@@ -137,7 +148,7 @@ impl Agent {
                 if let Some(c) = self.crr.remove(&t) {
                     c.stop();
                 }
-                self.forget(&p);
+                self.forget(&p, &LAYERS);
             }
         }
         let batched: Vec<Probe> = self
@@ -173,11 +184,11 @@ impl Agent {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = by_ip;
     }
 
-    /// Drop every series of a peer that is no longer probed.
-    fn forget(&self, p: &Peer) {
+    /// Drop a peer's series of `layers`: all of them for a peer no longer probed.
+    fn forget(&self, p: &Peer, layers: &[&str]) {
         let m = &self.metrics;
-        for layer in LAYERS {
-            let l = labels(&p.target, layer, &p.labels);
+        for &layer in layers {
+            let l = labels(&p.name, layer, &p.labels);
             m.rtt.remove(&l);
             m.sent.remove(&l);
             m.lost.remove(&l);
@@ -237,14 +248,15 @@ fn start_batch(
         .map_err(|e| AgentError::Thread("probe", e))
 }
 
-/// The `srtt_server` layer: TCP's srtt of the connections our own server holds for
-/// the peers' TCP_RR probes (its data ports), read with sock_diag as `ss -ti` does,
-/// once an interval. Clients that are not our peers are named by address.
+/// The `srtt_server` layer: TCP's srtt of the streams our own server holds for the
+/// peers' TCP_RR probes, read with sock_diag as `ss -ti` does, once an interval.
+/// Sockets are known by inode ([`ServedStreams`]); clients that are not peers are
+/// left out (their series would be named by nothing Prometheus can join).
 fn sample_server_srtt(
     m: &Metrics,
     by_ip: &RwLock<HashMap<IpAddr, Peer>>,
     data_ports: PortRange,
-    control_ports: &[u16],
+    served: &ServedStreams,
     interval: Duration,
     stop: &AtomicBool,
 ) {
@@ -264,19 +276,17 @@ fn sample_server_srtt(
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let _ = diag.dump_tcp(&filter, |e| {
-            let port = e.local.port();
-            if !data_ports.contains(port) || control_ports.contains(&port) {
+            if !served.contains(u64::from(e.inode)) {
                 return;
             }
             let Some(info) = e.tcp_info.as_ref().filter(|i| i.rtt_us > 0) else {
                 return;
             };
             // sock_diag reports a v4 client of a [::] listener as IPv4 already.
-            let ip = e.remote.ip();
-            let l = match names.get(&ip) {
-                Some(p) => labels(&p.target, "srtt_server", &p.labels),
-                None => labels(&ip.to_string(), "srtt_server", &[]),
+            let Some(p) = names.get(&e.remote.ip()) else {
+                return;
             };
+            let l = labels(&p.name, "srtt_server", &p.labels);
             let srtt = f64::from(info.rtt_us) / 1e6;
             m.rtt.get_or_create(&l).observe(srtt);
             m.srtt.get_or_create(&l).set(srtt);

@@ -43,7 +43,7 @@ impl Sink for PeerSink<'_> {
         if let Some(p) = names.get(&s.host.ip()) {
             self.metrics
                 .rtt
-                .get_or_create(&labels(&p.target, "passive_ts", &p.labels))
+                .get_or_create(&labels(&p.name, "passive_ts", &p.labels))
                 .observe(s.rtt_ns as f64 / 1e9);
         }
     }

@@ -117,8 +117,12 @@ pub enum PeerError {
 /// A peer: where it is, the name its series carry, and its own labels.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Peer {
-    /// `HOST:PORT` as given (the port added when missing): the `peer` label.
+    /// `HOST:PORT` as given (the port added when missing): where its probe server is.
     pub target: String,
+    /// The `peer` label: the `instance` Prometheus gives the peer's own agent
+    /// (`HOST:9812`, see [`Peer::named_as_instance`]), so that its series join the
+    /// peer's by value; the target until named so.
+    pub name: String,
     /// The host as given (a name or an address, without brackets); resolved when
     /// probed.
     pub host: String,
@@ -176,11 +180,29 @@ impl Peer {
             format!("{host}:{port}")
         };
         Ok(Self {
+            name: target.clone(),
             target,
             host: host.to_string(),
             port,
             labels,
         })
+    }
+
+    /// Name the peer as Prometheus names its agent's metrics endpoint when it runs
+    /// as this agent does: a peer on this agent's own probe port (`probe_port`: a
+    /// fleet on one configuration) is `HOST:metrics_port`, `HOST:9812` by default,
+    /// the peer's `instance`. A peer on another port keeps its target as its name,
+    /// which is then never ambiguous.
+    #[must_use]
+    pub fn named_as_instance(mut self, probe_port: u16, metrics_port: u16) -> Self {
+        if self.port == probe_port {
+            self.name = if self.host.contains(':') {
+                format!("[{}]:{metrics_port}", self.host)
+            } else {
+                format!("{}:{metrics_port}", self.host)
+            };
+        }
+        self
     }
 
     /// The value of label `name`.
@@ -469,6 +491,21 @@ mod tests {
         for bad in ["", ":80", "h:0", "h:x", "[::1", "[::1]x"] {
             assert!(Peer::parse(bad, vec![]).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_peer_on_the_fleets_port_is_named_as_its_instance() {
+        // Witness: Prometheus's own naming of a scrape target, `instance` = the
+        // target's HOST:PORT as written (brackets kept for IPv6).
+        let named = |t: &str| {
+            Peer::parse(t, vec![])
+                .unwrap()
+                .named_as_instance(12866, 9812)
+                .name
+        };
+        assert_eq!(named("db1"), "db1:9812");
+        assert_eq!(named("[fd00::1]:12866"), "[fd00::1]:9812");
+        assert_eq!(named("db1:13000"), "db1:13000");
     }
 
     /// Witness: Prometheus's file_sd format (documentation example shape).

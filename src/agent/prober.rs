@@ -44,6 +44,17 @@ impl Probe {
             Self::TcpCrr => "tcp_crr",
         }
     }
+
+    /// The layers this kind of probe writes: its own and the one it measures beside
+    /// it (TCP_RR's connection srtt, TCP_CRR's connect).
+    pub fn layers(self) -> &'static [&'static str] {
+        match self {
+            Self::Icmp => &["icmp"],
+            Self::TcpRr => &["tcp_rr", "srtt_client"],
+            Self::UdpRr => &["udp_rr"],
+            Self::TcpCrr => &["tcp_crr", "tcp_connect"],
+        }
+    }
 }
 
 /// A probe name that is none of [`Probe::ALL`].
@@ -104,7 +115,7 @@ impl Series {
     /// target, the layer and the peer's own labels. Series this kind does not write are
     /// `None`.
     pub fn new(m: &Metrics, peer: &Peer, probe: Probe) -> Self {
-        let l = labels(&peer.target, probe.name(), &peer.labels);
+        let l = labels(&peer.name, probe.name(), &peer.labels);
         let tcp = probe != Probe::Icmp && probe != Probe::UdpRr;
         Self {
             rtt: m.rtt.get_or_create_owned(&l),
@@ -116,10 +127,10 @@ impl Series {
             retransmissions: tcp.then(|| m.retransmissions.get_or_create_owned(&l)),
             connect: (probe == Probe::TcpCrr).then(|| {
                 m.rtt
-                    .get_or_create_owned(&labels(&peer.target, "tcp_connect", &peer.labels))
+                    .get_or_create_owned(&labels(&peer.name, "tcp_connect", &peer.labels))
             }),
             srtt: (probe == Probe::TcpRr).then(|| {
-                let l = labels(&peer.target, "srtt_client", &peer.labels);
+                let l = labels(&peer.name, "srtt_client", &peer.labels);
                 (
                     m.rtt.get_or_create_owned(&l),
                     m.srtt.get_or_create_owned(&l),

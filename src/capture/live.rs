@@ -35,7 +35,7 @@ pub enum LiveError {
         place: String,
     },
     /// Opening the AF_PACKET socket failed with EPERM: no CAP_NET_RAW.
-    #[error("capturing needs CAP_NET_RAW (run as root, or `setcap cap_net_raw+ep` on rttlab)")]
+    #[error("capturing needs CAP_NET_RAW: run as root, or `{}`", crate::kernel::privilege::Capability::NetRaw.setcap())]
     NotPermitted,
     /// Entering the named network namespace failed.
     #[error(transparent)]

@@ -220,7 +220,12 @@ fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result
         }
         None => all.iter().find(|p| is_me(p, own_port)).cloned(),
     };
-    let peers = mesh.select(&all, me.as_ref())?;
+    let metrics_port = a.metrics_listen.port();
+    let peers: Vec<Peer> = mesh
+        .select(&all, me.as_ref())?
+        .into_iter()
+        .map(|p| p.named_as_instance(own_port, metrics_port))
+        .collect();
     check_descriptors(peers.len(), &probes, a.metrics_max_connections)?;
     Ok(Plan {
         peers,
@@ -402,8 +407,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         .iter()
         .map(ToString::to_string)
         .collect();
-    let control_ports: Vec<u16> = server.local_addrs().iter().map(SocketAddr::port).collect();
-    let _server = server.spawn().context("starting the probe server")?;
+    let server = server.spawn().context("starting the probe server")?;
 
     let metrics = Arc::new(Metrics::new(&current.buckets));
     if a.metrics_max_connections == 0 {
@@ -424,7 +428,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         current.probes.clone(),
         current.settings.clone(),
         a.data_ports,
-        control_ports,
+        server.served(),
     )?;
     agent.set_peers(current.peers.clone());
     if let Some(iface) = &a.passive_iface {

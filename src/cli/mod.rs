@@ -54,7 +54,7 @@ Examples:
 
 /// Round-trip time at every layer: ICMP, request/response, the kernel's TCP estimator.
 #[derive(Parser, Debug)]
-#[command(name = "rttlab", version, about, after_help = EXAMPLES)]
+#[command(name = "rttlab", version = rttlab::build::LONG_VERSION, about, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

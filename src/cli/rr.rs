@@ -5,6 +5,7 @@ use super::progress::{on_interrupt, ProgressLine};
 use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
+use rttlab::kernel::privilege::Capability;
 use rttlab::probe::control::{Limits, TestKind, DEFAULT_CONTROL_PORT};
 use rttlab::probe::pacing::{PaceMode, Schedule};
 use rttlab::probe::rr::{self, OpenLoop, RrSettings, RunControl};
@@ -410,8 +411,39 @@ impl RrArgs {
     }
 }
 
+/// Options the kernel grants only with CAP_NET_ADMIN, refused before any connection
+/// with the capability and the fix named.
+fn check_privilege(a: &RrArgs) -> anyhow::Result<()> {
+    let admin = Capability::NetAdmin;
+    if admin.held() {
+        return Ok(());
+    }
+    if let Some(mark) = a.mark {
+        bail!(
+            "--mark {mark}: SO_MARK needs {}: run as root or `{}`",
+            admin.name(),
+            admin.setcap()
+        );
+    }
+    if let Some(cc) = &a.congestion {
+        let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+            .unwrap_or_default();
+        if !allowed.split_whitespace().any(|a| a == cc) {
+            bail!(
+                "--cc {cc}: net.ipv4.tcp_allowed_congestion_control is \"{}\", and any other needs {}: run as root, `{}`, or `sudo sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{} {cc}\"`",
+                allowed.trim(),
+                admin.name(),
+                admin.setcap(),
+                allowed.trim()
+            );
+        }
+    }
+    Ok(())
+}
+
 pub fn run(a: RrArgs) -> anyhow::Result<()> {
     let format = a.out.format()?;
+    check_privilege(&a)?;
     // Validate everything against a placeholder address before touching the network.
     a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))?;
     let (server_addr, local_server) = match &a.host {

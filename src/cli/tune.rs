@@ -3,6 +3,7 @@
 use super::values;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
+use rttlab::kernel::privilege::Capability;
 use rttlab::kernel::tuning::{self, sysctl_command, Journal};
 use rttlab::kernel::{hz, netns, route, sockopt, syn_rto, sysctl};
 use rttlab::results::schema;
@@ -425,6 +426,25 @@ Examples:
 }
 
 pub fn run(a: TuneArgs) -> anyhow::Result<()> {
+    let changes = !matches!(
+        a.knob,
+        Knob::RtoMin {
+            action: RtoMinAction::Show { .. }
+        } | Knob::Thin {
+            action: ThinAction::Show { .. }
+        } | Knob::SynRto {
+            action: SynRtoAction::List { .. }
+        } | Knob::Revert { dry_run: true, .. }
+    );
+    // SAFETY: geteuid cannot fail.
+    if changes && unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "changing TCP's settings needs root: {} for routes and eBPF ({} too), write access to /proc/sys and to the journal in {}; run it with sudo (`show` and `list` need nothing)",
+            Capability::NetAdmin.name(),
+            Capability::Bpf.name(),
+            rttlab::state_dir().display()
+        );
+    }
     let j = Journal::default_location();
     match a.knob {
         Knob::RtoMin { action } => rto_min(&j, action),

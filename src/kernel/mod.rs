@@ -12,6 +12,7 @@ pub mod netlink;
 pub mod netns;
 pub mod netstat;
 pub mod packet;
+pub mod privilege;
 pub mod rlimit;
 pub mod route;
 pub mod sock_diag;

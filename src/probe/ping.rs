@@ -143,7 +143,10 @@ impl PingSettings {
 #[derive(Debug, thiserror::Error)]
 pub enum PingError {
     /// No ICMP socket could be opened.
-    #[error("cannot open an ICMP socket (run as root, grant CAP_NET_RAW, or widen net.ipv4.ping_group_range to include your group)")]
+    #[error(
+        "cannot open an ICMP socket: {}",
+        crate::kernel::privilege::icmp_socket_fix()
+    )]
     Socket(#[source] io::Error),
     /// The socket option for kernel timestamps was refused.
     #[error("cannot enable kernel receive timestamps")]
@@ -447,7 +450,10 @@ fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
     }
     if let Some(m) = s.mark {
         sock.set_mark(m).map_err(|source| PingError::Option {
-            what: format!("-m {m}: marking the requests (SO_MARK needs CAP_NET_ADMIN)"),
+            what: format!(
+                "-m {m}: marking the requests (SO_MARK needs CAP_NET_ADMIN: run as root or `{}`)",
+                crate::kernel::privilege::Capability::NetAdmin.setcap()
+            ),
             source,
         })?;
     }

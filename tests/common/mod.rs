@@ -7,6 +7,8 @@
     reason = "each test binary uses a different part of this module"
 )]
 
+pub mod grafana;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};

@@ -345,8 +345,8 @@ struct Shared {
     limits: HttpLimits,
     refused: Refused,
     slots: Mutex<Slots>,
-    /// One per format: OpenMetrics, text.
-    exposition: [Cache; 2],
+    /// One per format, indexed by `Format as usize`: protobuf, OpenMetrics, text.
+    exposition: [Cache; 3],
     /// Expositions being sent, oldest first (a dead entry was sent in full).
     sending: Mutex<Vec<Weak<Sent>>>,
     bcrypt: Semaphore,
@@ -386,7 +386,7 @@ impl Shared {
                 web_config: c("web_config"),
             },
             slots: Mutex::new(Slots::default()),
-            exposition: [Cache::default(), Cache::default()],
+            exposition: [Cache::default(), Cache::default(), Cache::default()],
             sending: Mutex::new(Vec::new()),
             bcrypt: Semaphore::new(1),
         })
@@ -903,7 +903,7 @@ async fn authorize(req: &Request<Incoming>, web: &Arc<WebConfig>, shared: &Arc<S
 /// An exposition begun at or after `arrived`: the newest one if it is, else a new
 /// one (made by this request, or by the one ahead of it in the queue).
 async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> (Bytes, Arc<Sent>) {
-    let cache = &shared.exposition[usize::from(format == Format::Text)];
+    let cache = &shared.exposition[format as usize];
     let fresh = || {
         lock(&cache.newest)
             .as_ref()
@@ -1010,7 +1010,7 @@ mod tests {
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("rttlab_agent_peers 0"), "{text}");
         // The counters saw the refusals.
-        let exposition = m.expose(Format::Text);
+        let exposition = m.text();
         for (reason, n) in [("body", 1), ("method", 1), ("busy", 0)] {
             let line = format!("rttlab_agent_http_refused_total{{reason=\"{reason}\"}} {n}");
             assert!(exposition.contains(&line), "{line} in {exposition}");

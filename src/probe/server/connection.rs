@@ -75,7 +75,7 @@ pub(super) fn serve(ctl: &TcpStream, peer: SocketAddr, id: u64, shared: &Shared)
         // A test just opened has sent its Ready: accept its streams.
         if let Some(t) = &mut test {
             if let Some(opened) = t.opened.take() {
-                match opened.run() {
+                match opened.run(&shared.served) {
                     Ok(running) => t.running = Some(running),
                     Err(e) => conv.test_failed(&crate::error_chain(&e)),
                 }

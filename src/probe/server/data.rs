@@ -5,6 +5,7 @@
 //! serves it.
 
 use super::refusal::Refusal;
+use super::served::{Held, ServedStreams};
 use super::serving::{
     same_ip, serve, Accepting, Connection, Datagrams, Plain, Service, ThreadCounters, POLL_TICK,
 };
@@ -37,6 +38,8 @@ pub(super) struct DataTest {
 
 pub(super) struct RunningTest {
     test: Arc<DataTest>,
+    /// Its TCP_RR streams, known by inode while they are held.
+    held: Held,
     stop: Arc<AtomicBool>,
     streams: Vec<TcpStream>,
     listener_fd: Option<i32>,
@@ -134,10 +137,11 @@ impl DataTest {
     /// Accept the client's streams (TCP_RR) or start the workers (UDP_RR, TCP_CRR).
     /// When that fails part way, what was started is stopped and joined before the
     /// error returns: no thread outlives its test (and its place in the budgets).
-    pub(super) fn run(self) -> io::Result<RunningTest> {
+    pub(super) fn run(self, served: &Arc<ServedStreams>) -> io::Result<RunningTest> {
         let spec = self.service.spec.clone();
         let mut test = RunningTest {
             test: Arc::new(self),
+            held: Held::new(served),
             stop: Arc::new(AtomicBool::new(false)),
             streams: Vec::new(),
             listener_fd: None,
@@ -272,6 +276,7 @@ impl RunningTest {
                     // shuts these sockets down; the control connection's timeout
                     // bounds a client that vanished.
                     self.streams.push(s.try_clone()?);
+                    self.held.add(&s);
                     let (t, st) = (Arc::clone(&this), Arc::clone(&self.stop));
                     self.threads
                         .push(spawn("serve-rr", move || t.serve_stream(s, &st))?);

@@ -46,6 +46,7 @@ pub mod conversation;
 mod data;
 mod refusal;
 mod refusal_log;
+pub mod served;
 mod serving;
 mod stamped;
 
@@ -58,6 +59,7 @@ use crate::probe::control::{self, Limits};
 use admission::{ControlThread, SourceKey};
 use budget::Budgets;
 use refusal_log::RefusalLog;
+use served::ServedStreams;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io;
@@ -164,11 +166,20 @@ impl ServerConfig {
     }
 }
 
+/// What to do about a failed bind: the capability for a low port, else the port.
+fn bind_hint(addr: SocketAddr, e: &io::Error) -> String {
+    if crate::kernel::privilege::is_refusal(e) {
+        crate::kernel::privilege::low_port_fix(addr.port())
+    } else {
+        "is another server running there? pick another port with --port or --listen".into()
+    }
+}
+
 /// Errors starting a server (a running server reports nothing fatal).
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A listen address could not be bound.
-    #[error("cannot listen on {addr} (is another server running there? pick another port with --port or --listen)")]
+    #[error("cannot listen on {addr} ({why})", why = bind_hint(*.addr, .source))]
     Bind {
         /// The address that could not be bound.
         addr: SocketAddr,
@@ -221,6 +232,8 @@ struct Shared {
     refusals: Mutex<RefusalLog>,
     stop: AtomicBool,
     counters: ServerCounters,
+    /// The TCP_RR streams the running tests hold.
+    served: Arc<ServedStreams>,
 }
 
 impl Shared {
@@ -326,6 +339,7 @@ impl Server {
                 refusals: Mutex::new(RefusalLog::new(Instant::now())),
                 stop: AtomicBool::new(false),
                 counters: ServerCounters::default(),
+                served: Arc::default(),
             }),
         })
     }
@@ -407,6 +421,11 @@ impl ServerHandle {
     /// The server's counters.
     pub fn counters(&self) -> &ServerCounters {
         &self.shared.counters
+    }
+
+    /// The TCP_RR streams its tests hold now, kept up to date as tests come and go.
+    pub fn served(&self) -> Arc<ServedStreams> {
+        Arc::clone(&self.shared.served)
     }
 
     /// Stop accepting and wait for the accept threads. Tests under way end on their own
