@@ -19,14 +19,16 @@ cleanup() {
     echo "$range_before" > "$range_file"
     userdel "$user" 2>/dev/null || true
     rm -rf "${work:-/nonexistent-rttlab}"
+    rm -f /etc/rttlab/peers.json
     if dpkg-query -W rttlab >/dev/null 2>&1; then dpkg -P rttlab >/dev/null || true; fi
 }
 trap cleanup EXIT
 
+rm -rf target/debian
 deploy/deb/build.sh --quiet
 deb=$(ls -t target/debian/rttlab_*.deb | head -1)
 [ -f "$deb" ] || fail "cargo deb wrote no package"
-ls target/debian/rttlab-dbgsym_*.ddeb target/debian/rttlab-dbgsym_*.deb 2>/dev/null | grep -q . \
+compgen -G 'target/debian/rttlab-dbgsym_*' >/dev/null \
     || fail "no rttlab-dbgsym package beside $deb: the debug info must be split out"
 echo "package: $deb ($(stat -c %s "$deb") bytes)"
 
@@ -74,6 +76,7 @@ echo "systemd-analyze verify: clean"
 # only that user can read, the package's agent.toml with a peers file. With
 # ping_group_range closed, its ICMP probes need the capability the unit grants.
 work=$(mktemp -d)
+chmod 711 "$work"
 mkdir -p "$work/credentials"
 echo "check-secret-$$" > "$work/credentials/secret"
 chown -R rttlab:rttlab "$work/credentials"
