@@ -713,4 +713,21 @@ mod tests {
             Format::OpenMetrics
         );
     }
+
+    proptest::proptest! {
+        /// Witness: RFC 9110's Accept grammar, reduced to what matters here — any
+        /// header a client sends (bytes the endpoint reads from strangers) picks a
+        /// format without panicking, and a header naming neither protobuf nor
+        /// OpenMetrics gets the text format.
+        #[test]
+        fn any_accept_header_picks_a_format(accept in ".{0,300}") {
+            let f = Format::negotiate(Some(&accept));
+            let lower = accept.to_ascii_lowercase();
+            if !lower.contains("application/vnd.google.protobuf")
+                && !lower.contains("application/openmetrics-text")
+            {
+                proptest::prop_assert_eq!(f, Format::Text);
+            }
+        }
+    }
 }
