@@ -150,7 +150,7 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         assert_eq!(counted, l["samples"].as_u64().unwrap(), "{file}");
     }
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    for figure in ["cdf.svg", "anatomy.svg", "timeline.svg"] {
+    for figure in ["cdf.svg", "anatomy.svg", "timeline.svg", "percentiles.svg"] {
         assert!(
             html.contains(&format!("<figure id=\"{figure}\"><svg")),
             "{figure}"

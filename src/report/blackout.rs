@@ -2,7 +2,7 @@
 //! prediction and the error per cell, in seed 001's layout, one set per recovery path.
 
 use super::rto::seed_layout;
-use super::svg::{LineChart, Series};
+use super::svg::{LineChart, Scale, Series, Unit};
 use crate::results::blackout::{summarise, CellSummary, TrialRecord, NO_DROP};
 use crate::results::{write_file, ResultsError};
 use std::path::Path;
@@ -176,9 +176,10 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
                 out.push(Series {
                     name: format!("{}{suffix}", config_name(r, t)),
                     points,
-                    dashed: false,
+                    secondary: false,
                     colour: Some(k),
                     intervals,
+                    markers: true,
                 });
             }
         }
@@ -193,9 +194,10 @@ fn idle_series(cells: &[CellSummary]) -> Vec<Series> {
         out.push(Series {
             name: format!("model {}", config_name(r, t)),
             points,
-            dashed: true,
+            secondary: true,
             colour: Some(k),
             intervals: Vec::new(),
+            markers: false,
         });
     }
     out
@@ -207,10 +209,12 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
     let series = idle_series(cells);
     let chart = |title: &str, log: bool, x: Option<(f64, f64)>| LineChart {
         title: title.into(),
-        x_label: "disruption D (ms)".into(),
-        y_label: "TCP idle, median (ms)".into(),
-        x_log: log,
-        y_log: log,
+        x_label: "disruption D".into(),
+        y_label: "TCP idle, median".into(),
+        x_scale: if log { Scale::Log } else { Scale::Linear },
+        y_scale: if log { Scale::Log } else { Scale::Linear },
+        x_unit: Unit::Millis,
+        y_unit: Unit::Millis,
         x_range: x,
         y_range: None,
         series: series.clone(),
@@ -257,19 +261,22 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
                     ))
                 })
                 .collect(),
-            dashed: false,
+            secondary: false,
             colour: Some(k),
             intervals: Vec::new(),
+            markers: true,
         })
         .collect();
     out.push((
         "improvement.svg".into(),
         LineChart {
             title: "Improvement over the default (thick, rto_min 200 ms)".into(),
-            x_label: "disruption D (ms)".into(),
-            y_label: "idle saved (ms)".into(),
-            x_log: true,
-            y_log: false,
+            x_label: "disruption D".into(),
+            y_label: "idle saved".into(),
+            x_scale: Scale::Log,
+            y_scale: Scale::Linear,
+            x_unit: Unit::Millis,
+            y_unit: Unit::Millis,
             x_range: None,
             y_range: None,
             series: improvement,

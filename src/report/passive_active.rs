@@ -1,7 +1,7 @@
 //! `experiment passive-vs-active`'s tables, charts (the seeds' figures) and report.
 
 use super::html::Page;
-use super::svg::{LineChart, Series};
+use super::svg::{LineChart, Scale, Series, Unit};
 use super::table::Table;
 use crate::results::passive_active::{read_samples, stats, LayerStats, Scenario, ScenarioResult};
 use crate::results::{read_run, write_file, ResultsError};
@@ -171,13 +171,25 @@ fn across_table(results: &[WithSamples]) -> String {
     )
 }
 
-fn chart(title: &str, x: &str, y: &str, x_log: bool, y_log: bool, series: Vec<Series>) -> String {
+/// The samples' RTT axis (ms).
+const RTT: AxisOf = ("RTT", Unit::Millis, Scale::Linear);
+/// A cumulative distribution's axis.
+const FRACTION: AxisOf = ("fraction of samples ≤ RTT", Unit::Plain, Scale::Linear);
+/// Time since the scenario started (s).
+const TIME: AxisOf = ("time", Unit::Seconds, Scale::Linear);
+
+/// An axis: what it measures (without unit), its unit, its scale.
+type AxisOf<'a> = (&'a str, Unit, Scale);
+
+fn chart(title: &str, x: AxisOf, y: AxisOf, series: Vec<Series>) -> String {
     LineChart {
         title: title.into(),
-        x_label: x.into(),
-        y_label: y.into(),
-        x_log,
-        y_log,
+        x_label: x.0.into(),
+        y_label: y.0.into(),
+        x_unit: x.1,
+        y_unit: y.1,
+        x_scale: x.2,
+        y_scale: y.2,
         x_range: None,
         y_range: None,
         series,
@@ -207,16 +219,17 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                         .enumerate()
                         .map(|(i, &r)| (r, (i + 1) as f64 / n))
                         .collect(),
-                    dashed: false,
+                    secondary: false,
                     colour: Some(k),
                     intervals: Vec::new(),
+                    markers: false,
                 }
             })
             .collect();
         out.push((
             "delay-cdf.svg".into(),
             "RTT alternating between 100 and 150 ms: each layer's distribution (the seed's figure 2)".into(),
-            chart("Changing delay: RTT distribution by layer", "RTT (ms)", "fraction of samples ≤ RTT", false, false, series),
+            chart("Changing delay: RTT distribution by layer", RTT, FRACTION, series),
         ));
         let series = LAYERS
             .iter()
@@ -224,22 +237,16 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
             .map(|(k, (l, name))| Series {
                 name: (*name).into(),
                 points: layer_series(&d.1, l),
-                dashed: false,
+                secondary: false,
                 colour: Some(k),
                 intervals: Vec::new(),
+                markers: false,
             })
             .collect();
         out.push((
             "delay-timeline.svg".into(),
             "every sample over time in the delay scenario".into(),
-            chart(
-                "Changing delay: RTT over time",
-                "time (s)",
-                "RTT (ms)",
-                false,
-                false,
-                series,
-            ),
+            chart("Changing delay: RTT over time", TIME, RTT, series),
         ));
     }
     let groups = by_scenario(results);
@@ -274,8 +281,9 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                 Series {
                     name: format!("{name} {}", if median { "median" } else { "mean" }),
                     points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
-                    dashed: median,
+                    secondary: median,
                     colour: Some(k),
+                    markers: true,
                     intervals: cis
                         .iter()
                         .filter(|(_, c)| c.n > 1)
@@ -291,7 +299,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         out.push((
             "loss.svg".into(),
             "mean (solid) and median (dashed) RTT of each layer against the loss rate, each the median over the scenario's trials with its 95 % interval (the seed's figure 3)".into(),
-            chart("RTT under random loss", "loss (%)", "RTT (ms)", false, true, s),
+            chart("RTT under random loss", ("loss (%)", Unit::Plain, Scale::Linear), ("RTT", Unit::Millis, Scale::Log), s),
         ));
     }
     if !queue.is_empty() {
@@ -300,7 +308,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         out.push((
             "queue.svg".into(),
             "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow, each the median over the scenario's trials with its 95 % interval (the seed's figure 4)".into(),
-            chart("RTT with a filled queue at 10 Mbit/s", "queue (KB)", "RTT (ms)", false, false, s),
+            chart("RTT with a filled queue at 10 Mbit/s", ("queue (KB)", Unit::Plain, Scale::Linear), RTT, s),
         ));
         if let Some((kb, r)) = queue.last().and_then(|(kb, t)| Some((kb, *t.first()?))) {
             let series = LAYERS
@@ -309,22 +317,16 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                 .map(|(k, (l, name))| Series {
                     name: (*name).into(),
                     points: layer_series(&r.1, l),
-                    dashed: false,
+                    secondary: false,
                     colour: Some(k),
                     intervals: Vec::new(),
+                    markers: false,
                 })
                 .collect();
             out.push((
                 "queue-timeline.svg".into(),
                 format!("every sample over time with a {kb} KB queue (the seed's figure 5)"),
-                chart(
-                    &format!("{kb} KB queue: RTT over time"),
-                    "time (s)",
-                    "RTT (ms)",
-                    false,
-                    false,
-                    series,
-                ),
+                chart(&format!("{kb} KB queue: RTT over time"), TIME, RTT, series),
             ));
         }
     }

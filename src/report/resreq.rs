@@ -1,7 +1,7 @@
 //! `experiment resreq-interval`'s tables (the seed's layout), charts and report.
 
 use super::html::Page;
-use super::svg::{LineChart, Series};
+use super::svg::{LineChart, Scale, Series, Unit};
 use super::table::Table;
 use crate::results::resreq::Point;
 use crate::results::{read_run, write_file, ResultsError};
@@ -97,24 +97,26 @@ fn series(
     name: &str,
     points: &[Point],
     f: impl Fn(&Point) -> Option<f64>,
-    dashed: bool,
+    secondary: bool,
     colour: usize,
 ) -> Series {
     let raw: Vec<(f64, f64)> = points
         .iter()
         .filter_map(|p| Some((p.wait_ms, f(p)?)))
         .collect();
-    Series::over_trials(name, &raw, dashed, colour)
+    Series::over_trials(name, &raw, secondary, colour)
 }
 
 /// (file, caption, SVG) of each chart: the seed's two charts and the rr percentiles.
 pub fn charts(points: &[Point]) -> Vec<(String, String, String)> {
     let chart = |title: &str, y: &str, series: Vec<Series>| LineChart {
         title: title.into(),
-        x_label: "wait between response and next request (ms)".into(),
+        x_label: "wait between response and next request".into(),
         y_label: y.into(),
-        x_log: false,
-        y_log: false,
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        x_unit: Unit::Millis,
+        y_unit: Unit::Millis,
         x_range: None,
         y_range: None,
         series,
@@ -134,7 +136,7 @@ pub fn charts(points: &[Point]) -> Vec<(String, String, String)> {
             "TCP computed RTT (srtt) of each end against the wait".into(),
             chart(
                 "TCP computed RTT vs response/request interval",
-                "srtt, median (ms)",
+                "srtt, median",
                 vec![
                     series(
                         "client (netperf side)",
@@ -159,7 +161,7 @@ pub fn charts(points: &[Point]) -> Vec<(String, String, String)> {
             "the sampled cloud metric of each end's VM, and the exact median it hides".into(),
             chart(
                 "Sampled metric RTT vs response/request interval",
-                "median RTT (ms)",
+                "median RTT",
                 vec![
                     series(
                         "client VM metric",
@@ -198,12 +200,12 @@ pub fn charts(points: &[Point]) -> Vec<(String, String, String)> {
             "what the application saw: TCP_RR percentiles".into(),
             chart(
                 "TCP_RR latency vs response/request interval",
-                "latency (µs)",
+                "latency",
                 vec![
-                    series("P50", points, |p| p.p50_us, false, 2),
-                    series("P90", points, |p| p.p90_us, false, 3),
-                    series("P99", points, |p| p.p99_us, false, 4),
-                    series("mean", points, |p| p.mean_us, true, 6),
+                    series("P50", points, |p| p.p50_us.map(|v| v / 1e3), false, 2),
+                    series("P90", points, |p| p.p90_us.map(|v| v / 1e3), false, 3),
+                    series("P99", points, |p| p.p99_us.map(|v| v / 1e3), false, 4),
+                    series("mean", points, |p| p.mean_us.map(|v| v / 1e3), true, 6),
                 ],
             )
             .render(),

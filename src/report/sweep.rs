@@ -1,7 +1,7 @@
 //! `experiment interval-sweep`'s table, chart and report.
 
 use super::html::Page;
-use super::svg::{LineChart, Series};
+use super::svg::{LineChart, Scale, Series, Unit};
 use super::table::Table;
 use crate::results::sweep::Point;
 use crate::results::{read_run, write_file, ResultsError};
@@ -70,10 +70,12 @@ pub fn chart(points: &[Point]) -> String {
     };
     LineChart {
         title: "Round-trip latency vs interval between transactions".into(),
-        x_label: "interval (µs)".into(),
-        y_label: "latency (µs)".into(),
-        x_log: true,
-        y_log: false,
+        x_label: "interval".into(),
+        y_label: "latency".into(),
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+        x_unit: Unit::Micros,
+        y_unit: Unit::Micros,
         x_range: None,
         y_range: None,
         series: vec![

@@ -1,7 +1,7 @@
 //! `experiment syn-rto`'s table, chart and report.
 
 use super::html::Page;
-use super::svg::{LineChart, Series};
+use super::svg::{LineChart, Scale, Series, Unit};
 use super::table::Table;
 use crate::results::syn_rto::{Case, CASES};
 use crate::results::{read_histogram, read_run, write_file, ResultsError};
@@ -75,18 +75,21 @@ pub fn chart(hists: &[(String, LatencyHistogram)]) -> String {
                         (v.value_iterated_to() as f64 / 1e6, seen as f64 / total)
                     })
                     .collect(),
-                dashed: false,
+                secondary: false,
                 colour: Some(k),
                 intervals: Vec::new(),
+                markers: false,
             }
         })
         .collect();
     LineChart {
         title: "Connection set-up time, first SYN lost".into(),
-        x_label: "connect() time (ms)".into(),
+        x_label: "connect() time".into(),
         y_label: "fraction of connections ≤ time".into(),
-        x_log: true,
-        y_log: false,
+        x_scale: Scale::Log,
+        y_scale: Scale::Linear,
+        x_unit: Unit::Millis,
+        y_unit: Unit::Plain,
         x_range: None,
         y_range: Some((0.0, 1.0)),
         series,
