@@ -149,3 +149,56 @@ fn rr_and_ping_summary_columns() {
     let s = rttlab::stats::Summary::from_histogram(&h, &rttlab::stats::DEFAULT_PERCENTILES);
     insta::assert_snapshot!(rttlab::report::summary_table("transaction", &s));
 }
+
+/// compare's text at 80 and 60 columns, from the committed lab record. Witness: the
+/// text's own lines: none wider than the width (the table is 78 wide at any width),
+/// no padding runs (the WHAT column once pushed its cells 40 spaces right), every
+/// explanation a bullet with a hanging indent.
+#[test]
+fn compare_text_fits_the_width() {
+    let r: rttlab::results::compare::CompareResult =
+        serde_json::from_str(&std::fs::read_to_string(corpus("compare-lab.json")).unwrap())
+            .unwrap();
+    for width in [80, 60] {
+        let text = rttlab::report::compare::render(&r, width);
+        let (table, prose) = text.split_once("\nA sample is:").unwrap();
+        for l in table.lines() {
+            assert!(l.chars().count() <= 80, "{l:?}");
+        }
+        for l in prose.lines() {
+            assert!(l.chars().count() <= width, "{width}: {l:?}");
+            // Names are aligned (15 wide); nothing is pushed far right.
+            assert!(!l.contains(&" ".repeat(20)), "{width}: padding in {l:?}");
+        }
+        let why = prose.split_once("Why they differ:\n").unwrap().1;
+        assert!(why
+            .lines()
+            .all(|l| l.starts_with("- ") || l.starts_with("  ")));
+        assert!(why.lines().filter(|l| l.starts_with("- ")).count() == r.explanations.len());
+    }
+}
+
+/// `--help` wraps to the terminal: 80 columns through a pipe (clap alone would take
+/// 100), COLUMNS when set. Witness: the help text's own lines (a word longer than the
+/// room, such as a value list, may stand alone).
+#[test]
+fn help_wraps_to_the_terminal() {
+    for (columns, width) in [(None, 80), (Some("60"), 60)] {
+        for sub in [&[][..], &["compare"], &["rr"], &["experiment"]] {
+            let mut c = Command::new(bin());
+            c.args(sub).arg("--help").env_remove("COLUMNS");
+            if let Some(v) = columns {
+                c.env("COLUMNS", v);
+            }
+            let o = c.output().unwrap();
+            let text = String::from_utf8(o.stdout).unwrap();
+            for l in text.lines() {
+                let words = l.split_whitespace().count();
+                assert!(
+                    l.chars().count() <= width || words == 1,
+                    "{sub:?} at {width}: {l:?}"
+                );
+            }
+        }
+    }
+}

@@ -113,8 +113,12 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
                 rttlab::results::schema::pretty(rttlab::results::schema::COMPARE, first)?
             );
         }
-    } else {
+    } else if o.records.is_empty() {
         out!("{}", o.text);
+    } else {
+        // compare.txt is wrapped to 80 columns; the terminal may have fewer or more.
+        let text = rttlab::report::compare::human(&out, &o.records, super::term_width())?;
+        out!("{text}");
         outln!("Report: {}", out.join("report.html").display());
     }
     if (o.records.len() as u32) < trials {

@@ -39,22 +39,60 @@ use clap::{Parser, Subcommand};
 
 const EXAMPLES: &str = "\
 Examples:
-  rttlab compare                             every layer's RTT side by side, in a lab built for the run
-  rttlab rr                                  TCP_RR against an in-process server on loopback, 10 s
+  rttlab compare
+      every layer's RTT side by side, in a lab built for the run
+  rttlab rr
+      TCP_RR against an in-process server on loopback, 10 s
   rttlab rr -t UDP_RR -r 64,64 -l 5 -o P50_LATENCY,P99_LATENCY,THROUGHPUT
-  rttlab serve                               serve tests on port 12866 (IPv4 and IPv6)
+  rttlab serve
+      serve tests on port 12866 (IPv4 and IPv6)
   rttlab rr -H server.example -w 10ms --pace hybrid -T 0,0
-  rttlab agent --peers-file peers.json       serve, probe every peer, export /metrics for Prometheus
+  rttlab agent --peers-file peers.json
+      serve, probe every peer, export /metrics for Prometheus
   rttlab ping ::1 -c 100 -i 10ms --histogram
-  rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv   the kernel's RTT of live sockets, every 10 ms
-  rttlab passive -r trace.pcap --method both --summary   RTT from packet headers
+  rttlab tcpinfo --dport 12866 -i 10ms -l 5 --csv
+      the kernel's RTT of live sockets, every 10 ms
+  rttlab passive -r trace.pcap --method both --summary
+      RTT from packet headers
   rttlab lab up --name demo --delay 50ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab exec --name demo a -- ping -c 3 b
   rttlab completions bash > /etc/bash_completion.d/rttlab";
 
+/// The width text for people is wrapped to: `COLUMNS` when set, else the terminal's
+/// when stdout is one, else 80 (a pipe, a file: clap would take 100); at most 100,
+/// which long lines read badly beyond.
+pub fn term_width() -> usize {
+    let columns = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0);
+    let tty = || {
+        let mut ws = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCGWINSZ writes a winsize into the one we own; fd 1 may be anything
+        // (the call fails on a pipe or file, and we fall back).
+        let ok = unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut ws) } == 0;
+        (ok && ws.ws_col > 0).then_some(usize::from(ws.ws_col))
+    };
+    columns
+        .or_else(tty)
+        .unwrap_or(rttlab::report::table::TEXT_WIDTH)
+        .clamp(20, 100)
+}
+
 /// Round-trip time at every layer: ICMP, request/response, the kernel's TCP estimator.
 #[derive(Parser, Debug)]
-#[command(name = "rttlab", version = rttlab::build::LONG_VERSION, about, after_help = EXAMPLES)]
+#[command(
+    name = "rttlab",
+    version = rttlab::build::LONG_VERSION,
+    about,
+    after_help = EXAMPLES,
+    term_width = term_width()
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -105,6 +105,50 @@ pub fn us(v: Option<f64>) -> String {
     }
 }
 
+/// The width text for people is wrapped to when no terminal says otherwise (a file, a
+/// pipe): 80 columns.
+pub const TEXT_WIDTH: usize = 80;
+
+/// `text` wrapped at spaces to `width` columns: its first line after `first`, the
+/// others after `rest` (a bullet and its hanging indent: "- ", "  "). A unit stays on
+/// the line of its number ("36 µs"); a word longer than the room stays whole on its
+/// own line.
+pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> String {
+    const UNITS: [&str; 10] = ["ns", "µs", "ms", "s", "s)", "µs)", "ms)", "%", "µs,", "ms,"];
+    let mut words: Vec<String> = Vec::new();
+    for w in text.split_whitespace() {
+        let unit = UNITS.contains(&w) || w.starts_with("µs") || w.starts_with("ms");
+        match words.last_mut() {
+            Some(prev) if unit && prev.ends_with(|c: char| c.is_ascii_digit()) => {
+                prev.push(' ');
+                prev.push_str(w);
+            }
+            _ => words.push(w.to_string()),
+        }
+    }
+    let mut out = String::from(first);
+    let mut col = first.chars().count();
+    let mut fresh = true;
+    for word in &words {
+        let n = word.chars().count();
+        if !fresh && col + 1 + n > width {
+            out.push('\n');
+            out.push_str(rest);
+            col = rest.chars().count();
+            fresh = true;
+        }
+        if !fresh {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += n;
+        fresh = false;
+    }
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +161,29 @@ mod tests {
         assert_eq!(us(Some(5.123)), "5.12");
         assert_eq!(us(Some(123.45)), "123.5");
         assert_eq!(us(None), "-");
+    }
+
+    /// Witness: the wrapped text's own lines.
+    #[test]
+    fn wraps_with_a_hanging_indent() {
+        let t = "the server's srtt (20087 µs) is above the client's (10068 µs) because of ACKs";
+        let w = wrap(t, 30, "- ", "  ");
+        assert!(w.lines().all(|l| l.chars().count() <= 30), "{w}");
+        assert!(w.starts_with("- the server's") && w.lines().skip(1).all(|l| l.starts_with("  ")));
+        assert_eq!(
+            w.split_whitespace()
+                .filter(|x| *x != "-")
+                .collect::<Vec<_>>()
+                .join(" "),
+            t
+        );
+        assert_eq!(
+            wrap("a-very-long-word b", 5, "", ""),
+            "a-very-long-word\nb\n"
+        );
+        assert_eq!(
+            wrap("wake-up (36 µs) on", 12, "", ""),
+            "wake-up\n(36 µs) on\n"
+        );
     }
 }

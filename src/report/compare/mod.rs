@@ -5,16 +5,17 @@ mod charts;
 pub use charts::{anatomy_chart, cdf_chart, percentile_chart, timeline_chart};
 
 use super::html::Page;
-use super::table::Table;
+use super::table::{wrap, Table, TEXT_WIDTH};
 use crate::results::compare::{CompareResult, Layer};
 use crate::results::{self, ResultsError};
 use std::path::Path;
 
-/// The layers side by side (µs), then the gaps explained.
-pub fn render(r: &CompareResult) -> String {
+/// The layers side by side (µs), what a sample of each is, then the gaps explained,
+/// the prose wrapped to `width` columns (the table is 78 wide whatever the width).
+pub fn render(r: &CompareResult, width: usize) -> String {
     let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
     let mut t = Table::new([
-        "LAYER", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us", "MAX_us", "MEAN_us", "WHAT",
+        "LAYER", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us", "MAX_us", "MEAN_us",
     ]);
     for l in &r.layers {
         t.row([
@@ -26,23 +27,38 @@ pub fn render(r: &CompareResult) -> String {
             f(l.percentiles_us.p99),
             f(l.max_us),
             f(l.mean_us),
-            l.what.to_string(),
         ]);
     }
-    let mut s = format!(
-        "RTT at every layer to {} ({} between transactions, {} s; capture on {})\n{}",
-        r.server,
-        humantime::format_duration(r.settings.interval),
-        r.settings.duration.as_secs_f64(),
-        r.capture_interface,
-        t.render()
+    let mut s = wrap(
+        &format!(
+            "RTT at every layer to {} ({} between transactions, {} s; capture on {})",
+            r.server,
+            humantime::format_duration(r.settings.interval),
+            r.settings.duration.as_secs_f64(),
+            r.capture_interface,
+        ),
+        width,
+        "",
+        "",
     );
+    s += &t.render();
+    s.push_str("\nA sample is:\n");
+    let name_w = r
+        .layers
+        .iter()
+        .map(|l| l.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    for l in &r.layers {
+        let first = format!("  {:name_w$}  ", l.name);
+        s += &wrap(&l.what, width, &first, &" ".repeat(first.chars().count()));
+    }
     s.push_str("\nWhy they differ:\n");
     for e in &r.explanations {
-        s.push_str(&format!("- {}\n", e));
+        s += &wrap(e, width, "- ", "  ");
     }
     for e in &r.errors {
-        s.push_str(&format!("! {}\n", e));
+        s += &wrap(e, width, "! ", "  ");
     }
     s
 }
@@ -137,6 +153,29 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
 /// A file is missing or unreadable, or a histogram file disagrees with compare.json.
 pub fn write(dir: &Path) -> Result<String, ResultsError> {
     let (_, run) = results::read_run(dir)?;
+    let r = load(dir)?;
+    let table = render(&r, TEXT_WIDTH);
+    let cdf = cdf_chart(&r);
+    results::write_file(dir, "compare.txt", &table)?;
+    results::write_file(dir, "cdf.svg", &cdf)?;
+    if let Some(chart) = anatomy_chart(&r) {
+        results::write_file(dir, "anatomy.svg", &chart)?;
+    }
+    if let Some(chart) = timeline_chart(&r) {
+        results::write_file(dir, "timeline.svg", &chart)?;
+    }
+    if let Some(chart) = percentile_chart(&r) {
+        results::write_file(dir, "percentiles.svg", &chart)?;
+    }
+    results::write_file(dir, "report.html", &html(&run, &r, &table, &cdf))?;
+    Ok(table)
+}
+
+/// `compare.json` in `dir`, every row recomputed from its histogram file.
+///
+/// # Errors
+/// As [`write()`].
+fn load(dir: &Path) -> Result<CompareResult, ResultsError> {
     let cp = dir.join("compare.json");
     let text = results::read_file(dir, "compare.json")?;
     let mut r: CompareResult = serde_json::from_str(&text).map_err(results::json(&cp))?;
@@ -154,21 +193,7 @@ pub fn write(dir: &Path) -> Result<String, ResultsError> {
         }
         *l = again;
     }
-    let table = render(&r);
-    let cdf = cdf_chart(&r);
-    results::write_file(dir, "compare.txt", &table)?;
-    results::write_file(dir, "cdf.svg", &cdf)?;
-    if let Some(chart) = anatomy_chart(&r) {
-        results::write_file(dir, "anatomy.svg", &chart)?;
-    }
-    if let Some(chart) = timeline_chart(&r) {
-        results::write_file(dir, "timeline.svg", &chart)?;
-    }
-    if let Some(chart) = percentile_chart(&r) {
-        results::write_file(dir, "percentiles.svg", &chart)?;
-    }
-    results::write_file(dir, "report.html", &html(&run, &r, &table, &cdf))?;
-    Ok(table)
+    Ok(r)
 }
 
 /// Write a comparison of one or more trials: `compare.json` is the first trial (the
@@ -187,8 +212,24 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
         results::schema::pretty(results::schema::COMPARE, first).map_err(results::json(&cp))?;
     results::write_file(dir, "compare.json", &json)?;
     let mut text = write(dir)?;
+    let across = across(records);
+    if !across.is_empty() {
+        text += &across;
+        let mut all = results::read_file(dir, "compare.txt")?;
+        all += &across;
+        results::write_file(dir, "compare.txt", &all)?;
+    }
+    Ok(text)
+}
+
+/// Every layer's median and P99 over the trials, with their intervals ("" with one
+/// trial).
+fn across(records: &[CompareResult]) -> String {
     let mut sorted: Vec<&CompareResult> = records.iter().collect();
     sorted.sort_by_key(|r| r.trial);
+    let Some(first) = sorted.first() else {
+        return String::new();
+    };
     let names: Vec<String> = first
         .layers
         .iter()
@@ -214,17 +255,19 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
             )
         })
         .collect();
-    let across = super::trials::across(
+    super::trials::across(
         "Each layer across trials",
         "LAYER",
         &["P50_us", "P99_us"],
         &cells,
-    );
-    if !across.is_empty() {
-        text += &across;
-        let mut all = results::read_file(dir, "compare.txt")?;
-        all += &across;
-        results::write_file(dir, "compare.txt", &all)?;
-    }
-    Ok(text)
+    )
+}
+
+/// What `rttlab compare` prints for the results in `dir`: compare.txt's text with its
+/// prose wrapped to `width` columns (compare.txt itself is wrapped to 80).
+///
+/// # Errors
+/// As [`write()`].
+pub fn human(dir: &Path, records: &[CompareResult], width: usize) -> Result<String, ResultsError> {
+    Ok(render(&load(dir)?, width) + &across(records))
 }
