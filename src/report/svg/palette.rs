@@ -12,7 +12,7 @@ pub const COLOURS: [&str; 8] = [
 /// The dash pattern of the series that takes `COLOURS[i]` first: solid for the four
 /// most distinct colours, a pattern apiece for the four that follow (each with its
 /// own period, so that two such series drawn over each other still show both).
-pub const DASHES: [&str; 8] = ["", "", "", "", "9 3", "5 3", "1.5 2.5", "9 3 1.5 3"];
+pub const DASHES: [&str; 8] = ["", "", "", "", "9 3", "5 3", "3 2", "9 3 1.5 3"];
 
 /// Patterns of a second round through the palette (series 8 to 15).
 const SECOND_ROUND: [&str; 8] = ["3 3", "12 4", "2 5", "6 2 2 2", "3 5", "12 2", "6 6", "2 2"];
