@@ -51,6 +51,10 @@ fn main() {
     println!("cargo:rustc-env=RTTLAB_REVISION={revision}");
     println!("cargo:rustc-env=RTTLAB_BUILD_DATE={y:04}-{m:02}-{d:02}");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    // An edit not yet staged makes the tree dirty too.
+    for path in ["src", "Cargo.toml", "Cargo.lock", "build.rs"] {
+        println!("cargo:rerun-if-changed={path}");
+    }
     // A new commit or checkout moves HEAD or the branch it names; staging changes the
     // index (and so `-dirty`).
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {

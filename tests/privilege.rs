@@ -129,21 +129,35 @@ fn unprivileged_commands_work_or_name_the_capability_and_the_fix() {
         &["rr", "-H", "127.0.0.1", "-l", "1", "--mark", "5"],
     );
     refused(&o, "rr --mark", &admin);
-    let allowed =
-        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
-    let outside = ["vegas", "htcp", "westwood", "illinois"]
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}"))
+            .unwrap()
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (allowed, available) = (
+        read("tcp_allowed_congestion_control"),
+        read("tcp_available_congestion_control"),
+    );
+    // Loaded but not allowed: the capability or the sysctl; not loaded: the module.
+    if let Some(cc) = available.iter().find(|c| !allowed.contains(c)) {
+        let o = as_nobody(&rttlab, &["rr", "-H", "127.0.0.1", "-l", "1", "--cc", cc]);
+        refused(
+            &o,
+            "rr --cc (not allowed)",
+            &["CAP_NET_ADMIN", "tcp_allowed_congestion_control", "setcap"],
+        );
+    }
+    let missing = ["vegas", "htcp", "westwood", "illinois"]
         .into_iter()
-        .find(|c| !allowed.split_whitespace().any(|a| a == *c))
+        .find(|c| !available.iter().any(|a| a == c))
         .unwrap();
     let o = as_nobody(
         &rttlab,
-        &["rr", "-H", "127.0.0.1", "-l", "1", "--cc", outside],
+        &["rr", "-H", "127.0.0.1", "-l", "1", "--cc", missing],
     );
-    refused(
-        &o,
-        "rr --cc",
-        &["CAP_NET_ADMIN", "tcp_allowed_congestion_control", "setcap"],
-    );
+    refused(&o, "rr --cc (not loaded)", &["CAP_NET_ADMIN", "modprobe"]);
 
     let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
         .unwrap()

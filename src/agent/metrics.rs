@@ -407,27 +407,35 @@ const PROTOBUF: &str = "application/vnd.google.protobuf";
 
 impl Format {
     /// The format the `Accept` header prefers (highest `q`, the first listed among
-    /// equals): protobuf when it asks for `io.prometheus.client.MetricFamily`
-    /// delimited (Prometheus with native histograms on does, first), OpenMetrics when
-    /// it lists it (Prometheus ≥ 2.5), else the text format 0.0.4.
+    /// equals; text/plain and `*/*` count for the text format): protobuf when it asks
+    /// for `io.prometheus.client.MetricFamily` delimited (Prometheus with native
+    /// histograms on does, first), OpenMetrics when it lists it (Prometheus ≥ 2.5),
+    /// else the text format 0.0.4.
     pub fn negotiate(accept: Option<&str>) -> Self {
         let mut best = (0.0, Self::Text);
         for part in accept.unwrap_or("").split(',') {
             let mut fields = part.split(';').map(str::trim);
             let ty = fields.next().unwrap_or("");
-            let params: Vec<&str> = fields.collect();
-            let q = params
-                .iter()
-                .find_map(|f| f.strip_prefix("q="))
-                .and_then(|q| q.parse::<f64>().ok())
-                .unwrap_or(1.0);
+            let params: Vec<String> = fields.map(str::to_ascii_lowercase).collect();
+            // RFC 9110's qvalue: 0 to 1, three decimals at most; anything else is
+            // not a preference.
+            let q = match params.iter().find_map(|f| f.strip_prefix("q=")) {
+                None => 1.0,
+                Some(q) => match q.parse::<f64>() {
+                    Ok(q) if (0.0..=1.0).contains(&q) => q,
+                    _ => continue,
+                },
+            };
+            let has = |p: &str| params.iter().any(|x| x == p);
             let format = if ty.eq_ignore_ascii_case(PROTOBUF)
-                && params.contains(&"proto=io.prometheus.client.MetricFamily")
-                && params.contains(&"encoding=delimited")
+                && has("proto=io.prometheus.client.metricfamily")
+                && has("encoding=delimited")
             {
                 Self::Protobuf
             } else if ty.eq_ignore_ascii_case("application/openmetrics-text") {
                 Self::OpenMetrics
+            } else if ty.eq_ignore_ascii_case("text/plain") || ty == "*/*" {
+                Self::Text
             } else {
                 continue;
             };
@@ -712,6 +720,19 @@ mod tests {
             Format::negotiate(Some("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text,application/openmetrics-text;q=0.2")),
             Format::OpenMetrics
         );
+        // The text format's own preference counts; a q that is no qvalue does not.
+        let pb = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
+        assert_eq!(
+            Format::negotiate(Some(&format!("text/plain;q=0.9,{pb};q=0.1"))),
+            Format::Text
+        );
+        for bad in ["1e309", "inf", "NaN", "-1", "", "0x1"] {
+            assert_eq!(
+                Format::negotiate(Some(&format!("{pb};q={bad}"))),
+                Format::Text,
+                "{bad}"
+            );
+        }
     }
 
     proptest::proptest! {

@@ -314,6 +314,21 @@ fn stamp(p: &Option<PathBuf>) -> Option<(SystemTime, u64, u64)> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
+/// Expositions (megabytes each, several alive while slow clients read them) are
+/// mapped and unmapped on their own, never carved from glibc's heap: its dynamic
+/// mmap threshold would otherwise rise to 32 MiB after the first one is freed, and
+/// the small allocations of the next scrape, placed around the reused space, keep
+/// whole freed expositions resident (`tests/agent_hostile.rs`'s slow readers: one
+/// exposition more of RSS with the native histograms' per-series snapshots).
+fn keep_large_buffers_out_of_the_heap() {
+    // SAFETY: mallopt only tunes the allocator; glibc accepts the parameter at any
+    // time (musl has no mallopt: the libc crate declares it for gnu targets only).
+    #[cfg(target_env = "gnu")]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
 /// Reloads, off the main loop: reading and parsing a large or hostile peers file and
 /// resolving its names can take seconds, and the main loop must notice SIGTERM within
 /// its tick whatever a reload is doing. The loop asks with [`Reloader::request`] and
@@ -371,6 +386,7 @@ impl Reloader {
 }
 
 pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+    keep_large_buffers_out_of_the_heap();
     let a = Arc::new(a);
     let secret = a.secret.load()?;
     let listen = listen_addrs(&a)?;

@@ -428,6 +428,16 @@ fn check_privilege(a: &RrArgs) -> anyhow::Result<()> {
     if let Some(cc) = &a.congestion {
         let allowed = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
             .unwrap_or_default();
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .unwrap_or_default();
+        if !available.split_whitespace().any(|a| a == cc) {
+            bail!(
+                "--cc {cc}: the kernel has no such congestion control loaded (net.ipv4.tcp_available_congestion_control: \"{}\"); loading its module needs {}: `sudo modprobe tcp_{cc}`",
+                available.trim(),
+                admin.name()
+            );
+        }
         if !allowed.split_whitespace().any(|a| a == cc) {
             bail!(
                 "--cc {cc}: net.ipv4.tcp_allowed_congestion_control is \"{}\", and any other needs {}: run as root, `{}`, or `sudo sysctl -w net.ipv4.tcp_allowed_congestion_control=\"{} {cc}\"`",

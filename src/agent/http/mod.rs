@@ -102,7 +102,7 @@ impl Default for HttpLimits {
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     /// The address cannot be bound.
-    #[error("cannot serve metrics on {addr} (--metrics-listen)")]
+    #[error("cannot serve metrics on {addr} (--metrics-listen{why})", why = if crate::kernel::privilege::is_refusal(source) { format!(": {}", crate::kernel::privilege::low_port_fix(addr.port())) } else { String::new() })]
     Bind {
         /// The address asked for (`--metrics-listen`).
         addr: SocketAddr,
