@@ -9,14 +9,13 @@ fn main() -> ExitCode {
     let args = match cli::Cli::try_parse() {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => e.exit(),
+        // `rttlab` or `rttlab tune` alone: the help itself, as git does, on stderr.
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprint!("{}", e.render());
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            // One line naming the problem, as every other rttlab error.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            eprintln!(
-                "rttlab: {} (see --help)",
-                first.trim_start_matches("error: ")
-            );
+            eprintln!("rttlab: {} (see --help)", one_line(&e.render().to_string()));
             return ExitCode::from(2);
         }
     };
@@ -44,6 +43,52 @@ fn main() -> ExitCode {
                 eprintln!("rttlab: {}", chain.join(": "));
             }
             ExitCode::from(code)
+        }
+    }
+}
+
+/// clap's message on one line, as every other rttlab error, with its detail kept: the
+/// missing argument's name, the possible values, the tip. The usage and the "for more
+/// information" lines go; `(see --help)` says the same.
+fn one_line(text: &str) -> String {
+    let mut kept = Vec::new();
+    let mut in_usage = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("Usage:") {
+            in_usage = true;
+        } else if line.is_empty() {
+            in_usage = false;
+        } else if !in_usage && !line.starts_with("For more information") {
+            kept.push(line.trim_start_matches("error: "));
+        }
+    }
+    kept.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    /// Witness: clap's own rendering of each error, reduced to one line that keeps
+    /// what names the problem.
+    #[test]
+    fn argument_errors_keep_their_detail_on_one_line() {
+        let err = |args: &[&str]| {
+            let e = cli::Cli::try_parse_from(args).unwrap_err();
+            one_line(&e.render().to_string())
+        };
+        let missing = err(&["rttlab", "ping"]);
+        assert!(missing.contains("<HOST>"), "{missing}");
+        let shells = err(&["rttlab", "completions", "tcsh"]);
+        assert!(
+            shells.contains("bash") && shells.contains("zsh"),
+            "{shells}"
+        );
+        let unknown = err(&["rttlab", "rr", "--no-such-flag"]);
+        assert!(unknown.contains("--no-such-flag"), "{unknown}");
+        for line in [missing, shells, unknown] {
+            assert!(!line.contains('\n') && !line.contains("Usage:"), "{line}");
         }
     }
 }
