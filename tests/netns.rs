@@ -340,6 +340,28 @@ fn ping_is_a_drop_in_for_iputils() {
             "{who}: min {min} vs the lines' {lo}"
         );
     }
+    // What scripts read: the last line is the rtt line (`tail -1 | awk -F/ '{print
+    // $5}'` is the average), and one line says "received", in both. The summary's min
+    // is the smallest reply time, cut as iputils cuts it (never rounded above it).
+    for (who, text, p) in [("iputils", &theirs, &t), ("rttlab", &ours, &o)] {
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("rtt min/avg/max/mdev = "),
+            "{who}: last line {last:?}"
+        );
+        let avg: f64 = last.split('/').nth(4).unwrap().parse().unwrap();
+        assert_eq!(avg, p.rtt.unwrap()[1], "{who}");
+        assert_eq!(
+            text.lines().filter(|l| l.contains("received")).count(),
+            1,
+            "{who}: {text}"
+        );
+        let lo = p.replies.iter().map(|r| r.4).fold(f64::MAX, f64::min);
+        assert!(
+            p.rtt.unwrap()[0] <= lo,
+            "{who}: summary min above a reply's time"
+        );
+    }
     // Same bytes, source and TTL on every reply line.
     let shape = |p: &IputilsOutput| {
         p.replies

@@ -221,7 +221,11 @@ fn man(dir: &std::path::Path) -> anyhow::Result<()> {
         rttlab::kernel::fs::write_replace(&path, &out)?;
         Ok(n + 1)
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // Only the directory itself, as mkdir does: a missing parent is more often a typo
+    // than a wish, and a command that fails creates nothing.
+    if !dir.is_dir() {
+        std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let n = write(Cli::command(), "rttlab", dir)?;
     eprintln!("rttlab man: {n} pages in {}", dir.display());
     Ok(())

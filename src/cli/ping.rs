@@ -197,9 +197,14 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
     drop(progress);
     let result = result?;
     if lines {
-        writeln!(stdout, "{}", ping_report::iputils_summary(&a.host, &result))?;
+        // rttlab's own block first, iputils' statistics last: scripts read ping's
+        // last line (`tail -1 | awk -F/`) and grep its "received" line.
+        writeln!(stdout)?;
+        output::print(&result, &format)?;
+        write!(stdout, "{}", ping_report::iputils_summary(&a.host, &result))?;
+    } else {
+        output::print(&result, &format)?;
     }
-    output::print(&result, &format)?;
     if let Some(e) = &result.error {
         bail!("{e}");
     }

@@ -31,7 +31,7 @@ impl Report for PingResult {
         };
         let _ = writeln!(
             out,
-            "{} sent, {} received, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s\n",
+            "{} sent, {} answered, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s\n",
             self.sent, self.received, self.lost, self.duplicates, self.reordered, self.corrupted, self.elapsed_s
         );
         out.push_str(&super::summary_table("icmp", &self.rtt));
@@ -186,17 +186,24 @@ pub fn iputils_summary(host: &str, r: &PingResult) -> String {
     );
     if r.received > 0 {
         let h = &r.histogram;
-        let ms = |ns: f64| ns / 1e6;
         let _ = writeln!(
             out,
-            "rtt min/avg/max/mdev = {:.3}/{:.3}/{:.3}/{:.3} ms",
-            ms(h.min_ns().unwrap_or(0) as f64),
-            ms(h.mean_ns().unwrap_or(0.0)),
-            ms(h.max_ns().unwrap_or(0) as f64),
-            ms(h.stddev_ns().unwrap_or(0.0))
+            "rtt min/avg/max/mdev = {}/{}/{}/{} ms",
+            truncated_ms(h.min_ns().unwrap_or(0) as f64),
+            truncated_ms(h.mean_ns().unwrap_or(0.0)),
+            truncated_ms(h.max_ns().unwrap_or(0) as f64),
+            truncated_ms(h.stddev_ns().unwrap_or(0.0))
         );
     }
     out
+}
+
+/// Milliseconds with three decimals, cut at the µs as iputils' summary does
+/// (`%ld.%03ld` of whole µs, ping_common.c), so the summary's min never reads above the
+/// smallest reply's time.
+fn truncated_ms(ns: f64) -> String {
+    let us = (ns / 1e3).floor().max(0.0) as u64;
+    format!("{}.{:03}", us / 1000, us % 1000)
 }
 
 /// `%g`-like: 0, 20, 33.3333.
@@ -237,5 +244,8 @@ mod tests {
         assert_eq!(iputils_ms(123_456_000), "123");
         assert_eq!(trim_float(100.0 / 3.0), "33.3333");
         assert_eq!(trim_float(20.0), "20");
+        // 36.9 µs is 0.036 ms in iputils' summary, as in its reply line.
+        assert_eq!(truncated_ms(36_900.0), "0.036");
+        assert_eq!(truncated_ms(12_345_678.0), "12.345");
     }
 }
