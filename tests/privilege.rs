@@ -186,6 +186,26 @@ fn unprivileged_commands_work_or_name_the_capability_and_the_fix() {
         "lab up",
         &["root", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "sudo"],
     );
+    // A run refused for privilege leaves no results directory behind: nobody may
+    // write where it would go, so only the refusal keeps it from being made.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    for what in ["compare", "resreq-interval"] {
+        let target = open.join(what);
+        let out = target.to_str().unwrap();
+        let args: Vec<&str> = if what == "compare" {
+            vec!["compare", "-l", "1s", "--out", out]
+        } else {
+            vec!["experiment", what, "--out", out]
+        };
+        let o = as_nobody(&rttlab, &args);
+        refused(&o, what, &["root", "sudo"]);
+        assert!(!target.exists(), "{args:?} left {out}");
+    }
     let o = as_nobody(&rttlab, &["tune", "thin", "set", "on"]);
     refused(&o, "tune thin set", &["root", "CAP_NET_ADMIN", "sudo"]);
     // Reading needs nothing.

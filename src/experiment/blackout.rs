@@ -368,6 +368,10 @@ impl Experiment for Blackout {
         ((r.rto_min_ms, r.thin, r.disruption_ms), r.trial)
     }
 
+    fn builds_a_lab(&self) -> bool {
+        self.settings.remote.is_none()
+    }
+
     fn testbed(&self) -> Result<Testbed, ExperimentError> {
         match self.settings.remote {
             Some(server) => remote_testbed(server),

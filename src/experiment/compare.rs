@@ -701,6 +701,10 @@ impl Experiment for Compare {
         ((), r.trial)
     }
 
+    fn builds_a_lab(&self) -> bool {
+        self.settings.server.is_none()
+    }
+
     fn testbed(&self) -> Result<Option<LabServer>, ExperimentError> {
         lab_for(&self.settings, &self.lab_name)
     }

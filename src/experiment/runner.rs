@@ -37,6 +37,12 @@ pub trait Experiment {
     fn repeats(&self) -> crate::results::Repeats;
     /// The cell and repeat number a recorded trial belongs to.
     fn key(&self, r: &Self::Record) -> (Self::Cell, u32);
+    /// Whether [`Experiment::testbed`] builds a lab (and so needs root): checked
+    /// before the results directory is made, so a run refused for privilege leaves
+    /// nothing behind.
+    fn builds_a_lab(&self) -> bool {
+        true
+    }
     /// Set up where the trials run.
     ///
     /// # Errors
@@ -147,6 +153,10 @@ pub fn run<E: Experiment>(
     interrupt: &AtomicBool,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome<E::Record>, ExperimentError> {
+    // SAFETY: geteuid cannot fail.
+    if e.builds_a_lab() && unsafe { libc::geteuid() } != 0 {
+        return Err(crate::lab::LabError::NotRoot.into());
+    }
     let settings =
         serde_json::to_value(e.settings()).map_err(crate::results::json(&out.join("run.json")))?;
     let (mut dir, all) = ResultsDir::open::<E::Record>(out, E::NAME, &settings, facts)?;
@@ -256,6 +266,9 @@ mod tests {
         }
         fn key(&self, r: &(u32, u32, bool)) -> (u32, u32) {
             (r.0, r.1)
+        }
+        fn builds_a_lab(&self) -> bool {
+            false
         }
         fn testbed(&self) -> Result<(), ExperimentError> {
             *self.benches.borrow_mut() += 1;
