@@ -452,12 +452,16 @@ fn check_privilege(a: &RrArgs) -> anyhow::Result<()> {
 }
 
 pub fn run(a: RrArgs) -> anyhow::Result<()> {
-    let format = a.out.format()?;
-    check_privilege(&a)?;
+    // Usage and set-up errors exit 2 (a bad value, a missing privilege, a host name
+    // that does not resolve), as ping's do; 1 is for a run that measured and failed.
+    let usage = |e: anyhow::Error| e.context(super::Exit(2));
+    let format = a.out.format().map_err(usage)?;
+    check_privilege(&a).map_err(usage)?;
     // Validate everything against a placeholder address before touching the network.
-    a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))?;
+    a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))
+        .map_err(usage)?;
     let (server_addr, local_server) = match &a.host {
-        Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6)?, None),
+        Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6).map_err(usage)?, None),
         None => {
             let ip: std::net::IpAddr = if a.ipv6 {
                 "::1".parse()?
