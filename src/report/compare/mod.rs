@@ -10,24 +10,30 @@ use crate::results::compare::{CompareResult, Layer};
 use crate::results::{self, ResultsError};
 use std::path::Path;
 
+/// A layer's name, sample count and numbers (µs, one decimal; `-` where it has none),
+/// as the text table and the report's table both show them.
+fn row(l: &Layer) -> [String; 8] {
+    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
+    [
+        l.name.clone(),
+        l.samples.to_string(),
+        f(l.min_us),
+        f(l.percentiles_us.p50),
+        f(l.percentiles_us.p90),
+        f(l.percentiles_us.p99),
+        f(l.max_us),
+        f(l.mean_us),
+    ]
+}
+
 /// The layers side by side (µs), what a sample of each is, then the gaps explained,
 /// the prose wrapped to `width` columns (the table is 78 wide whatever the width).
 pub fn render(r: &CompareResult, width: usize) -> String {
-    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
     let mut t = Table::new([
         "LAYER", "SAMPLES", "MIN_us", "P50_us", "P90_us", "P99_us", "MAX_us", "MEAN_us",
     ]);
     for l in &r.layers {
-        t.row([
-            l.name.to_string(),
-            l.samples.to_string(),
-            f(l.min_us),
-            f(l.percentiles_us.p50),
-            f(l.percentiles_us.p90),
-            f(l.percentiles_us.p99),
-            f(l.max_us),
-            f(l.mean_us),
-        ]);
+        t.row(row(l));
     }
     let mut s = wrap(
         &format!(
@@ -65,7 +71,6 @@ pub fn render(r: &CompareResult, width: usize) -> String {
 
 /// The comparison as a self-contained page.
 pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String {
-    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
     let mut p = Page::new("rttlab compare: RTT at every layer");
     p.para(&format!(
         "To {} with {} between transactions for {} s, all layers at once; the passive engines and the sampled metric read the TCP_RR connection as captured on {}.",
@@ -79,22 +84,16 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         .layers
         .iter()
         .map(|l| {
-            vec![
-                l.name.clone(),
-                l.samples.to_string(),
-                f(l.min_us),
-                f(l.percentiles_us.p50),
-                f(l.percentiles_us.p90),
-                f(l.percentiles_us.p99),
-                f(l.max_us),
-                f(l.mean_us),
+            let mut cells = row(l).to_vec();
+            cells.extend([
                 l.what.clone(),
                 if l.histogram.is_some() {
                     l.histogram_file(r.trial)
                 } else {
                     "compare.json: sampler".into()
                 },
-            ]
+            ]);
+            cells
         })
         .collect();
     p.table(
