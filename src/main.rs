@@ -68,7 +68,6 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser as _;
 
     /// Witness: clap's own rendering of each error, reduced to one line that keeps
     /// what names the problem.
