@@ -27,16 +27,6 @@ impl ServedStreams {
         self.lock().contains(&inode)
     }
 
-    /// How many streams are held now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether no stream is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
         self.0
             .lock()
