@@ -26,9 +26,6 @@ pub struct OutputArgs {
     /// Write the latencies as an HdrHistogram interval log (one interval per second).
     #[arg(long, value_name = "FILE")]
     pub hdr_log: Option<PathBuf>,
-    /// A label carried in the result (netperf's -B).
-    #[arg(short = 'B', long = "brand", value_name = "TEXT")]
-    pub brand: Option<String>,
 }
 
 impl OutputArgs {

@@ -5,7 +5,8 @@ use super::progress::{on_interrupt, ProgressLine};
 use super::values;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
-use rttlab::probe::ping::{self, PingControl, PingSettings, Pmtu, SocketKind};
+use rttlab::probe::fping::{self, FpingEvent, FpingSettings};
+use rttlab::probe::ping::{self, PingControl, PingEvent, PingSettings, Pmtu, SocketKind};
 use rttlab::report::ping as ping_report;
 use rttlab::report::OutputFormat;
 use std::io::Write;
@@ -13,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SocketArg {
     Auto,
     Dgram,
@@ -29,34 +30,73 @@ pub enum PmtuArg {
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-As iputils ping: a line per reply (-q: none), then its two summary lines (`N packets
-transmitted, …` and `rtt min/avg/max/mdev = …`) for scripts, then rttlab's percentiles.
-Exit status 1 when no reply came back, 2 on an error. Bare numbers for -i and -W are
-seconds, as in iputils.
+As iputils ping: a line per reply (-q: none), rttlab's percentiles, then the
+`--- host ping statistics ---` block with its two summary lines last (`N packets
+transmitted, …` and `rtt min/avg/max/mdev = …`), so `tail -1` is the rtt line. Bare
+numbers for -i, -W and -w are seconds, as in iputils.
+
+Several targets are probed in one loop as fping does: `A : [0], 64 bytes, 0.045 ms (…)`
+per reply, then per target `xmt/rcv/%loss = …` (-c) or every round trip (-C) on
+stderr; without -c or -C, `A is alive` or `A is unreachable`.
+
+Exit status: 0 when a reply came back (several targets: from every one), 1 when none
+did (with -w and -c: fewer than -c; several targets: some target never answered), 2
+on a usage or set-up error (a bad flag or value, a host that does not resolve, a
+missing privilege).
 
 Examples:
   rttlab ping 127.0.0.1                   5 echoes, 1 s apart
+  rttlab ping -c 3 -i 0.2 -w 5 127.0.0.1  until 3 replies are in, for at most 5 s
   rttlab ping ::1 -c 1000 -i 1ms --histogram
   rttlab ping 127.0.0.1 -i 0.2 -c 10 -t 3 -Q 0xb8 -M do
-  rttlab ping 127.0.0.1 -i 0 -l 2         next echo as soon as the last reply is in, for 2 s
+  rttlab ping 127.0.0.1 -A --duration 2   the next echo once the last reply is in, 2 s
+  rttlab ping -C 3 -q 127.0.0.1 ::1       fping's per-target round trips
   rttlab ping 127.0.0.1 -i 100us --spin -c 10000 -o P50_LATENCY,P99_LATENCY")]
 pub struct PingArgs {
-    /// Host to ping (IPv4 or IPv6).
-    pub host: String,
-    /// Number of echo requests (default 5 unless -l is given).
+    /// Host(s) to ping (IPv4 or IPv6); several are probed in one loop, as fping.
+    #[arg(value_name = "HOST", required = true, num_args = 1..)]
+    pub hosts: Vec<String>,
+    /// Number of echo requests (default 5 unless --duration or -w is given; several
+    /// targets: per target, with fping's output).
     #[arg(short = 'c', long = "count")]
     pub count: Option<u64>,
-    /// Run length (a bare number is seconds).
-    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
-    pub length: Option<Duration>,
+    /// fping's -C: this many requests per target, then every round trip per target.
+    #[arg(
+        short = 'C',
+        long = "report-all",
+        value_name = "N",
+        conflicts_with = "count"
+    )]
+    pub report_all: Option<u64>,
+    /// Stop sending after this long (a bare number is seconds), then wait for the
+    /// replies still due.
+    #[arg(long = "duration", value_name = "DURATION", value_parser = values::seconds)]
+    pub duration: Option<Duration>,
+    /// iputils' deadline: end the run this long after the start, whatever is
+    /// outstanding; with -c, send until -c replies are in (a bare number is seconds).
+    #[arg(short = 'w', long = "deadline", value_name = "DEADLINE", value_parser = values::seconds)]
+    pub deadline: Option<Duration>,
+    /// Send this many requests back to back at the start, not waiting for replies
+    /// (at most 3 unless root, as iputils).
+    #[arg(short = 'l', long = "preload", value_name = "N")]
+    pub preload: Option<u64>,
     /// Interval between requests (a bare number is seconds, as in iputils: -i 0.2); 0
     /// sends the next as soon as the last reply is in.
-    #[arg(short = 'i', long = "interval", default_value = "1s", value_parser = values::seconds)]
-    pub interval: Duration,
+    #[arg(short = 'i', long = "interval", value_parser = values::seconds, allow_negative_numbers = true)]
+    pub interval: Option<Duration>,
     /// Keep one request in flight: send the next once the last is answered and the
     /// interval since it has passed (netperf TCP_RR's -w pacing).
     #[arg(long)]
     pub one_in_flight: bool,
+    /// iputils' adaptive ping: the next request once the last is answered (or timed
+    /// out), no sooner than 200 ms after the last one unless root.
+    #[arg(short = 'A', long = "adaptive", conflicts_with = "flood")]
+    pub adaptive: bool,
+    /// iputils' flood: no interval unless -i is given (root only below 2 ms), the next
+    /// request once the last is answered or after 10 ms; a dot per request sent, a
+    /// backspace per reply.
+    #[arg(short = 'f', long = "flood")]
+    pub flood: bool,
     /// Busy-wait between requests (for sub-millisecond intervals).
     #[arg(long, conflicts_with = "pace")]
     pub spin: bool,
@@ -66,8 +106,11 @@ pub struct PingArgs {
     /// ICMP payload bytes.
     #[arg(short = 's', long = "size", default_value_t = 56)]
     pub size: usize,
+    /// Fill the payload with these bytes repeated, up to 16 in hex (-p ff: all ones).
+    #[arg(short = 'p', long = "pattern", value_name = "HEX", value_parser = pad_pattern)]
+    pub pattern: Option<Pad>,
     /// A request without a reply after this is lost (a bare number is seconds).
-    #[arg(short = 'W', long = "timeout", default_value = "2s", value_parser = values::seconds)]
+    #[arg(short = 'W', long = "timeout", default_value = "2s", value_parser = values::seconds, allow_negative_numbers = true)]
     pub timeout: Duration,
     /// IP time to live (IPv6: hop limit) of the requests.
     #[arg(short = 't', long = "ttl", value_parser = clap::value_parser!(u8).range(1..))]
@@ -84,15 +127,50 @@ pub struct PingArgs {
     /// Send from this address (as -I ADDR).
     #[arg(long, conflicts_with = "interface")]
     pub bind: Option<std::net::IpAddr>,
+    /// Keep the source address the kernel picks at the start, whatever the routes do
+    /// later (iputils' -B).
+    #[arg(short = 'B', long = "pin-source")]
+    pub pin_source: bool,
     /// Firewall mark of the requests, for policy routing (SO_MARK; iputils' -m).
     #[arg(short = 'm', long = "mark")]
     pub mark: Option<u32>,
     /// Path MTU discovery: do (set DF), dont, want.
     #[arg(short = 'M', value_enum, value_name = "do|dont|want")]
     pub pmtu: Option<PmtuArg>,
+    /// The socket's send buffer, bytes (SO_SNDBUF).
+    #[arg(short = 'S', long = "sndbuf", value_name = "BYTES")]
+    pub sndbuf: Option<usize>,
+    /// Only to a host on an attached network, bypassing the routing table
+    /// (SO_DONTROUTE).
+    #[arg(short = 'r', long = "dont-route")]
+    pub dont_route: bool,
+    /// Do not loop multicast requests back to this host.
+    #[arg(short = 'L', long = "no-multicast-loop")]
+    pub no_multicast_loop: bool,
+    /// The echo identifier (a datagram socket binds it as its port; 0 is refused there).
+    #[arg(short = 'e', long = "ident")]
+    pub ident: Option<u16>,
+    /// Time each reply when rttlab reads it, the wake-up included (iputils' "user to
+    /// user" latency), not by the kernel's receive stamp.
+    #[arg(short = 'U', long = "user-latency")]
+    pub user_latency: bool,
     /// Print each reply's arrival time (UNIX seconds) before it.
     #[arg(short = 'D')]
     pub timestamps: bool,
+    /// Print "no answer yet for icmp_seq=N" when a request goes before the last is
+    /// answered.
+    #[arg(short = 'O', long = "outstanding")]
+    pub outstanding: bool,
+    /// Ring the terminal's bell on each reply.
+    #[arg(short = 'a', long = "audible")]
+    pub audible: bool,
+    /// Verbose: each reply's echo identifier.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+    /// Numeric output only: rttlab never looks a reply's address up when -n is given
+    /// (without it, a target given by name is shown as `name (address)`, as iputils).
+    #[arg(short = 'n', long = "numeric")]
+    pub numeric: bool,
     /// No line per reply: the summary only.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
@@ -106,40 +184,159 @@ pub struct PingArgs {
     #[arg(short = '6')]
     pub ipv6: bool,
     #[command(flatten)]
+    pub refused: RefusedArgs,
+    #[command(flatten)]
     pub out: OutputArgs,
 }
 
+/// iputils flags rttlab does not do: taken so that the refusal can say why and what to
+/// use instead, not "unexpected argument".
+#[derive(Args, Debug)]
+pub struct RefusedArgs {
+    /// (iputils' broadcast ping: refused, list the hosts instead.)
+    #[arg(short = 'b', hide = true)]
+    broadcast: bool,
+    /// (iputils' record route: refused.)
+    #[arg(short = 'R', hide = true)]
+    record_route: bool,
+    /// (iputils' IP timestamp option: refused.)
+    #[arg(short = 'T', hide = true, value_name = "OPTION")]
+    ip_timestamp: Option<String>,
+    /// (iputils' ICMPv6 node information query: refused.)
+    #[arg(short = 'N', hide = true, value_name = "OPTION")]
+    node_info: Option<String>,
+    /// (iputils' IPv6 flow label: refused.)
+    #[arg(short = 'F', hide = true, value_name = "LABEL")]
+    flow_label: Option<String>,
+    /// (iputils' SO_DEBUG: refused.)
+    #[arg(short = 'd', hide = true)]
+    debug: bool,
+}
+
+impl RefusedArgs {
+    /// The first refused flag given, as one line: what it is and what to use instead.
+    fn check(&self) -> anyhow::Result<()> {
+        if self.broadcast {
+            bail!("-b: rttlab does not ping broadcast addresses (one request, many repliers, no round trip per host): list the hosts, `rttlab ping A B C`");
+        }
+        if self.record_route {
+            bail!("-R: rttlab does not record the route (iputils deprecates -R: routers drop or ignore IPv4 options, and nine hops fit); use `tracepath -n HOST`");
+        }
+        if self.ip_timestamp.is_some() {
+            bail!("-T: rttlab does not send IPv4 timestamp options (routers drop or ignore them; rttlab times with the kernel's receive stamps); use iputils' `ping -T`");
+        }
+        if self.node_info.is_some() {
+            bail!("-N: rttlab sends echo requests only, not ICMPv6 node information queries; use iputils' `ping -N`");
+        }
+        if self.flow_label.is_some() {
+            bail!("-F: rttlab does not set IPv6 flow labels; use iputils' `ping -F`");
+        }
+        if self.debug {
+            bail!("-d: SO_DEBUG does nothing on Linux sockets, and rttlab does not set it");
+        }
+        Ok(())
+    }
+}
+
+/// ping -p's pattern: up to 16 bytes in hex (`ff`, `abcd`; an odd digit count takes a
+/// leading 0, as iputils' sscanf of `%2x` pairs would not, so it is refused).
+fn pad_pattern(s: &str) -> Result<Pad, String> {
+    let h = s.strip_prefix("0x").unwrap_or(s);
+    if h.is_empty() || h.len() % 2 != 0 || h.len() > 32 || !h.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Err(format!(
+            "{s:?} is not a pattern: 1 to 16 bytes in hex, e.g. ff or 0a1b"
+        ));
+    }
+    Ok(Pad((0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).expect("checked hex"))
+        .collect()))
+}
+
+/// ping -p's bytes (a type of its own: clap reads a bare `Vec` as many values).
+#[derive(Clone, Debug)]
+pub struct Pad(Vec<u8>);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
-    // iputils: 2 for an error, 1 when nothing came back.
-    let received = run_ping(a).map_err(|e| e.context(super::Exit(2)))?;
-    if received == 0 {
+    // iputils: 2 for an error, 1 when nothing (or, with -w and -c, too little) came
+    // back; fping: 1 when some target never answered.
+    let all_answered = if a.hosts.len() > 1 || a.report_all.is_some() {
+        run_fping(a)
+    } else {
+        run_ping(a)
+    }
+    .map_err(|e| e.context(super::Exit(2)))?;
+    if !all_answered {
         return Err(super::Exit(1).into());
     }
     Ok(())
 }
 
-fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
-    let format = a.out.format()?;
-    if a.count == Some(0) {
+/// The settings every form shares, checked as iputils checks them.
+fn check_common(a: &PingArgs) -> anyhow::Result<()> {
+    a.refused.check()?;
+    if a.count == Some(0) || a.report_all == Some(0) {
         bail!("-c must be at least 1");
     }
     if a.timeout.is_zero() {
         bail!("-W must be more than 0");
     }
-    let target = super::rr::resolve(&a.host, 0, a.ipv4, a.ipv6)?.ip();
+    if let Some(p) = a.preload {
+        if p > 3 && !is_root() {
+            bail!("-l {p}: only root may preload more than 3 (as iputils)");
+        }
+    }
+    if a.flood && !is_root() && a.interval.is_none_or(|i| i < Duration::from_millis(2)) {
+        bail!("-f: only root may flood below a 2 ms interval (as iputils); add -i 0.002 or more");
+    }
+    if a.ident == Some(0) && a.socket == SocketArg::Dgram {
+        bail!("-e 0: a datagram socket's identifier is its port, never 0; use --socket raw (needs CAP_NET_RAW)");
+    }
+    Ok(())
+}
+
+/// One target, iputils' output. True when the replies asked for came back.
+fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
+    let format = a.out.format()?;
+    check_common(&a)?;
+    let host = &a.hosts[0];
+    let target = super::rr::resolve(host, 0, a.ipv4, a.ipv6)?.ip();
     let mut s = PingSettings::new(target);
-    s.count = match (a.count, a.length) {
-        (Some(c), _) => Some(c),
-        (None, Some(_)) => None,
-        (None, None) => Some(5),
+    s.count = match (a.count, a.duration, a.deadline) {
+        (Some(c), _, _) => Some(c),
+        (None, None, None) => Some(5),
+        (None, _, _) => None,
     };
-    s.duration = a.length;
-    s.interval = a.interval;
-    s.one_in_flight = a.one_in_flight;
+    s.duration = a.duration;
+    s.deadline = a.deadline;
+    s.preload = a.preload.unwrap_or(0);
+    // -f and -A choose no interval unless -i does; -A waits for each reply, as does a
+    // zero interval.
+    s.interval = match (a.interval, a.flood || a.adaptive) {
+        (Some(i), _) => i,
+        (None, true) => Duration::ZERO,
+        (None, false) => Duration::from_secs(1),
+    };
+    if a.adaptive {
+        s.one_in_flight = true;
+        if !is_root() {
+            s.interval = s.interval.max(Duration::from_millis(200));
+        }
+    }
+    s.one_in_flight |= a.one_in_flight;
+    s.flood = a.flood;
     s.pace = super::rr::PaceArg::mode(a.spin, a.pace);
     s.size = a.size;
+    s.pad = a.pattern.clone().map(|p| p.0).unwrap_or_default();
     s.timeout = a.timeout;
     s.socket = match a.socket {
+        SocketArg::Auto if a.ident == Some(0) => SocketKind::Raw,
         SocketArg::Auto => SocketKind::Auto,
         SocketArg::Dgram => SocketKind::Dgram,
         SocketArg::Raw => SocketKind::Raw,
@@ -148,6 +345,12 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
     s.tos = a.tos.or(a.dscp.map(rttlab::probe::path::tos_of_dscp));
     s.mark = a.mark;
     s.source = a.bind;
+    s.pin_source = a.pin_source;
+    s.sndbuf = a.sndbuf;
+    s.dont_route = a.dont_route;
+    s.no_multicast_loop = a.no_multicast_loop;
+    s.ident = a.ident;
+    s.user_latency = a.user_latency;
     match a
         .interface
         .as_deref()
@@ -169,15 +372,33 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
     // iputils' lines only in the human format: --json and --csv stay pure.
     let lines = matches!(format, OutputFormat::Human { .. });
-    let per_reply = lines && !a.quiet;
+    let flood_marks = lines && a.flood && !a.quiet;
+    let per_reply = lines && !a.quiet && !a.flood;
+    // iputils names a target given by name as `name (address)` unless -n.
+    let named = !a.numeric && host.parse::<std::net::IpAddr>().is_err();
+    let mut names = ReplyNames::new(named);
     let mut stdout = std::io::stdout();
     if lines {
-        write!(stdout, "{}", ping_report::iputils_header(&a.host, &s))?;
+        if let Some(p) = &a.pattern {
+            write!(stdout, "{}", ping_report::iputils_pattern(&p.0))?;
+        }
+        // Looked up only where printed: IPv6's header and reply lines.
+        let shown = if target.is_ipv6() {
+            names.shown(target)
+        } else {
+            target.to_string()
+        };
+        let from = ping::chosen_source(&s);
+        write!(
+            stdout,
+            "{}",
+            ping_report::iputils_header(host, &shown, from, &s)
+        )?;
         stdout.flush()?;
     }
     // The per-reply lines are the progress; without them, a progress line on a TTY.
-    let progress = (!per_reply).then(|| {
-        let expected = s.duration.or_else(|| {
+    let progress = (!per_reply && !flood_marks).then(|| {
+        let expected = s.duration.or(s.deadline).or_else(|| {
             s.count
                 .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
         });
@@ -188,11 +409,28 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
             expected,
         )
     });
+    let style = ping_report::ReplyStyle {
+        timestamp: a.timestamps,
+        ident: a.verbose,
+        audible: a.audible,
+    };
     let result = ping::run_each(&s, &ctl, &mut |ev| {
-        if per_reply {
-            let _ = write!(stdout, "{}", ping_report::iputils_reply(ev, a.timestamps));
-            let _ = stdout.flush();
-        }
+        let text = match ev {
+            PingEvent::Sending { .. } if flood_marks => ".".to_string(),
+            PingEvent::Sending {
+                unanswered: Some(seq),
+                ..
+            } if per_reply && a.outstanding => {
+                ping_report::iputils_no_answer(*seq, a.timestamps.then(rttlab::kernel::realtime_ns))
+            }
+            PingEvent::Reply(_) if flood_marks => "\u{8} \u{8}".to_string(),
+            PingEvent::Reply(r) if per_reply => {
+                ping_report::iputils_reply(r, style, &names.shown(r.from))
+            }
+            _ => return,
+        };
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
     });
     drop(progress);
     let result = result?;
@@ -201,12 +439,157 @@ fn run_ping(a: PingArgs) -> anyhow::Result<u64> {
         // last line (`tail -1 | awk -F/`) and grep its "received" line.
         writeln!(stdout)?;
         output::print(&result, &format)?;
-        write!(stdout, "{}", ping_report::iputils_summary(&a.host, &result))?;
+        let ipg_ewma = s.interval.is_zero() || a.flood || a.adaptive;
+        write!(
+            stdout,
+            "{}",
+            ping_report::iputils_summary(host, &result, ipg_ewma)
+        )?;
     } else {
         output::print(&result, &format)?;
     }
     if let Some(e) = &result.error {
         bail!("{e}");
     }
-    Ok(result.received)
+    // iputils: with -w and -c, fewer than -c replies is a failure too.
+    let enough = match (a.deadline, a.count) {
+        (Some(_), Some(c)) => result.received >= c,
+        _ => result.received > 0,
+    };
+    Ok(enough)
+}
+
+/// How reply lines name their sender: the address, or `name (address)` with the name
+/// the address looks up to (once per address), as iputils does for a target it was
+/// given by name.
+struct ReplyNames {
+    named: bool,
+    seen: std::collections::HashMap<std::net::IpAddr, String>,
+}
+
+impl ReplyNames {
+    fn new(named: bool) -> Self {
+        Self {
+            named,
+            seen: std::collections::HashMap::new(),
+        }
+    }
+
+    fn shown(&mut self, addr: std::net::IpAddr) -> String {
+        if !self.named {
+            return addr.to_string();
+        }
+        self.seen
+            .entry(addr)
+            .or_insert_with(|| match dns_lookup::lookup_addr(&addr) {
+                Ok(name) if name != addr.to_string() => format!("{name} ({addr})"),
+                _ => addr.to_string(),
+            })
+            .clone()
+    }
+}
+
+/// Several targets (or -C), fping's output. True when every target answered.
+fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
+    check_common(&a)?;
+    if !matches!(a.out.format()?, OutputFormat::Human { histogram: false }) {
+        bail!("--json, --csv, -o and --histogram take one target; run one rttlab ping per target");
+    }
+    for (flag, given) in [
+        ("-w", a.deadline.is_some()),
+        ("--duration", a.duration.is_some()),
+        ("-l", a.preload.is_some()),
+        ("-f", a.flood),
+        ("-A", a.adaptive),
+        ("-p", a.pattern.is_some()),
+        ("-t", a.ttl.is_some()),
+        ("-Q", a.tos.is_some() || a.dscp.is_some()),
+        ("-I", a.interface.is_some() || a.bind.is_some()),
+        ("-m", a.mark.is_some()),
+        ("-M", a.pmtu.is_some()),
+        ("-e", a.ident.is_some()),
+        ("-U", a.user_latency),
+        ("-D", a.timestamps),
+        ("-O", a.outstanding),
+        ("--hdr-log", a.out.hdr_log.is_some()),
+    ] {
+        if given {
+            bail!("{flag} takes one target; run one rttlab ping per target (several targets: -c, -C, -i, -s, -W, -q)");
+        }
+    }
+    let targets = a
+        .hosts
+        .iter()
+        .map(|h| Ok(super::rr::resolve(h, 0, a.ipv4, a.ipv6)?.ip()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let width = a.hosts.iter().map(|h| h.chars().count()).max().unwrap_or(0);
+    let names: Vec<String> = a
+        .hosts
+        .iter()
+        .map(|h| ping_report::fping_name(h, width))
+        .collect();
+    let s = FpingSettings {
+        targets,
+        count: a.report_all.or(a.count),
+        period: a.interval.unwrap_or(Duration::from_secs(1)),
+        timeout: a.timeout,
+        size: a.size,
+    };
+    let ctl = Arc::new(PingControl::default());
+    let c = Arc::clone(&ctl);
+    on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
+    let per_reply = s.count.is_some() && !a.quiet;
+    // Each reply's line needs its target's average and loss so far.
+    let mut so_far = vec![fping::TargetResult::default(); s.targets.len()];
+    let mut stdout = std::io::stdout();
+    let results = fping::run(&s, &ctl, &mut |ev| {
+        let FpingEvent::Reply {
+            target,
+            index,
+            rtt_ns,
+            bytes,
+        } = *ev;
+        let r = &mut so_far[target];
+        while r.rtts_ns.len() as u64 <= index {
+            r.rtts_ns.push(None);
+        }
+        r.rtts_ns[index as usize] = Some(rtt_ns);
+        r.sent = r.sent.max(index + 1);
+        if per_reply {
+            let _ = write!(
+                stdout,
+                "{}",
+                ping_report::fping_reply(&names[target], index, bytes, rtt_ns, r)
+            );
+            let _ = stdout.flush();
+        }
+    })?;
+    let mut stderr = std::io::stderr();
+    match s.count {
+        None => {
+            for (name, r) in a.hosts.iter().zip(&results) {
+                let state = if r.received() > 0 {
+                    "alive"
+                } else {
+                    "unreachable"
+                };
+                writeln!(stdout, "{name} is {state}")?;
+            }
+        }
+        Some(_) => {
+            stdout.flush()?;
+            if per_reply {
+                writeln!(stderr)?;
+            }
+            for (name, r) in names.iter().zip(&results) {
+                let line = if a.report_all.is_some() {
+                    ping_report::fping_all(name, r)
+                } else {
+                    ping_report::fping_counts(name, r)
+                };
+                write!(stderr, "{line}")?;
+            }
+        }
+    }
+    Ok(results.iter().all(|r| r.received() > 0))
 }

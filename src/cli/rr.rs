@@ -231,6 +231,9 @@ pub struct RrArgs {
     pub secret: super::secret::SecretArgs,
     #[command(flatten)]
     pub out: OutputArgs,
+    /// A label carried in the result (netperf's -B).
+    #[arg(short = 'B', long = "brand", value_name = "TEXT")]
+    pub brand: Option<String>,
 }
 
 /// `--tail PCT` as parts per million: above 0 and at most 100, to 0.0001 %.
@@ -506,7 +509,7 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     drop(interim);
     drop(local_server);
     let mut result = result?;
-    result.brand = a.out.brand.clone();
+    result.brand = a.brand.clone();
     if matches!(format, rttlab::report::OutputFormat::Human { .. }) && (a.local_cpu || a.remote_cpu)
     {
         cpu_lines(&result, a.local_cpu, a.remote_cpu)?;

@@ -16,8 +16,8 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 
-/// ICMP payload bytes of every echo (ping's default is 56; a probe needs no more than
-/// its pattern).
+/// ICMP payload bytes of the agent's echoes (ping's default is 56; a probe needs no
+/// more than its pattern).
 const PAYLOAD: usize = 16;
 
 /// An echo request sent.
@@ -57,6 +57,10 @@ pub struct Echoer {
     v4: Option<Family>,
     v6: Option<Family>,
     buf: Vec<u8>,
+    /// ICMP payload bytes of every echo.
+    payload: usize,
+    /// A request, reused.
+    pkt: Vec<u8>,
 }
 
 impl Echoer {
@@ -66,6 +70,17 @@ impl Echoer {
     /// # Errors
     /// Neither family's socket could be opened.
     pub fn new() -> Result<Self, PingError> {
+        Self::with_payload(PAYLOAD)
+    }
+
+    /// [`Echoer::new`] with `payload` ICMP payload bytes in every echo (fping's -b).
+    ///
+    /// # Errors
+    /// As [`Echoer::new`], or a payload over 65000 bytes.
+    pub fn with_payload(payload: usize) -> Result<Self, PingError> {
+        if payload > 65_000 {
+            return Err(PingError::Size(payload));
+        }
         let open_family = |target: IpAddr| -> Result<Family, PingError> {
             let (sock, kind) = open(target, SocketKind::Auto)?;
             enable_timestamps(&sock)?;
@@ -85,7 +100,9 @@ impl Echoer {
             (v4, v6) => Ok(Self {
                 v4: v4.ok(),
                 v6: v6.ok(),
-                buf: vec![0; 2048],
+                buf: vec![0; payload + 2048],
+                payload,
+                pkt: vec![0; 8 + payload],
             }),
         }
     }
@@ -111,7 +128,7 @@ impl Echoer {
         .ok_or_else(|| io::Error::other("no ICMP socket for this address family"))?;
         let seq = f.next_seq;
         f.next_seq = f.next_seq.wrapping_add(1);
-        let mut pkt = [0u8; 8 + PAYLOAD];
+        let pkt = &mut self.pkt;
         pkt[0] = if f.v6 { 128 } else { 8 };
         pkt[4..6].copy_from_slice(&f.ident.to_be_bytes());
         pkt[6..8].copy_from_slice(&seq.to_be_bytes());
@@ -119,12 +136,13 @@ impl Echoer {
             *b = pattern(seq, i);
         }
         if !f.v6 {
-            let c = checksum(&pkt);
+            pkt[2..4].fill(0);
+            let c = checksum(pkt);
             pkt[2..4].copy_from_slice(&c.to_be_bytes());
         }
         let sent_ns = crate::kernel::realtime_ns();
         f.sock
-            .send_to(&pkt, &SockAddr::from(SocketAddr::new(target, 0)))?;
+            .send_to(pkt, &SockAddr::from(SocketAddr::new(target, 0)))?;
         Ok(Sent {
             v6: f.v6,
             seq,
@@ -136,6 +154,7 @@ impl Echoer {
     /// (both sockets are read until they are empty, as an edge-triggered poll needs).
     pub fn drain(&mut self, mut each: impl FnMut(Reply)) {
         let buf = &mut self.buf;
+        let payload = self.payload;
         for f in self.v4.iter().chain(self.v6.iter()) {
             loop {
                 let mut from: libc::sockaddr_storage =
@@ -149,7 +168,8 @@ impl Echoer {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(_) => continue,
                 };
-                let Some(reply) = parse_reply(&buf[..r.len], f.v6, f.raw, f.ident, PAYLOAD) else {
+                let Some(reply) = parse_reply(&buf[..r.len], f.v6, f.raw, f.ident, payload, &[])
+                else {
                     continue;
                 };
                 // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.

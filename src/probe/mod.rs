@@ -4,6 +4,7 @@
 pub mod anatomy;
 pub mod control;
 pub mod echo;
+pub mod fping;
 pub mod io;
 pub mod pacing;
 pub mod path;

@@ -80,7 +80,54 @@ pub struct PingSettings {
     pub mark: Option<u32>,
     /// Path MTU discovery (ping's -M).
     pub pmtu: Option<Pmtu>,
+    /// iputils' `-w`: end the run this long after the start whatever is outstanding;
+    /// with a count, keep sending until that many replies are in (ping_common.c's
+    /// `pinger` goes on past `-c` when a deadline is set).
+    pub deadline: Option<Duration>,
+    /// Requests sent back to back at the start, not waiting for a reply (ping's -l).
+    pub preload: u64,
+    /// The payload's repeating bytes (ping's -p); empty: rttlab's own per-sequence
+    /// pattern, which also catches a reply carrying another request's payload.
+    pub pad: Vec<u8>,
+    /// The socket's send buffer, bytes (ping's -S, `SO_SNDBUF`).
+    pub sndbuf: Option<usize>,
+    /// Send only to hosts on an attached network, bypassing the routing table (ping's
+    /// -r, `SO_DONTROUTE`).
+    pub dont_route: bool,
+    /// Do not loop multicast requests back to this host (ping's -L).
+    pub no_multicast_loop: bool,
+    /// The echo identifier (ping's -e): a raw socket writes it; a datagram socket's
+    /// identifier is its bound port, so it binds to this one.
+    pub ident: Option<u16>,
+    /// Time a reply when user space reads it, not by the kernel's receive stamp
+    /// (ping's -U: the "user-to-user" latency, wake-up included).
+    pub user_latency: bool,
+    /// Flood (ping's -f): with a zero interval, send the next request once the last is
+    /// answered or 10 ms have passed, whichever is first (at least 100 a second).
+    pub flood: bool,
+    /// Bind to the source address the kernel picks at the start, so a route change
+    /// cannot move it (ping's -B).
+    pub pin_source: bool,
 }
+
+/// What [`run_each`] tells its caller as the run goes.
+#[derive(Clone, Copy, Debug)]
+pub enum PingEvent {
+    /// A request is about to go out; `unanswered` is the previous request's icmp_seq
+    /// when no reply to it is in yet (ping's -O prints "no answer yet").
+    Sending {
+        /// The request's ICMP sequence number.
+        icmp_seq: u16,
+        /// The request before it, if it is still unanswered.
+        unanswered: Option<u16>,
+    },
+    /// A reply within the timeout.
+    Reply(ReplyEvent),
+}
+
+/// ping -f's most time between requests: "as fast as they come back or one hundred
+/// times per second, whichever is more" (ping(8)).
+const FLOOD_WAIT: Duration = Duration::from_millis(10);
 
 /// Path MTU discovery for the requests, as ping's `-M`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -111,6 +158,8 @@ pub struct ReplyEvent {
     pub rtt_ns: u64,
     /// When it arrived (CLOCK_REALTIME ns), for ping's -D.
     pub received_ns: u64,
+    /// The echo identifier it carries (ping -v prints it).
+    pub ident: u16,
 }
 
 impl PingSettings {
@@ -135,6 +184,16 @@ impl PingSettings {
             source: None,
             mark: None,
             pmtu: None,
+            deadline: None,
+            preload: 0,
+            pad: Vec::new(),
+            sndbuf: None,
+            dont_route: false,
+            no_multicast_loop: false,
+            ident: None,
+            user_latency: false,
+            flood: false,
+            pin_source: false,
         }
     }
 }
@@ -181,8 +240,12 @@ pub struct PingReportSettings {
     pub size: usize,
     /// Requests asked for (`-c`); `None`: no count limit.
     pub count_limit: Option<u64>,
-    /// Run length asked for (`-l`), s; `None`: no time limit.
+    /// Sending time asked for (`--duration`), s; `None`: no time limit.
     pub duration_limit_s: Option<f64>,
+    /// ping -w's deadline, s: the run ended then whatever was outstanding; `None`: none.
+    pub deadline_s: Option<f64>,
+    /// Requests sent back to back at the start (`-l`).
+    pub preload: u64,
     /// How long a request waited for its reply before it counted as lost (`-W`), ms.
     pub timeout_ms: f64,
     /// Whether each request waited for the last one's reply (`--one-in-flight`).
@@ -239,6 +302,14 @@ pub struct PingResult {
     /// The start, CLOCK_REALTIME ns: where the series sits among other clocks' samples.
     #[serde(skip)]
     pub started_unix_ns: u64,
+    /// The most requests in flight when a reply came, counting its own (iputils'
+    /// `pipe`, ping_common.c's `acknowledge`).
+    #[serde(skip)]
+    pub pipe: u64,
+    /// iputils' smoothed round trip, µs × 8: the first reply's, then each reply moves
+    /// it an eighth of the way (`rtt += triptime - rtt / 8`), printed as `ewma`.
+    #[serde(skip)]
+    pub ewma_us8: u64,
     /// What ended the run early (sending or receiving failed), or why the HdrHistogram
     /// log could not be written; `None` when neither happened.
     pub error: Option<String>,
@@ -309,6 +380,15 @@ pub(super) fn pattern(seq: u16, i: usize) -> u8 {
     (i as u8).wrapping_add(seq as u8)
 }
 
+/// Payload byte `i` of request `seq`: ping -p's `pad` repeated, or [`pattern`].
+fn payload_byte(pad: &[u8], seq: u16, i: usize) -> u8 {
+    if pad.is_empty() {
+        pattern(seq, i)
+    } else {
+        pad[i % pad.len()]
+    }
+}
+
 /// A received datagram.
 pub(crate) struct Received {
     pub len: usize,
@@ -375,7 +455,7 @@ pub(crate) fn recv_with_ts(
 
 /// Apply the settings' TTL, TOS, PMTU, interface and source address to `sock`, and
 /// ask for each reply's TTL.
-fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
+fn configure(sock: &Socket, kind: SocketKind, s: &PingSettings) -> Result<(), PingError> {
     let fd = sock.as_raw_fd();
     let opt = |what: &str| {
         let what = what.to_string();
@@ -457,14 +537,97 @@ fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
             source,
         })?;
     }
-    if let Some(a) = s.source {
-        sock.bind(&SockAddr::from(SocketAddr::new(a, 0)))
+    if let Some(b) = s.sndbuf {
+        sock.set_send_buffer_size(b)
             .map_err(|source| PingError::Option {
-                what: format!("-I {a}: sending from this address"),
+                what: format!("-S {b} (SO_SNDBUF)"),
+                source,
+            })?;
+    }
+    if s.dont_route {
+        set(libc::SOL_SOCKET, libc::SO_DONTROUTE, 1, "-r (SO_DONTROUTE)")?;
+    }
+    if s.no_multicast_loop {
+        if v6 {
+            set(
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MULTICAST_LOOP,
+                0,
+                "-L (IPV6_MULTICAST_LOOP)",
+            )?;
+        } else {
+            set(
+                libc::IPPROTO_IP,
+                libc::IP_MULTICAST_LOOP,
+                0,
+                "-L (IP_MULTICAST_LOOP)",
+            )?;
+        }
+    }
+    // The address: -I ADDR, or with -B the one the kernel would pick now. A datagram
+    // socket's echo identifier is its port (ping_bind in net/ipv4/ping.c): -e binds it.
+    let source = match s.source {
+        Some(a) => Some(a),
+        None if s.pin_source => Some(source_towards(s.target, s.device.as_deref()).map_err(
+            |source| PingError::Option {
+                what: format!("-B: finding the source address towards {}", s.target),
+                source,
+            },
+        )?),
+        None => None,
+    };
+    let port = if kind == SocketKind::Dgram {
+        s.ident.unwrap_or(0)
+    } else {
+        0
+    };
+    if source.is_some() || port != 0 {
+        let a = source.unwrap_or(if v6 {
+            IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::from(std::net::Ipv4Addr::UNSPECIFIED)
+        });
+        sock.bind(&SockAddr::from(SocketAddr::new(a, port)))
+            .map_err(|source| PingError::Option {
+                what: match (s.source, port) {
+                    (Some(a), _) => format!("-I {a}: sending from this address"),
+                    (None, 0) => format!("-B: binding to {a}"),
+                    (None, p) => format!("-e {p}: the identifier (a datagram socket's port)"),
+                },
                 source,
             })?;
     }
     Ok(())
+}
+
+/// The source address the kernel's routing picks towards `target` now, through
+/// `device` if given: a connected UDP socket's own address (connecting sends nothing).
+fn source_towards(target: IpAddr, device: Option<&str>) -> io::Result<IpAddr> {
+    let domain = if target.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let u = Socket::new(domain, Type::DGRAM, None)?;
+    if let Some(d) = device {
+        u.bind_device(Some(d.as_bytes()))?;
+    }
+    u.connect(&SockAddr::from(SocketAddr::new(target, 9)))?;
+    u.local_addr()?
+        .as_socket()
+        .map(|a| a.ip())
+        .ok_or_else(|| io::Error::other("no address"))
+}
+
+/// The address the requests leave from when the settings choose one (-I ADDR, or -I
+/// IFACE and -B, where the kernel's pick at the start is it), as iputils' header names
+/// it; `None` when the kernel picks per request.
+pub fn chosen_source(s: &PingSettings) -> Option<IpAddr> {
+    s.source.or_else(|| {
+        (s.pin_source || s.device.is_some())
+            .then(|| source_towards(s.target, s.device.as_deref()).ok())
+            .flatten()
+    })
 }
 
 /// An echo reply found in a received datagram.
@@ -472,6 +635,8 @@ fn configure(sock: &Socket, s: &PingSettings) -> Result<(), PingError> {
 pub struct Reply {
     /// Its sequence number.
     pub seq: u16,
+    /// Its identifier (a datagram socket's: the kernel's, its bound port).
+    pub ident: u16,
     /// The payload is the one that was sent (right length, right pattern).
     pub intact: bool,
 }
@@ -479,7 +644,15 @@ pub struct Reply {
 /// Find an echo reply to us in a received datagram: `raw` IPv4 sockets deliver the IP
 /// header too; datagram sockets get replies already filtered by the kernel, raw ones
 /// everything, so only raw replies are checked against `ident`. Anything else is `None`.
-pub fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> Option<Reply> {
+/// The payload must be `size` bytes of `pad` repeated (empty: [`pattern`]) to be intact.
+pub fn parse_reply(
+    buf: &[u8],
+    v6: bool,
+    raw: bool,
+    ident: u16,
+    size: usize,
+    pad: &[u8],
+) -> Option<Reply> {
     let icmp = if !v6 && raw {
         let ihl = usize::from(buf.first()? & 0x0f) * 4;
         buf.get(ihl..)?
@@ -500,8 +673,9 @@ pub fn parse_reply(buf: &[u8], v6: bool, raw: bool, ident: u16, size: usize) -> 
         && payload
             .iter()
             .enumerate()
-            .all(|(i, &b)| b == pattern(seq, i));
-    Some(Reply { seq, intact })
+            .all(|(i, &b)| b == payload_byte(pad, seq, i));
+    let ident = u16::from_be_bytes([icmp[4], icmp[5]]);
+    Some(Reply { seq, ident, intact })
 }
 
 /// Run ping.
@@ -513,14 +687,15 @@ pub fn run(settings: &PingSettings, ctl: &PingControl) -> Result<PingResult, Pin
     run_each(settings, ctl, &mut |_| {})
 }
 
-/// [`run`], telling `on_reply` of every reply as it comes (ping's per-reply lines).
+/// [`run`], telling `on_event` of every request as it goes and every reply as it comes
+/// (ping's per-reply lines, -O's and -f's marks).
 ///
 /// # Errors
 /// As [`run`].
 pub fn run_each(
     settings: &PingSettings,
     ctl: &PingControl,
-    on_reply: &mut dyn FnMut(&ReplyEvent),
+    on_event: &mut dyn FnMut(&PingEvent),
 ) -> Result<PingResult, PingError> {
     if settings.size > 65_000 {
         return Err(PingError::Size(settings.size));
@@ -544,11 +719,13 @@ pub fn run_each(
     let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
     let (sock, kind) = open(settings.target, settings.socket)?;
     enable_timestamps(&sock)?;
-    configure(&sock, settings)?;
+    configure(&sock, kind, settings)?;
     let fd = sock.as_raw_fd();
     let v6 = settings.target.is_ipv6();
     let raw = kind == SocketKind::Raw;
-    let ident = (std::process::id() as u16) ^ 0x5254;
+    let ident = settings
+        .ident
+        .unwrap_or((std::process::id() as u16) ^ 0x5254);
     let dest = SockAddr::from(SocketAddr::new(settings.target, 0));
     pacing::tighten_timer_slack();
 
@@ -563,31 +740,56 @@ pub fn run_each(
     let (mut sent, mut received, mut dups, mut reordered, mut corrupted) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut highest: Option<u64> = None;
+    let (mut pipe, mut ewma_us8) = (0u64, 0u64);
     let mut error = None;
     let start = Instant::now();
     let started_unix_ns = crate::kernel::realtime_ns();
-    let deadline = settings.duration.map(|d| start + d);
+    let stop_sending_at = settings.duration.map(|d| start + d);
+    let deadline = settings.deadline.map(|d| start + d);
     let count = settings.count.unwrap_or(u64::MAX);
     let spin = settings.pace != PaceMode::Sleep;
     let mut next_send = start;
     let mut last_send = start;
-    let wants_more = |sent: u64, now: Instant| {
-        sent < count && deadline.is_none_or(|d| now < d) && !ctl.stop.load(Ordering::Relaxed)
+    // With -w, iputils goes on sending past -c until -c replies are in.
+    let wants_more = |sent: u64, unique: u64, now: Instant| {
+        let counted = if deadline.is_some() {
+            unique < count
+        } else {
+            sent < count
+        };
+        counted
+            && stop_sending_at.is_none_or(|d| now < d)
+            && deadline.is_none_or(|d| now < d)
+            && !ctl.stop.load(Ordering::Relaxed)
+    };
+    // The most a request waits for its reply before the next goes (zero interval).
+    let reply_wait = if settings.flood {
+        FLOOD_WAIT.min(settings.timeout)
+    } else {
+        settings.timeout
     };
 
     let waits_for_reply = settings.interval.is_zero() || settings.one_in_flight;
     loop {
         let now = Instant::now();
-        let outstanding = sent - (received - dups).min(sent);
-        let can_send = wants_more(sent, now)
-            && now >= next_send
-            && (!waits_for_reply || outstanding == 0 || now - last_send >= settings.timeout);
+        let unique = received - dups;
+        let outstanding = sent - unique.min(sent);
+        let preloading = sent < settings.preload;
+        let can_send = wants_more(sent, unique, now)
+            && (preloading
+                || (now >= next_send
+                    && (!waits_for_reply || outstanding == 0 || now - last_send >= reply_wait)));
         if can_send {
             // icmp_seq counts from 1, as iputils ping's.
             let seq = (sent + 1) as u16;
+            let previous = seq.wrapping_sub(1);
+            on_event(&PingEvent::Sending {
+                icmp_seq: seq,
+                unanswered: (sent > 0 && !answered[usize::from(previous)]).then_some(previous),
+            });
             pkt[6..8].copy_from_slice(&seq.to_be_bytes());
             for (i, b) in pkt[8..].iter_mut().enumerate() {
-                *b = pattern(seq, i);
+                *b = payload_byte(&settings.pad, seq, i);
             }
             pkt[2] = 0;
             pkt[3] = 0;
@@ -608,26 +810,39 @@ pub fn run_each(
             last_send = Instant::now();
             sent += 1;
             next_send += settings.interval;
-            if next_send < now {
-                next_send = now;
+            if next_send < now || preloading {
+                next_send = now + settings.interval;
+            }
+            // A preload goes out back to back, before any reply is read.
+            if sent < settings.preload {
+                continue;
             }
         }
-        // Finished: nothing more to send and the last request has had its timeout.
-        let outstanding = sent - (received - dups).min(sent);
-        if !wants_more(sent, Instant::now())
+        // Finished: nothing more to send and the last request has had its timeout, or
+        // -w's deadline has come, or -w's count of replies is in.
+        let now = Instant::now();
+        let unique = received - dups;
+        let outstanding = sent - unique.min(sent);
+        if deadline.is_some_and(|d| now >= d || unique >= count) {
+            break;
+        }
+        if !wants_more(sent, unique, now)
             && (outstanding == 0
-                || last_send.elapsed() >= settings.timeout
+                || now - last_send >= settings.timeout
                 || ctl.stop.load(Ordering::Relaxed))
         {
             break;
         }
         // Wait for a reply until the next send (or the timeout of the last one).
         let waiting = waits_for_reply && outstanding > 0;
-        let wait_until = if wants_more(sent, Instant::now()) && !waiting {
+        let wait_until = if wants_more(sent, unique, now) && !waiting {
             next_send
+        } else if wants_more(sent, unique, now) {
+            last_send + reply_wait
         } else {
             last_send + settings.timeout
         };
+        let wait_until = deadline.map_or(wait_until, |d| wait_until.min(d));
         // SAFETY: plain data, zero is a valid value.
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let got = if spin {
@@ -675,10 +890,15 @@ pub fn run_each(
             }
         };
         let n = got.len;
-        let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size) else {
+        let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size, &settings.pad)
+        else {
             continue;
         };
-        let rx_ns = got.ts_ns.unwrap_or_else(crate::kernel::realtime_ns);
+        // -U: the time user space has the reply, its wake-up included.
+        let rx_ns = match got.ts_ns {
+            Some(ts) if !settings.user_latency => ts,
+            _ => crate::kernel::realtime_ns(),
+        };
         // Reconstruct the full sequence number nearest below what was sent (the
         // request numbered k went out with icmp_seq k + 1).
         let mut full = (sent.saturating_sub(1) & !0xffff) | u64::from(reply.seq.wrapping_sub(1));
@@ -709,13 +929,20 @@ pub fn run_each(
             continue;
         }
         hist.record_ns(rtt);
+        pipe = pipe.max(sent - full);
+        let trip_us = rtt / 1000;
+        ewma_us8 = if ewma_us8 == 0 {
+            trip_us * 8
+        } else {
+            (ewma_us8 + trip_us).saturating_sub(ewma_us8 / 8)
+        };
         // A raw IPv4 socket hands over the IP header: its TTL, and bytes after it.
         let ihl = if raw && !v6 {
             usize::from(rbuf[0] & 0x0f) * 4
         } else {
             0
         };
-        on_reply(&ReplyEvent {
+        on_event(&PingEvent::Reply(ReplyEvent {
             bytes: n.saturating_sub(ihl),
             // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
             from: unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
@@ -725,7 +952,8 @@ pub fn run_each(
             ttl: if ihl > 0 { Some(rbuf[8]) } else { got.ttl },
             rtt_ns: rtt,
             received_ns: rx_ns,
-        });
+            ident: reply.ident,
+        }));
         if settings.keep_series {
             series.push((start.elapsed().as_secs_f64(), rtt));
         }
@@ -755,7 +983,13 @@ pub fn run_each(
             timeout_ms: settings.timeout.as_secs_f64() * 1e3,
             one_in_flight: settings.one_in_flight,
             socket: kind,
-            timestamps: "kernel receive (SO_TIMESTAMPNS), user-space send",
+            timestamps: if settings.user_latency {
+                "user-space receive (-U), user-space send"
+            } else {
+                "kernel receive (SO_TIMESTAMPNS), user-space send"
+            },
+            deadline_s: settings.deadline.map(|d| d.as_secs_f64()),
+            preload: settings.preload,
             ttl: settings.ttl,
             tos: settings.tos,
             device: settings.device.clone(),
@@ -775,6 +1009,8 @@ pub fn run_each(
         histogram: hist,
         series,
         started_unix_ns,
+        pipe,
+        ewma_us8,
         error,
     })
 }
@@ -799,21 +1035,29 @@ mod tests {
         let mut icmp = vec![0u8, 0, 0, 0, 0x12, 0x34, 0, 7];
         icmp.extend((0..4).map(|i| pattern(7, i)));
         p.extend_from_slice(&icmp);
-        let r = parse_reply(&p, false, true, 0x1234, 4).unwrap();
+        let r = parse_reply(&p, false, true, 0x1234, 4, &[]).unwrap();
         assert_eq!((r.seq, r.intact), (7, true));
         assert!(
-            parse_reply(&p, false, true, 0x9999, 4).is_none(),
+            parse_reply(&p, false, true, 0x9999, 4, &[]).is_none(),
             "other identifier"
         );
         p[20] = 8;
         assert!(
-            parse_reply(&p, false, true, 0x1234, 4).is_none(),
+            parse_reply(&p, false, true, 0x1234, 4, &[]).is_none(),
             "our own request"
         );
         assert!(
-            parse_reply(&p[..22], false, true, 0x1234, 4).is_none(),
+            parse_reply(&p[..22], false, true, 0x1234, 4, &[]).is_none(),
             "truncated"
         );
-        assert!(parse_reply(&[], false, true, 0x1234, 4).is_none());
+        assert!(parse_reply(&[], false, true, 0x1234, 4, &[]).is_none());
+        // ping -p: the reply carries the pattern repeated, whatever its sequence.
+        let n = p.len();
+        p[20] = 0;
+        p[n - 4..].copy_from_slice(&[0xab, 0xcd, 0xab, 0xcd]);
+        let r = parse_reply(&p, false, true, 0x1234, 4, &[0xab, 0xcd]).unwrap();
+        assert_eq!((r.seq, r.ident, r.intact), (7, 0x1234, true));
+        let r = parse_reply(&p, false, true, 0x1234, 4, &[]).unwrap();
+        assert!(!r.intact, "the pattern is not rttlab's own");
     }
 }

@@ -2,9 +2,11 @@
 
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
+use crate::probe::fping::TargetResult;
 use crate::probe::ping::{PingResult, ReplyEvent};
 use crate::stats::LogLinear;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 impl Report for PingResult {
     const SCHEMA: &'static str = crate::results::schema::PING;
@@ -108,14 +110,26 @@ impl Selectable for PingResult {
     }
 }
 
-/// iputils ping's first line: `PING host (addr) 56(84) bytes of data.` (IPv6: `56 data
-/// bytes`).
-pub fn iputils_header(host: &str, r: &crate::probe::ping::PingSettings) -> String {
+/// iputils ping's first line: `PING host (addr) 56(84) bytes of data.`; IPv6: `PING
+/// host(addr) 56 data bytes`, where `shown` is the address, or `name (address)` for a
+/// target given by name (ping6_common.c prints `pr_addr` there, without the space).
+///
+/// `from`: the source address when one was chosen (-I, -B), with the interface's name
+/// when -I named one, which iputils puts before the sizes (`from 10.0.0.1 eth0: `).
+pub fn iputils_header(
+    host: &str,
+    shown: &str,
+    from: Option<IpAddr>,
+    r: &crate::probe::ping::PingSettings,
+) -> String {
+    let from = from.map_or(String::new(), |a| {
+        format!("from {a} {}: ", r.device.as_deref().unwrap_or(""))
+    });
     if r.target.is_ipv6() {
-        format!("PING {host} ({}) {} data bytes\n", r.target, r.size)
+        format!("PING {host}({shown}) {from}{} data bytes\n", r.size)
     } else {
         format!(
-            "PING {host} ({}) {}({}) bytes of data.\n",
+            "PING {host} ({}) {from}{}({}) bytes of data.\n",
             r.target,
             r.size,
             r.size + 28
@@ -138,10 +152,22 @@ fn iputils_ms(rtt_ns: u64) -> String {
     }
 }
 
-/// iputils ping's line for one reply; `-D` puts the arrival time first.
-pub fn iputils_reply(ev: &ReplyEvent, timestamp: bool) -> String {
+/// What iputils' flags add to a reply line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReplyStyle {
+    /// `-D`: the arrival time first.
+    pub timestamp: bool,
+    /// `-v`: the echo identifier after the sequence number.
+    pub ident: bool,
+    /// `-a`: a bell before the line's end.
+    pub audible: bool,
+}
+
+/// iputils ping's line for one reply; `from` is how the sender is named (the address,
+/// or `name (address)` when the target was given as a name, as iputils without -n).
+pub fn iputils_reply(ev: &ReplyEvent, style: ReplyStyle, from: &str) -> String {
     let mut out = String::new();
-    if timestamp {
+    if style.timestamp {
         let _ = write!(
             out,
             "[{}.{:06}] ",
@@ -151,20 +177,53 @@ pub fn iputils_reply(ev: &ReplyEvent, timestamp: bool) -> String {
     }
     let _ = write!(
         out,
-        "{} bytes from {}: icmp_seq={}",
-        ev.bytes, ev.from, ev.icmp_seq
+        "{} bytes from {from}: icmp_seq={}",
+        ev.bytes, ev.icmp_seq
     );
+    if style.ident {
+        let _ = write!(out, " ident={}", ev.ident);
+    }
     if let Some(t) = ev.ttl {
         let _ = write!(out, " ttl={t}");
     }
-    let _ = writeln!(out, " time={} ms", iputils_ms(ev.rtt_ns));
+    let _ = write!(out, " time={} ms", iputils_ms(ev.rtt_ns));
+    if style.audible {
+        out.push('\u{7}');
+    }
+    out.push('\n');
+    out
+}
+
+/// ping -p's line before the first: `PATTERN: 0x` and the bytes in hex.
+pub fn iputils_pattern(pad: &[u8]) -> String {
+    let hex: String = pad.iter().map(|b| format!("{b:02x}")).collect();
+    format!("PATTERN: 0x{hex}\n")
+}
+
+/// ping -O's line when a request goes out before the last one was answered.
+pub fn iputils_no_answer(icmp_seq: u16, timestamp_ns: Option<u64>) -> String {
+    let mut out = String::new();
+    if let Some(t) = timestamp_ns {
+        let _ = write!(
+            out,
+            "[{}.{:06}] ",
+            t / 1_000_000_000,
+            t % 1_000_000_000 / 1000
+        );
+    }
+    let _ = writeln!(out, "no answer yet for icmp_seq={icmp_seq}");
     out
 }
 
 /// iputils ping's two summary lines, which scripts parse: counts, loss and time, then
 /// `rtt min/avg/max/mdev` (mdev: the population standard deviation, as iputils
 /// computes it) when anything came back.
-pub fn iputils_summary(host: &str, r: &PingResult) -> String {
+///
+/// `ipg_ewma`: the run sent without waiting an interval (-i 0, -f, -A), so the rtt line
+/// ends with the mean gap between requests and the smoothed round trip, as iputils'
+/// (`, ipg/ewma 0.033/0.010 ms`); `, pipe N` comes whenever more than one request was
+/// in flight at a reply.
+pub fn iputils_summary(host: &str, r: &PingResult, ipg_ewma: bool) -> String {
     let mut out = format!("\n--- {host} ping statistics ---\n");
     let loss = if r.sent == 0 {
         0.0
@@ -186,7 +245,7 @@ pub fn iputils_summary(host: &str, r: &PingResult) -> String {
     );
     if r.received > 0 {
         let h = &r.histogram;
-        let _ = writeln!(
+        let _ = write!(
             out,
             "rtt min/avg/max/mdev = {}/{}/{}/{} ms",
             truncated_ms(h.min_ns().unwrap_or(0) as f64),
@@ -194,6 +253,25 @@ pub fn iputils_summary(host: &str, r: &PingResult) -> String {
             truncated_ms(h.max_ns().unwrap_or(0) as f64),
             truncated_ms(h.stddev_ns().unwrap_or(0.0))
         );
+        if r.pipe > 1 {
+            let _ = write!(out, ", pipe {}", r.pipe);
+        }
+        if ipg_ewma && r.sent > 1 {
+            let ipg_us = (r.elapsed_s * 1e6) as u64 / (r.sent - 1);
+            let ewma_us = r.ewma_us8 / 8;
+            let _ = write!(
+                out,
+                ", ipg/ewma {}.{:03}/{}.{:03} ms",
+                ipg_us / 1000,
+                ipg_us % 1000,
+                ewma_us / 1000,
+                ewma_us % 1000
+            );
+        }
+        out.push('\n');
+    } else {
+        // iputils ends the block with a blank line when nothing came back.
+        out.push('\n');
     }
     out
 }
@@ -216,6 +294,71 @@ fn trim_float(x: f64) -> String {
     }
 }
 
+/// fping's time in ms: three decimals below 1 ms, two below 10, one below 100, none
+/// above (fping's `sprint_tm`).
+pub fn fping_ms(ns: u64) -> String {
+    let t = ns as f64 / 1e6;
+    if t < 1.0 {
+        format!("{t:.3}")
+    } else if t < 10.0 {
+        format!("{t:.2}")
+    } else if t < 100.0 {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.0}")
+    }
+}
+
+/// A target's name padded to the longest, as fping lines its targets up.
+pub fn fping_name(name: &str, width: usize) -> String {
+    format!("{name:<width$}")
+}
+
+/// fping -c/-C's line for one reply: `host : [0], 64 bytes, 0.045 ms (0.045 avg, 0% loss)`
+/// (the average and loss of that target so far).
+pub fn fping_reply(name: &str, index: u64, bytes: usize, rtt_ns: u64, r: &TargetResult) -> String {
+    let (_, avg, _) = r.min_avg_max_ns().unwrap_or((0, rtt_ns, 0));
+    let loss = (r.sent - r.received().min(r.sent)) * 100 / r.sent.max(1);
+    format!(
+        "{name} : [{index}], {bytes} bytes, {} ms ({} avg, {loss}% loss)\n",
+        fping_ms(rtt_ns),
+        fping_ms(avg)
+    )
+}
+
+/// fping -c's summary of a target: `host : xmt/rcv/%loss = 3/3/0%, min/avg/max = …`.
+pub fn fping_counts(name: &str, r: &TargetResult) -> String {
+    let rcv = r.received();
+    let loss = (r.sent - rcv.min(r.sent)) * 100 / r.sent.max(1);
+    let mut out = format!("{name} : xmt/rcv/%loss = {}/{rcv}/{loss}%", r.sent);
+    if let Some((min, avg, max)) = r.min_avg_max_ns() {
+        let _ = write!(
+            out,
+            ", min/avg/max = {}/{}/{}",
+            fping_ms(min),
+            fping_ms(avg),
+            fping_ms(max)
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// fping -C's summary of a target: every round trip, `-` for a request lost.
+pub fn fping_all(name: &str, r: &TargetResult) -> String {
+    let mut out = format!("{name} :");
+    for t in &r.rtts_ns {
+        match t {
+            Some(ns) => {
+                let _ = write!(out, " {}", fping_ms(*ns));
+            }
+            None => out.push_str(" -"),
+        }
+    }
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,15 +373,34 @@ mod tests {
             ttl: Some(64),
             rtt_ns: 45_400,
             received_ns: 1_700_000_000_123_456_789,
+            ident: 77,
         };
+        let plain = ReplyStyle::default();
         assert_eq!(
-            iputils_reply(&ev, false),
+            iputils_reply(&ev, plain, "127.0.0.1"),
             "64 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n"
         );
+        let d = ReplyStyle {
+            timestamp: true,
+            ..plain
+        };
         assert_eq!(
-            iputils_reply(&ev, true),
+            iputils_reply(&ev, d, "127.0.0.1"),
             "[1700000000.123456] 64 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n"
         );
+        // `ping -e 77 -v -a -c 1 127.0.0.1`, through od -c: ident after icmp_seq, the
+        // bell before the newline.
+        let va = ReplyStyle {
+            ident: true,
+            audible: true,
+            ..plain
+        };
+        assert_eq!(
+            iputils_reply(&ev, va, "localhost (127.0.0.1)"),
+            "64 bytes from localhost (127.0.0.1): icmp_seq=1 ident=77 ttl=64 time=0.045 ms\u{7}\n"
+        );
+        assert_eq!(iputils_pattern(&[0xab, 0xcd]), "PATTERN: 0xabcd\n");
+        assert_eq!(iputils_no_answer(3, None), "no answer yet for icmp_seq=3\n");
         assert_eq!(iputils_ms(1_234_000), "1.23");
         assert_eq!(iputils_ms(12_345_000), "12.3");
         assert_eq!(iputils_ms(123_456_000), "123");
@@ -247,5 +409,34 @@ mod tests {
         // 36.9 µs is 0.036 ms in iputils' summary, as in its reply line.
         assert_eq!(truncated_ms(36_900.0), "0.036");
         assert_eq!(truncated_ms(12_345_678.0), "12.345");
+    }
+
+    /// Witness: fping 5.1's lines on this machine (`fping -c 3 -p 200 127.0.0.1 ::1`,
+    /// `fping -C 3 -q`), the numbers put in by hand.
+    #[test]
+    fn fping_lines_are_fping_lines() {
+        let r = TargetResult {
+            sent: 3,
+            rtts_ns: vec![Some(19_400), None, Some(43_000)],
+        };
+        let name = fping_name("::1", 9);
+        assert_eq!(name, "::1      ");
+        assert_eq!(
+            fping_reply(&name, 2, 64, 43_000, &r),
+            "::1       : [2], 64 bytes, 0.043 ms (0.031 avg, 33% loss)\n"
+        );
+        assert_eq!(
+            fping_counts(&name, &r),
+            "::1       : xmt/rcv/%loss = 3/2/33%, min/avg/max = 0.019/0.031/0.043\n"
+        );
+        assert_eq!(fping_all(&name, &r), "::1       : 0.019 - 0.043\n");
+        let none = TargetResult {
+            sent: 2,
+            rtts_ns: vec![None, None],
+        };
+        assert_eq!(fping_counts("h", &none), "h : xmt/rcv/%loss = 2/0/100%\n");
+        assert_eq!(fping_ms(1_234_567), "1.23");
+        assert_eq!(fping_ms(12_345_678), "12.3");
+        assert_eq!(fping_ms(123_456_789), "123");
     }
 }

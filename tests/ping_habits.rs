@@ -1,0 +1,284 @@
+//! ping as iputils and fping users type it (issue 31, item 1). Witnesses: iputils ping
+//! and fping, run with the same flags on the same path, their output compared with
+//! rttlab's line for line once the times (which differ run to run) are masked; and
+//! nftables, dropping chosen requests by ICMP sequence number in a namespace.
+//!
+//! rttlab's own block (its summary and percentile table, between the replies and
+//! iputils' statistics) is the one thing iputils does not print: it is cut out before
+//! the comparison, and checked to sit there, so the last lines are iputils' own.
+
+mod common;
+
+use common::NetnsPair;
+use regex::Regex;
+use std::process::Command;
+
+/// Times masked: per-reply `time=`, the summary's `time Nms` and rtt numbers, -D's
+/// stamps, and what iputils -v prints that rttlab does not (its socket and resolver
+/// lines).
+fn masked(text: &str) -> Vec<String> {
+    let rules = [
+        (r"time=[\d.]+ ms", "time=T ms"),
+        (r"time \d+ms", "time Tms"),
+        (r"^\[\d+\.\d{6}\] ", "[S] "),
+        (r"= [\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", "= A/B/C/D ms"),
+        (r"ipg/ewma [\d.]+/[\d.]+ ms", "ipg/ewma G/E ms"),
+    ]
+    .map(|(re, to)| (Regex::new(re).unwrap(), to));
+    text.lines()
+        .filter(|l| !l.starts_with("ai->ai_family") && !l.starts_with("ping: sock4.fd"))
+        .map(|l| {
+            rules.iter().fold(l.to_string(), |l, (re, to)| {
+                re.replace_all(&l, *to).to_string()
+            })
+        })
+        .collect()
+}
+
+/// rttlab's output without its own block: from "ICMP echo to" down to the line before
+/// the blank line that opens "--- … ping statistics ---", and one blank line.
+fn without_rttlab_block(lines: &[String]) -> Vec<String> {
+    let Some(start) = lines.iter().position(|l| l.starts_with("ICMP echo to")) else {
+        return lines.to_vec();
+    };
+    let stats = lines
+        .iter()
+        .position(|l| l.starts_with("--- ") && l.ends_with(" ping statistics ---"))
+        .expect("a statistics line");
+    assert!(
+        stats > start,
+        "rttlab's block after iputils' statistics: {lines:#?}"
+    );
+    // The block goes with one blank line: the one before it after reply lines, the
+    // one after it after -f's marks (whose line the block's start ends).
+    let (cut_from, cut_to) = if start > 0 && lines[start - 1].is_empty() {
+        (start - 1, stats - 1)
+    } else {
+        (start, stats)
+    };
+    let mut out = lines[..cut_from].to_vec();
+    out.extend_from_slice(&lines[cut_to..]);
+    out
+}
+
+/// Run `prog` (iputils' `ping` or rttlab's) with `args`, in namespace `ns` if given.
+fn run(ns: Option<&str>, prog: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let bin = common::bin();
+    let mut argv: Vec<&str> = Vec::new();
+    if prog == "rttlab" {
+        argv.extend([bin.to_str().unwrap(), "ping"]);
+    } else {
+        argv.push(prog);
+    }
+    argv.extend(args);
+    let o = match ns {
+        Some(ns) => NetnsPair::exec(ns, &argv).output().unwrap(),
+        None => Command::new(argv[0]).args(&argv[1..]).output().unwrap(),
+    };
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// iputils and rttlab with the same flags: the same status and, times masked and
+/// rttlab's block cut, the same lines in the same order, the same last line.
+fn same_as_iputils(ns: Option<&str>, args: &[&str]) {
+    let (their_code, theirs, their_err) = run(ns, "ping", args);
+    let (our_code, ours, our_err) = run(ns, "rttlab", args);
+    let (mut t, mut o) = (masked(&theirs), without_rttlab_block(&masked(&ours)));
+    // -f and -A send the next request once a reply is in (or 10 ms later): a reply
+    // slower than that on a loaded machine puts a `, pipe 2` on either tool's line.
+    if args.contains(&"-f") || args.contains(&"-A") {
+        let pipe = Regex::new(r", pipe \d+").unwrap();
+        for l in t.iter_mut().chain(o.iter_mut()) {
+            *l = pipe.replace(l, "").to_string();
+        }
+    }
+    assert_eq!(
+        their_code, our_code,
+        "{args:?}: exit status\niputils: {theirs}{their_err}\nrttlab: {ours}{our_err}"
+    );
+    assert_eq!(o, t, "{args:?}\niputils:\n{theirs}\nrttlab:\n{ours}");
+    // The last line is in it (what `tail -1` scripts read): rttlab's block sits before
+    // the statistics, which `without_rttlab_block` checks.
+}
+
+/// Loopback as root, both families: every flag both implement, alone or together.
+#[test]
+fn ping_prints_what_iputils_prints_on_loopback() {
+    if !common::privileged("ping_prints_what_iputils_prints_on_loopback") {
+        return;
+    }
+    for host in ["127.0.0.1", "::1"] {
+        for flags in [
+            &["-c", "3", "-i", "0.2"][..],
+            &["-c", "3", "-i", "0.2", "-q"],
+            &["-c", "3", "-i", "0.2", "-D", "-a", "-s", "32", "-p", "a5"],
+            &[
+                "-c", "3", "-i", "0.2", "-n", "-U", "-S", "65536", "-r", "-B",
+            ],
+            &["-c", "3", "-i", "0.2", "-e", "4242", "-v"],
+            &["-c", "4", "-i", "0.2", "-l", "3"],
+            &["-c", "3", "-i", "0.2", "-t", "9", "-Q", "0x10", "-W", "1"],
+            &["-c", "3", "-w", "5", "-i", "0.2", "-O"],
+            &["-c", "3", "-A"],
+            &["-c", "3", "-f"],
+            &["-c", "3", "-i", "0.2", "-M", "do", "-m", "7", "-L"],
+            &["-c", "2", "-i", "0.2", "-I", "lo"],
+        ] {
+            let mut args = flags.to_vec();
+            args.push(host);
+            same_as_iputils(None, &args);
+        }
+    }
+    // A target given by name: iputils names each reply's sender `name (address)`
+    // unless -n.
+    same_as_iputils(None, &["-c", "2", "-i", "0.2", "localhost"]);
+    same_as_iputils(None, &["-c", "2", "-i", "0.2", "-n", "localhost"]);
+}
+
+/// A namespace whose peer drops echo requests 2 and 4 (nftables, by ICMP sequence
+/// number): -O names each unanswered request before the next goes, -w with -c sends
+/// on until 3 replies are in (5 requests, 40 % loss), and a silent host with -w and -c
+/// ends at the deadline with status 1.
+#[test]
+fn ping_loses_what_iputils_loses() {
+    if !common::privileged("ping_loses_what_iputils_loses") {
+        return;
+    }
+    let n = NetnsPair::new();
+    NetnsPair::nft(
+        &n.b,
+        "table inet rttlab_test {
+           chain in { type filter hook input priority 0;
+             icmp type echo-request icmp sequence { 2, 4 } drop;
+             icmpv6 type echo-request icmpv6 sequence { 2, 4 } drop; }
+         }",
+    );
+    for host in [n.b4, n.b6] {
+        same_as_iputils(Some(&n.a), &["-c", "3", "-w", "5", "-i", "0.2", "-O", host]);
+        same_as_iputils(
+            Some(&n.a),
+            &["-c", "5", "-i", "0.2", "-W", "0.5", "-D", "-O", host],
+        );
+        let (_, ours, _) = run(
+            Some(&n.a),
+            "rttlab",
+            &["-c", "3", "-w", "5", "-i", "0.2", host],
+        );
+        assert!(
+            ours.contains("5 packets transmitted, 3 received, 40% packet loss"),
+            "{ours}"
+        );
+    }
+    same_as_iputils(
+        Some(&n.a),
+        &["-c", "3", "-w", "1", "-i", "0.2", "198.18.200.77"],
+    );
+}
+
+/// Scripts: `tail -1 | awk -F/ '{print $5}'` is the average, as iputils'; one line
+/// says "received".
+#[test]
+fn the_last_line_is_the_rtt_line() {
+    if !common::privileged("the_last_line_is_the_rtt_line") {
+        return;
+    }
+    let (code, out, _) = run(None, "rttlab", &["-c", "3", "-i", "0.01", "127.0.0.1"]);
+    assert_eq!(code, Some(0));
+    let last = out.lines().last().unwrap();
+    let avg: f64 = last.split('/').nth(4).unwrap().parse().unwrap();
+    let rtt = Regex::new(r"rtt min/avg/max/mdev = [\d.]+/([\d.]+)/").unwrap();
+    assert_eq!(avg, rtt.captures(last).unwrap()[1].parse::<f64>().unwrap());
+    assert_eq!(out.lines().filter(|l| l.contains("received")).count(), 1);
+}
+
+/// Flags rttlab does not do: one line saying why and what to use, status 2, nothing
+/// sent.
+#[test]
+fn refused_flags_say_why() {
+    for (flags, says) in [
+        (&["-b"][..], "broadcast"),
+        (&["-R"], "tracepath"),
+        (&["-T", "tsonly"], "timestamp"),
+        (&["-N", "name"], "node information"),
+        (&["-F", "1"], "flow label"),
+        (&["-p", "xyz"], "hex"),
+        (&["-i", "-1"], "negative"),
+    ] {
+        let mut args = flags.to_vec();
+        args.extend(["-c", "1", "127.0.0.1"]);
+        let (code, out, err) = run(None, "rttlab", &args);
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(out.is_empty(), "{flags:?}: {out}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+    }
+}
+
+/// fping's output for several targets: the same lines for `-c 3` and `-C 3 -q`
+/// (per-reply lines on stdout, summaries on stderr), times masked; the status of a
+/// run where one target never answers.
+#[test]
+fn several_targets_print_what_fping_prints() {
+    if !common::privileged("several_targets_print_what_fping_prints") {
+        return;
+    }
+    let fmask = |text: &str| -> Vec<String> {
+        let t = Regex::new(r"\d+\.\d+|NaN").unwrap();
+        text.lines()
+            .map(|l| t.replace_all(l, "T").to_string())
+            .collect()
+    };
+    let targets = ["127.0.0.1", "::1", "127.0.0.2"];
+    for (theirs, ours) in [
+        (&["-c", "3", "-p", "200"][..], &["-c", "3", "-i", "0.2"][..]),
+        (
+            &["-C", "3", "-q", "-p", "200"],
+            &["-C", "3", "-q", "-i", "0.2"],
+        ),
+        (&["-C", "2", "-p", "200"], &["-C", "2", "-i", "0.2"]),
+    ] {
+        let mut fa = theirs.to_vec();
+        fa.extend(targets);
+        let mut oa = ours.to_vec();
+        oa.extend(targets);
+        let (fc, fout, ferr) = run(None, "fping", &fa);
+        let (oc, oout, oerr) = run(None, "rttlab", &oa);
+        assert_eq!(fc, oc, "{oa:?}");
+        // Replies may interleave differently between targets: compare each target's
+        // lines in order.
+        for t in targets {
+            let of = |s: &str| -> Vec<String> {
+                fmask(s)
+                    .into_iter()
+                    .filter(|l| l.split(' ').next() == Some(t))
+                    .collect()
+            };
+            assert_eq!(
+                of(&oout),
+                of(&fout),
+                "{oa:?} stdout\nfping:\n{fout}\nrttlab:\n{oout}"
+            );
+            assert_eq!(
+                of(&oerr),
+                of(&ferr),
+                "{oa:?} stderr\nfping:\n{ferr}\nrttlab:\n{oerr}"
+            );
+        }
+        assert_eq!(
+            fmask(&oerr).iter().filter(|l| l.is_empty()).count(),
+            fmask(&ferr).iter().filter(|l| l.is_empty()).count(),
+            "{oa:?}: blank lines on stderr"
+        );
+    }
+    // Alive or not, and fping's status 1 when one target is silent.
+    let n = NetnsPair::new();
+    let silent = "198.18.200.77";
+    let (fc, fout, _) = run(Some(&n.a), "fping", &[n.b4, silent]);
+    let (oc, oout, _) = run(Some(&n.a), "rttlab", &["-W", "0.5", n.b4, silent]);
+    assert_eq!((fc, oc), (Some(1), Some(1)));
+    assert_eq!(oout, fout);
+}
