@@ -33,7 +33,7 @@ fn main() -> ExitCode {
             let code = e
                 .downcast_ref::<cli::Exit>()
                 .or_else(|| e.chain().find_map(|c| c.downcast_ref::<cli::Exit>()))
-                .map_or(1, |x| x.0);
+                .map_or_else(cli::failure_status, |x| x.0);
             let chain: Vec<String> = e
                 .chain()
                 .map(ToString::to_string)

@@ -456,6 +456,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
             .with_context(|| format!("--passive-iface {iface}"))?;
     }
     metrics.reload_ok.set(1);
+    super::measuring();
 
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signal(Arc::clone(&stop))?;

@@ -103,7 +103,11 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         lab_name: format!("cmp{}", std::process::id() % 100_000),
     };
     let mut line = super::progress::TrialLine::new(a.quiet);
-    let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| line.show(p))?;
+    // The first trial's progress ends the set-up (the lab built, the server reached).
+    let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| {
+        super::measuring();
+        line.show(p)
+    })?;
     line.clear();
     if a.json {
         // An interrupted run before its first trial has nothing to print (the error says so).

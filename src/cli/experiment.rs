@@ -419,7 +419,11 @@ fn drive<E: Experiment>(
         out.display()
     );
     let mut line = TrialLine::new(false);
-    let o = runner::run(e, out, facts, &stop, &mut |p| line.show(p))?;
+    // The first trial's progress ends the set-up (the lab built, the server reached).
+    let o = runner::run(e, out, facts, &stop, &mut |p| {
+        super::measuring();
+        line.show(p)
+    })?;
     line.clear();
     if output.json {
         let doc = RunDocument {

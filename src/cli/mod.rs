@@ -56,7 +56,14 @@ Examples:
       RTT from packet headers
   rttlab lab up --name demo --delay 50ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab exec --name demo a -- ping -c 3 b
-  rttlab completions bash > /etc/bash_completion.d/rttlab";
+  rttlab completions bash > /etc/bash_completion.d/rttlab
+
+Exit status, every subcommand:
+  0  it measured (or did what it was asked)
+  1  it measured, but the target did not answer or the check failed (as ping)
+  2  a usage or set-up error, nothing measured: a bad flag or value, a missing
+     privilege, a host that does not resolve or a server that does not answer,
+     a file that cannot be read or written";
 
 /// The width text for people is wrapped to: `COLUMNS` when set, else the terminal's
 /// when stdout is one, else 80 (a pipe, a file: clap would take 100); at most 100,
@@ -145,11 +152,35 @@ Examples:
     },
 }
 
-/// An exit status other than 1 for an error (iputils ping's 1 for "no reply", 2 for
-/// an error). It prints nothing itself: the rest of the error chain, if any, is the
-/// message.
+/// An exit status chosen by the command itself (iputils ping's 1 for "no reply"),
+/// whatever [`measuring`] says. It prints nothing itself: the rest of the error chain,
+/// if any, is the message.
 #[derive(Debug)]
 pub struct Exit(pub u8);
+
+/// Set once a command has begun to measure (or to serve): past it, an error means the
+/// run measured and failed.
+static MEASURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The command's set-up is done: from here on an error exits 1, not 2.
+///
+/// rttlab's exit-code contract, for every subcommand (README "Exit status"): 0 it
+/// measured (or did what it was asked); 1 it measured but the target did not answer
+/// or the check failed (iputils ping's 1); 2 a usage or set-up error: a bad flag or
+/// value, a missing privilege, a host that does not resolve or a server that cannot be
+/// reached, a file that cannot be read or written — nothing was measured.
+pub fn measuring() {
+    MEASURING.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The exit status of an error that carries no [`Exit`]: 1 once [`measuring`], else 2.
+pub fn failure_status() -> u8 {
+    if MEASURING.load(std::sync::atomic::Ordering::SeqCst) {
+        1
+    } else {
+        2
+    }
+}
 
 impl std::fmt::Display for Exit {
     fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

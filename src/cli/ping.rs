@@ -264,14 +264,14 @@ fn is_root() -> bool {
 }
 
 pub fn run(a: PingArgs) -> anyhow::Result<()> {
-    // iputils: 2 for an error, 1 when nothing (or, with -w and -c, too little) came
-    // back; fping: 1 when some target never answered.
+    // iputils: 2 for an error (before anything was measured, as every subcommand), 1
+    // when nothing (or, with -w and -c, too little) came back; fping: 1 when some
+    // target never answered.
     let all_answered = if a.hosts.len() > 1 || a.report_all.is_some() {
         run_fping(a)
     } else {
         run_ping(a)
-    }
-    .map_err(|e| e.context(super::Exit(2)))?;
+    }?;
     if !all_answered {
         return Err(super::Exit(1).into());
     }
@@ -434,6 +434,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     });
     drop(progress);
     let result = result?;
+    super::measuring();
     if lines {
         // rttlab's own block first, iputils' statistics last: scripts read ping's
         // last line (`tail -1 | awk -F/`) and grep its "received" line.
@@ -564,6 +565,7 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
             let _ = stdout.flush();
         }
     })?;
+    super::measuring();
     let mut stderr = std::io::stderr();
     match s.count {
         None => {

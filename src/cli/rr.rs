@@ -509,6 +509,7 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     drop(interim);
     drop(local_server);
     let mut result = result?;
+    super::measuring();
     result.brand = a.brand.clone();
     if matches!(format, rttlab::report::OutputFormat::Human { .. }) && (a.local_cpu || a.remote_cpu)
     {

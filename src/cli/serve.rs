@@ -142,6 +142,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let secured = config.secret.is_some();
     let open_files = rlimit::raise_open_files();
     let server = Server::bind(config)?;
+    super::measuring();
     if !server.descriptors_suffice() {
         eprintln!(
             "rttlab serve: {}",

@@ -111,6 +111,7 @@ pub fn run(a: TcpinfoArgs) -> anyhow::Result<()> {
         bail!("-c and -l need --interval");
     }
     let mut diag = SockDiag::open(a.netns.as_deref()).context("opening sock_diag")?;
+    super::measuring();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let Some(interval) = a.interval else {
         let mut all = Vec::new();
