@@ -59,7 +59,7 @@ def rx_packets():
 def one(binary, cfg, packets):
     before = rx_packets()
     cap = subprocess.Popen(["ip", "netns", "exec", B, binary, "passive", "-i", "lvb", "-q",
-                            "--method", "both", "--port", "5001", "-s", "10"],
+                            "--method", "both", "--port", "5001", "--duration", "10"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(0.7)
     sh("ip", "netns", "exec", A, "trafgen", "--dev", "lva", "--conf", cfg, "-n", str(packets), "-q")

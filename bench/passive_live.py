@@ -66,7 +66,7 @@ def main():
         for _ in range(a.runs):
             before = rx_packets()
             cap = subprocess.Popen(["ip", "netns", "exec", B, RTTLAB, "passive", "-i", "lvb", "-q",
-                                    "--method", "both", "-s", "12"],
+                                    "--method", "both", "--duration", "12"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             time.sleep(0.7)
             t = time.perf_counter()

@@ -37,6 +37,7 @@ fn usage_and_setup_errors_exit_2_in_every_command() {
         vec!["rr", "-H", "no.such.host.invalid", "-l", "1"],
         vec!["rr", "--no-such-flag"],
         vec!["completions", "tcsh"],
+        vec!["passive", "-r", "x.pcap", "tcp", "prot", "80"],
     ] {
         assert_eq!(status(&args), Some(2), "{args:?}");
     }

@@ -570,7 +570,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         &pair.dev_a,
         "--netns",
         &pair.a,
-        "-s",
+        "--duration",
         "60",
         "--json",
         "--method",
@@ -714,7 +714,7 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
     let o = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(bin())
-        .args(["passive", "-i", "lo", "-s", "1"])
+        .args(["passive", "-i", "lo", "--duration", "1"])
         .output()
         .unwrap();
     assert!(!o.status.success());

@@ -50,6 +50,14 @@ echo "installed binary: $size bytes, no .debug_info"
 zcat /usr/share/man/man1/rttlab-ping.1.gz | grep -q '^\.TH' || fail "rttlab-ping.1 is not a man page"
 grep -q 'complete' /usr/share/bash-completion/completions/rttlab || fail "bash completion is empty"
 getent passwd rttlab >/dev/null || fail "postinst created no rttlab user"
+# libpcap compiles passive's filter expressions: cargo-deb's $auto (dpkg-shlibdeps)
+# must have made it a dependency, and the installed binary must load and use it.
+dpkg-query -W -f='${Depends}\n' rttlab | grep -q 'libpcap0\.8' \
+    || fail "the package does not depend on libpcap0.8: $(dpkg-query -W -f='${Depends}' rttlab)"
+out=$(/usr/bin/rttlab passive -r tests/corpus/rr-v4-gw.pcap.gz -q 'tcp port 12866' 2>&1) \
+    || fail "passive with a filter expression: $out"
+grep -q '^16 packets' <<<"$out" || fail "passive 'tcp port 12866' on the corpus: $out"
+echo "libpcap: a dependency ($(dpkg-query -W -f='${Depends}' rttlab | grep -o 'libpcap0\.8[^,]*')), used by the installed binary"
 
 # An unprivileged user pings through an ICMP datagram socket when ping_group_range
 # admits it, and is told the capability and the sysctl when it does not.

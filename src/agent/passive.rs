@@ -76,6 +76,7 @@ pub fn start(
                         hosts: Vec::new(),
                         ports: settings.ports.clone(),
                     },
+                    expression: None,
                     snaplen: SNAPLEN,
                     before_wait: None,
                 },

@@ -47,6 +47,8 @@ const JEQ: u16 = 0x10;
 const JSET: u16 = 0x40;
 const AND: u16 = 0x50;
 const K: u16 = 0x00;
+/// `ret a`: return the accumulator (BPF_RVAL's A).
+const A_SRC: u16 = 0x10;
 
 /// A frame's whole length, as a snap length (the kernel keeps min(frame, this)).
 const WHOLE: u32 = 0x0004_0000;
@@ -272,6 +274,56 @@ fn build(link: LinkType, select: &Selection, snaplen: u32) -> Vec<SockFilter> {
     a.label(Label::Drop);
     a.op(RET | K, 0);
     a.finish()
+}
+
+/// One program of two: the frames `first` keeps and then `then` keeps, cut as `then`
+/// says (a tcpdump expression compiled by libpcap first, rttlab's selection and snap
+/// length after it). Every `ret` of `first` that keeps (`ret #k` with k > 0) becomes a
+/// jump to the start of `then`, and `ret a` a test of A on the way there; `ret #0`
+/// stays. `first`'s jumps keep their targets (each replaced instruction is one
+/// instruction), and classic BPF jumps only forward, so none lands inside `then`.
+/// `then` starts with A, X and the scratch memory as `first` left them, which a
+/// libpcap or [`program`] program never reads before writing.
+pub fn and_then(first: &[SockFilter], then: &[SockFilter]) -> Vec<SockFilter> {
+    let ret_a = first.iter().filter(|i| i.code == RET | A_SRC).count();
+    // After `first`: for `ret a`, `jeq #0` to a `ret #0`, else on into `then`.
+    let tail = if ret_a > 0 { 2 } else { 0 };
+    let start = first.len() + tail;
+    let mut out = Vec::with_capacity(start + then.len());
+    for (at, i) in first.iter().enumerate() {
+        let to = |target: usize| u32::try_from(target - at - 1).expect("a forward jump");
+        out.push(match (i.code, i.k) {
+            (c, k) if c == RET | K && k != 0 => SockFilter {
+                code: JMP | JA,
+                jt: 0,
+                jf: 0,
+                k: to(start),
+            },
+            (c, _) if c == RET | A_SRC => SockFilter {
+                code: JMP | JA,
+                jt: 0,
+                jf: 0,
+                k: to(first.len()),
+            },
+            _ => *i,
+        });
+    }
+    if tail > 0 {
+        out.push(SockFilter {
+            code: JMP | JEQ | K,
+            jt: 0,
+            jf: 1,
+            k: 0,
+        });
+        out.push(SockFilter {
+            code: RET | K,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        });
+    }
+    out.extend_from_slice(then);
+    out
 }
 
 /// Run a classic BPF program on `frame` as the kernel would (the subset

@@ -4,9 +4,10 @@
 //! rather than one system call per packet. Optionally inside a named network
 //! namespace. Kernel drops (ring full) are read from PACKET_STATISTICS.
 
+use super::expression::{Expression, ExpressionError};
 use super::filter::{self, Selection};
 use crate::kernel::packet::{
-    attach_filter, bind, map_ring, packet_statistics, setopt, socket, ARPHRD_ETHER,
+    attach_filter, bind, map_ring, packet_statistics, setopt, socket, SockFilter, ARPHRD_ETHER,
     ARPHRD_LOOPBACK, ETH_P_ALL, PACKET_OUTGOING, PACKET_RX_RING, PACKET_VERSION, TPACKET_V3,
     TP_STATUS_KERNEL, TP_STATUS_USER,
 };
@@ -40,6 +41,10 @@ pub enum LiveError {
     /// Entering the named network namespace failed.
     #[error(transparent)]
     Netns(#[from] netns::NetnsError),
+    /// libpcap refused the filter expression for the interface's link type, or its
+    /// program is too long for the kernel.
+    #[error(transparent)]
+    Expression(#[from] ExpressionError),
     /// A system call setting up the capture failed: the socket, the ring's socket
     /// options, the filter, the mmap or the bind.
     #[error(transparent)]
@@ -134,47 +139,101 @@ fn addresses_of(name: &str) -> Vec<IpAddr> {
     out
 }
 
+/// The socket filter for `expression` on frames of `link`: libpcap's program, then
+/// rttlab's selection and snap length ([`filter::and_then`]); with a selection too long
+/// to fit beside the expression, every TCP frame the expression keeps, the selection
+/// left to the analysis.
+fn kernel_program(
+    expression: &Expression,
+    link: LinkType,
+    select: &Selection,
+    snaplen: u32,
+) -> Result<Vec<SockFilter>, ExpressionError> {
+    let first = expression.compile(link)?.instructions();
+    let mut p = filter::and_then(&first, &filter::program(link, select, snaplen));
+    if p.len() > filter::MAX_INSNS {
+        p = filter::and_then(
+            &first,
+            &filter::program(link, &Selection::default(), snaplen),
+        );
+    }
+    if p.len() > filter::MAX_INSNS {
+        return Err(ExpressionError::TooLong {
+            text: expression.text().into(),
+            len: p.len(),
+            max: filter::MAX_INSNS,
+        });
+    }
+    Ok(p)
+}
+
 impl LiveCapture {
     /// Start capturing on `interface`, inside network namespace `netns` if given.
     ///
     /// # Errors
     /// No such interface or namespace, no CAP_NET_RAW, ring set-up failed.
     pub fn open(interface: &str, netns: Option<&str>) -> Result<Self, LiveError> {
-        Self::open_with(interface, netns, &Selection::default(), 0)
+        Self::open_with(interface, netns, &Selection::default(), None, 0)
     }
 
-    /// As [`Self::open`], keeping only what `select` may match and at most `snaplen`
-    /// bytes of each frame (0: whole frames): a classic BPF program the kernel runs
-    /// before copying a frame into the ring, so a busy interface's other traffic costs
-    /// no copy ([`filter::program`]).
+    /// As [`Self::open`], keeping only frames `expression` keeps (a tcpdump filter,
+    /// compiled by libpcap for the frames' link type) that `select` may match, and at
+    /// most `snaplen` bytes of each (0: whole frames): one classic BPF program the
+    /// kernel runs before copying a frame into the ring, so a busy interface's other
+    /// traffic costs no copy ([`filter::program`], [`filter::and_then`]).
     ///
     /// # Errors
-    /// As [`Self::open`]; the kernel refused the filter.
+    /// As [`Self::open`]; libpcap refused the expression for this interface's link
+    /// type; the kernel refused the filter.
     pub fn open_with(
         interface: &str,
         netns: Option<&str>,
         select: &Selection,
+        expression: Option<&Expression>,
         snaplen: u32,
     ) -> Result<Self, LiveError> {
         let iface = interface.to_string();
         let select = select.clone();
-        netns::run_in(netns, move || Self::open_here(&iface, &select, snaplen))?.map_err(
-            |e| match (e, netns) {
-                (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
-                    name,
-                    place: format!(" in network namespace {n}"),
-                },
-                (e, _) => e,
+        let expression = expression.cloned();
+        netns::run_in(netns, move || {
+            Self::open_here(&iface, &select, expression.as_ref(), snaplen)
+        })?
+        .map_err(|e| match (e, netns) {
+            (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
+                name,
+                place: format!(" in network namespace {n}"),
             },
-        )
+            (e, _) => e,
+        })
     }
 
-    fn open_here(interface: &str, select: &Selection, snaplen: u32) -> Result<Self, LiveError> {
+    fn open_here(
+        interface: &str,
+        select: &Selection,
+        expression: Option<&Expression>,
+        snaplen: u32,
+    ) -> Result<Self, LiveError> {
         let (index, hwtype) =
             ifindex_and_type(interface).ok_or_else(|| LiveError::NoInterface {
                 name: interface.into(),
                 place: String::new(),
             })?;
+        // A packet socket of type SOCK_RAW hands out frames from the MAC header where
+        // the device has one: Ethernet and loopback (whose frames carry an Ethernet
+        // header); elsewhere (tun, WireGuard) the frame starts at the IP header.
+        let link = if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
+            LinkType::Ethernet
+        } else {
+            LinkType::Raw
+        };
+        // Before anything is opened: an expression this link type refuses ends here.
+        let program = match expression {
+            Some(e) => Some(kernel_program(e, link, select, snaplen)?),
+            None if !select.is_empty() || snaplen != 0 => {
+                Some(filter::program(link, select, snaplen))
+            }
+            None => None,
+        };
         let fd = socket(0).map_err(|e| {
             if e.source.raw_os_error() == Some(libc::EPERM) {
                 LiveError::NotPermitted
@@ -195,14 +254,9 @@ impl LiveCapture {
             0,
         ];
         setopt(raw, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
-        let link = if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
-            LinkType::Ethernet
-        } else {
-            LinkType::Raw
-        };
         // Before the ring fills: from here on only frames the program keeps are copied.
-        if !select.is_empty() || snaplen != 0 {
-            attach_filter(raw, &filter::program(link, select, snaplen))?;
+        if let Some(p) = &program {
+            attach_filter(raw, p)?;
         }
         let map = map_ring(raw, (BLOCK_SIZE * BLOCK_NR) as usize, true)?;
         let mut cap = Self {

@@ -3,6 +3,7 @@
 //! Each packet is lent out as a view into that buffer; nothing is allocated per packet.
 
 pub mod buffer;
+pub mod expression;
 pub mod filter;
 pub mod live;
 pub mod mapped;

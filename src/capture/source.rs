@@ -2,6 +2,7 @@
 //! when it is a regular file), standard input, or a live interface, each handing out
 //! `(timestamp ns, LinkType, frame)` alike, a batch at a time.
 
+use super::expression::{Expression, ExpressionError, Program};
 use super::filter::Selection;
 use super::live::{LiveCapture, LiveError, LiveStats};
 use super::mapped::MappedFile;
@@ -32,6 +33,9 @@ pub enum Source {
 pub struct Options {
     /// Live: what the kernel keeps ([`super::filter`]); files are read whole.
     pub select: Selection,
+    /// A tcpdump filter expression: live, run by the kernel with `select`; for files,
+    /// run on each packet before it is handed out ([`super::expression`]).
+    pub expression: Option<Expression>,
     /// Live: bytes kept of each frame (0: whole frames).
     pub snaplen: u32,
     /// Files and pipes: called before each read that may wait for input, so that what
@@ -77,6 +81,9 @@ pub enum SourceError {
         /// The packet's LINKTYPE_ number, as the pcap or pcapng header gives it.
         link: u32,
     },
+    /// libpcap refused the filter expression for a file's link type.
+    #[error(transparent)]
+    Expression(#[from] ExpressionError),
     /// The live interface could not be opened for capture.
     #[error(transparent)]
     Live(#[from] LiveError),
@@ -110,11 +117,41 @@ enum Kind {
     File {
         path: PathBuf,
         reader: CaptureReader<Box<dyn Read>>,
+        /// The expression's programs, one per link type met so far.
+        filter: Option<FileFilter>,
     },
     Live {
         name: String,
         cap: LiveCapture,
     },
+}
+
+/// A file's filter: the expression, compiled for each link type when its first packet
+/// comes (a pcap file has one; a pcapng file one per interface).
+struct FileFilter {
+    expression: Expression,
+    programs: Vec<(LinkType, Program)>,
+}
+
+impl FileFilter {
+    /// Whether the expression keeps `frame` of `link`, `wire_len` bytes on the wire.
+    #[inline]
+    fn keeps(
+        &mut self,
+        link: LinkType,
+        frame: &[u8],
+        wire_len: u32,
+    ) -> Result<bool, ExpressionError> {
+        let i = match self.programs.iter().position(|(l, _)| *l == link) {
+            Some(i) => i,
+            None => {
+                let p = self.expression.compile_for_file(link)?;
+                self.programs.push((link, p));
+                self.programs.len() - 1
+            }
+        };
+        Ok(self.programs[i].1.matches(frame, wire_len))
+    }
 }
 
 /// An open source.
@@ -130,11 +167,21 @@ pub fn open(source: &Source, opts: Options) -> Result<Capture, SourceError> {
     let kind = match source {
         Source::Interface { name, netns } => Kind::Live {
             name: name.clone(),
-            cap: LiveCapture::open_with(name, netns.as_deref(), &opts.select, opts.snaplen)?,
+            cap: LiveCapture::open_with(
+                name,
+                netns.as_deref(),
+                &opts.select,
+                opts.expression.as_ref(),
+                opts.snaplen,
+            )?,
         },
         Source::File(path) => Kind::File {
             path: path.clone(),
             reader: open_file(path, opts.before_wait)?,
+            filter: opts.expression.map(|expression| FileFilter {
+                expression,
+                programs: Vec::new(),
+            }),
         },
     };
     Ok(Capture { kind })
@@ -195,6 +242,17 @@ fn open_file(
     CaptureReader::new(input).map_err(read_err)
 }
 
+impl SourceError {
+    /// The filter expression's error, if that is what this is (a usage error: the
+    /// command line, not the capture, is wrong).
+    pub fn expression(&self) -> Option<&ExpressionError> {
+        match self {
+            Self::Expression(e) | Self::Live(LiveError::Expression(e)) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl Capture {
     /// A live interface (packets stamped by this host's clock as they arrive).
     pub fn is_live(&self) -> bool {
@@ -241,14 +299,23 @@ impl Capture {
                     })?;
                 Ok(Batch::More(n))
             }
-            Kind::File { path, reader } => {
-                for n in 0..max {
+            Kind::File {
+                path,
+                reader,
+                filter,
+            } => {
+                let mut handed = 0;
+                for _ in 0..max {
                     let p = reader.next_packet().map_err(|source| SourceError::Read {
                         path: path.clone(),
                         source,
                     })?;
                     let Some(p) = p else {
-                        return Ok(if n == 0 { Batch::End } else { Batch::More(n) });
+                        return Ok(if handed == 0 {
+                            Batch::End
+                        } else {
+                            Batch::More(handed)
+                        });
                     };
                     // Built only on failure: an eager `ok_or` cloned the path into
                     // an error for every packet and freed it again (5 % of a run).
@@ -257,9 +324,15 @@ impl Capture {
                             path: path.clone(),
                             link: p.link,
                         })?;
+                    if let Some(filter) = filter.as_mut() {
+                        if !filter.keeps(link, p.data, p.orig_len)? {
+                            continue;
+                        }
+                    }
                     f(p.ts_ns, link, p.data);
+                    handed += 1;
                 }
-                Ok(Batch::More(max))
+                Ok(Batch::More(handed))
             }
         }
     }

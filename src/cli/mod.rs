@@ -338,7 +338,7 @@ mod tests {
 
 #[cfg(test)]
 mod vocabulary_tests {
-    use super::Cli;
+    use super::{passive, Cli, Command};
     use clap::Parser;
 
     /// One long name per setting in every subcommand, and the old spellings still
@@ -354,6 +354,7 @@ mod vocabulary_tests {
             "rttlab tcpinfo --length 5",
             "rttlab passive --interface lo --duration 5 --count 3",
             "rttlab passive -i lo --seconds 5",
+            "rttlab passive -i lo -s 0 -nn --duration 5 tcp port 443",
             "rttlab compare --duration 5 --interval 1ms --interface eth0 --sampler 1/10",
             "rttlab compare --sampler 10",
             "rttlab experiment resreq-interval --interval 0,1ms --duration 1s --sampler 1/10",
@@ -370,6 +371,52 @@ mod vocabulary_tests {
                 panic!("{line}: {e}");
             }
         }
+    }
+
+    /// `passive` takes a tcpdump command line as pasted: `-s` is the snap length (0:
+    /// whole frames), `-n`/`-nn` are accepted, and the trailing words are one filter
+    /// expression, joined as tcpdump joins them, wherever the options stand (GNU
+    /// getopt's order, which tcpdump uses). Witness: tcpdump(1)'s synopsis, and clap's
+    /// parse of each line.
+    #[test]
+    fn passive_takes_a_tcpdump_command_line() {
+        let parse = |line: &str| -> passive::PassiveArgs {
+            let words = shell_words(line);
+            match Cli::try_parse_from(words)
+                .unwrap_or_else(|e| panic!("{line}: {e}"))
+                .command
+            {
+                Command::Passive(a) => a,
+                _ => unreachable!(),
+            }
+        };
+        let a = parse("rttlab passive -i lo -s 0 -nn tcp port 443");
+        assert_eq!((a.snaplen, a.numeric, a.seconds), (0, 2, None));
+        assert_eq!(a.expression.join(" "), "tcp port 443");
+        let a = parse("rttlab passive -ni lo 'tcp port 443' -c 5");
+        assert_eq!((a.snaplen, a.numeric, a.count), (256, 1, Some(5)));
+        assert_eq!(a.expression, ["tcp port 443"]);
+        let a =
+            parse("rttlab passive -r f.pcap --duration 3 'tcp[tcpflags] & tcp-syn != 0' or ip6");
+        assert_eq!(a.seconds, Some(std::time::Duration::from_secs(3)));
+        assert_eq!(
+            a.expression.join(" "),
+            "tcp[tcpflags] & tcp-syn != 0 or ip6"
+        );
+        assert!(parse("rttlab passive -r f.pcap").expression.is_empty());
+    }
+
+    /// `line` split as a shell would, for single quotes only.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        for (i, part) in line.split('\'').enumerate() {
+            if i % 2 == 1 {
+                words.push(part.to_string());
+            } else {
+                words.extend(part.split_whitespace().map(String::from));
+            }
+        }
+        words
     }
 
     /// The lab emulator's mode is one flag with one default wherever a lab is built,

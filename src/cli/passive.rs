@@ -3,8 +3,9 @@
 use super::progress::on_interrupt;
 use super::values;
 use anyhow::bail;
-use clap::{Args, ValueEnum};
-use rttlab::capture::{self, Batch, Source};
+use clap::{ArgAction, Args, ValueEnum};
+use rttlab::capture::expression::Expression;
+use rttlab::capture::{self, Batch, Source, SourceError};
 use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
 use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
@@ -58,8 +59,11 @@ Examples:
   rttlab passive -r trace.pcap                          TS samples, as pping prints them
   rttlab passive -r trace.pcapng --method both --summary -q
   tcpdump -i eth0 -w - | rttlab passive -r - --json     streaming from stdin
+  rttlab passive -i eth0 'tcp port 443'                 live, tcpdump's filter (run by the kernel)
+  rttlab passive -i eth0 -n -s 0 tcp and not port 22    whole frames; -n as tcpdump (never resolves)
+  rttlab passive -r trace.pcap host 10.0.0.1 or ip6     the same filter on a file's packets
   rttlab passive -i eth0 --method seq --port 443        live, seq/ACK, one port
-  rttlab passive -i to-a --netns rttlab-lab-demo-r -s 10 --summary
+  rttlab passive -i to-a --netns rttlab-lab-demo-r --duration 10 --summary
   rttlab passive -r trace.pcap --sampler 1/10,period=60s   what a sampled cloud metric reports")]
 pub struct PassiveArgs {
     /// Read a pcap or pcapng file (`-` for stdin).
@@ -76,15 +80,14 @@ pub struct PassiveArgs {
     /// The interface is inside this network namespace (a name under /run/netns).
     #[arg(long, requires = "interface")]
     pub netns: Option<String>,
-    /// Live: bytes kept of each frame, enough for the headers the engines read (0:
-    /// whole frames). The kernel cuts the frame before copying it to the capture.
-    #[arg(
-        long,
-        value_name = "BYTES",
-        default_value_t = 256,
-        requires = "interface"
-    )]
+    /// Snap length, as tcpdump's -s: live, the bytes kept of each frame, enough for the
+    /// headers the engines read (0: whole frames). The kernel cuts the frame before
+    /// copying it to the capture. A file is read as it was captured (as tcpdump -r).
+    #[arg(short = 's', long, value_name = "SNAPLEN", default_value_t = 256)]
     pub snaplen: u32,
+    /// Accepted as tcpdump's -n and -nn: rttlab never resolves addresses or ports.
+    #[arg(short = 'n', action = ArgAction::Count)]
+    pub numeric: u8,
     /// Which engine(s).
     #[arg(long, value_enum, default_value = "ts")]
     pub method: MethodArg,
@@ -144,9 +147,16 @@ pub struct PassiveArgs {
     /// Stop after this many packets.
     #[arg(short = 'c', long)]
     pub count: Option<u64>,
-    /// Live: stop after this long (pping's -s).
-    #[arg(short = 's', long = "duration", alias = "seconds", value_name = "DURATION", value_parser = values::seconds)]
+    /// Live: stop after this long (a bare number is seconds; pping's -s, a long name
+    /// only here, where -s is tcpdump's snap length).
+    #[arg(long = "duration", alias = "seconds", value_name = "DURATION", value_parser = values::seconds)]
     pub seconds: Option<Duration>,
+    /// A filter in tcpdump's language (pcap-filter(7)), its words joined by spaces as
+    /// tcpdump joins them: `tcp port 443` or `'tcp port 443'`. Compiled by libpcap for
+    /// the capture's link type; live, the kernel runs it on the socket; for files, it
+    /// runs on each packet. Combined (and) with --host, --port and --flow.
+    #[arg(value_name = "EXPRESSION")]
+    pub expression: Vec<String>,
 }
 
 fn flow_arg(s: &str) -> Result<(Endpoint, Endpoint), String> {
@@ -276,7 +286,20 @@ impl<W: Write> Sink for Out<W> {
     }
 }
 
+/// A filter expression's error is the command line's: exit 2, libpcap's message.
+fn usage_or(e: SourceError) -> anyhow::Error {
+    let usage = e.expression().is_some();
+    let e = anyhow::Error::new(e);
+    if usage {
+        e.context(super::Exit(2))
+    } else {
+        e
+    }
+}
+
 pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
+    let expression = Expression::from_words(&a.expression)
+        .map_err(|e| anyhow::Error::new(e).context(super::Exit(2)))?;
     let methods: Vec<Method> = match a.method {
         MethodArg::Ts => vec![Method::Ts],
         MethodArg::Seq => vec![Method::Seq],
@@ -365,13 +388,15 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         &source,
         capture::Options {
             select,
+            expression,
             snaplen: a.snaplen,
             before_wait: Some(Box::new(move || {
                 // A failed flush is left for the next write of a line to report.
                 let _ = flush_first.flush();
             })),
         },
-    )?;
+    )
+    .map_err(usage_or)?;
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
     }
@@ -486,7 +511,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         eprintln!("{n}");
     }
     if let Some(f) = failure {
-        return Err(f.into());
+        return Err(usage_or(f));
     }
     Ok(())
 }
