@@ -80,6 +80,11 @@ fn server_addr(h: &str) -> anyhow::Result<SocketAddr> {
 }
 
 pub fn run(a: CompareArgs) -> anyhow::Result<()> {
+    // Checked before a lab is built: the server's own limit (--max-duration's ceiling).
+    anyhow::ensure!(
+        !a.duration.is_zero() && a.duration <= Duration::from_secs(3600),
+        "-l: every layer's run length must be more than 0 and at most 3600 s"
+    );
     let s = CompareSettings {
         server: a.host.as_deref().map(server_addr).transpose()?,
         lab_rtt: a.lab.lab_rtt,

@@ -397,6 +397,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         },
     )
     .map_err(usage_or)?;
+    super::measuring();
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
     }

@@ -220,7 +220,7 @@ impl RefusedArgs {
             bail!("-b: rttlab does not ping broadcast addresses (one request, many repliers, no round trip per host): list the hosts, `rttlab ping A B C`");
         }
         if self.record_route {
-            bail!("-R: rttlab does not record the route (iputils deprecates -R: routers drop or ignore IPv4 options, and nine hops fit); use `tracepath -n HOST`");
+            bail!("-R: rttlab does not record the route (an IPv4 option most routers drop or ignore, with room for nine hops); use `tracepath -n HOST`");
         }
         if self.ip_timestamp.is_some() {
             bail!("-T: rttlab does not send IPv4 timestamp options (routers drop or ignore them; rttlab times with the kernel's receive stamps); use iputils' `ping -T`");
