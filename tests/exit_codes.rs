@@ -17,10 +17,6 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-fn status(args: &[&str]) -> Option<i32> {
-    run(args).0
-}
-
 /// Every subcommand's usage and set-up errors: 2, one line on stderr, whatever the
 /// command.
 #[test]
