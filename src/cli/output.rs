@@ -14,7 +14,8 @@ pub struct OutputArgs {
     /// Print a CSV header line and a value line with every selector.
     #[arg(long, conflicts_with = "output")]
     pub csv: bool,
-    /// netperf output selectors, comma-separated (e.g. P50_LATENCY,P99_LATENCY,THROUGHPUT).
+    /// netperf output selectors, comma-separated (e.g. P50_LATENCY,P99.9_LATENCY,
+    /// THROUGHPUT); `-o ?` lists them.
     #[arg(short = 'o', long = "output", value_name = "LIST")]
     pub output: Option<String>,
     /// Add netperf's log-linear histogram (ten buckets per decade) to the human output.
@@ -29,8 +30,20 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
-    /// The chosen format, with selectors checked.
+    /// The chosen format, with selectors checked. `-o ?` (or `-o help`) prints the
+    /// selectors, wrapped at the terminal's width, and ends the run (status 0).
     pub fn format(&self) -> anyhow::Result<OutputFormat> {
+        if matches!(self.output.as_deref().map(str::trim), Some("?" | "help")) {
+            let names = Selector::known_names();
+            let (fixed, forms) = names.split_at(names.len() - 2);
+            let mut text =
+                report::table::wrap(&fixed.join(" "), super::term_width(), "", "");
+            for f in forms {
+                text.push_str(&report::table::wrap(f, super::term_width(), "", "  "));
+            }
+            print!("{text}");
+            std::process::exit(0);
+        }
         Ok(if self.json {
             OutputFormat::Json
         } else if self.csv {

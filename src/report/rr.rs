@@ -43,7 +43,7 @@ pub(super) fn summary_header(first: &str, s: &Summary) -> Vec<String> {
     h.extend(
         s.percentiles_us
             .iter()
-            .map(|(p, _)| format!("P{}_us", p.digits())),
+            .map(|(p, _)| format!("P{}_us", p.0)),
     );
     h.push("MAX_us".into());
     h.push("MEAN_us".into());

@@ -149,7 +149,7 @@ impl std::fmt::Display for Value {
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SelectorError {
     /// Not a selector name.
-    #[error("unknown output selector {0:?} (known: {known})", known = Selector::known_names())]
+    #[error("unknown output selector {0:?} (`-o ?` lists them)")]
     Unknown(String),
     /// A selector this kind of result has no value for.
     #[error("output selector {0} does not apply to {1}")]
@@ -272,11 +272,11 @@ impl Selector {
             .strip_prefix('P')
             .and_then(|r| r.strip_suffix("_LATENCY"))
         {
-            if let Some(p) = Percentile::from_digits(d) {
+            if let Some(p) = Percentile::from_name(d) {
                 return Ok(Selector::PercentileLatency(p));
             }
             if let Some((digits, part)) = d.split_once('_') {
-                if let (Some(p), Some(part)) = (Percentile::from_digits(digits), Part::parse(part))
+                if let (Some(p), Some(part)) = (Percentile::from_name(digits), Part::parse(part))
                 {
                     return Ok(Selector::PartPercentile(part, p));
                 }
@@ -323,11 +323,19 @@ impl Selector {
         }
     }
 
-    fn known_names() -> String {
-        let mut v: Vec<&str> = FIXED.iter().map(|(n, _)| *n).collect();
-        v.push("P<digits>_LATENCY");
-        v.push("P<digits>_<PART>_LATENCY, MEAN_<PART>_LATENCY (rr --anatomy; PART: CLIENT_SEND, NETWORK, SERVER_RECV, SERVER_APP, CLIENT_RECV, TCP_ACK)");
-        v.join(", ")
+    /// Every selector name, and the forms with a number or part in them (`-o ?`).
+    pub fn known_names() -> Vec<String> {
+        let mut v: Vec<String> = FIXED.iter().map(|(n, _)| (*n).to_string()).collect();
+        v.push("P<pct>_LATENCY (P50, P99, P99.9 or P999, P99.99 or P9999)".to_string());
+        v.push(format!(
+            "P<pct>_<PART>_LATENCY and MEAN_<PART>_LATENCY (rr --anatomy; PART: {})",
+            Part::ALL
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        v
     }
 }
 

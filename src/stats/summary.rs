@@ -23,6 +23,18 @@ impl Percentile {
         s.replace('.', "")
     }
 
+    /// A percentile as a selector names it: the digits form ([`from_digits`]) or with its
+    /// dot, "99.99" (0 to 100).
+    ///
+    /// [`from_digits`]: Percentile::from_digits
+    pub fn from_name(name: &str) -> Option<Percentile> {
+        if name.contains('.') {
+            let v: f64 = name.parse().ok()?;
+            return (0.0..=100.0).contains(&v).then_some(Percentile(v));
+        }
+        Self::from_digits(name)
+    }
+
     /// Parse the digits form back: "50" → 50, "999" → 99.9, "9999" → 99.99.
     ///
     /// A leading "99" followed by more digits is read as 99.x, as netperf's P99 and our
