@@ -43,6 +43,7 @@ impl OutputArgs {
         } else {
             OutputFormat::Human {
                 histogram: self.histogram,
+                banner: true,
             }
         })
     }
