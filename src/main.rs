@@ -6,7 +6,15 @@ use clap::Parser as _;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = match cli::Cli::try_parse() {
+    // `rttlab rr … -- …`: a netperf command line, read by netperf's rules.
+    let argv = match cli::netperf::argv(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("rttlab: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let args = match cli::Cli::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => e.exit(),
         // `rttlab` or `rttlab tune` alone: the help itself, as git does, on stderr.

@@ -22,6 +22,7 @@ pub mod agent;
 pub mod compare;
 pub mod experiment;
 pub mod lab;
+pub mod netperf;
 pub mod output;
 pub mod passive;
 pub mod ping;
@@ -106,6 +107,10 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing rr's arguments would buy nothing"
+)]
 pub enum Command {
     /// Every layer's RTT side by side in one run (the lab unless -H), with the gaps explained.
     Compare(compare::CompareArgs),

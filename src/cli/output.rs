@@ -53,6 +53,7 @@ impl OutputArgs {
         } else {
             OutputFormat::Human {
                 histogram: self.histogram,
+                banner: true,
             }
         })
     }

@@ -75,7 +75,11 @@ Examples:
   rttlab rr --anatomy -T 0,1                       where each µs went: stacks, wake-ups, the path
   rttlab rr --anatomy --recv spin -T 0,1           the same without the client's wake-up
   rttlab rr --anatomy --server-delay 2ms           a server that thinks 2 ms per request
-  rttlab rr --anatomy --slow-log slow.jsonl        the slowest 1 % of transactions, each taken apart")]
+  rttlab rr --anatomy --slow-log slow.jsonl        the slowest 1 % of transactions, each taken apart
+  rttlab rr -H server -t TCP_RR -- -r 1,2 -o MIN_LATENCY,P99_LATENCY -P ,13500
+      a netperf line pasted: netperf's options either side of --, its output
+  rttlab rr -P 0 -H server -t UDP_RR -w 10ms -b 1 -- -r 64 -O THROUGHPUT
+      netperf's -P 0 (no banner, no header lines) and -O (columns)")]
 pub struct RrArgs {
     /// Server running `rttlab serve`; without it an in-process server on loopback is used.
     #[arg(short = 'H', long = "host")]
@@ -184,8 +188,25 @@ pub struct RrArgs {
     #[arg(long, value_name = "IFACE")]
     pub interface: Option<String>,
     /// Send from this local address (netperf's -L), control and data.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(short = 'L', long, value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
+    /// The client's data socket source port (netperf's test-specific `-P LPORT,`; the
+    /// server's is -P/--data-port): TCP_RR or UDP_RR over one stream.
+    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub local_data_port: Option<u16>,
+    /// netperf's test-specific -o as netperf prints it: a line of netperf's column
+    /// names ("Minimum Latency Microseconds") and a line of values in its formats,
+    /// after its banner line (what `rr … -- -o LIST` becomes).
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["json", "csv", "output", "netperf_columns"])]
+    pub netperf_csv: Option<String>,
+    /// netperf's test-specific -O: the same as aligned columns under four header
+    /// lines (what `rr … -- -O LIST` becomes).
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["json", "csv", "output"])]
+    pub netperf_columns: Option<String>,
+    /// netperf's -P 0: no banner (the settings lines above the tables; with
+    /// --netperf-csv/--netperf-columns the banner and the header lines: values only).
+    #[arg(long, conflicts_with_all = ["json", "csv", "output"])]
+    pub no_banner: bool,
     /// Firewall mark of the client's sockets, for policy routing (SO_MARK, needs
     /// CAP_NET_ADMIN): `ip rule add fwmark N table T` picks the uplink.
     #[arg(long)]
@@ -388,7 +409,16 @@ impl RrArgs {
             mark: self.mark,
             sndbuf: self.sndbuf.map(|b| b as usize),
             rcvbuf: self.rcvbuf.map(|b| b as usize),
+            data_source_port: self.local_data_port,
         };
+        if self.local_data_port.is_some() {
+            if s.test == TestKind::TcpCrr {
+                bail!("--local-data-port works with TCP_RR and UDP_RR: TCP_CRR connects anew for every transaction, and a fixed source port would wait out its own TIME_WAIT");
+            }
+            if s.streams > 1 {
+                bail!("--local-data-port takes one stream: parallel streams cannot share a source port");
+            }
+        }
         s.percentiles = self.out.percentiles()?;
         s.hdr_log = self.out.hdr_log.clone();
         s.secret = self.secret.load()?;
@@ -412,6 +442,29 @@ impl RrArgs {
         }
         Ok(s)
     }
+}
+
+/// The output format: `--netperf-csv`/`--netperf-columns` (netperf's test-specific
+/// `-o`/`-O`) or the shared output options; `--no-banner` (netperf's `-P 0`) on either.
+fn format(a: &RrArgs) -> anyhow::Result<rttlab::report::OutputFormat> {
+    use rttlab::report::{omni::Style, OutputFormat, Selector};
+    let netperf = match (&a.netperf_csv, &a.netperf_columns) {
+        (Some(l), _) => Some((Style::Csv, l)),
+        (None, Some(l)) => Some((Style::Columns, l)),
+        (None, None) => None,
+    };
+    Ok(match (netperf, a.out.format()?) {
+        (Some((style, list)), _) => OutputFormat::Netperf {
+            style,
+            selectors: Selector::parse_list(list)?,
+            headers: !a.no_banner,
+        },
+        (None, OutputFormat::Human { histogram, .. }) => OutputFormat::Human {
+            histogram,
+            banner: !a.no_banner,
+        },
+        (None, other) => other,
+    })
 }
 
 /// Options the kernel grants only with CAP_NET_ADMIN, refused before any connection
@@ -458,7 +511,7 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     // Usage and set-up errors exit 2 (a bad value, a missing privilege, a host name
     // that does not resolve), as ping's do; 1 is for a run that measured and failed.
     let usage = |e: anyhow::Error| e.context(super::Exit(2));
-    let format = a.out.format().map_err(usage)?;
+    let format = format(&a).map_err(usage)?;
     check_privilege(&a).map_err(usage)?;
     // Validate everything against a placeholder address before touching the network.
     a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))

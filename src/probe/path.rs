@@ -23,6 +23,10 @@ pub struct PathOptions {
     pub sndbuf: Option<usize>,
     /// Receive buffer of data sockets, bytes (`SO_RCVBUF`, `--rcvbuf`; doubled likewise).
     pub rcvbuf: Option<usize>,
+    /// Source port of data sockets (`--local-data-port`, netperf's test-specific
+    /// `-P LPORT,`), bound with `SO_REUSEADDR` as netperf binds its own so that a run
+    /// right after another finds the port free of its TIME_WAIT.
+    pub data_source_port: Option<u16>,
 }
 
 /// The TOS byte of DSCP `dscp` (its upper six bits; the lower two are ECN's, which
@@ -39,6 +43,11 @@ impl PathOptions {
     /// The kernel refused an option (a missing interface, an address not on this
     /// host, `--mark` without CAP_NET_ADMIN), named in the message.
     pub fn route(&self, sock: &Socket, peer: SocketAddr) -> io::Result<()> {
+        self.route_from(sock, peer, 0)
+    }
+
+    /// [`PathOptions::route`] with the source port `port` (0: the kernel's choice).
+    fn route_from(&self, sock: &Socket, peer: SocketAddr, port: u16) -> io::Result<()> {
         if let Some(dev) = &self.interface {
             sock.bind_device(Some(dev.as_bytes()))
                 .map_err(|e| named(e, &format!("--interface {dev}")))?;
@@ -54,8 +63,16 @@ impl PathOptions {
                     format!("--bind {ip} is not of the server's address family ({peer})"),
                 ));
             }
-            sock.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+            sock.bind(&SockAddr::from(SocketAddr::new(ip, port)))
                 .map_err(|e| named(e, &format!("--bind {ip}")))?;
+        } else if port != 0 {
+            let any: IpAddr = if peer.is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            };
+            sock.bind(&SockAddr::from(SocketAddr::new(any, port)))
+                .map_err(|e| named(e, &format!("--local-data-port {port}")))?;
         }
         Ok(())
     }
@@ -65,7 +82,12 @@ impl PathOptions {
     /// # Errors
     /// As [`PathOptions::route`], or a refused TOS or buffer size.
     pub fn data(&self, sock: &Socket, peer: SocketAddr) -> io::Result<()> {
-        self.route(sock, peer)?;
+        let port = self.data_source_port.unwrap_or(0);
+        if port != 0 {
+            sock.set_reuse_address(true)
+                .map_err(|e| named(e, &format!("--local-data-port {port}")))?;
+        }
+        self.route_from(sock, peer, port)?;
         if let Some(tos) = self.tos {
             set_tos(sock, peer.is_ipv6(), tos)
                 .map_err(|e| named(e, &format!("--tos {tos:#04x}")))?;
@@ -133,5 +155,30 @@ mod tests {
         let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
         let e = elsewhere.route(&s, peer).unwrap_err();
         assert!(e.to_string().starts_with("--bind 192.0.2.1: "), "{e}");
+    }
+
+    /// A data socket's source port is the one asked for, with or without a source
+    /// address; a control socket keeps the kernel's choice. Witness: getsockname.
+    #[test]
+    fn data_sockets_take_the_source_port_asked_for() {
+        let peer: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let port = {
+            let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        for bind in [None, Some("127.0.0.1".parse().unwrap())] {
+            let p = PathOptions {
+                bind,
+                data_source_port: Some(port),
+                ..PathOptions::default()
+            };
+            let s = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+            p.data(&s, peer).unwrap();
+            assert_eq!(s.local_addr().unwrap().as_socket().unwrap().port(), port);
+            let control = Socket::new(Domain::IPV4, Type::DGRAM, None).unwrap();
+            p.route(&control, peer).unwrap();
+            let kept = control.local_addr().unwrap().as_socket();
+            assert!(kept.is_none_or(|a| a.port() != port), "{kept:?}");
+        }
     }
 }

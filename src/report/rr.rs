@@ -91,10 +91,10 @@ fn confidence(out: &mut String, c: &crate::probe::rr::Confidence) {
     }
 }
 
-impl Report for RrResult {
-    const SCHEMA: &'static str = crate::results::schema::RR;
-
-    fn human(&self, histogram: bool) -> String {
+impl RrResult {
+    /// The human output's first lines: what was run, between which ends, where each
+    /// ran (netperf's banner, which `-P 0` leaves out).
+    fn banner(&self) -> String {
         let s = &self.settings;
         let mut out = String::new();
         let limit = match (s.duration_limit_s, s.count_limit) {
@@ -146,6 +146,12 @@ impl Report for RrResult {
                 .as_ref()
                 .map_or(String::new(), |c| format!("; congestion control {c}")),
         );
+        out
+    }
+
+    /// Everything in the human output below [`RrResult::banner`].
+    fn body(&self, histogram: bool) -> String {
+        let mut out = String::new();
         let _ = writeln!(
             out,
             "{} transactions in {:.3} s: {:.1} transactions/s{}\n",
@@ -240,6 +246,64 @@ impl Report for RrResult {
             );
         }
         out
+    }
+}
+
+impl Report for RrResult {
+    const SCHEMA: &'static str = crate::results::schema::RR;
+
+    fn human(&self, histogram: bool) -> String {
+        self.banner() + &self.body(histogram)
+    }
+
+    fn human_without_banner(&self, histogram: bool) -> String {
+        self.body(histogram)
+    }
+
+    /// netperf's banner above its omni output, in its shape: the protocol's test name,
+    /// each end's data address, port and family, then the interval, burst, CPU binding
+    /// and confidence asked for, each after ` : ` (netperf's own names the addresses it
+    /// asked for, 0.0.0.0 port 0; ours the ones the data connection had).
+    fn netperf_banner(&self) -> Option<String> {
+        let s = &self.settings;
+        let family = |a: &std::net::SocketAddr| if a.is_ipv4() { "AF_INET" } else { "AF_INET6" };
+        let name = match s.test {
+            "TCP_CRR" => "TCP Connect/Request/Response",
+            "UDP_RR" => "UDP REQUEST/RESPONSE",
+            _ => "TCP REQUEST/RESPONSE",
+        };
+        let from = s.local_data_addr.map_or("? port 0 ?".into(), |a| {
+            format!("{} port {} {}", a.ip(), a.port(), family(&a))
+        });
+        let mut line = format!(
+            "rttlab {name} TEST from {from} to {} port {} {}",
+            s.server.ip(),
+            s.remote_data_port,
+            family(&s.server)
+        );
+        if s.interval_us > 0.0 {
+            let _ = write!(line, " : {} interval {} us", s.pacing, s.interval_us);
+        }
+        if s.burst > 1 || s.interval_us > 0.0 {
+            let _ = write!(line, " : burst {}", s.burst);
+        }
+        let bound = self.local_placement.pinned_cpu.is_some()
+            || self
+                .remote_placement
+                .as_ref()
+                .is_some_and(|p| p.pinned_cpu.is_some());
+        if bound {
+            line.push_str(" : cpu bind");
+        }
+        if let Some(c) = &self.confidence {
+            let _ = write!(
+                line,
+                " : +/-{:.1}% @ {}% conf.",
+                c.width_percent_asked / 2.0,
+                c.level_percent
+            );
+        }
+        Some(line)
     }
 }
 
