@@ -36,8 +36,7 @@ impl OutputArgs {
         if matches!(self.output.as_deref().map(str::trim), Some("?" | "help")) {
             let names = Selector::known_names();
             let (fixed, forms) = names.split_at(names.len() - 2);
-            let mut text =
-                report::table::wrap(&fixed.join(" "), super::term_width(), "", "");
+            let mut text = report::table::wrap(&fixed.join(" "), super::term_width(), "", "");
             for f in forms {
                 text.push_str(&report::table::wrap(f, super::term_width(), "", "  "));
             }

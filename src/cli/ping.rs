@@ -493,7 +493,13 @@ impl ReplyNames {
 /// Several targets (or -C), fping's output. True when every target answered.
 fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
     check_common(&a)?;
-    if !matches!(a.out.format()?, OutputFormat::Human { histogram: false }) {
+    if !matches!(
+        a.out.format()?,
+        OutputFormat::Human {
+            histogram: false,
+            ..
+        }
+    ) {
         bail!("--json, --csv, -o and --histogram take one target; run one rttlab ping per target");
     }
     for (flag, given) in [

@@ -40,11 +40,7 @@ pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
 /// underscore (`P999_us`), no spaces, as every rttlab table.
 pub(super) fn summary_header(first: &str, s: &Summary) -> Vec<String> {
     let mut h = vec![first.to_owned(), "SAMPLES".into(), "MIN_us".into()];
-    h.extend(
-        s.percentiles_us
-            .iter()
-            .map(|(p, _)| format!("P{}_us", p.0)),
-    );
+    h.extend(s.percentiles_us.iter().map(|(p, _)| format!("P{}_us", p.0)));
     h.push("MAX_us".into());
     h.push("MEAN_us".into());
     h.push("STDDEV_us".into());

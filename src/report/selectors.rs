@@ -276,8 +276,7 @@ impl Selector {
                 return Ok(Selector::PercentileLatency(p));
             }
             if let Some((digits, part)) = d.split_once('_') {
-                if let (Some(p), Some(part)) = (Percentile::from_name(digits), Part::parse(part))
-                {
+                if let (Some(p), Some(part)) = (Percentile::from_name(digits), Part::parse(part)) {
                     return Ok(Selector::PartPercentile(part, p));
                 }
             }
