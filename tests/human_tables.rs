@@ -20,17 +20,25 @@ fn stdout_of(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-/// A header of rttlab's style: upper case, digits and underscores, then optionally a
-/// unit after an underscore (`P999_us`, `MAX_BACKLOG_B`, `DELIVERY_Mbps`).
+/// A header of rttlab's style: upper case, digits and underscores (a dot only inside a
+/// percentile's number: `P99.9`), then optionally a unit after an underscore
+/// (`P50_us`, `MAX_BACKLOG_B`, `DELIVERY_Mbps`).
 fn header_ok(h: &str) -> bool {
     let name = ["_us", "_ms", "_s", "_ns", "_B", "_Mbps", "_pct", "_jiffies"]
         .iter()
         .find_map(|u| h.strip_suffix(u))
         .unwrap_or(h);
+    let b = name.as_bytes();
+    let dot_ok = |i: usize| {
+        name.starts_with('P')
+            && i > 1
+            && b[i - 1].is_ascii_digit()
+            && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+    };
     !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && b.iter().enumerate().all(|(i, &c)| {
+            c.is_ascii_uppercase() || c.is_ascii_digit() || c == b'_' || (c == b'.' && dot_ok(i))
+        })
 }
 
 #[test]
@@ -38,6 +46,8 @@ fn the_header_style_test_can_fail() {
     for good in [
         "MIN_us",
         "P999_us",
+        "P99.9_us",
+        "P99.99",
         "HOST",
         "MAX_BACKLOG_B",
         "DELIVERY_Mbps",
@@ -51,7 +61,9 @@ fn the_header_style_test_can_fail() {
         "Mbit/s",
         "round trip",
         "host",
-        "P99.9_us",
+        "P.9",
+        "P99._us",
+        "MIN.5",
     ] {
         assert!(!header_ok(bad), "{bad}");
     }
@@ -147,7 +159,23 @@ fn rr_and_ping_summary_columns() {
         h.record_ns(us * 1000);
     }
     let s = rttlab::stats::Summary::from_histogram(&h, &rttlab::stats::DEFAULT_PERCENTILES);
-    insta::assert_snapshot!(rttlab::report::summary_table("transaction", &s));
+    let text = rttlab::report::summary_table("transaction", &s);
+    // Read at 80 columns, with ms-range values and the longest row label too.
+    for l in text.lines() {
+        assert!(l.chars().count() <= 80, "{l:?}");
+    }
+    let mut wide = rttlab::stats::LatencyHistogram::new();
+    for us in 1..=20_000u64 {
+        wide.record_ns(us * 1000);
+    }
+    let w = rttlab::report::summary_table(
+        "from_intended",
+        &rttlab::stats::Summary::from_histogram(&wide, &rttlab::stats::DEFAULT_PERCENTILES),
+    );
+    for l in w.lines() {
+        assert!(l.chars().count() <= 80, "{l:?}");
+    }
+    insta::assert_snapshot!(text);
 }
 
 /// compare's text at 80 and 60 columns, from the committed lab record. Witness: the

@@ -14,18 +14,23 @@ impl Report for PingResult {
     fn human(&self, histogram: bool) -> String {
         let s = &self.settings;
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "ICMP echo to {}: {} bytes, interval {} µs ({}), {:?} socket, timeout {} ms, timestamps: {}; kernel {}",
-            s.target,
-            s.size,
-            s.interval_us,
-            s.pacing,
-            s.socket,
-            s.timeout_ms,
-            s.timestamps,
-            self.local_host.kernel_release
-        );
+        // Wrapped at 80 columns with a hanging indent: read at a terminal.
+        out.push_str(&super::table::wrap(
+            &format!(
+                "ICMP echo to {}: {} bytes, interval {} µs ({}), {:?} socket, timeout {} ms, timestamps: {}; kernel {}",
+                s.target,
+                s.size,
+                s.interval_us,
+                s.pacing,
+                s.socket,
+                s.timeout_ms,
+                s.timestamps,
+                self.local_host.kernel_release
+            ),
+            super::table::TEXT_WIDTH,
+            "",
+            "  ",
+        ));
         let pct = if self.sent == 0 {
             0.0
         } else {

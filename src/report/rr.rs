@@ -25,6 +25,16 @@ fn cpus(p: &Placement) -> String {
     }
 }
 
+/// A line of prose, wrapped at 80 columns with a hanging indent (read at a terminal).
+fn prose(out: &mut String, text: &str) {
+    out.push_str(&super::table::wrap(
+        text,
+        super::table::TEXT_WIDTH,
+        "",
+        "  ",
+    ));
+}
+
 /// One summary as a table row, in the column order every rttlab table with these
 /// statistics uses: SAMPLES, MIN, the percentiles, MAX, MEAN, STDDEV.
 pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
@@ -36,14 +46,15 @@ pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
     r
 }
 
-/// Column names matching [`summary_row`]: upper case with the unit after an
-/// underscore (`P999_us`), no spaces, as every rttlab table.
+/// Column names matching [`summary_row`]: upper case, no spaces, the unit once after
+/// the first column's name (`RTT_us`: every statistic in the row is µs), so that nine
+/// statistics fit 80 columns; percentiles with their dot (`P99.9`, `P99.99`).
 pub(super) fn summary_header(first: &str, s: &Summary) -> Vec<String> {
-    let mut h = vec![first.to_owned(), "SAMPLES".into(), "MIN_us".into()];
-    h.extend(s.percentiles_us.iter().map(|(p, _)| format!("P{}_us", p.0)));
-    h.push("MAX_us".into());
-    h.push("MEAN_us".into());
-    h.push("STDDEV_us".into());
+    let mut h = vec![format!("{first}_us"), "SAMPLES".into(), "MIN".into()];
+    h.extend(s.percentiles_us.iter().map(|(p, _)| format!("P{}", p.0)));
+    h.push("MAX".into());
+    h.push("MEAN".into());
+    h.push("STDDEV".into());
     h
 }
 
@@ -103,9 +114,16 @@ impl RrResult {
         } else {
             format!("{} µs ({})", s.interval_us, s.pacing)
         };
-        let _ =
-            writeln!(
-            out,
+        // Each line wrapped at 80 columns with a hanging indent: read at a terminal.
+        let mut line = |text: String| {
+            out.push_str(&super::table::wrap(
+                &text,
+                super::table::TEXT_WIDTH,
+                "",
+                "  ",
+            ));
+        };
+        line(format!(
             "{} -r {},{} from {} to {} (data port {}), {} stream{}, wait {interval}, burst {}, {limit}{}",
             s.test,
             s.request_size,
@@ -117,48 +135,52 @@ impl RrResult {
             if s.streams == 1 { "" } else { "s" },
             s.burst,
             self.brand.as_ref().map_or(String::new(), |b| format!(" [{b}]")),
-        );
+        ));
         if let Some(ol) = &s.open_loop {
-            let _ = writeln!(
-                out,
+            line(format!(
                 "open loop: {:.0} requests/s per stream, {} schedule, at most {} outstanding",
                 ol.rate_per_s,
                 ol.schedule.name(),
                 ol.max_outstanding
-            );
+            ));
         }
         let remote_kernel = self
             .remote_host
             .as_ref()
             .map_or("?".into(), |h| h.kernel_release.clone());
-        let _ = writeln!(
-            out,
-            "client: {}, kernel {}; server: {}, kernel {}{}",
+        line(format!(
+            "client: {}, kernel {}",
             cpus(&self.local_placement),
             self.local_host.kernel_release,
+        ));
+        line(format!(
+            "server: {}, kernel {}{}",
             self.remote_placement.as_ref().map_or("?".into(), cpus),
             remote_kernel,
             s.congestion
                 .as_ref()
                 .map_or(String::new(), |c| format!("; congestion control {c}")),
-        );
+        ));
         out
     }
 
     /// Everything in the human output below [`RrResult::banner`].
     fn body(&self, histogram: bool) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{} transactions in {:.3} s: {:.1} transactions/s{}\n",
-            self.transactions,
-            self.elapsed_s,
-            self.throughput_tps,
-            self.client_cpu_us_per_transaction
-                .map_or(String::new(), |c| format!(
-                    ", client CPU {c:.2} µs/transaction"
-                )),
+        prose(
+            &mut out,
+            &format!(
+                "{} transactions in {:.3} s: {:.1} transactions/s{}",
+                self.transactions,
+                self.elapsed_s,
+                self.throughput_tps,
+                self.client_cpu_us_per_transaction
+                    .map_or(String::new(), |c| format!(
+                        ", client CPU {c:.2} µs/transaction"
+                    )),
+            ),
         );
+        out.push('\n');
         if let Some(c) = &self.confidence {
             confidence(&mut out, c);
         }
@@ -175,10 +197,10 @@ impl RrResult {
         }
         out.push_str(&t.render());
         if self.pacing_error.is_some() {
-            out.push_str("(\"pacing error\" is how late each request after a wait left: intended time → just before send)\n");
+            prose(&mut out, "(\"pacing error\" is how late each request after a wait left: intended time → just before send)");
         }
         if let Some(ol) = &self.open_loop {
-            let _ = writeln!(out, "(\"transaction\" is send → response; \"from intended\" is scheduled send → response, which slow replies cannot hide; {} unanswered, {} sends > 1 ms late)", ol.unanswered, ol.late_sends);
+            prose(&mut out, &format!("(\"transaction\" is send → response; \"from intended\" is scheduled send → response, which slow replies cannot hide; {} unanswered, {} sends > 1 ms late)", ol.unanswered, ol.late_sends));
         }
         if let Some(u) = &self.udp {
             let sent = self.transactions + u.lost;
@@ -187,11 +209,10 @@ impl RrResult {
             } else {
                 100.0 * u.lost as f64 / sent as f64
             };
-            let _ = writeln!(
-                out,
+            prose(&mut out, &format!(
                 "UDP: {} lost ({pct:.2} %: no reply while the client ran), {} late replies (after their timeout: counted as transactions, not lost), {} stray datagrams, {} dropped by the server on request",
                 u.lost, u.late_replies, u.stray_replies, u.dropped_by_server
-            );
+            ));
         }
         if let Some(a) = &self.anatomy {
             anatomy(&mut out, a, self.udp.as_ref());
@@ -233,12 +254,14 @@ impl RrResult {
         let moved = self.local_placement.moved()
             || self.remote_placement.as_ref().is_some_and(Placement::moved);
         if moved {
-            out.push_str("\nwarning: an unpinned end moved between CPUs; on small VMs a round trip across vCPUs costs far more than on one (pin both ends with -T LCPU,RCPU)\n");
+            out.push('\n');
+            prose(&mut out, "warning: an unpinned end moved between CPUs; on small VMs a round trip across vCPUs costs far more than on one (pin both ends with -T LCPU,RCPU)");
         }
         if let Some(e) = &self.error {
-            let _ = writeln!(
-                out,
-                "\nrun cut short: {e} (the numbers above are what was measured before)"
+            out.push('\n');
+            prose(
+                &mut out,
+                &format!("run cut short: {e} (the numbers above are what was measured before)"),
             );
         }
         out
