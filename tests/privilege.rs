@@ -92,6 +92,13 @@ fn unprivileged_commands_work_or_name_the_capability_and_the_fix() {
             "ping",
             &["CAP_NET_RAW", "setcap cap_net_raw+ep", "ping_group_range"],
         );
+        // As iputils: no `PING …` header for a socket that never opened, exit 2.
+        assert!(
+            o.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(o.status.code(), Some(2));
         let o = as_nobody(
             &rttlab,
             &[

@@ -378,24 +378,6 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     let named = !a.numeric && host.parse::<std::net::IpAddr>().is_err();
     let mut names = ReplyNames::new(named);
     let mut stdout = std::io::stdout();
-    if lines {
-        if let Some(p) = &a.pattern {
-            write!(stdout, "{}", ping_report::iputils_pattern(&p.0))?;
-        }
-        // Looked up only where printed: IPv6's header and reply lines.
-        let shown = if target.is_ipv6() {
-            names.shown(target)
-        } else {
-            target.to_string()
-        };
-        let from = ping::chosen_source(&s);
-        write!(
-            stdout,
-            "{}",
-            ping_report::iputils_header(host, &shown, from, &s)
-        )?;
-        stdout.flush()?;
-    }
     // The per-reply lines are the progress; without them, a progress line on a TTY.
     let progress = (!per_reply && !flood_marks).then(|| {
         let expected = s.duration.or(s.deadline).or_else(|| {
@@ -416,6 +398,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     };
     let result = ping::run_each(&s, &ctl, &mut |ev| {
         let text = match ev {
+            PingEvent::Ready if lines => top_lines(&a, host, &s, &mut names),
             PingEvent::Sending { .. } if flood_marks => ".".to_string(),
             PingEvent::Sending {
                 unanswered: Some(seq),
@@ -458,6 +441,23 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
         _ => result.received > 0,
     };
     Ok(enough)
+}
+
+/// What iputils prints before the first reply: -p's pattern, then `PING host (addr) …`.
+fn top_lines(a: &PingArgs, host: &str, s: &PingSettings, names: &mut ReplyNames) -> String {
+    let mut out = String::new();
+    if let Some(p) = &a.pattern {
+        out.push_str(&ping_report::iputils_pattern(&p.0));
+    }
+    // Looked up only where printed: IPv6's header and reply lines.
+    let shown = if s.target.is_ipv6() {
+        names.shown(s.target)
+    } else {
+        s.target.to_string()
+    };
+    let from = ping::chosen_source(s);
+    out.push_str(&ping_report::iputils_header(host, &shown, from, s));
+    out
 }
 
 /// How reply lines name their sender: the address, or `name (address)` with the name

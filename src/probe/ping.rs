@@ -113,6 +113,9 @@ pub struct PingSettings {
 /// What [`run_each`] tells its caller as the run goes.
 #[derive(Clone, Copy, Debug)]
 pub enum PingEvent {
+    /// The socket is open and set up: the first request goes next (ping prints its
+    /// header now, so a refused socket prints nothing but the reason).
+    Ready,
     /// A request is about to go out; `unanswered` is the previous request's icmp_seq
     /// when no reply to it is in yet (ping's -O prints "no answer yet").
     Sending {
@@ -700,6 +703,10 @@ pub fn run_each(
     if settings.size > 65_000 {
         return Err(PingError::Size(settings.size));
     }
+    let (sock, kind) = open(settings.target, settings.socket)?;
+    enable_timestamps(&sock)?;
+    configure(&sock, kind, settings)?;
+    // The log is created once the socket is set up: a refused run leaves no file.
     let mut hdr = match &settings.hdr_log {
         Some(p) => Some(
             HdrLogWriter::start(
@@ -717,9 +724,7 @@ pub fn run_each(
         None => None,
     };
     let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
-    let (sock, kind) = open(settings.target, settings.socket)?;
-    enable_timestamps(&sock)?;
-    configure(&sock, kind, settings)?;
+    on_event(&PingEvent::Ready);
     let fd = sock.as_raw_fd();
     let v6 = settings.target.is_ipv6();
     let raw = kind == SocketKind::Raw;
