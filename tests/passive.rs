@@ -653,15 +653,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
         pair.a4,
     ]);
     let from_file = parse(&o.stdout);
-    let key = |v: &serde_json::Value| {
-        (
-            v["method"].as_str().unwrap().to_string(),
-            v["host"].as_str().unwrap().to_string(),
-            v["place"].as_str().unwrap().to_string(),
-            v["ts_ns"].as_u64().unwrap(),
-            (v["rtt_us"].as_f64().unwrap() * 1000.0).round() as u64,
-        )
-    };
+    let key = |v: &serde_json::Value| common::sample_key(v, "place");
     let a: Vec<_> = samples.iter().map(key).collect();
     let b: Vec<_> = from_file.iter().map(key).collect();
     // tcpdump ran before and after the live capture, so it saw at least the same
@@ -673,7 +665,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     let inside = |v: Vec<_>| -> Vec<_> {
         let mut v: Vec<_> = v
             .into_iter()
-            .filter(|x: &(String, String, String, u64, u64)| {
+            .filter(|x: &common::SampleKey| {
                 x.3 > first + 50_000_000 && x.3 + 50_000_000 < last
             })
             .collect();
@@ -682,27 +674,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     };
     let (a, b) = (inside(a), inside(b));
     assert!(a.len() > 1500, "{} samples inside", a.len());
-    assert_eq!(a.len(), b.len(), "tcpdump: {dump_says}");
-    // Frames a host sends are stamped once per capture socket (the kernel clones
-    // them to each tap and stamps each clone), so the two captures' stamps of the
-    // same frame differ by a few hundred ns; received frames share one stamp.
-    let differ = a
-        .iter()
-        .zip(&b)
-        .filter(|(x, y)| {
-            (&x.0, &x.1, &x.2) != (&y.0, &y.1, &y.2)
-                || x.3.abs_diff(y.3) > 10_000
-                || x.4.abs_diff(y.4) > 10_000
-        })
-        .count();
-    // Rarely the kernel is interrupted between stamping the two clones.
-    assert!(
-        differ * 100 <= a.len(),
-        "{differ} of {} differ; first live {:?}, first from file {:?}",
-        a.len(),
-        a.first(),
-        b.first()
-    );
+    common::assert_same_samples(&a, &b, &format!("tcpdump: {dump_says}"));
 }
 
 #[test]

@@ -321,15 +321,7 @@ fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
         read > 0 && 2 * read <= kernel && kernel <= 2 * dumped,
         "kernel {kernel}, read {read}, tcpdump {dumped}: {err}"
     );
-    let key = |v: &serde_json::Value| {
-        (
-            v["method"].as_str().unwrap().to_string(),
-            v["host"].as_str().unwrap().to_string(),
-            v["peer"].as_str().unwrap().to_string(),
-            v["ts_ns"].as_u64().unwrap(),
-            (v["rtt_us"].as_f64().unwrap() * 1000.0).round() as u64,
-        )
-    };
+    let key = |v: &serde_json::Value| common::sample_key(v, "peer");
     let of_main = |v: &[serde_json::Value]| {
         let mut k: Vec<_> = v
             .iter()
@@ -341,25 +333,7 @@ fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
     };
     let (a, b) = (of_main(&live_samples), of_main(&samples(&o.stdout)));
     assert!(a.len() >= 3 * 20, "{} samples of the main flows", a.len());
-    assert_eq!(a.len(), b.len(), "live against tcpdump's file");
-    // Both sockets take the arriving copy of each frame and its one stamp; a stamp
-    // that differs (a clone stamped apart) may not move a sample by more than 10 µs.
-    let differ = a
-        .iter()
-        .zip(&b)
-        .filter(|(x, y)| {
-            (&x.0, &x.1, &x.2) != (&y.0, &y.1, &y.2)
-                || x.3.abs_diff(y.3) > 10_000
-                || x.4.abs_diff(y.4) > 10_000
-        })
-        .count();
-    assert!(
-        differ * 100 <= a.len(),
-        "{differ} of {} differ: {:?} / {:?}",
-        a.len(),
-        a.first(),
-        b.first()
-    );
+    common::assert_same_samples(&a, &b, "live against tcpdump's file");
 }
 
 /// `-s 0` is tcpdump's whole-frame snap length, not a zero-second run: the capture

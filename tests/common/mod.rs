@@ -638,3 +638,43 @@ pub fn limit_open_files(cmd: &mut Command, n: u64) {
         });
     }
 }
+
+/// A passive JSON sample as two captures of the same frames are compared: method, host,
+/// `other` (the field that tells flows apart: place or peer), its stamp and RTT (ns).
+pub type SampleKey = (String, String, String, u64, u64);
+
+/// [`SampleKey`] of one `passive --json` sample line.
+pub fn sample_key(v: &serde_json::Value, other: &str) -> SampleKey {
+    (
+        v["method"].as_str().unwrap().to_string(),
+        v["host"].as_str().unwrap().to_string(),
+        v[other].as_str().unwrap().to_string(),
+        v["ts_ns"].as_u64().unwrap(),
+        (v["rtt_us"].as_f64().unwrap() * 1000.0).round() as u64,
+    )
+}
+
+/// Two captures' samples of the same frames, sorted alike: the same count, and at
+/// most 1 % that differ in their flow or by more than 10 µs in stamp or RTT. Frames a
+/// host sends are stamped once per capture socket (the kernel clones them to each tap
+/// and stamps each clone), so the stamps of one frame differ by a few hundred ns;
+/// rarely the kernel is interrupted between stamping the two clones.
+pub fn assert_same_samples(a: &[SampleKey], b: &[SampleKey], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    let differ = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| {
+            (&x.0, &x.1, &x.2) != (&y.0, &y.1, &y.2)
+                || x.3.abs_diff(y.3) > 10_000
+                || x.4.abs_diff(y.4) > 10_000
+        })
+        .count();
+    assert!(
+        differ * 100 <= a.len(),
+        "{what}: {differ} of {} differ; first {:?} / {:?}",
+        a.len(),
+        a.first(),
+        b.first()
+    );
+}
