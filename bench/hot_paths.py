@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Two rttlab builds side by side on the hot paths, alternated, medians: the passive
 file engine (TS and seq/ACK), rr's transaction loop (TCP_RR, with and without
---anatomy, and UDP_RR, -T 0,0 on loopback), and the agent's CPU per probe.
+--anatomy, and UDP_RR, -T 0,0 on loopback), ping's probe loop (-i 0 on one CPU), and
+the agent's CPU per probe (TCP and UDP, and ICMP).
 
     bench/hot_paths.py OLD_BINARY NEW_BINARY [--pairs 7] [--capture BIG.pcap]
 
@@ -12,10 +13,10 @@ Loopback only, every run bounded: passive reads tests/corpus/crr-gw.pcapng.gz (2
 reads a sample) and, with --capture, the big capture (3 reads a sample); rr
 runs 3 s against a server of its own build (the control protocol's version may
 differ); the agent probes 200 loopback peers (127.0.1.1-200, its own build's
-`serve`) at tcp_rr and udp_rr every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
+`serve`) at tcp_rr and udp_rr, then at icmp, every 100 ms, its CPU (utime + stime, /proc) over 10 s divided by the
 probes its own counter says it sent. Each pair runs old and new in turn, the order
 alternating; the ratio is new/old of the medians (above 1: new is slower for
-passive and agent, faster for rr).
+passive and agent, faster for rr and ping).
 """
 import argparse
 import gzip
@@ -92,6 +93,14 @@ def main():
                 rows.append(f"| rr {name} -T 0,0 -l 3 | (the old build has no {flag}) | | | |")
                 continue
             rows.append(line(f"rr {name} -T 0,0 -l 3", "transactions/s", alternate(a.pairs, rr), 0))
+
+        def ping(b):
+            o = subprocess.run(["taskset", "-c", "0", bins[b], "ping", "127.0.0.1", "-i", "0", "-c", "20000",
+                                "-q", "--json"], capture_output=True, text=True, timeout=60)
+            d = json.loads(o.stdout)
+            return d["received"] / d["elapsed_s"]
+
+        rows.append(line("ping 127.0.0.1 -i 0 -c 20000 (one CPU)", "replies/s", alternate(a.pairs, ping), 0))
         peers = {}
         for b in bins:
             peers[b] = os.path.join(tmp, f"peers-{b}.json")
@@ -108,8 +117,8 @@ def main():
             return sum(float(l.rsplit(" ", 1)[1]) for l in body.splitlines()
                        if l.startswith("rttlab_probes_sent_total{"))
 
-        def agent(b):
-            p = subprocess.Popen([bins[b], "agent", "--peers-file", peers[b], "--probes", "tcp_rr,udp_rr",
+        def agent(b, probes="tcp_rr,udp_rr"):
+            p = subprocess.Popen([bins[b], "agent", "--peers-file", peers[b], "--probes", probes,
                                   "--interval", "100ms", "-L", "127.0.0.1:16900",
                                   "--metrics-listen", "127.0.0.1:16901"], stderr=subprocess.DEVNULL)
             try:
@@ -126,6 +135,8 @@ def main():
         agent_row = "agent, 200 peers × tcp_rr,udp_rr every 100 ms"
         if subprocess.run([a.old, "agent", "--help"], capture_output=True).returncode == 0:
             rows.append(line(agent_row, "µs CPU a probe", alternate(a.pairs, agent)))
+            rows.append(line("agent, 200 peers × icmp every 100 ms", "µs CPU a probe",
+                             alternate(a.pairs, lambda b: agent(b, "icmp"))))
         else:
             rows.append(f"| {agent_row} | (the old build has no agent) | | | |")
     finally:
