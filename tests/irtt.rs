@@ -1,14 +1,26 @@
-//! rttlab's one-way delays against irtt's, in the lab (root, irtt installed): open-loop
-//! UDP_RR and `irtt client` on the same fixed schedule at the same time, from host a
-//! to host b, over a path whose emulator delays the two directions differently.
-//! Witnesses: irtt's own send and receive delays (a second implementation, with
-//! user-space stamps at both ends), and the emulator's configured delays.
+//! irtt's measurements in rttlab's open loop, in the lab (root). The one-way delays:
+//! open-loop UDP_RR and `irtt client` (installed) on the same fixed schedule at the
+//! same time, from host a to host b, over a path whose emulator delays the two
+//! directions differently; witnesses: irtt's own send and receive delays (a second
+//! implementation, with user-space stamps at both ends), and the emulator's configured
+//! delays. The losses by direction: a blackout of the data port each way; witness: the
+//! emulator's count of the frames it dropped in each.
 
 mod common;
 
 use common::{bin, privileged, KillOnDrop, Lab};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+/// The lab tests here run one at a time: they time a path on a 2-vCPU machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// How far rttlab's medians may be from the emulator's delays, µs: measured 2–10 µs
 /// with the machine quiet and up to 43 µs with a CPU hog beside the lab
@@ -150,6 +162,7 @@ fn open_loop_one_way_delays_match_irtt_and_the_emulator() {
     if !privileged(test) || !have_irtt(test) {
         return;
     }
+    let _g = serial();
     let lab = Lab::up("irtt", &["--delay", "2ms"]);
     lab.set(&["--dir", "b2a", "--delay", "5ms"]);
     let bin = bin();
@@ -189,5 +202,100 @@ fn open_loop_one_way_delays_match_irtt_and_the_emulator() {
     panic!(
         "rttlab within {RTTLAB_MARGIN_US} µs of the emulator and irtt within {IRTT_MARGIN_US} µs of both, in none of {ATTEMPTS} attempts:\n{}",
         seen.join("\n")
+    );
+}
+
+/// Which way each loss went, as irtt's upstream/downstream loss: the emulator blacks
+/// out the test's data port for 200 ms one way, then 300 ms the other. Witness: the
+/// emulator's count of the datagrams it dropped in each direction's blackout, against
+/// the result's counts and each raw-log line's `lost_way`.
+#[test]
+fn open_loop_losses_are_told_apart_by_direction() {
+    if !privileged("open_loop_losses_are_told_apart_by_direction") {
+        return;
+    }
+    let _g = serial();
+    let lab = Lab::up("owloss", &["--delay", "1ms"]);
+    // Until the server in b answers, before the blackouts are timed.
+    lab.in_a_retrying(&["rr", "-H", "b", "-n", "1", "--json"]);
+    let port = "20001";
+    lab.set(&[
+        "--dir",
+        "a2b",
+        "--blackout",
+        "200ms",
+        "--port",
+        port,
+        "--at",
+        "+1s",
+    ]);
+    lab.set(&[
+        "--dir",
+        "b2a",
+        "--blackout",
+        "300ms",
+        "--port",
+        port,
+        "--at",
+        "+2s",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.jsonl");
+    let v = lab.in_a_retrying(&[
+        "rr",
+        "-H",
+        "b",
+        "-t",
+        "UDP_RR",
+        "--rate",
+        "100/s",
+        "-l",
+        "3.5",
+        "-P",
+        port,
+        "--timeout",
+        "500ms",
+        "--json",
+        "--raw-log",
+        raw.to_str().unwrap(),
+    ]);
+    let list = lab.cmd(&["list", "--json"]);
+    let st: serde_json::Value = list
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|l| l["info"]["name"] == lab.name.as_str())
+        .unwrap();
+    let dropped = |d: &str| st[d]["counters"]["drop_blackout"].as_u64().unwrap();
+    let (out, back) = (dropped("a2b"), dropped("b2a"));
+    // 200 ms and 300 ms at 100/s.
+    assert!(
+        (15..=25).contains(&out) && (25..=35).contains(&back),
+        "{out}, {back}"
+    );
+    let w = &v["one_way"];
+    assert_eq!(
+        (w["request_lost"].as_u64(), w["response_lost"].as_u64()),
+        (Some(out), Some(back)),
+        "{w}"
+    );
+    assert_eq!(w["unattributed_lost"], 0);
+    assert_eq!(v["udp"]["lost"].as_u64(), Some(out + back));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&raw)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let way = |w: &str| lines.iter().filter(|l| l["lost_way"] == w).count() as u64;
+    assert_eq!((way("request"), way("response")), (out, back));
+    // The last response lost in the run carried none, but the server's part of its
+    // request came back on the next reply: that one's send delay is known.
+    let sends: Vec<i64> = lines
+        .iter()
+        .filter(|l| l["lost_way"] == "response")
+        .filter_map(|l| l["send_delay_ns"].as_i64())
+        .collect();
+    assert!(
+        !sends.is_empty() && sends.iter().all(|&d| d >= 1_000_000),
+        "{sends:?}"
     );
 }

@@ -10,6 +10,9 @@
 //! response to request r also says the server received nothing between q and r (one
 //! stream, one server thread, in the order they came): the requests in between were
 //! lost on the way there, and q, if the client got no reply to it, on the way back.
+//! Where a run of responses was lost with the parts they carried, the server's counts
+//! on the replies either side say it: none of the requests between them answered (all
+//! lost on the way there) or every one (all lost on the way back).
 //!
 //! IPDV is irtt's (and RFC 3393's): for each direction, one transaction's delay minus
 //! the one before it, for consecutive numbers only; the statistics are of its
@@ -90,10 +93,10 @@ pub(super) struct Book {
     /// Replies waiting for their part, by number.
     waiting: VecDeque<Reply>,
     lost: GaveUp<Lost>,
-    /// Parts of requests not answered yet, and ranges of numbers the server did not
-    /// receive, (first, last) inclusive; newest last.
+    /// Parts of requests not answered yet, and ranges of numbers (first, last,
+    /// inclusive) the server received none of or every one of; newest last.
     received: VecDeque<(u64, ServerPart)>,
-    missed: VecDeque<(u64, u64)>,
+    ranges: VecDeque<(u64, u64, Way)>,
     send: LatencyHistogram,
     receive: LatencyHistogram,
     ipdv_send: LatencyHistogram,
@@ -142,7 +145,7 @@ impl Book {
             waiting: VecDeque::new(),
             lost: GaveUp::default(),
             received: VecDeque::new(),
-            missed: VecDeque::new(),
+            ranges: VecDeque::new(),
             send: LatencyHistogram::new(),
             receive: LatencyHistogram::new(),
             ipdv_send: LatencyHistogram::new(),
@@ -168,12 +171,12 @@ impl Book {
         if let Some(i) = self.received.iter().position(|&(q, _)| q == g.seq) {
             g.part = self.received.remove(i).map(|(_, p)| p);
             g.way = Some(Way::Response);
-        } else if self
-            .missed
+        } else if let Some(&(_, _, way)) = self
+            .ranges
             .iter()
-            .any(|&(lo, hi)| (lo..=hi).contains(&g.seq))
+            .find(|&&(lo, hi, _)| (lo..=hi).contains(&g.seq))
         {
-            g.way = Some(Way::Request);
+            g.way = Some(way);
         }
         if let Some(old) = self.lost.push(g) {
             out(&lost_line(self.stream, &old));
@@ -228,6 +231,17 @@ impl Book {
     fn part_before(&mut self, after: u64, s: ServerPart, out: &mut impl FnMut(&RawLine)) {
         // The newest reply's count: a late one (an older number) says less.
         if self.latest.is_none_or(|(n, _)| after > n) {
+            if let Some((n, answered)) = self.latest {
+                // Answered between the two newest replies, the newer not counted.
+                let between = u64::from(s.answered.wrapping_sub(answered)).checked_sub(1);
+                let gap = after - n - 1;
+                match between {
+                    _ if gap == 0 => {}
+                    Some(0) => self.evidence(n + 1, after - 1, Way::Request),
+                    Some(b) if b == gap => self.evidence(n + 1, after - 1, Way::Response),
+                    _ => {}
+                }
+            }
             self.latest = Some((after, s.answered));
         }
         if let Some(q) = unwrap(after, s.seq, self.modulus) {
@@ -258,23 +272,32 @@ impl Book {
                 used = true;
             }
         }
-        let missed = |n: u64| n > q && after.is_none_or(|a| n < a);
-        for g in self.lost.iter_mut() {
-            if g.seq == q {
-                g.way = Some(Way::Response);
-                g.part = Some(s);
-                used = true;
-            } else if missed(g.seq) {
-                g.way = Some(Way::Request);
-            }
+        if let Some(g) = self.lost.iter_mut().find(|g| g.seq == q) {
+            g.way = Some(Way::Response);
+            g.part = Some(s);
+            used = true;
         }
         // For requests not settled yet: given up on later, or answered late.
         if !used {
             push_bounded(&mut self.received, (q, s));
         }
-        if let Some(a) = after.filter(|&a| a > q + 1) {
-            push_bounded(&mut self.missed, (q + 1, a - 1));
+        match after {
+            Some(a) if a > q + 1 => self.evidence(q + 1, a - 1, Way::Request),
+            Some(_) => {}
+            None => self.evidence(q + 1, u64::MAX, Way::Request),
         }
+    }
+
+    /// The server received none (`Way::Request`: lost on the way there) or every one
+    /// (`Way::Response`: lost on the way back) of requests `lo..=hi`: the losses among
+    /// them already given up on, and those given up on later.
+    fn evidence(&mut self, lo: u64, hi: u64, way: Way) {
+        for g in self.lost.iter_mut() {
+            if (lo..=hi).contains(&g.seq) && g.way.is_none() {
+                g.way = Some(way);
+            }
+        }
+        push_bounded(&mut self.ranges, (lo, hi, way));
     }
 
     /// At the stream's end: the server's last part, from its report, then every
@@ -530,6 +553,62 @@ mod tests {
             (w.request_lost, w.response_lost, w.unattributed_lost),
             (3, 1, 0)
         );
+    }
+
+    /// Witness: the server's counts written by hand. Responses 4–7 are lost in a row,
+    /// with the parts of 3–6 they carried; only 7's part comes back (on 8's reply).
+    /// The counts on 3's and 8's replies (3, then 8) say the server answered all four;
+    /// then requests 10–12 are lost on the way there (9's part on 13's reply, and the
+    /// count: none answered between 9 and 13).
+    #[test]
+    fn a_run_of_losses_takes_its_way_from_the_counts_either_side() {
+        let t0 = Instant::now();
+        let mut b = Book::new(0, true, 8);
+        let mut lines = Vec::new();
+        let mut out = |l: &RawLine| lines.push(*l);
+        for n in 1..=3u64 {
+            let p = (n > 1).then(|| part(n as u32 - 1, n * 100, n * 100, n as u32));
+            b.reply(reply(n, n * 100, 50, n * 100 + 50), p, None, &mut out);
+        }
+        for n in 4..=7 {
+            b.give_up(Lost::new(n, t0, t0, n * 100), &mut out);
+        }
+        b.reply(
+            reply(8, 800, 50, 850),
+            Some(part(7, 710, 720, 8)),
+            None,
+            &mut out,
+        );
+        b.reply(
+            reply(9, 900, 50, 950),
+            Some(part(8, 810, 820, 9)),
+            None,
+            &mut out,
+        );
+        b.reply(
+            reply(13, 1300, 50, 1350),
+            Some(part(9, 910, 920, 10)),
+            None,
+            &mut out,
+        );
+        for n in 10..=12 {
+            b.give_up(Lost::new(n, t0, t0, n * 100), &mut out);
+        }
+        b.finish(None, &mut out);
+        let by = |n: u64| lines.iter().find(|l| l.seq == n).unwrap();
+        assert_eq!(lines.len(), 13);
+        for n in 4..=7 {
+            assert_eq!(by(n).lost_way, Some(Way::Response), "{n}");
+        }
+        assert_eq!(by(7).server_rx_unix_ns, Some(710));
+        assert_eq!(
+            by(6).server_rx_unix_ns,
+            None,
+            "its part rode on 7's response"
+        );
+        for n in 10..=12 {
+            assert_eq!(by(n).lost_way, Some(Way::Request), "{n}");
+        }
     }
 
     /// Witness: arithmetic — a part's wrapped number is the newest before the reply.
