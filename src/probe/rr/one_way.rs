@@ -611,6 +611,36 @@ mod tests {
         }
     }
 
+    /// Witness: arithmetic. A server clock 3 ms behind the client's puts the send
+    /// delay below zero: counted and left out, while the receive delay (3 ms too long)
+    /// and both IPDVs are kept, the offset cancelling out of the IPDV.
+    #[test]
+    fn a_delay_below_zero_is_counted_and_left_out_and_ipdv_needs_no_sync() {
+        let mut b = Book::new(0, true, 8);
+        let behind = 3_000_000;
+        let mut out = |_: &RawLine| {};
+        for n in 1..=3u64 {
+            let sent = 10_000_000 * n;
+            let srx = sent + 1_000_000 + n * 1_000 - behind;
+            let r = reply(n, sent, 3_000_000, sent + 2_000_000 + behind + 1_000);
+            b.reply(
+                r,
+                None,
+                Some(part(n as u32, srx, srx + 1_000, n as u32)),
+                &mut out,
+            );
+        }
+        let w = b.result(false, 0, 3, &[]);
+        assert!(w.is_none(), "no reply carried a count yet");
+        b.latest = Some((3, 3));
+        let w = b.result(false, 0, 3, &[]).unwrap();
+        assert_eq!((w.clock.as_str(), w.negative), ("separate", 3));
+        assert_eq!(w.request.samples, 0);
+        assert_eq!(w.response.samples, 3);
+        assert_eq!(w.ipdv_request.samples, 2);
+        assert!((w.ipdv_request.max_us.unwrap() - 1.0).abs() < 0.01);
+    }
+
     /// Witness: arithmetic — a part's wrapped number is the newest before the reply.
     #[test]
     fn a_parts_wrapped_number_is_the_newest_before_its_reply() {
