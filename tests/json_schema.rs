@@ -98,6 +98,41 @@ fn rr_documents_and_lines_follow_their_schema() {
         assert_schema(&doc);
         assert!(doc["rtt"]["samples"].as_u64().unwrap() > 0, "{args:?}");
     }
+    // Open-loop UDP_RR's one-way delays, top level.
+    let doc: serde_json::Value = serde_json::from_str(&run(
+        &["rr", "-l", "0.3", "--json", "-t", "UDP_RR", "--rate", "300"],
+        None,
+    ))
+    .unwrap();
+    assert_schema(&doc);
+    assert_eq!(doc["one_way"]["clock"], "same", "{doc}");
+    // --raw-log's lines, closed and open loop (the open loop's with the server's
+    // stamps and a loss by direction).
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("raw.jsonl");
+    for args in [
+        &["rr", "-n", "50", "-t", "UDP_RR"][..],
+        &[
+            "rr",
+            "-l",
+            "0.3",
+            "-t",
+            "UDP_RR",
+            "--rate",
+            "300",
+            "--udp-drop",
+            "1/10",
+            "--timeout",
+            "30ms",
+        ],
+    ] {
+        run(
+            &[args, &["--raw-log", raw.to_str().unwrap()]].concat(),
+            None,
+        );
+        let lines = assert_schema_lines(&std::fs::read_to_string(&raw).unwrap());
+        assert!(lines.len() >= 50, "{args:?}");
+    }
     // Interim lines, then the result as one more line: pure JSON lines.
     let lines = assert_schema_lines(&run(&["rr", "-l", "0.5", "-D", "0.1", "--json"], None));
     let kinds: Vec<&str> = lines

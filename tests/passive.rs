@@ -665,9 +665,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     let inside = |v: Vec<_>| -> Vec<_> {
         let mut v: Vec<_> = v
             .into_iter()
-            .filter(|x: &common::SampleKey| {
-                x.3 > first + 50_000_000 && x.3 + 50_000_000 < last
-            })
+            .filter(|x: &common::SampleKey| x.3 > first + 50_000_000 && x.3 + 50_000_000 < last)
             .collect();
         v.sort();
         v

@@ -619,3 +619,163 @@ fn cpu_utilisation_and_service_demand_as_netperf_reports_them() {
         "{text}"
     );
 }
+
+/// `--raw-log FILE`'s lines, parsed.
+fn raw_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// `--raw-log`: a line per request sent, whatever the loop and the protocol, each
+/// transaction once, and each line's round trip what its stamps say. Witnesses: the
+/// server's own count of the requests it received (a second process: on loopback
+/// every one), the result's exact min and max round trip, and in open-loop UDP_RR
+/// the server's kernel stamps, which must fall inside the client's round trip.
+#[test]
+fn the_raw_log_has_a_line_per_request_sent_and_its_arithmetic_holds() {
+    let s = ServeChild::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("raw.jsonl");
+    let path = log.to_str().unwrap();
+    for args in [
+        &["-t", "TCP_RR", "-n", "3000"][..],
+        &["-t", "TCP_RR", "-n", "3000", "--streams", "2"],
+        &["-t", "TCP_CRR", "-n", "300"],
+        &["-t", "UDP_RR", "-n", "3000", "--udp-drop", "1/50"],
+        &["-t", "TCP_RR", "--rate", "2000/s", "-l", "0.5"],
+        &[
+            "-t",
+            "UDP_RR",
+            "--rate",
+            "2000/s",
+            "-l",
+            "0.5",
+            "--udp-drop",
+            "1/20",
+            "--timeout",
+            "50ms",
+        ],
+    ] {
+        let v = json(&s.rr(&[args, &["--json", "--raw-log", path]].concat()));
+        let lines = raw_lines(&log);
+        let received = v["remote_transactions"].as_u64().unwrap()
+            + v["udp"]["dropped_by_server"].as_u64().unwrap_or(0);
+        assert_eq!(lines.len() as u64, received, "{args:?}");
+        let mut seqs: Vec<(u64, u64)> = lines
+            .iter()
+            .map(|l| (l["stream"].as_u64().unwrap(), l["seq"].as_u64().unwrap()))
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        assert_eq!(seqs.len(), lines.len(), "{args:?}: a transaction twice");
+        let lost = lines.iter().filter(|l| l["lost"] == true).count() as u64;
+        assert_eq!(lost, v["udp"]["lost"].as_u64().unwrap_or(0), "{args:?}");
+        let mut rtts = Vec::new();
+        for l in lines.iter().filter(|l| l["lost"] == false) {
+            let n = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("{k} in {l}"));
+            let rtt = n("rtt_ns");
+            assert_eq!(n("received_unix_ns") - n("sent_unix_ns"), rtt, "{l}");
+            rtts.push(rtt);
+            if l["server_rx_unix_ns"].is_null() {
+                continue;
+            }
+            let d = |k: &str| l[k].as_i64().unwrap();
+            let (sent, crx) = (n("sent_unix_ns"), n("client_rx_unix_ns"));
+            let (srx, stx) = (n("server_rx_unix_ns"), n("server_tx_unix_ns"));
+            assert_eq!(d("send_delay_ns"), srx as i64 - sent as i64, "{l}");
+            assert_eq!(d("receive_delay_ns"), crx as i64 - stx as i64, "{l}");
+            // One clock (loopback): send → server RX ≤ server TX → client RX ≤ read.
+            assert!(sent <= srx && srx <= stx && stx <= crx, "{l}");
+            assert!(crx <= n("received_unix_ns"), "{l}");
+        }
+        let us = |ns: u64| ns as f64 / 1e3;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        let (min, max) = (*rtts.iter().min().unwrap(), *rtts.iter().max().unwrap());
+        assert!(
+            close(us(min), v["rtt"]["min_us"].as_f64().unwrap()),
+            "{args:?}"
+        );
+        assert!(
+            close(us(max), v["rtt"]["max_us"].as_f64().unwrap()),
+            "{args:?}"
+        );
+        assert_eq!(rtts.len() as u64, v["transactions"].as_u64().unwrap());
+        if args.contains(&"--rate") && args.contains(&"UDP_RR") {
+            let w = &v["one_way"];
+            assert_eq!(w["clock"], "same", "{w}");
+            // The server dropped every 20th request: lost on the way there, each.
+            let ways: Vec<&serde_json::Value> = lines
+                .iter()
+                .filter(|l| l["lost"] == true)
+                .map(|l| &l["lost_way"])
+                .collect();
+            assert!(
+                !ways.is_empty() && ways.iter().all(|w| *w == "request"),
+                "{ways:?}"
+            );
+            assert_eq!(w["request_lost"], v["udp"]["dropped_by_server"], "{w}");
+            assert_eq!(
+                (w["response_lost"].as_u64(), w["unattributed_lost"].as_u64()),
+                (Some(0), Some(0))
+            );
+            // Every answered one has its one-way delays but the first few, read before
+            // the kernel's receive stamping was on (it starts lazily).
+            assert!(
+                w["request"]["samples"].as_u64().unwrap() + 5 >= rtts.len() as u64,
+                "{w}"
+            );
+        }
+    }
+}
+
+/// `--raw-log` where no file can be made: one line naming the flag, the path and why,
+/// exit 2 (a set-up error), before any connection: no data connection is blamed and
+/// the run never starts. Witness: the file system (the FIFO is still one) and the
+/// clock (a 5 s run that ends at once).
+#[test]
+fn a_raw_log_that_cannot_be_made_is_one_line_and_exit_2() {
+    use std::os::unix::fs::FileTypeExt;
+    let s = ServeChild::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let d = dir.path().to_str().unwrap();
+    for (path, why) in [
+        (d.to_owned(), "a directory"),
+        (format!("{d}/none/raw.jsonl"), "No such file or directory"),
+        (format!("{d}/file/raw.jsonl"), "Not a directory"),
+        (fifo.to_str().unwrap().to_owned(), "a FIFO"),
+    ] {
+        for test in ["TCP_RR", "UDP_RR"] {
+            let t0 = std::time::Instant::now();
+            let o = s.rr(&["-t", test, "--rate", "100/s", "-l", "5", "--raw-log", &path]);
+            let e = stderr(&o);
+            assert_eq!(o.status.code(), Some(2), "{path}: {e}");
+            assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "{path}: the run started"
+            );
+            let lines: Vec<&str> = e.lines().filter(|l| !l.contains("note:")).collect();
+            assert_eq!(lines.len(), 1, "{e}");
+            assert!(
+                lines[0].starts_with("rttlab: --raw-log")
+                    && lines[0].contains(&path)
+                    && lines[0].contains(why),
+                "{path}: {e}"
+            );
+            assert!(!e.contains("data connection") && !e.contains("port"), "{e}");
+            assert!(o.stdout.is_empty());
+        }
+    }
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}

@@ -68,6 +68,8 @@ Examples:
   rttlab rr -t TCP_CRR -l 5                   connection per transaction; connect time reported apart
   rttlab rr -w 10ms --pace hybrid -b 4        4 back-to-back transactions every 10 ms
   rttlab rr --rate 2000/s --schedule poisson  open loop: service time and time from intended send
+  rttlab rr -t UDP_RR --rate 100/s -l 60 -H 192.0.2.7   irtt's fixed schedule: one-way delays, IPDV, loss by way
+  rttlab rr -t UDP_RR --rate 50/s --raw-log rr.jsonl    every transaction as a JSON line (irtt -o, sockperf --full-log)
   rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT
   rttlab rr -I 99,5 -i 10,3 -l 5                   repeat until transactions/s is known ±2.5 % (netperf's CIs)
   rttlab rr -H 192.0.2.7 --dscp 46                 EF both ways (the server answers in kind)
@@ -145,6 +147,13 @@ pub struct RrArgs {
     #[arg(long, value_parser = values::duration)]
     pub timeout: Option<Duration>,
     /// Open loop: send at this rate per stream whatever the replies do (e.g. 1000/s).
+    /// UDP_RR with one stream also gives irtt's one-way delays (send: the client's
+    /// send → the server's receive; receive: the server's send → the client's
+    /// receive), their IPDV (each delay minus the one before it; no clock sync needed)
+    /// and losses by direction, from the server's kernel stamps that ride back in the
+    /// responses (which grow to 40 bytes to carry them). One-way delays between two
+    /// hosts are only as good as their clocks' sync (NTP: ms, PTP: µs); on one host or
+    /// in the lab they are exact. RTT and IPDV need no sync.
     #[arg(long, value_parser = values::rate)]
     pub rate: Option<f64>,
     /// Open-loop arrival schedule.
@@ -232,6 +241,15 @@ pub struct RrArgs {
     /// (rttlab.rr-slow/1): the slowest 1 % at the end, or with --slow every one over it.
     #[arg(long, value_name = "FILE", requires = "anatomy")]
     pub slow_log: Option<std::path::PathBuf>,
+    /// Write every transaction as a JSON line (rttlab.rr-raw/1) while the run goes, as
+    /// irtt -o or sockperf --full-log: stream, seq, sent_unix_ns (client clock), rtt_ns,
+    /// received_unix_ns (= sent + rtt), the stamps the run has (open-loop UDP_RR:
+    /// client_rx_unix_ns, server_rx_unix_ns, server_tx_unix_ns and irtt's
+    /// send_delay_ns / receive_delay_ns), lost, late and lost_way ("request",
+    /// "response" or null). Lines come as transactions settle, not in seq order (a
+    /// lost one once it can no longer be answered late). See docs/schema/rr-raw.json.
+    #[arg(long, value_name = "FILE")]
+    pub raw_log: Option<std::path::PathBuf>,
     /// With --anatomy: the share of slowest transactions the tail table and the
     /// end-of-run --slow-log hold, %, e.g. 0.1 (exactly the top ceil(n × PCT/100)).
     #[arg(long, value_name = "PCT", requires = "anatomy", default_value = "1", value_parser = tail_pct)]
@@ -431,10 +449,14 @@ impl RrArgs {
         }
         s.anatomy = self.anatomy;
         s.slow_log = self.slow_log.clone();
+        s.raw_log = self.raw_log.clone();
         s.slow = self.slow;
         s.tail_ppm = self.tail;
         s.split_request = self.split_request;
-        if s.anatomy {
+        // Responses carry the server's stamps: --anatomy's, and open-loop UDP_RR's
+        // one-way delays (RrSettings::one_way).
+        let one_way = s.test == TestKind::UdpRr && s.open_loop.is_some() && s.streams == 1;
+        if s.anatomy || one_way {
             use rttlab::probe::anatomy::MIN_RESPONSE;
             if s.response_size < MIN_RESPONSE {
                 s.response_size = MIN_RESPONSE;
@@ -534,8 +556,13 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     };
     let settings = a.settings(server_addr)?;
     if settings.response_size != a.sizes.1 {
+        let why = if settings.anatomy {
+            "--anatomy"
+        } else {
+            "open-loop UDP_RR's one-way delays"
+        };
         eprintln!(
-            "rttlab: note: --anatomy: responses are {} bytes (asked {}), to carry the server's stamps",
+            "rttlab: note: {why}: responses are {} bytes (asked {}), to carry the server's stamps",
             settings.response_size, a.sizes.1
         );
     }

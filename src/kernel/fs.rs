@@ -17,7 +17,8 @@
 //! target and renamed over it. rename(2) replaces a symlink itself, never what it
 //! points to, so even a symlink planted after the check cannot redirect the write; an
 //! existing symlink at the target is refused with a message rather than replaced
-//! silently. No predictable path is ever removed and then created again.
+//! silently, as is a FIFO, a device or a directory (which rename(2) would replace or
+//! fail on). No predictable path is ever removed and then created again.
 
 use std::ffi::CString;
 use std::fs::{File, Metadata};
@@ -409,13 +410,23 @@ pub fn read_text_in(
 }
 
 /// Refuse a target that is a symlink (the write would replace the link, which is
-/// rarely what whoever made it meant).
-fn refuse_symlink(path: &Path) -> Result<(), FileError> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => Err(FileError::SymlinkTarget {
+/// rarely what whoever made it meant) or anything else but a regular file: rename(2)
+/// would replace a FIFO or a device node with a regular file (`--hdr-log /dev/null`
+/// run as root replaced /dev/null), and a directory can only fail later.
+fn refuse_special(path: &Path) -> Result<(), FileError> {
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    match FileKind::of(&m) {
+        None => Ok(()),
+        Some(FileKind::Symlink) => Err(FileError::SymlinkTarget {
             path: path.to_owned(),
         }),
-        _ => Ok(()),
+        Some(kind) => Err(FileError::NotRegular {
+            what: "output file",
+            path: path.to_owned(),
+            kind,
+        }),
     }
 }
 
@@ -478,7 +489,7 @@ fn rename_over(tmp: &Path, path: &Path) -> Result<(), FileError> {
 /// # Errors
 /// `path` is a symlink, or its directory is not writable.
 pub fn write_replace(path: &Path, contents: &[u8]) -> Result<(), FileError> {
-    refuse_symlink(path)?;
+    refuse_special(path)?;
     let (mut f, tmp) = fresh_temporary(path)?;
     if let Err(source) = f.write_all(contents) {
         let _ = std::fs::remove_file(&tmp);
@@ -498,7 +509,7 @@ pub fn write_replace(path: &Path, contents: &[u8]) -> Result<(), FileError> {
 /// # Errors
 /// As [`write_replace`].
 pub fn create_replace(path: &Path) -> Result<File, FileError> {
-    refuse_symlink(path)?;
+    refuse_special(path)?;
     let (f, tmp) = fresh_temporary(path)?;
     rename_over(&tmp, path)?;
     Ok(f)
@@ -769,6 +780,43 @@ mod tests {
             FileError::SymlinkTarget { .. }
         ));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
+    /// Witness: the file system — the FIFO and the device node are still what they
+    /// were after the refusals.
+    #[test]
+    fn a_fifo_a_device_or_a_directory_is_refused_not_replaced() {
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = create_replace(&fifo).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("output file {}: a FIFO, not a regular file", fifo.display())
+        );
+        assert!(write_replace(&fifo, b"x").is_err());
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        let e = create_replace(d.path()).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        // A device node (/dev/null's numbers), where the test may make one (root).
+        let dev = d.path().join("null");
+        let c = CString::new(dev.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) } == 0 {
+            assert!(create_replace(&dev).is_err());
+            assert!(std::fs::symlink_metadata(&dev)
+                .unwrap()
+                .file_type()
+                .is_char_device());
+        }
+        // Only what was refused was touched: no temporaries left.
+        let n = std::fs::read_dir(d.path()).unwrap().count();
+        assert!(n <= 2, "{n} entries");
     }
 
     #[test]

@@ -195,12 +195,21 @@ impl RrResult {
         if let Some(p) = &self.pacing_error {
             t.row(summary_row("pacing_error", p));
         }
+        if let Some(w) = &self.one_way {
+            t.row(summary_row("send_delay", &w.request));
+            t.row(summary_row("receive_delay", &w.response));
+            t.row(summary_row("ipdv_send", &w.ipdv_request));
+            t.row(summary_row("ipdv_receive", &w.ipdv_response));
+        }
         out.push_str(&t.render());
         if self.pacing_error.is_some() {
             prose(&mut out, "(\"pacing error\" is how late each request after a wait left: intended time → just before send)");
         }
         if let Some(ol) = &self.open_loop {
             prose(&mut out, &format!("(\"transaction\" is send → response; \"from intended\" is scheduled send → response, which slow replies cannot hide; {} unanswered, {} sends > 1 ms late)", ol.unanswered, ol.late_sends));
+        }
+        if let Some(w) = &self.one_way {
+            one_way(&mut out, w);
         }
         if let Some(u) = &self.udp {
             let sent = self.transactions + u.lost;
@@ -323,6 +332,28 @@ impl Report for RrResult {
             );
         }
         Some(line)
+    }
+}
+
+/// Open-loop UDP_RR's one-way rows, in irtt's words, and its losses by direction.
+fn one_way(out: &mut String, w: &crate::probe::anatomy::OneWay) {
+    let clock = if w.clock == "same" {
+        "one kernel at both ends, one clock: exact"
+    } else {
+        "two hosts' clocks as they are: only as good as their sync (IPDV and RTT need none)"
+    };
+    prose(out, &format!(
+        "(irtt's one way: send_delay is send → the server's RX stamp, receive_delay the server's TX stamp → the client's RX stamp; {clock}; ipdv is each delay minus the one before it, consecutive transactions only, as a magnitude)"
+    ));
+    prose(out, &format!(
+        "lost by direction: {} requests on the way out (dropped by the server on purpose included), {} responses on the way back, {} after the last response (either way)",
+        w.request_lost, w.response_lost, w.unattributed_lost
+    ));
+    if w.negative > 0 {
+        prose(out, &format!(
+            "note: {} one-way delays below zero, left out: the client's and the server's clocks are not synchronised (one-way delays need synchronised clocks; RTT and IPDV do not)",
+            w.negative
+        ));
     }
 }
 

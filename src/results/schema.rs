@@ -17,6 +17,8 @@ pub const RR: &str = "rttlab.rr/1";
 pub const RR_INTERIM: &str = "rttlab.rr-interim/1";
 /// `rttlab rr --anatomy --slow-log FILE`: one line per slow transaction.
 pub const RR_SLOW: &str = crate::probe::anatomy::SLOW_SCHEMA;
+/// `rttlab rr --raw-log FILE`: one line per transaction.
+pub const RR_RAW: &str = crate::probe::rr::RAW_SCHEMA;
 /// `rttlab ping --json`.
 pub const PING: &str = "rttlab.ping/1";
 /// `rttlab tcpinfo --json`: one line per socket (and sample time).
@@ -47,10 +49,11 @@ pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
 pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
 /// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     RR,
     RR_INTERIM,
     RR_SLOW,
+    RR_RAW,
     PING,
     TCPINFO,
     PASSIVE_SAMPLE,

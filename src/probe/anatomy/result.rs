@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OneWay {
     /// "same": both ends read one clock (one kernel), the delays are exact;
-    /// "estimated": the offset between the clocks is estimated (see `offset_us`).
+    /// "estimated": the offset between the clocks is estimated (see `offset_us`);
+    /// "separate": two hosts' clocks taken as they are (open loop, as irtt), the
+    /// delays only as good as their sync.
     pub clock: String,
     /// Server clock minus client clock, as used.
     pub offset_us: f64,

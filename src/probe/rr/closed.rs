@@ -6,6 +6,7 @@
 //! TCP exchanges (`super::stamped`) and an option of UDP's, not a loop of its own.
 
 use super::outcome::{StreamError, StreamOutcome, SERIES_MAX};
+use super::raw_log::{RawLine, RawLog, CHUNK};
 use super::settings::{RrSettings, RunControl, SAMPLE_EVERY};
 use crate::probe::anatomy::{ClientPart, Recorder, ServerPart, SlowLog, TailPlan};
 use crate::probe::pacing;
@@ -31,6 +32,11 @@ pub(super) struct Ctx<'a> {
     pub(super) tail: TailPlan,
     /// `--slow-log`.
     pub(super) slow_log: Option<&'a SlowLog>,
+    /// `--raw-log`.
+    pub(super) raw_log: Option<&'a RawLog>,
+    /// The monotonic clock and CLOCK_REALTIME read together at the stream's start:
+    /// what turns an `Instant` into the client's wall-clock time ([`Ctx::unix_ns`]).
+    pub(super) anchor: (Instant, u64),
 }
 
 impl Ctx<'_> {
@@ -43,6 +49,18 @@ impl Ctx<'_> {
     /// Whether another transaction is due after `done` of them, at `now`.
     pub(super) fn more(&self, done: u64, now: Instant) -> bool {
         done < self.quota && now < self.deadline && !self.ctl.stop.load(Ordering::Relaxed)
+    }
+
+    /// `t` on the client's CLOCK_REALTIME, ns since the Unix epoch, through the
+    /// stream's anchor: two instants differ by exactly their distance apart.
+    pub(super) fn unix_ns(&self, t: Instant) -> u64 {
+        let (at, unix) = self.anchor;
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        if t >= at {
+            unix.saturating_add(ns(t - at))
+        } else {
+            unix.saturating_sub(ns(at - t))
+        }
     }
 
     /// `--anatomy`'s recorder for this stream.
@@ -73,17 +91,67 @@ impl Ctx<'_> {
     }
 }
 
-/// What a stream counts as it runs: its outcome, and `--hdr-log`'s recorder of it.
+/// What a stream counts as it runs: its outcome, `--hdr-log`'s recorder of it, and
+/// `--raw-log`'s lines not yet written.
 pub(super) struct Tally {
     pub(super) out: StreamOutcome,
     intervals: Option<IntervalRecorder>,
+    raw: Option<Vec<u8>>,
 }
 
 impl Tally {
-    pub(super) fn new(intervals: Option<IntervalRecorder>) -> Self {
+    /// `raw`: `--raw-log` is on.
+    pub(super) fn new(intervals: Option<IntervalRecorder>, raw: bool) -> Self {
         Self {
             out: StreamOutcome::default(),
             intervals,
+            raw: raw.then(|| Vec::with_capacity(CHUNK + 1024)),
+        }
+    }
+
+    /// `--raw-log`'s line for a transaction; without the flag, one branch.
+    #[inline]
+    pub(super) fn raw(&mut self, cx: &Ctx<'_>, line: impl FnOnce() -> RawLine) {
+        if let Some(buf) = self.raw.as_mut() {
+            line().append_to(buf);
+            if buf.len() >= CHUNK {
+                if let Some(log) = cx.raw_log {
+                    log.write(buf);
+                }
+                buf.clear();
+            }
+        }
+    }
+
+    /// `--raw-log`'s line for transaction `seq` of the stream, sent at `t0` and
+    /// answered at `t1` (`late`: after its timeout).
+    #[inline]
+    pub(super) fn raw_answered(
+        &mut self,
+        cx: &Ctx<'_>,
+        seq: u64,
+        (t0, t1): (Instant, Instant),
+        late: bool,
+    ) {
+        self.raw(cx, || {
+            let rtt = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+            let mut l = RawLine::answered(cx.stream, seq, cx.unix_ns(t0), rtt);
+            l.late = late;
+            l
+        });
+    }
+
+    /// `--raw-log`'s line for transaction `seq`, sent at `t0` and never answered.
+    #[inline]
+    pub(super) fn raw_lost(&mut self, cx: &Ctx<'_>, seq: u64, t0: Instant) {
+        self.raw(cx, || RawLine::lost(cx.stream, seq, cx.unix_ns(t0)));
+    }
+
+    /// Hand the lines gathered to the file (the stream ended).
+    pub(super) fn flush_raw(&mut self, cx: &Ctx<'_>) {
+        if let (Some(buf), Some(log)) = (self.raw.as_mut(), cx.raw_log) {
+            log.write(buf);
+            buf.clear();
         }
     }
 

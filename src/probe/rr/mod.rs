@@ -9,12 +9,17 @@
 //! Open-loop mode sends on a schedule whatever the replies do and records each
 //! transaction twice: service time (actual send → response) and response time
 //! (intended send → response). A slow reply delays the next sends in a closed loop and
-//! hides its own effect (coordinated omission); the response time shows it.
+//! hides its own effect (coordinated omission); the response time shows it. Open-loop
+//! UDP_RR also measures irtt's one-way delays, their IPDV and each loss's direction
+//! from the server's stamps (`one_way`), and `--raw-log` writes every transaction as a
+//! line while the run goes (`raw_log`).
 
 mod client;
 mod closed;
+mod one_way;
 mod open_loop;
 mod outcome;
+mod raw_log;
 mod result;
 mod sequence;
 mod session;
@@ -25,6 +30,7 @@ mod udp;
 mod watchdog;
 
 pub use client::ControlClient;
+pub use raw_log::RAW_SCHEMA;
 pub use result::{Confidence, OpenLoopStats, RrReportSettings, RrResult, TcpInfoSample, UdpStats};
 pub use session::{Outcome, Session, SessionSpec, Transaction, SESSION_PAYLOAD};
 pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEOUT_FLOOR};
@@ -54,6 +60,13 @@ use watchdog::watch;
 /// numbers.
 pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     check_settings(s)?;
+    // The output files first: one that cannot be created is the user's to fix, and
+    // no connection was made for nothing.
+    let mut hdr = open_hdr_log(s)?;
+    let slow_log = open_slow_log(s)?;
+    let slow_log = slow_log.as_ref();
+    let raw_log = open_raw_log(s)?;
+    let raw_log = raw_log.as_ref();
     let mut client = ControlClient::connect(s.server, s.secret.as_deref(), &s.path)?;
     check_sizes(s, client.limits.max_payload)?;
     // A run bounded only by count asks for as long as the server allows.
@@ -61,9 +74,6 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let run_for = s.duration.unwrap_or(server_max.min(MAX_RUN)).min(MAX_RUN);
     let port = client.start(&test_spec(s, run_for))?;
     let data = SocketAddr::new(s.server.ip(), port);
-    let mut hdr = open_hdr_log(s)?;
-    let slow_log = open_slow_log(s)?;
-    let slow_log = slow_log.as_ref();
     let conns = connect_streams(s, data, port)?;
     // The watchdog's handles on the connections, also holding them open until the
     // server's report is in: a connection closed before it leaves the server unable
@@ -78,6 +88,7 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
         run_for,
         tail: tail_plan(s, run_for),
         slow_log,
+        raw_log,
     };
     let (outcomes, phase) = measure(s, ctl, &plan, (conns, &watched), hdr.as_mut());
     if let Some(h) = hdr.take() {
@@ -93,14 +104,16 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     let server = client.finish(wait);
     drop(watched);
     let mut outcomes = outcomes;
-    if let Ok(r) = &server {
-        join_last_parts(&mut outcomes, &r.last_parts, slow_log);
-    }
+    let last_parts = server.as_ref().map_or(&[][..], |r| &r.last_parts[..]);
+    join_last_parts(&mut outcomes, last_parts, slow_log, raw_log);
     let mut t = StreamOutcome::default();
     for o in outcomes {
         t.merge(o);
     }
     let mut error = t.error.as_ref().map(crate::error_chain);
+    if let Some(Err(e)) = raw_log.map(raw_log::RawLog::finish) {
+        error = error.or(Some(format!("writing the raw log: {e}")));
+    }
     if let Some(log) = slow_log {
         if log.threshold_ns.is_none() {
             for l in t.anatomy.iter().flat_map(|a| a.slowest().0) {
@@ -215,16 +228,13 @@ fn result(
         started_unix_ns: phase.started_unix_ns,
         anatomy: t.anatomy.as_ref().map(|a| {
             let mut r = a.result(&s.percentiles, s.test == TestKind::TcpRr);
-            // One kernel at both ends (the lab's namespaces): one clock.
-            let here = HostFacts::collect().boot_id;
-            let there = server
-                .as_ref()
-                .and_then(|r| r.host.as_ref())
-                .and_then(|h| h.boot_id.clone());
-            let same_clock = here.is_some() && here == there;
-            r.one_way = a.one_way(same_clock, t.lost, t.lost_tail, &s.percentiles);
+            r.one_way = a.one_way(same_clock(server), t.lost, t.lost_tail, &s.percentiles);
             r
         }),
+        one_way: t
+            .one_way
+            .as_ref()
+            .and_then(|b| b.result(same_clock(server), t.lost, t.transactions, &s.percentiles)),
         remote_cpu: server.and_then(|r| {
             let [a, b] = r.machine_ticks?;
             // A server older than its elapsed field: the client's window is the closest.
@@ -232,6 +242,15 @@ fn result(
             CpuUse::between(a, b, elapsed, r.transactions)
         }),
     }
+}
+
+/// Whether both ends ran on one kernel (the lab's namespaces), so read one clock.
+fn same_clock(server: Option<&ServerReport>) -> bool {
+    let here = HostFacts::collect().boot_id;
+    let there = server
+        .and_then(|r| r.host.as_ref())
+        .and_then(|h| h.boot_id.clone());
+    here.is_some() && here == there
 }
 
 /// Settings that contradict each other, refused before the server is asked.
@@ -266,12 +285,26 @@ fn open_slow_log(s: &RrSettings) -> Result<Option<crate::probe::anatomy::SlowLog
         })
 }
 
+/// `--raw-log`'s writer.
+fn open_raw_log(s: &RrSettings) -> Result<Option<raw_log::RawLog>, RrError> {
+    let Some(p) = &s.raw_log else {
+        return Ok(None);
+    };
+    raw_log::RawLog::create(p)
+        .map(Some)
+        .map_err(|source| RrError::Output {
+            flag: "--raw-log",
+            source,
+        })
+}
+
 /// What every stream of a run shares, worked out once before they start.
 struct Plan<'a> {
     data: SocketAddr,
     run_for: Duration,
     tail: crate::probe::anatomy::TailPlan,
     slow_log: Option<&'a crate::probe::anatomy::SlowLog>,
+    raw_log: Option<&'a raw_log::RawLog>,
 }
 
 /// What the data phase gave besides each stream's outcome: the watchdog's `tcp_info`
@@ -330,10 +363,13 @@ fn measure(
                     stream: i as u32,
                     tail: plan.tail,
                     slow_log: plan.slow_log,
+                    raw_log: plan.raw_log,
+                    anchor: (Instant::now(), crate::kernel::realtime_ns()),
                 };
                 let cpu0 = thread_cpu_ns();
-                let mut tally = Tally::new(recorder);
+                let mut tally = Tally::new(recorder, plan.raw_log.is_some());
                 measure_stream(&cx, conn, &mut tally);
+                tally.flush_raw(&cx);
                 tally.out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
                 tally.publish(ctl);
                 tally.out
@@ -415,13 +451,16 @@ fn tail_plan(s: &RrSettings, run_for: Duration) -> crate::probe::anatomy::TailPl
 }
 
 /// Each stream's last transaction joined with the server's part of it, which came in
-/// the server's report (no response followed it to carry it). A part goes to the
-/// stream whose local address the server saw; with one stream and one part (an
-/// address translated on the way), to that stream.
+/// the server's report (no response followed it to carry it; none when the report
+/// could not be collected). A part goes to the stream whose local address the server
+/// saw; with one stream and one part (an address translated on the way), to that
+/// stream. Open-loop UDP_RR's transactions still unsettled are settled then, and
+/// their `--raw-log` lines written.
 fn join_last_parts(
     outcomes: &mut [StreamOutcome],
     parts: &[crate::probe::anatomy::LastPart],
     slow_log: Option<&crate::probe::anatomy::SlowLog>,
+    raw_log: Option<&raw_log::RawLog>,
 ) {
     let only = (outcomes.len() == 1 && parts.len() == 1).then(|| &parts[0]);
     for (i, o) in outcomes.iter_mut().enumerate() {
@@ -435,6 +474,13 @@ fn join_last_parts(
             if let (Some(l), Some(log)) = (joined, slow_log) {
                 log.offer(&l);
             }
+        }
+        if let Some(book) = o.one_way.as_mut() {
+            book.finish(part, &mut |l| {
+                if let Some(log) = raw_log {
+                    log.line(l);
+                }
+            });
         }
     }
 }
@@ -493,7 +539,8 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         server_cpu: s.remote_cpu,
         udp_drop_one_in: s.udp_drop_one_in,
         tos: s.path.tos.map(|t| t & 0xfc),
-        anatomy: s.anatomy,
+        // Open-loop UDP_RR's one-way delays need the server's stamps as the anatomy's.
+        anatomy: s.anatomy || s.one_way(),
         server_delay_us: u64::try_from(s.server_delay.as_micros()).unwrap_or(u64::MAX),
     }
 }

@@ -1,18 +1,24 @@
 //! Open loop: a sender thread sends on the schedule whatever the replies do, and
 //! the stream's thread matches the replies (coordinated omission shows in the
-//! response time).
+//! response time). UDP_RR with one stream also measures irtt's one-way delays from
+//! the server's stamps (`super::one_way`), read with each response's RX stamp.
 
 use super::closed::{Ctx, Tally};
+use super::one_way::{Book, Lost, Reply};
 use super::outcome::StreamError;
+use super::raw_log::RawLine;
 use super::sequence::{get_seq, put_seq, seq_len, seq_mask};
 use super::settings::OpenLoop;
-use super::udp::{udp_socket, GaveUp};
+use super::udp::udp_socket;
 use crate::kernel::cpu::{self};
 use crate::kernel::sockopt;
+use crate::probe::anatomy::ServerPart;
 use crate::probe::io::{read_full, write_full, ReadEnd};
 use crate::probe::pacing::{self, Arrivals};
+use crate::probe::stamps;
 use std::collections::VecDeque;
 use std::net::{TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -46,16 +52,29 @@ pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Ta
         sender_done: AtomicBool::new(false),
         send_error: Mutex::new(None),
     };
-    let late_sends = std::thread::scope(|scope| {
+    let (book, (late_sends, sent)) = std::thread::scope(|scope| {
         let sender = scope.spawn(|| send_on_schedule(cx, ol, tx, &shared));
-        match &rx {
-            Receiver::Tcp(s) => receive_tcp(cx, s, &shared, tally),
-            Receiver::Udp(u) => receive_udp(cx, u, &shared, tally),
-        }
-        sender.join().unwrap_or(0)
+        let book = match &rx {
+            Receiver::Tcp(s) => {
+                receive_tcp(cx, s, &shared, tally);
+                None
+            }
+            Receiver::Udp(u) => Some(receive_udp(cx, u, &shared, tally)),
+        };
+        (book, sender.join().unwrap_or((0, 0)))
     });
     tally.out.late_sends = late_sends;
-    tally.out.unanswered = shared.pending.lock().map_or(0, |p| p.len() as u64);
+    // Still unanswered when the run was cut short: no reply came while it listened.
+    let unanswered: Vec<Pending> = shared
+        .pending
+        .lock()
+        .map(|mut p| p.drain(..).collect())
+        .unwrap_or_default();
+    tally.out.unanswered = unanswered.len() as u64;
+    for p in &unanswered {
+        tally.raw_lost(cx, p.seq, p.sent);
+    }
+    tally.out.one_way = book.map(|b| b.sent(sent));
     if tally.out.error.is_none() {
         tally.out.error = shared
             .send_error
@@ -115,8 +134,9 @@ impl Shared {
 }
 
 /// The sender: requests at the schedule's times whatever the replies do (at most
-/// `max_outstanding` unanswered). Returns how many left more than 1 ms late.
-fn send_on_schedule(cx: &Ctx<'_>, ol: OpenLoop, mut tx: Sender, shared: &Shared) -> u64 {
+/// `max_outstanding` unanswered). Returns how many left more than 1 ms late, and how
+/// many were sent.
+fn send_on_schedule(cx: &Ctx<'_>, ol: OpenLoop, mut tx: Sender, shared: &Shared) -> (u64, u64) {
     if let Some(c) = cx.s.local_cpu {
         let _ = cpu::pin_current_thread(c);
     }
@@ -166,7 +186,7 @@ fn send_on_schedule(cx: &Ctx<'_>, ol: OpenLoop, mut tx: Sender, shared: &Shared)
         }
     }
     shared.sender_done.store(true, Ordering::Release);
-    late
+    (late, seq)
 }
 
 /// A reply to `p` read at `t1`: its service time (actual send → reply) and its
@@ -190,6 +210,7 @@ fn receive_tcp(cx: &Ctx<'_>, s: &TcpStream, shared: &Shared, tally: &mut Tally) 
                 let front = shared.pending.lock().ok().and_then(|mut p| p.pop_front());
                 if let Some(p) = front {
                     record(cx, tally, &p, t1);
+                    tally.raw_answered(cx, p.seq, (p.sent, t1), false);
                 }
             }
             Ok(ReadEnd::Stopped { .. }) => break,
@@ -202,36 +223,65 @@ fn receive_tcp(cx: &Ctx<'_>, s: &TcpStream, shared: &Shared, tally: &mut Tally) 
 }
 
 /// UDP_RR's replies, matched by their echoed sequence number; a request older than
-/// the timeout is lost, and a reply to it later is late, not lost.
-fn receive_udp(cx: &Ctx<'_>, u: &UdpSocket, shared: &Shared, tally: &mut Tally) {
+/// the timeout is lost, and a reply to it later is late, not lost. With one-way delays
+/// (`RrSettings::one_way`), each response is read with its RX stamp and the server's
+/// part it carries goes to the book, which settles `--raw-log`'s lines either way.
+fn receive_udp(cx: &Ctx<'_>, u: &UdpSocket, shared: &Shared, tally: &mut Tally) -> Book {
     let k = seq_len(cx.s);
     let mask = seq_mask(k);
     let rlen = cx.s.response_size as usize;
     let mut resp = vec![0u8; rlen + 1];
-    // Requests given up on, newest last.
-    let mut gave_up = GaveUp::<Pending>::default();
+    let one_way = cx.s.one_way() && stamps::hold_rx(u.as_raw_fd()).is_ok();
+    let mut book = Book::new(cx.stream, one_way, k);
+    let mut expired: Vec<Pending> = Vec::new();
     while !shared.idle() && cx.keep() {
-        match u.recv(&mut resp) {
-            Ok(n) if n == rlen => {
+        let got = if one_way {
+            stamps::recv(u.as_raw_fd(), &mut resp, 0)
+        } else {
+            u.recv(&mut resp).map(|n| (n, None))
+        };
+        match got {
+            Ok((n, rx)) if n == rlen => {
                 let t1 = Instant::now();
                 let got = get_seq(&resp, k);
+                let part = if one_way {
+                    ServerPart::read(&resp[..n])
+                } else {
+                    None
+                };
                 let matched = shared.pending.lock().ok().and_then(|mut p| {
                     p.iter()
                         .position(|x| x.seq & mask == got)
                         .and_then(|i| p.remove(i))
                 });
-                match matched {
-                    Some(p) => record(cx, tally, &p, t1),
+                let answers = match matched {
+                    Some(p) => Some((p, false, None)),
                     // Else a request given up on: late, not lost, a transaction with
                     // its round trip.
-                    None => match gave_up.take_newest(|x| x.seq & mask == got) {
-                        Some((p, _)) => {
-                            record(cx, tally, &p, t1);
-                            tally.out.lost = tally.out.lost.saturating_sub(1);
-                            tally.out.late_replies += 1;
-                        }
-                        None => tally.out.stray_replies += 1,
-                    },
+                    None => book.take_late(|seq| seq & mask == got).map(|g| {
+                        tally.out.lost = tally.out.lost.saturating_sub(1);
+                        tally.out.late_replies += 1;
+                        let p = Pending {
+                            seq: g.seq,
+                            intended: g.intended,
+                            sent: g.sent,
+                        };
+                        (p, true, g.part())
+                    }),
+                };
+                match answers {
+                    Some((p, late, known)) => {
+                        record(cx, tally, &p, t1);
+                        let r = Reply {
+                            seq: p.seq,
+                            sent_unix_ns: cx.unix_ns(p.sent),
+                            rtt_ns: u64::try_from((t1 - p.sent).as_nanos()).unwrap_or(u64::MAX),
+                            rx_unix_ns: rx,
+                            late,
+                        };
+                        book.reply(r, part, known, &mut |l: &RawLine| tally.raw(cx, || *l));
+                    }
+                    None => tally.out.stray_replies += 1,
                 }
             }
             Ok(_) => tally.out.stray_replies += 1,
@@ -241,15 +291,19 @@ fn receive_udp(cx: &Ctx<'_>, u: &UdpSocket, shared: &Shared, tally: &mut Tally) 
                 break;
             }
         }
-        // Requests older than the timeout are lost.
+        // Requests older than the timeout are lost (taken out under the lock, settled
+        // after it: the sender waits on it).
         let now = Instant::now();
         if let Ok(mut p) = shared.pending.lock() {
             while p.front().is_some_and(|x| now - x.sent >= cx.s.timeout) {
-                if let Some(x) = p.pop_front() {
-                    gave_up.push(x);
-                }
-                tally.out.lost += 1;
+                expired.extend(p.pop_front());
             }
         }
+        for x in expired.drain(..) {
+            tally.out.lost += 1;
+            let g = Lost::new(x.seq, x.intended, x.sent, cx.unix_ns(x.sent));
+            book.give_up(g, &mut |l: &RawLine| tally.raw(cx, || *l));
+        }
     }
+    book
 }

@@ -1,5 +1,6 @@
 //! What one stream measured, and the sum of every stream's.
 
+use super::one_way::Book;
 use crate::kernel::cpu::CpuTracker;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::anatomy::Recorder;
@@ -23,7 +24,7 @@ pub(super) struct StreamOutcome {
     pub(super) lost_tail: u64,
     pub(super) late_replies: u64,
     /// UDP_RR: datagrams that answer no request given up on (the wrong size, a
-    /// duplicate, or later than [`GAVE_UP_MAX`](super::udp::GAVE_UP_MAX) timeouts).
+    /// duplicate, or later than [`GAVE_UP_MAX`](super::sequence::GAVE_UP_MAX) timeouts).
     pub(super) stray_replies: u64,
     pub(super) unanswered: u64,
     pub(super) late_sends: u64,
@@ -37,6 +38,9 @@ pub(super) struct StreamOutcome {
     pub(super) error: Option<StreamError>,
     /// `--anatomy`: the stream's transactions split into components.
     pub(super) anatomy: Option<Recorder>,
+    /// Open-loop UDP_RR: the one-way delays, and the transactions still waiting for
+    /// the server's last part (in its report) to be settled.
+    pub(super) one_way: Option<Book>,
     /// With `keep_series`: each transaction as (ns from the run's start to its end,
     /// round trip ns), at most [`SERIES_MAX`].
     pub(super) series: Vec<(u64, u64)>,
@@ -67,6 +71,7 @@ impl StreamOutcome {
         self.info.extend(o.info);
         self.error = self.error.take().or(o.error);
         self.local_addr = self.local_addr.or(o.local_addr);
+        self.one_way = self.one_way.take().or(o.one_way);
         if let Some(a) = &o.anatomy {
             self.anatomy.get_or_insert_with(Default::default).merge(a);
         }

@@ -173,6 +173,14 @@ pub struct RrResult {
     /// `--anatomy`: every transaction split into what each host and the path took.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub anatomy: Option<crate::probe::anatomy::AnatomyResult>,
+    /// Open-loop UDP_RR (one stream): irtt's one-way delays, from the server's stamps
+    /// that ride back in the responses: `request` is the send delay (the client's
+    /// `send()` → the request's RX stamp on the server), `response` the receive delay
+    /// (the response's TX stamp on the server → its RX stamp on the client), their
+    /// IPDV, and the losses by direction. Exact on one kernel (`clock` "same"); between
+    /// hosts ("separate") only as good as the clocks' sync. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub one_way: Option<crate::probe::anatomy::OneWay>,
     /// With `keep_series`: every transaction as (seconds from the start, round trip
     /// ns), in time order; `tcpinfo_series` counts from the same start.
     #[serde(skip)]

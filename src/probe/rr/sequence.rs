@@ -1,6 +1,6 @@
 //! The sequence number a UDP request carries in its first bytes and the server echoes
 //! (little-endian, as many bytes as the shorter message holds, up to 8), so a reply is
-//! matched to its request, a late one told from a lost one.
+//! matched to its request, a late one told from a lost one ([`GaveUp`]).
 
 use super::settings::RrSettings;
 
@@ -28,6 +28,51 @@ pub(super) fn get_seq(buf: &[u8], k: usize) -> u64 {
     let mut b = [0u8; 8];
     b[..k].copy_from_slice(&buf[..k]);
     u64::from_le_bytes(b)
+}
+
+/// The UDP requests given up on most recently, at most [`GAVE_UP_MAX`], oldest first:
+/// a reply later than that many more timeouts is a stray. Closed loop keeps
+/// [`GivenUp`]s, open loop its pending requests.
+pub(super) struct GaveUp<T>(std::collections::VecDeque<T>);
+
+impl<T> Default for GaveUp<T> {
+    fn default() -> Self {
+        Self(std::collections::VecDeque::new())
+    }
+}
+
+/// Requests given up on that a late reply can still be matched to.
+pub(super) const GAVE_UP_MAX: usize = 64;
+
+impl<T> GaveUp<T> {
+    /// Keep `g`; the oldest, forgotten to make room, is returned.
+    pub(super) fn push(&mut self, g: T) -> Option<T> {
+        let old = if self.0.len() == GAVE_UP_MAX {
+            self.0.pop_front()
+        } else {
+            None
+        };
+        self.0.push_back(g);
+        old
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.0.iter_mut()
+    }
+
+    /// Every request still kept, oldest first, taken out.
+    pub(super) fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.0.drain(..)
+    }
+
+    /// The newest request a reply answers (`is`: the sequence bytes may wrap, so the
+    /// newest with that echo), taken out, and how many given up on after it are still
+    /// unanswered.
+    pub(super) fn take_newest(&mut self, is: impl Fn(&T) -> bool) -> Option<(T, u64)> {
+        let i = self.0.iter().rposition(is)?;
+        let g = self.0.remove(i)?;
+        Some((g, (self.0.len() - i) as u64))
+    }
 }
 
 #[cfg(test)]

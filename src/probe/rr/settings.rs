@@ -116,6 +116,8 @@ pub struct RrSettings {
     pub keep_series: bool,
     /// `--slow-log FILE`: slow transactions' anatomies as JSON lines.
     pub slow_log: Option<PathBuf>,
+    /// `--raw-log FILE`: every transaction as a JSON line, written as the run goes.
+    pub raw_log: Option<PathBuf>,
     /// `--tail PCT`: the share of the slowest transactions the anatomy's tail and the
     /// end-of-run slow log hold, parts per million (1 %: 10 000).
     pub tail_ppm: u32,
@@ -167,11 +169,26 @@ impl RrSettings {
             keep_series: false,
             server_delay: Duration::ZERO,
             slow_log: None,
+            raw_log: None,
             slow: None,
             tail_ppm: crate::probe::anatomy::TAIL_PPM,
             recv_spin: false,
             split_request: false,
         }
+    }
+}
+
+impl RrSettings {
+    /// Whether the run measures irtt's one-way delays without `--anatomy`: open-loop
+    /// UDP_RR with one stream (the server's stamps of its one socket are numbered
+    /// across streams) and responses long enough to carry the server's stamps
+    /// ([`MIN_RESPONSE`](crate::probe::anatomy::MIN_RESPONSE); the command line
+    /// raises them). The server is asked for its stamps as `--anatomy` asks.
+    pub fn one_way(&self) -> bool {
+        self.test == TestKind::UdpRr
+            && self.open_loop.is_some()
+            && self.streams == 1
+            && self.response_size >= crate::probe::anatomy::MIN_RESPONSE
     }
 }
 
@@ -220,7 +237,7 @@ pub enum RrError {
         #[source]
         source: io::Error,
     },
-    /// An output file (`--hdr-log`, `--slow-log`) could not be created.
+    /// An output file (`--hdr-log`, `--slow-log`, `--raw-log`) could not be created.
     #[error("{flag}")]
     Output {
         /// The flag that named the file, e.g. `--hdr-log`.

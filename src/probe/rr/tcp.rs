@@ -216,6 +216,7 @@ impl<H: Hook> Exchange for TcpRr<H> {
             |e| why_unread(cx, e),
         )?;
         tally.record(cx, t0, t1);
+        tally.raw_answered(cx, tally.out.transactions, (t0, t1), false);
         self.hook
             .answered(cx, &mut self.sock, tally.out.transactions, &self.resp);
         Ok(t1)
@@ -278,6 +279,7 @@ impl<H: Hook> Exchange for TcpCrr<H> {
         out.connect
             .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
         tally.record(cx, t0, t1);
+        tally.raw_answered(cx, tally.out.transactions, (t0, t1), false);
         self.hook
             .answered(cx, &mut sock, tally.out.transactions, &self.resp);
         // The connection's own view: its retransmissions, and the last one's tcp_info.

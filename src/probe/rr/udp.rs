@@ -4,7 +4,7 @@
 
 use super::closed::{Ctx, Ended, Exchange, Tally};
 use super::outcome::StreamError;
-use super::sequence::{get_seq, put_seq, seq_len, seq_mask};
+use super::sequence::{get_seq, put_seq, seq_len, seq_mask, GaveUp};
 use super::settings::{POLL_TICK, UDP_TIMEOUT_FLOOR};
 use crate::probe::anatomy::{current_cpu, ClientPart, Recorder, Sends};
 use crate::probe::io::{is_timeout, recv_with};
@@ -129,9 +129,11 @@ impl Exchange for UdpRr {
                     self.rto.sample(now - t0);
                     // Read before the client gave up, but it came after its timeout (a
                     // client woken late finds it waiting): late all the same.
-                    if arrived_after(rx, sent, now - t0, limit) {
+                    let late = arrived_after(rx, sent, now - t0, limit);
+                    if late {
                         tally.out.late_replies += 1;
                     }
+                    tally.raw_answered(cx, seq, (t0, now), late);
                     if let Some(book) = self.book.as_mut() {
                         let mut part =
                             udp_part(seq, seq & mask, (sent, cpu_sent), rx, Sends::default());
@@ -160,13 +162,17 @@ impl Exchange for UdpRr {
                     Some(_) => request_sends(self.fd, seq),
                     None => Sends::default(),
                 };
-                self.gave_up.push(GivenUp {
+                let forgotten = self.gave_up.push(GivenUp {
                     seq,
                     t0,
                     sent,
                     cpu: cpu_sent,
                     sends,
                 });
+                // No longer answerable late: lost for good.
+                if let Some(g) = forgotten {
+                    tally.raw_lost(cx, g.seq, g.t0);
+                }
                 return Ok(now);
             }
             if !cx.keep() {
@@ -207,6 +213,9 @@ impl Exchange for UdpRr {
                 );
             }
         }
+        for g in self.gave_up.drain() {
+            tally.raw_lost(cx, g.seq, g.t0);
+        }
         tally.out.anatomy = self.book;
     }
 }
@@ -232,7 +241,9 @@ fn late_reply(
         tally.out.stray_replies += 1;
         return;
     };
-    tally.record(cx, g.t0, Instant::now());
+    let now = Instant::now();
+    tally.record(cx, g.t0, now);
+    tally.raw_answered(cx, g.seq, (g.t0, now), true);
     let out = &mut tally.out;
     out.lost = out.lost.saturating_sub(1);
     out.late_replies += 1;
@@ -269,38 +280,6 @@ struct GivenUp {
     sent: u64,
     cpu: u32,
     sends: Sends,
-}
-
-/// The UDP requests given up on most recently, at most [`GAVE_UP_MAX`], oldest first:
-/// a reply later than that many more timeouts is a stray. Closed loop keeps
-/// [`GivenUp`]s, open loop its pending requests.
-pub(super) struct GaveUp<T>(std::collections::VecDeque<T>);
-
-impl<T> Default for GaveUp<T> {
-    fn default() -> Self {
-        Self(std::collections::VecDeque::new())
-    }
-}
-
-/// Requests given up on that a late reply can still be matched to.
-pub(super) const GAVE_UP_MAX: usize = 64;
-
-impl<T> GaveUp<T> {
-    pub(super) fn push(&mut self, g: T) {
-        if self.0.len() == GAVE_UP_MAX {
-            self.0.pop_front();
-        }
-        self.0.push_back(g);
-    }
-
-    /// The newest request a reply answers (`is`: the sequence bytes may wrap, so the
-    /// newest with that echo), taken out, and how many given up on after it are still
-    /// unanswered.
-    pub(super) fn take_newest(&mut self, is: impl Fn(&T) -> bool) -> Option<(T, u64)> {
-        let i = self.0.iter().rposition(is)?;
-        let g = self.0.remove(i)?;
-        Some((g, (self.0.len() - i) as u64))
-    }
 }
 
 /// The SND stamp of request `seq` (datagrams are numbered from 0, lost requests
@@ -345,6 +324,7 @@ fn udp_part(
 
 #[cfg(test)]
 mod tests {
+    use super::super::sequence::GAVE_UP_MAX;
     use super::*;
 
     /// Witness: arithmetic. A reply is matched to the newest request given up on with
