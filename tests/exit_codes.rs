@@ -99,6 +99,9 @@ fn a_run_that_measured_and_failed_exits_1() {
     drop(srv);
     let code = rr.wait().unwrap().code();
     assert_eq!(code, Some(1), "rr whose server went away mid-run");
+    // A server that answers nothing (its every UDP_RR request dropped on purpose).
+    let (code, err) = run(&["rr", "-t", "UDP_RR", "-l", "1", "--udp-drop", "1/1"]);
+    assert_eq!(code, Some(1), "UDP_RR with every request dropped: {err}");
 
     if !common::privileged("a_run_that_measured_and_failed_exits_1") {
         return;

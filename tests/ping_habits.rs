@@ -163,6 +163,9 @@ fn ping_loses_what_iputils_loses() {
             Some(&n.a),
             &["-c", "5", "-i", "0.2", "-W", "0.5", "-D", "-O", host],
         );
+        // -A after a loss: the next request goes once the last is answered, not after
+        // the lost one's timeout (6 requests well inside -w 1).
+        same_as_iputils(Some(&n.a), &["-c", "6", "-A", "-w", "1", host]);
         let (_, ours, _) = run(
             Some(&n.a),
             "rttlab",

@@ -70,7 +70,7 @@ pub struct PingArgs {
     pub report_all: Option<u64>,
     /// Stop sending after this long (a bare number is seconds), then wait for the
     /// replies still due.
-    #[arg(long = "duration", value_name = "DURATION", value_parser = values::seconds)]
+    #[arg(long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
     pub duration: Option<Duration>,
     /// iputils' deadline: end the run this long after the start, whatever is
     /// outstanding; with -c, send until -c replies are in (a bare number is seconds).
@@ -109,9 +109,11 @@ pub struct PingArgs {
     /// Fill the payload with these bytes repeated, up to 16 in hex (-p ff: all ones).
     #[arg(short = 'p', long = "pattern", value_name = "HEX", value_parser = pad_pattern)]
     pub pattern: Option<Pad>,
-    /// A request without a reply after this is lost (a bare number is seconds).
-    #[arg(short = 'W', long = "timeout", default_value = "2s", value_parser = values::seconds, allow_negative_numbers = true)]
-    pub timeout: Duration,
+    /// A request without a reply after this is lost (a bare number is seconds; 0 waits
+    /// for ever, as iputils).
+    /// (Default 2 s; several targets: fping's, 500 ms alive, else the period up to 2 s.)
+    #[arg(short = 'W', long = "timeout", value_parser = values::seconds, allow_negative_numbers = true)]
+    pub timeout: Option<Duration>,
     /// IP time to live (IPv6: hop limit) of the requests.
     #[arg(short = 't', long = "ttl", value_parser = clap::value_parser!(u8).range(1..))]
     pub ttl: Option<u8>,
@@ -284,8 +286,8 @@ fn check_common(a: &PingArgs) -> anyhow::Result<()> {
     if a.count == Some(0) || a.report_all == Some(0) {
         bail!("-c must be at least 1");
     }
-    if a.timeout.is_zero() {
-        bail!("-W must be more than 0");
+    if a.preload == Some(0) {
+        bail!("-l 0: the preload is 1 or more requests (as iputils)");
     }
     if let Some(p) = a.preload {
         if p > 3 && !is_root() {
@@ -306,7 +308,10 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     let format = a.out.format()?;
     check_common(&a)?;
     let host = &a.hosts[0];
-    let target = super::rr::resolve(host, 0, a.ipv4, a.ipv6)?.ip();
+    // An IPv4-mapped IPv6 address is the IPv4 host: ICMP, not ICMPv6 towards ::ffff:….
+    let target = super::rr::resolve(host, 0, a.ipv4, a.ipv6)?
+        .ip()
+        .to_canonical();
     let mut s = PingSettings::new(target);
     s.count = match (a.count, a.duration, a.deadline) {
         (Some(c), _, _) => Some(c),
@@ -314,7 +319,8 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
         (None, _, _) => None,
     };
     s.duration = a.duration;
-    s.deadline = a.deadline;
+    // iputils: -w 0 is no deadline.
+    s.deadline = a.deadline.filter(|d| !d.is_zero());
     s.preload = a.preload.unwrap_or(0);
     // -f and -A choose no interval unless -i does; -A waits for each reply, as does a
     // zero interval.
@@ -334,7 +340,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     s.pace = super::rr::PaceArg::mode(a.spin, a.pace);
     s.size = a.size;
     s.pad = a.pattern.clone().map(|p| p.0).unwrap_or_default();
-    s.timeout = a.timeout;
+    s.timeout = wait_for_reply(a.timeout.unwrap_or(Duration::from_secs(2)));
     s.socket = match a.socket {
         SocketArg::Auto if a.ident == Some(0) => SocketKind::Raw,
         SocketArg::Auto => SocketKind::Auto,
@@ -375,7 +381,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     let flood_marks = lines && a.flood && !a.quiet;
     let per_reply = lines && !a.quiet && !a.flood;
     // iputils names a target given by name as `name (address)` unless -n.
-    let named = !a.numeric && host.parse::<std::net::IpAddr>().is_err();
+    let named = !a.numeric && !is_numeric(host);
     let mut names = ReplyNames::new(named);
     let mut stdout = std::io::stdout();
     // The per-reply lines are the progress; without them, a progress line on a TTY.
@@ -441,6 +447,34 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
         _ => result.received > 0,
     };
     Ok(enough)
+}
+
+/// -W as iputils reads it: 0 waits for ever (a day here, past any run's end).
+fn wait_for_reply(w: Duration) -> Duration {
+    if w.is_zero() {
+        Duration::from_secs(86_400)
+    } else {
+        w
+    }
+}
+
+/// A target written as an address (inet_aton's forms too: `127.1`, `0x7f000001`), which
+/// iputils never looks up by name.
+fn is_numeric(host: &str) -> bool {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    // inet_aton(3): one to four parts split by dots, each decimal, 0x hex or 0 octal.
+    let part = |p: &str| {
+        let (digits, radix) = match p.strip_prefix("0x").or_else(|| p.strip_prefix("0X")) {
+            Some(h) => (h, 16),
+            None if p.len() > 1 && p.starts_with('0') => (&p[1..], 8),
+            None => (p, 10),
+        };
+        !digits.is_empty() && u32::from_str_radix(digits, radix).is_ok()
+    };
+    let parts: Vec<&str> = host.split('.').collect();
+    parts.len() <= 4 && parts.iter().all(|p| part(p))
 }
 
 /// What iputils prints before the first reply: -p's pattern, then `PING host (addr) …`.
@@ -524,14 +558,25 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
             bail!("{flag} takes one target; run one rttlab ping per target (several targets: -c, -C, -i, -s, -W, -q)");
         }
     }
-    let targets = a
-        .hosts
-        .iter()
-        .map(|h| Ok(super::rr::resolve(h, 0, a.ipv4, a.ipv6)?.ip()))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let width = a.hosts.iter().map(|h| h.chars().count()).max().unwrap_or(0);
-    let names: Vec<String> = a
-        .hosts
+    // As fping: a name that does not resolve is named on stderr, the others are
+    // probed, and the status is 2 at the end.
+    let mut hosts = Vec::new();
+    let mut targets = Vec::new();
+    for h in &a.hosts {
+        match super::rr::resolve(h, 0, a.ipv4, a.ipv6) {
+            Ok(addr) => {
+                hosts.push(h.as_str());
+                targets.push(addr.ip().to_canonical());
+            }
+            Err(e) => eprintln!("rttlab: {}", rttlab::error_chain(&*e)),
+        }
+    }
+    let unresolved = hosts.len() < a.hosts.len();
+    if targets.is_empty() {
+        bail!("no target resolves");
+    }
+    let width = hosts.iter().map(|h| h.chars().count()).max().unwrap_or(0);
+    let names: Vec<String> = hosts
         .iter()
         .map(|h| ping_report::fping_name(h, width))
         .collect();
@@ -539,7 +584,14 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
         targets,
         count: a.report_all.or(a.count),
         period: a.interval.unwrap_or(Duration::from_secs(1)),
-        timeout: a.timeout,
+        // fping's: 500 ms for "is it alive", else the period up to 2 s.
+        timeout: wait_for_reply(a.timeout.unwrap_or(if a.report_all.or(a.count).is_none() {
+            Duration::from_millis(500)
+        } else {
+            a.interval
+                .unwrap_or(Duration::from_secs(1))
+                .min(Duration::from_secs(2))
+        })),
         size: a.size,
     };
     let ctl = Arc::new(PingControl::default());
@@ -570,18 +622,21 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
             );
             let _ = stdout.flush();
         }
+        // Alive: said as soon as the first reply is in, as fping does.
+        if s.count.is_none() && !a.quiet && r.received() == 1 {
+            let _ = writeln!(stdout, "{} is alive", hosts[target]);
+            let _ = stdout.flush();
+        }
     })?;
     super::measuring();
     let mut stderr = std::io::stderr();
     match s.count {
+        None if a.quiet => {}
         None => {
-            for (name, r) in a.hosts.iter().zip(&results) {
-                let state = if r.received() > 0 {
-                    "alive"
-                } else {
-                    "unreachable"
-                };
-                writeln!(stdout, "{name} is {state}")?;
+            for (name, r) in hosts.iter().zip(&results) {
+                if r.received() == 0 {
+                    writeln!(stdout, "{name} is unreachable")?;
+                }
             }
         }
         Some(_) => {
@@ -598,6 +653,9 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
                 write!(stderr, "{line}")?;
             }
         }
+    }
+    if unresolved {
+        return Err(super::Exit(2).into());
     }
     Ok(results.iter().all(|r| r.received() > 0))
 }

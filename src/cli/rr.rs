@@ -107,9 +107,10 @@ pub struct RrArgs {
     /// Request and response sizes in bytes, REQ,RESP.
     #[arg(short = 'r', long = "sizes", value_name = "REQ,RESP", default_value = "1,1", value_parser = values::sizes)]
     pub sizes: (u32, u32),
-    /// Run length (a bare number is seconds). Default 10 s unless -n is given.
-    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = values::seconds)]
-    pub length: Option<Duration>,
+    /// Run length (a bare number is seconds; negative, as netperf's -l -N: N
+    /// transactions). Default 10 s unless -n is given.
+    #[arg(short = 'l', long = "duration", alias = "length", value_name = "DURATION", value_parser = run_length, allow_negative_numbers = true)]
+    pub length: Option<RunLength>,
     /// Number of transactions in all (split over the streams).
     #[arg(short = 'n', long = "count")]
     pub count: Option<u64>,
@@ -275,6 +276,31 @@ pub struct RrArgs {
     pub brand: Option<String>,
 }
 
+/// `-l` as netperf reads it: a time, or with a minus sign a count of transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunLength {
+    /// Run this long.
+    Time(Duration),
+    /// Run this many transactions (netperf's `-l -N`).
+    Transactions(u64),
+}
+
+fn run_length(s: &str) -> Result<RunLength, String> {
+    match s.trim().strip_prefix('-') {
+        Some(n) => n
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(RunLength::Transactions)
+            .ok_or_else(|| {
+                format!(
+                    "{s:?}: a negative -l is a count of transactions, e.g. -l -1000 (as netperf)"
+                )
+            }),
+        None => values::seconds(s).map(RunLength::Time),
+    }
+}
+
 /// `--tail PCT` as parts per million: above 0 and at most 100, to 0.0001 %.
 fn tail_pct(s: &str) -> Result<u32, String> {
     let pct: f64 = s
@@ -365,7 +391,18 @@ impl RrArgs {
         if s.test == TestKind::UdpRr && (s.request_size > 65_507 || s.response_size > 65_507) {
             bail!("UDP_RR sizes must fit one datagram (at most 65507 bytes)");
         }
-        s.duration = match (self.length, self.count) {
+        let (length, count) = match self.length {
+            Some(RunLength::Transactions(n)) if self.count.is_some_and(|c| c != n) => {
+                bail!(
+                    "-l -{n} and -n {} ask for two counts: give one",
+                    self.count.unwrap_or(0)
+                )
+            }
+            Some(RunLength::Transactions(n)) => (None, Some(n)),
+            Some(RunLength::Time(d)) => (Some(d), self.count),
+            None => (None, self.count),
+        };
+        s.duration = match (length, count) {
             (Some(l), _) => Some(l),
             (None, Some(_)) => None,
             (None, None) => Some(Duration::from_secs(10)),
@@ -376,10 +413,10 @@ impl RrArgs {
                 rr::MAX_RUN.as_secs()
             );
         }
-        if self.count == Some(0) {
+        if count == Some(0) {
             bail!("-n must be at least 1");
         }
-        s.count = self.count;
+        s.count = count;
         s.interval = self.wait;
         s.pace = PaceArg::mode(self.spin, self.pace);
         s.burst = self.burst;
@@ -606,6 +643,11 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     }
     if let Some(e) = &result.error {
         bail!("{e}");
+    }
+    // Measured, and the server answered nothing (UDP_RR with every datagram lost): 1,
+    // as ping with no reply.
+    if result.transactions == 0 {
+        bail!("no transaction completed: every request went unanswered");
     }
     Ok(())
 }

@@ -99,7 +99,7 @@ struct Pending {
 /// retries), or `ctl.stop`.
 ///
 /// # Errors
-/// Neither address family's ICMP socket could be opened, or a target's family has none.
+/// Neither address family's ICMP socket could be opened.
 pub fn run(
     s: &FpingSettings,
     ctl: &PingControl,
@@ -130,22 +130,25 @@ pub fn run(
             match due {
                 Due::Send(t) => {
                     let r = &mut results[t];
-                    let sent = echo.send(s.targets[t]).map_err(PingError::Socket)?;
-                    pending.insert(
-                        (sent.v6, sent.seq),
-                        Pending {
-                            target: t,
-                            index: r.sent,
-                            sent_ns: sent.sent_ns,
-                            waited: next_timeout[t],
-                        },
-                    );
+                    // A request the kernel refuses (no route) is sent and lost, as
+                    // fping counts it; the other targets go on.
+                    if let Ok(sent) = echo.send(s.targets[t]) {
+                        pending.insert(
+                            (sent.v6, sent.seq),
+                            Pending {
+                                target: t,
+                                index: r.sent,
+                                sent_ns: sent.sent_ns,
+                                waited: next_timeout[t],
+                            },
+                        );
+                        queue.push(Reverse((
+                            now + next_timeout[t],
+                            Due::Expire(sent.v6, sent.seq),
+                        )));
+                    }
                     r.rtts_ns.push(None);
                     r.sent += 1;
-                    queue.push(Reverse((
-                        now + next_timeout[t],
-                        Due::Expire(sent.v6, sent.seq),
-                    )));
                     if let Some(c) = s.count {
                         if r.sent < c {
                             queue.push(Reverse((at + s.period, Due::Send(t))));
@@ -165,7 +168,12 @@ pub fn run(
                 }
             }
         }
-        if queue.is_empty() {
+        // Done once nothing is left to send and every request is answered or expired
+        // (a reply takes its request out of `pending`; its expiry is then a no-op).
+        let sends_left = queue
+            .iter()
+            .any(|Reverse((_, d))| matches!(d, Due::Send(_)));
+        if !sends_left && pending.is_empty() {
             break;
         }
         let wait = queue.peek().map_or(Duration::ZERO, |Reverse((at, _))| {

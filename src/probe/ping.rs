@@ -163,6 +163,9 @@ pub struct ReplyEvent {
     pub received_ns: u64,
     /// The echo identifier it carries (ping -v prints it).
     pub ident: u16,
+    /// A second reply to a request already answered (iputils' `(DUP!)`), its time
+    /// from the request's send; not in the statistics.
+    pub duplicate: bool,
 }
 
 impl PingSettings {
@@ -745,7 +748,7 @@ pub fn run_each(
     let (mut sent, mut received, mut dups, mut reordered, mut corrupted) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut highest: Option<u64> = None;
-    let (mut pipe, mut ewma_us8) = (0u64, 0u64);
+    let (mut pipe, mut ewma_us8, mut max_rtt_ns) = (0u64, 0u64, 0u64);
     let mut error = None;
     let start = Instant::now();
     let started_unix_ns = crate::kernel::realtime_ns();
@@ -778,12 +781,14 @@ pub fn run_each(
     loop {
         let now = Instant::now();
         let unique = received - dups;
-        let outstanding = sent - unique.min(sent);
+        // The request sent last (icmp_seq = sent) is answered: -A, -f and -i 0 wait for
+        // that one only, so one lost request does not slow every later one.
+        let last_answered = sent == 0 || answered[usize::from(sent as u16)];
         let preloading = sent < settings.preload;
         let can_send = wants_more(sent, unique, now)
             && (preloading
                 || (now >= next_send
-                    && (!waits_for_reply || outstanding == 0 || now - last_send >= reply_wait)));
+                    && (!waits_for_reply || last_answered || now - last_send >= reply_wait)));
         if can_send {
             // icmp_seq counts from 1, as iputils ping's.
             let seq = (sent + 1) as u16;
@@ -807,7 +812,7 @@ pub fn run_each(
             answered[slot] = false;
             if let Err(e) = sock.send_to(&pkt, &dest) {
                 error = Some(format!(
-                    "sending echo request {sent}: {}",
+                    "sending echo request icmp_seq={seq}: {}",
                     crate::error_chain(&e)
                 ));
                 break;
@@ -828,24 +833,32 @@ pub fn run_each(
         let now = Instant::now();
         let unique = received - dups;
         let outstanding = sent - unique.min(sent);
+        let last_answered = sent == 0 || answered[usize::from(sent as u16)];
         if deadline.is_some_and(|d| now >= d || unique >= count) {
             break;
         }
+        // After the last request, iputils waits -W while nothing has come back, else
+        // two of the longest round trips (ping_common.c's main_loop).
+        let linger = if unique > 0 {
+            settings
+                .timeout
+                .min(Duration::from_nanos(max_rtt_ns.saturating_mul(2)))
+        } else {
+            settings.timeout
+        };
         if !wants_more(sent, unique, now)
-            && (outstanding == 0
-                || now - last_send >= settings.timeout
-                || ctl.stop.load(Ordering::Relaxed))
+            && (outstanding == 0 || now - last_send >= linger || ctl.stop.load(Ordering::Relaxed))
         {
             break;
         }
         // Wait for a reply until the next send (or the timeout of the last one).
-        let waiting = waits_for_reply && outstanding > 0;
+        let waiting = waits_for_reply && !last_answered;
         let wait_until = if wants_more(sent, unique, now) && !waiting {
             next_send
         } else if wants_more(sent, unique, now) {
             last_send + reply_wait
         } else {
-            last_send + settings.timeout
+            last_send + linger
         };
         let wait_until = deadline.map_or(wait_until, |d| wait_until.min(d));
         // SAFETY: plain data, zero is a valid value.
@@ -915,8 +928,32 @@ pub fn run_each(
         }
         let slot = usize::from(reply.seq);
         received += 1;
+        // A raw IPv4 socket hands over the IP header: its TTL, and bytes after it.
+        let ihl = if raw && !v6 {
+            usize::from(rbuf[0] & 0x0f) * 4
+        } else {
+            0
+        };
+        let event = |rtt_ns: u64, duplicate: bool| ReplyEvent {
+            bytes: n.saturating_sub(ihl),
+            // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
+            from: unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
+                .as_socket()
+                .map_or(settings.target, |a| a.ip()),
+            icmp_seq: reply.seq,
+            ttl: if ihl > 0 { Some(rbuf[8]) } else { got.ttl },
+            rtt_ns,
+            received_ns: rx_ns,
+            ident: reply.ident,
+            duplicate,
+        };
         if answered[slot] {
             dups += 1;
+            // iputils prints a duplicate's line too, marked (DUP!).
+            on_event(&PingEvent::Reply(event(
+                rx_ns.saturating_sub(sent_at[slot]),
+                true,
+            )));
             continue;
         }
         answered[slot] = true;
@@ -934,6 +971,7 @@ pub fn run_each(
             continue;
         }
         hist.record_ns(rtt);
+        max_rtt_ns = max_rtt_ns.max(rtt);
         pipe = pipe.max(sent - full);
         let trip_us = rtt / 1000;
         ewma_us8 = if ewma_us8 == 0 {
@@ -941,24 +979,7 @@ pub fn run_each(
         } else {
             (ewma_us8 + trip_us).saturating_sub(ewma_us8 / 8)
         };
-        // A raw IPv4 socket hands over the IP header: its TTL, and bytes after it.
-        let ihl = if raw && !v6 {
-            usize::from(rbuf[0] & 0x0f) * 4
-        } else {
-            0
-        };
-        on_event(&PingEvent::Reply(ReplyEvent {
-            bytes: n.saturating_sub(ihl),
-            // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
-            from: unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
-                .as_socket()
-                .map_or(settings.target, |a| a.ip()),
-            icmp_seq: reply.seq,
-            ttl: if ihl > 0 { Some(rbuf[8]) } else { got.ttl },
-            rtt_ns: rtt,
-            received_ns: rx_ns,
-            ident: reply.ident,
-        }));
+        on_event(&PingEvent::Reply(event(rtt, false)));
         if settings.keep_series {
             series.push((start.elapsed().as_secs_f64(), rtt));
         }

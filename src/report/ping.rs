@@ -192,6 +192,9 @@ pub fn iputils_reply(ev: &ReplyEvent, style: ReplyStyle, from: &str) -> String {
         let _ = write!(out, " ttl={t}");
     }
     let _ = write!(out, " time={} ms", iputils_ms(ev.rtt_ns));
+    if ev.duplicate {
+        out.push_str(" (DUP!)");
+    }
     if style.audible {
         out.push('\u{7}');
     }
@@ -379,6 +382,7 @@ mod tests {
             rtt_ns: 45_400,
             received_ns: 1_700_000_000_123_456_789,
             ident: 77,
+            duplicate: false,
         };
         let plain = ReplyStyle::default();
         assert_eq!(
@@ -405,6 +409,14 @@ mod tests {
             "64 bytes from localhost (127.0.0.1): icmp_seq=1 ident=77 ttl=64 time=0.045 ms\u{7}\n"
         );
         assert_eq!(iputils_pattern(&[0xab, 0xcd]), "PATTERN: 0xabcd\n");
+        let dup = ReplyEvent {
+            duplicate: true,
+            ..ev
+        };
+        assert_eq!(
+            iputils_reply(&dup, plain, "127.0.0.1"),
+            "64 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms (DUP!)\n"
+        );
         assert_eq!(iputils_no_answer(3, None), "no answer yet for icmp_seq=3\n");
         assert_eq!(iputils_ms(1_234_000), "1.23");
         assert_eq!(iputils_ms(12_345_000), "12.3");

@@ -39,6 +39,14 @@ impl ControlClient {
             RrError::Control(ControlError::Io(io)) if cut_off(&io) => {
                 RrError::ClosedInHandshake(addr)
             }
+            RrError::Control(ControlError::Io(io))
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                RrError::NoGreeting(addr)
+            }
             other => other,
         })
     }
@@ -48,11 +56,10 @@ impl ControlClient {
         secret: Option<&[u8]>,
         path: &PathOptions,
     ) -> Result<Self, RrError> {
-        let mut stream =
-            connect_on(addr, path).map_err(|source| RrError::Connect { addr, source })?;
+        let mut stream = connect_on(addr, path)?;
         let _ = stream.set_nodelay(true);
         stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
+            .set_read_timeout(Some(GREETING_TIMEOUT))
             .map_err(ControlError::Io)?;
         let client_nonce = control::nonce()?;
         control::write_msg(
@@ -193,10 +200,18 @@ pub(super) fn read_sealed_or_error(
     })
 }
 
-/// The control connection, on the path asked for (interface, source, mark).
-fn connect_on(addr: SocketAddr, path: &PathOptions) -> std::io::Result<TcpStream> {
-    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    path.route(&sock, addr)?;
-    sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)?;
+/// The control connection, on the path asked for (interface, source, mark): a path
+/// this end cannot take (an address not its own, a mark without CAP_NET_ADMIN) is this
+/// end's error, not an unreachable server.
+fn connect_on(addr: SocketAddr, path: &PathOptions) -> Result<TcpStream, RrError> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+        .map_err(RrError::LocalPath)?;
+    path.route(&sock, addr).map_err(RrError::LocalPath)?;
+    sock.connect_timeout(&SockAddr::from(addr), CONNECT_TIMEOUT)
+        .map_err(|source| RrError::Connect { addr, source })?;
     Ok(sock.into())
 }
+
+/// How long a server that accepted the control connection has to greet us: rttlab
+/// serve answers at once; something else (netserver on 12865) never does.
+const GREETING_TIMEOUT: Duration = Duration::from_secs(10);

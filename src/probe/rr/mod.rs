@@ -369,6 +369,7 @@ fn measure(
                 let cpu0 = thread_cpu_ns();
                 let mut tally = Tally::new(recorder, plan.raw_log.is_some());
                 measure_stream(&cx, conn, &mut tally);
+                tally.out.ended = Some(Instant::now());
                 tally.flush_raw(&cx);
                 tally.out.cpu_ns = thread_cpu_ns().saturating_sub(cpu0);
                 tally.publish(ctl);
@@ -393,7 +394,18 @@ fn measure(
         (outs, series)
     });
     let started = *start_cell.lock().unwrap_or_else(|p| p.into_inner());
-    let elapsed = started.map_or(Duration::ZERO, |t| t.elapsed());
+    // Until the last stream's last transaction (the watchdog notices the end only at
+    // its next tick, 50 ms on: a 100-transaction run would read 50 ms long).
+    let last_end = outcomes
+        .iter()
+        .map(|o| o.ended)
+        .collect::<Option<Vec<_>>>()
+        .and_then(|v| v.into_iter().max());
+    let elapsed = match (started, last_end) {
+        (Some(t), Some(end)) => end.saturating_duration_since(t),
+        (Some(t), None) => t.elapsed(),
+        (None, _) => Duration::ZERO,
+    };
     let machine = machine_cell
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -44,6 +44,9 @@ pub(super) struct StreamOutcome {
     /// With `keep_series`: each transaction as (ns from the run's start to its end,
     /// round trip ns), at most [`SERIES_MAX`].
     pub(super) series: Vec<(u64, u64)>,
+    /// When the stream finished its last transaction (merged: the last stream's), so
+    /// a counted run's elapsed time is not rounded up to the watchdog's tick.
+    pub(super) ended: Option<std::time::Instant>,
 }
 
 /// Transactions a stream keeps with `keep_series` (16 bytes each: 16 MiB).
@@ -53,6 +56,7 @@ impl StreamOutcome {
     /// Add another stream's outcome: histograms merged, counts summed, each stream's
     /// `tcp_info` kept, the first error and local address kept.
     pub(super) fn merge(&mut self, o: StreamOutcome) {
+        self.ended = self.ended.max(o.ended);
         self.hist.merge(&o.hist);
         self.connect.merge(&o.connect);
         self.intended.merge(&o.intended);

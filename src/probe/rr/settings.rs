@@ -204,6 +204,12 @@ pub struct RunControl {
 /// Errors that end a run before anything was measured.
 #[derive(Debug, thiserror::Error)]
 pub enum RrError {
+    /// This end could not take the path asked for (bind, interface, mark).
+    #[error("the client's end of the path")]
+    LocalPath(#[source] io::Error),
+    /// The server accepted the connection and never greeted.
+    #[error("{0} accepted the connection but sent no rttlab greeting in 10 s: is it `rttlab serve`? (netserver listens on 12865, rttlab serve on 12866)")]
+    NoGreeting(SocketAddr),
     /// The control connection could not be made.
     #[error("cannot reach the rttlab server at {addr} (is `rttlab serve` running there?)")]
     Connect {
