@@ -226,6 +226,9 @@ impl<R: Read> Buffer<R> {
     /// Fewer than four bytes.
     pub fn peek_u32_le(&mut self) -> Result<u32, CaptureError> {
         let b = self.fill(4)?;
+        if b.is_empty() {
+            return Err(CaptureError::Empty);
+        }
         if b.len() < 4 {
             return Err(CaptureError::Truncated {
                 offset: 0,

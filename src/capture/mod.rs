@@ -38,6 +38,9 @@ pub enum CaptureError {
     /// pcapng Section Header Block type.
     #[error("not a pcap or pcapng file (magic {0:#010x}); convert it with `editcap -F pcap`")]
     NotACapture(u32),
+    /// The input holds no byte at all (an empty file, or stdin closed at once).
+    #[error("the capture is empty: not even a file header")]
+    Empty,
     /// The input ended part-way through a record (a clean end between records is not
     /// an error).
     #[error("the capture ends inside a record at byte {offset} ({why}); the packets before it were read")]

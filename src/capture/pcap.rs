@@ -33,10 +33,7 @@ impl<R: Read> PcapReader<R> {
     /// # Errors
     /// Not pcap, or the header is cut short.
     pub fn with_buffer(mut b: Buffer<R>) -> Result<Self, CaptureError> {
-        let h = b.exact(24, "file header")?.ok_or(CaptureError::Truncated {
-            offset: 0,
-            why: "file header",
-        })?;
+        let h = b.exact(24, "file header")?.ok_or(CaptureError::Empty)?;
         let m = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
         let swapped = m == MAGIC_US.swap_bytes() || m == MAGIC_NS.swap_bytes();
         let nanos = m == MAGIC_NS || m == MAGIC_NS.swap_bytes();

@@ -48,6 +48,7 @@ pub enum SeqRuleArg {
 }
 
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["read", "interface"])))]
 #[command(after_help = "\
 Output (one line per RTT sample, pping's format):
   TIME RTT MINRTT HOST:PORT+PEER:PORT [METHOD] [local]
@@ -71,7 +72,7 @@ pub struct PassiveArgs {
         short = 'r',
         long = "read",
         conflicts_with = "interface",
-        required_unless_present = "interface"
+        value_name = "FILE"
     )]
     pub read: Option<String>,
     /// Capture live on this interface.
@@ -144,8 +145,8 @@ pub struct PassiveArgs {
     /// A TSval or segment older than this gives no sample (pping's tsvalMaxAge).
     #[arg(long, default_value = "10s", value_parser = values::duration)]
     pub max_age: Duration,
-    /// Stop after this many packets.
-    #[arg(short = 'c', long)]
+    /// Stop after this many packets (1 or more, as tcpdump's -c).
+    #[arg(short = 'c', long, value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Live: stop after this long (a bare number is seconds; pping's -s, a long name
     /// only here, where -s is tcpdump's snap length).
@@ -298,6 +299,11 @@ fn usage_or(e: SourceError) -> anyhow::Error {
 }
 
 pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
+    if a.seconds.is_some() && a.read.is_some() {
+        bail!(
+            "--duration is for a live capture (-i); a file (-r) is read to its end, or -c packets"
+        );
+    }
     let expression = Expression::from_words(&a.expression)
         .map_err(|e| anyhow::Error::new(e).context(super::Exit(2)))?;
     let methods: Vec<Method> = match a.method {

@@ -31,26 +31,31 @@ pub enum PmtuArg {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 As iputils ping: a line per reply (-q: none), rttlab's percentiles, then the
-`--- host ping statistics ---` block with its two summary lines last (`N packets
-transmitted, …` and `rtt min/avg/max/mdev = …`), so `tail -1` is the rtt line. Bare
-numbers for -i, -W and -w are seconds, as in iputils.
+`--- host ping statistics ---` block with its two summary lines last
+(`N packets transmitted, …` and `rtt min/avg/max/mdev = …`): `tail -1` is the
+rtt line. Bare numbers for -i, -W and -w are seconds, as in iputils.
 
-Several targets are probed in one loop as fping does: `A : [0], 64 bytes, 0.045 ms (…)`
-per reply, then per target `xmt/rcv/%loss = …` (-c) or every round trip (-C) on
-stderr; without -c or -C, `A is alive` or `A is unreachable`.
+Several targets are probed in one loop as fping does: a line per reply
+(`A : [0], 64 bytes, 0.045 ms (…)`), then per target `xmt/rcv/%loss = …` (-c)
+or every round trip (-C) on stderr; without -c or -C, `A is alive` or
+`A is unreachable`.
 
-Exit status: 0 when a reply came back (several targets: from every one), 1 when none
-did (with -w and -c: fewer than -c; several targets: some target never answered), 2
-on a usage or set-up error (a bad flag or value, a host that does not resolve, a
-missing privilege).
+Exit status: 0 when a reply came back (several targets: from every one); 1
+when none did (with -w and -c: fewer than -c; several targets: one never
+answered); 2 on a usage or set-up error (a bad flag or value, a host that does
+not resolve, a missing privilege).
 
 Examples:
-  rttlab ping 127.0.0.1                   5 echoes, 1 s apart
-  rttlab ping -c 3 -i 0.2 -w 5 127.0.0.1  until 3 replies are in, for at most 5 s
+  rttlab ping 127.0.0.1
+      5 echoes, 1 s apart
+  rttlab ping -c 3 -i 0.2 -w 5 127.0.0.1
+      until 3 replies are in, for at most 5 s
   rttlab ping ::1 -c 1000 -i 1ms --histogram
   rttlab ping 127.0.0.1 -i 0.2 -c 10 -t 3 -Q 0xb8 -M do
-  rttlab ping 127.0.0.1 -A --duration 2   the next echo once the last reply is in, 2 s
-  rttlab ping -C 3 -q 127.0.0.1 ::1       fping's per-target round trips
+  rttlab ping 127.0.0.1 -A --duration 2
+      the next echo once the last reply is in, for 2 s
+  rttlab ping -C 3 -q 127.0.0.1 ::1
+      fping's per-target round trips
   rttlab ping 127.0.0.1 -i 100us --spin -c 10000 -o P50_LATENCY,P99_LATENCY")]
 pub struct PingArgs {
     /// Host(s) to ping (IPv4 or IPv6); several are probed in one loop, as fping.

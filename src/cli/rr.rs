@@ -62,22 +62,36 @@ pub enum ScheduleArg {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
-  rttlab rr                                   1-byte TCP_RR for 10 s against an in-process server
-  rttlab rr -n 10000 -T 0,0                   10000 transactions, both ends on CPU 0
+  rttlab rr
+      1-byte TCP_RR for 10 s against an in-process server
+  rttlab rr -n 10000 -T 0,0
+      10000 transactions, both ends on CPU 0
   rttlab rr -t UDP_RR -r 64,64 --timeout 50ms
-  rttlab rr -t TCP_CRR -l 5                   connection per transaction; connect time reported apart
-  rttlab rr -w 10ms --pace hybrid -b 4        4 back-to-back transactions every 10 ms
-  rttlab rr --rate 2000/s --schedule poisson  open loop: service time and time from intended send
-  rttlab rr -t UDP_RR --rate 100/s -l 60 -H 192.0.2.7   irtt's fixed schedule: one-way delays, IPDV, loss by way
-  rttlab rr -t UDP_RR --rate 50/s --raw-log rr.jsonl    every transaction as a JSON line (irtt -o, sockperf --full-log)
+  rttlab rr -t TCP_CRR -l 5
+      a connection per transaction; connect time reported apart
+  rttlab rr -w 10ms --pace hybrid -b 4
+      4 back-to-back transactions every 10 ms
+  rttlab rr --rate 2000/s --schedule poisson
+      open loop: service time and time from intended send
+  rttlab rr -t UDP_RR --rate 100/s -l 60 -H 192.0.2.7
+      irtt's fixed schedule: one-way delays, IPDV, loss by way
+  rttlab rr -t UDP_RR --rate 50/s --raw-log rr.jsonl
+      every transaction as a JSON line (irtt -o, sockperf --full-log)
   rttlab rr -H 192.0.2.7 -o MIN_LATENCY,P50_LATENCY,P99_LATENCY,THROUGHPUT
-  rttlab rr -I 99,5 -i 10,3 -l 5                   repeat until transactions/s is known ±2.5 % (netperf's CIs)
-  rttlab rr -H 192.0.2.7 --dscp 46                 EF both ways (the server answers in kind)
-  rttlab rr -H 192.0.2.7 --mark 7                  the uplink `ip rule add fwmark 7 …` picks
-  rttlab rr --anatomy -T 0,1                       where each µs went: stacks, wake-ups, the path
-  rttlab rr --anatomy --recv spin -T 0,1           the same without the client's wake-up
-  rttlab rr --anatomy --server-delay 2ms           a server that thinks 2 ms per request
-  rttlab rr --anatomy --slow-log slow.jsonl        the slowest 1 % of transactions, each taken apart
+  rttlab rr -I 99,5 -i 10,3 -l 5
+      repeat until transactions/s is known ±2.5 % (netperf's CIs)
+  rttlab rr -H 192.0.2.7 --dscp 46
+      EF both ways (the server answers in kind)
+  rttlab rr -H 192.0.2.7 --mark 7
+      the uplink `ip rule add fwmark 7 …` picks
+  rttlab rr --anatomy -T 0,1
+      where each µs went: stacks, wake-ups, the path
+  rttlab rr --anatomy --recv spin -T 0,1
+      the same without the client's wake-up
+  rttlab rr --anatomy --server-delay 2ms
+      a server that thinks 2 ms per request
+  rttlab rr --anatomy --slow-log slow.jsonl
+      the slowest 1 % of transactions, each taken apart
   rttlab rr -H server -t TCP_RR -- -r 1,2 -o MIN_LATENCY,P99_LATENCY -P ,13500
       a netperf line pasted: netperf's options either side of --, its output
   rttlab rr -P 0 -H server -t UDP_RR -w 10ms -b 1 -- -r 64 -O THROUGHPUT

@@ -36,11 +36,16 @@ impl Report for PingResult {
         } else {
             100.0 * self.lost as f64 / self.sent as f64
         };
-        let _ = writeln!(
-            out,
-            "{} sent, {} answered, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s\n",
-            self.sent, self.received, self.lost, self.duplicates, self.reordered, self.corrupted, self.elapsed_s
-        );
+        out.push_str(&super::table::wrap(
+            &format!(
+                "{} sent, {} answered, {} lost ({pct:.2} %), {} duplicates, {} reordered, {} corrupted, {:.3} s",
+                self.sent, self.received, self.lost, self.duplicates, self.reordered, self.corrupted, self.elapsed_s
+            ),
+            super::table::TEXT_WIDTH,
+            "",
+            "  ",
+        ));
+        out.push('\n');
         out.push_str(&super::summary_table("icmp", &self.rtt));
         if histogram {
             out.push('\n');
