@@ -972,7 +972,7 @@ fn peers_beyond_the_descriptor_limit_are_refused_by_name() {
     common::limit_open_files(&mut cmd, 1024);
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains("600 peers") && err.contains("ulimit -n 1024"),
         "{err}"
@@ -1005,7 +1005,7 @@ fn a_broken_web_config_stops_the_start_with_its_reason() {
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(err.contains(says), "{err}");
     }
 }
@@ -1198,7 +1198,7 @@ fn a_peers_file_that_is_dev_zero_is_refused_by_name_and_the_agent_keeps_serving(
         .args(["-L", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr(&o).trim(),
         format!(
@@ -1245,7 +1245,7 @@ fn a_200000_peer_file_is_refused_by_the_peer_cap_and_the_agent_stays_responsive(
         .args(["-L", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("200000 peers named") && stderr(&o).contains("--max-peers 5000"),
         "{}",
@@ -1344,7 +1344,7 @@ fn report_out_over_a_planted_symlink_leaves_its_target_unchanged() {
     std::fs::write(&victim, "precious\n").unwrap();
     symlink(&victim, out.join("report.html")).unwrap();
     let o = report(&[run.as_os_str(), "--out".as_ref(), out.as_os_str()]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!(
             "{} is a symbolic link: refusing to write through it",
@@ -1372,7 +1372,7 @@ fn report_refuses_a_run_json_that_is_dev_zero_or_a_fifo() {
     std::fs::remove_file(run.join("run.json")).unwrap();
     symlink("/dev/zero", run.join("run.json")).unwrap();
     let o = report(&[run.as_os_str()]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains(&format!("{}", run.join("run.json").display())),
         "{}",
@@ -1383,7 +1383,7 @@ fn report_refuses_a_run_json_that_is_dev_zero_or_a_fifo() {
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let o = report(&[run.as_os_str()]);
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert!(
         stderr(&o).contains("run.json: a FIFO, not a regular file"),
         "{}",
@@ -1407,7 +1407,7 @@ fn report_names_a_missing_and_a_foreign_histogram_and_fails() {
     )
     .unwrap();
     let o = report(&[run.as_os_str()]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let err = stderr(&o);
     let line = |name: &str| {
         err.lines()

@@ -223,7 +223,7 @@ fn every_layer_is_measured_and_the_gaps_follow_the_seeds() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains(&format!(
             "{}: a symlink to /nonexistent/tcp_rr.hist.csv, which does not exist",

@@ -23,6 +23,8 @@ fn masked(text: &str) -> Vec<String> {
         (r"^\[\d+\.\d{6}\] ", "[S] "),
         (r"= [\d.]+/[\d.]+/[\d.]+/[\d.]+ ms", "= A/B/C/D ms"),
         (r"ipg/ewma [\d.]+/[\d.]+ ms", "ipg/ewma G/E ms"),
+        // -T's stamps (ms since midnight UTC, then differences).
+        (r"\t-?\d+( absolute)?$", "\tN$1"),
     ]
     .map(|(re, to)| (Regex::new(re).unwrap(), to));
     text.lines()
@@ -127,7 +129,11 @@ fn ping_prints_what_iputils_prints_on_loopback() {
             &["-c", "3", "-f"],
             &["-c", "3", "-i", "0.2", "-M", "do", "-m", "7", "-L"],
             &["-c", "2", "-i", "0.2", "-I", "lo"],
+            &["-c", "3", "-i", "0.2", "-R"],
+            &["-c", "2", "-i", "0.2", "-T", "tsonly"],
+            &["-c", "2", "-i", "0.2", "-T", "tsandaddr"],
         ] {
+            // -R and -T on ::1: iputils pings without them, as rttlab does.
             let mut args = flags.to_vec();
             args.push(host);
             same_as_iputils(None, &args);
@@ -182,6 +188,32 @@ fn ping_loses_what_iputils_loses() {
     );
 }
 
+/// A peer that rejects echo request 2 with an ICMP error (nftables' reject, both
+/// families): iputils prints `From ADDR icmp_seq=2 Destination Host Unreachable` (v6:
+/// `Destination unreachable: Address unreachable`) and `+1 errors`; so does rttlab.
+#[test]
+fn ping_reports_the_errors_iputils_reports() {
+    if !common::privileged("ping_reports_the_errors_iputils_reports") {
+        return;
+    }
+    let n = NetnsPair::new();
+    NetnsPair::nft(
+        &n.b,
+        "table inet rttlab_test {
+           chain in { type filter hook input priority 0;
+             icmp type echo-request icmp sequence 2 reject with icmp type host-unreachable;
+             icmpv6 type echo-request icmpv6 sequence 2 reject with icmpv6 type addr-unreachable; }
+         }",
+    );
+    for host in [n.b4, n.b6] {
+        same_as_iputils(Some(&n.a), &["-c", "3", "-i", "0.2", host]);
+        same_as_iputils(Some(&n.a), &["-c", "3", "-i", "0.2", "-D", host]);
+        let (_, ours, _) = run(Some(&n.a), "rttlab", &["-c", "3", "-i", "0.2", host]);
+        assert!(ours.contains("icmp_seq=2 Destination"), "{ours}");
+        assert!(ours.contains("+1 errors"), "{ours}");
+    }
+}
+
 /// Scripts: `tail -1 | awk -F/ '{print $5}'` is the average, as iputils'; one line
 /// says "received".
 #[test]
@@ -204,8 +236,7 @@ fn the_last_line_is_the_rtt_line() {
 fn refused_flags_say_why() {
     for (flags, says) in [
         (&["-b"][..], "broadcast"),
-        (&["-R"], "tracepath"),
-        (&["-T", "tsonly"], "timestamp"),
+        (&["-T", "tsprespec"], "tsandaddr"),
         (&["-N", "name"], "node information"),
         (&["-F", "1"], "flow label"),
         (&["-p", "xyz"], "hex"),

@@ -6,7 +6,7 @@ use super::values;
 use anyhow::bail;
 use clap::{Args, ValueEnum};
 use rttlab::probe::fping::{self, FpingEvent, FpingSettings};
-use rttlab::probe::ping::{self, PingControl, PingEvent, PingSettings, Pmtu, SocketKind};
+use rttlab::probe::ping::{self, IpOption, PingControl, PingEvent, PingSettings, Pmtu, SocketKind};
 use rttlab::report::ping as ping_report;
 use rttlab::report::OutputFormat;
 use std::io::Write;
@@ -174,6 +174,14 @@ pub struct PingArgs {
     /// Verbose: each reply's echo identifier.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    /// IPv4: record the route in each request (the RR option, nine hops at most; many
+    /// routers drop or ignore it). Needs a raw socket (CAP_NET_RAW).
+    #[arg(short = 'R', long = "record-route", conflicts_with = "ip_timestamp")]
+    pub record_route: bool,
+    /// IPv4: the timestamp option, `tsonly` or `tsandaddr` (iputils' `tsprespec`,
+    /// which names the hops, is not taken). Needs a raw socket (CAP_NET_RAW).
+    #[arg(short = 'T', long = "ip-timestamp", value_name = "tsonly|tsandaddr", value_parser = ip_timestamp)]
+    pub ip_timestamp: Option<IpOption>,
     /// Numeric output only: rttlab never looks a reply's address up when -n is given
     /// (without it, a target given by name is shown as `name (address)`, as iputils).
     #[arg(short = 'n', long = "numeric")]
@@ -203,12 +211,6 @@ pub struct RefusedArgs {
     /// (iputils' broadcast ping: refused, list the hosts instead.)
     #[arg(short = 'b', hide = true)]
     broadcast: bool,
-    /// (iputils' record route: refused.)
-    #[arg(short = 'R', hide = true)]
-    record_route: bool,
-    /// (iputils' IP timestamp option: refused.)
-    #[arg(short = 'T', hide = true, value_name = "OPTION")]
-    ip_timestamp: Option<String>,
     /// (iputils' ICMPv6 node information query: refused.)
     #[arg(short = 'N', hide = true, value_name = "OPTION")]
     node_info: Option<String>,
@@ -226,12 +228,6 @@ impl RefusedArgs {
         if self.broadcast {
             bail!("-b: rttlab does not ping broadcast addresses (one request, many repliers, no round trip per host): list the hosts, `rttlab ping A B C`");
         }
-        if self.record_route {
-            bail!("-R: rttlab does not record the route (an IPv4 option most routers drop or ignore, with room for nine hops); use `tracepath -n HOST`");
-        }
-        if self.ip_timestamp.is_some() {
-            bail!("-T: rttlab does not send IPv4 timestamp options (routers drop or ignore them; rttlab times with the kernel's receive stamps); use iputils' `ping -T`");
-        }
         if self.node_info.is_some() {
             bail!("-N: rttlab sends echo requests only, not ICMPv6 node information queries; use iputils' `ping -N`");
         }
@@ -242,6 +238,16 @@ impl RefusedArgs {
             bail!("-d: SO_DEBUG does nothing on Linux sockets, and rttlab does not set it");
         }
         Ok(())
+    }
+}
+
+/// ping -T's option.
+fn ip_timestamp(s: &str) -> Result<IpOption, String> {
+    match s {
+        "tsonly" => Ok(IpOption::Timestamps),
+        "tsandaddr" => Ok(IpOption::TimestampsAndAddresses),
+        "tsprespec" => Err("tsprespec (timestamps from hops named in advance) is not taken: use tsandaddr, or iputils' ping -T tsprespec".into()),
+        _ => Err(format!("{s:?}: tsonly or tsandaddr")),
     }
 }
 
@@ -362,6 +368,21 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     s.no_multicast_loop = a.no_multicast_loop;
     s.ident = a.ident;
     s.user_latency = a.user_latency;
+    s.ip_option = a
+        .ip_timestamp
+        .or(a.record_route.then_some(IpOption::RecordRoute));
+    if s.ip_option.is_some() && target.is_ipv6() {
+        // iputils pings an IPv6 target without them, as "ping only" options.
+        eprintln!("rttlab: note: -R and -T are IPv4 options; {target} is pinged without them");
+        s.ip_option = None;
+    }
+    if s.ip_option.is_some() {
+        // The options come back in the reply's IP header, which a raw socket hands over.
+        if a.socket == SocketArg::Dgram {
+            bail!("-R and -T read the reply's IP header: use --socket raw (or auto)");
+        }
+        s.socket = SocketKind::Raw;
+    }
     match a
         .interface
         .as_deref()
@@ -407,6 +428,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
         ident: a.verbose,
         audible: a.audible,
     };
+    let mut last_route = Vec::new();
     let result = ping::run_each(&s, &ctl, &mut |ev| {
         let text = match ev {
             PingEvent::Ready if lines => top_lines(&a, host, &s, &mut names),
@@ -418,8 +440,28 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
                 ping_report::iputils_no_answer(*seq, a.timestamps.then(rttlab::kernel::realtime_ns))
             }
             PingEvent::Reply(_) if flood_marks => "\u{8} \u{8}".to_string(),
+            PingEvent::Error {
+                from,
+                icmp_seq,
+                what,
+            } if per_reply => ping_report::iputils_error(
+                *from,
+                *icmp_seq,
+                what,
+                a.timestamps.then(rttlab::kernel::realtime_ns),
+            ),
             PingEvent::Reply(r) if per_reply => {
-                ping_report::iputils_reply(r, style, &names.shown(r.from))
+                let line = ping_report::iputils_reply(r, style, &names.shown(r.from));
+                match &r.options {
+                    // -R/-T: what the hops wrote goes after the time, as iputils.
+                    Some(o) => {
+                        let opts = ping_report::iputils_options(o, &mut last_route, &mut |a| {
+                            names.shown(a)
+                        });
+                        format!("{}{opts}\n", line.trim_end_matches('\n'))
+                    }
+                    None => line,
+                }
             }
             _ => return,
         };
@@ -557,6 +599,8 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
         ("-U", a.user_latency),
         ("-D", a.timestamps),
         ("-O", a.outstanding),
+        ("-R", a.record_route),
+        ("-T", a.ip_timestamp.is_some()),
         ("--hdr-log", a.out.hdr_log.is_some()),
     ] {
         if given {

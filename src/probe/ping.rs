@@ -108,6 +108,44 @@ pub struct PingSettings {
     /// Bind to the source address the kernel picks at the start, so a route change
     /// cannot move it (ping's -B).
     pub pin_source: bool,
+    /// An IPv4 option in every request (ping's -R, -T): the replies carry it back
+    /// filled in, and [`ReplyEvent::options`] holds what came back.
+    pub ip_option: Option<IpOption>,
+}
+
+/// The IPv4 options ping asks routers to fill in (RFC 791 §3.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IpOption {
+    /// Record route (-R): the addresses of the hops, up to nine.
+    RecordRoute,
+    /// Internet timestamp (-T tsonly): each hop's ms since midnight UTC.
+    Timestamps,
+    /// Internet timestamp with each hop's address (-T tsandaddr).
+    TimestampsAndAddresses,
+}
+
+impl IpOption {
+    /// The 40 option bytes of the request, as iputils lays them out (ping.c): a NOP
+    /// and RR of 39 bytes pointing at 4; TS of 40 (tsonly) or 36 bytes pointing at 5
+    /// with its flag.
+    pub fn request_bytes(self) -> [u8; 40] {
+        let mut b = [0u8; 40];
+        match self {
+            IpOption::RecordRoute => b[..4].copy_from_slice(&[1, 7, 39, 4]),
+            IpOption::Timestamps => b[..4].copy_from_slice(&[68, 40, 5, 0]),
+            IpOption::TimestampsAndAddresses => b[..4].copy_from_slice(&[68, 36, 5, 1]),
+        }
+        b
+    }
+}
+
+/// The IPv4 options of a reply's header, as they came (at most 40 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyOptions {
+    /// Bytes used of `bytes`.
+    pub len: u8,
+    /// The options, from the first byte after the fixed header.
+    pub bytes: [u8; 40],
 }
 
 /// What [`run_each`] tells its caller as the run goes.
@@ -126,6 +164,94 @@ pub enum PingEvent {
     },
     /// A reply within the timeout.
     Reply(ReplyEvent),
+    /// An ICMP error a request drew (raw sockets), as iputils words it.
+    Error {
+        /// The router or host that sent it.
+        from: IpAddr,
+        /// The request it is about.
+        icmp_seq: u16,
+        /// iputils' text: "Destination Host Unreachable", "Time to live exceeded", ….
+        what: &'static str,
+    },
+}
+
+/// An ICMP error about one of our echo requests.
+#[derive(Debug, PartialEq, Eq)]
+pub struct IcmpError {
+    /// The request's sequence number, from the copy of it the error quotes.
+    pub icmp_seq: u16,
+    /// iputils' words for the error's type and code.
+    pub what: &'static str,
+}
+
+/// An ICMP (v6: ICMPv6) error quoting an echo request of ours with `ident`, from a
+/// raw socket (IPv4 with its IP header, IPv6 without). Words from iputils' `pr_icmph`.
+pub fn parse_error(buf: &[u8], v6: bool, ident: u16) -> Option<IcmpError> {
+    let icmp = if v6 {
+        buf
+    } else {
+        let ihl = usize::from(buf.first()? & 0x0f) * 4;
+        buf.get(ihl..)?
+    };
+    let (ty, code) = (*icmp.first()?, *icmp.get(1)?);
+    // The quoted packet starts 8 bytes in: its IP header, then our echo's header.
+    let quoted = icmp.get(8..)?;
+    let echo = if v6 {
+        // A fixed IPv6 header; extension headers are not followed.
+        (*quoted.get(6)? == 58).then(|| quoted.get(40..))??
+    } else {
+        let ihl = usize::from(quoted.first()? & 0x0f) * 4;
+        (*quoted.get(9)? == 1).then(|| quoted.get(ihl..))??
+    };
+    let request = if v6 { 128 } else { 8 };
+    if echo.len() < 8 || echo[0] != request || u16::from_be_bytes([echo[4], echo[5]]) != ident {
+        return None;
+    }
+    let what = if v6 {
+        match (ty, code) {
+            (1, 0) => "Destination unreachable: No route",
+            (1, 1) => "Destination unreachable: Administratively prohibited",
+            (1, 2) => "Destination unreachable: Beyond scope of source address",
+            (1, 3) => "Destination unreachable: Address unreachable",
+            (1, 4) => "Destination unreachable: Port unreachable",
+            (1, _) => "Destination unreachable",
+            (2, _) => "Packet too big",
+            (3, 0) => "Time exceeded: Hop limit",
+            (3, _) => "Time exceeded: Defragmentation failure",
+            (4, _) => "Parameter problem",
+            _ => return None,
+        }
+    } else {
+        match (ty, code) {
+            (3, 0) => "Destination Net Unreachable",
+            (3, 1) => "Destination Host Unreachable",
+            (3, 2) => "Destination Protocol Unreachable",
+            (3, 3) => "Destination Port Unreachable",
+            (3, 4) => "Frag needed and DF set",
+            (3, 5) => "Source Route Failed",
+            (3, 6) => "Destination Net Unknown",
+            (3, 7) => "Destination Host Unknown",
+            (3, 8) => "Source Host Isolated",
+            (3, 9) => "Destination Net Prohibited",
+            (3, 10) => "Destination Host Prohibited",
+            (3, 11) => "Destination Net Unreachable for Type of Service",
+            (3, 12) => "Destination Host Unreachable for Type of Service",
+            (3, 13) => "Packet filtered",
+            (3, 14) => "Precedence Violation",
+            (3, 15) => "Precedence Cutoff",
+            (3, _) => "Dest Unreachable",
+            (11, 0) => "Time to live exceeded",
+            (11, _) => "Frag reassembly time exceeded",
+            (12, _) => "Parameter problem",
+            (4, _) => "Source Quench",
+            (5, _) => "Redirect",
+            _ => return None,
+        }
+    };
+    Some(IcmpError {
+        icmp_seq: u16::from_be_bytes([echo[6], echo[7]]),
+        what,
+    })
 }
 
 /// ping -f's most time between requests: "as fast as they come back or one hundred
@@ -166,6 +292,8 @@ pub struct ReplyEvent {
     /// A second reply to a request already answered (iputils' `(DUP!)`), its time
     /// from the request's send; not in the statistics.
     pub duplicate: bool,
+    /// The reply's IPv4 options (raw sockets, when the request carried -R or -T).
+    pub options: Option<ReplyOptions>,
 }
 
 impl PingSettings {
@@ -200,6 +328,7 @@ impl PingSettings {
             user_latency: false,
             flood: false,
             pin_source: false,
+            ip_option: None,
         }
     }
 }
@@ -297,6 +426,9 @@ pub struct PingResult {
     pub reordered: u64,
     /// Replies whose payload did not match what was sent.
     pub corrupted: u64,
+    /// ICMP errors our requests drew (destination unreachable, TTL exceeded, …),
+    /// heard on a raw socket; iputils' `+N errors`.
+    pub errors: u64,
     /// Round trips of the replies within the timeout, µs.
     pub rtt: Summary,
     /// The same round trips as a histogram, ns (not in the JSON).
@@ -553,6 +685,31 @@ fn configure(sock: &Socket, kind: SocketKind, s: &PingSettings) -> Result<(), Pi
     if s.dont_route {
         set(libc::SOL_SOCKET, libc::SO_DONTROUTE, 1, "-r (SO_DONTROUTE)")?;
     }
+    if let Some(o) = s.ip_option {
+        if v6 {
+            return Err(PingError::Option {
+                what: "-R/-T: IPv4 options; IPv6 has none of these".into(),
+                source: io::Error::from(io::ErrorKind::Unsupported),
+            });
+        }
+        let b = o.request_bytes();
+        // SAFETY: a pointer to 40 live bytes and their length.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_OPTIONS,
+                b.as_ptr().cast(),
+                40,
+            )
+        };
+        if rc != 0 {
+            return Err(PingError::Option {
+                what: "-R/-T (IP_OPTIONS)".into(),
+                source: io::Error::last_os_error(),
+            });
+        }
+    }
     if s.no_multicast_loop {
         if v6 {
             set(
@@ -748,7 +905,7 @@ pub fn run_each(
     let (mut sent, mut received, mut dups, mut reordered, mut corrupted) =
         (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut highest: Option<u64> = None;
-    let (mut pipe, mut ewma_us8, mut max_rtt_ns) = (0u64, 0u64, 0u64);
+    let (mut pipe, mut ewma_us8, mut max_rtt_ns, mut errors) = (0u64, 0u64, 0u64, 0u64);
     let mut error = None;
     let start = Instant::now();
     let started_unix_ns = crate::kernel::realtime_ns();
@@ -832,7 +989,7 @@ pub fn run_each(
         // -w's deadline has come, or -w's count of replies is in.
         let now = Instant::now();
         let unique = received - dups;
-        let outstanding = sent - unique.min(sent);
+        let outstanding = sent - (unique + errors).min(sent);
         let last_answered = sent == 0 || answered[usize::from(sent as u16)];
         if deadline.is_some_and(|d| now >= d || unique >= count) {
             break;
@@ -910,6 +1067,25 @@ pub fn run_each(
         let n = got.len;
         let Some(reply) = parse_reply(&rbuf[..n], v6, raw, ident, settings.size, &settings.pad)
         else {
+            // A raw socket also hears the ICMP errors our requests drew (iputils'
+            // "From 10.0.0.1 icmp_seq=3 Destination Host Unreachable", `+N errors`).
+            if let Some(e) = raw.then(|| parse_error(&rbuf[..n], v6, ident)).flatten() {
+                let slot = usize::from(e.icmp_seq);
+                if u64::from(e.icmp_seq) <= sent.min(0xffff) && !answered[slot] {
+                    errors += 1;
+                    // Settled: the end and -A's pacing stop waiting for it.
+                    answered[slot] = true;
+                    // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
+                    let src = unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
+                        .as_socket()
+                        .map_or(settings.target, |a| a.ip());
+                    on_event(&PingEvent::Error {
+                        from: src,
+                        icmp_seq: e.icmp_seq,
+                        what: e.what,
+                    });
+                }
+            }
             continue;
         };
         // -U: the time user space has the reply, its wake-up included.
@@ -946,6 +1122,15 @@ pub fn run_each(
             received_ns: rx_ns,
             ident: reply.ident,
             duplicate,
+            options: (ihl > 20).then(|| {
+                let mut bytes = [0u8; 40];
+                let o = &rbuf[20..ihl.min(60)];
+                bytes[..o.len()].copy_from_slice(o);
+                ReplyOptions {
+                    len: o.len() as u8,
+                    bytes,
+                }
+            }),
         };
         if answered[slot] {
             dups += 1;
@@ -1031,6 +1216,7 @@ pub fn run_each(
         duplicates: dups,
         reordered,
         corrupted,
+        errors,
         rtt: Summary::from_histogram(&hist, &settings.percentiles),
         histogram: hist,
         series,
@@ -1051,6 +1237,40 @@ mod tests {
         assert_eq!(
             checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
             0x220d
+        );
+    }
+
+    /// Witness: RFC 792's layout, built by hand: an IP header, ICMP type 3 code 1, the
+    /// quoted IP header and the first 8 bytes of our echo request.
+    #[test]
+    fn errors_quoting_our_requests_are_named_as_iputils_names_them() {
+        let mut p = vec![0x45u8];
+        p.extend_from_slice(&[0; 19]);
+        p.extend_from_slice(&[3, 1, 0, 0, 0, 0, 0, 0]);
+        let mut quoted = vec![0x45u8, 0, 0, 0, 0, 0, 0, 0, 64, 1];
+        quoted.extend_from_slice(&[0; 10]);
+        quoted.extend_from_slice(&[8, 0, 0, 0, 0x12, 0x34, 0, 9]);
+        p.extend_from_slice(&quoted);
+        assert_eq!(
+            parse_error(&p, false, 0x1234),
+            Some(IcmpError {
+                icmp_seq: 9,
+                what: "Destination Host Unreachable"
+            })
+        );
+        assert_eq!(parse_error(&p, false, 0x9999), None, "another's request");
+        p[20] = 0;
+        assert_eq!(parse_error(&p, false, 0x1234), None, "an echo reply");
+        assert_eq!(parse_error(&p[..30], false, 0x1234), None, "truncated");
+        // ICMPv6 destination unreachable (1, 3) quoting a 40-byte IPv6 header.
+        let mut q = vec![1u8, 3, 0, 0, 0, 0, 0, 0];
+        let mut ip6 = vec![0x60u8, 0, 0, 0, 0, 8, 58, 64];
+        ip6.extend_from_slice(&[0; 32]);
+        q.extend_from_slice(&ip6);
+        q.extend_from_slice(&[128, 0, 0, 0, 0x12, 0x34, 0, 2]);
+        assert_eq!(
+            parse_error(&q, true, 0x1234).map(|e| (e.icmp_seq, e.what)),
+            Some((2, "Destination unreachable: Address unreachable"))
         );
     }
 

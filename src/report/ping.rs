@@ -3,7 +3,7 @@
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
 use crate::probe::fping::TargetResult;
-use crate::probe::ping::{PingResult, ReplyEvent};
+use crate::probe::ping::{PingResult, ReplyEvent, ReplyOptions};
 use crate::stats::LogLinear;
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -142,7 +142,7 @@ pub fn iputils_header(
             "PING {host} ({}) {from}{}({}) bytes of data.\n",
             r.target,
             r.size,
-            r.size + 28
+            r.size + 28 + if r.ip_option.is_some() { 40 } else { 0 }
         )
     }
 }
@@ -207,10 +207,128 @@ pub fn iputils_reply(ev: &ReplyEvent, style: ReplyStyle, from: &str) -> String {
     out
 }
 
+/// What iputils prints of a reply's IPv4 options (ping.c's `pr_options`), to go
+/// between the reply's time and its newline: `\nRR: \t10.0.0.1\n\t…\n` (the
+/// addresses, then the blank line that follows), or `\t(same route)` when the route is
+/// the one printed last (`last_route`); timestamps as `\nTS: \t84682273 absolute\n\t0…`,
+/// each after the first as its difference from the one before. `name` shows an
+/// address as the reply lines do.
+pub fn iputils_options(
+    o: &ReplyOptions,
+    last_route: &mut Vec<u8>,
+    name: &mut dyn FnMut(IpAddr) -> String,
+) -> String {
+    let b = &o.bytes[..usize::from(o.len)];
+    let mut out = String::new();
+    let addr = |c: &[u8]| IpAddr::from([c[0], c[1], c[2], c[3]]);
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            0 => break,
+            1 => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let (Some(&len), Some(&ptr)) = (b.get(i + 1), b.get(i + 2)) else {
+            break;
+        };
+        let len = usize::from(len).max(2);
+        let end = (i + len).min(b.len());
+        match b[i] {
+            7 => {
+                let n = usize::from(ptr.min(len as u8)).saturating_sub(4);
+                let route = b.get(i + 3..(i + 3 + n).min(end)).unwrap_or(&[]);
+                if route.len() >= 4 {
+                    if route == last_route.as_slice() {
+                        out.push_str("\t(same route)");
+                    } else {
+                        *last_route = route.to_vec();
+                        let hops: Vec<String> = route
+                            .chunks_exact(4)
+                            .map(|c| format!("\t{}", name(addr(c))))
+                            .collect();
+                        let _ = write!(out, "\nRR: {}\n", hops.join("\n"));
+                    }
+                }
+            }
+            68 => {
+                let n = usize::from(ptr.min(len as u8)).saturating_sub(5);
+                let flags = b.get(i + 3).copied().unwrap_or(0);
+                let with_addr = flags & 0xf != 0;
+                let step = if with_addr { 8 } else { 4 };
+                // iputils reads whole entries while any of the pointer's bytes remain
+                // (a full tsandaddr option points one past its 36 bytes: 31 → 4 pairs).
+                let n = n.div_ceil(step) * step;
+                let data = b.get(i + 4..(i + 4 + n).min(end)).unwrap_or(&[]);
+                let (mut std_t, mut nonstd_t) = (0u32, 0u32);
+                let mut items = Vec::new();
+                for c in data.chunks_exact(step) {
+                    let mut item = String::new();
+                    let t = if with_addr {
+                        let _ = write!(item, "\t{}", name(addr(c)));
+                        &c[4..8]
+                    } else {
+                        &c[..4]
+                    };
+                    let l = u32::from_be_bytes([t[0], t[1], t[2], t[3]]);
+                    if l & 0x8000_0000 != 0 {
+                        let v = l & 0x7fff_ffff;
+                        if nonstd_t == 0 {
+                            let _ = write!(item, "\t{v} absolute not-standard");
+                        } else {
+                            let _ = write!(
+                                item,
+                                "\t{} not-standard",
+                                i64::from(v) - i64::from(nonstd_t)
+                            );
+                        }
+                        nonstd_t = v;
+                    } else {
+                        if std_t == 0 {
+                            let _ = write!(item, "\t{l} absolute");
+                        } else {
+                            let _ = write!(item, "\t{}", i64::from(l) - i64::from(std_t));
+                        }
+                        std_t = l;
+                    }
+                    items.push(item);
+                }
+                if !items.is_empty() {
+                    let _ = write!(out, "\nTS: {}\n", items.join("\n"));
+                    if flags >> 4 != 0 {
+                        let _ = writeln!(out, "Unrecorded hops: {}", flags >> 4);
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += len;
+    }
+    out
+}
+
 /// ping -p's line before the first: `PATTERN: 0x` and the bytes in hex.
 pub fn iputils_pattern(pad: &[u8]) -> String {
     let hex: String = pad.iter().map(|b| format!("{b:02x}")).collect();
     format!("PATTERN: 0x{hex}\n")
+}
+
+/// iputils' line for an ICMP error a request drew: `From 10.0.0.1 icmp_seq=3
+/// Destination Host Unreachable`.
+pub fn iputils_error(from: IpAddr, icmp_seq: u16, what: &str, timestamp_ns: Option<u64>) -> String {
+    let mut out = String::new();
+    if let Some(t) = timestamp_ns {
+        let _ = write!(
+            out,
+            "[{}.{:06}] ",
+            t / 1_000_000_000,
+            t % 1_000_000_000 / 1000
+        );
+    }
+    let _ = writeln!(out, "From {from} icmp_seq={icmp_seq} {what}");
+    out
 }
 
 /// ping -O's line when a request goes out before the last one was answered.
@@ -243,11 +361,14 @@ pub fn iputils_summary(host: &str, r: &PingResult, ipg_ewma: bool) -> String {
     } else {
         100.0 * r.lost as f64 / r.sent as f64
     };
-    let dups = if r.duplicates > 0 {
+    let mut dups = if r.duplicates > 0 {
         format!(", +{} duplicates", r.duplicates)
     } else {
         String::new()
     };
+    if r.errors > 0 {
+        let _ = write!(dups, ", +{} errors", r.errors);
+    }
     let _ = writeln!(
         out,
         "{} packets transmitted, {} received{dups}, {}% packet loss, time {}ms",
@@ -388,6 +509,7 @@ mod tests {
             received_ns: 1_700_000_000_123_456_789,
             ident: 77,
             duplicate: false,
+            options: None,
         };
         let plain = ReplyStyle::default();
         assert_eq!(
@@ -414,6 +536,31 @@ mod tests {
             "64 bytes from localhost (127.0.0.1): icmp_seq=1 ident=77 ttl=64 time=0.045 ms\u{7}\n"
         );
         assert_eq!(iputils_pattern(&[0xab, 0xcd]), "PATTERN: 0xabcd\n");
+        // `ping -R -c 2 127.0.0.1` and `ping -T tsonly`, through cat -A: the route,
+        // then "(same route)"; the first stamp absolute, the rest differences.
+        let mut rr = [0u8; 40];
+        rr[..4].copy_from_slice(&[1, 7, 39, 20]);
+        for k in 0..4 {
+            rr[4 + 4 * k..8 + 4 * k].copy_from_slice(&[127, 0, 0, 1]);
+        }
+        let o = ReplyOptions { len: 40, bytes: rr };
+        let (mut last, mut name) = (Vec::new(), |a: IpAddr| a.to_string());
+        assert_eq!(
+            iputils_options(&o, &mut last, &mut name),
+            "\nRR: \t127.0.0.1\n\t127.0.0.1\n\t127.0.0.1\n\t127.0.0.1\n"
+        );
+        assert_eq!(iputils_options(&o, &mut last, &mut name), "\t(same route)");
+        let mut ts = [0u8; 40];
+        ts[..4].copy_from_slice(&[68, 40, 21, 0]);
+        ts[4..8].copy_from_slice(&84_682_273u32.to_be_bytes());
+        ts[8..12].copy_from_slice(&84_682_273u32.to_be_bytes());
+        ts[12..16].copy_from_slice(&84_682_275u32.to_be_bytes());
+        ts[16..20].copy_from_slice(&84_682_275u32.to_be_bytes());
+        let o = ReplyOptions { len: 40, bytes: ts };
+        assert_eq!(
+            iputils_options(&o, &mut last, &mut name),
+            "\nTS: \t84682273 absolute\n\t0\n\t2\n\t0\n"
+        );
         let dup = ReplyEvent {
             duplicate: true,
             ..ev
