@@ -143,7 +143,7 @@ fn error_messages_name_their_cause() {
         vec!["ping"],
         vec!["ping", "127.0.0.1", "-i", "-1"],
         vec!["ping", "127.0.0.1", "-b"],
-        vec!["ping", "127.0.0.1", "-R"],
+        vec!["ping", "127.0.0.1", "-T", "tsprespec"],
         vec!["completions", "tcsh"],
         vec!["rr", "--hdr-log", d, "-l", "1"],
         vec!["rr", "--hdr-log", "/nonexistent/x.hlog", "-l", "1"],

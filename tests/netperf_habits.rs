@@ -401,7 +401,7 @@ fn the_readmes_netperf_lines_print_netperfs_shape() {
                 !stdout.contains(&format!("{} -r", asked.test)),
                 "{line}: {stdout}"
             );
-            assert!(stdout.contains("RTT "), "{line}: {stdout}");
+            assert!(stdout.contains("RTT_us "), "{line}: {stdout}");
             continue;
         };
         if asked.no_headers {

@@ -306,7 +306,7 @@ fn bad_input_gets_one_clear_line() {
     );
     fails_with(&["rr", "-w", "10"], "needs a unit");
     fails_with(&["rr", "-w", "ten"], "not a duration");
-    fails_with(&["rr", "-l=-3"], "negative");
+    fails_with(&["rr", "-l=-0"], "negative");
     fails_with(&["rr", "-r", "2000000,1"], "over the limit");
     fails_with(&["rr", "-r", "0,1"], "not a size");
     fails_with(&["rr", "-H", "no-such-host.invalid"], "cannot resolve host");

@@ -347,7 +347,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
         }
     }
     s.one_in_flight |= a.one_in_flight;
-    s.flood = a.flood;
+    s.short_wait = a.flood || (a.adaptive && is_root());
     s.pace = super::rr::PaceArg::mode(a.spin, a.pace);
     s.size = a.size;
     s.pad = a.pattern.clone().map(|p| p.0).unwrap_or_default();

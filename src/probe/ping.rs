@@ -102,9 +102,10 @@ pub struct PingSettings {
     /// Time a reply when user space reads it, not by the kernel's receive stamp
     /// (ping's -U: the "user-to-user" latency, wake-up included).
     pub user_latency: bool,
-    /// Flood (ping's -f): with a zero interval, send the next request once the last is
-    /// answered or 10 ms have passed, whichever is first (at least 100 a second).
-    pub flood: bool,
+    /// ping's -f and -A: with a zero interval, send the next request once the last is
+    /// answered or 10 ms have passed, whichever is first (flood's "at least 100 a
+    /// second"; -A's adaptive wait stays that short as a loss does not stall it).
+    pub short_wait: bool,
     /// Bind to the source address the kernel picks at the start, so a route change
     /// cannot move it (ping's -B).
     pub pin_source: bool,
@@ -326,7 +327,7 @@ impl PingSettings {
             no_multicast_loop: false,
             ident: None,
             user_latency: false,
-            flood: false,
+            short_wait: false,
             pin_source: false,
             ip_option: None,
         }
@@ -928,7 +929,7 @@ pub fn run_each(
             && !ctl.stop.load(Ordering::Relaxed)
     };
     // The most a request waits for its reply before the next goes (zero interval).
-    let reply_wait = if settings.flood {
+    let reply_wait = if settings.short_wait {
         FLOOD_WAIT.min(settings.timeout)
     } else {
         settings.timeout
