@@ -162,6 +162,11 @@ fn iputils_ms(rtt_ns: u64) -> String {
     }
 }
 
+/// ping -D's prefix: `[1700000000.123456] `, UNIX seconds to the µs.
+fn stamp(ns: u64) -> String {
+    format!("[{}.{:06}] ", ns / 1_000_000_000, ns % 1_000_000_000 / 1000)
+}
+
 /// What iputils' flags add to a reply line.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ReplyStyle {
@@ -176,15 +181,11 @@ pub struct ReplyStyle {
 /// iputils ping's line for one reply; `from` is how the sender is named (the address,
 /// or `name (address)` when the target was given as a name, as iputils without -n).
 pub fn iputils_reply(ev: &ReplyEvent, style: ReplyStyle, from: &str) -> String {
-    let mut out = String::new();
-    if style.timestamp {
-        let _ = write!(
-            out,
-            "[{}.{:06}] ",
-            ev.received_ns / 1_000_000_000,
-            ev.received_ns % 1_000_000_000 / 1000
-        );
-    }
+    let mut out = if style.timestamp {
+        stamp(ev.received_ns)
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
         "{} bytes from {from}: icmp_seq={}",
@@ -318,30 +319,14 @@ pub fn iputils_pattern(pad: &[u8]) -> String {
 /// iputils' line for an ICMP error a request drew: `From 10.0.0.1 icmp_seq=3
 /// Destination Host Unreachable`.
 pub fn iputils_error(from: IpAddr, icmp_seq: u16, what: &str, timestamp_ns: Option<u64>) -> String {
-    let mut out = String::new();
-    if let Some(t) = timestamp_ns {
-        let _ = write!(
-            out,
-            "[{}.{:06}] ",
-            t / 1_000_000_000,
-            t % 1_000_000_000 / 1000
-        );
-    }
+    let mut out = timestamp_ns.map_or(String::new(), stamp);
     let _ = writeln!(out, "From {from} icmp_seq={icmp_seq} {what}");
     out
 }
 
 /// ping -O's line when a request goes out before the last one was answered.
 pub fn iputils_no_answer(icmp_seq: u16, timestamp_ns: Option<u64>) -> String {
-    let mut out = String::new();
-    if let Some(t) = timestamp_ns {
-        let _ = write!(
-            out,
-            "[{}.{:06}] ",
-            t / 1_000_000_000,
-            t % 1_000_000_000 / 1000
-        );
-    }
+    let mut out = timestamp_ns.map_or(String::new(), stamp);
     let _ = writeln!(out, "no answer yet for icmp_seq={icmp_seq}");
     out
 }
