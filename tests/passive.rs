@@ -605,23 +605,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
     // tcpdump's file covers everything the live capture saw.
     unsafe { libc::kill(live.id() as i32, libc::SIGINT) };
     let status = live.wait().unwrap();
-    // tcpdump -U writes each frame as it takes it from its ring, and on SIGINT it
-    // leaves the loop without reading what is still queued there: under load that
-    // was half the run. Stop it only once its file has stopped growing.
-    let mut size = 0;
-    let mut still = 0;
-    for _ in 0..200 {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let now = std::fs::metadata(&pcap).map_or(0, |m| m.len());
-        still = if now == size { still + 1 } else { 0 };
-        size = now;
-        if still >= 10 {
-            break;
-        }
-    }
-    // SAFETY: as above.
-    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
-    dump.wait().unwrap();
+    common::stop_tcpdump_when_written(dump, &pcap);
     let dump_says = dump_drain.join().unwrap();
     let (stdout, stderr) = (out.join().unwrap(), err.join().unwrap());
     let err = String::from_utf8(stderr).unwrap();

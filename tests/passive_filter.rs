@@ -76,25 +76,6 @@ fn tcpdump_on_lo(file: &Path, snaplen: &str, expression: &str) -> Child {
     dump
 }
 
-/// Stop tcpdump once its file has stopped growing (in immediate mode with -U it
-/// writes each frame as it arrives; on SIGINT it leaves what is still queued in its
-/// ring unwritten).
-fn stop_tcpdump(mut dump: Child, file: &Path) {
-    let (mut size, mut still) = (0, 0);
-    for _ in 0..200 {
-        std::thread::sleep(Duration::from_millis(50));
-        let now = std::fs::metadata(file).map_or(0, |m| m.len());
-        still = if now == size { still + 1 } else { 0 };
-        size = now;
-        if still >= 10 {
-            break;
-        }
-    }
-    // SAFETY: signalling the child this test started.
-    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
-    dump.wait().unwrap();
-}
-
 fn rttlab(args: &[&str]) -> Output {
     Command::new(bin()).args(args).output().unwrap()
 }
@@ -162,7 +143,7 @@ fn file_expressions_keep_what_tcpdump_keeps_sample_for_sample() {
             converse(to.parse().unwrap(), 20, 300);
         }
     }
-    stop_tcpdump(dump, &file);
+    common::stop_tcpdump_when_written(dump, &file);
     let path = file.to_str().unwrap();
     let args = ["--json", "--method", "both"];
     let (_, all) = counters(&rttlab(&["passive", "-r", path]));
@@ -289,7 +270,7 @@ fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
     unsafe { libc::kill(live.id() as i32, libc::SIGINT) };
     assert!(live.wait().unwrap().success());
     let (lines, err) = (reader.join().unwrap(), err.join().unwrap());
-    stop_tcpdump(dump, &file);
+    common::stop_tcpdump_when_written(dump, &file);
 
     let live_samples = samples(lines.join("\n").as_bytes());
     for v in &live_samples {

@@ -304,8 +304,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             "--duration is for a live capture (-i); a file (-r) is read to its end, or -c packets"
         );
     }
-    let expression = Expression::from_words(&a.expression)
-        .map_err(|e| anyhow::Error::new(e).context(super::Exit(2)))?;
+    let expression = Expression::from_words(&a.expression)?;
     let methods: Vec<Method> = match a.method {
         MethodArg::Ts => vec![Method::Ts],
         MethodArg::Seq => vec![Method::Seq],
@@ -401,8 +400,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 let _ = flush_first.flush();
             })),
         },
-    )
-    .map_err(usage_or)?;
+    )?;
     super::measuring();
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();

@@ -581,16 +581,14 @@ fn check_privilege(a: &RrArgs) -> anyhow::Result<()> {
 }
 
 pub fn run(a: RrArgs) -> anyhow::Result<()> {
-    // Usage and set-up errors exit 2 (a bad value, a missing privilege, a host name
-    // that does not resolve), as ping's do; 1 is for a run that measured and failed.
-    let usage = |e: anyhow::Error| e.context(super::Exit(2));
-    let format = format(&a).map_err(usage)?;
-    check_privilege(&a).map_err(usage)?;
+    // Errors until the result is in exit 2 (a bad value, a missing privilege, a host
+    // name that does not resolve): `super::measuring` is only called once it is.
+    let format = format(&a)?;
+    check_privilege(&a)?;
     // Validate everything against a placeholder address before touching the network.
-    a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))
-        .map_err(usage)?;
+    a.settings(SocketAddr::from(([127, 0, 0, 1], a.port)))?;
     let (server_addr, local_server) = match &a.host {
-        Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6).map_err(usage)?, None),
+        Some(h) => (resolve(h, a.port, a.ipv4, a.ipv6)?, None),
         None => {
             let ip: std::net::IpAddr = if a.ipv6 {
                 "::1".parse()?

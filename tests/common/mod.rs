@@ -678,3 +678,22 @@ pub fn assert_same_samples(a: &[SampleKey], b: &[SampleKey], what: &str) {
         b.first()
     );
 }
+
+/// Stop tcpdump once its file has stopped growing: with -U it writes each frame as it
+/// takes it from its ring, and on SIGINT it leaves what is still queued there unwritten
+/// (under load, half a run).
+pub fn stop_tcpdump_when_written(mut dump: Child, file: &std::path::Path) {
+    let (mut size, mut still) = (0, 0);
+    for _ in 0..200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = std::fs::metadata(file).map_or(0, |m| m.len());
+        still = if now == size { still + 1 } else { 0 };
+        size = now;
+        if still >= 10 {
+            break;
+        }
+    }
+    // SAFETY: signalling the child the test started.
+    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
+    dump.wait().unwrap();
+}
