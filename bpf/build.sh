@@ -11,9 +11,15 @@ trap 'rm -rf "$out"' EXIT
 status=0
 for src in *.bpf.c; do
   obj=${src%.c}.o
+  # The passive engine uses atomic compare-and-exchange (BPF ISA v3, Linux 5.12+);
+  # the sock_ops program keeps the default ISA, and with it older kernels.
+  case $src in
+    passive_rtt.bpf.c) cpu=-mcpu=v3 ;;
+    *) cpu= ;;
+  esac
   # Relative paths in the BTF line info: the object must not depend on where the
   # checkout lives.
-  clang -O2 -g -target bpf -fdebug-prefix-map="$PWD"=. -I"$arch_inc" -c "$src" -o "$out/$obj"
+  clang -O2 -g $cpu -target bpf -fdebug-prefix-map="$PWD"=. -I"$arch_inc" -c "$src" -o "$out/$obj"
   llvm-strip -g "$out/$obj"
   if [ "${1:-}" = --check ]; then
     if ! cmp -s "$out/$obj" "$obj"; then

@@ -280,7 +280,7 @@ impl<W: Write> Sink for Out<W> {
             self.interval(done);
         }
     }
-    fn flow_done(&mut self, f: &rttlab::passive::flow::Flow) {
+    fn flow_done(&mut self, f: &rttlab::passive::flow::FlowEnd) {
         if let Some(x) = self.summary.as_mut() {
             x.flow_done(f);
         }
@@ -324,6 +324,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         idle_ns: a.idle_timeout.as_nanos() as u64,
         max_flows: a.max_flows,
         max_age_ns: a.max_age.as_nanos() as u64,
+        rate_limit_ns: 0,
         local: a.local.clone(),
         filter: Filter {
             hosts: a.host.clone(),

@@ -656,9 +656,9 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
                     && match c {
                         tuning::Change::RouteRtoMin { .. } => true,
                         tuning::Change::Sysctl { key, .. } => key == RTO_MIN_US,
-                        tuning::Change::SynRtoAttach { .. } | tuning::Change::NftTable { .. } => {
-                            false
-                        }
+                        tuning::Change::SynRtoAttach { .. }
+                        | tuning::Change::NftTable { .. }
+                        | tuning::Change::PassiveTc { .. } => false,
                     }
             })
         }

@@ -285,3 +285,89 @@ pub fn disable_offloads(name: &str) -> Result<(), LinkError> {
     }
     Ok(())
 }
+
+const RTM_DELQDISC: u16 = 37;
+const RTM_GETTFILTER: u16 = 46;
+const TCA_KIND: u16 = 1;
+const TCA_OPTIONS: u16 = 2;
+const TCA_BPF_NAME: u16 = 7;
+/// `TC_H_CLSACT` (= `TC_H_INGRESS`): the clsact qdisc's parent.
+const TC_H_CLSACT: u32 = 0xffff_fff1;
+/// `TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)` and `…TC_H_MIN_EGRESS)`: where
+/// clsact's ingress and egress filters hang.
+const CLSACT_INGRESS: u32 = 0xffff_fff2;
+const CLSACT_EGRESS: u32 = 0xffff_fff3;
+
+/// `struct tcmsg`: family, padding, ifindex, handle, parent, info.
+fn tcmsg(index: i32, handle: u32, parent: u32) -> Vec<u8> {
+    let mut b = Vec::with_capacity(20);
+    b.extend_from_slice(&[libc::AF_UNSPEC as u8, 0, 0, 0]);
+    b.extend_from_slice(&index.to_ne_bytes());
+    b.extend_from_slice(&handle.to_ne_bytes());
+    b.extend_from_slice(&parent.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b
+}
+
+/// The filters on interface `name`'s clsact qdisc, ingress or egress: each one's
+/// kind (`bpf`, `u32`, …) and, for a BPF filter, its program's name as the filter
+/// records it (what `tc filter show` prints after `bpf`).
+///
+/// # Errors
+/// No such interface, or the dump failed. No clsact qdisc is no filters.
+pub fn clsact_filters(name: &str, ingress: bool) -> Result<Vec<(String, String)>, LinkError> {
+    let i = index(name)?;
+    let what = format!("listing tc filters of {name}");
+    let parent = if ingress { CLSACT_INGRESS } else { CLSACT_EGRESS };
+    let body = tcmsg(i as i32, 0, parent);
+    let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed(&what))?;
+    let seq = s
+        .send(RTM_GETTFILTER, libc::NLM_F_DUMP as u16, &body)
+        .map_err(failed(&what))?;
+    let mut out = Vec::new();
+    let r = s.replies(seq, |_, payload| {
+        let mut kind = String::new();
+        let mut prog = String::new();
+        for (ty, data) in super::netlink::Attrs(payload.get(20..).unwrap_or(&[])) {
+            let text = |d: &[u8]| String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
+            match ty {
+                TCA_KIND => kind = text(data),
+                TCA_OPTIONS => {
+                    for (t, d) in super::netlink::Attrs(data) {
+                        if t == TCA_BPF_NAME {
+                            prog = text(d);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // The dump lists a filter's chain and priority once without options; only
+        // entries with a kind are filters.
+        if !kind.is_empty() {
+            out.push((kind, prog));
+        }
+    });
+    match r {
+        Ok(()) => Ok(out),
+        // No clsact qdisc: nothing hangs there.
+        Err(e) if matches!(e.source.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => Ok(Vec::new()),
+        Err(e) => Err(LinkError::Failed { what, source: e }),
+    }
+}
+
+/// Remove interface `name`'s clsact qdisc (and every filter on it).
+///
+/// # Errors
+/// No such interface or qdisc, or the kernel refused.
+pub fn delete_clsact(name: &str) -> Result<(), LinkError> {
+    let i = index(name)?;
+    let what = format!("removing the clsact qdisc of {name}");
+    let mut body = tcmsg(i as i32, 0xffff_0000, TC_H_CLSACT);
+    push_attr(&mut body, TCA_KIND, b"clsact\0");
+    let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed(&what))?;
+    let seq = s
+        .send(RTM_DELQDISC, libc::NLM_F_ACK as u16, &body)
+        .map_err(failed(&what))?;
+    s.replies(seq, |_, _| {}).map_err(failed(&what))
+}

@@ -2,6 +2,7 @@
 //! host facts every result carries; and the files rttlab reads for others or writes
 //! where others may reach (`fs`).
 
+pub mod bpf_sys;
 pub mod cpu;
 pub mod descriptors;
 pub mod fs;
@@ -12,6 +13,7 @@ pub mod netlink;
 pub mod netns;
 pub mod netstat;
 pub mod packet;
+pub mod passive_bpf;
 pub mod privilege;
 pub mod rlimit;
 pub mod route;

@@ -15,6 +15,7 @@
 //! # Minimum kernel
 //! 4.13 for BPF_SOCK_OPS_TIMEOUT_INIT; 5.10 for TCP_BPF_RTO_MIN / TCP_BPF_DELACK_MAX.
 
+use super::bpf_sys::{bpf, obj_get};
 use super::SyscallError;
 use aya::maps::lpm_trie::{Key, LpmTrie};
 use aya::maps::{Map, MapData};
@@ -23,7 +24,7 @@ use aya::Ebpf;
 use serde::Serialize;
 use std::ffi::CString;
 use std::net::IpAddr;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,7 +34,6 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/syn_rto.bpf.o");
 const PROGRAM: &str = "rttlab_sockops";
 const MAP_V4: &str = "rttlab_v4";
 const MAP_V6: &str = "rttlab_v6";
-const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_PROG_ATTACH: libc::c_long = 8;
 const BPF_PROG_DETACH: libc::c_long = 9;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
@@ -280,37 +280,6 @@ fn fs_magic(path: &Path) -> Option<i64> {
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: `c` is a NUL-terminated path and `s` a writable statfs that outlives the call.
     (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type as i64)
-}
-
-fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> Result<i64, std::io::Error> {
-    // SAFETY: bpf(2) with a zero-padded attribute buffer of its stated size.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(attr),
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(r)
-}
-
-fn obj_get(path: &Path) -> Result<OwnedFd, SyscallError> {
-    let c = CString::new(path.as_os_str().as_bytes()).map_err(|e| SyscallError {
-        call: "BPF_OBJ_GET",
-        source: std::io::Error::other(e),
-    })?;
-    let mut attr = [0u64; 16];
-    attr[0] = c.as_ptr() as u64;
-    let fd = bpf(BPF_OBJ_GET, &mut attr).map_err(|source| SyscallError {
-        call: "BPF_OBJ_GET",
-        source,
-    })?;
-    // SAFETY: the kernel returned a new descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<(), SynRtoError> {

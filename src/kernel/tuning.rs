@@ -59,6 +59,21 @@ pub enum Change {
         /// The cgroup v2 directory the program is attached to (`--cgroup`).
         cgroup: String,
     },
+    /// The in-kernel passive engine's tc programs on an interface
+    /// ([`super::passive_bpf`]); revert detaches them (TCX links go with their
+    /// process) and removes a clsact qdisc the run added.
+    PassiveTc {
+        /// The interface's network namespace; None: rttlab's own.
+        netns: Option<String>,
+        /// The interface.
+        interface: String,
+        /// `tcx` or `clsact`.
+        mode: String,
+        /// Whether the run added the clsact qdisc.
+        created_qdisc: bool,
+        /// The process that held the programs.
+        pid: u32,
+    },
     /// An nftables table rttlab created (removed on revert).
     NftTable {
         /// The network namespace the table is in; None: rttlab's own.
@@ -97,7 +112,8 @@ impl Change {
         match self {
             Change::Sysctl { netns, .. }
             | Change::RouteRtoMin { netns, .. }
-            | Change::NftTable { netns, .. } => netns.as_deref(),
+            | Change::NftTable { netns, .. }
+            | Change::PassiveTc { netns, .. } => netns.as_deref(),
             Change::SynRtoAttach { .. } => None,
         }
     }
@@ -168,6 +184,22 @@ impl Change {
             Change::SynRtoAttach { pin_dir, cgroup } => format!(
                 "bpftool cgroup detach {cgroup} sock_ops pinned {pin_dir}/prog && rm -r {pin_dir}"
             ),
+            Change::PassiveTc {
+                netns,
+                interface,
+                mode,
+                created_qdisc,
+                ..
+            } => {
+                let n = netns.as_ref().map_or(String::new(), |n| format!(" -n {n}"));
+                if mode == "tcx" {
+                    format!("(TCX links on {interface} go with the process that holds them)")
+                } else if *created_qdisc {
+                    format!("tc{n} qdisc del dev {interface} clsact")
+                } else {
+                    format!("tc{n} filter del dev {interface} ingress; tc{n} filter del dev {interface} egress (rttlab_ingress, rttlab_egress)")
+                }
+            }
         }
     }
 }
@@ -208,6 +240,12 @@ pub enum TuneError {
     /// `--route` named neither an address nor a prefix.
     #[error("--route {0:?} is not an address or prefix")]
     NotAnAddress(String),
+    /// The in-kernel passive engine's programs could not be removed.
+    #[error("{msg}")]
+    PassiveTc {
+        /// What failed, naming the interface.
+        msg: String,
+    },
     /// `nft` could not remove a table.
     #[error("nft delete table {table}: {msg}")]
     Nft {
@@ -222,6 +260,7 @@ pub enum TuneError {
 pub type Reverted = (Change, Result<(), TuneError>);
 
 /// The journal file, as one owner sees it.
+#[derive(Clone, Debug)]
 pub struct Journal {
     path: PathBuf,
     /// Whose entries this handle records and reverts (`None`: the user's).
@@ -445,12 +484,66 @@ fn undo(c: &Change) -> Result<(), TuneError> {
             family,
             name,
         } => delete_nft_table(netns.as_deref(), family, name),
+        Change::PassiveTc { .. } => {
+            let a = passive_record(c).expect("a PassiveTc change");
+            super::passive_bpf::revert(&a).map_err(|msg| TuneError::PassiveTc { msg })
+        }
         Change::SynRtoAttach { pin_dir, cgroup } => {
             let s = super::syn_rto::SynRto::at(pin_dir);
             if !s.is_attached() {
                 return Ok(());
             }
             Ok(s.detach(std::path::Path::new(cgroup))?)
+        }
+    }
+}
+
+fn passive_change(a: &super::passive_bpf::AttachRecord) -> Change {
+    Change::PassiveTc {
+        netns: a.netns.clone(),
+        interface: a.interface.clone(),
+        mode: a.mode.name().into(),
+        created_qdisc: a.created_qdisc,
+        pid: a.pid,
+    }
+}
+
+fn passive_record(c: &Change) -> Option<super::passive_bpf::AttachRecord> {
+    use super::passive_bpf::{AttachMode, AttachRecord};
+    match c {
+        Change::PassiveTc {
+            netns,
+            interface,
+            mode,
+            created_qdisc,
+            pid,
+        } => Some(AttachRecord {
+            netns: netns.clone(),
+            interface: interface.clone(),
+            mode: if mode == "tcx" {
+                AttachMode::Tcx
+            } else {
+                AttachMode::Clsact
+            },
+            created_qdisc: *created_qdisc,
+            pid: *pid,
+        }),
+        _ => None,
+    }
+}
+
+/// The in-kernel passive engine records its attachments here, under this journal's
+/// owner, before it makes them.
+impl super::passive_bpf::AttachJournal for Journal {
+    fn record(&self, a: &super::passive_bpf::AttachRecord) -> Result<(), String> {
+        Journal::record(self, passive_change(a))
+            .map(drop)
+            .map_err(|e| crate::error_chain(&e))
+    }
+
+    fn forget(&self, a: &super::passive_bpf::AttachRecord) {
+        if let Err(e) = Journal::forget(self, &passive_change(a)) {
+            eprintln!("rttlab: {}", crate::error_chain(&e));
         }
     }
 }

@@ -18,7 +18,7 @@ use std::net::{IpAddr, Ipv6Addr};
 
 /// One end of a connection. IPv4 addresses are kept IPv4-mapped, so one key type
 /// serves both families and compares as two integers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Endpoint {
     /// The IP address as one integer: IPv6, or IPv4-mapped (`::ffff:a.b.c.d`).
     pub addr: u128,
@@ -66,7 +66,7 @@ impl std::fmt::Display for Endpoint {
 
 /// A connection's key: its two endpoints, lower first, so both directions find the
 /// same entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     /// The lower endpoint (by address, then port): the sender of half 0.
     pub lo: Endpoint,
@@ -177,6 +177,71 @@ impl Flow {
                         .is_some_and(|a| !super::seq::before(a, f))
                 })
             })
+    }
+}
+
+/// What one direction of a flow came to when the flow left the table: the counts both
+/// engines keep (the in-kernel one has no queues to hand over).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HalfEnd {
+    /// TCP packets this endpoint sent that passed the filter.
+    pub packets: u64,
+    /// Their IP bytes.
+    pub bytes: u64,
+    /// Segments that covered data seen before (see [`SeqHalf`]).
+    pub retransmissions: u64,
+    /// Retransmissions of data the receiver had already acknowledged.
+    pub spurious: u64,
+    /// Segments below the highest sequence seen but never seen themselves.
+    pub out_of_order: u64,
+    /// ACKs that ended at a retransmitted segment (Karn): no sample.
+    pub karn_skipped: u64,
+    /// ACKs that ended at a segment already timed at its SACK: no sample.
+    pub sacked_skipped: u64,
+    /// Samples taken at a SACK block.
+    pub sack_timed: u64,
+    /// Segments and TSvals not tracked (a per-flow limit).
+    pub untracked: u64,
+    /// TSvals and segments not timed for the rate limit.
+    pub rate_limited: u64,
+}
+
+/// A flow that left the table (closed, idle, evicted, restarted, or the input
+/// ended): its key, its first and last packet's capture times, and each direction's
+/// counts, indexed as [`Flow::halves`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlowEnd {
+    /// The connection's two endpoints.
+    pub key: FlowKey,
+    /// Capture time of its first packet, ns since the epoch.
+    pub first_ns: u64,
+    /// Capture time of its latest packet, ns since the epoch.
+    pub last_ns: u64,
+    /// Indexed by the sending endpoint: 0 = `key.lo`, 1 = `key.hi`.
+    pub halves: [HalfEnd; 2],
+}
+
+impl FlowEnd {
+    /// What `f` came to.
+    pub fn of(f: &Flow) -> Self {
+        let half = |h: &Half| HalfEnd {
+            packets: h.packets,
+            bytes: h.bytes,
+            retransmissions: h.seq.retransmissions,
+            spurious: h.seq.spurious,
+            out_of_order: h.seq.out_of_order,
+            karn_skipped: h.seq.karn_skipped,
+            sacked_skipped: h.seq.sacked_skipped,
+            sack_timed: h.seq.sack_timed,
+            untracked: h.seq.untracked + h.ts.overflow,
+            rate_limited: h.seq.rate_limited + h.ts.rate_limited,
+        };
+        Self {
+            key: f.key,
+            first_ns: f.first_ns,
+            last_ns: f.last_ns,
+            halves: [half(&f.halves[0]), half(&f.halves[1])],
+        }
     }
 }
 

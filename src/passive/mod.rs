@@ -9,13 +9,14 @@
 //! ACK, pping's known flaw — so every sample says which it is ([`Place`]).
 
 pub mod flow;
+pub mod in_kernel;
 pub mod sampler;
 pub mod seq;
 pub mod summary;
 pub mod ts;
 
 use crate::wire::{self, tcp, LinkType, Skip};
-use flow::{Endpoint, Flow, FlowCounters, FlowKey, FlowTable};
+use flow::{Endpoint, Flow, FlowCounters, FlowEnd, FlowKey, FlowTable};
 use std::net::IpAddr;
 
 /// How a sample was measured.
@@ -104,7 +105,7 @@ pub trait Sink {
     /// One RTT sample, as soon as an engine gives it.
     fn sample(&mut self, s: &Sample);
     /// A flow left the table (closed, idle, evicted, or the input ended).
-    fn flow_done(&mut self, _f: &Flow) {}
+    fn flow_done(&mut self, _f: &FlowEnd) {}
 }
 
 /// Which packets to look at: a packet must match every list that is not empty (hosts,
@@ -157,6 +158,11 @@ pub struct Config {
     pub max_flows: usize,
     /// A TSval or segment older than this gives no sample (pping's tsvalMaxAge, 10 s).
     pub max_age_ns: u64,
+    /// Per flow direction, the least time between two TSvals or two segments given an
+    /// entry to time (ePPing's `--rate-limit`, its default 100 ms); 0: every one. A
+    /// TSval or segment not given one is still followed (the flow's state, the
+    /// retransmission rules), only never timed.
+    pub rate_limit_ns: u64,
     /// The capture point's own addresses: samples answered by them are local.
     pub local: Vec<IpAddr>,
     /// Which packets reach the engines; the others count as `filtered`.
@@ -191,6 +197,7 @@ impl Default for Config {
             idle_ns: 10_000_000_000,
             max_flows: 100_000,
             max_age_ns: 10_000_000_000,
+            rate_limit_ns: 0,
             local: Vec::new(),
             filter: Filter::default(),
             sampler: None,
@@ -239,21 +246,25 @@ pub struct Counters {
     pub sack_timed: u64,
     /// Segments and TSvals not tracked because a flow had too many outstanding.
     pub untracked: u64,
+    /// TSvals and segments not timed because their direction had given one an entry
+    /// less than [`Config::rate_limit_ns`] before (ePPing's sampling).
+    pub rate_limited: u64,
     /// The flow table's counters (created, expired, evicted, closed, reused, peak).
     pub flows: FlowCounters,
 }
 
 impl Counters {
     /// Add a departing flow's engine counts.
-    fn retire(&mut self, f: &Flow) {
+    pub fn retire(&mut self, f: &FlowEnd) {
         for h in &f.halves {
-            self.retransmissions += h.seq.retransmissions;
-            self.spurious_retransmissions += h.seq.spurious;
-            self.out_of_order += h.seq.out_of_order;
-            self.karn_skipped += h.seq.karn_skipped;
-            self.sacked_skipped += h.seq.sacked_skipped;
-            self.sack_timed += h.seq.sack_timed;
-            self.untracked += h.seq.untracked + h.ts.overflow;
+            self.retransmissions += h.retransmissions;
+            self.spurious_retransmissions += h.spurious;
+            self.out_of_order += h.out_of_order;
+            self.karn_skipped += h.karn_skipped;
+            self.sacked_skipped += h.sacked_skipped;
+            self.sack_timed += h.sack_timed;
+            self.untracked += h.untracked;
+            self.rate_limited += h.rate_limited;
         }
     }
 }
@@ -330,8 +341,9 @@ impl Analyzer {
         if now >= self.next_expire_ns {
             let c = &mut self.counters;
             self.flows.expire(now, |f| {
-                c.retire(&f);
-                sink.flow_done(&f);
+                let end = FlowEnd::of(&f);
+                c.retire(&end);
+                sink.flow_done(&end);
             });
             self.next_expire_ns = now + EXPIRE_EVERY_NS;
         }
@@ -356,8 +368,9 @@ impl Analyzer {
         }
         let c = &mut self.counters;
         let mut flow = self.flows.touch(key, now, |f| {
-            c.retire(&f);
-            sink.flow_done(&f);
+            let end = FlowEnd::of(&f);
+            c.retire(&end);
+            sink.flow_done(&end);
         });
         if flags & (tcp::SYN | tcp::ACK) == tcp::SYN {
             match flow.halves[d].syn_seq {
@@ -365,8 +378,9 @@ impl Analyzer {
                 None if flow.halves[d].packets == 0 => {}
                 _ => {
                     flow = self.flows.restart(key, now, |f| {
-                        c.retire(&f);
-                        sink.flow_done(&f);
+                        let end = FlowEnd::of(&f);
+                        c.retire(&end);
+                        sink.flow_done(&end);
                     })
                 }
             }
@@ -435,7 +449,9 @@ impl Analyzer {
                                 sent,
                                 departed: flow.halves[here].pping.departed,
                             });
-                            flow.halves[here].ts.record(val, now, at);
+                            flow.halves[here]
+                                .ts
+                                .record(val, now, at, self.cfg.rate_limit_ns);
                         }
                     }
                 }
@@ -460,7 +476,9 @@ impl Analyzer {
                 }
             }
             if seglen > 0 {
-                flow.halves[here].seq.segment(t.seq(), seglen, now);
+                flow.halves[here]
+                    .seq
+                    .segment(t.seq(), seglen, now, self.cfg.rate_limit_ns);
             }
         } else if flags & tcp::ACK != 0 {
             // The flow's end is judged by acknowledged FINs even with seq off.
@@ -477,8 +495,9 @@ impl Analyzer {
         }
         if flow.finished() {
             if let Some(f) = self.flows.close(&key) {
-                self.counters.retire(&f);
-                sink.flow_done(&f);
+                let end = FlowEnd::of(&f);
+                self.counters.retire(&end);
+                sink.flow_done(&end);
             }
         }
     }
@@ -487,8 +506,9 @@ impl Analyzer {
     pub fn finish(&mut self, sink: &mut impl Sink) {
         let c = &mut self.counters;
         self.flows.drain(|f| {
-            c.retire(&f);
-            sink.flow_done(&f);
+            let end = FlowEnd::of(&f);
+            c.retire(&end);
+            sink.flow_done(&end);
         });
     }
 

@@ -49,6 +49,9 @@ struct Segment {
     retransmitted: bool,
     /// Already acknowledged by a SACK block.
     sacked: bool,
+    /// Given an entry to time: false when the rate limit passed it over (it is still
+    /// followed for the retransmission rules).
+    timed: bool,
 }
 
 /// What a segment turned out to be.
@@ -88,6 +91,10 @@ pub struct SeqHalf {
     pub sacked_skipped: u64,
     /// Samples taken at a SACK block.
     pub sack_timed: u64,
+    /// When a segment was last given an entry to time (for the rate limit).
+    last_entry_ns: Option<u64>,
+    /// Segments not timed for the rate limit.
+    pub rate_limited: u64,
 }
 
 impl SeqHalf {
@@ -96,8 +103,24 @@ impl SeqHalf {
     /// How far from either end of the queue an out-of-order segment may be inserted.
     const NEAR: usize = 64;
 
-    /// A segment `[seq, seq + len)` sent at `now` (`len` counts SYN and FIN).
-    pub fn segment(&mut self, seq: u32, len: u32, now: u64) -> Kind {
+    /// Whether a segment seen at `now` is timed: not within `rate_limit_ns` (0: no
+    /// limit) of the last one timed.
+    fn timed(&mut self, now: u64, rate_limit_ns: u64) -> bool {
+        if rate_limit_ns > 0
+            && self
+                .last_entry_ns
+                .is_some_and(|t| now.saturating_sub(t) < rate_limit_ns)
+        {
+            self.rate_limited += 1;
+            return false;
+        }
+        self.last_entry_ns = Some(now);
+        true
+    }
+
+    /// A segment `[seq, seq + len)` sent at `now` (`len` counts SYN and FIN); within
+    /// `rate_limit_ns` of the last segment timed it is followed but not timed.
+    pub fn segment(&mut self, seq: u32, len: u32, now: u64, rate_limit_ns: u64) -> Kind {
         let end = seq.wrapping_add(len);
         let nxt = self.nxt;
         let kind = match nxt {
@@ -118,24 +141,28 @@ impl SeqHalf {
         match kind {
             Kind::New => {
                 self.nxt = Some(end);
+                let timed = self.timed(now, rate_limit_ns);
                 self.push(Segment {
                     seq,
                     end,
                     ns: now,
                     retransmitted: false,
                     sacked: false,
+                    timed,
                 });
             }
             Kind::Retransmission => {
                 self.retransmissions += 1;
                 if self.nxt.is_some_and(|n| before(n, end)) {
                     self.nxt = Some(end);
+                    let timed = self.timed(now, rate_limit_ns);
                     self.push(Segment {
                         seq,
                         end,
                         ns: now,
                         retransmitted: true,
                         sacked: false,
+                        timed,
                     });
                 }
             }
@@ -150,6 +177,7 @@ impl SeqHalf {
                 // long queue (hostile or garbled numbers) would cost a long shift.
                 let near = at.min(self.segments.len() - at) <= Self::NEAR;
                 if self.segments.len() < Self::CAP && near {
+                    let timed = self.timed(now, rate_limit_ns);
                     self.segments.insert(
                         at,
                         Segment {
@@ -158,6 +186,7 @@ impl SeqHalf {
                             ns: now,
                             retransmitted: false,
                             sacked: false,
+                            timed,
                         },
                     );
                 } else {
@@ -214,7 +243,7 @@ impl SeqHalf {
                     break;
                 }
                 let s = self.segments.pop_front().expect("front exists");
-                if s.end == ack {
+                if s.end == ack && s.timed {
                     if s.sacked {
                         self.sacked_skipped += 1;
                     } else if rules.karn && s.retransmitted {
@@ -240,7 +269,7 @@ impl SeqHalf {
                     continue;
                 }
                 s.sacked = true;
-                if s.end == right && !s.retransmitted && sample.is_none() {
+                if s.end == right && s.timed && !s.retransmitted && sample.is_none() {
                     sample = Some(now.saturating_sub(s.ns));
                     self.sack_timed += 1;
                 }
@@ -268,8 +297,8 @@ mod tests {
     #[test]
     fn an_ack_times_the_segment_it_ends_at() {
         let mut h = SeqHalf::default();
-        assert_eq!(h.segment(1000, 100, 10), Kind::New);
-        assert_eq!(h.segment(1100, 100, 20), Kind::New);
+        assert_eq!(h.segment(1000, 100, 10, 0), Kind::New);
+        assert_eq!(h.segment(1100, 100, 20, 0), Kind::New);
         // A delayed ACK of both: timed from the second.
         assert_eq!(h.ack(1200, none(), R, 70), Some(50));
         assert_eq!(h.outstanding(), 0);
@@ -280,7 +309,7 @@ mod tests {
     #[test]
     fn a_partial_ack_trims_and_an_ack_inside_a_segment_gives_nothing() {
         let mut h = SeqHalf::default();
-        h.segment(0, 1000, 0);
+        h.segment(0, 1000, 0, 0);
         assert_eq!(h.ack(500, none(), R, 10), None);
         assert_eq!(h.outstanding(), 1);
         assert_eq!(h.ack(1000, none(), R, 30), Some(30));
@@ -289,12 +318,12 @@ mod tests {
     #[test]
     fn karn_no_sample_from_a_retransmitted_segment_and_spurious_ones_are_counted() {
         let mut h = SeqHalf::default();
-        h.segment(0, 100, 0);
-        h.segment(100, 100, 1);
-        assert_eq!(h.segment(0, 100, 200), Kind::Retransmission);
+        h.segment(0, 100, 0, 0);
+        h.segment(100, 100, 1, 0);
+        assert_eq!(h.segment(0, 100, 200, 0), Kind::Retransmission);
         assert_eq!(h.ack(100, none(), R, 210), None);
         assert_eq!(h.ack(200, none(), R, 220), Some(219));
-        assert_eq!(h.segment(100, 100, 300), Kind::SpuriousRetransmission);
+        assert_eq!(h.segment(100, 100, 300, 0), Kind::SpuriousRetransmission);
         assert_eq!((h.retransmissions, h.spurious), (2, 1));
     }
 
@@ -302,12 +331,12 @@ mod tests {
     fn sacked_segments_are_timed_at_the_sack_not_after_the_repair() {
         let mut h = SeqHalf::default();
         for i in 0..4u32 {
-            h.segment(i * 100, 100, u64::from(i));
+            h.segment(i * 100, 100, u64::from(i, 0));
         }
         // Segment 0 lost: the receiver SACKs 100..200, then 100..300.
         assert_eq!(h.ack(0, [(100, 200)].into_iter(), R, 50), Some(49));
         assert_eq!(h.ack(0, [(100, 300)].into_iter(), R, 52), Some(50));
-        assert_eq!(h.segment(0, 100, 100), Kind::Retransmission);
+        assert_eq!(h.segment(0, 100, 100, 0), Kind::Retransmission);
         // The repair's cumulative ACK covers SACKed data and a retransmission: nothing.
         assert_eq!(h.ack(300, none(), R, 120), None);
         assert_eq!(h.ack(400, none(), R, 130), Some(127));
@@ -318,9 +347,9 @@ mod tests {
     #[test]
     fn a_segment_never_seen_below_the_front_is_out_of_order_and_timed() {
         let mut h = SeqHalf::default();
-        h.segment(0, 100, 0);
-        h.segment(200, 100, 5);
-        assert_eq!(h.segment(100, 100, 6), Kind::OutOfOrder);
+        h.segment(0, 100, 0, 0);
+        h.segment(200, 100, 5, 0);
+        assert_eq!(h.segment(100, 100, 6, 0), Kind::OutOfOrder);
         assert_eq!(h.ack(200, none(), R, 40), Some(34));
         assert_eq!(h.out_of_order, 1);
     }
@@ -328,8 +357,8 @@ mod tests {
     #[test]
     fn sequence_numbers_wrap() {
         let mut h = SeqHalf::default();
-        h.segment(u32::MAX - 49, 100, 0);
-        assert_eq!(h.segment(50, 100, 1), Kind::New);
+        h.segment(u32::MAX - 49, 100, 0, 0);
+        assert_eq!(h.segment(50, 100, 1, 0), Kind::New);
         assert_eq!(h.ack(50, none(), R, 10), Some(10));
         assert_eq!(h.ack(150, none(), R, 12), Some(11));
     }

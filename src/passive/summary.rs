@@ -5,7 +5,7 @@
 //! 2-significant-digit HDR histogram of µs (10 KiB), so thousands of short flows cost
 //! little and a long one is bounded.
 
-use super::flow::{Endpoint, FastMap as Map, Flow, FlowKey};
+use super::flow::{Endpoint, FastMap as Map, FlowEnd, FlowKey};
 use super::{Method, Place, Sample, Sink};
 use crate::stats::LatencyHistogram;
 use hdrhistogram::Histogram;
@@ -214,11 +214,11 @@ impl Sink for Summary {
             .record_ns(s.rtt_ns);
     }
 
-    fn flow_done(&mut self, f: &Flow) {
+    fn flow_done(&mut self, f: &FlowEnd) {
         for d in 0..2 {
             let host = f.key.sender(d);
             let peer = f.key.sender(1 - d);
-            let sent = &f.halves[1 - d].seq;
+            let sent = &f.halves[1 - d];
             for method in [Method::Ts, Method::Seq] {
                 let Some(mut a) = self.open.remove(&(f.key, host, method)) else {
                     continue;

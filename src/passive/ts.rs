@@ -64,6 +64,10 @@ pub struct TsHalf {
     pub seen: bool,
     /// TSvals dropped unechoed because [`TsHalf::CAP`] were outstanding.
     pub overflow: u64,
+    /// When the last TSval was given an entry (for the rate limit).
+    last_entry_ns: Option<u64>,
+    /// TSvals not given an entry for the rate limit.
+    pub rate_limited: u64,
 }
 
 impl TsHalf {
@@ -73,14 +77,32 @@ impl TsHalf {
 
     /// Remember `tsval`, first seen at `now`, unless it was seen or echoed already;
     /// with pping's byte counts at that moment when the caller keeps them (always or
-    /// never for one half).
+    /// never for one half). Within `rate_limit_ns` of the last TSval remembered (0:
+    /// no limit), a new TSval is seen but not remembered, as ePPing samples: its later
+    /// packets are not its first sighting either.
     #[inline]
-    pub fn record(&mut self, tsval: u32, now: u64, bytes: Option<PpingBytesAt>) {
+    pub fn record(
+        &mut self,
+        tsval: u32,
+        now: u64,
+        bytes: Option<PpingBytesAt>,
+        rate_limit_ns: u64,
+    ) {
         if self.last_recorded.is_some_and(|l| !before(l, tsval))
             || self.last_echoed.is_some_and(|e| !before(e, tsval))
         {
             return;
         }
+        if rate_limit_ns > 0
+            && self
+                .last_entry_ns
+                .is_some_and(|t| now.saturating_sub(t) < rate_limit_ns)
+        {
+            self.last_recorded = Some(tsval);
+            self.rate_limited += 1;
+            return;
+        }
+        self.last_entry_ns = Some(now);
         if self.pending.len() == Self::CAP {
             self.pop();
             self.overflow += 1;
@@ -141,15 +163,15 @@ mod tests {
     #[test]
     fn first_sighting_and_first_echo_only() {
         let mut h = TsHalf::default();
-        h.record(100, 1_000, None);
+        h.record(100, 1_000, None, 0);
         // The same TSval later (same clock tick) keeps the first time.
-        h.record(100, 1_500, None);
-        h.record(101, 2_000, None);
+        h.record(100, 1_500, None, 0);
+        h.record(101, 2_000, None, 0);
         assert_eq!(h.echo(100, 5_000, AGE), Some((4_000, None)));
         // A duplicate echo gives nothing.
         assert_eq!(h.echo(100, 6_000, AGE), None);
         // An echoed TSval is never recorded again.
-        h.record(100, 7_000, None);
+        h.record(100, 7_000, None, 0);
         assert_eq!(h.echo(101, 9_000, AGE), Some((7_000, None)));
         assert_eq!(h.outstanding(), 0);
     }
@@ -158,7 +180,7 @@ mod tests {
     fn an_echo_skips_older_tsvals_and_waits_for_newer_ones() {
         let mut h = TsHalf::default();
         for (v, t) in [(10, 0), (11, 1), (12, 2)] {
-            h.record(v, t, None);
+            h.record(v, t, None, 0);
         }
         // Echoing 11 drops 10 (its echo would only come from a reordered ACK).
         assert_eq!(h.echo(11, 10, AGE), Some((9, None)));
@@ -172,25 +194,25 @@ mod tests {
     #[test]
     fn tsvals_wrap_around() {
         let mut h = TsHalf::default();
-        h.record(u32::MAX - 1, 0, None);
-        h.record(u32::MAX, 1, None);
-        h.record(0, 2, None);
-        h.record(1, 3, None);
+        h.record(u32::MAX - 1, 0, None, 0);
+        h.record(u32::MAX, 1, None, 0);
+        h.record(0, 2, None, 0);
+        h.record(1, 3, None, 0);
         assert!(before(u32::MAX, 0));
         assert_eq!(h.echo(0, 100, AGE), Some((98, None)));
         assert_eq!(h.echo(1, 100, AGE), Some((97, None)));
         // u32::MAX is before 0: already passed.
-        h.record(u32::MAX, 200, None);
+        h.record(u32::MAX, 200, None, 0);
         assert_eq!(h.outstanding(), 0);
     }
 
     #[test]
     fn stale_tsvals_give_no_sample_and_the_cap_holds() {
         let mut h = TsHalf::default();
-        h.record(5, 0, None);
+        h.record(5, 0, None, 0);
         assert_eq!(h.echo(5, AGE + 1, AGE), None);
         for v in 0..(TsHalf::CAP as u32 + 10) {
-            h.record(1000 + v, u64::from(v), None);
+            h.record(1000 + v, u64::from(v), None, 0);
         }
         assert_eq!(h.outstanding(), TsHalf::CAP);
         assert_eq!(h.overflow, 10);
@@ -209,14 +231,14 @@ mod tests {
             })
         };
         let mut h = TsHalf::default();
-        h.record(10, 0, at(100));
-        h.record(11, 1, at(200));
-        h.record(12, 2, at(300));
+        h.record(10, 0, at(100), 0);
+        h.record(11, 1, at(200), 0);
+        h.record(12, 2, at(300), 0);
         assert_eq!(h.echo(11, 10, AGE), Some((9, at(200))));
         assert_eq!(h.echo(12, 10, AGE), Some((8, at(300))));
         let mut h = TsHalf::default();
         for v in 0..TsHalf::CAP as u32 + 3 {
-            h.record(v, u64::from(v), at(u64::from(v)));
+            h.record(v, u64::from(v), at(u64::from(v)), 0);
         }
         assert_eq!(h.echo(3, 10_000, AGE), Some((10_000 - 3, at(3))));
     }
