@@ -115,6 +115,7 @@ struct range {
 	__u32 idx;
 	__u32 used; // bit 0: in use; bit 1: `at` holds the cumulative ACK of its time
 	__u32 at;
+	__u32 at_idx; // the counter when `at` last advanced
 };
 
 struct hole {
@@ -149,7 +150,7 @@ struct half_counts {
 	__u32 sacked_skipped;
 	__u32 sack_timed;
 	__u32 untracked;
-	__u32 pad;
+	__u32 rate_limited;
 };
 
 // One direction of a flow: packets sent by one endpoint (passive::flow::Half).
@@ -275,8 +276,9 @@ struct agg_key {
 	struct addr prefix;
 	__u8 prefix_len;
 	__u8 method;
-	__u8 place; // 0 network, 1 the capture host itself
-	__u8 pad[5];
+	__u8 place;	 // 0 network, 1 the capture host itself
+	__u8 generation; // rttlab_generation when the sample came (see there)
+	__u8 pad[4];
 };
 
 struct agg {
@@ -381,6 +383,16 @@ struct {
 	__type(value, __u8);
 	__uint(max_entries, 65536);
 } rttlab_watched SEC(".maps");
+
+// Which generation samples aggregate into: user space that reports per interval flips
+// it and then reads and deletes the previous one, as ePPing alternates two maps;
+// user space that reports totals (the agent) leaves it at 0.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(max_entries, 1);
+} rttlab_generation SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -848,6 +860,8 @@ static __always_inline void aggregate(const struct addr *host, __u8 method, __u6
 	mask(&k.prefix, v4 ? 96 + cfg_prefix_v4 : cfg_prefix_v6);
 	k.method = method;
 	k.place = bpf_map_lookup_elem(&rttlab_local, host) ? 1 : 0;
+	__u32 *g = bpf_map_lookup_elem(&rttlab_generation, &zero);
+	k.generation = g ? *g : 0;
 	struct agg *a = bpf_map_lookup_elem(&rttlab_aggregates, &k);
 	if (!a) {
 		struct zeroes *z = bpf_map_lookup_elem(&rttlab_zeroes, &zero);
@@ -983,6 +997,7 @@ static __always_inline void ts_record(struct flow *f, int here, __u32 v, __u64 n
 	if (cfg_rate_limit_ns && (h->flags & H_TS_HEAD) &&
 	    (now > h->last_ts_entry_ns ? now - h->last_ts_entry_ns : 0) < cfg_rate_limit_ns) {
 		COUNT(c, rate_limited);
+		h->c.rate_limited++;
 		return;
 	}
 	struct pending_key pk = { .id = f->id, .value = v, .half = here, .kind = KIND_TS };
@@ -1018,7 +1033,7 @@ static __always_inline int retransmitted(struct half *h, __u32 seq, __u32 end, _
 // slot free the range merges into `u`, which then covers more than the queue marked:
 // counted as an approximation.
 static __always_inline int add_range(struct range *r, struct range *u, __u32 lo, __u32 hi,
-				     __u32 idx, __u32 flags, __u32 at)
+				     __u32 idx, __u32 flags, __u32 at, __u32 at_idx)
 {
 	int slot = -1;
 #pragma clang loop unroll(disable)
@@ -1047,6 +1062,7 @@ static __always_inline int add_range(struct range *r, struct range *u, __u32 lo,
 		m->idx = idx;
 		m->used = 1 | flags;
 		m->at = at;
+		m->at_idx = at_idx;
 		return 0;
 	}
 	struct counters *c = counters();
@@ -1073,15 +1089,17 @@ static __always_inline int add_range(struct range *r, struct range *u, __u32 lo,
 
 static __always_inline void add_mark(struct half *h, __u32 lo, __u32 hi, __u32 idx)
 {
-	if (add_range(h->marks, &h->hull, lo, hi, idx, 0, 0))
+	if (add_range(h->marks, &h->hull, lo, hi, idx, 0, 0, 0))
 		h->flags |= H_INEXACT;
 }
 
 // A segment's first byte as the user-space queue had it when the cumulative ACK was
-// `ack`: the ACK, if it fell inside the segment (SeqHalf::ack trims the front).
-static __always_inline __u32 trimmed(__u32 seq, __u32 end, int have_ack, __u32 ack)
+// `ack`, last advanced at counter `ack_idx`: the ACK, if the segment (seen at counter
+// `idx`) was there when the ACK advanced into it (SeqHalf::ack trims the front).
+static __always_inline __u32 trimmed(__u32 seq, __u32 end, __u32 idx, int have_ack, __u32 ack,
+				     __u32 ack_idx)
 {
-	return have_ack && before(seq, ack) && before(ack, end) ? ack : seq;
+	return have_ack && !after(idx, ack_idx) && before(seq, ack) && before(ack, end) ? ack : seq;
 }
 
 // Whether segment [seq, end), seen at counter idx, lies wholly inside a SACK block
@@ -1090,7 +1108,7 @@ static __always_inline int in_sack(struct range *m, __u32 seq, __u32 end, __u32 
 {
 	if (!(m->used & 1) || !after(m->idx, idx) || before(m->hi, end))
 		return 0;
-	return !before(trimmed(seq, end, m->used & 2, m->at), m->lo);
+	return !before(trimmed(seq, end, idx, m->used & 2, m->at, m->at_idx), m->lo);
 }
 
 static __always_inline int sacked(struct half *h, __u32 seq, __u32 end, __u32 idx)
@@ -1203,6 +1221,7 @@ static __always_inline void seq_entry(struct flow *f, int here, __u32 seq, __u32
 	if (cfg_rate_limit_ns && h->last_seq_entry_ns &&
 	    (now > h->last_seq_entry_ns ? now - h->last_seq_entry_ns : 0) < cfg_rate_limit_ns) {
 		COUNT(c, rate_limited);
+		h->c.rate_limited++;
 		return;
 	}
 	struct pending_key pk = { .id = f->id, .value = end, .half = here, .kind = KIND_SEQ };
@@ -1350,7 +1369,7 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 		// not.
 		if (p && (t->flags & H_ACKED) && !after(p->idx, t->ack_idx) && !before(t->acked, r))
 			p = 0;
-		if (p && !before(trimmed(p->seq, r, t->flags & H_ACKED, t->acked), l) &&
+		if (p && !before(trimmed(p->seq, r, p->idx, t->flags & H_ACKED, t->acked, t->ack_idx), l) &&
 		    !sacked(t, p->seq, r, p->idx)) {
 			__u32 was = __sync_fetch_and_or(&p->flags, P_SACKED);
 			if (!(was & P_SACKED) && !sampled && !(was & P_RTX) &&
@@ -1364,7 +1383,7 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 		}
 		// Every segment seen so far that the block covers is SACKed.
 		if (add_range(t->sacks, &t->sack_hull, l, r, t->idx + 1, (t->flags & H_ACKED) ? 2 : 0,
-			      t->acked))
+			      t->acked, t->ack_idx))
 			t->flags |= H_INEXACT;
 	}
 }

@@ -100,8 +100,10 @@ pub struct RawAggKey {
     pub method: u8,
     /// 0 the network, 1 the capture host itself.
     pub place: u8,
+    /// The generation the samples came in ([`PassiveBpf::set_generation`]).
+    pub generation: u8,
     /// Zero.
-    pub pad: [u8; 5],
+    pub pad: [u8; 4],
 }
 
 // SAFETY: repr(C): 16 + 3 + 5 bytes, no padding.
@@ -444,6 +446,7 @@ pub struct PassiveBpf {
     aggregates: BpfMap<MapData, RawAggKey, RawAgg>,
     watched: BpfMap<MapData, RawAddr, u8>,
     clock: Array<MapData, u64>,
+    generation: Array<MapData, u32>,
     attached: Option<Attached>,
 }
 
@@ -578,6 +581,8 @@ impl PassiveBpf {
             BpfMap::try_from(take(&mut ebpf, "rttlab_aggregates")?).map_err(map_err("rttlab_aggregates"))?;
         let watched = BpfMap::try_from(take(&mut ebpf, "rttlab_watched")?).map_err(map_err("rttlab_watched"))?;
         let clock = Array::try_from(take(&mut ebpf, "rttlab_clock")?).map_err(map_err("rttlab_clock"))?;
+        let generation = Array::try_from(take(&mut ebpf, "rttlab_generation")?)
+            .map_err(map_err("rttlab_generation"))?;
         let mut me = Self {
             ebpf,
             events,
@@ -585,6 +590,7 @@ impl PassiveBpf {
             aggregates,
             watched,
             clock,
+            generation,
             attached: None,
         };
         me.set_clock(realtime_minus_monotonic())?;
@@ -858,6 +864,32 @@ impl PassiveBpf {
             Err(aya::maps::MapError::KeyNotFound) => Ok(None),
             Err(e) => Err(map_err("rttlab_aggregates")(e)),
         }
+    }
+
+    /// Aggregate samples from now on into generation `g` (0 or 1).
+    ///
+    /// # Errors
+    /// The map could not be written.
+    pub fn set_generation(&mut self, g: u8) -> Result<(), PassiveBpfError> {
+        self.generation
+            .set(0, u32::from(g), 0)
+            .map_err(map_err("rttlab_generation"))
+    }
+
+    /// Read and remove every histogram of generation `g`.
+    ///
+    /// # Errors
+    /// The map could not be read.
+    pub fn take_aggregates(&mut self, g: u8) -> Result<Vec<(RawAggKey, RawAgg)>, PassiveBpfError> {
+        let all = self.aggregates()?;
+        let mut out = Vec::new();
+        for (k, v) in all {
+            if k.generation == g {
+                self.forget_aggregate(&k)?;
+                out.push((k, v));
+            }
+        }
+        Ok(out)
     }
 
     /// Remove one aggregated histogram (its host is no longer watched).

@@ -8,6 +8,7 @@
 //! an end host), the "RTT" is the host's own time to answer — think time or delayed
 //! ACK, pping's known flaw — so every sample says which it is ([`Place`]).
 
+pub mod aggregate;
 pub mod flow;
 pub mod in_kernel;
 pub mod sampler;
@@ -40,7 +41,7 @@ impl Method {
 }
 
 /// What a sample's loop went through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Place {
     /// Capture point → a remote host → capture point.

@@ -14,10 +14,10 @@
 pub mod record;
 
 use super::flow::FlowKey;
-use super::{Config, Counters, Method, Place, PpingDetail, PpingSample, Sample, Sink};
+use super::{aggregate, Config, Counters, Method, Place, PpingDetail, PpingSample, Sample, Sink};
 use crate::kernel::passive_bpf::{
-    self, AttachJournal, AttachMode, Aggregation, Framing, PassiveBpf, PassiveBpfError,
-    RawAgg, RawAggKey, RawCounters, Settings,
+    self, AttachJournal, AttachMode, Aggregation, Framing, PassiveBpf, PassiveBpfError, RawAgg,
+    RawAggKey, RawCounters, Settings,
 };
 use crate::wire::{LinkType, Skip};
 use record::Record;
@@ -125,6 +125,7 @@ pub struct Engine {
     pping: Option<PpingState>,
     retired: Counters,
     bad_records: u64,
+    generation: u8,
 }
 
 /// The offset the programs get when frames are replayed: a frame's stamp is its capture
@@ -154,6 +155,7 @@ impl Engine {
             }),
             retired: Counters::default(),
             bad_records: 0,
+            generation: 0,
         })
     }
 
@@ -364,18 +366,70 @@ impl Engine {
         }
     }
 
-    /// Every histogram aggregated so far.
+    /// Every histogram aggregated so far (in generation 0: the totals, when
+    /// [`Self::take_aggregates`] is never called), as the user-space aggregation
+    /// gives them; `n_bounds` is how many bounds the engine was loaded with.
     ///
     /// # Errors
     /// The map could not be read.
-    pub fn aggregates(&self) -> Result<Vec<(RawAggKey, RawAgg)>, PassiveBpfError> {
-        self.bpf.aggregates()
+    pub fn aggregates(&self, n_bounds: usize) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
+        let mut v: Vec<_> = self
+            .bpf
+            .aggregates()?
+            .iter()
+            .map(|(k, a)| hist(k, a, n_bounds))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        Ok(v)
+    }
+
+    /// The histograms since the last call (or the start), and a fresh start: samples
+    /// go to the other generation from now on, and this one is read and emptied.
+    ///
+    /// # Errors
+    /// The map could not be read or written.
+    pub fn take_aggregates(&mut self, n_bounds: usize) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
+        let old = self.generation;
+        self.generation ^= 1;
+        self.bpf.set_generation(self.generation)?;
+        let mut v: Vec<_> = self
+            .bpf
+            .take_aggregates(old)?
+            .iter()
+            .map(|(k, a)| hist(k, a, n_bounds))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        Ok(v)
     }
 
     /// The loaded programs and maps, for what the engine does not wrap.
     pub fn bpf(&mut self) -> &mut PassiveBpf {
         &mut self.bpf
     }
+}
+
+/// A kernel histogram as [`aggregate`]'s.
+pub fn hist(k: &RawAggKey, a: &RawAgg, n_bounds: usize) -> (aggregate::Key, aggregate::Hist) {
+    let prefix = super::flow::Endpoint::from_raw(k.prefix.to_u128(), 0).ip();
+    let key = aggregate::Key {
+        prefix,
+        prefix_len: k.prefix_len,
+        method: if k.method == 0 { Method::Ts } else { Method::Seq },
+        place: if k.place == 0 {
+            Place::Network
+        } else {
+            Place::LocalHost
+        },
+    };
+    let n = n_bounds.min(passive_bpf::MAX_BOUNDS);
+    let h = aggregate::Hist {
+        count: a.count,
+        sum_ns: a.sum_ns,
+        min_ns: if a.count == 0 { u64::MAX } else { !a.min_inv },
+        max_ns: a.max_ns,
+        buckets: a.buckets[..=n].to_vec(),
+    };
+    (key, h)
 }
 
 impl PpingState {

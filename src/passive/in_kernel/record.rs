@@ -92,7 +92,7 @@ fn half_at(b: &[u8]) -> HalfEnd {
         sacked_skipped: n(4),
         sack_timed: n(5),
         untracked: n(6),
-        rate_limited: 0,
+        rate_limited: n(7),
     }
 }
 
