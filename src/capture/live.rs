@@ -167,6 +167,48 @@ fn kernel_program(
     Ok(p)
 }
 
+/// What a live engine needs to know of an interface before it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceFacts {
+    /// How its frames start: Ethernet (Ethernet, veth, loopback, bridges) or raw IP
+    /// (tun, WireGuard and other layer-3 devices).
+    pub link: LinkType,
+    /// Loopback: every frame is seen leaving and arriving.
+    pub loopback: bool,
+    /// Its addresses (the capture host's own).
+    pub addresses: Vec<IpAddr>,
+}
+
+/// The facts of `interface`, in network namespace `netns` if given.
+///
+/// # Errors
+/// No such interface or namespace.
+pub fn interface_facts(interface: &str, netns: Option<&str>) -> Result<InterfaceFacts, LiveError> {
+    let name = interface.to_string();
+    netns::run_in(netns, move || {
+        let (_, hwtype) = ifindex_and_type(&name).ok_or_else(|| LiveError::NoInterface {
+            name: name.clone(),
+            place: String::new(),
+        })?;
+        Ok(InterfaceFacts {
+            link: if matches!(hwtype, ARPHRD_ETHER | ARPHRD_LOOPBACK) {
+                LinkType::Ethernet
+            } else {
+                LinkType::Raw
+            },
+            loopback: hwtype == ARPHRD_LOOPBACK,
+            addresses: addresses_of(&name),
+        })
+    })?
+    .map_err(|e| match (e, netns) {
+        (LiveError::NoInterface { name, .. }, Some(n)) => LiveError::NoInterface {
+            name,
+            place: format!(" in network namespace {n}"),
+        },
+        (e, _) => e,
+    })
+}
+
 impl LiveCapture {
     /// Start capturing on `interface`, inside network namespace `netns` if given.
     ///

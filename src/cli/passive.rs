@@ -10,7 +10,7 @@ use rttlab::passive::flow::Endpoint;
 use rttlab::passive::sampler::SamplerConfig;
 use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
 use rttlab::passive::PpingDetail;
-use rttlab::passive::{ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
+use rttlab::passive::{aggregate, ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
 use std::cell::RefCell;
@@ -36,6 +36,31 @@ pub enum TsRuleArg {
     Data,
     /// pping's rule: every packet's TSval, once the reverse direction was seen.
     Pping,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// The in-kernel engine where this kernel and these privileges allow it and the
+    /// options need nothing only the ring has; else the ring.
+    Auto,
+    /// tc programs in the kernel time the packets where they are; only samples (or
+    /// histograms) come up to rttlab. Live needs CAP_BPF and CAP_NET_ADMIN and Linux
+    /// 5.13+; with -r, the kernel's programs run on the file's frames.
+    Bpf,
+    /// Every selected frame's headers are copied to rttlab through a packet ring
+    /// (CAP_NET_RAW), and timed here.
+    Ring,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttachArg {
+    /// TCX where the kernel has it (6.6+), else clsact.
+    Auto,
+    /// A TCX link: the kernel removes it when rttlab ends, however it ends.
+    Tcx,
+    /// A filter on a clsact qdisc: removed when rttlab ends, and by
+    /// `rttlab tune revert --all` after a crash.
+    Clsact,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -65,7 +90,14 @@ Examples:
   rttlab passive -r trace.pcap host 10.0.0.1 or ip6     the same filter on a file's packets
   rttlab passive -i eth0 --method seq --port 443        live, seq/ACK, one port
   rttlab passive -i to-a --netns rttlab-lab-demo-r --duration 10 --summary
-  rttlab passive -r trace.pcap --sampler 1/10,period=60s   what a sampled cloud metric reports")]
+  rttlab passive -r trace.pcap --sampler 1/10,period=60s   what a sampled cloud metric reports
+  rttlab passive -i eth0 --method both --aggregate 10s    per /24 and /48, every 10 s, in the kernel
+  rttlab passive -i eth0 --rate-limit 100ms --json        ePPing's sampling: a sample a flow per 100 ms
+
+Engines (--engine): live, the TS and seq/ACK rules run in the kernel (tc programs; only
+samples or histograms reach rttlab) where the kernel and the privileges allow it, and in
+rttlab on frames copied through a packet ring otherwise, or when an option needs every
+frame (a filter expression, --sampler, -m, -c); both give the same samples.")]
 pub struct PassiveArgs {
     /// Read a pcap or pcapng file (`-` for stdin).
     #[arg(
@@ -81,6 +113,28 @@ pub struct PassiveArgs {
     /// The interface is inside this network namespace (a name under /run/netns).
     #[arg(long, requires = "interface")]
     pub netns: Option<String>,
+    /// Where the rules run (see below).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineArg,
+    /// How the in-kernel engine attaches to the interface.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub attach: AttachArg,
+    /// Per flow direction, the least time between two TSvals or two segments timed
+    /// (ePPing's sampling: 100ms is its default); 0 times every one.
+    #[arg(long, default_value = "0", value_parser = values::duration)]
+    pub rate_limit: Duration,
+    /// The in-kernel engine's room for TSvals and segments waiting for their answer,
+    /// over all flows; past it they are counted, not timed.
+    #[arg(long, default_value_t = 131_072, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_pending: u32,
+    /// Every INTERVAL, a histogram per prefix of the answering host, method and place,
+    /// instead of sample lines (ePPing's --aggregate); the in-kernel engine keeps them
+    /// in the kernel, so no sample reaches rttlab.
+    #[arg(long, value_name = "INTERVAL", value_parser = values::duration)]
+    pub aggregate: Option<Duration>,
+    /// The prefix lengths --aggregate uses, IPv4,IPv6.
+    #[arg(long, value_name = "V4,V6", default_value = "24,48", value_parser = prefix_lens)]
+    pub aggregate_prefix: (u8, u8),
     /// Snap length, as tcpdump's -s: live, the bytes kept of each frame, enough for the
     /// headers the engines read (0: whole frames). The kernel cuts the frame before
     /// copying it to the capture. A file is read as it was captured (as tcpdump -r).
@@ -160,6 +214,18 @@ pub struct PassiveArgs {
     pub expression: Vec<String>,
 }
 
+fn prefix_lens(s: &str) -> Result<(u8, u8), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("{s:?}: give V4,V6 prefix lengths, e.g. 24,48"))?;
+    let v4: u8 = a.trim().parse().map_err(|_| format!("{a:?} is not a prefix length"))?;
+    let v6: u8 = b.trim().parse().map_err(|_| format!("{b:?} is not a prefix length"))?;
+    if v4 > 32 || v6 > 128 {
+        return Err(format!("{s:?}: IPv4 prefixes are 0–32 bits, IPv6 0–128"));
+    }
+    Ok((v4, v6))
+}
+
 fn flow_arg(s: &str) -> Result<(Endpoint, Endpoint), String> {
     let ep = |x: &str| -> Result<Endpoint, String> {
         let sa: std::net::SocketAddr = x
@@ -224,12 +290,17 @@ impl Write for SharedOut {
     }
 }
 
-/// Sample lines, interval summaries, summary and histograms at once.
+/// Sample lines, interval summaries, per-prefix histograms, summary and histograms at
+/// once.
 struct Out<W: Write> {
     lines: Option<LineWriter<W>>,
     summary: Option<Summary>,
     /// `--summary-interval`: the intervals, where they go, and whether as JSON lines.
     intervals: Option<(IntervalSummary, SharedOut, bool)>,
+    /// `--aggregate` in user space (the ring engine, files): the intervals.
+    aggregate: Option<aggregate::Intervals>,
+    /// Where `--aggregate`'s intervals go (either engine), and whether as JSON lines.
+    aggregate_out: Option<(SharedOut, bool)>,
     error: Option<std::io::Error>,
 }
 
@@ -251,6 +322,23 @@ impl<W: Write> Out<W> {
         }
     }
 
+    /// Write a finished `--aggregate` interval (keeping the first error).
+    fn aggregated(&mut self, iv: Option<aggregate::Interval>, bounds: &[u64], engine: &str) {
+        let (Some(iv), Some((out, json))) = (iv, self.aggregate_out.as_mut()) else {
+            return;
+        };
+        let text = if *json {
+            render::aggregate_interval_json(&iv, bounds, engine)
+        } else {
+            let mut t = String::new();
+            let _ = render::aggregate_interval(&mut t, &iv, bounds, engine);
+            t + "\n"
+        };
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            self.error.get_or_insert(e);
+        }
+    }
+
     /// The capture clock reads `now_ns` (a live capture that may be quiet).
     fn tick(&mut self, now_ns: u64) {
         let done = self
@@ -258,6 +346,20 @@ impl<W: Write> Out<W> {
             .as_mut()
             .and_then(|(iv, _, _)| iv.tick(now_ns));
         self.interval(done);
+        if let Some(agg) = self.aggregate.as_mut() {
+            let done = agg.tick(now_ns);
+            let bounds = agg.bounds().to_vec();
+            self.aggregated(done, &bounds, "ring");
+        }
+    }
+
+    /// What a batch made goes out now, not when 64 KiB piled up.
+    fn flush_lines(&mut self) {
+        if let Some(l) = self.lines.as_mut() {
+            if let Err(e) = l.flush() {
+                self.error.get_or_insert(e);
+            }
+        }
     }
 }
 
@@ -279,6 +381,13 @@ impl<W: Write> Sink for Out<W> {
             }
             self.interval(done);
         }
+        if let Some(agg) = self.aggregate.as_mut() {
+            let done = agg.sample(s);
+            if done.is_some() {
+                let bounds = agg.bounds().to_vec();
+                self.aggregated(done, &bounds, "ring");
+            }
+        }
     }
     fn flow_done(&mut self, f: &rttlab::passive::flow::FlowEnd) {
         if let Some(x) = self.summary.as_mut() {
@@ -298,19 +407,82 @@ fn usage_or(e: SourceError) -> anyhow::Error {
     }
 }
 
+/// Which engine runs, and why not the other when that is worth a line on stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    Ring,
+    Bpf,
+}
+
+/// What an option needs that only the ring engine gives, if any.
+fn needs_ring(a: &PassiveArgs) -> Option<&'static str> {
+    if !a.expression.is_empty() {
+        Some("a filter expression runs on the ring's socket")
+    } else if a.sampler.is_some() {
+        Some("--sampler emulates sampling packets, so it needs every packet")
+    } else if a.machine {
+        Some("-m prints pping's byte counts, which only the ring engine keeps")
+    } else if a.count.is_some() && a.read.is_none() {
+        Some("-c counts packets one by one (use --duration)")
+    } else {
+        None
+    }
+}
+
+fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
+    use rttlab::kernel::passive_bpf;
+    let live = a.interface.is_some();
+    match a.engine {
+        EngineArg::Ring => {
+            if a.attach != AttachArg::Auto {
+                bail!("--attach is for the in-kernel engine (--engine bpf)");
+            }
+            Ok(Engine::Ring)
+        }
+        EngineArg::Bpf => {
+            if let Some(why) = needs_ring(a) {
+                bail!("--engine bpf: {why}; use --engine ring");
+            }
+            passive_bpf::check().map_err(|e| anyhow::anyhow!("--engine bpf: {e}"))?;
+            Ok(Engine::Bpf)
+        }
+        // Files are read by rttlab unless the kernel is asked for.
+        EngineArg::Auto if !live => Ok(Engine::Ring),
+        EngineArg::Auto => {
+            if needs_ring(a).is_some() {
+                return Ok(Engine::Ring);
+            }
+            match passive_bpf::check() {
+                Ok(()) => Ok(Engine::Bpf),
+                Err(e) => {
+                    eprintln!("rttlab: {e}; using the ring engine");
+                    Ok(Engine::Ring)
+                }
+            }
+        }
+    }
+}
+
 pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     if a.seconds.is_some() && a.read.is_some() {
         bail!(
             "--duration is for a live capture (-i); a file (-r) is read to its end, or -c packets"
         );
     }
+    if a.aggregate.is_some_and(|d| d.is_zero()) {
+        bail!("--aggregate must be more than 0");
+    }
+    if a.summary_interval.is_some_and(|d| d.is_zero()) {
+        bail!("--summary-interval must be more than 0");
+    }
     let expression = Expression::from_words(&a.expression)?;
+    let engine = choose_engine(&a)?;
     let methods: Vec<Method> = match a.method {
         MethodArg::Ts => vec![Method::Ts],
         MethodArg::Seq => vec![Method::Seq],
         MethodArg::Both => vec![Method::Ts, Method::Seq],
     };
-    let mut cfg = Config {
+    let cfg = Config {
         ts: methods.contains(&Method::Ts),
         seq: methods.contains(&Method::Seq),
         ts_record: match a.ts_rule {
@@ -324,7 +496,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         idle_ns: a.idle_timeout.as_nanos() as u64,
         max_flows: a.max_flows,
         max_age_ns: a.max_age.as_nanos() as u64,
-        rate_limit_ns: 0,
+        rate_limit_ns: u64::try_from(a.rate_limit.as_nanos()).unwrap_or(u64::MAX),
         local: a.local.clone(),
         filter: Filter {
             hosts: a.host.clone(),
@@ -349,8 +521,11 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         1 << 16,
         std::io::stdout().lock(),
     ))));
+    let (v4, v6) = a.aggregate_prefix;
     let mut out = Out {
-        lines: (!a.quiet).then(|| LineWriter::new(shared.clone(), format, methods.len() == 2)),
+        // --aggregate reports histograms instead of samples.
+        lines: (!a.quiet && a.aggregate.is_none())
+            .then(|| LineWriter::new(shared.clone(), format, methods.len() == 2)),
         summary: (a.summary || a.histogram).then(Summary::default),
         intervals: a.summary_interval.map(|d| {
             (
@@ -359,101 +534,38 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 a.json,
             )
         }),
+        aggregate: a.aggregate.filter(|_| engine == Engine::Ring).map(|d| {
+            aggregate::Intervals::new(
+                aggregate::Aggregator::new(aggregate::bounds(&[]), v4, v6),
+                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            )
+        }),
+        aggregate_out: a.aggregate.map(|_| (shared.clone(), a.json)),
         error: None,
     };
-    if a.summary_interval.is_some_and(|d| d.is_zero()) {
-        bail!("--summary-interval must be more than 0");
-    }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     on_interrupt(move || s2.store(true, Ordering::Release));
 
-    let source = match (&a.interface, &a.read) {
-        (Some(name), _) => Source::Interface {
-            name: name.clone(),
-            netns: a.netns.clone(),
-        },
-        (None, path) => Source::File(path.as_deref().unwrap_or("-").into()),
+    let ended = match engine {
+        Engine::Ring => run_ring(&a, cfg, expression, &mut out, &shared, &stop)?,
+        Engine::Bpf => run_bpf(&a, cfg, &mut out, &stop)?,
     };
-    // Live, the kernel keeps only frames the host and port selections may match (a
-    // flow's endpoints are both), and only their headers.
-    let mut select = capture::filter::Selection {
-        hosts: a.host.clone(),
-        ports: a.port.clone(),
-    };
-    if select.hosts.is_empty() && select.ports.is_empty() {
-        for (x, y) in &a.flow {
-            for e in [x, y] {
-                select.hosts.push(e.ip());
-                select.ports.push(e.port);
-            }
-        }
-    }
-    let mut flush_first = shared.clone();
-    let mut cap = capture::open(
-        &source,
-        capture::Options {
-            select,
-            expression,
-            snaplen: a.snaplen,
-            before_wait: Some(Box::new(move || {
-                // A failed flush is left for the next write of a line to report.
-                let _ = flush_first.flush();
-            })),
-        },
-    )?;
-    super::measuring();
-    if cfg.local.is_empty() {
-        cfg.local = cap.addresses().to_vec();
-    }
-    let mut analyzer = Analyzer::new(cfg);
-    let t0 = Instant::now();
-    let mut seen = 0u64;
-    let mut failure = None;
-    while !stop.load(Ordering::Acquire)
-        && a.seconds.is_none_or(|s| t0.elapsed() < s)
-        && a.count.is_none_or(|c| seen < c)
-    {
-        let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
-            if a.count.is_none_or(|c| seen < c) {
-                seen += 1;
-                analyzer.packet(ts, link, frame, &mut out);
-            }
-        });
-        if cap.is_live() {
-            // A quiet interface still ends its intervals on time.
-            out.tick(rttlab::kernel::realtime_ns());
-            // What this batch of frames made goes out now, not when 64 KiB piled up.
-            if let Some(l) = out.lines.as_mut() {
-                if let Err(e) = l.flush() {
-                    out.error.get_or_insert(e);
-                }
-            }
-        }
-        if let Some(e) = out.error.take() {
-            return broken_pipe_or(e);
-        }
-        match batch {
-            Ok(Batch::More(_)) => {}
-            Ok(Batch::End) => break,
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
-    }
-    let live_note = cap.live_stats().map(|st| {
-        format!(
-            "kernel: {} packets to the capture socket, {} dropped (ring full)",
-            st.packets, st.drops
-        )
-    });
-    analyzer.finish(&mut out);
+    let Ended {
+        counters,
+        notes,
+        failure,
+    } = ended;
     let last = out.intervals.as_mut().and_then(|(iv, _, _)| iv.finish());
     if let Some(l) = out.lines.as_mut() {
         let _ = l.flush();
     }
     out.interval(last);
+    if let Some(agg) = out.aggregate.as_mut() {
+        let last = agg.finish();
+        let bounds = agg.bounds().to_vec();
+        out.aggregated(last, &bounds, "ring");
+    }
     if let Some(e) = out.error.take() {
         return broken_pipe_or(e);
     }
@@ -504,7 +616,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
             written?;
         }
     }
-    if let (Some(periods), Some(sc)) = (analyzer.sampler_periods(), a.sampler) {
+    if let Some((periods, sc)) = ended_sampler(&notes, a.sampler) {
         if a.json {
             writeln!(o, "{}", render::sampler_json(&periods, sc.one_in))?;
         } else {
@@ -512,14 +624,322 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         }
     }
     o.flush()?;
-    eprintln!("{}", render::counters(&analyzer.counters(), &methods));
-    if let Some(n) = live_note {
+    eprintln!("{}", render::counters(&counters, &methods));
+    for n in &notes.lines {
         eprintln!("{n}");
     }
     if let Some(f) = failure {
-        return Err(usage_or(f));
+        return Err(f);
     }
     Ok(())
+}
+
+/// What a run left to print after its output.
+struct Ended {
+    counters: rttlab::passive::Counters,
+    notes: Notes,
+    failure: Option<anyhow::Error>,
+}
+
+/// Lines for stderr after the counters, and the sampled metric's periods.
+#[derive(Default)]
+struct Notes {
+    lines: Vec<String>,
+    sampler: Option<Vec<rttlab::passive::sampler::Period>>,
+}
+
+fn ended_sampler(
+    notes: &Notes,
+    sc: Option<SamplerConfig>,
+) -> Option<(Vec<rttlab::passive::sampler::Period>, SamplerConfig)> {
+    Some((notes.sampler.clone()?, sc?))
+}
+
+/// The ring engine (and files): frames through a capture source into the user-space
+/// engine.
+fn run_ring(
+    a: &PassiveArgs,
+    mut cfg: Config,
+    expression: Option<Expression>,
+    out: &mut Out<SharedOut>,
+    shared: &SharedOut,
+    stop: &AtomicBool,
+) -> anyhow::Result<Ended> {
+    let source = match (&a.interface, &a.read) {
+        (Some(name), _) => Source::Interface {
+            name: name.clone(),
+            netns: a.netns.clone(),
+        },
+        (None, path) => Source::File(path.as_deref().unwrap_or("-").into()),
+    };
+    // Live, the kernel keeps only frames the host and port selections may match (a
+    // flow's endpoints are both), and only their headers.
+    let mut select = capture::filter::Selection {
+        hosts: a.host.clone(),
+        ports: a.port.clone(),
+    };
+    if select.hosts.is_empty() && select.ports.is_empty() {
+        for (x, y) in &a.flow {
+            for e in [x, y] {
+                select.hosts.push(e.ip());
+                select.ports.push(e.port);
+            }
+        }
+    }
+    let mut flush_first = shared.clone();
+    let mut cap = capture::open(
+        &source,
+        capture::Options {
+            select,
+            expression,
+            snaplen: a.snaplen,
+            before_wait: Some(Box::new(move || {
+                // A failed flush is left for the next write of a line to report.
+                let _ = flush_first.flush();
+            })),
+        },
+    )?;
+    super::measuring();
+    if cfg.local.is_empty() {
+        cfg.local = cap.addresses().to_vec();
+    }
+    let mut analyzer = Analyzer::new(cfg);
+    let t0 = Instant::now();
+    let mut seen = 0u64;
+    let mut failure = None;
+    while !stop.load(Ordering::Acquire)
+        && a.seconds.is_none_or(|s| t0.elapsed() < s)
+        && a.count.is_none_or(|c| seen < c)
+    {
+        let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
+            if a.count.is_none_or(|c| seen < c) {
+                seen += 1;
+                analyzer.packet(ts, link, frame, out);
+            }
+        });
+        if cap.is_live() {
+            // A quiet interface still ends its intervals on time.
+            out.tick(rttlab::kernel::realtime_ns());
+            out.flush_lines();
+        }
+        if let Some(e) = out.error.take() {
+            broken_pipe_or(e)?;
+        }
+        match batch {
+            Ok(Batch::More(_)) => {}
+            Ok(Batch::End) => break,
+            Err(e) => {
+                failure = Some(usage_or(e));
+                break;
+            }
+        }
+    }
+    let mut notes = Notes::default();
+    if let Some(st) = cap.live_stats() {
+        notes.lines.push(format!(
+            "kernel: {} packets to the capture socket, {} dropped (ring full)",
+            st.packets, st.drops
+        ));
+    }
+    analyzer.finish(out);
+    notes.sampler = analyzer.sampler_periods();
+    Ok(Ended {
+        counters: analyzer.counters(),
+        notes,
+        failure,
+    })
+}
+
+/// The in-kernel engine: attached to the interface, or run on a file's frames.
+fn run_bpf(
+    a: &PassiveArgs,
+    mut cfg: Config,
+    out: &mut Out<SharedOut>,
+    stop: &AtomicBool,
+) -> anyhow::Result<Ended> {
+    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing};
+    use rttlab::passive::in_kernel::{Engine as Kernel, Options};
+    let live = a.interface.as_deref();
+    let facts = match live {
+        Some(name) => Some(capture::live::interface_facts(name, a.netns.as_deref())?),
+        None => None,
+    };
+    if cfg.local.is_empty() {
+        cfg.local = facts.as_ref().map(|f| f.addresses.clone()).unwrap_or_default();
+    }
+    let (v4, v6) = a.aggregate_prefix;
+    let bounds = aggregate::bounds(&[]);
+    let options = Options {
+        // Samples come up only when something here reads them.
+        events: out.lines.is_some() || out.summary.is_some() || out.intervals.is_some(),
+        flow_events: a.summary,
+        aggregate: a.aggregate.map(|_| Aggregation {
+            prefix_v4: v4,
+            prefix_v6: v6,
+            bounds_ns: bounds.clone(),
+            watched_only: false,
+        }),
+        max_pending: a.max_pending,
+        ..Options::default()
+    };
+    let framing = match &facts {
+        Some(f) if f.link != rttlab::wire::LinkType::Ethernet => Framing::Ip,
+        _ => Framing::Ethernet,
+    };
+    let mut k = Kernel::load(&cfg, &options, framing)?;
+    let mut notes = Notes::default();
+    let where_ = if let (Some(name), Some(f)) = (live, &facts) {
+        let mode = match a.attach {
+            AttachArg::Auto => None,
+            AttachArg::Tcx => Some(AttachMode::Tcx),
+            AttachArg::Clsact => Some(AttachMode::Clsact),
+        };
+        let journal = rttlab::kernel::tuning::Journal::for_run("passive");
+        let mode = k.attach(name, a.netns.as_deref(), mode, f.loopback, Box::new(journal))?;
+        format!("{} on {name}", mode.name())
+    } else {
+        "replaying the file".to_owned()
+    };
+    super::measuring();
+    let agg_len = a.aggregate.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let mut failure = None;
+    if live.is_some() {
+        let t0 = Instant::now();
+        let mut next_sweep = t0 + Duration::from_secs(1);
+        let mut agg_start = rttlab::kernel::realtime_ns();
+        let mut next_agg = a.aggregate.map(|d| t0 + d);
+        while !stop.load(Ordering::Acquire) && a.seconds.is_none_or(|s| t0.elapsed() < s) {
+            k.wait(Duration::from_millis(100));
+            k.drain(out);
+            let now = Instant::now();
+            out.tick(rttlab::kernel::realtime_ns());
+            out.flush_lines();
+            if now >= next_sweep {
+                if let Err(e) = k.sweep() {
+                    failure = Some(e.into());
+                    break;
+                }
+                next_sweep += Duration::from_secs(1);
+            }
+            if let (Some(at), Some(d)) = (next_agg, a.aggregate) {
+                if now >= at {
+                    let end = rttlab::kernel::realtime_ns();
+                    let rows = k.take_aggregates(bounds.len())?;
+                    out.aggregated(
+                        Some(aggregate::Interval {
+                            start_ns: agg_start,
+                            end_ns: end,
+                            rows,
+                        }),
+                        &bounds,
+                        "bpf",
+                    );
+                    agg_start = end;
+                    next_agg = Some(at + d);
+                }
+            }
+            if let Some(e) = out.error.take() {
+                broken_pipe_or(e)?;
+            }
+        }
+        if let Err(e) = k.finish(out) {
+            failure.get_or_insert(e.into());
+        }
+        if a.aggregate.is_some() {
+            let rows = k.take_aggregates(bounds.len())?;
+            if !rows.is_empty() {
+                let end = rttlab::kernel::realtime_ns();
+                out.aggregated(
+                    Some(aggregate::Interval {
+                        start_ns: agg_start,
+                        end_ns: end,
+                        rows,
+                    }),
+                    &bounds,
+                    "bpf",
+                );
+            }
+        }
+    } else {
+        let path = a.read.as_deref().unwrap_or("-");
+        let mut cap = capture::open(&Source::File(path.into()), capture::Options::default())?;
+        let mut seen = 0u64;
+        let mut agg_start: Option<u64> = None;
+        let mut replay_err = None;
+        loop {
+            let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
+                if a.count.is_some_and(|c| seen >= c) || replay_err.is_some() {
+                    return;
+                }
+                // Capture-time intervals, as the ring engine cuts them.
+                if let Some(len) = agg_len {
+                    let start = *agg_start.get_or_insert(ts - ts % len);
+                    if ts >= start + len {
+                        match k.take_aggregates(bounds.len()) {
+                            Ok(rows) => out.aggregated(
+                                Some(aggregate::Interval {
+                                    start_ns: start,
+                                    end_ns: start + len,
+                                    rows,
+                                }),
+                                &bounds,
+                                "bpf",
+                            ),
+                            Err(e) => replay_err = Some(e),
+                        }
+                        agg_start = Some(ts - ts % len);
+                    }
+                }
+                seen += 1;
+                if let Err(e) = k.replay(link, frame, ts) {
+                    replay_err = Some(e);
+                }
+                if seen % 2048 == 0 {
+                    k.drain(out);
+                }
+            });
+            k.drain(out);
+            if let Some(e) = out.error.take() {
+                broken_pipe_or(e)?;
+            }
+            if let Some(e) = replay_err.take() {
+                failure = Some(e.into());
+                break;
+            }
+            match batch {
+                Ok(Batch::More(_)) if a.count.is_none_or(|c| seen < c) => {}
+                Ok(_) => break,
+                Err(e) => {
+                    failure = Some(usage_or(e));
+                    break;
+                }
+            }
+        }
+        if let Err(e) = k.finish(out) {
+            failure.get_or_insert(e.into());
+        }
+        if let (Some(start), Some(len)) = (agg_start, agg_len) {
+            let rows = k.take_aggregates(bounds.len())?;
+            if !rows.is_empty() {
+                out.aggregated(
+                    Some(aggregate::Interval {
+                        start_ns: start,
+                        end_ns: start + len,
+                        rows,
+                    }),
+                    &bounds,
+                    "bpf",
+                );
+            }
+        }
+    }
+    let (counters, kernel) = k.counters()?;
+    notes.lines.push(render::kernel_counters(&kernel, &where_));
+    Ok(Ended {
+        counters,
+        notes,
+        failure,
+    })
 }
 
 /// A closed stdout (`| head`) ends the run quietly; other write errors are errors.

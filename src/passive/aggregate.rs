@@ -210,6 +210,81 @@ impl Aggregator {
     }
 }
 
+/// One interval's histograms, `[start_ns, end_ns)` of capture time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interval {
+    /// Start, ns since the epoch (a multiple of the interval's length).
+    pub start_ns: u64,
+    /// End (excluded).
+    pub end_ns: u64,
+    /// The histograms, sorted by key.
+    pub rows: Vec<(Key, Hist)>,
+}
+
+/// Histograms per prefix cut into intervals of capture time (`--aggregate`): a sample
+/// past the current interval ends it; a quiet live capture ends it by [`Self::tick`].
+#[derive(Debug, Clone)]
+pub struct Intervals {
+    agg: Aggregator,
+    len_ns: u64,
+    start_ns: Option<u64>,
+}
+
+impl Intervals {
+    /// Intervals of `len_ns` (at least 1), aggregating with `agg`'s settings.
+    pub fn new(agg: Aggregator, len_ns: u64) -> Self {
+        Self {
+            agg,
+            len_ns: len_ns.max(1),
+            start_ns: None,
+        }
+    }
+
+    fn close(&mut self, now_ns: u64) -> Option<Interval> {
+        let start = self.start_ns?;
+        if now_ns < start + self.len_ns {
+            return None;
+        }
+        self.start_ns = Some(now_ns - now_ns % self.len_ns);
+        Some(Interval {
+            start_ns: start,
+            end_ns: start + self.len_ns,
+            rows: self.agg.take(),
+        })
+    }
+
+    /// One sample; the interval it ended, if any (the sample belongs to the next).
+    pub fn sample(&mut self, s: &Sample) -> Option<Interval> {
+        let done = self.close(s.ts_ns);
+        if self.start_ns.is_none() {
+            self.start_ns = Some(s.ts_ns - s.ts_ns % self.len_ns);
+        }
+        self.agg.sample(s);
+        done
+    }
+
+    /// The clock reads `now_ns`: the interval it ended, if any.
+    pub fn tick(&mut self, now_ns: u64) -> Option<Interval> {
+        self.close(now_ns)
+    }
+
+    /// The input ended: the last interval, if it holds anything.
+    pub fn finish(&mut self) -> Option<Interval> {
+        let start = self.start_ns.take()?;
+        let rows = self.agg.take();
+        (!rows.is_empty()).then_some(Interval {
+            start_ns: start,
+            end_ns: start + self.len_ns,
+            rows,
+        })
+    }
+
+    /// The buckets' bounds.
+    pub fn bounds(&self) -> &[u64] {
+        self.agg.bounds()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,8 +318,9 @@ mod tests {
         assert_eq!(bucket(&b, 10_000), b.iter().position(|&x| x == 10_000).unwrap());
         assert_eq!(bucket(&b, 10_001), bucket(&b, 10_000) + 1);
         assert_eq!(bucket(&b, MAX_NS + 1), b.len());
-        // 1 µs to 100 s at 16 a factor of two: 426 native bounds.
-        assert_eq!(bounds(&[]).len(), 426);
+        // Native bounds from 1 µs to 100 s, 16 a factor of two: indices -318
+        // (1.02 µs) to 106 (98.3 s); 107 (102.6 s) is past 100 s.
+        assert_eq!(bounds(&[]).len(), 425);
     }
 
     #[test]

@@ -331,7 +331,7 @@ mod tests {
     fn sacked_segments_are_timed_at_the_sack_not_after_the_repair() {
         let mut h = SeqHalf::default();
         for i in 0..4u32 {
-            h.segment(i * 100, 100, u64::from(i, 0));
+            h.segment(i * 100, 100, u64::from(i), 0);
         }
         // Segment 0 lost: the receiver SACKs 100..200, then 100..300.
         assert_eq!(h.ack(0, [(100, 200)].into_iter(), R, 50), Some(49));
@@ -361,5 +361,21 @@ mod tests {
         assert_eq!(h.segment(50, 100, 1, 0), Kind::New);
         assert_eq!(h.ack(50, none(), R, 10), Some(10));
         assert_eq!(h.ack(150, none(), R, 12), Some(11));
+    }
+
+    /// Witness: arithmetic on the times given. A segment within the limit is followed
+    /// (its ACK and its retransmission are recognised) but gives no sample.
+    #[test]
+    fn the_rate_limit_times_one_segment_per_interval() {
+        let mut h = SeqHalf::default();
+        assert_eq!(h.segment(0, 100, 0, 50), Kind::New);
+        assert_eq!(h.segment(100, 100, 10, 50), Kind::New);
+        assert_eq!(h.segment(200, 100, 60, 50), Kind::New);
+        assert_eq!(h.rate_limited, 1);
+        assert_eq!(h.ack(100, none(), R, 70), Some(70));
+        assert_eq!(h.ack(200, none(), R, 80), None, "passed over, so not timed");
+        assert_eq!(h.karn_skipped, 0);
+        assert_eq!(h.segment(100, 100, 90, 50), Kind::SpuriousRetransmission);
+        assert_eq!(h.ack(300, none(), R, 100), Some(40));
     }
 }

@@ -242,4 +242,19 @@ mod tests {
         }
         assert_eq!(h.echo(3, 10_000, AGE), Some((10_000 - 3, at(3))));
     }
+
+    /// Witness: arithmetic on the times given. Within the limit of the last TSval
+    /// given an entry, a new TSval is seen (never recorded later) but not timed.
+    #[test]
+    fn the_rate_limit_times_one_tsval_per_interval() {
+        let mut h = TsHalf::default();
+        h.record(10, 0, None, 100);
+        h.record(11, 50, None, 100);
+        h.record(12, 100, None, 100);
+        h.record(11, 120, None, 100);
+        assert_eq!(h.rate_limited, 1);
+        assert_eq!(h.echo(11, 130, AGE), None, "11 was passed over");
+        assert_eq!(h.echo(12, 140, AGE), Some((40, None)));
+        assert_eq!(h.outstanding(), 0);
+    }
 }

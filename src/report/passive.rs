@@ -4,7 +4,8 @@
 use super::table::{write_aligned, Table};
 use crate::passive::sampler::{Period, BOUNDS_MS};
 use crate::passive::summary::{FlowRtt, Interval, Row, Total};
-use crate::passive::{Counters, Method, Place, Sample};
+use crate::passive::in_kernel::KernelCounters;
+use crate::passive::{aggregate, Counters, Method, Place, Sample};
 use crate::results::schema;
 use crate::stats::{LatencyHistogram, LogLinear};
 use serde::Serialize;
@@ -240,6 +241,109 @@ fn rtt_cells(r: &FlowRtt) -> [String; 10] {
         f1(r.p99_us),
         f1(r.max_us),
     ]
+}
+
+/// One `--aggregate` interval: a title line, then a row per prefix, method and place.
+/// `engine` says where the histograms were kept (`bpf`: in the kernel).
+pub fn aggregate_interval(
+    out: &mut impl std::fmt::Write,
+    iv: &aggregate::Interval,
+    bounds: &[u64],
+    engine: &str,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "Interval {:.3}–{:.3} s: {} prefix(es), aggregated {}",
+        iv.start_ns as f64 / 1e9,
+        iv.end_ns as f64 / 1e9,
+        iv.rows.len(),
+        if engine == "bpf" { "in the kernel" } else { "by rttlab" }
+    )?;
+    let us = |ns: u64| f1(ns as f64 / 1e3);
+    write_aligned(
+        out,
+        &[
+            "PREFIX", "METHOD", "PLACE", "SAMPLES", "MIN_us", "MEAN_us", "P50_us", "P90_us",
+            "P99_us", "MAX_us",
+        ],
+        || {
+            iv.rows.iter().map(|(k, h)| {
+                [
+                    k.prefix_text(),
+                    k.method.name().into(),
+                    place_name(k.place).into(),
+                    h.count.to_string(),
+                    us(h.min_ns),
+                    f1(h.mean_ns() / 1e3),
+                    us(h.quantile(bounds, 0.5)),
+                    us(h.quantile(bounds, 0.9)),
+                    us(h.quantile(bounds, 0.99)),
+                    us(h.max_ns),
+                ]
+            })
+        },
+    )
+}
+
+/// One `--aggregate` interval as JSON lines, one per prefix, method and place.
+pub fn aggregate_interval_json(iv: &aggregate::Interval, bounds: &[u64], engine: &str) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        interval_start_ns: u64,
+        interval_end_ns: u64,
+        prefix: String,
+        method: &'static str,
+        place: &'static str,
+        samples: u64,
+        min_us: f64,
+        mean_us: f64,
+        max_us: f64,
+        percentiles_us: Percentiles<f64>,
+        engine: &'a str,
+    }
+    iv.rows
+        .iter()
+        .map(|(k, h)| {
+            let us = |ns: u64| ns as f64 / 1e3;
+            let line = Line {
+                interval_start_ns: iv.start_ns,
+                interval_end_ns: iv.end_ns,
+                prefix: k.prefix_text(),
+                method: k.method.name(),
+                place: place_name(k.place),
+                samples: h.count,
+                min_us: us(h.min_ns),
+                mean_us: h.mean_ns() / 1e3,
+                max_us: us(h.max_ns),
+                percentiles_us: Percentiles {
+                    p50: us(h.quantile(bounds, 0.5)),
+                    p90: us(h.quantile(bounds, 0.9)),
+                    p99: us(h.quantile(bounds, 0.99)),
+                },
+                engine,
+            };
+            schema::line(schema::PASSIVE_AGGREGATE, &line).unwrap_or_default() + "\n"
+        })
+        .collect()
+}
+
+/// The in-kernel engine's own counters, one line: where it ran, what it dropped for
+/// lack of room and what its bounded state approximated (nothing shown is zero).
+pub fn kernel_counters(k: &KernelCounters, place: &str) -> String {
+    let mut s = format!("in-kernel engine ({place})");
+    for (name, n) in [
+        ("new flows not tracked (flow map full: --max-flows)", k.flows_full),
+        ("TSvals or segments not timed (pending map full: --max-pending)", k.pending_full),
+        ("samples not aggregated (aggregate map full)", k.aggregates_full),
+        ("samples or flows lost (ring buffer full)", k.events_lost),
+        ("times the per-flow state approximated the queues (fewer samples)", k.approximated),
+        ("unreadable records", k.bad_records),
+    ] {
+        if n > 0 {
+            s.push_str(&format!(", {n} {name}"));
+        }
+    }
+    s
 }
 
 /// P50, P90 and P99 as one JSON object (`crate::results::schema`'s convention).
@@ -532,6 +636,7 @@ pub fn counters(c: &Counters, methods: &[Method]) -> String {
         ("without TCP timestamps", c.no_timestamps),
         ("with unusable timestamps", c.unusable_timestamps),
         ("one-way (reverse not seen yet)", c.one_way),
+        ("not timed for --rate-limit", c.rate_limited),
         ("flows evicted by the flow cap", c.flows.evicted_full),
     ] {
         if n > 0 && (name != "without TCP timestamps" || methods.contains(&Method::Ts)) {

@@ -33,6 +33,9 @@ pub const PASSIVE_SUMMARY: &str = "rttlab.passive-summary/1";
 pub const PASSIVE_HISTOGRAM: &str = "rttlab.passive-histogram/1";
 /// `rttlab passive --json --sampler`: the sampled metric's periods.
 pub const PASSIVE_SAMPLER: &str = "rttlab.passive-sampler/1";
+/// `rttlab passive --json --aggregate`: one line per prefix, method and place in
+/// each interval.
+pub const PASSIVE_AGGREGATE: &str = "rttlab.passive-aggregate/1";
 /// `rttlab compare --json` (and `compare.json` in its results directory).
 pub const COMPARE: &str = "rttlab.compare/1";
 /// `rttlab rto model --json`.
@@ -49,7 +52,7 @@ pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
 pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
 /// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 19] = [
     RR,
     RR_INTERIM,
     RR_SLOW,
@@ -61,6 +64,7 @@ pub const ALL: [&str; 18] = [
     PASSIVE_SUMMARY,
     PASSIVE_HISTOGRAM,
     PASSIVE_SAMPLER,
+    PASSIVE_AGGREGATE,
     COMPARE,
     RTO_MODEL,
     LAB,
