@@ -708,3 +708,241 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
         exact.get() + approximate.get()
     );
 }
+
+/// A corpus capture's frames as Ethernet frames (broadcast, as a replay tool sends
+/// them), each with its capture time.
+fn ethernet_frames(name: &str) -> Vec<(u64, Vec<u8>)> {
+    let mut out = Vec::new();
+    frames(name, |t, link, f| {
+        if let Ok((version, ip)) = link.network(f) {
+            let mut e = vec![0xff; 6];
+            e.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+            e.extend_from_slice(if version == 4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+            e.extend_from_slice(ip);
+            out.push((t, e));
+        }
+    });
+    out
+}
+
+/// Send `frames` out of `dev` in namespace `ns` through an AF_PACKET socket, from one
+/// CPU (so that the receiving side handles them in order), paced to about 200 000 a
+/// second.
+fn send_frames(ns: &str, dev: &str, frames: &[Vec<u8>]) {
+    let path = format!("/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let f = std::fs::File::open(&path).unwrap();
+            // SAFETY: entering a namespace on this thread only; a CPU set of one CPU.
+            unsafe {
+                use std::os::fd::AsRawFd;
+                assert_eq!(libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET), 0);
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(0, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            }
+            // SAFETY: plain socket and bind calls with valid arguments; closed below.
+            unsafe {
+                let fd = libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0);
+                assert!(fd >= 0);
+                let c = std::ffi::CString::new(dev).unwrap();
+                let mut sa: libc::sockaddr_ll = std::mem::zeroed();
+                sa.sll_family = libc::AF_PACKET as u16;
+                sa.sll_ifindex = libc::if_nametoindex(c.as_ptr()) as i32;
+                assert!(sa.sll_ifindex > 0);
+                assert_eq!(
+                    libc::bind(
+                        fd,
+                        (&sa as *const libc::sockaddr_ll).cast(),
+                        std::mem::size_of_val(&sa) as u32
+                    ),
+                    0
+                );
+                for (i, f) in frames.iter().enumerate() {
+                    let n = libc::send(fd, f.as_ptr().cast(), f.len(), 0);
+                    assert_eq!(n, f.len() as isize, "{}", std::io::Error::last_os_error());
+                    if i % 64 == 63 {
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                }
+                libc::close(fd);
+            }
+        });
+    });
+}
+
+/// A running `rttlab passive … --json` whose sample lines are collected as they come.
+struct Passive {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Passive {
+    fn start(args: &[&str]) -> Self {
+        let mut child = std::process::Command::new(common::bin())
+            .arg("passive")
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let l2 = lines.clone();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                l2.lock().unwrap().push(l);
+            }
+        });
+        Self {
+            child,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.lines.lock().unwrap().iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// SIGINT, then every line and stderr.
+    fn stop(mut self) -> (Vec<String>, String) {
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let mut err = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}: {err}");
+        self.reader.take().unwrap().join().unwrap();
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        (lines, err)
+    }
+}
+
+/// A TCP data segment and its ACK between 10.99.0.1:1 and 10.99.0.2:2 (TS on): one
+/// TS and one seq/ACK sample each time it is sent, so both engines can be seen to be
+/// listening before the replay starts.
+fn warm_up_frames(round: u32) -> Vec<Vec<u8>> {
+    let seg = |from_a: bool, seq: u32, ack: u32, flags: u8, len: u16, tsval: u32, tsecr: u32| {
+        let (src, dst, sp, dp) = if from_a {
+            ([10, 99, 0, 1], [10, 99, 0, 2], 1u16, 2u16)
+        } else {
+            ([10, 99, 0, 2], [10, 99, 0, 1], 2, 1)
+        };
+        let mut f = vec![0xff; 6];
+        f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x08, 0x00]);
+        f.extend_from_slice(&[0x45, 0]);
+        f.extend_from_slice(&(52 + len).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0x40, 0, 64, 6, 0, 0]);
+        f.extend_from_slice(&src);
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&sp.to_be_bytes());
+        f.extend_from_slice(&dp.to_be_bytes());
+        f.extend_from_slice(&seq.to_be_bytes());
+        f.extend_from_slice(&ack.to_be_bytes());
+        f.extend_from_slice(&[0x80, flags, 0xff, 0xff, 0, 0, 0, 0, 1, 1, 8, 10]);
+        f.extend_from_slice(&tsval.to_be_bytes());
+        f.extend_from_slice(&tsecr.to_be_bytes());
+        f.extend(std::iter::repeat_n(0u8, usize::from(len)));
+        f
+    };
+    let s = 1000 * round;
+    vec![
+        seg(true, s, 1, 0x18, 10, 100 + round, 50 + round),
+        seg(false, 1, s + 10, 0x10, 0, 200 + round, 100 + round),
+    ]
+}
+
+/// Witness: the ring engine (the user-space engine on frames an AF_PACKET ring copies)
+/// attached to the same interface at the same time. The corpus is replayed through a
+/// veth pair into a namespace where both `rttlab passive` processes listen; with the
+/// kernel's receive stamps on (a socket here asks for them), both time a frame by the
+/// same stamp, so their samples must be the same to the nanosecond; and as many as the
+/// user-space engine gives on the file (no frame lost on the way).
+#[test]
+fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus() {
+    if !common::privileged("passive_bpf::live_replay") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    // SO_TIMESTAMPNS on any socket turns on the stamping of every received packet.
+    let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option on a socket we own.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        libc::setsockopt(
+            stamps.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
+    }
+    for name in ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz", "bulk-loss-gw.pcap.gz"] {
+        let frames: Vec<Vec<u8>> = ethernet_frames(name).into_iter().map(|x| x.1).collect();
+        let args = |engine: &'static str| {
+            vec![
+                "-i", dev_b.as_str(), "--netns", pair.b.as_str(), "--engine", engine, "--method",
+                "both", "--json",
+            ]
+        };
+        let kernel = Passive::start(&args("bpf"));
+        let ring = Passive::start(&args("ring"));
+        let warm = "10.99.0.2:2";
+        let t0 = std::time::Instant::now();
+        let mut round = 1;
+        while kernel.count(warm) == 0 || ring.count(warm) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{name}: the engines never listened");
+            send_frames(&pair.a, &pair.dev_a, &warm_up_frames(round));
+            round += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        send_frames(&pair.a, &pair.dev_a, &frames);
+        // Until both have written everything (each wakes at least every 100 ms).
+        let mut last = (0, 0);
+        let mut still = 0;
+        while still < 5 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = (kernel.count("rtt_us"), ring.count("rtt_us"));
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+        }
+        let (k, kerr) = kernel.stop();
+        let (r, rerr) = ring.stop();
+        let keep = |v: Vec<String>| -> Vec<(String, String, String, u64, String, String)> {
+            let mut s: Vec<_> = v
+                .iter()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .filter(|x| !x["host"].as_str().unwrap().starts_with("10.99.0."))
+                .map(|x| {
+                    (
+                        x["method"].as_str().unwrap().to_owned(),
+                        x["host"].as_str().unwrap().to_owned(),
+                        x["peer"].as_str().unwrap().to_owned(),
+                        x["ts_ns"].as_u64().unwrap(),
+                        x["rtt_us"].to_string(),
+                        x["min_us"].to_string(),
+                    )
+                })
+                .collect();
+            s.sort();
+            s
+        };
+        let (k, r) = (keep(k), keep(r));
+        assert!(kerr.contains("in-kernel engine (tcx on"), "{kerr}");
+        assert!(rerr.contains("0 dropped"), "{name}: the ring dropped frames: {rerr}");
+        assert!(!kerr.contains("lost"), "{name}: {kerr}");
+        let cfg = Config::default();
+        let (expected, _) = user(name, &cfg);
+        assert_eq!(r.len(), expected.samples.len(), "{name}: the ring engine's samples, against the file's");
+        assert_eq!(k.len(), r.len(), "{name}: sample count, kernel and ring");
+        eprintln!("{name}: {} samples from each engine", k.len());
+        for (i, (x, y)) in k.iter().zip(&r).enumerate() {
+            assert_eq!(x, y, "{name}: sample {i} differs (kernel, then ring)");
+        }
+    }
+}
