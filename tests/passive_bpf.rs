@@ -780,7 +780,13 @@ struct Passive {
 
 impl Passive {
     fn start(args: &[&str]) -> Self {
-        let mut child = std::process::Command::new(common::bin())
+        Self::start_with(args, |_| {})
+    }
+
+    fn start_with(args: &[&str], setup: impl FnOnce(&mut std::process::Command)) -> Self {
+        let mut cmd = std::process::Command::new(common::bin());
+        setup(&mut cmd);
+        let mut child = cmd
             .arg("passive")
             .args(args)
             .stdout(std::process::Stdio::piped())
@@ -945,4 +951,150 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
             assert_eq!(x, y, "{name}: sample {i} differs (kernel, then ring)");
         }
     }
+}
+
+/// The in-kernel engine's programs on `dev` in namespace `ns`, as the kernel lists
+/// them: clsact filters (rtnetlink, as `tc filter show`) and TCX links (BPF_PROG_QUERY,
+/// as `bpftool net`), by program name.
+fn attached(ns: &str, dev: &str) -> Vec<String> {
+    use aya::programs::{SchedClassifier, TcAttachType};
+    let o = common::NetnsPair::exec(ns, &["tc", "filter", "show", "dev", dev, "ingress"])
+        .output()
+        .unwrap();
+    let o2 = common::NetnsPair::exec(ns, &["tc", "filter", "show", "dev", dev, "egress"])
+        .output()
+        .unwrap();
+    // One line a filter: "filter protocol all pref 49152 bpf chain 0 handle 0x1
+    // rttlab_ingress direct-action not_in_hw id 42 name rttlab_ingress tag …".
+    let mut names: Vec<String> = [o.stdout, o2.stdout]
+        .iter()
+        .flat_map(|b| {
+            String::from_utf8_lossy(b)
+                .lines()
+                .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("rttlab_")).map(String::from))
+                .collect::<Vec<_>>()
+        })
+        .map(|w| format!("clsact {w}"))
+        .collect();
+    let path = format!("/run/netns/{ns}");
+    let dev = dev.to_owned();
+    let tcx = std::thread::spawn(move || {
+        let f = std::fs::File::open(path).unwrap();
+        // SAFETY: entering a namespace on this thread only.
+        unsafe {
+            use std::os::fd::AsRawFd;
+            assert_eq!(libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET), 0);
+        }
+        let mut v = Vec::new();
+        for dir in [TcAttachType::Ingress, TcAttachType::Egress] {
+            if let Ok((_, progs)) = SchedClassifier::query_tcx(&dev, dir) {
+                for p in progs {
+                    v.push(format!("tcx {}", p.name_as_str().unwrap_or("?")));
+                }
+            }
+        }
+        v
+    })
+    .join()
+    .unwrap();
+    names.extend(tcx);
+    names
+}
+
+fn clsact_qdisc(ns: &str, dev: &str) -> bool {
+    let o = common::NetnsPair::exec(ns, &["tc", "qdisc", "show", "dev", dev]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).contains("clsact")
+}
+
+/// Witness: the kernel's own listings of tc filters and TCX links. A process holding
+/// the programs is killed (SIGKILL: no exit handler runs). Attached with TCX, the
+/// kernel removes them with the process's last descriptor; attached to a clsact qdisc,
+/// they stay, and `rttlab tune revert --all` (the journal) removes them and the qdisc.
+/// Nothing is pinned either way.
+#[test]
+fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
+    if !common::privileged("passive_bpf::kill") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let state = tempfile::tempdir().unwrap();
+    let pins_before: Vec<_> = std::fs::read_dir("/sys/fs/bpf")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    for mode in ["clsact", "tcx"] {
+        let p = Passive::start_with(
+            &["-i", &dev_b, "--netns", &pair.b, "--engine", "bpf", "--attach", mode, "--json"],
+            |c| {
+                c.env("RTTLAB_STATE_DIR", state.path());
+            },
+        );
+        let t0 = std::time::Instant::now();
+        let mut round = 1;
+        while p.count("10.99.0.2:2") == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{mode}: never listened");
+            send_frames(&pair.a, &pair.dev_a, &warm_up_frames(round));
+            round += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let on = attached(&pair.b, &dev_b);
+        assert_eq!(on, [format!("{mode} rttlab_ingress"), format!("{mode} rttlab_egress")], "{mode}");
+        let mut child = p.child;
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let left = attached(&pair.b, &dev_b);
+        if mode == "tcx" {
+            assert!(left.is_empty(), "TCX links outlived their process: {left:?}");
+        } else {
+            assert_eq!(left.len(), 2, "the clsact filters stay after a kill: {left:?}");
+            assert!(clsact_qdisc(&pair.b, &dev_b));
+        }
+        let o = std::process::Command::new(common::bin())
+            .args(["tune", "revert", "--all"])
+            .env("RTTLAB_STATE_DIR", state.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(attached(&pair.b, &dev_b).is_empty(), "{mode}: revert left programs");
+        assert!(!clsact_qdisc(&pair.b, &dev_b), "{mode}: revert left the qdisc it added");
+        let journal = state.path().join("tune.json");
+        assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+    }
+    let pins_after: Vec<_> = std::fs::read_dir("/sys/fs/bpf")
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(pins_before, pins_after, "something was pinned");
+}
+
+/// Witness: the kernel's refusal to a root process without CAP_BPF and CAP_SYS_ADMIN
+/// (setpriv drops them from the bounding set). The default engine names what is
+/// missing in one line and falls back to the ring engine, which still measures; asked
+/// for by name, the in-kernel engine is an error before anything is measured (2).
+#[test]
+fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
+    if !common::privileged("passive_bpf::fallback") {
+        return;
+    }
+    let run = |engine: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--bounding-set=-bpf,-sys_admin", "--inh-caps=-bpf,-sys_admin"])
+            .arg(common::bin())
+            .args(["passive", "-i", "lo", "--duration", "1", "--engine", engine])
+            .output()
+            .expect("setpriv (util-linux)")
+    };
+    let o = run("auto");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let first = err.lines().next().unwrap_or("");
+    assert_eq!(
+        first,
+        "rttlab: the in-kernel engine needs CAP_BPF and CAP_NET_ADMIN (run as root); using the ring engine"
+    );
+    assert!(err.contains("packets to the capture socket"), "the ring ran: {err}");
+    let o = run("bpf");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--engine bpf: the in-kernel engine needs CAP_BPF"), "{err}");
 }
