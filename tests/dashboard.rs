@@ -83,6 +83,20 @@ fn exported() -> Exported {
         .inc();
     m.peers.set(1);
     m.lag.observe(0.0001);
+    m.passive_packets.inc();
+    m.passive_rate_limited.inc();
+    m.passive_samples
+        .get_or_create(&vec![("layer".to_string(), "passive_seq".to_string())])
+        .inc();
+    m.passive_dropped
+        .get_or_create(&vec![("reason".to_string(), "flow_map_full".to_string())])
+        .inc();
+    m.passive_engine
+        .get_or_create(&vec![
+            ("engine".to_string(), "bpf".to_string()),
+            ("attach".to_string(), "tcx".to_string()),
+        ])
+        .set(1);
     let text = m.text();
     let label_name = Regex::new(r#"(?:^|,)([A-Za-z_][A-Za-z0-9_]*)=""#).unwrap();
     let mut ex = Exported {

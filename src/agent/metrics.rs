@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
 use prometheus_client::registry::Registry;
+pub use super::histogram::{RttHistogram, NATIVE_MAX_BUCKETS, NATIVE_SCHEMA};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +38,7 @@ pub const HTTP_REFUSALS: [&str; 8] = [
 pub const OWN_LABELS: [&str; 2] = ["peer", "layer"];
 
 /// The layers `rttlab_rtt_seconds` is measured at.
-pub const LAYERS: [&str; 8] = [
+pub const LAYERS: [&str; 9] = [
     "icmp",
     "tcp_rr",
     "udp_rr",
@@ -46,6 +47,16 @@ pub const LAYERS: [&str; 8] = [
     "srtt_client",
     "srtt_server",
     "passive_ts",
+    "passive_seq",
+];
+
+/// The reasons of `rttlab_passive_dropped_total`: what the passive engine could not
+/// keep for lack of room.
+pub const PASSIVE_DROPS: [&str; 4] = [
+    "flow_map_full",
+    "pending_map_full",
+    "aggregate_map_full",
+    "ring_buffer_full",
 ];
 
 /// Histogram bounds that cannot be used.
@@ -142,17 +153,6 @@ impl std::str::FromStr for Buckets {
     }
 }
 
-/// The native histograms' schema: buckets 2^(1/16) apart (4.4 %), so that
-/// `histogram_quantile`'s interpolation inside one bucket is off by at most that much,
-/// and by half of it for a peak within one bucket. A native histogram stores only the
-/// buckets observations fell in: a path whose RTT spreads ±10 % fills about five.
-pub const NATIVE_SCHEMA: i8 = 4;
-
-/// Most native buckets a series keeps (a spread from 10 µs to 10 s fills 320 at
-/// [`NATIVE_SCHEMA`]): past it the histogram halves its resolution, as client_golang's
-/// `NativeHistogramMaxBucketNumber` does, rather than grow without bound.
-pub const NATIVE_MAX_BUCKETS: usize = 160;
-
 impl MetricConstructor<Histogram> for Buckets {
     /// Classic buckets for the text formats and scrapers without native histograms,
     /// and native ones in the protobuf exposition.
@@ -164,6 +164,13 @@ impl MetricConstructor<Histogram> for Buckets {
     }
 }
 
+impl MetricConstructor<RttHistogram> for Buckets {
+    /// An observed series (a kernel-fed one is made so by [`RttHistogram::set_kernel`]).
+    fn new_metric(&self) -> RttHistogram {
+        RttHistogram::observed(MetricConstructor::<Histogram>::new_metric(self))
+    }
+}
+
 /// A gauge of seconds.
 pub type Gauge64 = Gauge<f64, AtomicU64>;
 
@@ -171,8 +178,25 @@ pub type Gauge64 = Gauge<f64, AtomicU64>;
 pub struct Metrics {
     registry: Registry,
     /// `rttlab_rtt_seconds`: one observation per probe, by peer and layer (see
-    /// [`LAYERS`]), in the bounds of `--buckets`.
-    pub rtt: Family<Labels, Histogram, Buckets>,
+    /// [`LAYERS`]), in the bounds of `--buckets`; the passive layers on the in-kernel
+    /// engine are the kernel's histograms, read at each scrape.
+    pub rtt: Family<Labels, RttHistogram, Buckets>,
+    /// The classic bounds of `rtt` (`--buckets`).
+    pub buckets: Buckets,
+    /// `rttlab_passive_packets_total`: frames the passive engine looked at.
+    pub passive_packets: Counter,
+    /// `rttlab_passive_samples_total`: passive samples by layer, every host's (those
+    /// not a peer's are counted, not kept).
+    pub passive_samples: Family<Labels, Counter>,
+    /// `rttlab_passive_dropped_total`: what the passive engine could not keep, by
+    /// reason ([`PASSIVE_DROPS`]).
+    pub passive_dropped: Family<Labels, Counter>,
+    /// `rttlab_passive_rate_limited_total`: TSvals and segments not timed for the
+    /// per-flow rate limit (`--passive-rate-limit`).
+    pub passive_rate_limited: Counter,
+    /// `rttlab_passive_engine_info`: 1, labelled with the engine (`bpf`, `ring`) and
+    /// how it attached; absent without `--passive-iface`.
+    pub passive_engine: Family<Labels, Gauge>,
     /// `rttlab_probes_sent_total`: probe transactions started, by peer and layer.
     pub sent: Family<Labels, Counter>,
     /// `rttlab_probes_lost_total`: ICMP and UDP_RR probes unanswered within the timeout;
@@ -224,6 +248,12 @@ impl Metrics {
         let lag = Histogram::new(buckets.bounds().iter().copied());
         let m = Self {
             rtt,
+            buckets: buckets.clone(),
+            passive_packets: Counter::default(),
+            passive_samples: Family::default(),
+            passive_dropped: Family::default(),
+            passive_rate_limited: Counter::default(),
+            passive_engine: Family::default(),
             sent: Family::default(),
             lost: Family::default(),
             timed_out: Family::default(),
@@ -244,8 +274,33 @@ impl Metrics {
         let r = &mut registry;
         r.register(
             "rttlab_rtt_seconds",
-            "Round-trip time to a peer at one layer (icmp, tcp_rr, udp_rr, tcp_crr, tcp_connect: one probe transaction; srtt_client, srtt_server: TCP's smoothed RTT of the probe connection, sampled once a probe; passive_ts: from TCP timestamps on the wire)",
+            "Round-trip time to a peer at one layer (icmp, tcp_rr, udp_rr, tcp_crr, tcp_connect: one probe transaction; srtt_client, srtt_server: TCP's smoothed RTT of the probe connection, sampled once a probe; passive_ts, passive_seq: from TCP timestamps and from data and its ACK on the wire)",
             m.rtt.clone(),
+        );
+        r.register(
+            "rttlab_passive_packets",
+            "Frames the passive engine (--passive-iface) looked at",
+            m.passive_packets.clone(),
+        );
+        r.register(
+            "rttlab_passive_samples",
+            "Passive RTT samples by layer, of every host (only peers' are kept in rttlab_rtt_seconds)",
+            m.passive_samples.clone(),
+        );
+        r.register(
+            "rttlab_passive_dropped",
+            "What the passive engine could not keep for lack of room: flow_map_full (new flows not tracked, --passive-max-flows), pending_map_full (TSvals and segments not timed, --passive-max-pending), aggregate_map_full (samples not aggregated), ring_buffer_full (samples lost on the way to the agent)",
+            m.passive_dropped.clone(),
+        );
+        r.register(
+            "rttlab_passive_rate_limited",
+            "TSvals and segments the passive engine did not time, for --passive-rate-limit",
+            m.passive_rate_limited.clone(),
+        );
+        r.register(
+            "rttlab_passive_engine_info",
+            "1, labelled with the passive engine (bpf: in the kernel; ring: frames copied to the agent) and how it attached (tcx, clsact, ring)",
+            m.passive_engine.clone(),
         );
         r.register(
             "rttlab_probes_sent",
@@ -536,7 +591,7 @@ fn comment_004(line: &str, out: &mut String) {
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).
-const COUNTERS: [&str; 9] = [
+const COUNTERS: [&str; 13] = [
     "process_cpu_seconds",
     "rttlab_probes_sent",
     "rttlab_probes_lost",
@@ -546,6 +601,10 @@ const COUNTERS: [&str; 9] = [
     "rttlab_agent_late_probes",
     "rttlab_agent_config_reloads",
     "rttlab_agent_http_refused",
+    "rttlab_passive_packets",
+    "rttlab_passive_samples",
+    "rttlab_passive_dropped",
+    "rttlab_passive_rate_limited",
 ];
 
 /// The labels of one series.
@@ -681,6 +740,8 @@ mod tests {
             &m.retransmissions,
             &m.late,
             &m.reloads,
+            &m.passive_samples,
+            &m.passive_dropped,
         ] {
             f.get_or_create(&l).inc();
         }

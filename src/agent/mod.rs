@@ -10,6 +10,7 @@
 pub mod batch;
 pub mod crr;
 pub mod exposition;
+pub mod histogram;
 pub mod http;
 pub mod metrics;
 pub mod passive;
@@ -201,14 +202,14 @@ impl Agent {
         }
     }
 
-    /// Watch `settings`' interface for the `passive_ts` layer.
+    /// Watch `settings`' interface for the passive layers.
     ///
     /// # Errors
-    /// The interface cannot be captured on.
+    /// The interface cannot be watched by the engine that must be used.
     pub fn watch(
         &self,
         settings: &passive::PassiveSettings,
-    ) -> Result<(), crate::capture::SourceError> {
+    ) -> Result<passive::Started, passive::PassiveError> {
         passive::start(
             settings,
             Arc::clone(&self.metrics),

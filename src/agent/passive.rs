@@ -1,21 +1,48 @@
-//! The `passive_ts` layer: RTT from the TCP timestamps of real traffic between this
-//! host and its peers (pping's method, `passive::ts`), on a live interface, for the
-//! ports the admin names. Only samples a peer answered are kept, under that peer's
-//! name: any other host on the wire would be a label value nobody bounded.
+//! The passive layers: RTT of the real traffic between this host and its peers on a
+//! live interface, for the ports the admin names: `passive_ts` (TCP timestamps, pping's
+//! method) and `passive_seq` (data and the ACK that covers it, for hosts without
+//! timestamps). Only samples a peer answered are kept, under that peer's name: any
+//! other host on the wire would be a label value nobody bounded.
+//!
+//! On the in-kernel engine (the default where the kernel and the unit's capabilities
+//! allow it) the rules run in tc programs and the kernel aggregates each peer's samples
+//! into a histogram ([`crate::passive::in_kernel`]); `rttlab_rtt_seconds` reads it at
+//! each scrape ([`super::histogram`]), so the link's packets and samples cost the
+//! agent nothing. On the ring engine, frames are copied to the agent and timed here.
 
-use super::metrics::{labels, Metrics};
+use super::histogram::{KernelSnapshot, KernelSource, Layout};
+use super::metrics::{labels, Metrics, PASSIVE_DROPS};
 use super::peers::Peer;
 use crate::capture::filter::Selection;
-use crate::capture::{self, Options, Source};
-use crate::passive::{Analyzer, Config, Filter, Place, Sample, Sink};
-use std::collections::HashMap;
+use crate::capture::{self, Options as CaptureOptions, Source};
+use crate::kernel::passive_bpf::{
+    Aggregation, Framing, PassiveBpfError, RawAddr, RawAggKey, RawCounters, Sweep,
+};
+use crate::passive::flow::Endpoint;
+use crate::passive::in_kernel::{Engine, Options};
+use crate::passive::{Analyzer, Config, Filter, Method, Place, Sample, Sink};
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
 
-/// Bytes kept of each frame: headers with every TCP option.
+/// Bytes kept of each frame on the ring engine: headers with every TCP option.
 const SNAPLEN: u32 = 256;
+
+/// Seconds between two sweeps of one of the in-kernel engine's maps.
+const SWEEP_EVERY: u64 = 10;
+
+/// Which engine times the traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineChoice {
+    /// The in-kernel engine where it can run, else the ring (one line says why).
+    Auto,
+    /// The in-kernel engine, or an error.
+    Bpf,
+    /// Frames copied to the agent through a packet ring.
+    Ring,
+}
 
 /// What to watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +51,354 @@ pub struct PassiveSettings {
     pub interface: String,
     /// TCP ports watched, at either end (`--passive-port`); empty would be every port.
     pub ports: Vec<u16>,
+    /// Which engine (`--passive-engine`).
+    pub engine: EngineChoice,
+    /// Per flow direction, the least time between two TSvals or segments timed
+    /// (`--passive-rate-limit`, ePPing's 100 ms by default; zero: every one).
+    pub rate_limit: Duration,
+    /// Forget a flow silent this long (`--passive-idle-timeout`).
+    pub idle_timeout: Duration,
+    /// Most flows held (`--passive-max-flows`).
+    pub max_flows: usize,
+    /// The in-kernel engine's room for TSvals and segments waiting for their answer
+    /// (`--passive-max-pending`).
+    pub max_pending: u32,
+}
+
+/// Why passive measurement could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PassiveError {
+    /// The ring engine could not capture on the interface.
+    #[error(transparent)]
+    Capture(#[from] capture::SourceError),
+    /// The interface could not be looked at.
+    #[error(transparent)]
+    Interface(#[from] capture::live::LiveError),
+    /// The in-kernel engine (asked for by name, or failing past its checks).
+    #[error(transparent)]
+    Kernel(#[from] PassiveBpfError),
+}
+
+/// How passive measurement started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Started {
+    /// `bpf` or `ring`.
+    pub engine: &'static str,
+    /// `tcx`, `clsact` or `ring`.
+    pub attach: &'static str,
+    /// Why the in-kernel engine was not used, when it was wanted.
+    pub fallback: Option<String>,
+}
+
+fn config(settings: &PassiveSettings, local: Vec<IpAddr>) -> Config {
+    Config {
+        ts: true,
+        seq: true,
+        filter: Filter {
+            ports: settings.ports.clone(),
+            ..Filter::default()
+        },
+        rate_limit_ns: u64::try_from(settings.rate_limit.as_nanos()).unwrap_or(u64::MAX),
+        idle_ns: u64::try_from(settings.idle_timeout.as_nanos()).unwrap_or(u64::MAX),
+        max_flows: settings.max_flows,
+        local,
+        ..Config::default()
+    }
+}
+
+fn layer(m: Method) -> &'static str {
+    match m {
+        Method::Ts => "passive_ts",
+        Method::Seq => "passive_seq",
+    }
+}
+
+/// Start the passive layers on `settings`' interface until `stop`: on the engine asked
+/// for, or the in-kernel one where it can run.
+///
+/// # Errors
+/// The interface cannot be watched by the engine that must be used.
+pub fn start(
+    settings: &PassiveSettings,
+    metrics: Arc<Metrics>,
+    peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    stop: Arc<AtomicBool>,
+) -> Result<Started, PassiveError> {
+    for layer in ["passive_ts", "passive_seq"] {
+        let _ = metrics
+            .passive_samples
+            .get_or_create(&vec![("layer".into(), layer.into())]);
+    }
+    for reason in PASSIVE_DROPS {
+        let _ = metrics
+            .passive_dropped
+            .get_or_create(&vec![("reason".into(), reason.into())]);
+    }
+    let fallback = match settings.engine {
+        EngineChoice::Ring => None,
+        EngineChoice::Bpf => {
+            return Ok(start_bpf(settings, metrics, peers, stop)?);
+        }
+        EngineChoice::Auto => {
+            match start_bpf(settings, metrics.clone(), peers.clone(), stop.clone()) {
+                Ok(s) => return Ok(s),
+                Err(PassiveError::Kernel(e)) if e.is_unavailable() => Some(e.to_string()),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    start_ring(settings, metrics, peers, stop)?;
+    Ok(Started {
+        engine: "ring",
+        attach: "ring",
+        fallback,
+    })
+}
+
+/// The in-kernel engine's state the agent shares between its sweeping thread and the
+/// series that read the kernel's histograms at each scrape.
+struct KernelView {
+    engine: Mutex<Engine>,
+    /// Each watched peer's addresses (as the engine keys them), by peer name.
+    addresses: RwLock<HashMap<String, Vec<u128>>>,
+    layout: Arc<Layout>,
+}
+
+impl KernelView {
+    /// The histogram of `method` over every address of peer `name`.
+    fn read(&self, name: &str, method: u8) -> KernelSnapshot {
+        let addrs = self
+            .addresses
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .unwrap_or_default();
+        let mut snap = KernelSnapshot {
+            count: 0,
+            sum_ns: 0,
+            buckets: vec![0; self.layout.bounds().len() + 1],
+        };
+        let mut engine = self
+            .engine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for a in addrs {
+            let Ok(Some(h)) = engine.bpf().aggregate(&key(a, method)) else {
+                continue;
+            };
+            snap.count += h.count;
+            snap.sum_ns += h.sum_ns;
+            for (x, y) in snap.buckets.iter_mut().zip(&h.buckets) {
+                *x += y;
+            }
+        }
+        snap
+    }
+}
+
+/// The kernel's key of a peer address's histogram (the engine aggregates per /32 and
+/// /128: per host).
+fn key(addr: u128, method: u8) -> RawAggKey {
+    let v4 = (addr >> 32) == 0xffff;
+    RawAggKey {
+        prefix: RawAddr::from_u128(addr),
+        prefix_len: if v4 { 32 } else { 128 },
+        method,
+        ..RawAggKey::default()
+    }
+}
+
+fn start_bpf(
+    settings: &PassiveSettings,
+    metrics: Arc<Metrics>,
+    peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    stop: Arc<AtomicBool>,
+) -> Result<Started, PassiveError> {
+    crate::kernel::passive_bpf::check()?;
+    let facts = capture::live::interface_facts(&settings.interface, None)?;
+    let cfg = config(settings, facts.addresses.clone());
+    let layout = Arc::new(Layout::new(metrics.buckets.bounds()));
+    let options = Options {
+        events: false,
+        flow_events: false,
+        aggregate: Some(Aggregation {
+            prefix_v4: 32,
+            prefix_v6: 128,
+            bounds_ns: layout.bounds().to_vec(),
+            watched_only: true,
+        }),
+        max_pending: settings.max_pending,
+        ..Options::default()
+    };
+    let framing = if facts.link == crate::wire::LinkType::Ethernet {
+        Framing::Ethernet
+    } else {
+        Framing::Ip
+    };
+    let mut engine = Engine::load(&cfg, &options, framing)?;
+    let mode = engine.attach(
+        &settings.interface,
+        None,
+        None,
+        facts.loopback,
+        Box::new(crate::kernel::tuning::Journal::for_run("agent")),
+    )?;
+    let view = Arc::new(KernelView {
+        engine: Mutex::new(engine),
+        addresses: RwLock::new(HashMap::new()),
+        layout,
+    });
+    metrics
+        .passive_engine
+        .get_or_create(&vec![
+            ("engine".into(), "bpf".into()),
+            ("attach".into(), mode.name().into()),
+        ])
+        .set(1);
+    sync_peers(&view, &metrics, &peers);
+    let thread = std::thread::Builder::new()
+        .name("passive-bpf".into())
+        .spawn(move || {
+            let mut last = RawCounters::default();
+            let mut tick = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..10 {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                tick += 1;
+                let counters = {
+                    let mut e = view
+                        .engine
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    // Each map every SWEEP_EVERY seconds, the two apart: flows expire
+                    // in the kernel on their next packet anyway; the sweep reclaims
+                    // room, and holds a CPU while it walks a map.
+                    let what = match tick % SWEEP_EVERY {
+                        0 => Some(Sweep::Flows),
+                        x if x == SWEEP_EVERY / 2 => Some(Sweep::Pending),
+                        _ => None,
+                    };
+                    if let Some(what) = what {
+                        if let Err(err) = e.sweep(what) {
+                            eprintln!("rttlab agent: passive sweep: {}", crate::error_chain(&err));
+                        }
+                    }
+                    e.bpf().counters()
+                };
+                if let Ok(c) = counters {
+                    export_counters(&metrics, &last, &c);
+                    last = c;
+                }
+                sync_peers(&view, &metrics, &peers);
+            }
+            // Detach now: a clsact attachment would outlive the process.
+            let mut e = view
+                .engine
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(err) = e.bpf().detach() {
+                eprintln!("rttlab agent: {}", crate::error_chain(&err));
+            }
+        });
+    thread.map_err(|e| {
+        PassiveError::Capture(capture::SourceError::Open {
+            path: "passive-bpf thread".into(),
+            source: e,
+        })
+    })?;
+    Ok(Started {
+        engine: "bpf",
+        attach: mode.name(),
+        fallback: None,
+    })
+}
+
+/// The growth of the kernel's counters since `last`, added to the agent's.
+fn export_counters(m: &Metrics, last: &RawCounters, now: &RawCounters) {
+    let d = |a: u64, b: u64| b.saturating_sub(a);
+    m.passive_packets.inc_by(d(last.packets, now.packets));
+    m.passive_rate_limited
+        .inc_by(d(last.rate_limited, now.rate_limited));
+    for (layer, a, b) in [
+        ("passive_ts", last.samples_ts, now.samples_ts),
+        ("passive_seq", last.samples_seq, now.samples_seq),
+    ] {
+        m.passive_samples
+            .get_or_create(&vec![("layer".into(), layer.into())])
+            .inc_by(d(a, b));
+    }
+    for (reason, a, b) in [
+        ("flow_map_full", last.flows_full, now.flows_full),
+        ("pending_map_full", last.pending_full, now.pending_full),
+        ("aggregate_map_full", last.aggregates_full, now.aggregates_full),
+        ("ring_buffer_full", last.events_lost, now.events_lost),
+    ] {
+        m.passive_dropped
+            .get_or_create(&vec![("reason".into(), reason.into())])
+            .inc_by(d(a, b));
+    }
+}
+
+/// Watch the peers' addresses and give each peer its kernel-fed series; stop watching
+/// the addresses of peers gone (their series went with them, `Agent::forget`).
+fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &RwLock<HashMap<IpAddr, Peer>>) {
+    let mut wanted: HashMap<String, (Vec<u128>, Peer)> = HashMap::new();
+    for (ip, p) in peers
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+    {
+        let e = wanted
+            .entry(p.name.clone())
+            .or_insert_with(|| (Vec::new(), p.clone()));
+        e.0.push(Endpoint::new(*ip, 0).addr);
+    }
+    let mut known = view
+        .addresses
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let before: HashSet<u128> = known.values().flatten().copied().collect();
+    let after: HashSet<u128> = wanted.values().flat_map(|x| x.0.iter()).copied().collect();
+    {
+        let mut engine = view
+            .engine
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for &a in after.difference(&before) {
+            if let Err(e) = engine.bpf().watch(a, true) {
+                eprintln!("rttlab agent: passive: {}", crate::error_chain(&e));
+            }
+        }
+        for &a in before.difference(&after) {
+            let _ = engine.bpf().watch(a, false);
+            for method in [0, 1] {
+                let _ = engine.bpf().forget_aggregate(&key(a, method));
+            }
+        }
+    }
+    for (name, (addrs, peer)) in &wanted {
+        let new = !known.contains_key(name);
+        known.insert(name.clone(), addrs.clone());
+        if !new {
+            continue;
+        }
+        for (method, code) in [(Method::Ts, 0u8), (Method::Seq, 1)] {
+            let (v, n) = (Arc::clone(view), name.clone());
+            m.rtt
+                .get_or_create(&labels(&peer.name, layer(method), &peer.labels))
+                .set_kernel(KernelSource {
+                    read: Arc::new(move || v.read(&n, code)),
+                    layout: Arc::clone(&view.layout),
+                    created: SystemTime::now(),
+                });
+        }
+    }
+    known.retain(|name, _| wanted.contains_key(name));
 }
 
 struct PeerSink<'a> {
@@ -33,6 +408,10 @@ struct PeerSink<'a> {
 
 impl Sink for PeerSink<'_> {
     fn sample(&mut self, s: &Sample) {
+        self.metrics
+            .passive_samples
+            .get_or_create(&vec![("layer".into(), layer(s.method).into())])
+            .inc();
         if s.place != Place::Network {
             return;
         }
@@ -43,19 +422,16 @@ impl Sink for PeerSink<'_> {
         if let Some(p) = names.get(&s.host.ip()) {
             self.metrics
                 .rtt
-                .get_or_create(&labels(&p.name, "passive_ts", &p.labels))
+                .get_or_create(&labels(&p.name, layer(s.method), &p.labels))
                 .observe(s.rtt_ns as f64 / 1e9);
         }
     }
 }
 
-/// Open the interface (so a bad name or a missing privilege is an error at start),
-/// then analyse in a thread until `stop`. The capture is opened in that thread: a
-/// source is not `Send`.
-///
-/// # Errors
-/// The interface cannot be captured on.
-pub fn start(
+/// The ring engine: open the interface (so a bad name or a missing privilege is an
+/// error at start), then analyse in a thread until `stop`. The capture is opened in
+/// that thread: a source is not `Send`.
+fn start_ring(
     settings: &PassiveSettings,
     metrics: Arc<Metrics>,
     peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
@@ -64,14 +440,14 @@ pub fn start(
     let (tx, rx) = std::sync::mpsc::channel();
     let settings = settings.clone();
     let thread = std::thread::Builder::new()
-        .name("passive-ts".into())
+        .name("passive-ring".into())
         .spawn(move || {
             let opened = capture::open(
                 &Source::Interface {
                     name: settings.interface.clone(),
                     netns: None,
                 },
-                Options {
+                CaptureOptions {
                     select: Selection {
                         hosts: Vec::new(),
                         ports: settings.ports.clone(),
@@ -91,26 +467,53 @@ pub fn start(
                     return;
                 }
             };
-            let mut analyzer = Analyzer::new(Config {
-                ts: true,
-                seq: false,
-                filter: Filter {
-                    ports: settings.ports.clone(),
-                    ..Filter::default()
-                },
-                ..Config::default()
-            });
+            metrics
+                .passive_engine
+                .get_or_create(&vec![
+                    ("engine".into(), "ring".into()),
+                    ("attach".into(), "ring".into()),
+                ])
+                .set(1);
+            let mut analyzer = Analyzer::new(config(&settings, cap.addresses().to_vec()));
             let mut sink = PeerSink {
                 metrics: &metrics,
                 peers: &peers,
             };
+            let (mut packets, mut drops, mut limited) = (0u64, 0u64, 0u64);
+            let mut next_sync = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
+                if std::time::Instant::now() >= next_sync {
+                    // Every peer's passive series, present at 0 from when it is added
+                    // (as the in-kernel engine's are).
+                    for p in peers
+                        .read()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .values()
+                    {
+                        for m in [Method::Ts, Method::Seq] {
+                            let _ = metrics.rtt.get_or_create(&labels(&p.name, layer(m), &p.labels));
+                        }
+                    }
+                    next_sync += Duration::from_secs(1);
+                }
                 let r = cap.read(Duration::from_millis(200), 4096, &mut |ts, link, frame| {
                     analyzer.packet(ts, link, frame, &mut sink);
                 });
+                let c = analyzer.counters();
+                metrics.passive_packets.inc_by(c.packets - packets);
+                packets = c.packets;
+                metrics.passive_rate_limited.inc_by(c.rate_limited - limited);
+                limited = c.rate_limited;
+                if let Some(st) = cap.live_stats() {
+                    metrics
+                        .passive_dropped
+                        .get_or_create(&vec![("reason".into(), "ring_buffer_full".into())])
+                        .inc_by(st.drops.saturating_sub(drops));
+                    drops = st.drops;
+                }
                 if let Err(e) = r {
                     eprintln!(
-                        "rttlab agent: passive_ts stopped: {}",
+                        "rttlab agent: passive layers stopped: {}",
                         crate::error_chain(&e)
                     );
                     return;
@@ -118,7 +521,7 @@ pub fn start(
             }
         });
     let thread_err = |e: std::io::Error| capture::SourceError::Open {
-        path: "passive-ts thread".into(),
+        path: "passive-ring thread".into(),
         source: e,
     };
     thread.map_err(thread_err)?;

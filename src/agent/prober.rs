@@ -9,7 +9,7 @@ use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::control::TestKind;
 use crate::probe::rr::SessionSpec;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
+use super::metrics::RttHistogram as Histogram;
 use rand::SeedableRng;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};

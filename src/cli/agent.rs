@@ -7,7 +7,7 @@ use clap::Args;
 use rttlab::agent::exposition::write_textfile;
 use rttlab::agent::http::{HttpLimits, MetricsServer};
 use rttlab::agent::metrics::{Buckets, BucketsError, Metrics};
-use rttlab::agent::passive::PassiveSettings;
+use rttlab::agent::passive::{EngineChoice, PassiveSettings};
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
 use rttlab::agent::prober::{self, Probe, ProbeSettings};
 use rttlab::agent::Agent;
@@ -20,6 +20,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
+/// `--passive-engine`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PassiveEngineArg {
+    /// The in-kernel engine where it can run, else the ring.
+    Auto,
+    /// The in-kernel engine.
+    Bpf,
+    /// Frames copied to the agent through a packet ring.
+    Ring,
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Serves probes as `rttlab serve` does (same hardened server, port 12866), probes every
@@ -28,7 +39,8 @@ unreachable peer is retried with a growing back-off), and exports the results on
 http://ADDR/metrics (default port 9812) in the Prometheus text format or OpenMetrics,
 as the scraper asks:
   rttlab_rtt_seconds{peer,layer}   histogram; layers icmp, tcp_rr, udp_rr, tcp_crr,
-                                   tcp_connect, srtt_client, srtt_server, passive_ts
+                                   tcp_connect, srtt_client, srtt_server, passive_ts,
+                                   passive_seq
   rttlab_probes_{sent,lost,timed_out}_total, rttlab_probe_errors_total,
   rttlab_tcp_retransmissions_total{peer,layer}, rttlab_tcp_{srtt,min_rtt}_seconds,
   rttlab_agent_*                   the agent's own health (peers, probe lag, reloads)
@@ -99,13 +111,34 @@ pub struct AgentArgs {
     /// node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
-    /// Also measure RTT passively (layer passive_ts: TCP timestamps of the traffic on
-    /// --passive-port between this host and its peers) on this interface.
+    /// Also measure RTT passively on this interface, of the traffic on --passive-port
+    /// between this host and its peers: layers passive_ts (TCP timestamps) and
+    /// passive_seq (data and its ACK).
     #[arg(long, value_name = "IF", requires = "passive_ports")]
     pub passive_iface: Option<String>,
-    /// The ports whose traffic passive_ts watches (repeatable or comma-separated).
+    /// The ports whose traffic the passive layers watch (repeatable or comma-separated).
     #[arg(long = "passive-port", value_name = "PORT", value_delimiter = ',')]
     pub passive_ports: Vec<u16>,
+    /// Where the passive rules run: bpf (in the kernel, which aggregates each peer's
+    /// samples; needs CAP_BPF and CAP_NET_ADMIN and Linux 5.13+), ring (frames copied to
+    /// the agent; CAP_NET_RAW), or auto (bpf where it can run, else ring, saying why).
+    #[arg(long, value_enum, default_value = "auto", value_name = "ENGINE")]
+    pub passive_engine: PassiveEngineArg,
+    /// Per flow direction, the least time between two TSvals or segments the passive
+    /// layers time (ePPing's sampling; 0 times every one).
+    #[arg(long, default_value = "100ms", value_parser = values::duration, value_name = "DURATION")]
+    pub passive_rate_limit: Duration,
+    /// The passive layers forget a flow silent this long.
+    #[arg(long, default_value = "10s", value_parser = values::duration, value_name = "DURATION")]
+    pub passive_idle_timeout: Duration,
+    /// Most flows the passive layers follow at once; past it new flows are counted in
+    /// rttlab_passive_dropped_total{reason="flow_map_full"}, not followed.
+    #[arg(long, default_value_t = 16_384, value_name = "N")]
+    pub passive_max_flows: usize,
+    /// The in-kernel engine's room for TSvals and segments waiting for their answer;
+    /// past it they are counted (reason="pending_map_full"), not timed.
+    #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub passive_max_pending: u32,
     #[command(flatten)]
     pub secret: SecretArgs,
     /// Ports the probe server's data connections may use, LOW-HIGH.
@@ -448,12 +481,24 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     )?;
     agent.set_peers(current.peers.clone());
     if let Some(iface) = &a.passive_iface {
-        agent
+        let started = agent
             .watch(&PassiveSettings {
                 interface: iface.clone(),
                 ports: a.passive_ports.clone(),
+                engine: match a.passive_engine {
+                    PassiveEngineArg::Auto => EngineChoice::Auto,
+                    PassiveEngineArg::Bpf => EngineChoice::Bpf,
+                    PassiveEngineArg::Ring => EngineChoice::Ring,
+                },
+                rate_limit: a.passive_rate_limit,
+                idle_timeout: a.passive_idle_timeout,
+                max_flows: a.passive_max_flows,
+                max_pending: a.passive_max_pending,
             })
             .with_context(|| format!("--passive-iface {iface}"))?;
+        if let Some(why) = started.fallback {
+            eprintln!("rttlab agent: {why}; the passive layers use the ring engine");
+        }
     }
     metrics.reload_ok.set(1);
     super::measuring();

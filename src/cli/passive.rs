@@ -757,7 +757,7 @@ fn run_bpf(
     out: &mut Out<SharedOut>,
     stop: &AtomicBool,
 ) -> anyhow::Result<Ended> {
-    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing};
+    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing, Sweep};
     use rttlab::passive::in_kernel::{Engine as Kernel, Options};
     let live = a.interface.as_deref();
     let facts = match live {
@@ -805,7 +805,8 @@ fn run_bpf(
     let mut failure = None;
     if live.is_some() {
         let t0 = Instant::now();
-        let mut next_sweep = t0 + Duration::from_secs(1);
+        let mut next_sweep = t0 + Duration::from_millis(500);
+        let mut sweep_flows = true;
         let mut agg_start = rttlab::kernel::realtime_ns();
         let mut next_agg = a.aggregate.map(|d| t0 + d);
         while !stop.load(Ordering::Acquire) && a.seconds.is_none_or(|s| t0.elapsed() < s) {
@@ -814,12 +815,15 @@ fn run_bpf(
             let now = Instant::now();
             out.tick(rttlab::kernel::realtime_ns());
             out.flush_lines();
+            // Each map swept once a second, the two half a second apart.
             if now >= next_sweep {
-                if let Err(e) = k.sweep() {
+                let what = if sweep_flows { Sweep::Flows } else { Sweep::Pending };
+                if let Err(e) = k.sweep(what) {
                     failure = Some(e.into());
                     break;
                 }
-                next_sweep += Duration::from_secs(1);
+                sweep_flows = !sweep_flows;
+                next_sweep += Duration::from_millis(500);
             }
             if let (Some(at), Some(d)) = (next_agg, a.aggregate) {
                 if now >= at {

@@ -17,7 +17,7 @@ use super::flow::FlowKey;
 use super::{aggregate, Config, Counters, Method, Place, PpingDetail, PpingSample, Sample, Sink};
 use crate::kernel::passive_bpf::{
     self, AttachJournal, AttachMode, Aggregation, Framing, PassiveBpf, PassiveBpfError, RawAgg,
-    RawAggKey, RawCounters, Settings,
+    RawAggKey, RawCounters, Settings, Sweep,
 };
 use crate::wire::{LinkType, Skip};
 use record::Record;
@@ -286,13 +286,13 @@ impl Engine {
         }
     }
 
-    /// The once-a-second work: flows idle past the timeout leave the table (their
-    /// counts come up as records), stale entries are dropped; and a step of the
-    /// system clock (more than 1 ms) is followed.
+    /// The periodic work, one map at a time (`what`): flows idle past the timeout
+    /// leave the table (their counts come up as records), or stale entries are
+    /// dropped; and a step of the system clock (more than 1 ms) is followed.
     ///
     /// # Errors
     /// The kernel refused the sweep.
-    pub fn sweep(&mut self) -> Result<(), PassiveBpfError> {
+    pub fn sweep(&mut self, what: Sweep) -> Result<(), PassiveBpfError> {
         if self.report_offset > REPLAY_OFFSET {
             let now = passive_bpf::realtime_minus_monotonic();
             if now.abs_diff(self.report_offset) > 1_000_000 {
@@ -300,7 +300,7 @@ impl Engine {
                 self.report_offset = now;
             }
         }
-        self.bpf.sweep(false)
+        self.bpf.sweep(what)
     }
 
     /// The end: detach (no new packets), every flow still held leaves the table, and
@@ -311,7 +311,7 @@ impl Engine {
     pub fn finish(&mut self, sink: &mut impl Sink) -> Result<(), PassiveBpfError> {
         let detached = self.bpf.detach();
         self.drain(sink);
-        let swept = self.bpf.sweep(true);
+        let swept = self.bpf.sweep(Sweep::Drain);
         self.drain(sink);
         detached.and(swept)
     }
