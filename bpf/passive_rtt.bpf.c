@@ -58,6 +58,8 @@ struct bpf_map;
 #define TCP_RST 0x04
 #define TCP_ACK 0x10
 
+// The largest window TCP allows (RFC 7323 §2.3); passive::seq::MAX_WINDOW.
+#define MAX_WINDOW (1u << 30)
 #define NMARKS 4
 #define NSACKS 4
 #define NHOLES 4
@@ -413,6 +415,15 @@ static __always_inline int after(__u32 a, __u32 b)
 	return before(b, a);
 }
 
+// passive::ts::MAX_TS_STEP: how far a TSval or echo may lie from the last recorded.
+#define MAX_TS_STEP (1u << 30)
+
+static __always_inline int within(__u32 a, __u32 b, __u32 d)
+{
+	__u32 x = a - b, y = b - a;
+	return (x < y ? x : y) <= d;
+}
+
 static __always_inline struct counters *counters(void)
 {
 	__u32 k = 0;
@@ -697,6 +708,14 @@ __noinline int decode(struct __sk_buff *skb, struct segment *s)
 	if (tcp_off + 13 > pay_end)
 		return SKIP_TRUNCATED;
 	tcp_off &= 0x3ff;
+	if (tcp_off + 20 > pay_end) {
+		// Too short for a header: as Tcp::new, the data offset decides between an
+		// impossible header and a cut one.
+		__u8 b;
+		if (bpf_skb_load_bytes(skb, tcp_off + 12, &b, 1) < 0)
+			return SKIP_TRUNCATED;
+		return (b >> 4) * 4 < 20 ? SKIP_BAD_TCP : SKIP_TRUNCATED;
+	}
 	if (bpf_skb_load_bytes(skb, tcp_off, h, 20) < 0)
 		return SKIP_TRUNCATED;
 	__u32 doff = (h[12] >> 4) * 4;
@@ -946,6 +965,10 @@ static __always_inline void ts_echo(struct flow_key *k, struct flow *f, int here
 	__u32 w_old = t->ts_w;
 	int have_w = t->flags & H_TS_W;
 
+	// Farther than any clock moves in a flow's life: damaged or forged (TsHalf::echo).
+	if ((t->flags & H_TS_L) && !within(t->ts_l, y, MAX_TS_STEP))
+		return;
+
 	if (!have_w || after(y, w_old)) {
 		struct pending_key pk = { .id = f->id, .value = y, .half = there, .kind = KIND_TS };
 		struct pending *p = bpf_map_lookup_elem(&rttlab_pending, &pk);
@@ -992,6 +1015,10 @@ static __always_inline void ts_record(struct flow *f, int here, __u32 v, __u64 n
 		return;
 	if ((h->flags & H_TS_E) && !after(v, h->ts_e))
 		return;
+	if ((h->flags & H_TS_L) && !within(h->ts_l, v, MAX_TS_STEP)) {
+		h->c.untracked++;
+		return;
+	}
 	h->ts_l = v;
 	h->flags |= H_TS_L;
 	if (cfg_rate_limit_ns && (h->flags & H_TS_HEAD) &&
@@ -1242,12 +1269,18 @@ static __always_inline void seq_segment(struct flow *f, int here, __u32 seq, __u
 	__u32 idx = ++h->idx;
 
 	if (!(h->flags & H_NXT)) {
-		// Data below the first segment seen was never seen: a gap.
-		add_hole(h, seq - (1u << 30), seq);
+		// Data below the first segment seen was never seen: a gap as far down as the
+		// largest window reaches (farther is out of the window).
+		add_hole(h, seq - MAX_WINDOW, seq);
 		seen_late(h, seq, end);
 		seq_entry(f, here, seq, end, idx, 0, now, c);
 		h->nxt = end;
 		h->flags |= H_NXT;
+		return;
+	}
+	if (before(h->nxt, end) && !before(seq, h->nxt) && seq - h->nxt > MAX_WINDOW) {
+		// Farther ahead than any window (SeqHalf's Kind::OutOfWindow).
+		h->c.untracked++;
 		return;
 	}
 	if (before(h->nxt, end)) {
@@ -1270,6 +1303,11 @@ static __always_inline void seq_segment(struct flow *f, int here, __u32 seq, __u
 	if ((h->flags & H_ACKED) && !before(h->acked, end)) {
 		h->c.retransmissions++;
 		h->c.spurious++;
+		return;
+	}
+	if (h->nxt - seq > MAX_WINDOW) {
+		// Farther behind than any window.
+		h->c.untracked++;
 		return;
 	}
 	if (!in_hole(h, seq, end)) {

@@ -556,10 +556,15 @@ mod gen {
 
 /// The frames of a failing case, one line each, for reading the failure.
 fn trace(frames: &[(u64, Vec<u8>)]) -> String {
-    use rttlab::wire::{self, LinkType, TcpOption};
+    trace_of(rttlab::wire::LinkType::Raw, frames)
+}
+
+fn trace_of(link: rttlab::wire::LinkType, frames: &[(u64, Vec<u8>)]) -> String {
+    use rttlab::wire::{self, TcpOption};
     let mut out = String::new();
     for (t, f) in frames {
-        let Ok(Some(s)) = wire::net::decode_tcp(LinkType::Raw, f) else {
+        let Ok(Some(s)) = wire::net::decode_tcp(link, f) else {
+            out += &format!("{} (not a TCP segment)\n", t % 1_000_000_000);
             continue;
         };
         let tcp = s.tcp;
@@ -1097,4 +1102,170 @@ fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("--engine bpf: the in-kernel engine needs CAP_BPF"), "{err}");
+}
+
+/// Witness: the user-space engine (its parser fuzzed in fuzz/) on the very same bytes.
+/// Generated conversations are damaged as a hostile or broken network would: VLAN
+/// tags, IPv6 extension headers, bytes flipped anywhere in the headers, frames cut
+/// short, impossible lengths and offsets. Both engines must count every frame under
+/// the same reason and give the same samples; the kernel's program must never fail.
+#[test]
+fn damaged_frames_are_skipped_alike_by_both_engines() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as RunnerConfig, TestRng, RngAlgorithm, TestRunner};
+    use rttlab::wire::LinkType;
+    use std::cell::RefCell;
+    if !common::privileged("passive_bpf::damaged") {
+        return;
+    }
+    let cfg = Config {
+        max_flows: 256,
+        ..Config::default()
+    };
+    let options = Options {
+        max_pending: 4096,
+        ..Options::default()
+    };
+    let engine = RefCell::new(Engine::load(&cfg, &options, Framing::Ethernet).unwrap());
+    #[derive(Debug, Clone)]
+    enum Damage {
+        Flip { at: u16, bits: u8 },
+        Cut { at: u16 },
+        Vlan { tags: u8 },
+        Ext { kinds: Vec<u8> },
+        Set16 { at: u8, v: u16 },
+    }
+    let damage = prop_oneof![
+        (0u16..120, 1u8..=255).prop_map(|(at, bits)| Damage::Flip { at, bits }),
+        (14u16..100).prop_map(|at| Damage::Cut { at }),
+        (1u8..4).prop_map(|tags| Damage::Vlan { tags }),
+        prop::collection::vec(prop::sample::select(vec![0u8, 43, 60, 44, 51, 6, 17]), 1..4)
+            .prop_map(|kinds| Damage::Ext { kinds }),
+        (14u8..80, any::<u16>()).prop_map(|(at, v)| Damage::Set16 { at, v }),
+    ];
+    let strategy = (gen::case(), prop::collection::vec((any::<u16>(), damage), 1..12));
+    let mut runner = TestRunner::new_with_rng(
+        RunnerConfig {
+            cases: std::env::var("RTTLAB_PROPTEST_CASES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(200),
+            failure_persistence: None,
+            ..RunnerConfig::default()
+        },
+        match std::env::var("RTTLAB_PROPTEST_SEED").ok().and_then(|v| v.parse::<u8>().ok()) {
+            Some(seed) => TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]),
+            None => TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+        },
+    );
+    runner
+        .run(&strategy, |(case, damages)| {
+            let mut frames: Vec<(u64, Vec<u8>)> = gen::frames(&case)
+                .into_iter()
+                .map(|(t, ip)| {
+                    let mut e = vec![0u8; 12];
+                    e.extend_from_slice(if ip[0] >> 4 == 4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+                    e.extend_from_slice(&ip);
+                    (t, e)
+                })
+                .collect();
+            for (which, d) in &damages {
+                if frames.is_empty() {
+                    break;
+                }
+                let k = usize::from(*which) % frames.len();
+                let f = &mut frames[k].1;
+                match d {
+                    Damage::Flip { at, bits } => {
+                        if let Some(b) = f.get_mut(usize::from(*at)) {
+                            *b ^= bits;
+                        }
+                    }
+                    Damage::Cut { at } => f.truncate(usize::from(*at).max(14)),
+                    Damage::Vlan { tags } => {
+                        // The kernel walks four tags at most (QinQ uses two).
+                        let present = (0..4).take_while(|i| f.get(12 + 4 * i..14 + 4 * i) == Some(&[0x81, 0x00][..])).count();
+                        for _ in 0..usize::from(*tags).min(4 - present) {
+                            let t = [f[12], f[13]];
+                            f.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
+                            f[16] = t[0];
+                            f[17] = t[1];
+                        }
+                    }
+                    Damage::Ext { kinds } => {
+                        // IPv6 only: headers after the fixed 40 bytes, each 8 bytes
+                        // long, chained through their first byte.
+                        let at = f.len().min(14 + 40);
+                        if f.get(14).is_some_and(|b| b >> 4 == 6) && f.len() >= 54 {
+                            let mut next = f[20];
+                            let mut ext = Vec::new();
+                            for &k in kinds.iter().rev() {
+                                ext.splice(0..0, [next, 0, 0, 0, 0, 0, 0, 0]);
+                                next = k;
+                            }
+                            f[20] = next;
+                            let plen = u16::from_be_bytes([f[18], f[19]]) + ext.len() as u16;
+                            f[18..20].copy_from_slice(&plen.to_be_bytes());
+                            f.splice(at..at, ext);
+                        }
+                    }
+                    Damage::Set16 { at, v } => {
+                        let at = usize::from(*at);
+                        if at + 2 <= f.len() {
+                            f[at..at + 2].copy_from_slice(&v.to_be_bytes());
+                        }
+                    }
+                }
+            }
+            // The frames the kernel's test run can be given (live, it sees the others
+            // too, and counts them truncated).
+            frames.retain(|(_, f)| rttlab::passive::in_kernel::replayable(f));
+            let mut a = Analyzer::new(cfg.clone());
+            let mut u = Collect::default();
+            let mut k = Collect::default();
+            let mut e = engine.borrow_mut();
+            let (before, kb) = e.counters().unwrap();
+            for (t, f) in &frames {
+                a.packet(*t, LinkType::Ethernet, f, &mut u);
+                e.replay(LinkType::Ethernet, f, *t).unwrap();
+            }
+            a.finish(&mut u);
+            e.finish(&mut k).unwrap();
+            let (after, ka) = e.counters().unwrap();
+            let uc = a.counters();
+            let skip = |c: &Counters, r: rttlab::wire::Skip| {
+                c.skipped.iter().find(|x| x.0 == r).map_or(0, |x| x.1)
+            };
+            for r in rttlab::wire::Skip::ALL {
+                proptest::prop_assert_eq!(skip(&uc, r), skip(&after, r) - skip(&before, r), "{:?}", r);
+            }
+            for (what, x, y) in [
+                ("packets", uc.packets, after.packets - before.packets),
+                ("tcp", uc.tcp, after.tcp - before.tcp),
+                ("not_tcp", uc.not_tcp, after.not_tcp - before.not_tcp),
+                ("no_timestamps", uc.no_timestamps, after.no_timestamps - before.no_timestamps),
+                ("unusable", uc.unusable_timestamps, after.unusable_timestamps - before.unusable_timestamps),
+            ] {
+                proptest::prop_assert_eq!(x, y, "{}", what);
+            }
+            if ka.approximated == kb.approximated {
+                if u.samples != k.samples {
+                    let _ = std::fs::write(
+                        std::env::temp_dir().join("rttlab-passive-bpf-case.txt"),
+                        trace_of(LinkType::Ethernet, &frames),
+                    );
+                }
+                proptest::prop_assert_eq!(&u.samples, &k.samples);
+            } else {
+                let mut it = u.samples.iter();
+                for s in &k.samples {
+                    proptest::prop_assert!(
+                        it.any(|x| (&x.0, &x.1, &x.2, &x.3, x.4, x.5) == (&s.0, &s.1, &s.2, &s.3, s.4, s.5) && x.6 <= s.6),
+                        "kernel sample {s:?} is not one of the user-space engine's"
+                    );
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
 }

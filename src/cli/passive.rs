@@ -407,10 +407,11 @@ fn usage_or(e: SourceError) -> anyhow::Error {
     }
 }
 
-/// Which engine runs, and why not the other when that is worth a line on stderr.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which engine runs: the ring (with why not the in-kernel one, when it was wanted: a
+/// line for stderr once the ring runs), or the in-kernel engine.
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Engine {
-    Ring,
+    Ring(Option<String>),
     Bpf,
 }
 
@@ -437,7 +438,7 @@ fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
             if a.attach != AttachArg::Auto {
                 bail!("--attach is for the in-kernel engine (--engine bpf)");
             }
-            Ok(Engine::Ring)
+            Ok(Engine::Ring(None))
         }
         EngineArg::Bpf => {
             if let Some(why) = needs_ring(a) {
@@ -447,17 +448,14 @@ fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
             Ok(Engine::Bpf)
         }
         // Files are read by rttlab unless the kernel is asked for.
-        EngineArg::Auto if !live => Ok(Engine::Ring),
+        EngineArg::Auto if !live => Ok(Engine::Ring(None)),
         EngineArg::Auto => {
             if needs_ring(a).is_some() {
-                return Ok(Engine::Ring);
+                return Ok(Engine::Ring(None));
             }
             match passive_bpf::check() {
                 Ok(()) => Ok(Engine::Bpf),
-                Err(e) => {
-                    eprintln!("rttlab: {e}; using the ring engine");
-                    Ok(Engine::Ring)
-                }
+                Err(e) => Ok(Engine::Ring(Some(format!("rttlab: {e}; using the ring engine")))),
             }
         }
     }
@@ -534,7 +532,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                 a.json,
             )
         }),
-        aggregate: a.aggregate.filter(|_| engine == Engine::Ring).map(|d| {
+        aggregate: a.aggregate.filter(|_| engine != Engine::Bpf).map(|d| {
             aggregate::Intervals::new(
                 aggregate::Aggregator::new(aggregate::bounds(&[]), v4, v6),
                 u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
@@ -548,7 +546,9 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     on_interrupt(move || s2.store(true, Ordering::Release));
 
     let ended = match engine {
-        Engine::Ring => run_ring(&a, cfg, expression, &mut out, &shared, &stop)?,
+        Engine::Ring(why_not_bpf) => {
+            run_ring(&a, cfg, expression, why_not_bpf, &mut out, &shared, &stop)?
+        }
         Engine::Bpf => run_bpf(&a, cfg, &mut out, &stop)?,
     };
     let Ended {
@@ -661,6 +661,7 @@ fn run_ring(
     a: &PassiveArgs,
     mut cfg: Config,
     expression: Option<Expression>,
+    why_not_bpf: Option<String>,
     out: &mut Out<SharedOut>,
     shared: &SharedOut,
     stop: &AtomicBool,
@@ -700,6 +701,10 @@ fn run_ring(
         },
     )?;
     super::measuring();
+    // Said once the ring runs: had it failed too, its own reason is the one line.
+    if let Some(n) = why_not_bpf {
+        eprintln!("{n}");
+    }
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
     }

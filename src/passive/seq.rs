@@ -66,7 +66,15 @@ pub enum Kind {
     /// Below the highest sequence seen but never seen itself: it was overtaken
     /// before the capture point.
     OutOfOrder,
+    /// More than the largest window (2^30 bytes, RFC 7323 §2.3) from the highest
+    /// sequence seen: no sender has that much in flight, so it is not followed.
+    OutOfWindow,
 }
+
+/// The largest window TCP allows (RFC 7323 §2.3: a scale of 14 on 16 bits). No data
+/// lies farther than this from `nxt`, so every comparison of two sequence numbers the
+/// engine makes spans less than 2^31, where serial arithmetic orders them.
+pub const MAX_WINDOW: u32 = 1 << 30;
 
 /// Sequence space sent by one endpoint of a flow.
 #[derive(Debug, Default)]
@@ -83,7 +91,8 @@ pub struct SeqHalf {
     /// Segments below the highest sequence seen but never seen themselves: overtaken
     /// before the capture point.
     pub out_of_order: u64,
-    /// Segments not tracked because [`SeqHalf::CAP`] were outstanding.
+    /// Segments not tracked: [`SeqHalf::CAP`] were outstanding, or they were out of
+    /// the window ([`Kind::OutOfWindow`]).
     pub untracked: u64,
     /// ACKs that ended at a retransmitted segment: no sample (Karn).
     pub karn_skipped: u64,
@@ -125,6 +134,9 @@ impl SeqHalf {
         let nxt = self.nxt;
         let kind = match nxt {
             None => Kind::New,
+            Some(n) if before(n, end) && !before(seq, n) && seq.wrapping_sub(n) > MAX_WINDOW => {
+                Kind::OutOfWindow
+            }
             Some(n) if before(n, end) => {
                 if before(seq, n) {
                     // New data with old data in front: a repacketised retransmission.
@@ -135,6 +147,7 @@ impl SeqHalf {
                 }
             }
             Some(_) if self.acked.is_some_and(|a| !before(a, end)) => Kind::SpuriousRetransmission,
+            Some(n) if n.wrapping_sub(seq) > MAX_WINDOW => Kind::OutOfWindow,
             Some(_) if self.mark_overlap(seq, end) => Kind::Retransmission,
             Some(_) => Kind::OutOfOrder,
         };
@@ -170,6 +183,7 @@ impl SeqHalf {
                 self.retransmissions += 1;
                 self.spurious += 1;
             }
+            Kind::OutOfWindow => self.untracked += 1,
             Kind::OutOfOrder => {
                 self.out_of_order += 1;
                 let at = self.segments.partition_point(|s| before(s.seq, seq));
@@ -377,5 +391,18 @@ mod tests {
         assert_eq!(h.karn_skipped, 0);
         assert_eq!(h.segment(100, 100, 90, 50), Kind::SpuriousRetransmission);
         assert_eq!(h.ack(300, none(), R, 100), Some(40));
+    }
+
+    /// Witness: arithmetic on sequence numbers. Data more than 2^30 from the highest
+    /// sequence seen (ahead or behind) is not followed; data within it is.
+    #[test]
+    fn segments_past_the_largest_window_are_not_followed() {
+        let mut h = SeqHalf::default();
+        h.segment(1000, 100, 0, 0);
+        assert_eq!(h.segment(1100 + MAX_WINDOW + 1, 10, 1, 0), Kind::OutOfWindow);
+        assert_eq!(h.segment(1100u32.wrapping_sub(MAX_WINDOW + 10), 10, 2, 0), Kind::OutOfWindow);
+        assert_eq!(h.untracked, 2);
+        assert_eq!(h.segment(1100 + MAX_WINDOW, 10, 3, 0), Kind::New);
+        assert_eq!(h.ack(1100, none(), R, 10), Some(10));
     }
 }

@@ -30,6 +30,18 @@ pub enum Record {
     Any,
 }
 
+/// How far a TSval or an echo may lie from the last TSval recorded: 2^30 ticks (12
+/// days at Linux's 1 ms). A flow is forgotten long before its clock moves that much,
+/// so anything farther is damaged or forged; passing it over keeps every comparison
+/// within 2^31, where serial arithmetic orders values.
+pub const MAX_TS_STEP: u32 = 1 << 30;
+
+/// Whether `a` and `b` lie within `d` of each other, either way round.
+#[inline]
+pub fn within(a: u32, b: u32, d: u32) -> bool {
+    a.wrapping_sub(b).min(b.wrapping_sub(a)) <= d
+}
+
 /// `a` comes before `b` in 32-bit serial arithmetic (RFC 1982): TSvals and sequence
 /// numbers wrap.
 #[inline]
@@ -62,7 +74,8 @@ pub struct TsHalf {
     last_echoed: Option<u32>,
     /// A packet with usable timestamps has been seen from this endpoint.
     pub seen: bool,
-    /// TSvals dropped unechoed because [`TsHalf::CAP`] were outstanding.
+    /// TSvals dropped unechoed because [`TsHalf::CAP`] were outstanding, or passed
+    /// over for lying more than [`MAX_TS_STEP`] from the last recorded.
     pub overflow: u64,
     /// When the last TSval was given an entry (for the rate limit).
     last_entry_ns: Option<u64>,
@@ -91,6 +104,13 @@ impl TsHalf {
         if self.last_recorded.is_some_and(|l| !before(l, tsval))
             || self.last_echoed.is_some_and(|e| !before(e, tsval))
         {
+            return;
+        }
+        if self
+            .last_recorded
+            .is_some_and(|l| !within(l, tsval, MAX_TS_STEP))
+        {
+            self.overflow += 1;
             return;
         }
         if rate_limit_ns > 0
@@ -126,6 +146,12 @@ impl TsHalf {
         now: u64,
         max_age_ns: u64,
     ) -> Option<(u64, Option<PpingBytesAt>)> {
+        if self
+            .last_recorded
+            .is_some_and(|l| !within(l, tsecr, MAX_TS_STEP))
+        {
+            return None;
+        }
         while let Some(&(v, t)) = self.pending.front() {
             if before(v, tsecr) {
                 self.pop();
@@ -256,5 +282,17 @@ mod tests {
         assert_eq!(h.echo(11, 130, AGE), None, "11 was passed over");
         assert_eq!(h.echo(12, 140, AGE), Some((40, None)));
         assert_eq!(h.outstanding(), 0);
+    }
+
+    /// Witness: arithmetic on TSvals. A TSval or echo more than 2^30 from the last
+    /// recorded is passed over; the state it would have moved stays as it was.
+    #[test]
+    fn values_past_the_largest_step_are_passed_over() {
+        let mut h = TsHalf::default();
+        h.record(1, 0, None, 0);
+        h.record(1 + MAX_TS_STEP + 1, 1, None, 0);
+        assert_eq!(h.overflow, 1);
+        assert_eq!(h.echo(1 + (1 << 31), 2, AGE), None, "a far echo kills nothing");
+        assert_eq!(h.echo(1, 3, AGE), Some((3, None)));
     }
 }

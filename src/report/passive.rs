@@ -338,6 +338,7 @@ pub fn kernel_counters(k: &KernelCounters, place: &str) -> String {
         ("samples or flows lost (ring buffer full)", k.events_lost),
         ("times the per-flow state approximated the queues (fewer samples)", k.approximated),
         ("unreadable records", k.bad_records),
+        ("frames the kernel would not replay (shorter than their IP header)", k.unreplayable),
     ] {
         if n > 0 {
             s.push_str(&format!(", {n} {name}"));

@@ -108,6 +108,22 @@ pub struct KernelCounters {
     /// engine exactly (see `RawCounters::approximated`): those flows may give fewer
     /// samples than the user-space engine would.
     pub approximated: u64,
+    /// Replaying: frames the kernel's test run will not build (an untagged IPv4 frame
+    /// shorter than an IPv4 header, IPv6 than an IPv6 one); live, the programs count
+    /// such a frame as truncated.
+    pub unreplayable: u64,
+}
+
+/// Whether BPF_PROG_TEST_RUN builds an sk_buff of Ethernet frame `f`: 14 bytes at
+/// least, and a whole IP header after an untagged IPv4 or IPv6 EtherType
+/// (bpf_prog_test_run_skb refuses less with EINVAL).
+pub fn replayable(f: &[u8]) -> bool {
+    match f.get(12..14) {
+        Some([0x08, 0x00]) => f.len() >= 14 + 20,
+        Some([0x86, 0xdd]) => f.len() >= 14 + 40,
+        Some(_) => true,
+        None => false,
+    }
 }
 
 /// pping's arithmetic for the kernel's samples (pping's line format).
@@ -125,6 +141,7 @@ pub struct Engine {
     pping: Option<PpingState>,
     retired: Counters,
     bad_records: u64,
+    unreplayable: u64,
     generation: u8,
 }
 
@@ -155,6 +172,7 @@ impl Engine {
             }),
             retired: Counters::default(),
             bad_records: 0,
+            unreplayable: 0,
             generation: 0,
         })
     }
@@ -181,10 +199,11 @@ impl Engine {
     }
 
     /// Feed one captured frame through the ingress program, timed by its capture time
-    /// (`ts_ns`, ns since the epoch) exactly: for replaying files and testing. The
-    /// frame is given an Ethernet header (the programs' framing) in place of its own;
-    /// a frame whose link header cannot be read is passed over, as the user-space
-    /// engine skips it.
+    /// (`ts_ns`, ns since the epoch) exactly: for replaying files and testing. An
+    /// Ethernet frame goes as it is (of 14 bytes or more: shorter is no frame to the
+    /// kernel); another is given an Ethernet header (the programs' framing) in place
+    /// of its own, and one whose link header cannot be read is passed over, as the
+    /// user-space engine skips it.
     ///
     /// # Errors
     /// The kernel refused the run.
@@ -192,6 +211,13 @@ impl Engine {
         if self.report_offset != 0 {
             self.bpf.set_clock(REPLAY_OFFSET)?;
             self.report_offset = 0;
+        }
+        if link == LinkType::Ethernet {
+            if replayable(frame) {
+                return self.bpf.run_on(true, frame, ts_ns + REPLAY_OFFSET);
+            }
+            self.unreplayable += 1;
+            return Ok(());
         }
         let Ok((version, ip)) = link.network(frame) else {
             return Ok(());
@@ -363,6 +389,7 @@ impl Engine {
             unwatched: r.unwatched,
             bad_records: self.bad_records,
             approximated: r.approximated,
+            unreplayable: self.unreplayable,
         }
     }
 
