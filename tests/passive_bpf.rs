@@ -1269,3 +1269,33 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
         })
         .unwrap();
 }
+
+/// Witness: the ring engine's `--aggregate` lines on the same file. The kernel's
+/// histograms, read per interval of capture time as the file is replayed through the
+/// programs, give the same lines but for the engine that made them.
+#[test]
+fn the_cli_aggregates_a_file_alike_on_both_engines() {
+    if !common::privileged("passive_bpf::cli_aggregate") {
+        return;
+    }
+    let file = common::corpus("crr-gw.pcapng.gz");
+    let run = |engine: &str| {
+        let o = std::process::Command::new(common::bin())
+            .args(["passive", "-r", file.to_str().unwrap(), "--json", "--method", "both"])
+            .args(["--aggregate", "1s", "--aggregate-prefix", "32,128", "--engine", engine])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        common::assert_schema_lines(&String::from_utf8(o.stdout).unwrap())
+            .into_iter()
+            .map(|mut l| {
+                assert_eq!(l["engine"], engine);
+                l.as_object_mut().unwrap().remove("engine");
+                l
+            })
+            .collect::<Vec<_>>()
+    };
+    let (ring, bpf) = (run("ring"), run("bpf"));
+    assert!(ring.len() > 4, "{ring:?}");
+    assert_eq!(ring, bpf);
+}
