@@ -323,8 +323,16 @@ const ONE_RTT: [&str; 6] = [
 const PASSIVE_PAIRS: [(&str, &str); 2] = [("a", "d"), ("b", "c")];
 /// How far a median from Prometheus may be from the configured RTT: the issue's
 /// 5 %. The agents' native histograms (schema 4) have buckets 4.4 % wide, and
-/// `histogram_quantile` interpolates inside one; the hosts add tens of µs.
+/// `histogram_quantile` interpolates inside one: all Prometheus knows is the bucket,
+/// so the bucket holding its median must reach into that band ([`native_bucket`]).
+/// The lab's hosts and emulator add 0.2–0.5 ms to a 14 ms path.
 const MEDIAN_TOLERANCE: f64 = 0.05;
+
+/// The native histogram bucket (schema 4: bounds 2^(k/16)) holding `x` seconds.
+fn native_bucket(x: f64) -> (f64, f64) {
+    let k = (x.log2() * 16.0).ceil();
+    (2f64.powf((k - 1.0) / 16.0), 2f64.powf(k / 16.0))
+}
 
 fn percent_encode(s: &str) -> String {
     s.bytes()
@@ -459,6 +467,7 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             .arg(&peers)
             .arg("--web-config")
             .arg(&web)
+            .env("RTTLAB_STATE_DIR", dir.path().join("state"))
             .args([
                 "--probes",
                 "icmp,tcp_rr,udp_rr,tcp_crr",
@@ -607,16 +616,21 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             "{l:?}"
         );
         let width = MEDIAN_TOLERANCE * expected;
+        let (lo, hi) = native_bucket(*median);
         eprintln!(
-            "{from}→{to} {layer:12} median {:7.2} ms, configured {:7.2} ms ± {:.2}",
+            "{from}→{to} {layer:12} median {:7.2} ms (bucket {:.2}–{:.2}), configured {:7.2} ms ± {:.2}",
             median * 1e3,
+            lo * 1e3,
+            hi * 1e3,
             expected * 1e3,
             width * 1e3
         );
-        if (median - expected).abs() > width {
+        if lo > expected + width || hi < expected - width {
             misses.push(format!(
-                "{from}→{to} {layer}: median {:.2} ms, configured {:.2} ms ± {:.2}",
+                "{from}→{to} {layer}: median {:.2} ms (bucket {:.2}–{:.2}), configured {:.2} ms ± {:.2}",
                 median * 1e3,
+                lo * 1e3,
+                hi * 1e3,
                 expected * 1e3,
                 width * 1e3
             ));
@@ -633,7 +647,10 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     let dropped = query(&watcher, "rttlab_passive_dropped_total");
     assert_eq!(dropped.len(), 4 * HOSTS.len(), "present at 0: {dropped:?}");
     assert!(dropped.iter().all(|(_, v)| *v == 0.0), "{dropped:?}");
-    let samples = query(&watcher, "rttlab_passive_samples_total{layer=\"passive_seq\"} > 0");
+    let samples = query(
+        &watcher,
+        "rttlab_passive_samples_total{layer=\"passive_seq\"} > 0",
+    );
     assert_eq!(samples.len(), HOSTS.len(), "{samples:?}");
 
     // srtt_server only from the agents' own servers, and only for peers: the
@@ -783,5 +800,29 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
         std::thread::sleep(Duration::from_secs(1));
     }
     drop(flows);
-    drop(agents);
+    // Stopped as systemd stops it (SIGTERM), each agent takes its programs off eth0
+    // and its entries out of the journal it wrote them to before attaching.
+    let journal = dir.path().join("state").join("tune.json");
+    assert!(journal.exists(), "the agents journal their programs");
+    for (host, mut agent) in HOSTS.iter().zip(agents) {
+        // SAFETY: signalling a child this test started.
+        unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+        let t0 = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = agent.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "{host}: SIGTERM did not stop the agent"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{host}: {status:?}");
+    }
+    assert!(
+        !journal.exists(),
+        "stopped agents left entries: {}",
+        std::fs::read_to_string(&journal).unwrap_or_default()
+    );
 }

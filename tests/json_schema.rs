@@ -240,14 +240,28 @@ fn passive_aggregate_lines_follow_their_schema() {
     for name in ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz"] {
         let bytes = corpus_bytes(name);
         let text = run(
-            &["passive", "-r", "-", "--json", "--method", "both", "--aggregate", "1s"],
+            &[
+                "passive",
+                "-r",
+                "-",
+                "--json",
+                "--method",
+                "both",
+                "--aggregate",
+                "1s",
+            ],
             Some(&bytes),
         );
         let lines = assert_schema_lines(&text);
         assert!(lines.len() > 2, "{name}: {text}");
-        assert!(lines.iter().all(|l| l["schema"] == "rttlab.passive-aggregate/1" && l["engine"] == "ring"));
+        assert!(lines
+            .iter()
+            .all(|l| l["schema"] == "rttlab.passive-aggregate/1" && l["engine"] == "ring"));
         let total: u64 = lines.iter().map(|l| l["samples"].as_u64().unwrap()).sum();
-        let samples = run(&["passive", "-r", "-", "--json", "--method", "both"], Some(&bytes));
+        let samples = run(
+            &["passive", "-r", "-", "--json", "--method", "both"],
+            Some(&bytes),
+        );
         assert_eq!(total as usize, samples.lines().count(), "{name}");
     }
 }

@@ -79,14 +79,23 @@ fn kernel(name: &str, cfg: &Config) -> (Collect, Counters) {
     e.finish(&mut out).unwrap();
     let (c, k) = e.counters().unwrap();
     assert_eq!(k.events_lost, 0, "{name}: the ring buffer overflowed");
-    assert_eq!((k.flows_full, k.pending_full, k.bad_records), (0, 0, 0), "{name}");
+    assert_eq!(
+        (k.flows_full, k.pending_full, k.bad_records),
+        (0, 0, 0),
+        "{name}"
+    );
     (out, c)
 }
 
 fn sorted_flows(v: &[FlowEnd]) -> Vec<String> {
     let mut s: Vec<String> = v
         .iter()
-        .map(|f| format!("{:?} {:?} {:?} {:?}", f.key, f.first_ns, f.last_ns, f.halves))
+        .map(|f| {
+            format!(
+                "{:?} {:?} {:?} {:?}",
+                f.key, f.first_ns, f.last_ns, f.halves
+            )
+        })
         .collect();
     s.sort();
     s
@@ -95,12 +104,19 @@ fn sorted_flows(v: &[FlowEnd]) -> Vec<String> {
 fn compare(name: &str, cfg: &Config) -> usize {
     let (u, uc) = user(name, cfg);
     let (k, kc) = kernel(name, cfg);
-    let what = format!("{name} (ts {}, seq {}, {:?}, {:?})", cfg.ts, cfg.seq, cfg.ts_record, cfg.seq_rules);
+    let what = format!(
+        "{name} (ts {}, seq {}, {:?}, {:?})",
+        cfg.ts, cfg.seq, cfg.ts_record, cfg.seq_rules
+    );
     assert_eq!(u.samples.len(), k.samples.len(), "{what}: sample count");
     for (i, (x, y)) in u.samples.iter().zip(&k.samples).enumerate() {
         assert_eq!(x, y, "{what}: sample {i} differs (user space, then kernel)");
     }
-    assert_eq!(sorted_flows(&u.flows), sorted_flows(&k.flows), "{what}: flows");
+    assert_eq!(
+        sorted_flows(&u.flows),
+        sorted_flows(&k.flows),
+        "{what}: flows"
+    );
     for (field, a, b) in [
         ("packets", uc.packets, kc.packets),
         ("tcp", uc.tcp, kc.tcp),
@@ -129,9 +145,16 @@ fn the_kernels_histograms_per_prefix_are_the_user_space_aggregation() {
         return;
     }
     // The agent's default classic bounds with the native ones.
-    let classic: Vec<f64> = [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 0.01, 0.1, 1.0, 10.0].into();
+    let classic: Vec<f64> = [
+        1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 0.01, 0.1, 1.0, 10.0,
+    ]
+    .into();
     let bounds = aggregate::bounds(&classic);
-    for (name, v4, v6) in [("crr-gw.pcapng.gz", 24, 48), ("rr-v6-gw.pcapng.gz", 32, 64), ("rr-v4-host.pcap.gz", 32, 128)] {
+    for (name, v4, v6) in [
+        ("crr-gw.pcapng.gz", 24, 48),
+        ("rr-v6-gw.pcapng.gz", 32, 64),
+        ("rr-v4-host.pcap.gz", 32, 128),
+    ] {
         let cfg = Config {
             local: vec!["198.18.0.2".parse().unwrap(), "198.18.1.2".parse().unwrap()],
             ..Config::default()
@@ -218,12 +241,25 @@ mod gen {
     #[derive(Debug, Clone)]
     pub enum Op {
         /// New data from one side (length), unseen by the capture point if `hidden`.
-        Data { client: bool, len: u16, hidden: bool },
+        Data {
+            client: bool,
+            len: u16,
+            hidden: bool,
+        },
         /// A pure ACK: cumulative up to segment `upto` of the other side's (or the
         /// middle of it), with SACK blocks over a few segments above it.
-        Ack { client: bool, upto: u8, partial: bool, sacks: u8 },
+        Ack {
+            client: bool,
+            upto: u8,
+            partial: bool,
+            sacks: u8,
+        },
         /// One side retransmits an earlier segment, alone or with the next.
-        Retransmit { client: bool, which: u8, merge: bool },
+        Retransmit {
+            client: bool,
+            which: u8,
+            merge: bool,
+        },
         /// A hidden segment finally reaches the capture point.
         Reveal { client: bool },
         /// The side's TS clock ticks this many ms.
@@ -269,18 +305,20 @@ mod gen {
             prop::collection::vec(any::<u16>(), 0..4),
             prop::collection::vec(1u32..30_000, 300),
         )
-            .prop_map(|((v6, handshake, fin), (isn, ts0, layout), ops, swaps, dups, gaps_us)| Case {
-                v6,
-                handshake,
-                fin,
-                isn,
-                ts0,
-                layout,
-                ops,
-                swaps,
-                dups,
-                gaps_us,
-            })
+            .prop_map(
+                |((v6, handshake, fin), (isn, ts0, layout), ops, swaps, dups, gaps_us)| Case {
+                    v6,
+                    handshake,
+                    fin,
+                    isn,
+                    ts0,
+                    layout,
+                    ops,
+                    swaps,
+                    dups,
+                    gaps_us,
+                },
+            )
     }
 
     struct Side {
@@ -422,10 +460,11 @@ mod gen {
             };
             (s.clock, e)
         };
-        let emit = |sides: &mut [Side; 2], out: &mut Vec<Vec<u8>>, i: usize, f: Vec<u8>, tsval: u32| {
-            out.push(f);
-            sides[1 - i].seen_ts.push(tsval);
-        };
+        let emit =
+            |sides: &mut [Side; 2], out: &mut Vec<Vec<u8>>, i: usize, f: Vec<u8>, tsval: u32| {
+                out.push(f);
+                sides[1 - i].seen_ts.push(tsval);
+            };
         if c.handshake {
             for i in [0, 1] {
                 let flags = if i == 0 { 0x02 } else { 0x12 };
@@ -440,7 +479,11 @@ mod gen {
         }
         for op in &c.ops {
             match *op {
-                super::gen::Op::Data { client, len, hidden } => {
+                super::gen::Op::Data {
+                    client,
+                    len,
+                    hidden,
+                } => {
                     let i = idx(client);
                     let (seq, len) = (sides[i].nxt, u32::from(len));
                     sides[i].nxt = seq.wrapping_add(len);
@@ -450,10 +493,25 @@ mod gen {
                         continue;
                     }
                     let (v, e) = ts_of(&sides, i, std::mem::take(&mut echo_back[i]));
-                    let f = frame(c.v6, client, seq, sides[i].ack, 0x18, len, Some((v, e)), &[], c.layout);
+                    let f = frame(
+                        c.v6,
+                        client,
+                        seq,
+                        sides[i].ack,
+                        0x18,
+                        len,
+                        Some((v, e)),
+                        &[],
+                        c.layout,
+                    );
                     emit(&mut sides, &mut out, i, f, v);
                 }
-                super::gen::Op::Ack { client, upto, partial, sacks } => {
+                super::gen::Op::Ack {
+                    client,
+                    upto,
+                    partial,
+                    sacks,
+                } => {
                     let i = idx(client);
                     let other = &sides[1 - i].sent;
                     if other.is_empty() {
@@ -467,7 +525,11 @@ mod gen {
                         other.len() - 1 - (usize::from(upto) % 4).min(other.len() - 1)
                     };
                     let (s, l) = other[k];
-                    let ack = if partial && l > 1 { s.wrapping_add(l / 2) } else { s.wrapping_add(l) };
+                    let ack = if partial && l > 1 {
+                        s.wrapping_add(l / 2)
+                    } else {
+                        s.wrapping_add(l)
+                    };
                     // SACK blocks: up to three runs of segments above the ACK.
                     let mut blocks = Vec::new();
                     let mut j = k + 2;
@@ -482,10 +544,24 @@ mod gen {
                     }
                     sides[i].ack = ack;
                     let (v, e) = ts_of(&sides, i, std::mem::take(&mut echo_back[i]));
-                    let f = frame(c.v6, client, sides[i].nxt, ack, 0x10, 0, Some((v, e)), &blocks, c.layout);
+                    let f = frame(
+                        c.v6,
+                        client,
+                        sides[i].nxt,
+                        ack,
+                        0x10,
+                        0,
+                        Some((v, e)),
+                        &blocks,
+                        c.layout,
+                    );
                     emit(&mut sides, &mut out, i, f, v);
                 }
-                super::gen::Op::Retransmit { client, which, merge } => {
+                super::gen::Op::Retransmit {
+                    client,
+                    which,
+                    merge,
+                } => {
                     let i = idx(client);
                     let sent = &sides[i].sent;
                     if sent.is_empty() {
@@ -497,7 +573,17 @@ mod gen {
                         len += sent[k + 1].1;
                     }
                     let (v, e) = ts_of(&sides, i, 0);
-                    let f = frame(c.v6, client, seq, sides[i].ack, 0x18, len, Some((v, e)), &[], c.layout);
+                    let f = frame(
+                        c.v6,
+                        client,
+                        seq,
+                        sides[i].ack,
+                        0x18,
+                        len,
+                        Some((v, e)),
+                        &[],
+                        c.layout,
+                    );
                     emit(&mut sides, &mut out, i, f, v);
                 }
                 super::gen::Op::Reveal { client } => {
@@ -507,7 +593,17 @@ mod gen {
                     }
                     let (seq, len) = sides[i].hidden.remove(0);
                     let (v, e) = ts_of(&sides, i, 0);
-                    let f = frame(c.v6, client, seq, sides[i].ack, 0x18, len, Some((v, e)), &[], c.layout);
+                    let f = frame(
+                        c.v6,
+                        client,
+                        seq,
+                        sides[i].ack,
+                        0x18,
+                        len,
+                        Some((v, e)),
+                        &[],
+                        c.layout,
+                    );
                     emit(&mut sides, &mut out, i, f, v);
                 }
                 super::gen::Op::Tick { client, ms } => {
@@ -520,13 +616,33 @@ mod gen {
         if c.fin {
             for i in [0, 1] {
                 let (v, e) = ts_of(&sides, i, 0);
-                let f = frame(c.v6, i == 0, sides[i].nxt, sides[1 - i].nxt, 0x11, 1, Some((v, e)), &[], c.layout);
+                let f = frame(
+                    c.v6,
+                    i == 0,
+                    sides[i].nxt,
+                    sides[1 - i].nxt,
+                    0x11,
+                    1,
+                    Some((v, e)),
+                    &[],
+                    c.layout,
+                );
                 emit(&mut sides, &mut out, i, f, v);
                 sides[i].nxt = sides[i].nxt.wrapping_add(1);
             }
             for i in [0, 1] {
                 let (v, e) = ts_of(&sides, i, 0);
-                let f = frame(c.v6, i == 0, sides[i].nxt, sides[1 - i].nxt, 0x10, 0, Some((v, e)), &[], c.layout);
+                let f = frame(
+                    c.v6,
+                    i == 0,
+                    sides[i].nxt,
+                    sides[1 - i].nxt,
+                    0x10,
+                    0,
+                    Some((v, e)),
+                    &[],
+                    c.layout,
+                );
                 emit(&mut sides, &mut out, i, f, v);
             }
         }
@@ -602,9 +718,21 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
     // Both rule sets, and rttlab's with ePPing's sampling (a TSval or segment timed per
     // direction at most every 20 ms; the frames are 1 µs to 30 ms apart).
     let configs: Vec<Config> = [
-        (rttlab::passive::ts::Record::Data, rttlab::passive::seq::Rules::RTTLAB, 0),
-        (rttlab::passive::ts::Record::Any, rttlab::passive::seq::Rules::WIRESHARK, 0),
-        (rttlab::passive::ts::Record::Data, rttlab::passive::seq::Rules::RTTLAB, 20_000_000),
+        (
+            rttlab::passive::ts::Record::Data,
+            rttlab::passive::seq::Rules::RTTLAB,
+            0,
+        ),
+        (
+            rttlab::passive::ts::Record::Any,
+            rttlab::passive::seq::Rules::WIRESHARK,
+            0,
+        ),
+        (
+            rttlab::passive::ts::Record::Data,
+            rttlab::passive::seq::Rules::RTTLAB,
+            20_000_000,
+        ),
     ]
     .into_iter()
     .map(|(ts_record, seq_rules, rate_limit_ns)| Config {
@@ -621,7 +749,10 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
     let engines: Vec<RefCell<Engine>> = configs
         .iter()
         .map(|c| {
-            let c = Config { max_flows: 256, ..c.clone() };
+            let c = Config {
+                max_flows: 256,
+                ..c.clone()
+            };
             RefCell::new(Engine::load(&c, &options, Framing::Ethernet).unwrap())
         })
         .collect();
@@ -637,7 +768,10 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
             failure_persistence: None,
             ..RunnerConfig::default()
         },
-        match std::env::var("RTTLAB_PROPTEST_SEED").ok().and_then(|v| v.parse::<u8>().ok()) {
+        match std::env::var("RTTLAB_PROPTEST_SEED")
+            .ok()
+            .and_then(|v| v.parse::<u8>().ok())
+        {
             Some(seed) => proptest::test_runner::TestRng::from_seed(
                 proptest::test_runner::RngAlgorithm::ChaCha,
                 &[seed; 32],
@@ -689,7 +823,9 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
                     let mut it = u.samples.iter();
                     for s in &k.samples {
                         proptest::prop_assert!(
-                            it.any(|x| (&x.0, &x.1, &x.2, &x.3, x.4, x.5) == (&s.0, &s.1, &s.2, &s.3, s.4, s.5) && x.6 <= s.6),
+                            it.any(|x| (&x.0, &x.1, &x.2, &x.3, x.4, x.5)
+                                == (&s.0, &s.1, &s.2, &s.3, s.4, s.5)
+                                && x.6 <= s.6),
                             "{:?}: kernel sample {s:?} is not one of the user-space engine's",
                             cfg.seq_rules
                         );
@@ -703,7 +839,9 @@ fn generated_conversations_give_the_same_samples_on_both_engines() {
         "{} runs exact, {} approximated (a subset checked); a failure's frames are in {}",
         exact.get(),
         approximate.get(),
-        std::env::temp_dir().join("rttlab-passive-bpf-case.txt").display()
+        std::env::temp_dir()
+            .join("rttlab-passive-bpf-case.txt")
+            .display()
     );
     // The bounded state must be the exception, not the rule, on these conversations.
     assert!(
@@ -722,7 +860,11 @@ fn ethernet_frames(name: &str) -> Vec<(u64, Vec<u8>)> {
         if let Ok((version, ip)) = link.network(f) {
             let mut e = vec![0xff; 6];
             e.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-            e.extend_from_slice(if version == 4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+            e.extend_from_slice(if version == 4 {
+                &[0x08, 0x00]
+            } else {
+                &[0x86, 0xdd]
+            });
             e.extend_from_slice(ip);
             out.push((t, e));
         }
@@ -783,6 +925,14 @@ struct Passive {
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
+/// A test that fails midway leaves no engine running.
+impl Drop for Passive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Passive {
     fn start(args: &[&str]) -> Self {
         Self::start_with(args, |_| {})
@@ -815,7 +965,12 @@ impl Passive {
     }
 
     fn count(&self, needle: &str) -> usize {
-        self.lines.lock().unwrap().iter().filter(|l| l.contains(needle)).count()
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
     }
 
     /// SIGINT, then every line and stderr.
@@ -893,12 +1048,23 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
             4,
         );
     }
-    for name in ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz", "bulk-loss-gw.pcap.gz"] {
+    for name in [
+        "rr-v4-gw.pcap.gz",
+        "rr-v6-gw.pcapng.gz",
+        "bulk-loss-gw.pcap.gz",
+    ] {
         let frames: Vec<Vec<u8>> = ethernet_frames(name).into_iter().map(|x| x.1).collect();
         let args = |engine: &'static str| {
             vec![
-                "-i", dev_b.as_str(), "--netns", pair.b.as_str(), "--engine", engine, "--method",
-                "both", "--json",
+                "-i",
+                dev_b.as_str(),
+                "--netns",
+                pair.b.as_str(),
+                "--engine",
+                engine,
+                "--method",
+                "both",
+                "--json",
             ]
         };
         let kernel = Passive::start(&args("bpf"));
@@ -907,7 +1073,10 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
         let t0 = std::time::Instant::now();
         let mut round = 1;
         while kernel.count(warm) == 0 || ring.count(warm) == 0 {
-            assert!(t0.elapsed() < Duration::from_secs(20), "{name}: the engines never listened");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{name}: the engines never listened"
+            );
             send_frames(&pair.a, &pair.dev_a, &warm_up_frames(round));
             round += 1;
             std::thread::sleep(Duration::from_millis(100));
@@ -945,11 +1114,18 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
         };
         let (k, r) = (keep(k), keep(r));
         assert!(kerr.contains("in-kernel engine (tcx on"), "{kerr}");
-        assert!(rerr.contains("0 dropped"), "{name}: the ring dropped frames: {rerr}");
+        assert!(
+            rerr.contains("0 dropped"),
+            "{name}: the ring dropped frames: {rerr}"
+        );
         assert!(!kerr.contains("lost"), "{name}: {kerr}");
         let cfg = Config::default();
         let (expected, _) = user(name, &cfg);
-        assert_eq!(r.len(), expected.samples.len(), "{name}: the ring engine's samples, against the file's");
+        assert_eq!(
+            r.len(),
+            expected.samples.len(),
+            "{name}: the ring engine's samples, against the file's"
+        );
         assert_eq!(k.len(), r.len(), "{name}: sample count, kernel and ring");
         eprintln!("{name}: {} samples from each engine", k.len());
         for (i, (x, y)) in k.iter().zip(&r).enumerate() {
@@ -976,7 +1152,11 @@ fn attached(ns: &str, dev: &str) -> Vec<String> {
         .flat_map(|b| {
             String::from_utf8_lossy(b)
                 .lines()
-                .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("rttlab_")).map(String::from))
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .find(|w| w.starts_with("rttlab_"))
+                        .map(String::from)
+                })
                 .collect::<Vec<_>>()
         })
         .map(|w| format!("clsact {w}"))
@@ -1007,7 +1187,9 @@ fn attached(ns: &str, dev: &str) -> Vec<String> {
 }
 
 fn clsact_qdisc(ns: &str, dev: &str) -> bool {
-    let o = common::NetnsPair::exec(ns, &["tc", "qdisc", "show", "dev", dev]).output().unwrap();
+    let o = common::NetnsPair::exec(ns, &["tc", "qdisc", "show", "dev", dev])
+        .output()
+        .unwrap();
     String::from_utf8_lossy(&o.stdout).contains("clsact")
 }
 
@@ -1028,30 +1210,72 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     for mode in ["clsact", "tcx"] {
-        let p = Passive::start_with(
-            &["-i", &dev_b, "--netns", &pair.b, "--engine", "bpf", "--attach", mode, "--json"],
-            |c| {
-                c.env("RTTLAB_STATE_DIR", state.path());
-            },
-        );
+        // clsact: started inside the namespace without naming it, as the agent runs
+        // inside a lab host; the journal knows the namespace by its identity, so the
+        // revert below, from this one, still finds it.
+        let ns_arg: &[&str] = if mode == "tcx" {
+            &["--netns", &pair.b]
+        } else {
+            &[]
+        };
+        let ns_file = std::fs::File::open(format!("/run/netns/{}", pair.b)).unwrap();
+        let inside = mode == "clsact";
+        let args = [
+            &["-i", &dev_b, "--engine", "bpf", "--attach", mode, "--json"],
+            ns_arg,
+        ]
+        .concat();
+        let mut p = Passive::start_with(&args, |c| {
+            c.env("RTTLAB_STATE_DIR", state.path());
+            if inside {
+                use std::os::fd::AsRawFd;
+                use std::os::unix::process::CommandExt;
+                let fd = ns_file.as_raw_fd();
+                // SAFETY: only setns, async-signal-safe, between fork and exec.
+                unsafe {
+                    c.pre_exec(move || {
+                        if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+        });
         let t0 = std::time::Instant::now();
         let mut round = 1;
         while p.count("10.99.0.2:2") == 0 {
-            assert!(t0.elapsed() < Duration::from_secs(20), "{mode}: never listened");
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{mode}: never listened"
+            );
             send_frames(&pair.a, &pair.dev_a, &warm_up_frames(round));
             round += 1;
             std::thread::sleep(Duration::from_millis(100));
         }
         let on = attached(&pair.b, &dev_b);
-        assert_eq!(on, [format!("{mode} rttlab_ingress"), format!("{mode} rttlab_egress")], "{mode}");
-        let mut child = p.child;
-        child.kill().unwrap();
-        child.wait().unwrap();
+        assert_eq!(
+            on,
+            [
+                format!("{mode} rttlab_ingress"),
+                format!("{mode} rttlab_egress")
+            ],
+            "{mode}"
+        );
+        p.child.kill().unwrap();
+        p.child.wait().unwrap();
         let left = attached(&pair.b, &dev_b);
         if mode == "tcx" {
-            assert!(left.is_empty(), "TCX links outlived their process: {left:?}");
+            assert!(
+                left.is_empty(),
+                "TCX links outlived their process: {left:?}"
+            );
         } else {
-            assert_eq!(left.len(), 2, "the clsact filters stay after a kill: {left:?}");
+            assert_eq!(
+                left.len(),
+                2,
+                "the clsact filters stay after a kill: {left:?}"
+            );
             assert!(clsact_qdisc(&pair.b, &dev_b));
         }
         let o = std::process::Command::new(common::bin())
@@ -1060,8 +1284,14 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        assert!(attached(&pair.b, &dev_b).is_empty(), "{mode}: revert left programs");
-        assert!(!clsact_qdisc(&pair.b, &dev_b), "{mode}: revert left the qdisc it added");
+        assert!(
+            attached(&pair.b, &dev_b).is_empty(),
+            "{mode}: revert left programs"
+        );
+        assert!(
+            !clsact_qdisc(&pair.b, &dev_b),
+            "{mode}: revert left the qdisc it added"
+        );
         let journal = state.path().join("tune.json");
         assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
     }
@@ -1082,7 +1312,10 @@ fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
     }
     let run = |engine: &str| {
         std::process::Command::new("setpriv")
-            .args(["--bounding-set=-bpf,-sys_admin", "--inh-caps=-bpf,-sys_admin"])
+            .args([
+                "--bounding-set=-bpf,-sys_admin",
+                "--inh-caps=-bpf,-sys_admin",
+            ])
             .arg(common::bin())
             .args(["passive", "-i", "lo", "--duration", "1", "--engine", engine])
             .output()
@@ -1096,12 +1329,18 @@ fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
         first,
         "rttlab: the in-kernel engine needs CAP_BPF and CAP_NET_ADMIN (run as root); using the ring engine"
     );
-    assert!(err.contains("packets to the capture socket"), "the ring ran: {err}");
+    assert!(
+        err.contains("packets to the capture socket"),
+        "the ring ran: {err}"
+    );
     let o = run("bpf");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("--engine bpf: the in-kernel engine needs CAP_BPF"), "{err}");
+    assert!(
+        err.contains("--engine bpf: the in-kernel engine needs CAP_BPF"),
+        "{err}"
+    );
 }
 
 /// Witness: the user-space engine (its parser fuzzed in fuzz/) on the very same bytes.
@@ -1112,7 +1351,7 @@ fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
 #[test]
 fn damaged_frames_are_skipped_alike_by_both_engines() {
     use proptest::prelude::*;
-    use proptest::test_runner::{Config as RunnerConfig, TestRng, RngAlgorithm, TestRunner};
+    use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestRunner};
     use rttlab::wire::LinkType;
     use std::cell::RefCell;
     if !common::privileged("passive_bpf::damaged") {
@@ -1143,7 +1382,10 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
             .prop_map(|kinds| Damage::Ext { kinds }),
         (14u8..80, any::<u16>()).prop_map(|(at, v)| Damage::Set16 { at, v }),
     ];
-    let strategy = (gen::case(), prop::collection::vec((any::<u16>(), damage), 1..12));
+    let strategy = (
+        gen::case(),
+        prop::collection::vec((any::<u16>(), damage), 1..12),
+    );
     let mut runner = TestRunner::new_with_rng(
         RunnerConfig {
             cases: std::env::var("RTTLAB_PROPTEST_CASES")
@@ -1153,7 +1395,10 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
             failure_persistence: None,
             ..RunnerConfig::default()
         },
-        match std::env::var("RTTLAB_PROPTEST_SEED").ok().and_then(|v| v.parse::<u8>().ok()) {
+        match std::env::var("RTTLAB_PROPTEST_SEED")
+            .ok()
+            .and_then(|v| v.parse::<u8>().ok())
+        {
             Some(seed) => TestRng::from_seed(RngAlgorithm::ChaCha, &[seed; 32]),
             None => TestRng::deterministic_rng(RngAlgorithm::ChaCha),
         },
@@ -1164,7 +1409,11 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
                 .into_iter()
                 .map(|(t, ip)| {
                     let mut e = vec![0u8; 12];
-                    e.extend_from_slice(if ip[0] >> 4 == 4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+                    e.extend_from_slice(if ip[0] >> 4 == 4 {
+                        &[0x08, 0x00]
+                    } else {
+                        &[0x86, 0xdd]
+                    });
                     e.extend_from_slice(&ip);
                     (t, e)
                 })
@@ -1184,7 +1433,11 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
                     Damage::Cut { at } => f.truncate(usize::from(*at).max(14)),
                     Damage::Vlan { tags } => {
                         // The kernel walks four tags at most (QinQ uses two).
-                        let present = (0..4).take_while(|i| f.get(12 + 4 * i..14 + 4 * i) == Some(&[0x81, 0x00][..])).count();
+                        let present = (0..4)
+                            .take_while(|i| {
+                                f.get(12 + 4 * i..14 + 4 * i) == Some(&[0x81, 0x00][..])
+                            })
+                            .count();
                         for _ in 0..usize::from(*tags).min(4 - present) {
                             let t = [f[12], f[13]];
                             f.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
@@ -1237,14 +1490,27 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
                 c.skipped.iter().find(|x| x.0 == r).map_or(0, |x| x.1)
             };
             for r in rttlab::wire::Skip::ALL {
-                proptest::prop_assert_eq!(skip(&uc, r), skip(&after, r) - skip(&before, r), "{:?}", r);
+                proptest::prop_assert_eq!(
+                    skip(&uc, r),
+                    skip(&after, r) - skip(&before, r),
+                    "{:?}",
+                    r
+                );
             }
             for (what, x, y) in [
                 ("packets", uc.packets, after.packets - before.packets),
                 ("tcp", uc.tcp, after.tcp - before.tcp),
                 ("not_tcp", uc.not_tcp, after.not_tcp - before.not_tcp),
-                ("no_timestamps", uc.no_timestamps, after.no_timestamps - before.no_timestamps),
-                ("unusable", uc.unusable_timestamps, after.unusable_timestamps - before.unusable_timestamps),
+                (
+                    "no_timestamps",
+                    uc.no_timestamps,
+                    after.no_timestamps - before.no_timestamps,
+                ),
+                (
+                    "unusable",
+                    uc.unusable_timestamps,
+                    after.unusable_timestamps - before.unusable_timestamps,
+                ),
             ] {
                 proptest::prop_assert_eq!(x, y, "{}", what);
             }
@@ -1260,7 +1526,9 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
                 let mut it = u.samples.iter();
                 for s in &k.samples {
                     proptest::prop_assert!(
-                        it.any(|x| (&x.0, &x.1, &x.2, &x.3, x.4, x.5) == (&s.0, &s.1, &s.2, &s.3, s.4, s.5) && x.6 <= s.6),
+                        it.any(|x| (&x.0, &x.1, &x.2, &x.3, x.4, x.5)
+                            == (&s.0, &s.1, &s.2, &s.3, s.4, s.5)
+                            && x.6 <= s.6),
                         "kernel sample {s:?} is not one of the user-space engine's"
                     );
                 }
@@ -1281,8 +1549,22 @@ fn the_cli_aggregates_a_file_alike_on_both_engines() {
     let file = common::corpus("crr-gw.pcapng.gz");
     let run = |engine: &str| {
         let o = std::process::Command::new(common::bin())
-            .args(["passive", "-r", file.to_str().unwrap(), "--json", "--method", "both"])
-            .args(["--aggregate", "1s", "--aggregate-prefix", "32,128", "--engine", engine])
+            .args([
+                "passive",
+                "-r",
+                file.to_str().unwrap(),
+                "--json",
+                "--method",
+                "both",
+            ])
+            .args([
+                "--aggregate",
+                "1s",
+                "--aggregate-prefix",
+                "32,128",
+                "--engine",
+                engine,
+            ])
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -163,7 +163,9 @@ impl RttHistogram {
             // bucket i of schema s lies in bucket ceil(i/2) of schema s-1.
             let mut coarser = BTreeMap::new();
             for (i, n) in native {
-                *coarser.entry(i.div_euclid(2) + i.rem_euclid(2)).or_default() += n;
+                *coarser
+                    .entry(i.div_euclid(2) + i.rem_euclid(2))
+                    .or_default() += n;
             }
             native = coarser;
             schema -= 1;
@@ -176,7 +178,8 @@ impl RttHistogram {
             None,
             NativeHistogram {
                 schema,
-                zero_threshold: prometheus_client::metrics::histogram::DEFAULT_NATIVE_HISTOGRAM_ZERO_THRESHOLD,
+                zero_threshold:
+                    prometheus_client::metrics::histogram::DEFAULT_NATIVE_HISTOGRAM_ZERO_THRESHOLD,
                 zero_count: 0,
                 negative: NativeHistogramBuckets {
                     spans: &[],
@@ -269,7 +272,11 @@ mod tests {
         let l = Layout::new(&classic);
         for (i, &b) in l.bounds.iter().enumerate() {
             let c = l.classic_of[i];
-            assert!(b as f64 * 1e-9 <= l.classic[c] * (1.0 + 1e-12), "{b} → {}", l.classic[c]);
+            assert!(
+                b as f64 * 1e-9 <= l.classic[c] * (1.0 + 1e-12),
+                "{b} → {}",
+                l.classic[c]
+            );
             if c > 0 {
                 assert!(b as f64 * 1e-9 > l.classic[c - 1] * (1.0 + 1e-12), "{b}");
             }

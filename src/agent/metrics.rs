@@ -8,13 +8,13 @@
 //! Cardinality is bounded by peers × layers: no port, connection or sequence number is
 //! ever a label value.
 
+pub use super::histogram::{RttHistogram, NATIVE_MAX_BUCKETS, NATIVE_SCHEMA};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
 use prometheus_client::registry::Registry;
-pub use super::histogram::{RttHistogram, NATIVE_MAX_BUCKETS, NATIVE_SCHEMA};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;

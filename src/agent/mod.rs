@@ -59,6 +59,9 @@ pub struct Agent {
     /// Peers by address, for naming the clients of our own server.
     by_ip: Arc<RwLock<HashMap<IpAddr, Peer>>>,
     stop: Arc<AtomicBool>,
+    /// The passive engine's thread, joined on drop: the in-kernel engine detaches its
+    /// programs there.
+    passive: Option<passive::Worker>,
 }
 
 impl Agent {
@@ -97,6 +100,7 @@ impl Agent {
             running: BTreeMap::new(),
             by_ip,
             stop,
+            passive: None,
         })
     }
 
@@ -207,15 +211,17 @@ impl Agent {
     /// # Errors
     /// The interface cannot be watched by the engine that must be used.
     pub fn watch(
-        &self,
+        &mut self,
         settings: &passive::PassiveSettings,
     ) -> Result<passive::Started, passive::PassiveError> {
-        passive::start(
+        let (started, worker) = passive::start(
             settings,
             Arc::clone(&self.metrics),
             Arc::clone(&self.by_ip),
             Arc::clone(&self.stop),
-        )
+        )?;
+        self.passive = Some(worker);
+        Ok(started)
     }
 
     /// The peers probed now.
@@ -229,6 +235,9 @@ impl Drop for Agent {
         self.stop.store(true, Ordering::Relaxed);
         for (_, c) in std::mem::take(&mut self.crr) {
             c.stop();
+        }
+        if let Some(w) = self.passive.take() {
+            let _ = w.join();
         }
     }
 }

@@ -90,6 +90,10 @@ pub struct Started {
     pub fallback: Option<String>,
 }
 
+/// The engine's thread: it ends within 200 ms of `stop`, the in-kernel engine's
+/// programs detached and their journal entries gone.
+pub type Worker = std::thread::JoinHandle<()>;
+
 fn config(settings: &PassiveSettings, local: Vec<IpAddr>) -> Config {
     Config {
         ts: true,
@@ -123,7 +127,7 @@ pub fn start(
     metrics: Arc<Metrics>,
     peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
     stop: Arc<AtomicBool>,
-) -> Result<Started, PassiveError> {
+) -> Result<(Started, Worker), PassiveError> {
     for layer in ["passive_ts", "passive_seq"] {
         let _ = metrics
             .passive_samples
@@ -147,12 +151,13 @@ pub fn start(
             }
         }
     };
-    start_ring(settings, metrics, peers, stop)?;
-    Ok(Started {
+    let worker = start_ring(settings, metrics, peers, stop)?;
+    let started = Started {
         engine: "ring",
         attach: "ring",
         fallback,
-    })
+    };
+    Ok((started, worker))
 }
 
 /// The in-kernel engine's state the agent shares between its sweeping thread and the
@@ -214,7 +219,7 @@ fn start_bpf(
     metrics: Arc<Metrics>,
     peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
     stop: Arc<AtomicBool>,
-) -> Result<Started, PassiveError> {
+) -> Result<(Started, Worker), PassiveError> {
     crate::kernel::passive_bpf::check()?;
     let facts = capture::live::interface_facts(&settings.interface, None)?;
     let cfg = config(settings, facts.addresses.clone());
@@ -305,17 +310,18 @@ fn start_bpf(
                 eprintln!("rttlab agent: {}", crate::error_chain(&err));
             }
         });
-    thread.map_err(|e| {
+    let worker = thread.map_err(|e| {
         PassiveError::Capture(capture::SourceError::Open {
             path: "passive-bpf thread".into(),
             source: e,
         })
     })?;
-    Ok(Started {
+    let started = Started {
         engine: "bpf",
         attach: mode.name(),
         fallback: None,
-    })
+    };
+    Ok((started, worker))
 }
 
 /// The growth of the kernel's counters since `last`, added to the agent's.
@@ -335,7 +341,11 @@ fn export_counters(m: &Metrics, last: &RawCounters, now: &RawCounters) {
     for (reason, a, b) in [
         ("flow_map_full", last.flows_full, now.flows_full),
         ("pending_map_full", last.pending_full, now.pending_full),
-        ("aggregate_map_full", last.aggregates_full, now.aggregates_full),
+        (
+            "aggregate_map_full",
+            last.aggregates_full,
+            now.aggregates_full,
+        ),
         ("ring_buffer_full", last.events_lost, now.events_lost),
     ] {
         m.passive_dropped
@@ -436,7 +446,7 @@ fn start_ring(
     metrics: Arc<Metrics>,
     peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
     stop: Arc<AtomicBool>,
-) -> Result<(), capture::SourceError> {
+) -> Result<Worker, capture::SourceError> {
     let (tx, rx) = std::sync::mpsc::channel();
     let settings = settings.clone();
     let thread = std::thread::Builder::new()
@@ -491,7 +501,10 @@ fn start_ring(
                         .values()
                     {
                         for m in [Method::Ts, Method::Seq] {
-                            let _ = metrics.rtt.get_or_create(&labels(&p.name, layer(m), &p.labels));
+                            let _ =
+                                metrics
+                                    .rtt
+                                    .get_or_create(&labels(&p.name, layer(m), &p.labels));
                         }
                     }
                     next_sync += Duration::from_secs(1);
@@ -502,7 +515,9 @@ fn start_ring(
                 let c = analyzer.counters();
                 metrics.passive_packets.inc_by(c.packets - packets);
                 packets = c.packets;
-                metrics.passive_rate_limited.inc_by(c.rate_limited - limited);
+                metrics
+                    .passive_rate_limited
+                    .inc_by(c.rate_limited - limited);
                 limited = c.rate_limited;
                 if let Some(st) = cap.live_stats() {
                     metrics
@@ -524,7 +539,8 @@ fn start_ring(
         path: "passive-ring thread".into(),
         source: e,
     };
-    thread.map_err(thread_err)?;
+    let worker = thread.map_err(thread_err)?;
     rx.recv()
-        .map_err(|_| thread_err(std::io::Error::other("the capture thread died")))?
+        .map_err(|_| thread_err(std::io::Error::other("the capture thread died")))??;
+    Ok(worker)
 }

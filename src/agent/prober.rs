@@ -3,13 +3,13 @@
 //! [`super::batch`] runs the probes that keep a session or a socket (ICMP, TCP_RR,
 //! UDP_RR) in one loop; [`super::crr`] runs TCP_CRR, whose `connect()` it times.
 
+use super::metrics::RttHistogram as Histogram;
 use super::metrics::{labels, Gauge64, Metrics};
 use super::peers::Peer;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::control::TestKind;
 use crate::probe::rr::SessionSpec;
 use prometheus_client::metrics::counter::Counter;
-use super::metrics::RttHistogram as Histogram;
 use rand::SeedableRng;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};

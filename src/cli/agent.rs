@@ -594,9 +594,12 @@ const STOP_GRACE: Duration = Duration::from_millis(800);
 /// still here: the main loop notices `stop` within its 200 ms tick, but it may be
 /// applying a reload of thousands of peers (resolving their names) or writing a
 /// --textfile of a large exposition, and the HTTP workers finish a scrape in progress
-/// (seconds with 20 000 peers). The agent holds nothing that needs tearing down for
-/// the system's sake (no kernel state; the textfile is replaced atomically), so a stop
-/// is honoured within a second whatever the agent is doing.
+/// (seconds with 20 000 peers). The only state the agent leaves the system is the
+/// in-kernel passive engine's, whose thread detaches it within 200 ms of `stop`,
+/// before the grace ends (and were it cut short: TCX links go with the process, and
+/// clsact filters stay journaled for `rttlab tune revert --all`); the textfile is
+/// replaced atomically. So a stop is honoured within a second whatever the agent is
+/// doing.
 fn stop_on_signal(stop: Arc<AtomicBool>) -> anyhow::Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,

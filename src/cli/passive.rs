@@ -218,8 +218,14 @@ fn prefix_lens(s: &str) -> Result<(u8, u8), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("{s:?}: give V4,V6 prefix lengths, e.g. 24,48"))?;
-    let v4: u8 = a.trim().parse().map_err(|_| format!("{a:?} is not a prefix length"))?;
-    let v6: u8 = b.trim().parse().map_err(|_| format!("{b:?} is not a prefix length"))?;
+    let v4: u8 = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not a prefix length"))?;
+    let v6: u8 = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not a prefix length"))?;
     if v4 > 32 || v6 > 128 {
         return Err(format!("{s:?}: IPv4 prefixes are 0–32 bits, IPv6 0–128"));
     }
@@ -455,7 +461,9 @@ fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
             }
             match passive_bpf::check() {
                 Ok(()) => Ok(Engine::Bpf),
-                Err(e) => Ok(Engine::Ring(Some(format!("rttlab: {e}; using the ring engine")))),
+                Err(e) => Ok(Engine::Ring(Some(format!(
+                    "rttlab: {e}; using the ring engine"
+                )))),
             }
         }
     }
@@ -770,7 +778,10 @@ fn run_bpf(
         None => None,
     };
     if cfg.local.is_empty() {
-        cfg.local = facts.as_ref().map(|f| f.addresses.clone()).unwrap_or_default();
+        cfg.local = facts
+            .as_ref()
+            .map(|f| f.addresses.clone())
+            .unwrap_or_default();
     }
     let (v4, v6) = a.aggregate_prefix;
     let bounds = aggregate::bounds(&[]);
@@ -800,13 +811,21 @@ fn run_bpf(
             AttachArg::Clsact => Some(AttachMode::Clsact),
         };
         let journal = rttlab::kernel::tuning::Journal::for_run("passive");
-        let mode = k.attach(name, a.netns.as_deref(), mode, f.loopback, Box::new(journal))?;
+        let mode = k.attach(
+            name,
+            a.netns.as_deref(),
+            mode,
+            f.loopback,
+            Box::new(journal),
+        )?;
         format!("{} on {name}", mode.name())
     } else {
         "replaying the file".to_owned()
     };
     super::measuring();
-    let agg_len = a.aggregate.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let agg_len = a
+        .aggregate
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let mut failure = None;
     if live.is_some() {
         let t0 = Instant::now();
@@ -822,7 +841,11 @@ fn run_bpf(
             out.flush_lines();
             // Each map swept once a second, the two half a second apart.
             if now >= next_sweep {
-                let what = if sweep_flows { Sweep::Flows } else { Sweep::Pending };
+                let what = if sweep_flows {
+                    Sweep::Flows
+                } else {
+                    Sweep::Pending
+                };
                 if let Err(e) = k.sweep(what) {
                     failure = Some(e.into());
                     break;

@@ -63,7 +63,11 @@ const SK_BUFF_TSTAMP: usize = 152;
 ///
 /// # Errors
 /// The kernel refused the run (no privilege, a frame shorter than an Ethernet header).
-pub fn test_run_tc(prog: BorrowedFd<'_>, frame: &[u8], tstamp_ns: u64) -> Result<u32, SyscallError> {
+pub fn test_run_tc(
+    prog: BorrowedFd<'_>,
+    frame: &[u8],
+    tstamp_ns: u64,
+) -> Result<u32, SyscallError> {
     let mut ctx = [0u8; SK_BUFF_SIZE];
     ctx[SK_BUFF_TSTAMP..SK_BUFF_TSTAMP + 8].copy_from_slice(&tstamp_ns.to_ne_bytes());
     let mut attr = [0u64; 16];

@@ -318,7 +318,11 @@ fn tcmsg(index: i32, handle: u32, parent: u32) -> Vec<u8> {
 pub fn clsact_filters(name: &str, ingress: bool) -> Result<Vec<(String, String)>, LinkError> {
     let i = index(name)?;
     let what = format!("listing tc filters of {name}");
-    let parent = if ingress { CLSACT_INGRESS } else { CLSACT_EGRESS };
+    let parent = if ingress {
+        CLSACT_INGRESS
+    } else {
+        CLSACT_EGRESS
+    };
     let body = tcmsg(i as i32, 0, parent);
     let mut s = NetlinkSocket::open(libc::NETLINK_ROUTE).map_err(failed(&what))?;
     let seq = s
@@ -329,7 +333,9 @@ pub fn clsact_filters(name: &str, ingress: bool) -> Result<Vec<(String, String)>
         let mut kind = String::new();
         let mut prog = String::new();
         for (ty, data) in super::netlink::Attrs(payload.get(20..).unwrap_or(&[])) {
-            let text = |d: &[u8]| String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
+            let text = |d: &[u8]| {
+                String::from_utf8_lossy(d.split(|&b| b == 0).next().unwrap_or(&[])).into_owned()
+            };
             match ty {
                 TCA_KIND => kind = text(data),
                 TCA_OPTIONS => {
@@ -351,7 +357,9 @@ pub fn clsact_filters(name: &str, ingress: bool) -> Result<Vec<(String, String)>
     match r {
         Ok(()) => Ok(out),
         // No clsact qdisc: nothing hangs there.
-        Err(e) if matches!(e.source.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => Ok(Vec::new()),
+        Err(e) if matches!(e.source.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {
+            Ok(Vec::new())
+        }
         Err(e) => Err(LinkError::Failed { what, source: e }),
     }
 }

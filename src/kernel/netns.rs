@@ -253,6 +253,37 @@ pub fn pids_in(name: &str) -> Vec<i32> {
     pids
 }
 
+/// The identity of the calling thread's network namespace: the `(dev, inode)` of its
+/// nsfs file, what `ip netns identify` compares. None where /proc is not mounted.
+pub fn current() -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata("/proc/thread-self/ns/net").ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Where the namespace `id` ([`current`] as some process saw it) can be entered
+/// now: the name of a /run/netns entry bound to it, else /proc/PID/ns/net of a task
+/// inside it. None: nothing holds it any more, so it is gone, and every interface,
+/// route and sysctl with it.
+pub fn locate(id: (u64, u64)) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let is = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| (m.dev(), m.ino()) == id);
+    if let Some(name) = list().into_iter().find(|n| is(&path_of(n))) {
+        return Some(name);
+    }
+    let procs = std::fs::read_dir("/proc").ok()?;
+    procs
+        .flatten()
+        .filter(|p| {
+            p.file_name()
+                .to_str()
+                .is_some_and(|s| s.parse::<u32>().is_ok())
+        })
+        .map(|p| p.path().join("ns/net"))
+        .find(|p| is(p))
+        .map(|p| p.display().to_string())
+}
+
 const NETNS_DIR: &str = "/run/netns";
 
 fn cstring(p: &std::path::Path) -> std::ffi::CString {
@@ -267,5 +298,17 @@ mod tests {
         let e = super::run_in(Some("rttlab-no-such-ns"), || ()).unwrap_err();
         assert!(e.to_string().contains("rttlab-no-such-ns"));
         assert_eq!(super::run_in(None, || 7).unwrap(), 7);
+    }
+
+    /// Witness: /proc/self/ns/net, the file the kernel names this namespace by; a
+    /// namespace nobody holds has no place to be found.
+    #[test]
+    fn this_namespace_is_located_and_a_gone_one_is_not() {
+        let here = super::current().unwrap();
+        let at = super::locate(here).expect("this process holds its namespace");
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(super::path_of(&at)).unwrap();
+        assert_eq!((m.dev(), m.ino()), here);
+        assert_eq!(super::locate((here.0, u64::MAX)), None);
     }
 }

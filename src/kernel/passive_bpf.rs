@@ -341,7 +341,9 @@ pub enum PassiveBpfError {
     #[error("the in-kernel engine needs CAP_BPF and CAP_NET_ADMIN (run as root)")]
     NotPermitted,
     /// This kernel lacks something the programs need.
-    #[error("kernel {release} cannot run the in-kernel engine ({what}; it needs Linux 5.13 or later)")]
+    #[error(
+        "kernel {release} cannot run the in-kernel engine ({what}; it needs Linux 5.13 or later)"
+    )]
     Unsupported {
         /// `uname -r`.
         release: String,
@@ -570,28 +572,42 @@ impl PassiveBpf {
                 } else {
                     PassiveBpfError::Unsupported {
                         release: kernel_release(),
-                        what: format!("the verifier refused {name}: {}", last_line(&verifier_log(&e))),
+                        what: format!(
+                            "the verifier refused {name}: {}",
+                            last_line(&verifier_log(&e))
+                        ),
                     }
                 }
             })?;
         }
-        fill_set(&mut ebpf, "rttlab_hosts", s.hosts.iter().map(|&a| RawAddr::from_u128(a)))?;
+        fill_set(
+            &mut ebpf,
+            "rttlab_hosts",
+            s.hosts.iter().map(|&a| RawAddr::from_u128(a)),
+        )?;
         fill_set(&mut ebpf, "rttlab_ports", s.ports.iter().copied())?;
         fill_set(&mut ebpf, "rttlab_flow_filter", s.flows.iter().copied())?;
-        fill_set(&mut ebpf, "rttlab_local", s.local.iter().map(|&a| RawAddr::from_u128(a)))?;
+        fill_set(
+            &mut ebpf,
+            "rttlab_local",
+            s.local.iter().map(|&a| RawAddr::from_u128(a)),
+        )?;
         let take = |ebpf: &mut Ebpf, name: &'static str| {
             ebpf.take_map(name).ok_or_else(|| PassiveBpfError::Map {
                 map: name,
                 msg: "not in the object (rebuild it with bpf/build.sh)".into(),
             })
         };
-        let events = RingBuf::try_from(take(&mut ebpf, "rttlab_events")?).map_err(map_err("rttlab_events"))?;
-        let counters =
-            PerCpuArray::try_from(take(&mut ebpf, "rttlab_counters")?).map_err(map_err("rttlab_counters"))?;
-        let aggregates =
-            BpfMap::try_from(take(&mut ebpf, "rttlab_aggregates")?).map_err(map_err("rttlab_aggregates"))?;
-        let watched = BpfMap::try_from(take(&mut ebpf, "rttlab_watched")?).map_err(map_err("rttlab_watched"))?;
-        let clock = Array::try_from(take(&mut ebpf, "rttlab_clock")?).map_err(map_err("rttlab_clock"))?;
+        let events = RingBuf::try_from(take(&mut ebpf, "rttlab_events")?)
+            .map_err(map_err("rttlab_events"))?;
+        let counters = PerCpuArray::try_from(take(&mut ebpf, "rttlab_counters")?)
+            .map_err(map_err("rttlab_counters"))?;
+        let aggregates = BpfMap::try_from(take(&mut ebpf, "rttlab_aggregates")?)
+            .map_err(map_err("rttlab_aggregates"))?;
+        let watched = BpfMap::try_from(take(&mut ebpf, "rttlab_watched")?)
+            .map_err(map_err("rttlab_watched"))?;
+        let clock =
+            Array::try_from(take(&mut ebpf, "rttlab_clock")?).map_err(map_err("rttlab_clock"))?;
         let generation = Array::try_from(take(&mut ebpf, "rttlab_generation")?)
             .map_err(map_err("rttlab_generation"))?;
         let mut me = Self {
@@ -623,7 +639,9 @@ impl PassiveBpf {
         ingress_only: bool,
         journal: Box<dyn AttachJournal>,
     ) -> Result<AttachMode, PassiveBpfError> {
-        let place = netns.map(|n| format!(" in network namespace {n}")).unwrap_or_default();
+        let place = netns
+            .map(|n| format!(" in network namespace {n}"))
+            .unwrap_or_default();
         let tcx = kernel_version().is_some_and(|v| v >= (6, 6));
         let mode = match mode {
             Some(AttachMode::Tcx) if !tcx => {
@@ -650,7 +668,10 @@ impl PassiveBpf {
         let directions: &[(&'static str, TcAttachType)] = if ingress_only {
             &[(PROG_INGRESS, TcAttachType::Ingress)]
         } else {
-            &[(PROG_INGRESS, TcAttachType::Ingress), (PROG_EGRESS, TcAttachType::Egress)]
+            &[
+                (PROG_INGRESS, TcAttachType::Ingress),
+                (PROG_EGRESS, TcAttachType::Egress),
+            ]
         };
         let ebpf = &mut self.ebpf;
         let attached = netns::run_in(netns, || -> Result<_, PassiveBpfError> {
@@ -785,7 +806,10 @@ impl PassiveBpf {
     /// # Errors
     /// The map could not be read.
     pub fn counters(&self) -> Result<RawCounters, PassiveBpfError> {
-        let per_cpu = self.counters.get(&0, 0).map_err(map_err("rttlab_counters"))?;
+        let per_cpu = self
+            .counters
+            .get(&0, 0)
+            .map_err(map_err("rttlab_counters"))?;
         let mut sum = RawCounters::default();
         for c in per_cpu.iter() {
             sum += *c;
@@ -823,12 +847,22 @@ impl PassiveBpf {
     ///
     /// # Errors
     /// The kernel refused the test run.
-    pub fn run_on(&self, ingress: bool, frame: &[u8], tstamp_ns: u64) -> Result<(), PassiveBpfError> {
+    pub fn run_on(
+        &self,
+        ingress: bool,
+        frame: &[u8],
+        tstamp_ns: u64,
+    ) -> Result<(), PassiveBpfError> {
         let name = if ingress { PROG_INGRESS } else { PROG_EGRESS };
         self.test_run(name, frame, tstamp_ns).map(drop)
     }
 
-    fn test_run(&self, name: &'static str, frame: &[u8], tstamp_ns: u64) -> Result<u32, PassiveBpfError> {
+    fn test_run(
+        &self,
+        name: &'static str,
+        frame: &[u8],
+        tstamp_ns: u64,
+    ) -> Result<u32, PassiveBpfError> {
         let prog: &SchedClassifier = self
             .ebpf
             .program(name)
@@ -942,12 +976,18 @@ impl PassiveBpf {
 impl Drop for PassiveBpf {
     fn drop(&mut self) {
         if let Err(e) = self.detach() {
-            eprintln!("rttlab: detaching the in-kernel engine: {}", crate::error_chain(&e));
+            eprintln!(
+                "rttlab: detaching the in-kernel engine: {}",
+                crate::error_chain(&e)
+            );
         }
     }
 }
 
-fn classifier<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut SchedClassifier, PassiveBpfError> {
+fn classifier<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+) -> Result<&'a mut SchedClassifier, PassiveBpfError> {
     ebpf.program_mut(name)
         .and_then(|p| p.try_into().ok())
         .ok_or_else(|| PassiveBpfError::Load {
@@ -1006,7 +1046,10 @@ fn verifier_log(e: &aya::programs::ProgramError) -> String {
 /// that the error is the two reads' own cost (tens of ns).
 pub fn realtime_minus_monotonic() -> u64 {
     let read = |clock| {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: a valid timespec out-pointer.
         unsafe { libc::clock_gettime(clock, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -1058,6 +1101,11 @@ pub fn revert(a: &AttachRecord) -> Result<(), String> {
             return Ok(());
         }
         if a.mode == AttachMode::Tcx {
+            // A TCX link dies with its last descriptor: a process that is gone left
+            // nothing, and programs of our names there are another run's.
+            if !std::path::Path::new(&format!("/proc/{}", a.pid)).exists() {
+                return Ok(());
+            }
             let mut left = Vec::new();
             for dir in [TcAttachType::Ingress, TcAttachType::Egress] {
                 if let Ok((_, progs)) = SchedClassifier::query_tcx(interface, dir) {

@@ -104,6 +104,12 @@ pub struct Entry {
     /// key): the user's `rttlab tune`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// For a change made in "rttlab's own" namespace (`netns` None): that namespace's
+    /// identity ([`super::netns::current`]), so a revert run from another namespace
+    /// (a crashed agent's inside a lab host, reverted from the host) undoes it where
+    /// it was made, or knows it went with its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns_id: Option<(u64, u64)>,
 }
 
 impl Change {
@@ -116,6 +122,23 @@ impl Change {
             | Change::PassiveTc { netns, .. } => netns.as_deref(),
             Change::SynRtoAttach { .. } => None,
         }
+    }
+
+    /// Whether the change lives in a network namespace (all but the cgroup's program).
+    fn in_a_netns(&self) -> bool {
+        !matches!(self, Change::SynRtoAttach { .. })
+    }
+
+    /// The same change, placed in namespace `place` (a name or an nsfs path).
+    fn placed_in(mut self, place: String) -> Change {
+        match &mut self {
+            Change::Sysctl { netns, .. }
+            | Change::RouteRtoMin { netns, .. }
+            | Change::NftTable { netns, .. }
+            | Change::PassiveTc { netns, .. } => *netns = Some(place),
+            Change::SynRtoAttach { .. } => {}
+        }
+        self
     }
 
     fn same_target(&self, other: &Change) -> bool {
@@ -368,15 +391,21 @@ impl Journal {
     pub fn record(&self, c: Change) -> Result<bool, TuneError> {
         let _lock = self.lock()?;
         let mut all = self.all_entries()?;
+        let netns_id = if c.netns().is_none() && c.in_a_netns() {
+            super::netns::current()
+        } else {
+            None
+        };
         if all
             .iter()
-            .any(|x| x.owner == self.owner && x.change.same_target(&c))
+            .any(|x| x.owner == self.owner && x.netns_id == netns_id && x.change.same_target(&c))
         {
             return Ok(false);
         }
         all.push(Entry {
             change: c,
             owner: self.owner.clone(),
+            netns_id,
         });
         self.save(&all)?;
         Ok(true)
@@ -432,12 +461,28 @@ impl Journal {
                 keep.push(e);
                 continue;
             }
-            let r = undo(&e.change);
+            let (change, r) = match e.netns_id {
+                Some(id) if super::netns::current() != Some(id) => match super::netns::locate(id) {
+                    Some(place) => {
+                        let c = e.change.clone().placed_in(place);
+                        let r = undo(&c);
+                        (c, r)
+                    }
+                    None => {
+                        let gone = NetnsError::NotFound {
+                            name: format!("(unnamed, inode {})", id.1),
+                            path: "no /run/netns entry or process holds it".into(),
+                        };
+                        (e.change.clone(), Err(gone.into()))
+                    }
+                },
+                _ => (e.change.clone(), undo(&e.change)),
+            };
             // A namespace that no longer exists took the change with it.
             if r.as_ref().is_err_and(|x| !namespace_gone(x)) {
-                keep.push(e.clone());
+                keep.push(e);
             }
-            done.push((e.change, r));
+            done.push((change, r));
         }
         keep.reverse();
         self.save(&keep)?;
@@ -760,6 +805,34 @@ mod tests {
             a.revert_command(),
             "ip netns exec rttlab-gone sysctl -w net.ipv4.tcp_rto_min_us=200000"
         );
+    }
+
+    /// Witness: /proc/thread-self/ns/net, the kernel's name for this namespace. A
+    /// change recorded here carries its namespace's identity; one whose namespace no
+    /// process or name holds any more went with it: reported so, and forgotten.
+    #[test]
+    fn a_change_knows_its_unnamed_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::at(dir.path().join("tune.json"));
+        let c = Change::NftTable {
+            netns: None,
+            family: "inet".into(),
+            name: "rttlab_test".into(),
+        };
+        j.record(c.clone()).unwrap();
+        let mut all = j.all_entries().unwrap();
+        let here = super::super::netns::current().unwrap();
+        assert_eq!(all[0].netns_id, Some(here));
+        all[0].netns_id = Some((here.0, u64::MAX));
+        j.save(&all).unwrap();
+        let out = j.revert_all().unwrap();
+        assert_eq!(out.len(), 1);
+        assert!(
+            namespace_gone(out[0].1.as_ref().unwrap_err()),
+            "{:?}",
+            out[0].1
+        );
+        assert!(j.all_entries().unwrap().is_empty());
     }
 
     #[test]

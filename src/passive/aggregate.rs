@@ -150,12 +150,20 @@ pub fn prefix_of(host: Endpoint, prefix_v4: u8, prefix_v6: u8) -> (IpAddr, u8) {
     match host.ip() {
         IpAddr::V4(a) => {
             let len = prefix_v4.min(32);
-            let mask = if len == 0 { 0 } else { u32::MAX << (32 - u32::from(len)) };
+            let mask = if len == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(len))
+            };
             (IpAddr::from((u32::from(a) & mask).to_be_bytes()), len)
         }
         IpAddr::V6(a) => {
             let len = prefix_v6.min(128);
-            let mask = if len == 0 { 0 } else { u128::MAX << (128 - u32::from(len)) };
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(len))
+            };
             (IpAddr::from((u128::from(a) & mask).to_be_bytes()), len)
         }
     }
@@ -293,10 +301,20 @@ mod tests {
     /// values far from any bound.
     #[test]
     fn native_indices_are_prometheus_schema_4() {
-        for ns in [1_000u64, 10_000, 123_456, 1_000_000, 9_999_999, 1_000_000_000] {
+        for ns in [
+            1_000u64,
+            10_000,
+            123_456,
+            1_000_000,
+            9_999_999,
+            1_000_000_000,
+        ] {
             let i = native_index(ns);
             let v = ns as f64 * 1e-9;
-            assert!(2f64.powf(f64::from(i - 1) / 16.0) < v && v <= 2f64.powf(f64::from(i) / 16.0), "{ns}");
+            assert!(
+                2f64.powf(f64::from(i - 1) / 16.0) < v && v <= 2f64.powf(f64::from(i) / 16.0),
+                "{ns}"
+            );
         }
         // 1 s is exactly bound 0 of every schema.
         assert_eq!(native_index(1_000_000_000), 0);
@@ -315,7 +333,10 @@ mod tests {
             assert!(b.contains(&classic_bound(c)), "{c}");
         }
         assert!(b.contains(&10_000));
-        assert_eq!(bucket(&b, 10_000), b.iter().position(|&x| x == 10_000).unwrap());
+        assert_eq!(
+            bucket(&b, 10_000),
+            b.iter().position(|&x| x == 10_000).unwrap()
+        );
         assert_eq!(bucket(&b, 10_001), bucket(&b, 10_000) + 1);
         assert_eq!(bucket(&b, MAX_NS + 1), b.len());
         // Native bounds from 1 µs to 100 s, 16 a factor of two: indices -318
@@ -326,10 +347,22 @@ mod tests {
     #[test]
     fn prefixes_mask_the_answering_host() {
         let e = |a: &str| Endpoint::new(a.parse().unwrap(), 80);
-        assert_eq!(prefix_of(e("10.1.2.3"), 24, 48), ("10.1.2.0".parse().unwrap(), 24));
-        assert_eq!(prefix_of(e("10.1.2.3"), 32, 48), ("10.1.2.3".parse().unwrap(), 32));
-        assert_eq!(prefix_of(e("2001:db8:1:2::5"), 24, 48), ("2001:db8:1::".parse().unwrap(), 48));
-        assert_eq!(prefix_of(e("2001:db8::5"), 24, 0), ("::".parse().unwrap(), 0));
+        assert_eq!(
+            prefix_of(e("10.1.2.3"), 24, 48),
+            ("10.1.2.0".parse().unwrap(), 24)
+        );
+        assert_eq!(
+            prefix_of(e("10.1.2.3"), 32, 48),
+            ("10.1.2.3".parse().unwrap(), 32)
+        );
+        assert_eq!(
+            prefix_of(e("2001:db8:1:2::5"), 24, 48),
+            ("2001:db8:1::".parse().unwrap(), 48)
+        );
+        assert_eq!(
+            prefix_of(e("2001:db8::5"), 24, 0),
+            ("::".parse().unwrap(), 0)
+        );
     }
 
     /// Witness: a hand-made set of samples with known quantiles.

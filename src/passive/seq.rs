@@ -399,8 +399,14 @@ mod tests {
     fn segments_past_the_largest_window_are_not_followed() {
         let mut h = SeqHalf::default();
         h.segment(1000, 100, 0, 0);
-        assert_eq!(h.segment(1100 + MAX_WINDOW + 1, 10, 1, 0), Kind::OutOfWindow);
-        assert_eq!(h.segment(1100u32.wrapping_sub(MAX_WINDOW + 10), 10, 2, 0), Kind::OutOfWindow);
+        assert_eq!(
+            h.segment(1100 + MAX_WINDOW + 1, 10, 1, 0),
+            Kind::OutOfWindow
+        );
+        assert_eq!(
+            h.segment(1100u32.wrapping_sub(MAX_WINDOW + 10), 10, 2, 0),
+            Kind::OutOfWindow
+        );
         assert_eq!(h.untracked, 2);
         assert_eq!(h.segment(1100 + MAX_WINDOW, 10, 3, 0), Kind::New);
         assert_eq!(h.ack(1100, none(), R, 10), Some(10));

@@ -292,7 +292,11 @@ mod tests {
         h.record(1, 0, None, 0);
         h.record(1 + MAX_TS_STEP + 1, 1, None, 0);
         assert_eq!(h.overflow, 1);
-        assert_eq!(h.echo(1 + (1 << 31), 2, AGE), None, "a far echo kills nothing");
+        assert_eq!(
+            h.echo(1 + (1 << 31), 2, AGE),
+            None,
+            "a far echo kills nothing"
+        );
         assert_eq!(h.echo(1, 3, AGE), Some((3, None)));
     }
 }

@@ -2,9 +2,9 @@
 //! summary, the sampled metric's periods, and the counters.
 
 use super::table::{write_aligned, Table};
+use crate::passive::in_kernel::KernelCounters;
 use crate::passive::sampler::{Period, BOUNDS_MS};
 use crate::passive::summary::{FlowRtt, Interval, Row, Total};
-use crate::passive::in_kernel::KernelCounters;
 use crate::passive::{aggregate, Counters, Method, Place, Sample};
 use crate::results::schema;
 use crate::stats::{LatencyHistogram, LogLinear};
@@ -257,7 +257,11 @@ pub fn aggregate_interval(
         iv.start_ns as f64 / 1e9,
         iv.end_ns as f64 / 1e9,
         iv.rows.len(),
-        if engine == "bpf" { "in the kernel" } else { "by rttlab" }
+        if engine == "bpf" {
+            "in the kernel"
+        } else {
+            "by rttlab"
+        }
     )?;
     let us = |ns: u64| f1(ns as f64 / 1e3);
     write_aligned(
@@ -332,13 +336,28 @@ pub fn aggregate_interval_json(iv: &aggregate::Interval, bounds: &[u64], engine:
 pub fn kernel_counters(k: &KernelCounters, place: &str) -> String {
     let mut s = format!("in-kernel engine ({place})");
     for (name, n) in [
-        ("new flows not tracked (flow map full: --max-flows)", k.flows_full),
-        ("TSvals or segments not timed (pending map full: --max-pending)", k.pending_full),
-        ("samples not aggregated (aggregate map full)", k.aggregates_full),
+        (
+            "new flows not tracked (flow map full: --max-flows)",
+            k.flows_full,
+        ),
+        (
+            "TSvals or segments not timed (pending map full: --max-pending)",
+            k.pending_full,
+        ),
+        (
+            "samples not aggregated (aggregate map full)",
+            k.aggregates_full,
+        ),
         ("samples or flows lost (ring buffer full)", k.events_lost),
-        ("times the per-flow state approximated the queues (fewer samples)", k.approximated),
+        (
+            "times the per-flow state approximated the queues (fewer samples)",
+            k.approximated,
+        ),
         ("unreadable records", k.bad_records),
-        ("frames the kernel would not replay (shorter than their IP header)", k.unreplayable),
+        (
+            "frames the kernel would not replay (shorter than their IP header)",
+            k.unreplayable,
+        ),
     ] {
         if n > 0 {
             s.push_str(&format!(", {n} {name}"));

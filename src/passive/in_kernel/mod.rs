@@ -16,7 +16,7 @@ pub mod record;
 use super::flow::FlowKey;
 use super::{aggregate, Config, Counters, Method, Place, PpingDetail, PpingSample, Sample, Sink};
 use crate::kernel::passive_bpf::{
-    self, AttachJournal, AttachMode, Aggregation, Framing, PassiveBpf, PassiveBpfError, RawAgg,
+    self, Aggregation, AttachJournal, AttachMode, Framing, PassiveBpf, PassiveBpfError, RawAgg,
     RawAggKey, RawCounters, Settings, Sweep,
 };
 use crate::wire::{LinkType, Skip};
@@ -207,7 +207,12 @@ impl Engine {
     ///
     /// # Errors
     /// The kernel refused the run.
-    pub fn replay(&mut self, link: LinkType, frame: &[u8], ts_ns: u64) -> Result<(), PassiveBpfError> {
+    pub fn replay(
+        &mut self,
+        link: LinkType,
+        frame: &[u8],
+        ts_ns: u64,
+    ) -> Result<(), PassiveBpfError> {
         if self.report_offset != 0 {
             self.bpf.set_clock(REPLAY_OFFSET)?;
             self.report_offset = 0;
@@ -224,7 +229,11 @@ impl Engine {
         };
         let mut eth = Vec::with_capacity(14 + ip.len());
         eth.extend_from_slice(&[0; 12]);
-        eth.extend_from_slice(if version == 4 { &[0x08, 0x00] } else { &[0x86, 0xdd] });
+        eth.extend_from_slice(if version == 4 {
+            &[0x08, 0x00]
+        } else {
+            &[0x86, 0xdd]
+        });
         eth.extend_from_slice(ip);
         self.bpf.run_on(true, &eth, ts_ns + REPLAY_OFFSET)
     }
@@ -399,7 +408,10 @@ impl Engine {
     ///
     /// # Errors
     /// The map could not be read.
-    pub fn aggregates(&self, n_bounds: usize) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
+    pub fn aggregates(
+        &self,
+        n_bounds: usize,
+    ) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
         let mut v: Vec<_> = self
             .bpf
             .aggregates()?
@@ -415,7 +427,10 @@ impl Engine {
     ///
     /// # Errors
     /// The map could not be read or written.
-    pub fn take_aggregates(&mut self, n_bounds: usize) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
+    pub fn take_aggregates(
+        &mut self,
+        n_bounds: usize,
+    ) -> Result<Vec<(aggregate::Key, aggregate::Hist)>, PassiveBpfError> {
         let old = self.generation;
         self.generation ^= 1;
         self.bpf.set_generation(self.generation)?;
@@ -441,7 +456,11 @@ pub fn hist(k: &RawAggKey, a: &RawAgg, n_bounds: usize) -> (aggregate::Key, aggr
     let key = aggregate::Key {
         prefix,
         prefix_len: k.prefix_len,
-        method: if k.method == 0 { Method::Ts } else { Method::Seq },
+        method: if k.method == 0 {
+            Method::Ts
+        } else {
+            Method::Seq
+        },
         place: if k.place == 0 {
             Place::Network
         } else {

@@ -190,7 +190,10 @@ mod tests {
         else {
             panic!("not a sample")
         };
-        assert_eq!((method, ts_ns, rtt_ns, min_ns, here), (Method::Seq, 7, 1500, 900, 1));
+        assert_eq!(
+            (method, ts_ns, rtt_ns, min_ns, here),
+            (Method::Seq, 7, 1500, 900, 1)
+        );
         assert_eq!(key.lo.to_string(), "10.0.0.1:40000");
         assert_eq!(key.hi.to_string(), "10.0.0.2:80");
         assert_eq!(raw_key(&key).a.lo, 0xffff_0a00_0001);
