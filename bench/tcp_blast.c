@@ -1,9 +1,10 @@
 /* A bounded TCP-with-timestamps frame generator for bench/passive_bpf.py.
  *
- *     tcp_blast IFNAME PACKETS FLOWS SECONDS
+ *     tcp_blast IFNAME PACKETS FLOWS SECONDS [RATE]
  *
  * Sends PACKETS Ethernet frames (or stops after SECONDS) on IFNAME through an
- * AF_PACKET socket that bypasses the qdisc, 512 frames per sendmmsg. FLOWS
+ * AF_PACKET socket that bypasses the qdisc, 512 frames per sendmmsg, or at RATE
+ * frames per second (64 per sendmmsg, sleeping between them) when given. FLOWS
  * conversations take turns: a client segment of 8 bytes (198.18.x.y:port ->
  * 198.19.0.1:5001, PSH|ACK) then the server's ACK of it, both with the timestamp
  * option, the ACK echoing the segment's TSval and the next segment echoing the
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,15 +111,17 @@ static size_t frame(uint8_t *b, unsigned f, struct flow *fl, int from_client)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: tcp_blast IFNAME PACKETS FLOWS SECONDS\n");
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: tcp_blast IFNAME PACKETS FLOWS SECONDS [RATE]\n");
 		return 2;
 	}
 	unsigned ifindex = if_nametoindex(argv[1]);
 	long long packets = atoll(argv[2]);
 	unsigned flows = atoi(argv[3]);
 	double seconds = atof(argv[4]);
-	if (!ifindex || packets <= 0 || flows == 0 || flows > 65536 || seconds <= 0) {
+	double rate = argc == 6 ? atof(argv[5]) : 0;
+	int batch = rate > 0 ? 64 : BATCH;
+	if (!ifindex || packets <= 0 || flows == 0 || flows > 65536 || seconds <= 0 || rate < 0) {
 		fprintf(stderr, "tcp_blast: bad interface or numbers\n");
 		return 2;
 	}
@@ -143,8 +147,16 @@ int main(int argc, char **argv)
 	unsigned f = 0;
 	int from_client = 1;
 	double start = now(), deadline = start + seconds;
+	prctl(PR_SET_TIMERSLACK, 1);
 	while (sent < packets && now() < deadline) {
-		int n = packets - sent < BATCH ? packets - sent : BATCH;
+		if (rate > 0) {
+			double due = start + sent / rate, t = now();
+			if (due > t) {
+				struct timespec d = {(time_t)(due - t), (long)((due - t - (time_t)(due - t)) * 1e9)};
+				nanosleep(&d, NULL);
+			}
+		}
+		int n = packets - sent < batch ? packets - sent : batch;
 		for (int i = 0; i < n; i++) {
 			iov[i].iov_len = frame(bufs[i], f, &fl[f], from_client);
 			if (!from_client)

@@ -88,6 +88,9 @@ const volatile __u32 cfg_flags = F_TS | F_SEQ | F_KARN | F_SACK | F_EVENTS;
 const volatile __u64 cfg_rate_limit_ns = 0;
 const volatile __u64 cfg_idle_ns = 10000000000ULL;
 const volatile __u64 cfg_max_age_ns = 10000000000ULL;
+// Bytes waiting in the ring buffer past which a record wakes the reader (an eighth
+// of the ring, set at load).
+const volatile __u64 cfg_wake_bytes = 1 << 19;
 const volatile __u32 cfg_prefix_v4 = 24;
 const volatile __u32 cfg_prefix_v6 = 48;
 // Upper bounds (ns, ascending) of the aggregated histograms' buckets; bucket k holds
@@ -140,6 +143,10 @@ struct hole {
 #define H_MIN_TS (1 << 9)
 #define H_MIN_SEQ (1 << 10)
 #define H_INEXACT (1 << 11)	// the bounded state approximated the queue (see above)
+#define H_SEQ_MAX (1 << 12)	// seq_max holds the largest end given an entry
+// Summaries of the half's cold end, so that the common packet reads none of it:
+#define H_HOLES (1 << 13)	// a hole may be in use (clear: none is)
+#define H_LATE (1 << 14)	// `late` is in use
 
 // The counts a finished flow reports per direction (passive::FlowEnd).
 struct half_counts {
@@ -155,12 +162,14 @@ struct half_counts {
 	__u32 rate_limited;
 };
 
-// One direction of a flow: packets sent by one endpoint (passive::flow::Half).
+// One direction of a flow: packets sent by one endpoint (passive::flow::Half), the
+// part every packet reads. The halves of a flow lie side by side after its times,
+// so that a packet reads four cache lines of its flow, not seven.
 struct half {
-	struct half_counts c;
+	__u64 packets;
+	__u64 bytes;
 	__u64 last_ts_entry_ns;
 	__u64 last_seq_entry_ns;
-	__u64 min_ns[2];
 	__u32 ts_l;
 	__u32 ts_w;
 	__u32 ts_e;
@@ -172,7 +181,22 @@ struct half {
 	__u32 idx;
 	__u32 ack_idx; // idx when `acked` last advanced
 	__u32 flags;
+	__u32 seq_max;
+	__u32 rate_limited;
 	__u32 pad;
+};
+
+// The rest of a half: what samples, retransmissions, reordering and loss touch.
+struct half_cold {
+	__u32 retransmissions;
+	__u32 spurious;
+	__u32 out_of_order;
+	__u32 karn_skipped;
+	__u32 sacked_skipped;
+	__u32 sack_timed;
+	__u32 untracked;
+	__u32 pad;
+	__u64 min_ns[2];
 	struct range marks[NMARKS];
 	struct range hull;
 	struct range sacks[NSACKS];
@@ -183,13 +207,16 @@ struct half {
 	struct hole late;
 };
 
+// Each packet reads the times and the first 128 bytes of both halves (their counts,
+// marks and flags); what follows in a half only the seq rule's slow paths touch.
 struct flow {
-	struct half h[2];
 	__u64 first_ns;
 	__u64 last_ns;
 	__u64 id;
 	__u32 reset;
 	__u32 pad;
+	struct half h[2];
+	struct half_cold x[2];
 };
 
 #define KIND_TS 0
@@ -716,7 +743,14 @@ __noinline int decode(struct __sk_buff *skb, struct segment *s)
 			return SKIP_TRUNCATED;
 		return (b >> 4) * 4 < 20 ? SKIP_BAD_TCP : SKIP_TRUNCATED;
 	}
-	if (bpf_skb_load_bytes(skb, tcp_off, h, 20) < 0)
+	// The header and Linux's 12 bytes of options, read in place where the linear
+	// part holds them (nearly always, after the pull above): a helper call per read
+	// costs more than the rest of the decoding.
+	__u8 *t = data + tcp_off;
+	int direct = (void *)(t + 32) <= end;
+	if (direct)
+		__builtin_memcpy(h, t, 32);
+	else if (bpf_skb_load_bytes(skb, tcp_off, h, 20) < 0)
 		return SKIP_TRUNCATED;
 	__u32 doff = (h[12] >> 4) * 4;
 	if (doff < 20)
@@ -734,7 +768,7 @@ __noinline int decode(struct __sk_buff *skb, struct segment *s)
 	// Linux and most stacks put the timestamps first after two NOPs: read them
 	// directly, and walk the options only for the rest (SACK) or another layout.
 	if (olen >= 12) {
-		if (bpf_skb_load_bytes(skb, tcp_off + 20, h + 20, 12) < 0)
+		if (!direct && bpf_skb_load_bytes(skb, tcp_off + 20, h + 20, 12) < 0)
 			return SKIP_TRUNCATED;
 		if (h[20] == 1 && h[21] == 1 && h[22] == 8 && h[23] == 10) {
 			s->tsval = be32(h + 24);
@@ -784,9 +818,29 @@ static __always_inline __u64 packet_time(struct __sk_buff *skb, int ingress)
 	return bpf_ktime_get_ns();
 }
 
-static __always_inline void copy_counts(struct half_counts *d, const struct half_counts *s)
+static __always_inline void copy_counts(struct half_counts *d, const struct half *h,
+				       const struct half_cold *x)
 {
-	__builtin_memcpy(d, s, sizeof(*d));
+	d->packets = h->packets;
+	d->bytes = h->bytes;
+	d->retransmissions = x->retransmissions;
+	d->spurious = x->spurious;
+	d->out_of_order = x->out_of_order;
+	d->karn_skipped = x->karn_skipped;
+	d->sacked_skipped = x->sacked_skipped;
+	d->sack_timed = x->sack_timed;
+	d->untracked = x->untracked;
+	d->rate_limited = h->rate_limited;
+}
+
+// How a record is committed: a wakeup is an interrupt on this CPU and a context
+// switch on the reader's, per record when the reader keeps up. The reader polls
+// every 100 ms anyway, so only a ring filling up wakes it early.
+static __always_inline __u64 wake_flag(void)
+{
+	return bpf_ringbuf_query(&rttlab_events, BPF_RB_AVAIL_DATA) >= cfg_wake_bytes ?
+		       BPF_RB_FORCE_WAKEUP :
+		       BPF_RB_NO_WAKEUP;
 }
 
 // A flow leaves the table: its counts go to user space.
@@ -806,9 +860,9 @@ static __always_inline void retire(struct flow_key *k, struct flow *f, __u8 reas
 	e->first_ns = f->first_ns;
 	e->last_ns = f->last_ns;
 	__builtin_memcpy(&e->key, k, sizeof(*k));
-	copy_counts(&e->c[0], &f->h[0].c);
-	copy_counts(&e->c[1], &f->h[1].c);
-	bpf_ringbuf_submit(e, 0);
+	copy_counts(&e->c[0], &f->h[0], &f->x[0]);
+	copy_counts(&e->c[1], &f->h[1], &f->x[1]);
+	bpf_ringbuf_submit(e, wake_flag());
 }
 
 static __always_inline struct flow *new_flow(struct flow_key *k, __u64 now, struct counters *c)
@@ -925,7 +979,7 @@ static __always_inline void emit(struct flow_key *k, struct flow *f, int here, _
 {
 	struct half *h = &f->h[here & 1];
 	__u32 have = method ? H_MIN_SEQ : H_MIN_TS;
-	__u64 *m = &h->min_ns[method & 1];
+	__u64 *m = &f->x[here & 1].min_ns[method & 1];
 	if (!(h->flags & have) || rtt < *m) {
 		*m = rtt;
 		h->flags |= have;
@@ -945,7 +999,7 @@ static __always_inline void emit(struct flow_key *k, struct flow *f, int here, _
 			e->rtt_ns = rtt;
 			e->min_ns = *m;
 			__builtin_memcpy(&e->key, k, sizeof(*k));
-			bpf_ringbuf_submit(e, 0);
+			bpf_ringbuf_submit(e, wake_flag());
 		} else {
 			COUNT(c, events_lost);
 		}
@@ -969,7 +1023,10 @@ static __always_inline void ts_echo(struct flow_key *k, struct flow *f, int here
 	if ((t->flags & H_TS_L) && !within(t->ts_l, y, MAX_TS_STEP))
 		return;
 
-	if (!have_w || after(y, w_old)) {
+	// Entries go to ever newer TSvals (ts_record), so none is newer than the last
+	// (ts_head): an echo past it finds nothing, and is not looked for. With sampling
+	// on, that is nearly every packet.
+	if ((!have_w || after(y, w_old)) && (t->flags & H_TS_HEAD) && !after(y, t->ts_head)) {
 		struct pending_key pk = { .id = f->id, .value = y, .half = there, .kind = KIND_TS };
 		struct pending *p = bpf_map_lookup_elem(&rttlab_pending, &pk);
 		if (p) {
@@ -1016,7 +1073,7 @@ static __always_inline void ts_record(struct flow *f, int here, __u32 v, __u64 n
 	if ((h->flags & H_TS_E) && !after(v, h->ts_e))
 		return;
 	if ((h->flags & H_TS_L) && !within(h->ts_l, v, MAX_TS_STEP)) {
-		h->c.untracked++;
+		f->x[here & 1].untracked++;
 		return;
 	}
 	h->ts_l = v;
@@ -1024,7 +1081,7 @@ static __always_inline void ts_record(struct flow *f, int here, __u32 v, __u64 n
 	if (cfg_rate_limit_ns && (h->flags & H_TS_HEAD) &&
 	    (now > h->last_ts_entry_ns ? now - h->last_ts_entry_ns : 0) < cfg_rate_limit_ns) {
 		COUNT(c, rate_limited);
-		h->c.rate_limited++;
+		h->rate_limited++;
 		return;
 	}
 	struct pending_key pk = { .id = f->id, .value = v, .half = here, .kind = KIND_TS };
@@ -1042,15 +1099,15 @@ static __always_inline void ts_record(struct flow *f, int here, __u32 v, __u64 n
 
 // Whether segment [seq, end), seen at counter idx, was overlapped by a retransmission
 // seen later.
-static __always_inline int retransmitted(struct half *h, __u32 seq, __u32 end, __u32 idx)
+static __always_inline int retransmitted(struct half_cold *x, __u32 seq, __u32 end, __u32 idx)
 {
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < NMARKS; i++) {
-		struct range *m = &h->marks[i];
+		struct range *m = &x->marks[i];
 		if ((m->used & 1) && after(m->idx, idx) && before(m->lo, end) && before(seq, m->hi))
 			return 1;
 	}
-	struct range *m = &h->hull;
+	struct range *m = &x->hull;
 	return (m->used & 1) && after(m->idx, idx) && before(m->lo, end) && before(seq, m->hi);
 }
 
@@ -1114,9 +1171,10 @@ static __always_inline int add_range(struct range *r, struct range *u, __u32 lo,
 	return 1;
 }
 
-static __always_inline void add_mark(struct half *h, __u32 lo, __u32 hi, __u32 idx)
+static __always_inline void add_mark(struct half *h, struct half_cold *x, __u32 lo, __u32 hi,
+				     __u32 idx)
 {
-	if (add_range(h->marks, &h->hull, lo, hi, idx, 0, 0, 0))
+	if (add_range(x->marks, &x->hull, lo, hi, idx, 0, 0, 0))
 		h->flags |= H_INEXACT;
 }
 
@@ -1138,77 +1196,82 @@ static __always_inline int in_sack(struct range *m, __u32 seq, __u32 end, __u32 
 	return !before(trimmed(seq, end, idx, m->used & 2, m->at, m->at_idx), m->lo);
 }
 
-static __always_inline int sacked(struct half *h, __u32 seq, __u32 end, __u32 idx)
+static __always_inline int sacked(struct half_cold *x, __u32 seq, __u32 end, __u32 idx)
 {
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < NSACKS; i++)
-		if (in_sack(&h->sacks[i], seq, end, idx))
+		if (in_sack(&x->sacks[i], seq, end, idx))
 			return 1;
-	return in_sack(&h->sack_hull, seq, end, idx);
+	return in_sack(&x->sack_hull, seq, end, idx);
 }
 
-static __always_inline void add_hole(struct half *h, __u32 lo, __u32 hi)
+static __always_inline void add_hole(struct half *h, struct half_cold *x, __u32 lo, __u32 hi)
 {
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < NHOLES; i++) {
-		struct hole *x = &h->holes[i];
-		if (!x->used) {
-			x->lo = lo;
-			x->hi = hi;
-			x->used = 1;
+		struct hole *g = &x->holes[i];
+		if (!g->used) {
+			g->lo = lo;
+			g->hi = hi;
+			g->used = 1;
+			h->flags |= H_HOLES;
 			return;
 		}
 	}
 	// Segments later seen in this gap are taken for retransmissions.
-	h->c.untracked++;
+	x->untracked++;
 	struct counters *c = counters();
 	COUNT(c, approximated);
 }
 
 // Data [lo, hi) has been seen: it is no longer a gap.
-static __always_inline void cover(struct half *h, __u32 lo, __u32 hi)
+static __always_inline void cover(struct half *h, struct half_cold *x, __u32 lo, __u32 hi)
 {
 	__u32 split_lo = 0, split_hi = 0;
 	int split = 0;
+	if (!(h->flags & H_HOLES))
+		return;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < NHOLES; i++) {
-		struct hole *x = &h->holes[i];
-		if (!x->used || !before(lo, x->hi) || !before(x->lo, hi))
+		struct hole *g = &x->holes[i];
+		if (!g->used || !before(lo, g->hi) || !before(g->lo, hi))
 			continue;
-		int keep_below = before(x->lo, lo);
-		int keep_above = before(hi, x->hi);
+		int keep_below = before(g->lo, lo);
+		int keep_above = before(hi, g->hi);
 		if (keep_below && keep_above) {
 			split_lo = hi;
-			split_hi = x->hi;
+			split_hi = g->hi;
 			split = 1;
-			x->hi = lo;
+			g->hi = lo;
 		} else if (keep_below) {
-			x->hi = lo;
+			g->hi = lo;
 		} else if (keep_above) {
-			x->lo = hi;
+			g->lo = hi;
 		} else {
-			x->used = 0;
+			g->used = 0;
 		}
 	}
 	if (split)
-		add_hole(h, split_lo, split_hi);
+		add_hole(h, x, split_lo, split_hi);
 }
 
 // Whether [lo, hi) (ending above the cumulative ACK) overlaps no data seen and
 // still outstanding: below the ACK only what was seen since its last advance, above
 // it everything seen except the gaps.
-static __always_inline int in_hole(struct half *h, __u32 lo, __u32 hi)
+static __always_inline int in_hole(struct half *h, struct half_cold *x, __u32 lo, __u32 hi)
 {
 	if ((h->flags & H_ACKED) && before(lo, h->acked)) {
-		struct hole *l = &h->late;
-		if (l->used && before(l->lo, h->acked) && before(lo, l->hi))
+		struct hole *l = &x->late;
+		if ((h->flags & H_LATE) && l->used && before(l->lo, h->acked) && before(lo, l->hi))
 			return 0;
 		lo = h->acked;
 	}
+	if (!(h->flags & H_HOLES))
+		return 0;
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < NHOLES; i++) {
-		struct hole *x = &h->holes[i];
-		if (x->used && !before(lo, x->lo) && !before(x->hi, hi))
+		struct hole *g = &x->holes[i];
+		if (g->used && !before(lo, g->lo) && !before(g->hi, hi))
 			return 1;
 	}
 	return 0;
@@ -1216,17 +1279,18 @@ static __always_inline int in_hole(struct half *h, __u32 lo, __u32 hi)
 
 // Data [lo, hi) is seen: the part below the cumulative ACK stays outstanding until
 // the ACK next advances.
-static __always_inline void seen_late(struct half *h, __u32 lo, __u32 hi)
+static __always_inline void seen_late(struct half *h, struct half_cold *x, __u32 lo, __u32 hi)
 {
 	if (!(h->flags & H_ACKED) || !before(lo, h->acked))
 		return;
 	if (before(h->acked, hi))
 		hi = h->acked;
-	struct hole *l = &h->late;
-	if (!l->used) {
+	struct hole *l = &x->late;
+	if (!(h->flags & H_LATE) || !l->used) {
 		l->lo = lo;
 		l->hi = hi;
 		l->used = 1;
+		h->flags |= H_LATE;
 		return;
 	}
 	if (before(hi, l->lo) || before(l->hi, lo)) {
@@ -1248,7 +1312,7 @@ static __always_inline void seq_entry(struct flow *f, int here, __u32 seq, __u32
 	if (cfg_rate_limit_ns && h->last_seq_entry_ns &&
 	    (now > h->last_seq_entry_ns ? now - h->last_seq_entry_ns : 0) < cfg_rate_limit_ns) {
 		COUNT(c, rate_limited);
-		h->c.rate_limited++;
+		h->rate_limited++;
 		return;
 	}
 	struct pending_key pk = { .id = f->id, .value = end, .half = here, .kind = KIND_SEQ };
@@ -1258,6 +1322,10 @@ static __always_inline void seq_entry(struct flow *f, int here, __u32 seq, __u32
 		return;
 	}
 	h->last_seq_entry_ns = now ? now : 1;
+	if (!(h->flags & H_SEQ_MAX) || after(end, h->seq_max)) {
+		h->seq_max = end;
+		h->flags |= H_SEQ_MAX;
+	}
 }
 
 // A segment [seq, seq + len) sent by half `here` (SeqHalf::segment).
@@ -1265,14 +1333,15 @@ static __always_inline void seq_segment(struct flow *f, int here, __u32 seq, __u
 					__u64 now, struct counters *c)
 {
 	struct half *h = &f->h[here & 1];
+	struct half_cold *x = &f->x[here & 1];
 	__u32 end = seq + len;
 	__u32 idx = ++h->idx;
 
 	if (!(h->flags & H_NXT)) {
 		// Data below the first segment seen was never seen: a gap as far down as the
 		// largest window reaches (farther is out of the window).
-		add_hole(h, seq - MAX_WINDOW, seq);
-		seen_late(h, seq, end);
+		add_hole(h, x, seq - MAX_WINDOW, seq);
+		seen_late(h, x, seq, end);
 		seq_entry(f, here, seq, end, idx, 0, now, c);
 		h->nxt = end;
 		h->flags |= H_NXT;
@@ -1280,44 +1349,44 @@ static __always_inline void seq_segment(struct flow *f, int here, __u32 seq, __u
 	}
 	if (before(h->nxt, end) && !before(seq, h->nxt) && seq - h->nxt > MAX_WINDOW) {
 		// Farther ahead than any window (SeqHalf's Kind::OutOfWindow).
-		h->c.untracked++;
+		x->untracked++;
 		return;
 	}
 	if (before(h->nxt, end)) {
 		if (before(seq, h->nxt)) {
 			// New data with old data in front: a repacketised retransmission.
-			h->c.retransmissions++;
-			add_mark(h, seq, h->nxt, idx);
-			cover(h, seq, end);
-			seen_late(h, seq, end);
+			x->retransmissions++;
+			add_mark(h, x, seq, h->nxt, idx);
+			cover(h, x, seq, end);
+			seen_late(h, x, seq, end);
 			seq_entry(f, here, seq, end, idx, P_RTX, now, c);
 		} else {
 			if (after(seq, h->nxt))
-				add_hole(h, h->nxt, seq);
-			seen_late(h, seq, end);
+				add_hole(h, x, h->nxt, seq);
+			seen_late(h, x, seq, end);
 			seq_entry(f, here, seq, end, idx, 0, now, c);
 		}
 		h->nxt = end;
 		return;
 	}
 	if ((h->flags & H_ACKED) && !before(h->acked, end)) {
-		h->c.retransmissions++;
-		h->c.spurious++;
+		x->retransmissions++;
+		x->spurious++;
 		return;
 	}
 	if (h->nxt - seq > MAX_WINDOW) {
 		// Farther behind than any window.
-		h->c.untracked++;
+		x->untracked++;
 		return;
 	}
-	if (!in_hole(h, seq, end)) {
-		h->c.retransmissions++;
-		add_mark(h, seq, end, idx);
+	if (!in_hole(h, x, seq, end)) {
+		x->retransmissions++;
+		add_mark(h, x, seq, end, idx);
 		return;
 	}
-	h->c.out_of_order++;
-	cover(h, seq, end);
-	seen_late(h, seq, end);
+	x->out_of_order++;
+	cover(h, x, seq, end);
+	seen_late(h, x, seq, end);
 	seq_entry(f, here, seq, end, idx, 0, now, c);
 }
 
@@ -1328,6 +1397,7 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 {
 	int there = !here;
 	struct half *t = &f->h[there];
+	struct half_cold *tx = &f->x[there];
 	__u32 a = s->ack;
 	int sampled = 0;
 
@@ -1337,17 +1407,24 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 		t->acked = a;
 		t->ack_idx = t->idx;
 		t->flags |= H_ACKED;
-		t->late.used = 0;
+		if (t->flags & H_LATE) {
+			tx->late.used = 0;
+			t->flags &= ~H_LATE;
+		}
 		struct pending_key pk = { .id = f->id, .value = a, .half = there, .kind = KIND_SEQ };
-		struct pending *p = bpf_map_lookup_elem(&rttlab_pending, &pk);
+		// No entry ends past the largest end given one (seq_max): an ACK past it is
+		// not looked for (with sampling on, nearly every ACK).
+		struct pending *p = (t->flags & H_SEQ_MAX) && !after(a, t->seq_max) ?
+					    bpf_map_lookup_elem(&rttlab_pending, &pk) :
+					    0;
 		if (p) {
 			struct pending e = *p;
 			if (bpf_map_delete_elem(&rttlab_pending, &pk) == 0) {
-				if ((e.flags & P_SACKED) || sacked(t, e.seq, a, e.idx)) {
-					t->c.sacked_skipped++;
+				if ((e.flags & P_SACKED) || sacked(tx, e.seq, a, e.idx)) {
+					tx->sacked_skipped++;
 				} else if ((cfg_flags & F_KARN) &&
-					   ((e.flags & P_RTX) || retransmitted(t, e.seq, a, e.idx))) {
-					t->c.karn_skipped++;
+					   ((e.flags & P_RTX) || retransmitted(tx, e.seq, a, e.idx))) {
+					tx->karn_skipped++;
 				} else {
 					__u64 rtt = now > e.ns ? now - e.ns : 0;
 					if (rtt <= cfg_max_age_ns)
@@ -1373,21 +1450,28 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 			// it: marks wholly below it can mark nothing still outstanding.
 #pragma clang loop unroll(disable)
 			for (int i = 0; i < NMARKS; i++)
-				if (t->marks[i].used && !before(a, t->marks[i].hi))
-					t->marks[i].used = 0;
-			if (t->hull.used && !before(a, t->hull.hi))
-				t->hull.used = 0;
+				if (tx->marks[i].used && !before(a, tx->marks[i].hi))
+					tx->marks[i].used = 0;
+			if (tx->hull.used && !before(a, tx->hull.hi))
+				tx->hull.used = 0;
 #pragma clang loop unroll(disable)
 			for (int i = 0; i < NSACKS; i++)
-				if (t->sacks[i].used && !before(a, t->sacks[i].hi))
-					t->sacks[i].used = 0;
-			if (t->sack_hull.used && !before(a, t->sack_hull.hi))
-				t->sack_hull.used = 0;
+				if (tx->sacks[i].used && !before(a, tx->sacks[i].hi))
+					tx->sacks[i].used = 0;
+			if (tx->sack_hull.used && !before(a, tx->sack_hull.hi))
+				tx->sack_hull.used = 0;
 		}
+		if (t->flags & H_HOLES) {
+			int left = 0;
 #pragma clang loop unroll(disable)
-		for (int i = 0; i < NHOLES; i++)
-			if (t->holes[i].used && !before(a, t->holes[i].hi))
-				t->holes[i].used = 0;
+			for (int i = 0; i < NHOLES; i++) {
+				if (tx->holes[i].used && !before(a, tx->holes[i].hi))
+					tx->holes[i].used = 0;
+				left |= tx->holes[i].used;
+			}
+			if (!left)
+				t->flags &= ~H_HOLES;
+		}
 	}
 	if (!(cfg_flags & F_SACK))
 		return;
@@ -1408,19 +1492,19 @@ static __always_inline void seq_ack(struct flow_key *k, struct flow *f, int here
 		if (p && (t->flags & H_ACKED) && !after(p->idx, t->ack_idx) && !before(t->acked, r))
 			p = 0;
 		if (p && !before(trimmed(p->seq, r, p->idx, t->flags & H_ACKED, t->acked, t->ack_idx), l) &&
-		    !sacked(t, p->seq, r, p->idx)) {
+		    !sacked(tx, p->seq, r, p->idx)) {
 			__u32 was = __sync_fetch_and_or(&p->flags, P_SACKED);
 			if (!(was & P_SACKED) && !sampled && !(was & P_RTX) &&
-			    !(t->flags & H_INEXACT) && !retransmitted(t, p->seq, r, p->idx)) {
+			    !(t->flags & H_INEXACT) && !retransmitted(tx, p->seq, r, p->idx)) {
 				__u64 rtt = now > p->ns ? now - p->ns : 0;
 				sampled = 1;
-				t->c.sack_timed++;
+				tx->sack_timed++;
 				if (rtt <= cfg_max_age_ns)
 					emit(k, f, here, 1, rtt, now, &s->src, c);
 			}
 		}
 		// Every segment seen so far that the block covers is SACKed.
-		if (add_range(t->sacks, &t->sack_hull, l, r, t->idx + 1, (t->flags & H_ACKED) ? 2 : 0,
+		if (add_range(tx->sacks, &tx->sack_hull, l, r, t->idx + 1, (t->flags & H_ACKED) ? 2 : 0,
 			      t->acked, t->ack_idx))
 			t->flags |= H_INEXACT;
 	}
@@ -1531,7 +1615,7 @@ __noinline int process(struct segment *sp, __u64 now)
 	int there = !here;
 	struct half *h = &f->h[here];
 	if ((s->flags & (TCP_SYN | TCP_ACK)) == TCP_SYN) {
-		int restart = (h->flags & H_SYN) ? h->syn_seq != s->seq : h->c.packets > 0;
+		int restart = (h->flags & H_SYN) ? h->syn_seq != s->seq : h->packets > 0;
 		if (restart) {
 			// A new connection on the same addresses and ports.
 			retire(&k, f, END_REUSED);
@@ -1545,8 +1629,8 @@ __noinline int process(struct segment *sp, __u64 now)
 		h->syn_seq = s->seq;
 		h->flags |= H_SYN;
 	}
-	h->c.packets++;
-	h->c.bytes += s->ip_len;
+	h->packets++;
+	h->bytes += s->ip_len;
 
 	if (cfg_flags & F_TS)
 		ts_rule(&k, f, here, s, now);
@@ -1575,14 +1659,28 @@ __noinline int process(struct segment *sp, __u64 now)
 }
 
 
+// The packet being decoded, per CPU rather than on the stack: the programs' call
+// chain (handle, process, seq_rule) has 512 bytes of stack in all. A program runs to
+// its end on its CPU (softirq or BH disabled), so no other run shares it meanwhile.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct segment);
+	__uint(max_entries, 1);
+} rttlab_segment SEC(".maps");
+
 static __always_inline int handle(struct __sk_buff *skb, int ingress)
 {
 	struct counters *c = counters();
-	struct segment s = {};
+	__u32 zero = 0;
+	struct segment *s = bpf_map_lookup_elem(&rttlab_segment, &zero);
+	if (!s)
+		return TC_ACT_OK;
+	__builtin_memset(s, 0, sizeof(*s));
 	__u64 now = packet_time(skb, ingress);
 
 	COUNT(c, packets);
-	int r = decode(skb, &s);
+	int r = decode(skb, s);
 	if (r) {
 		if (!c)
 			return TC_ACT_OK;
@@ -1608,7 +1706,7 @@ static __always_inline int handle(struct __sk_buff *skb, int ingress)
 		return TC_ACT_OK;
 	}
 
-	process(&s, now);
+	process(s, now);
 	return TC_ACT_OK;
 }
 

@@ -533,12 +533,15 @@ impl PassiveBpf {
             v6 = u32::from(a.prefix_v6.min(128));
         }
         let events_bytes = s.events_bytes.max(4096).next_power_of_two();
+        // Past an eighth of the ring, a record wakes the reader before its next poll.
+        let wake_bytes = u64::from(events_bytes / 8);
         let mut loader = EbpfLoader::new();
         loader
             .set_global("cfg_flags", &flags, true)
             .set_global("cfg_rate_limit_ns", &s.rate_limit_ns, true)
             .set_global("cfg_idle_ns", &s.idle_ns, true)
             .set_global("cfg_max_age_ns", &s.max_age_ns, true)
+            .set_global("cfg_wake_bytes", &wake_bytes, true)
             .set_global("cfg_prefix_v4", &v4, true)
             .set_global("cfg_prefix_v6", &v6, true)
             .set_global("cfg_n_bounds", &n_bounds, true)
@@ -796,7 +799,10 @@ impl PassiveBpf {
         &mut self.events
     }
 
-    /// The ring buffer's descriptor, to wait on (readable when records are in).
+    /// The ring buffer's descriptor, to wait on: readable when records are in, but
+    /// the programs wake a waiter only once an eighth of the ring is waiting (a
+    /// wakeup per record costs the packets' CPU an interrupt), so wait with a
+    /// timeout and read what is there when it ends.
     pub fn events_fd(&self) -> RawFd {
         self.events.as_raw_fd()
     }

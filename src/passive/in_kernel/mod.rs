@@ -238,7 +238,9 @@ impl Engine {
         self.bpf.run_on(true, &eth, ts_ns + REPLAY_OFFSET)
     }
 
-    /// Wait up to `timeout` for records to read.
+    /// Wait up to `timeout` for records to read. The kernel wakes this wait early
+    /// only when records fill an eighth of the ring: drain after it whatever it
+    /// returned for.
     pub fn wait(&self, timeout: Duration) {
         let mut p = libc::pollfd {
             fd: self.bpf.events_fd(),
