@@ -45,15 +45,10 @@ impl Sink for Collect {
 fn frames(name: &str, mut f: impl FnMut(u64, rttlab::wire::LinkType, &[u8])) {
     let path = common::corpus(name);
     let mut cap = capture::open(&Source::File(path), capture::Options::default()).unwrap();
-    loop {
-        match cap
-            .read(Duration::ZERO, 4096, &mut |t, l, b| f(t, l, b))
-            .unwrap()
-        {
-            Batch::More(_) => {}
-            Batch::End => break,
-        }
-    }
+    while let Batch::More(_) = cap
+        .read(Duration::ZERO, 4096, &mut |t, l, b| f(t, l, b))
+        .unwrap()
+    {}
 }
 
 fn user(name: &str, cfg: &Config) -> (Collect, Counters) {

@@ -141,7 +141,7 @@ pub fn start(
     let fallback = match settings.engine {
         EngineChoice::Ring => None,
         EngineChoice::Bpf => {
-            return Ok(start_bpf(settings, metrics, peers, stop)?);
+            return start_bpf(settings, metrics, peers, stop);
         }
         EngineChoice::Auto => {
             match start_bpf(settings, metrics.clone(), peers.clone(), stop.clone()) {

@@ -107,7 +107,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-#[expect(
+#[allow(
     clippy::large_enum_variant,
     reason = "parsed once per process; boxing rr's arguments would buy nothing"
 )]

@@ -829,7 +829,13 @@ fn run_bpf(
     let mut failure = None;
     if live.is_some() {
         let t0 = Instant::now();
-        let mut next_sweep = t0 + Duration::from_millis(500);
+        // Each map swept five times in the shorter of --idle-timeout and --max-age
+        // (every 2 s at the defaults; from 1 s to 20 s), the two apart: a sweep walks
+        // every bucket of its map (131072 for --max-pending's default), and flows
+        // expire on their next packet anyway.
+        let sweep_every = (a.idle_timeout.min(a.max_age) / 10)
+            .clamp(Duration::from_millis(500), Duration::from_secs(10));
+        let mut next_sweep = t0 + sweep_every;
         let mut sweep_flows = true;
         let mut agg_start = rttlab::kernel::realtime_ns();
         let mut next_agg = a.aggregate.map(|d| t0 + d);
@@ -839,7 +845,6 @@ fn run_bpf(
             let now = Instant::now();
             out.tick(rttlab::kernel::realtime_ns());
             out.flush_lines();
-            // Each map swept once a second, the two half a second apart.
             if now >= next_sweep {
                 let what = if sweep_flows {
                     Sweep::Flows
@@ -851,7 +856,7 @@ fn run_bpf(
                     break;
                 }
                 sweep_flows = !sweep_flows;
-                next_sweep += Duration::from_millis(500);
+                next_sweep += sweep_every;
             }
             if let (Some(at), Some(d)) = (next_agg, a.aggregate) {
                 if now >= at {

@@ -21,7 +21,6 @@ use crate::kernel::passive_bpf::{
 };
 use crate::wire::{LinkType, Skip};
 use record::Record;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// What the engine sends up, and how much it may hold; the rules come from
@@ -129,7 +128,7 @@ pub fn replayable(f: &[u8]) -> bool {
 /// pping's arithmetic for the kernel's samples (pping's line format).
 struct PpingState {
     origin_s: Option<u64>,
-    min: HashMap<(FlowKey, usize), f64>,
+    min: crate::passive::flow::FastMap<(FlowKey, usize), f64>,
 }
 
 /// The engine, loaded; attached to an interface, or fed frames by [`Engine::replay`].
@@ -168,7 +167,7 @@ impl Engine {
             report_offset,
             pping: (cfg.pping != PpingDetail::Off).then(|| PpingState {
                 origin_s: None,
-                min: HashMap::new(),
+                min: Default::default(),
             }),
             retired: Counters::default(),
             bad_records: 0,
