@@ -243,6 +243,24 @@ def main():
     report(a, rows, progs, epping)
 
 
+NOTES = [
+    "- *Program per frame* is the kernel's own account of the tc programs (kernel.bpf_stats_enabled, "
+    "run_time_ns / run_cnt over both hooks, a pass of its own); the CPU columns are the whole receive "
+    "path, forwarding included, so their ratios are diluted by what every configuration pays. "
+    "*CPU 1 above no program* subtracts that.",
+    "- One core at 1 M frames/s: the programs alone reach it (the first goal line); this VM's veth "
+    "forwarding, a few µs a frame with no program at all, does not, so the rate a core carries is "
+    "bounded here by the path, not by the engine.",
+    "- The in-kernel engine's user space works per sample, not per packet: every line printed is "
+    "formatted there, so with the same output its cost falls with the sampling (every sample, then "
+    "100 ms), and with `--aggregate` nothing per sample reaches it. The ring engine reads every frame "
+    "whatever it prints.",
+    "- ePPing runs with `-c 0`: its map-cleanup programs are BPF iterators this machine refuses "
+    "(EPERM), and the benchmark's flows need no cleanup. Aggregated, it reads its maps less often "
+    "than rttlab (which also sweeps its maps), so its user space is lower there; both are a few ns a frame.",
+]
+
+
 def med(rows, key):
     return statistics.median(r[key] for r in rows)
 
@@ -323,6 +341,13 @@ def report(a, rows, progs, epping):
             f"  | {opts} | {med(rows[x], 'user_ns'):.0f} ns | {med(rows[y], 'user_ns'):.0f} ns "
             f"| {ratio(x, y, 'user_ns'):.3f} |"
         )
+    out += ["", "## Reading", ""] + NOTES
+    if epping:
+        rev = subprocess.run(["git", "-C", epping, "rev-parse", "HEAD"], capture_output=True,
+                             text=True).stdout.strip() or "unknown"
+        out += ["", f"ePPing: xdp-project/bpf-examples {rev}, `pping/`, built locally with one change "
+                "(its failure to raise RLIMIT_MEMLOCK made a warning: Linux 5.11 and later do not charge BPF "
+                "to it), run as `pping -i lvb -I tc -l -c 0` (`-r 0` for every sample, `-a 1` aggregated)."]
     text = "\n".join(out) + "\n"
     print(text)
     with open(a.out, "w") as f:

@@ -207,8 +207,8 @@ struct half_cold {
 	struct hole late;
 };
 
-// Each packet reads the times and the first 128 bytes of both halves (their counts,
-// marks and flags); what follows in a half only the seq rule's slow paths touch.
+// Each packet reads the flow's first 208 bytes (its times and both halves' hot parts,
+// four cache lines); the cold parts only samples and the seq rule's slow paths touch.
 struct flow {
 	__u64 first_ns;
 	__u64 last_ns;
@@ -1724,7 +1724,7 @@ int rttlab_egress(struct __sk_buff *skb)
 	return TC_ACT_UNSPEC;
 }
 
-// ---- The sweep: run by user space once a second through BPF_PROG_TEST_RUN ----
+// ---- The sweep: run by user space through BPF_PROG_TEST_RUN, one map at a time ----
 
 struct sweep {
 	__u64 now;

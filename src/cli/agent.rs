@@ -120,7 +120,7 @@ pub struct AgentArgs {
     #[arg(long = "passive-port", value_name = "PORT", value_delimiter = ',')]
     pub passive_ports: Vec<u16>,
     /// Where the passive rules run: bpf (in the kernel, which aggregates each peer's
-    /// samples; needs CAP_BPF and CAP_NET_ADMIN and Linux 5.13+), ring (frames copied to
+    /// samples; needs CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and Linux 5.13+), ring (frames copied to
     /// the agent; CAP_NET_RAW), or auto (bpf where it can run, else ring, saying why).
     #[arg(long, value_enum, default_value = "auto", value_name = "ENGINE")]
     pub passive_engine: PassiveEngineArg,

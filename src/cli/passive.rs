@@ -44,8 +44,8 @@ pub enum EngineArg {
     /// options need nothing only the ring has; else the ring.
     Auto,
     /// tc programs in the kernel time the packets where they are; only samples (or
-    /// histograms) come up to rttlab. Live needs CAP_BPF and CAP_NET_ADMIN and Linux
-    /// 5.13+; with -r, the kernel's programs run on the file's frames.
+    /// histograms) come up to rttlab. Needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN, and
+    /// live Linux 5.13+; with -r, the kernel's programs run on the file's frames.
     Bpf,
     /// Every selected frame's headers are copied to rttlab through a packet ring
     /// (CAP_NET_RAW), and timed here.
@@ -193,7 +193,8 @@ pub struct PassiveArgs {
     /// Forget flows idle this long.
     #[arg(long, default_value = "10s", value_parser = values::duration)]
     pub idle_timeout: Duration,
-    /// Most flows held; the least recently seen is evicted past it.
+    /// Most flows held: past it the ring engine evicts the least recently seen eighth,
+    /// the in-kernel engine counts new flows (flows_full) and does not follow them.
     #[arg(long, default_value_t = 100_000)]
     pub max_flows: usize,
     /// A TSval or segment older than this gives no sample (pping's tsvalMaxAge).

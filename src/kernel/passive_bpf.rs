@@ -11,7 +11,9 @@
 //! made and `rttlab tune revert --all` removes what a crash left.
 //!
 //! # Privileges
-//! CAP_BPF and CAP_NET_ADMIN (root).
+//! CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (root has them). Without CAP_PERFMON the
+//! verifier checks the programs' map-value arithmetic for Spectre v1
+//! (`bpf_bypass_spec_v1` in include/linux/bpf.h is perfmon_capable) and refuses them.
 //!
 //! # Minimum kernel
 //! 5.13 (bpf_for_each_map_elem; the BPF ring buffer is 5.8, atomic compare-and-
@@ -338,7 +340,7 @@ pub trait AttachJournal: Send {
 #[derive(Debug, thiserror::Error)]
 pub enum PassiveBpfError {
     /// The kernel refused to load or attach for lack of privilege.
-    #[error("the in-kernel engine needs CAP_BPF and CAP_NET_ADMIN (run as root)")]
+    #[error("the in-kernel engine needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN (run as root)")]
     NotPermitted,
     /// This kernel lacks something the programs need.
     #[error(
@@ -444,7 +446,7 @@ pub fn check() -> Result<(), PassiveBpfError> {
         }
     }
     use super::privilege::Capability;
-    let bpf = Capability::Bpf.held() || Capability::SysAdmin.held();
+    let bpf = (Capability::Bpf.held() && Capability::Perfmon.held()) || Capability::SysAdmin.held();
     if !bpf || !Capability::NetAdmin.held() {
         return Err(PassiveBpfError::NotPermitted);
     }

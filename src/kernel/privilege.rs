@@ -16,6 +16,9 @@ pub enum Capability {
     NetRaw = 13,
     /// Namespaces and mounts.
     SysAdmin = 21,
+    /// Loading eBPF programs whose pointer arithmetic the verifier checks for
+    /// Spectre v1 unless this is held (`bpf_bypass_spec_v1`, perfmon_capable).
+    Perfmon = 38,
     /// Loading eBPF programs.
     Bpf = 39,
 }
@@ -28,6 +31,7 @@ impl Capability {
             Self::NetAdmin => "CAP_NET_ADMIN",
             Self::NetRaw => "CAP_NET_RAW",
             Self::SysAdmin => "CAP_SYS_ADMIN",
+            Self::Perfmon => "CAP_PERFMON",
             Self::Bpf => "CAP_BPF",
         }
     }
