@@ -166,7 +166,15 @@ def run(engine, pcap, loops, tmp):
          "--passive-rate-limit", "0"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, RTTLAB_STATE_DIR=os.path.join(tmp, "state")))
-    pid = None
+    try:
+        return measure(agent, engine, pcap, loops)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def measure(agent, engine, pcap, loops):
     t0 = time.monotonic()
     while time.monotonic() - t0 < 20:
         try:
