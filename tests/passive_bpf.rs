@@ -1296,6 +1296,61 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
     assert_eq!(pins_before, pins_after, "something was pinned");
 }
 
+/// Witness: the kernel's own listing of the interface's filters (as `tc filter show`)
+/// and qdiscs. A reader that closes the pipe early (`| head -1`) ends the run quietly,
+/// as tcpdump's, and the clsact filters and the qdisc rttlab added go with it: nothing
+/// is left for `tune revert --all`.
+#[test]
+fn a_closed_pipe_ends_the_run_detached() {
+    use std::io::BufRead;
+    if !common::privileged("passive_bpf::closed_pipe") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let state = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(common::bin())
+        .args([
+            "passive", "-i", &dev_b, "--netns", &pair.b, "--engine", "bpf",
+        ])
+        .args(["--attach", "clsact", "--json"])
+        .env("RTTLAB_STATE_DIR", state.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `head -1`: one line, then the pipe closes.
+    let out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut first = String::new();
+        std::io::BufReader::new(out).read_line(&mut first).unwrap();
+        first
+    });
+    let t0 = std::time::Instant::now();
+    let mut round = 1;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the run never ended on its closed pipe"
+        );
+        send_frames(&pair.a, &pair.dev_a, &warm_up_frames(round));
+        round += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let first = reader.join().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(first.contains("rtt_us"), "{first}");
+    assert!(status.success(), "{status:?}: {err}");
+    assert_eq!(attached(&pair.b, &dev_b), Vec::<String>::new());
+    assert!(!clsact_qdisc(&pair.b, &dev_b), "the qdisc it added stayed");
+    let journal = state.path().join("tune.json");
+    assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+}
+
 /// Witness: the kernel's refusal to a root process without CAP_BPF and CAP_SYS_ADMIN
 /// (setpriv drops them from the bounding set). The default engine names what is
 /// missing in one line and falls back to the ring engine, which still measures; asked

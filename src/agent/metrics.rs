@@ -289,7 +289,7 @@ impl Metrics {
         );
         r.register(
             "rttlab_passive_dropped",
-            "What the passive engine could not keep for lack of room: flow_map_full (new flows not tracked, --passive-max-flows), pending_map_full (TSvals and segments not timed, --passive-max-pending), aggregate_map_full (samples not aggregated), ring_buffer_full (samples lost on the way to the agent)",
+            "What the passive engine could not keep for lack of room: flow_map_full (packets of flows not tracked, --passive-max-flows), pending_map_full (TSvals and segments not timed, --passive-max-pending), aggregate_map_full (samples not aggregated), ring_buffer_full (samples lost on the way to the agent)",
             m.passive_dropped.clone(),
         );
         r.register(

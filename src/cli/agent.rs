@@ -131,13 +131,14 @@ pub struct AgentArgs {
     /// The passive layers forget a flow silent this long.
     #[arg(long, default_value = "10s", value_parser = values::duration, value_name = "DURATION")]
     pub passive_idle_timeout: Duration,
-    /// Most flows the passive layers follow at once; past it new flows are counted in
+    /// Most flows the passive layers follow at once (at most 16777216); past it the
+    /// packets of new flows are counted in
     /// rttlab_passive_dropped_total{reason="flow_map_full"}, not followed.
-    #[arg(long, default_value_t = 16_384, value_name = "N")]
-    pub passive_max_flows: usize,
-    /// The in-kernel engine's room for TSvals and segments waiting for their answer;
-    /// past it they are counted (reason="pending_map_full"), not timed.
-    #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
+    pub passive_max_flows: u32,
+    /// The in-kernel engine's room for TSvals and segments waiting for their answer (at
+    /// most 16777216); past it they are counted (reason="pending_map_full"), not timed.
+    #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub passive_max_pending: u32,
     #[command(flatten)]
     pub secret: SecretArgs,
@@ -492,7 +493,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
                 },
                 rate_limit: a.passive_rate_limit,
                 idle_timeout: a.passive_idle_timeout,
-                max_flows: a.passive_max_flows,
+                max_flows: a.passive_max_flows as usize,
                 max_pending: a.passive_max_pending,
             })
             .with_context(|| format!("--passive-iface {iface}"))?;

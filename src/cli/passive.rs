@@ -482,8 +482,24 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     if a.summary_interval.is_some_and(|d| d.is_zero()) {
         bail!("--summary-interval must be more than 0");
     }
+    if a.max_flows == 0 {
+        bail!("--max-flows must be 1 or more");
+    }
     let expression = Expression::from_words(&a.expression)?;
     let engine = choose_engine(&a)?;
+    if engine == Engine::Bpf {
+        // A BPF hash map's buckets are a power of two the kernel allocates up front
+        // (htab_map_alloc): past this it refuses the map (E2BIG) or the memory.
+        const MAX_ENTRIES: usize = 1 << 24;
+        for (flag, n) in [
+            ("--max-flows", a.max_flows),
+            ("--max-pending", a.max_pending as usize),
+        ] {
+            if n > MAX_ENTRIES {
+                bail!("{flag} {n}: the in-kernel engine holds at most {MAX_ENTRIES} (or use --engine ring)");
+            }
+        }
+    }
     let methods: Vec<Method> = match a.method {
         MethodArg::Ts => vec![Method::Ts],
         MethodArg::Seq => vec![Method::Seq],
@@ -803,6 +819,14 @@ fn run_bpf(
         Some(f) if f.link != rttlab::wire::LinkType::Ethernet => Framing::Ip,
         _ => Framing::Ethernet,
     };
+    // A file that cannot be read is a set-up error (2), found before anything loads.
+    let file = match live {
+        Some(_) => None,
+        None => Some(capture::open(
+            &Source::File(a.read.as_deref().unwrap_or("-").into()),
+            capture::Options::default(),
+        )?),
+    };
     let mut k = Kernel::load(&cfg, &options, framing)?;
     let mut notes = Notes::default();
     let where_ = if let (Some(name), Some(f)) = (live, &facts) {
@@ -828,7 +852,81 @@ fn run_bpf(
         .aggregate
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     let mut failure = None;
-    if live.is_some() {
+    if let Some(mut cap) = file {
+        let mut seen = 0u64;
+        let mut agg_start: Option<u64> = None;
+        let mut replay_err = None;
+        loop {
+            let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
+                if a.count.is_some_and(|c| seen >= c) || replay_err.is_some() {
+                    return;
+                }
+                // Capture-time intervals, as the ring engine cuts them.
+                if let Some(len) = agg_len {
+                    let start = *agg_start.get_or_insert(ts - ts % len);
+                    if ts >= start + len {
+                        match k.take_aggregates(bounds.len()) {
+                            Ok(rows) => out.aggregated(
+                                Some(aggregate::Interval {
+                                    start_ns: start,
+                                    end_ns: start + len,
+                                    rows,
+                                }),
+                                &bounds,
+                                "bpf",
+                            ),
+                            Err(e) => replay_err = Some(e),
+                        }
+                        agg_start = Some(ts - ts % len);
+                    }
+                }
+                seen += 1;
+                if let Err(e) = k.replay(link, frame, ts) {
+                    replay_err = Some(e);
+                }
+                if seen % 2048 == 0 {
+                    k.drain(out);
+                }
+            });
+            k.drain(out);
+            if let Some(e) = out.error.take() {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    drop(k);
+                    std::process::exit(0);
+                }
+                bail!("writing samples: {e}");
+            }
+            if let Some(e) = replay_err.take() {
+                failure = Some(e.into());
+                break;
+            }
+            match batch {
+                Ok(Batch::More(_)) if a.count.is_none_or(|c| seen < c) => {}
+                Ok(_) => break,
+                Err(e) => {
+                    failure = Some(usage_or(e));
+                    break;
+                }
+            }
+        }
+        if let Err(e) = k.finish(out) {
+            failure.get_or_insert(e.into());
+        }
+        if let (Some(start), Some(len)) = (agg_start, agg_len) {
+            let rows = k.take_aggregates(bounds.len())?;
+            if !rows.is_empty() {
+                out.aggregated(
+                    Some(aggregate::Interval {
+                        start_ns: start,
+                        end_ns: start + len,
+                        rows,
+                    }),
+                    &bounds,
+                    "bpf",
+                );
+            }
+        }
+    } else {
         let t0 = Instant::now();
         // Each map swept five times in the shorter of --idle-timeout and --max-age
         // (every 2 s at the defaults; from 1 s to 20 s), the two apart: a sweep walks
@@ -877,7 +975,13 @@ fn run_bpf(
                 }
             }
             if let Some(e) = out.error.take() {
-                broken_pipe_or(e)?;
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    // Quietly, as the ring does, but detached first: a clsact filter
+                    // would outlive the process.
+                    drop(k);
+                    std::process::exit(0);
+                }
+                bail!("writing samples: {e}");
             }
         }
         if let Err(e) = k.finish(out) {
@@ -891,78 +995,6 @@ fn run_bpf(
                     Some(aggregate::Interval {
                         start_ns: agg_start,
                         end_ns: end,
-                        rows,
-                    }),
-                    &bounds,
-                    "bpf",
-                );
-            }
-        }
-    } else {
-        let path = a.read.as_deref().unwrap_or("-");
-        let mut cap = capture::open(&Source::File(path.into()), capture::Options::default())?;
-        let mut seen = 0u64;
-        let mut agg_start: Option<u64> = None;
-        let mut replay_err = None;
-        loop {
-            let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
-                if a.count.is_some_and(|c| seen >= c) || replay_err.is_some() {
-                    return;
-                }
-                // Capture-time intervals, as the ring engine cuts them.
-                if let Some(len) = agg_len {
-                    let start = *agg_start.get_or_insert(ts - ts % len);
-                    if ts >= start + len {
-                        match k.take_aggregates(bounds.len()) {
-                            Ok(rows) => out.aggregated(
-                                Some(aggregate::Interval {
-                                    start_ns: start,
-                                    end_ns: start + len,
-                                    rows,
-                                }),
-                                &bounds,
-                                "bpf",
-                            ),
-                            Err(e) => replay_err = Some(e),
-                        }
-                        agg_start = Some(ts - ts % len);
-                    }
-                }
-                seen += 1;
-                if let Err(e) = k.replay(link, frame, ts) {
-                    replay_err = Some(e);
-                }
-                if seen % 2048 == 0 {
-                    k.drain(out);
-                }
-            });
-            k.drain(out);
-            if let Some(e) = out.error.take() {
-                broken_pipe_or(e)?;
-            }
-            if let Some(e) = replay_err.take() {
-                failure = Some(e.into());
-                break;
-            }
-            match batch {
-                Ok(Batch::More(_)) if a.count.is_none_or(|c| seen < c) => {}
-                Ok(_) => break,
-                Err(e) => {
-                    failure = Some(usage_or(e));
-                    break;
-                }
-            }
-        }
-        if let Err(e) = k.finish(out) {
-            failure.get_or_insert(e.into());
-        }
-        if let (Some(start), Some(len)) = (agg_start, agg_len) {
-            let rows = k.take_aggregates(bounds.len())?;
-            if !rows.is_empty() {
-                out.aggregated(
-                    Some(aggregate::Interval {
-                        start_ns: start,
-                        end_ns: start + len,
                         rows,
                     }),
                     &bounds,

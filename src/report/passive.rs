@@ -337,7 +337,7 @@ pub fn kernel_counters(k: &KernelCounters, place: &str) -> String {
     let mut s = format!("in-kernel engine ({place})");
     for (name, n) in [
         (
-            "new flows not tracked (flow map full: --max-flows)",
+            "packets of flows not tracked (flow map full: --max-flows)",
             k.flows_full,
         ),
         (
