@@ -1351,6 +1351,55 @@ fn a_closed_pipe_ends_the_run_detached() {
     assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
 }
 
+/// Witness: the kernel's list of the interface's qdiscs (as `tc qdisc show`). Two
+/// runs attach by clsact to one interface; the one that added the qdisc stops first.
+/// The other, which found it there, removes it when it stops, and nothing is left for
+/// `tune revert --all`.
+#[test]
+fn two_clsact_runs_leave_no_qdisc_whichever_stops_first() {
+    if !common::privileged("passive_bpf::two_clsact") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let state = tempfile::tempdir().unwrap();
+    let args = [
+        "-i", &dev_b, "--netns", &pair.b, "--engine", "bpf", "--attach", "clsact", "--json",
+    ];
+    let start = |want: usize| {
+        let p = Passive::start_with(&args, |c| {
+            c.env("RTTLAB_STATE_DIR", state.path());
+        });
+        let t0 = std::time::Instant::now();
+        while attached(&pair.b, &dev_b).len() < want {
+            assert!(t0.elapsed() < Duration::from_secs(20), "never attached");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    };
+    let first = start(2);
+    assert!(clsact_qdisc(&pair.b, &dev_b));
+    let second = start(4);
+    first.stop();
+    assert_eq!(
+        attached(&pair.b, &dev_b).len(),
+        2,
+        "the second run's filters"
+    );
+    assert!(
+        clsact_qdisc(&pair.b, &dev_b),
+        "removed under the second run"
+    );
+    second.stop();
+    assert_eq!(attached(&pair.b, &dev_b), Vec::<String>::new());
+    assert!(
+        !clsact_qdisc(&pair.b, &dev_b),
+        "the qdisc was left to nobody"
+    );
+    let journal = state.path().join("tune.json");
+    assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+}
+
 /// Witness: the kernel's refusal to a root process without CAP_BPF and CAP_SYS_ADMIN
 /// (setpriv drops them from the bounding set). The default engine names what is
 /// missing in one line and falls back to the ring engine, which still measures; asked

@@ -334,6 +334,11 @@ pub trait AttachJournal: Send {
     fn record(&self, a: &AttachRecord) -> Result<(), String>;
     /// `a` was undone (or never made): forget it.
     fn forget(&self, a: &AttachRecord);
+    /// Whether another run journalled adding the clsact qdisc `a` attaches to: a run
+    /// that finds that qdisc there shares its removal, so whichever detaches last
+    /// removes it (else two runs, the first to add it stopping first, would leave it
+    /// to nobody).
+    fn qdisc_added_by_another_run(&self, a: &AttachRecord) -> bool;
 }
 
 /// Why the in-kernel engine cannot run here, or failed.
@@ -735,13 +740,17 @@ impl PassiveBpf {
             }
             Ok((links, created_qdisc))
         });
-        let (links, created_qdisc) = match attached.map_err(PassiveBpfError::from).and_then(|r| r) {
-            Ok(x) => x,
-            Err(e) => {
-                journal.forget(&record);
-                return Err(e);
-            }
-        };
+        let (links, mut created_qdisc) =
+            match attached.map_err(PassiveBpfError::from).and_then(|r| r) {
+                Ok(x) => x,
+                Err(e) => {
+                    journal.forget(&record);
+                    return Err(e);
+                }
+            };
+        if mode == AttachMode::Clsact && !created_qdisc {
+            created_qdisc = journal.qdisc_added_by_another_run(&record);
+        }
         if record.created_qdisc != created_qdisc {
             // The qdisc was there before: not ours to remove.
             let was = record.clone();

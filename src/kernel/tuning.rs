@@ -591,6 +591,23 @@ impl super::passive_bpf::AttachJournal for Journal {
             eprintln!("rttlab: {}", crate::error_chain(&e));
         }
     }
+
+    fn qdisc_added_by_another_run(&self, a: &super::passive_bpf::AttachRecord) -> bool {
+        let here = if a.netns.is_none() {
+            super::netns::current()
+        } else {
+            None
+        };
+        self.all_entries().is_ok_and(|all| {
+            all.iter().any(|e| {
+                e.netns_id == here
+                    && matches!(&e.change, Change::PassiveTc {
+                        netns, interface, mode, created_qdisc: true, pid
+                    } if *netns == a.netns && *interface == a.interface
+                        && mode == "clsact" && *pid != a.pid)
+            })
+        })
+    }
 }
 
 /// Remove an nftables table with `nft`; one that is already gone is fine.
