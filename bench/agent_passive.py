@@ -38,7 +38,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from passive_bpf import cpu_busy  # busy seconds of each CPU, from /proc/stat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RTTLAB = os.path.join(ROOT, "target", "release", "rttlab")
@@ -114,17 +115,6 @@ def corpus(tmp):
                 n += 1
                 w.write(struct.pack("<IIII", n // 1000000, n % 1000000, len(f), len(f)) + f)
     return out, n
-
-
-def cpu_busy():
-    now = time.monotonic()
-    busy = {}
-    for line in open("/proc/stat"):
-        m = re.match(r"cpu(\d+) (.*)", line)
-        if m:
-            v = [int(x) for x in m.group(2).split()]
-            busy[int(m.group(1))] = now - (v[3] + v[4]) / 100.0
-    return busy
 
 
 def cpu_s(pid):

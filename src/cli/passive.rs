@@ -865,17 +865,10 @@ fn run_bpf(
                 if let Some(len) = agg_len {
                     let start = *agg_start.get_or_insert(ts - ts % len);
                     if ts >= start + len {
-                        match k.take_aggregates(bounds.len()) {
-                            Ok(rows) => out.aggregated(
-                                Some(aggregate::Interval {
-                                    start_ns: start,
-                                    end_ns: start + len,
-                                    rows,
-                                }),
-                                &bounds,
-                                "bpf",
-                            ),
-                            Err(e) => replay_err = Some(e),
+                        if let Err(e) =
+                            write_interval(out, &mut k, &bounds, (start, start + len), true)
+                        {
+                            replay_err = Some(e);
                         }
                         agg_start = Some(ts - ts % len);
                     }
@@ -913,18 +906,7 @@ fn run_bpf(
             failure.get_or_insert(e.into());
         }
         if let (Some(start), Some(len)) = (agg_start, agg_len) {
-            let rows = k.take_aggregates(bounds.len())?;
-            if !rows.is_empty() {
-                out.aggregated(
-                    Some(aggregate::Interval {
-                        start_ns: start,
-                        end_ns: start + len,
-                        rows,
-                    }),
-                    &bounds,
-                    "bpf",
-                );
-            }
+            write_interval(out, &mut k, &bounds, (start, start + len), false)?;
         }
     } else {
         let t0 = Instant::now();
@@ -960,16 +942,7 @@ fn run_bpf(
             if let (Some(at), Some(d)) = (next_agg, a.aggregate) {
                 if now >= at {
                     let end = rttlab::kernel::realtime_ns();
-                    let rows = k.take_aggregates(bounds.len())?;
-                    out.aggregated(
-                        Some(aggregate::Interval {
-                            start_ns: agg_start,
-                            end_ns: end,
-                            rows,
-                        }),
-                        &bounds,
-                        "bpf",
-                    );
+                    write_interval(out, &mut k, &bounds, (agg_start, end), true)?;
                     agg_start = end;
                     next_agg = Some(at + d);
                 }
@@ -988,19 +961,8 @@ fn run_bpf(
             failure.get_or_insert(e.into());
         }
         if a.aggregate.is_some() {
-            let rows = k.take_aggregates(bounds.len())?;
-            if !rows.is_empty() {
-                let end = rttlab::kernel::realtime_ns();
-                out.aggregated(
-                    Some(aggregate::Interval {
-                        start_ns: agg_start,
-                        end_ns: end,
-                        rows,
-                    }),
-                    &bounds,
-                    "bpf",
-                );
-            }
+            let end = rttlab::kernel::realtime_ns();
+            write_interval(out, &mut k, &bounds, (agg_start, end), false)?;
         }
     }
     let (counters, kernel) = k.counters()?;
@@ -1010,6 +972,31 @@ fn run_bpf(
         notes,
         failure,
     })
+}
+
+/// The kernel's histograms since `start_ns`, written as one `--aggregate` interval
+/// (an empty one only when `keep_empty`: the last, partial interval is written only
+/// if something came).
+fn write_interval(
+    out: &mut Out<SharedOut>,
+    k: &mut rttlab::passive::in_kernel::Engine,
+    bounds: &[u64],
+    (start_ns, end_ns): (u64, u64),
+    keep_empty: bool,
+) -> Result<(), rttlab::kernel::passive_bpf::PassiveBpfError> {
+    let rows = k.take_aggregates(bounds.len())?;
+    if keep_empty || !rows.is_empty() {
+        out.aggregated(
+            Some(aggregate::Interval {
+                start_ns,
+                end_ns,
+                rows,
+            }),
+            bounds,
+            "bpf",
+        );
+    }
+    Ok(())
 }
 
 /// A closed stdout (`| head`) ends the run quietly; other write errors are errors.
