@@ -26,10 +26,19 @@ struct Agent {
     metrics: u16,
     probe_port: u16,
     _peer: ServeChild,
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+/// Held by each [`Agent`] while it lives: the tests that start one attack it from tens
+/// of clients at once, and on a 2-vCPU machine two such attacks at once starve each
+/// other's witness (a curl bounded at 5 s; seen in CI on a slow day, never alone).
+static ONE_AGENT_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Agent {
     fn start(extra: &[&str]) -> Self {
+        let one_at_a_time = ONE_AGENT_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let peer = ServeChild::start(&[]);
         let metrics = free_port();
         let probe_port = free_port();
@@ -53,6 +62,7 @@ impl Agent {
             metrics,
             probe_port,
             _peer: peer,
+            _one_at_a_time: one_at_a_time,
         }
     }
 
