@@ -1028,7 +1028,7 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
         return;
     }
     let pair = common::NetnsPair::new();
-    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let dev_b = far_end(&pair);
     // SO_TIMESTAMPNS on any socket turns on the stamping of every received packet.
     let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let on: libc::c_int = 1;
@@ -1129,6 +1129,17 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
     }
 }
 
+/// The pair's interface in namespace b (its name is the one in a, ending in b).
+fn far_end(pair: &common::NetnsPair) -> String {
+    format!("{}b", pair.dev_a.trim_end_matches('a'))
+}
+
+/// Whether the tuning journal in `state` records nothing (gone, or an empty list).
+fn journal_empty(state: &std::path::Path) -> bool {
+    let journal = state.join("tune.json");
+    !journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]"
+}
+
 /// The in-kernel engine's programs on `dev` in namespace `ns`, as the kernel lists
 /// them: clsact filters (rtnetlink, as `tc filter show`) and TCX links (BPF_PROG_QUERY,
 /// as `bpftool net`), by program name.
@@ -1199,7 +1210,7 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
         return;
     }
     let pair = common::NetnsPair::new();
-    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let dev_b = far_end(&pair);
     let state = tempfile::tempdir().unwrap();
     let pins_before: Vec<_> = std::fs::read_dir("/sys/fs/bpf")
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
@@ -1287,8 +1298,7 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
             !clsact_qdisc(&pair.b, &dev_b),
             "{mode}: revert left the qdisc it added"
         );
-        let journal = state.path().join("tune.json");
-        assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+        assert!(journal_empty(state.path()), "a journal entry was left");
     }
     let pins_after: Vec<_> = std::fs::read_dir("/sys/fs/bpf")
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
@@ -1307,7 +1317,7 @@ fn a_closed_pipe_ends_the_run_detached() {
         return;
     }
     let pair = common::NetnsPair::new();
-    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let dev_b = far_end(&pair);
     let state = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(common::bin())
         .args([
@@ -1347,8 +1357,7 @@ fn a_closed_pipe_ends_the_run_detached() {
     assert!(status.success(), "{status:?}: {err}");
     assert_eq!(attached(&pair.b, &dev_b), Vec::<String>::new());
     assert!(!clsact_qdisc(&pair.b, &dev_b), "the qdisc it added stayed");
-    let journal = state.path().join("tune.json");
-    assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+    assert!(journal_empty(state.path()), "a journal entry was left");
 }
 
 /// Witness: the kernel's list of the interface's qdiscs (as `tc qdisc show`). Two
@@ -1361,7 +1370,7 @@ fn two_clsact_runs_leave_no_qdisc_whichever_stops_first() {
         return;
     }
     let pair = common::NetnsPair::new();
-    let dev_b = format!("{}b", pair.dev_a.trim_end_matches('a'));
+    let dev_b = far_end(&pair);
     let state = tempfile::tempdir().unwrap();
     let args = [
         "-i", &dev_b, "--netns", &pair.b, "--engine", "bpf", "--attach", "clsact", "--json",
@@ -1396,8 +1405,7 @@ fn two_clsact_runs_leave_no_qdisc_whichever_stops_first() {
         !clsact_qdisc(&pair.b, &dev_b),
         "the qdisc was left to nobody"
     );
-    let journal = state.path().join("tune.json");
-    assert!(!journal.exists() || std::fs::read_to_string(&journal).unwrap().trim() == "[]");
+    assert!(journal_empty(state.path()), "a journal entry was left");
 }
 
 /// Witness: the kernel's refusal to a root process without CAP_BPF and CAP_SYS_ADMIN
