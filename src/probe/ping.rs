@@ -936,6 +936,7 @@ pub fn run_each(
     };
 
     let waits_for_reply = settings.interval.is_zero() || settings.one_in_flight;
+    let mut exit_wait_frozen: Option<Duration> = None;
     loop {
         let now = Instant::now();
         let unique = received - dups;
@@ -995,14 +996,14 @@ pub fn run_each(
         if deadline.is_some_and(|d| now >= d || unique >= count) {
             break;
         }
-        // After the last request, iputils waits -W while nothing has come back, else
-        // two of the longest round trips (ping_common.c's main_loop).
-        let linger = if unique > 0 {
-            settings
-                .timeout
-                .min(Duration::from_nanos(max_rtt_ns.saturating_mul(2)))
+        // How long the run waits after its last request is fixed when sending stops,
+        // as iputils' static `waittime` is.
+        let linger = if wants_more(sent, unique, now) {
+            exit_wait(unique, max_rtt_ns, settings.interval, settings.timeout)
         } else {
-            settings.timeout
+            *exit_wait_frozen.get_or_insert_with(|| {
+                exit_wait(unique, max_rtt_ns, settings.interval, settings.timeout)
+            })
         };
         if !wants_more(sent, unique, now)
             && (outstanding == 0 || now - last_send >= linger || ctl.stop.load(Ordering::Relaxed))
@@ -1228,9 +1229,35 @@ pub fn run_each(
     })
 }
 
+/// How long a run waits for replies after its last request: with a reply in, two of
+/// the longest round trips but never less than the interval; with none, the timeout
+/// (iputils' ping_common.c `schedule_exit`). Capped by the timeout, past which a reply
+/// counts as lost anyway.
+fn exit_wait(answered: u64, max_rtt_ns: u64, interval: Duration, timeout: Duration) -> Duration {
+    if answered == 0 {
+        return timeout;
+    }
+    Duration::from_nanos(max_rtt_ns.saturating_mul(2))
+        .max(interval)
+        .min(timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Witness: iputils' `schedule_exit` by hand. A 64 µs loopback RTT at -i 0.2 waits
+    /// the 200 ms interval (the reply a loaded machine delays past 128 µs is still
+    /// caught, as iputils catches it); a 300 ms RTT waits 600 ms; no reply: -W.
+    #[test]
+    fn the_wait_after_the_last_request_is_iputils_schedule_exit() {
+        let ms = Duration::from_millis;
+        assert_eq!(exit_wait(2, 64_000, ms(200), ms(2000)), ms(200));
+        assert_eq!(exit_wait(2, 300_000_000, ms(200), ms(2000)), ms(600));
+        assert_eq!(exit_wait(2, 300_000_000, ms(0), ms(2000)), ms(600));
+        assert_eq!(exit_wait(2, 1_500_000_000, ms(200), ms(2000)), ms(2000));
+        assert_eq!(exit_wait(0, 64_000, ms(200), ms(2000)), ms(2000));
+    }
 
     #[test]
     fn checksum_matches_rfc1071_example() {
