@@ -968,6 +968,28 @@ impl Passive {
             .count()
     }
 
+    /// The next line on stderr (30 s at most); the rest is left for `stop`.
+    fn err_line(&mut self) -> String {
+        use std::io::Read;
+        let mut e = self.child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut line, mut b) = (Vec::new(), [0u8]);
+            while let Ok(1) = e.read(&mut b) {
+                if b[0] == b'\n' {
+                    break;
+                }
+                line.push(b[0]);
+            }
+            let _ = tx.send((line, e));
+        });
+        let (line, e) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no line on stderr in 30 s");
+        self.child.stderr = Some(e);
+        String::from_utf8(line).unwrap()
+    }
+
     /// SIGINT, then every line and stderr.
     fn stop(mut self) -> (Vec<String>, String) {
         // SAFETY: signalling the child this test started.
@@ -1358,6 +1380,46 @@ fn a_closed_pipe_ends_the_run_detached() {
     assert_eq!(attached(&pair.b, &dev_b), Vec::<String>::new());
     assert!(!clsact_qdisc(&pair.b, &dev_b), "the qdisc it added stayed");
     assert!(journal_empty(state.path()), "a journal entry was left");
+}
+
+/// `listening on IF, …` (tcpdump's start line) comes once the capture is open, so a
+/// script can wait for it. Witnesses: for the in-kernel engine, the kernel's own
+/// listing of the programs on the interface at that moment; for both engines, one
+/// TS and seq/ACK exchange sent once right after the line, which each must time (the
+/// samples are the proof the frames were seen).
+#[test]
+fn the_start_line_comes_once_the_engine_listens() {
+    if !common::privileged("passive_bpf::start_line") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = far_end(&pair);
+    for (engine, says) in [
+        ("bpf", "in-kernel engine (tcx)"),
+        ("ring", "ring engine, snapshot length 256 bytes"),
+    ] {
+        let mut p = Passive::start(&[
+            "-i", &dev_b, "--netns", &pair.b, "--engine", engine, "--json", "--method", "both",
+        ]);
+        let line = p.err_line();
+        assert_eq!(
+            line,
+            format!("listening on {dev_b} in netns {}, {says}", pair.b)
+        );
+        if engine == "bpf" {
+            assert_eq!(attached(&pair.b, &dev_b).len(), 2, "{line}");
+        }
+        send_frames(&pair.a, &pair.dev_a, &warm_up_frames(1));
+        let t0 = std::time::Instant::now();
+        while p.count("10.99.0.2:2") == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "{engine}: the frames sent after the start line were not timed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p.stop();
+    }
 }
 
 /// Witness: the kernel's list of the interface's qdiscs (as `tc qdisc show`). Two

@@ -659,6 +659,15 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The interface a live run listens on, as its start line names it (tcpdump's
+/// `listening on IF, …`, so a script knows the capture is open).
+fn listening_place(name: &str, netns: Option<&str>) -> String {
+    match netns {
+        Some(ns) => format!("{name} in netns {ns}"),
+        None => name.to_owned(),
+    }
+}
+
 /// What a run left to print after its output.
 struct Ended {
     counters: rttlab::passive::Counters,
@@ -729,6 +738,16 @@ fn run_ring(
     // Said once the ring runs: had it failed too, its own reason is the one line.
     if let Some(n) = why_not_bpf {
         eprintln!("{n}");
+    }
+    if let Some(name) = &a.interface {
+        let bytes = match a.snaplen {
+            0 => "whole frames".to_owned(),
+            n => format!("snapshot length {n} bytes"),
+        };
+        eprintln!(
+            "listening on {}, ring engine, {bytes}",
+            listening_place(name, a.netns.as_deref())
+        );
     }
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
@@ -843,6 +862,11 @@ fn run_bpf(
             f.loopback,
             Box::new(journal),
         )?;
+        eprintln!(
+            "listening on {}, in-kernel engine ({})",
+            listening_place(name, a.netns.as_deref()),
+            mode.name()
+        );
         format!("{} on {name}", mode.name())
     } else {
         "replaying the file".to_owned()
