@@ -15,23 +15,46 @@ use std::io::{self, Write};
 /// prefix (`fmtTimeDiff` in pping.cpp): " 152us", "1.52ms", " 152ms", "2.01s". The
 /// digits are those of C's `%.Nf` (Rust's formatting rounds the exact binary value
 /// the same way).
-pub fn pping_duration(seconds: f64) -> String {
-    let mut dt = seconds;
-    let prefix = if dt < 1e-3 {
-        dt *= 1e6;
-        "u"
-    } else if dt < 1.0 {
-        dt *= 1e3;
-        "m"
-    } else {
-        ""
-    };
-    if dt < 10.0 {
-        format!("{dt:.2}{prefix}s")
-    } else if dt < 100.0 {
-        format!("{dt:.1}{prefix}s")
-    } else {
-        format!(" {dt:.0}{prefix}s")
+///
+/// A `Display` value, so a sample line writes it without a `String` of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct PpingDuration(pub f64);
+
+impl std::fmt::Display for PpingDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut dt = self.0;
+        let prefix = if dt < 1e-3 {
+            dt *= 1e6;
+            "u"
+        } else if dt < 1.0 {
+            dt *= 1e3;
+            "m"
+        } else {
+            ""
+        };
+        if dt < 10.0 {
+            write!(f, "{dt:.2}{prefix}s")
+        } else if dt < 100.0 {
+            write!(f, "{dt:.1}{prefix}s")
+        } else {
+            write!(f, " {dt:.0}{prefix}s")
+        }
+    }
+}
+
+/// Nanoseconds as microseconds with three decimals, the digits `{:.3}` gives for
+/// `ns as f64 / 1e3` (below 2^50 ns, 13 days, the quotient is below 2^41 and its
+/// double lies within 2^-12 of `ns / 1000`, well inside half the last digit), from
+/// integers: float formatting takes its slow exact path on values like these.
+#[derive(Debug, Clone, Copy)]
+pub struct Micros(pub u64);
+
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0 >= 1 << 50 {
+            return write!(f, "{:.3}", self.0 as f64 / 1e3);
+        }
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
     }
 }
 
@@ -83,6 +106,9 @@ pub enum LineFormat {
 /// `local` column marks samples answered by the capture host itself.
 pub struct LineWriter<W: Write> {
     out: W,
+    /// One line, made here and handed to `out` whole: `out` (a shared, buffered
+    /// stdout) is borrowed once a line, not once a formatting piece.
+    line: String,
     format: LineFormat,
     both: bool,
     clock: ClockCache,
@@ -93,6 +119,7 @@ impl<W: Write> LineWriter<W> {
     pub fn new(out: W, format: LineFormat, both: bool) -> Self {
         Self {
             out,
+            line: String::with_capacity(256),
             format,
             both,
             clock: ClockCache::default(),
@@ -104,15 +131,24 @@ impl<W: Write> LineWriter<W> {
     /// # Errors
     /// The writer's.
     pub fn write(&mut self, s: &Sample) -> io::Result<()> {
+        self.line.clear();
+        // Formatting into a String cannot fail.
+        let _ = self.format_line(s);
+        self.out.write_all(self.line.as_bytes())
+    }
+
+    /// `s`'s line, newline included, into `self.line`.
+    fn format_line(&mut self, s: &Sample) -> std::fmt::Result {
+        use std::fmt::Write as _;
         match self.format {
             LineFormat::Json => {
                 writeln!(
-                    self.out,
-                    "{{\"schema\":\"{}\",\"ts_ns\":{},\"rtt_us\":{:.3},\"min_us\":{:.3},\"method\":\"{}\",\"host\":\"{}\",\"peer\":\"{}\",\"place\":\"{}\"}}",
+                    self.line,
+                    "{{\"schema\":\"{}\",\"ts_ns\":{},\"rtt_us\":{},\"min_us\":{},\"method\":\"{}\",\"host\":\"{}\",\"peer\":\"{}\",\"place\":\"{}\"}}",
                     schema::PASSIVE_SAMPLE,
                     s.ts_ns,
-                    s.rtt_ns as f64 / 1e3,
-                    s.min_ns as f64 / 1e3,
+                    Micros(s.rtt_ns),
+                    Micros(s.min_ns),
                     s.method.name(),
                     s.host.socket_addr(),
                     s.peer.socket_addr(),
@@ -127,11 +163,11 @@ impl<W: Write> LineWriter<W> {
                 };
                 let hms = self.clock.hms(s.ts_ns);
                 write!(
-                    self.out,
+                    self.line,
                     "{} {} {} {}+{}",
                     hms,
-                    pping_duration(rtt),
-                    pping_duration(min),
+                    PpingDuration(rtt),
+                    PpingDuration(min),
                     s.host,
                     s.peer
                 )?;
@@ -142,7 +178,7 @@ impl<W: Write> LineWriter<W> {
                 Some(p) => {
                     let [f, d, b] = p.bytes.unwrap_or_default();
                     write!(
-                        self.out,
+                        self.line,
                         "{}.{:06} {:.6} {:.6} {f} {d} {b} {}+{}",
                         (p.cap_s + p.origin_s as f64) as i64,
                         ((p.cap_s - p.cap_s.floor()) * 1e6) as i32,
@@ -156,7 +192,7 @@ impl<W: Write> LineWriter<W> {
                 // columns, without pping's byte counts.
                 None => {
                     write!(
-                        self.out,
+                        self.line,
                         "{}.{:06} {:.6} {:.6} - - - {}+{}",
                         s.ts_ns / 1_000_000_000,
                         s.ts_ns % 1_000_000_000 / 1000,
@@ -169,12 +205,13 @@ impl<W: Write> LineWriter<W> {
             },
         }
         if self.both {
-            write!(self.out, " {}", s.method.name())?;
+            write!(self.line, " {}", s.method.name())?;
         }
         if s.place == Place::LocalHost {
-            write!(self.out, " local")?;
+            self.line.push_str(" local");
         }
-        writeln!(self.out)
+        self.line.push('\n');
+        Ok(())
     }
 
     /// Flush what was written.
@@ -680,21 +717,57 @@ mod tests {
     use super::*;
     use crate::passive::PpingSample;
 
+    /// Witness: the standard library's float formatting, `{:.3}` of `ns / 1e3`, on
+    /// edges and a million values of every magnitude below 2^53 ns (a fixed xorshift).
+    #[test]
+    fn microseconds_from_integers_are_the_float_formattings_digits() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![
+            0,
+            1,
+            499,
+            500,
+            501,
+            999,
+            1000,
+            1_000_500,
+            (1 << 50) - 1,
+            1 << 50,
+        ];
+        for _ in 0..1_000_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Every magnitude, not only the large ones a uniform draw gives.
+            values.push(x >> (11 + x % 53));
+        }
+        for ns in values {
+            assert_eq!(
+                Micros(ns).to_string(),
+                format!("{:.3}", ns as f64 / 1e3),
+                "{ns}"
+            );
+        }
+    }
+
     #[test]
     fn durations_print_as_pping_prints_them() {
-        assert_eq!(pping_duration(152e-6), " 152us");
-        assert_eq!(pping_duration(1.52e-3), "1.52ms");
-        assert_eq!(pping_duration(15.2e-3), "15.2ms");
-        assert_eq!(pping_duration(0.152), " 152ms");
-        assert_eq!(pping_duration(2.01), "2.01s");
-        assert_eq!(pping_duration(9e-6), "9.00us");
+        assert_eq!(PpingDuration(152e-6).to_string(), " 152us");
+        assert_eq!(PpingDuration(1.52e-3).to_string(), "1.52ms");
+        assert_eq!(PpingDuration(15.2e-3).to_string(), "15.2ms");
+        assert_eq!(PpingDuration(0.152).to_string(), " 152ms");
+        assert_eq!(PpingDuration(2.01).to_string(), "2.01s");
+        assert_eq!(PpingDuration(9e-6).to_string(), "9.00us");
         // pping's doubles: a difference of capture times a hair under 10 µs or 1 ms
         // prints in the lower unit's widest form.
         let (a, b) = (
             PpingSample::cap_time(5_000_010_000, 0),
             PpingSample::cap_time(5_000_000_000, 0),
         );
-        assert_eq!(pping_duration(a - b), format!("{:.2}us", (a - b) * 1e6));
-        assert_eq!(pping_duration(0.000_999_999_999), " 1000us");
+        assert_eq!(
+            PpingDuration(a - b).to_string(),
+            format!("{:.2}us", (a - b) * 1e6)
+        );
+        assert_eq!(PpingDuration(0.000_999_999_999).to_string(), " 1000us");
     }
 }
