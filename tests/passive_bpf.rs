@@ -14,6 +14,7 @@ use rttlab::kernel::passive_bpf::Framing;
 use rttlab::passive::flow::FlowEnd;
 use rttlab::passive::in_kernel::{Engine, Options};
 use rttlab::passive::{Analyzer, Config, Counters, Sample, Sink};
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// A sample as both engines must give it (pping's arithmetic is checked apart).
@@ -1797,4 +1798,219 @@ fn the_cli_aggregates_a_file_alike_on_both_engines() {
     let (ring, bpf) = (run("ring"), run("bpf"));
     assert!(ring.len() > 4, "{ring:?}");
     assert_eq!(ring, bpf);
+}
+
+/// A running `rttlab agent --passive-iface` in a namespace, killed when dropped.
+struct Agent(std::process::Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `metric{labels} value` lines of an agent's scrape whose name is `name`, as
+/// (labels, value).
+fn scrape(ns: &str, port: u16, name: &str) -> Vec<(String, f64)> {
+    let o = common::NetnsPair::exec(
+        ns,
+        &[
+            "curl",
+            "-sf",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:{port}/metrics"),
+        ],
+    )
+    .output()
+    .expect("curl");
+    let mut out = Vec::new();
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let Some((series, value)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
+        if metric == name {
+            let v = value.parse().unwrap_or(f64::NAN);
+            out.push((labels.trim_end_matches('}').to_owned(), v));
+        }
+    }
+    out
+}
+
+/// The agent's passive layers on either engine count, per peer and layer, the samples
+/// the user-space engine takes on the same frames from the file (the witness: `Analyzer`
+/// with the agent's rules, only samples a peer answered across the network), and the
+/// two engines' sums of those round trips agree (the kernel's receive stamps are on,
+/// so both time each frame by the same stamp). The corpus's IPv4 and IPv6
+/// request/response captures are replayed once through a veth into a namespace where
+/// both agents watch the interface at once.
+#[test]
+fn the_agents_passive_layers_count_on_both_engines_what_the_file_gives() {
+    if !common::privileged("passive_bpf::agent_engines") {
+        return;
+    }
+    let pair = common::NetnsPair::new();
+    let dev_b = far_end(&pair);
+    let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option on a socket we own.
+    unsafe {
+        use std::os::fd::AsRawFd;
+        libc::setsockopt(
+            stamps.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        );
+    }
+    let captures = ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz"];
+    let peers: [IpAddr; 4] = [
+        "198.18.0.1".parse().unwrap(),
+        "198.18.0.2".parse().unwrap(),
+        "2001:2::1".parse().unwrap(),
+        "2001:2::2".parse().unwrap(),
+    ];
+    let ports = [12866u16, 44159, 5001, 44489, 37239];
+    // The witness, per (peer address, layer).
+    let cfg = Config {
+        ts: true,
+        seq: true,
+        filter: rttlab::passive::Filter {
+            ports: ports.to_vec(),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let mut want: std::collections::BTreeMap<(IpAddr, String), u64> = Default::default();
+    for name in captures {
+        let (u, _) = user(name, &cfg);
+        for (method, host, _, place, ..) in u.samples {
+            let ip = host.parse::<std::net::SocketAddr>().unwrap().ip();
+            if place == "Network" && peers.contains(&ip) {
+                *want.entry((ip, format!("passive_{method}"))).or_default() += 1;
+            }
+        }
+    }
+    assert!(want.len() >= 4, "the captures' peers answer: {want:?}");
+    let state = tempfile::tempdir().unwrap();
+    let peers_file = state.path().join("peers.json");
+    let targets: Vec<String> = peers
+        .iter()
+        .map(|a| format!("\"{}\"", std::net::SocketAddr::new(*a, 12866)))
+        .collect();
+    std::fs::write(
+        &peers_file,
+        format!("[{{\"targets\": [{}]}}]", targets.join(",")),
+    )
+    .unwrap();
+    let port_list = ports.map(|p| p.to_string()).join(",");
+    let start = |engine: &str, metrics: u16| {
+        let child = common::NetnsPair::exec(&pair.b, &[common::bin().to_str().unwrap(), "agent"])
+            .arg("--peers-file")
+            .arg(&peers_file)
+            .args(["--probes", "icmp", "--interval", "1s"])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+            .args(["--listen", &format!("127.0.0.1:{}", metrics + 10)])
+            .args(["--passive-iface", &dev_b, "--passive-port", &port_list])
+            .args(["--passive-engine", engine, "--passive-rate-limit", "0"])
+            .env("RTTLAB_STATE_DIR", state.path().join(engine))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        Agent(child)
+    };
+    let engines = [("bpf", 19_901u16), ("ring", 19_902)];
+    let _agents: Vec<Agent> = engines.iter().map(|(e, p)| start(e, *p)).collect();
+    for (engine, port) in engines {
+        let t0 = std::time::Instant::now();
+        while !scrape(&pair.b, port, "rttlab_passive_engine_info")
+            .iter()
+            .any(|(l, v)| l.contains(&format!("engine=\"{engine}\"")) && *v == 1.0)
+        {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{engine}: never ready"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let mut sent = 0u64;
+    for name in captures {
+        let frames: Vec<Vec<u8>> = ethernet_frames(name).into_iter().map(|x| x.1).collect();
+        sent += frames.len() as u64;
+        send_frames(&pair.a, &pair.dev_a, &frames);
+    }
+    // Until each engine has seen every frame (the in-kernel one's counters are read
+    // once a second) and its counts stand still.
+    let counts = |port: u16| -> std::collections::BTreeMap<(IpAddr, String), (u64, f64)> {
+        let mut m = std::collections::BTreeMap::new();
+        let sums = scrape(&pair.b, port, "rttlab_rtt_seconds_sum");
+        for (labels, n) in scrape(&pair.b, port, "rttlab_rtt_seconds_count") {
+            let field = |k: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_owned())
+            };
+            let (Some(peer), Some(layer)) = (field("peer"), field("layer")) else {
+                continue;
+            };
+            if !layer.starts_with("passive_") || n == 0.0 {
+                continue;
+            }
+            let ip = peer.parse::<std::net::SocketAddr>().unwrap().ip();
+            let sum = sums
+                .iter()
+                .find(|(l, _)| *l == labels)
+                .map_or(f64::NAN, |x| x.1);
+            m.insert((ip, layer), (n as u64, sum));
+        }
+        m
+    };
+    let mut got = Vec::new();
+    for (engine, port) in engines {
+        let t0 = std::time::Instant::now();
+        let (mut last, mut still) = (None, 0);
+        loop {
+            let seen: f64 = scrape(&pair.b, port, "rttlab_passive_packets_total")
+                .iter()
+                .map(|x| x.1)
+                .sum();
+            let now = counts(port);
+            if seen as u64 >= sent && last.as_ref() == Some(&now) {
+                still += 1;
+                if still >= 3 {
+                    break;
+                }
+            } else {
+                still = 0;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{engine}: {seen} of {sent} frames seen; {now:?}"
+            );
+            last = Some(now);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let dropped: f64 = scrape(&pair.b, port, "rttlab_passive_dropped_total")
+            .iter()
+            .map(|x| x.1)
+            .sum();
+        assert_eq!(dropped, 0.0, "{engine} dropped samples or frames");
+        let c = last.unwrap();
+        let n: std::collections::BTreeMap<_, _> = c.iter().map(|(k, v)| (k.clone(), v.0)).collect();
+        assert_eq!(n, want, "{engine}: per peer and layer, against the file");
+        got.push(c);
+    }
+    for (key, (n, kernel_sum)) in &got[0] {
+        let ring_sum = got[1][key].1;
+        assert!(
+            (kernel_sum - ring_sum).abs() <= 1e-9 * *n as f64 + 1e-12 * ring_sum,
+            "{key:?}: sums of {n} round trips, kernel {kernel_sum}, ring {ring_sum}"
+        );
+    }
 }

@@ -411,29 +411,71 @@ fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &RwLock<HashMap<IpAddr
     known.retain(|name, _| wanted.contains_key(name));
 }
 
+/// Most addresses [`PeerSink`] remembers between two syncs: past it, it forgets them
+/// all (a flood of source addresses costs lookups, never memory).
+const SERIES_CACHE: usize = 4096;
+
+/// The ring engine's samples into the peers' series. The series a sample lands in is
+/// looked up once per address and method between two syncs (a second apart), not
+/// built from labels per sample: that lookup (label strings, the family's lock and
+/// hash) cost more than the frame's analysis.
 struct PeerSink<'a> {
     metrics: &'a Metrics,
     peers: &'a RwLock<HashMap<IpAddr, Peer>>,
+    /// `rttlab_passive_samples_total` per method (ts, seq).
+    samples: [prometheus_client::metrics::counter::Counter; 2],
+    /// The peer series of each address seen since the last sync; `None`: not a peer.
+    series: HashMap<(IpAddr, Method), Option<super::histogram::RttHistogram>>,
+}
+
+impl<'a> PeerSink<'a> {
+    fn new(metrics: &'a Metrics, peers: &'a RwLock<HashMap<IpAddr, Peer>>) -> Self {
+        let counter = |m| {
+            metrics
+                .passive_samples
+                .get_or_create(&vec![("layer".into(), layer(m).into())])
+                .clone()
+        };
+        Self {
+            metrics,
+            peers,
+            samples: [counter(Method::Ts), counter(Method::Seq)],
+            series: HashMap::new(),
+        }
+    }
+
+    /// Forget the series looked up: the peers may have changed (a renamed or removed
+    /// peer's series is found again, or no longer, at the next sample).
+    fn sync(&mut self) {
+        self.series.clear();
+    }
 }
 
 impl Sink for PeerSink<'_> {
     fn sample(&mut self, s: &Sample) {
-        self.metrics
-            .passive_samples
-            .get_or_create(&vec![("layer".into(), layer(s.method).into())])
-            .inc();
+        self.samples[usize::from(s.method == Method::Seq)].inc();
         if s.place != Place::Network {
             return;
         }
-        let names = self
-            .peers
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(p) = names.get(&s.host.ip()) {
-            self.metrics
-                .rtt
-                .get_or_create(&labels(&p.name, layer(s.method), &p.labels))
-                .observe(s.rtt_ns as f64 / 1e9);
+        let key = (s.host.ip(), s.method);
+        if !self.series.contains_key(&key) {
+            if self.series.len() >= SERIES_CACHE {
+                self.series.clear();
+            }
+            let names = self
+                .peers
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let found = names.get(&key.0).map(|p| {
+                self.metrics
+                    .rtt
+                    .get_or_create(&labels(&p.name, layer(s.method), &p.labels))
+                    .clone()
+            });
+            self.series.insert(key, found);
+        }
+        if let Some(Some(h)) = self.series.get(&key) {
+            h.observe(s.rtt_ns as f64 / 1e9);
         }
     }
 }
@@ -485,10 +527,7 @@ fn start_ring(
                 ])
                 .set(1);
             let mut analyzer = Analyzer::new(config(&settings, cap.addresses().to_vec()));
-            let mut sink = PeerSink {
-                metrics: &metrics,
-                peers: &peers,
-            };
+            let mut sink = PeerSink::new(&metrics, &peers);
             let (mut packets, mut drops, mut limited) = (0u64, 0u64, 0u64);
             let mut next_sync = std::time::Instant::now();
             while !stop.load(Ordering::Relaxed) {
@@ -507,6 +546,7 @@ fn start_ring(
                                     .get_or_create(&labels(&p.name, layer(m), &p.labels));
                         }
                     }
+                    sink.sync();
                     next_sync += Duration::from_secs(1);
                 }
                 let r = cap.read(Duration::from_millis(200), 4096, &mut |ts, link, frame| {
