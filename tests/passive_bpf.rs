@@ -2014,3 +2014,87 @@ fn the_agents_passive_layers_count_on_both_engines_what_the_file_gives() {
         );
     }
 }
+
+/// A stderr nobody reads (a pipe already full) does not hold the run before it
+/// measures: the start line is left out rather than waited on. Witness: sample lines on
+/// stdout for loopback TCP sent while stderr stays full, on either engine (before,
+/// the run blocked writing its start line, with the programs attached).
+#[test]
+fn a_full_stderr_does_not_hold_the_run_before_it_measures() {
+    use std::io::{BufRead, Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if !common::privileged("passive_bpf::full_stderr") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut b = [0u8; 64];
+                while let Ok(n) = s.read(&mut b) {
+                    if n == 0 || s.write_all(&b[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    for engine in ["bpf", "ring"] {
+        let mut fds = [0; 2];
+        // SAFETY: a fresh pipe; both ends owned below.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the descriptors pipe2 just made, each owned once.
+        let (read_end, write_end) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Filled without blocking, then blocking again (the flag is the description's,
+        // which the child shares).
+        let w = write_end.as_raw_fd();
+        // SAFETY: fcntl and write on our own descriptor and buffer.
+        unsafe {
+            let flags = libc::fcntl(w, libc::F_GETFL);
+            libc::fcntl(w, libc::F_SETFL, flags | libc::O_NONBLOCK);
+            let chunk = [b'x'; 4096];
+            while libc::write(w, chunk.as_ptr().cast(), chunk.len()) > 0 {}
+            libc::fcntl(w, libc::F_SETFL, flags);
+        }
+        let mut child = std::process::Command::new(common::bin())
+            .args(["passive", "-i", "lo", "--engine", engine, "--json"])
+            .args(["--port", &port.to_string(), "--duration", "30"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::from(write_end))
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let t0 = std::time::Instant::now();
+        let mut sampled = false;
+        while !sampled && t0.elapsed() < Duration::from_secs(20) {
+            let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            for _ in 0..5 {
+                c.write_all(b"ping").unwrap();
+                let mut b = [0u8; 4];
+                c.read_exact(&mut b).unwrap();
+            }
+            sampled = rx.recv_timeout(Duration::from_millis(500)).is_ok();
+        }
+        // SAFETY: signalling the child this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        // Its last lines go to stderr: read the pipe so it can end.
+        let mut drain = std::fs::File::from(read_end);
+        let reader = std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = drain.read_to_end(&mut sink);
+        });
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        assert!(sampled, "{engine}: no sample line while stderr was full");
+        assert!(status.success(), "{engine}: {status:?}");
+    }
+}

@@ -26,12 +26,12 @@ use crate::probe::server::served::ServedStreams;
 use batch::Batch;
 use crr::CrrProbe;
 use metrics::{labels, Metrics, LAYERS};
-use peers::Peer;
+use peers::{Peer, PeersByIp};
 use prober::{Probe, ProbeSettings};
 use std::collections::{BTreeMap, HashMap};
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Errors starting the agent.
@@ -57,7 +57,7 @@ pub struct Agent {
     crr: BTreeMap<String, CrrProbe>,
     running: BTreeMap<String, Peer>,
     /// Peers by address, for naming the clients of our own server.
-    by_ip: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    by_ip: Arc<PeersByIp>,
     stop: Arc<AtomicBool>,
     /// The passive engine's thread, joined on drop: the in-kernel engine detaches its
     /// programs there.
@@ -83,7 +83,7 @@ impl Agent {
         let interval = settings.interval;
         let batch = start_batch(&metrics, &probes, &settings)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let by_ip = Arc::new(RwLock::new(HashMap::new()));
+        let by_ip = Arc::new(PeersByIp::default());
         {
             let (m, by_ip, stop) = (Arc::clone(&metrics), Arc::clone(&by_ip), Arc::clone(&stop));
             std::thread::Builder::new()
@@ -147,13 +147,14 @@ impl Agent {
             .filter(|(t, p)| wanted.get(*t) != Some(*p))
             .map(|(t, _)| t.clone())
             .collect();
+        let mut forgotten = Vec::new();
         for t in gone {
             if let Some(p) = self.running.remove(&t) {
                 self.batch.remove(&t);
                 if let Some(c) = self.crr.remove(&t) {
                     c.stop();
                 }
-                self.forget(&p, &LAYERS);
+                forgotten.push(p);
             }
         }
         let batched: Vec<Probe> = self
@@ -183,10 +184,13 @@ impl Agent {
                 }
             }
         }
-        *self
-            .by_ip
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = by_ip;
+        // The threads that name series by address see the new peers before the old
+        // ones' series go: a series removed first could be made again by a sample
+        // named through the old map, and then stay for good.
+        self.by_ip.replace(by_ip);
+        for p in &forgotten {
+            self.forget(p, &LAYERS);
+        }
     }
 
     /// Drop a peer's series of `layers`: all of them for a peer no longer probed.
@@ -264,7 +268,7 @@ fn start_batch(
 /// left out (their series would be named by nothing Prometheus can join).
 fn sample_server_srtt(
     m: &Metrics,
-    by_ip: &RwLock<HashMap<IpAddr, Peer>>,
+    by_ip: &PeersByIp,
     data_ports: PortRange,
     served: &ServedStreams,
     interval: Duration,
@@ -282,9 +286,7 @@ fn sample_server_srtt(
     };
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(interval);
-        let names = by_ip
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let names = by_ip.read();
         let _ = diag.dump_tcp(&filter, |e| {
             if !served.contains(u64::from(e.inode)) {
                 return;

@@ -12,7 +12,7 @@
 
 use super::histogram::{KernelSnapshot, KernelSource, Layout};
 use super::metrics::{labels, Metrics, PASSIVE_DROPS};
-use super::peers::Peer;
+use super::peers::{Peer, PeersByIp};
 use crate::capture::filter::Selection;
 use crate::capture::{self, Options as CaptureOptions, Source};
 use crate::kernel::passive_bpf::{
@@ -125,7 +125,7 @@ fn layer(m: Method) -> &'static str {
 pub fn start(
     settings: &PassiveSettings,
     metrics: Arc<Metrics>,
-    peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    peers: Arc<PeersByIp>,
     stop: Arc<AtomicBool>,
 ) -> Result<(Started, Worker), PassiveError> {
     for layer in ["passive_ts", "passive_seq"] {
@@ -217,7 +217,7 @@ fn key(addr: u128, method: u8) -> RawAggKey {
 fn start_bpf(
     settings: &PassiveSettings,
     metrics: Arc<Metrics>,
-    peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    peers: Arc<PeersByIp>,
     stop: Arc<AtomicBool>,
 ) -> Result<(Started, Worker), PassiveError> {
     crate::kernel::passive_bpf::check()?;
@@ -356,13 +356,14 @@ fn export_counters(m: &Metrics, last: &RawCounters, now: &RawCounters) {
 
 /// Watch the peers' addresses and give each peer its kernel-fed series; stop watching
 /// the addresses of peers gone (their series went with them, `Agent::forget`).
-fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &RwLock<HashMap<IpAddr, Peer>>) {
+///
+/// The peers stay read-locked throughout: `Agent::set_peers` replaces them before it
+/// removes the series of peers gone, so a series made here from the old peers is made
+/// before that removal, never after it.
+fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &PeersByIp) {
+    let peers = peers.read();
     let mut wanted: HashMap<String, (Vec<u128>, Peer)> = HashMap::new();
-    for (ip, p) in peers
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-    {
+    for (ip, p) in peers.iter() {
         let e = wanted
             .entry(p.name.clone())
             .or_insert_with(|| (Vec::new(), p.clone()));
@@ -391,12 +392,17 @@ fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &RwLock<HashMap<IpAddr
             }
         }
     }
+    let mut new = Vec::new();
     for (name, (addrs, peer)) in &wanted {
-        let new = !known.contains_key(name);
-        known.insert(name.clone(), addrs.clone());
-        if !new {
-            continue;
+        if known.insert(name.clone(), addrs.clone()).is_none() {
+            new.push((name, peer));
         }
+    }
+    known.retain(|name, _| wanted.contains_key(name));
+    // Not under `known`'s lock: a scrape holds the family's lock while a series reads
+    // `known`, and the family's lock is what making a series takes.
+    drop(known);
+    for (name, peer) in new {
         for (method, code) in [(Method::Ts, 0u8), (Method::Seq, 1)] {
             let (v, n) = (Arc::clone(view), name.clone());
             m.rtt
@@ -408,28 +414,30 @@ fn sync_peers(view: &Arc<KernelView>, m: &Metrics, peers: &RwLock<HashMap<IpAddr
                 });
         }
     }
-    known.retain(|name, _| wanted.contains_key(name));
 }
 
-/// Most addresses [`PeerSink`] remembers between two syncs: past it, it forgets them
-/// all (a flood of source addresses costs lookups, never memory).
+/// Most addresses [`PeerSink`] remembers: past it, it forgets them all (a flood of
+/// source addresses costs lookups, never memory).
 const SERIES_CACHE: usize = 4096;
 
 /// The ring engine's samples into the peers' series. The series a sample lands in is
-/// looked up once per address and method between two syncs (a second apart), not
-/// built from labels per sample: that lookup (label strings, the family's lock and
-/// hash) cost more than the frame's analysis.
+/// looked up once per address and method while the peers stay as they are, not built
+/// from labels per sample: that lookup (label strings, the family's lock and hash)
+/// cost more than the frame's analysis.
 struct PeerSink<'a> {
     metrics: &'a Metrics,
-    peers: &'a RwLock<HashMap<IpAddr, Peer>>,
+    peers: &'a PeersByIp,
     /// `rttlab_passive_samples_total` per method (ts, seq).
     samples: [prometheus_client::metrics::counter::Counter; 2],
-    /// The peer series of each address seen since the last sync; `None`: not a peer.
+    /// The peer series of each address seen since the peers last changed; `None`: not
+    /// a peer.
     series: HashMap<(IpAddr, Method), Option<super::histogram::RttHistogram>>,
+    /// The peers' version `series` was looked up in.
+    version: u64,
 }
 
 impl<'a> PeerSink<'a> {
-    fn new(metrics: &'a Metrics, peers: &'a RwLock<HashMap<IpAddr, Peer>>) -> Self {
+    fn new(metrics: &'a Metrics, peers: &'a PeersByIp) -> Self {
         let counter = |m| {
             metrics
                 .passive_samples
@@ -441,13 +449,8 @@ impl<'a> PeerSink<'a> {
             peers,
             samples: [counter(Method::Ts), counter(Method::Seq)],
             series: HashMap::new(),
+            version: peers.version(),
         }
-    }
-
-    /// Forget the series looked up: the peers may have changed (a renamed or removed
-    /// peer's series is found again, or no longer, at the next sample).
-    fn sync(&mut self) {
-        self.series.clear();
     }
 }
 
@@ -457,15 +460,15 @@ impl Sink for PeerSink<'_> {
         if s.place != Place::Network {
             return;
         }
+        // A renamed, removed or new peer counts from its next sample.
+        let version = self.peers.version();
+        if version != self.version || self.series.len() >= SERIES_CACHE {
+            self.series.clear();
+            self.version = version;
+        }
         let key = (s.host.ip(), s.method);
         if !self.series.contains_key(&key) {
-            if self.series.len() >= SERIES_CACHE {
-                self.series.clear();
-            }
-            let names = self
-                .peers
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let names = self.peers.read();
             let found = names.get(&key.0).map(|p| {
                 self.metrics
                     .rtt
@@ -486,7 +489,7 @@ impl Sink for PeerSink<'_> {
 fn start_ring(
     settings: &PassiveSettings,
     metrics: Arc<Metrics>,
-    peers: Arc<RwLock<HashMap<IpAddr, Peer>>>,
+    peers: Arc<PeersByIp>,
     stop: Arc<AtomicBool>,
 ) -> Result<Worker, capture::SourceError> {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -534,11 +537,7 @@ fn start_ring(
                 if std::time::Instant::now() >= next_sync {
                     // Every peer's passive series, present at 0 from when it is added
                     // (as the in-kernel engine's are).
-                    for p in peers
-                        .read()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .values()
-                    {
+                    for p in peers.read().values() {
                         for m in [Method::Ts, Method::Seq] {
                             let _ =
                                 metrics
@@ -546,7 +545,6 @@ fn start_ring(
                                     .get_or_create(&labels(&p.name, layer(m), &p.labels));
                         }
                     }
-                    sink.sync();
                     next_sync += Duration::from_secs(1);
                 }
                 let r = cap.read(Duration::from_millis(200), 4096, &mut |ts, link, frame| {
@@ -583,4 +581,76 @@ fn start_ring(
     rx.recv()
         .map_err(|_| thread_err(std::io::Error::other("the capture thread died")))??;
     Ok(worker)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(target: &str) -> Peer {
+        Peer::parse(target, Vec::new()).unwrap()
+    }
+
+    fn sample(host: IpAddr) -> Sample {
+        Sample {
+            ts_ns: 0,
+            rtt_ns: 2_000_000,
+            min_ns: 2_000_000,
+            method: Method::Ts,
+            host: Endpoint::new(host, 5001),
+            peer: Endpoint::new("10.0.0.9".parse().unwrap(), 40_000),
+            place: Place::Network,
+            pping: None,
+        }
+    }
+
+    /// `rttlab_rtt_seconds_count` of `name`'s passive_ts series in the exposition, if
+    /// it has one.
+    fn count(m: &Metrics, name: &str) -> Option<u64> {
+        let want = format!("rttlab_rtt_seconds_count{{peer=\"{name}\",layer=\"passive_ts\"}} ");
+        m.text()
+            .lines()
+            .find_map(|l| l.strip_prefix(&want).map(|v| v.parse().unwrap()))
+    }
+
+    /// Witness: the agent's own exposition (what Prometheus scrapes). The ring
+    /// engine's cache of series follows the peers from the next sample after they
+    /// change, as the agent changes them (`Agent::set_peers`: the peers replaced, then
+    /// the series of the peers gone removed): a renamed peer's samples go to its new
+    /// series, the old one is not made again, an address seen before it was a peer
+    /// counts once it is one, and a removed peer's samples go nowhere.
+    #[test]
+    fn the_series_cache_follows_the_peers_from_the_next_sample() {
+        let m = Metrics::new(&"1ms:100ms:1".parse().unwrap());
+        let by_ip = PeersByIp::default();
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        by_ip.replace(HashMap::from([(a, peer("10.0.0.1:12866"))]));
+        let mut sink = PeerSink::new(&m, &by_ip);
+        sink.sample(&sample(a));
+        sink.sample(&sample(b));
+        assert_eq!(count(&m, "10.0.0.1:12866"), Some(1));
+        // Renamed, and b made a peer: the agent's order of changes.
+        by_ip.replace(HashMap::from([
+            (a, peer("10.0.0.1:12867")),
+            (b, peer("10.0.0.2:12866")),
+        ]));
+        m.rtt.remove(&labels("10.0.0.1:12866", "passive_ts", &[]));
+        sink.sample(&sample(a));
+        sink.sample(&sample(b));
+        sink.sample(&sample(b));
+        assert_eq!(count(&m, "10.0.0.1:12866"), None, "the old name came back");
+        assert_eq!(count(&m, "10.0.0.1:12867"), Some(1));
+        assert_eq!(count(&m, "10.0.0.2:12866"), Some(2));
+        by_ip.replace(HashMap::new());
+        m.rtt.remove(&labels("10.0.0.1:12867", "passive_ts", &[]));
+        m.rtt.remove(&labels("10.0.0.2:12866", "passive_ts", &[]));
+        sink.sample(&sample(a));
+        let text = m.text();
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("rttlab_rtt_seconds_count{") && l.contains("passive_ts")),
+            "{text}"
+        );
+    }
 }

@@ -12,8 +12,38 @@ use crate::kernel::fs;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Deserializer};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+
+/// The peers by address, shared with the threads that name what they measure
+/// (`srtt_server`, the passive layers), and how many times it was replaced: a cache of
+/// what it said (the ring engine's series) knows by that count when to forget.
+#[derive(Debug, Default)]
+pub struct PeersByIp {
+    map: RwLock<HashMap<IpAddr, Peer>>,
+    version: AtomicU64,
+}
+
+impl PeersByIp {
+    /// The peers now, by address.
+    pub fn read(&self) -> RwLockReadGuard<'_, HashMap<IpAddr, Peer>> {
+        self.map.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Replace them all; the version moves once the new map is in.
+    pub fn replace(&self, by_ip: HashMap<IpAddr, Peer>) {
+        *self.map.write().unwrap_or_else(PoisonError::into_inner) = by_ip;
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times they were replaced.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+}
 
 /// The control port of `rttlab serve` and of every agent.
 pub const DEFAULT_PORT: u16 = crate::probe::control::DEFAULT_CONTROL_PORT;

@@ -668,6 +668,27 @@ fn listening_place(name: &str, netns: Option<&str>) -> String {
     }
 }
 
+/// A line on stderr before the run measures (the fallback's reason, the start line), in
+/// one write(2), and only if that write cannot block: a stderr nobody reads (a full
+/// pipe) must not hold the run before it measures, with the programs attached and
+/// Ctrl-C unheard. A line a full pipe had no room for is left out; so is one a closed
+/// pipe refuses (`eprintln!` would panic there).
+fn say_now(line: &str) {
+    let mut pfd = libc::pollfd {
+        fd: libc::STDERR_FILENO,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let ready = unsafe { libc::poll(&mut pfd, 1, 0) } == 1 && pfd.revents & libc::POLLOUT != 0;
+    if ready {
+        let text = format!("{line}\n");
+        // SAFETY: writing our own buffer to fd 2; a pipe with room for a write below
+        // PIPE_BUF takes it whole, at once.
+        let _ = unsafe { libc::write(libc::STDERR_FILENO, text.as_ptr().cast(), text.len()) };
+    }
+}
+
 /// What a run left to print after its output.
 struct Ended {
     counters: rttlab::passive::Counters,
@@ -737,17 +758,17 @@ fn run_ring(
     super::measuring();
     // Said once the ring runs: had it failed too, its own reason is the one line.
     if let Some(n) = why_not_bpf {
-        eprintln!("{n}");
+        say_now(&n);
     }
     if let Some(name) = &a.interface {
         let bytes = match a.snaplen {
             0 => "whole frames".to_owned(),
             n => format!("snapshot length {n} bytes"),
         };
-        eprintln!(
+        say_now(&format!(
             "listening on {}, ring engine, {bytes}",
             listening_place(name, a.netns.as_deref())
-        );
+        ));
     }
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
@@ -862,11 +883,11 @@ fn run_bpf(
             f.loopback,
             Box::new(journal),
         )?;
-        eprintln!(
+        say_now(&format!(
             "listening on {}, in-kernel engine ({})",
             listening_place(name, a.netns.as_deref()),
             mode.name()
-        );
+        ));
         format!("{} on {name}", mode.name())
     } else {
         "replaying the file".to_owned()
