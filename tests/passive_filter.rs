@@ -284,7 +284,12 @@ fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
         .and_then(|l| l.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no kernel line: {err}"));
-    let read: u64 = err.split(' ').next().unwrap().parse().unwrap();
+    // The counters line (after the start line, `listening on lo, …`).
+    let read: u64 = err
+        .lines()
+        .find_map(|l| l.split_once(" packets, "))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counters line: {err}"));
     let o = rttlab(&[
         "passive",
         "-r",
