@@ -1052,20 +1052,7 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
     }
     let pair = common::NetnsPair::new();
     let dev_b = far_end(&pair);
-    // SO_TIMESTAMPNS on any socket turns on the stamping of every received packet.
-    let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt with a valid int option on a socket we own.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        libc::setsockopt(
-            stamps.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            4,
-        );
-    }
+    let _stamps = receive_stamps_on();
     for name in [
         "rr-v4-gw.pcap.gz",
         "rr-v6-gw.pcapng.gz",
@@ -1150,6 +1137,26 @@ fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus
             assert_eq!(x, y, "{name}: sample {i} differs (kernel, then ring)");
         }
     }
+}
+
+/// A socket asking for SO_TIMESTAMPNS: while it is open the kernel stamps every
+/// received packet, so the in-kernel engine and the ring time a frame by one stamp.
+fn receive_stamps_on() -> std::net::UdpSocket {
+    let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let on: libc::c_int = 1;
+    // SAFETY: setsockopt with a valid int option on a socket we own.
+    let r = unsafe {
+        use std::os::fd::AsRawFd;
+        libc::setsockopt(
+            stamps.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TIMESTAMPNS,
+            (&on as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    assert_eq!(r, 0, "SO_TIMESTAMPNS: {}", std::io::Error::last_os_error());
+    stamps
 }
 
 /// The pair's interface in namespace b (its name is the one in a, ending in b).
@@ -1853,19 +1860,7 @@ fn the_agents_passive_layers_count_on_both_engines_what_the_file_gives() {
     }
     let pair = common::NetnsPair::new();
     let dev_b = far_end(&pair);
-    let stamps = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let on: libc::c_int = 1;
-    // SAFETY: setsockopt with a valid int option on a socket we own.
-    unsafe {
-        use std::os::fd::AsRawFd;
-        libc::setsockopt(
-            stamps.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPNS,
-            (&on as *const libc::c_int).cast(),
-            4,
-        );
-    }
+    let _stamps = receive_stamps_on();
     let captures = ["rr-v4-gw.pcap.gz", "rr-v6-gw.pcapng.gz"];
     let peers: [IpAddr; 4] = [
         "198.18.0.1".parse().unwrap(),

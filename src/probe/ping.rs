@@ -996,28 +996,27 @@ pub fn run_each(
         if deadline.is_some_and(|d| now >= d || unique >= count) {
             break;
         }
-        // How long the run waits after its last request is fixed when sending stops,
+        let sending = wants_more(sent, unique, now);
+        // Once sending stops, how long the run waits after its last request, fixed then
         // as iputils' static `waittime` is.
-        let linger = if wants_more(sent, unique, now) {
-            exit_wait(unique, max_rtt_ns, settings.interval, settings.timeout)
+        let linger = if sending {
+            None
         } else {
-            *exit_wait_frozen.get_or_insert_with(|| {
+            Some(*exit_wait_frozen.get_or_insert_with(|| {
                 exit_wait(unique, max_rtt_ns, settings.interval, settings.timeout)
-            })
+            }))
         };
-        if !wants_more(sent, unique, now)
-            && (outstanding == 0 || now - last_send >= linger || ctl.stop.load(Ordering::Relaxed))
-        {
+        if linger.is_some_and(|l| {
+            outstanding == 0 || now - last_send >= l || ctl.stop.load(Ordering::Relaxed)
+        }) {
             break;
         }
         // Wait for a reply until the next send (or the timeout of the last one).
         let waiting = waits_for_reply && !last_answered;
-        let wait_until = if wants_more(sent, unique, now) && !waiting {
-            next_send
-        } else if wants_more(sent, unique, now) {
-            last_send + reply_wait
-        } else {
-            last_send + linger
+        let wait_until = match linger {
+            Some(l) => last_send + l,
+            None if waiting => last_send + reply_wait,
+            None => next_send,
         };
         let wait_until = deadline.map_or(wait_until, |d| wait_until.min(d));
         // SAFETY: plain data, zero is a valid value.
