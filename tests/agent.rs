@@ -2,9 +2,9 @@
 //! lint), a real Prometheus server scraping the agents (its parser, storage and
 //! PromQL compute every number checked), and the lab's configured link delays.
 
-mod common;
+use crate::common;
 
-use common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
+use crate::common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::Impairments;
 use rttlab::lab::socket::Start;

@@ -10,9 +10,9 @@
 //! planted symlinks unchanged); /proc/PID/fd of the lab's daemon. Every case names
 //! its witness.
 
-mod common;
+use crate::common;
 
-use common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
+use crate::common::{bin, free_port, privileged, tls_files, wait_listening, ServeChild};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::symlink;
@@ -29,16 +29,10 @@ struct Agent {
     _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
 
-/// Held by each [`Agent`] while it lives: the tests that start one attack it from tens
-/// of clients at once, and on a 2-vCPU machine two such attacks at once starve each
-/// other's witness (a curl bounded at 5 s; seen in CI on a slow day, never alone).
-static ONE_AGENT_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 impl Agent {
     fn start(extra: &[&str]) -> Self {
-        let one_at_a_time = ONE_AGENT_AT_A_TIME
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // The tests that start one attack it from tens of clients at once.
+        let one_at_a_time = common::serial::machine();
         let peer = ServeChild::start(&[]);
         let metrics = free_port();
         let probe_port = free_port();
@@ -322,14 +316,23 @@ fn scrapes_are_answered_while_clients_misbehave() {
 
 /// Witnesses: the attacker's socket and the agent's descriptors in /proc. The agent
 /// closes a connection whose head is still unfinished after the header deadline
-/// (10 s), however slowly it trickles (one byte a second): end-of-file or a reset on
-/// the attacker's side within 10 s plus a margin a busy machine cannot break (8 s);
-/// and connections that pipeline 2 000 requests and never read the answers are gone
-/// from the agent, while the attacker still holds them, after the write deadline
-/// (10 s) once the socket buffers are full (within 60 s in all).
+/// (`--metrics-header-timeout`, 2 s here, 10 s by default), however slowly it
+/// trickles (a byte every 250 ms): end-of-file or a reset on the attacker's side no
+/// sooner than the deadline and within it plus a margin a busy machine cannot break
+/// (8 s); and connections that pipeline 2 000 requests and never read the answers are
+/// gone from the agent, while the attacker still holds them, after the write deadline
+/// (`--metrics-write-timeout`, 2 s) once the socket buffers are full (within 60 s in
+/// all). The deadlines themselves are proven on tokio's paused clock at their default
+/// (`agent::http::deadline`'s tests); this holds the real binary to the same rule.
 #[test]
 fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
-    let a = Agent::start(&[]);
+    const DEADLINE: Duration = Duration::from_secs(2);
+    let a = Agent::start(&[
+        "--metrics-header-timeout",
+        "2s",
+        "--metrics-write-timeout",
+        "2s",
+    ]);
     probes_sent(&a);
     let (_, _, fds0) = a.footprint();
     // Answers far beyond what the socket buffers hold, so the agent's writes stall.
@@ -338,7 +341,7 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
     let mut trickle = connect(a.metrics);
     trickle.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
     let closed = loop {
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(Duration::from_millis(250));
         if trickle.write_all(b"X").is_err() {
             break t0.elapsed();
         }
@@ -352,13 +355,14 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
         assert!(t0.elapsed() < Duration::from_secs(30), "never closed");
     };
     assert!(
-        closed >= Duration::from_secs(9) && closed < Duration::from_secs(18),
+        closed >= DEADLINE && closed < DEADLINE + Duration::from_secs(8),
         "a trickled head was closed after {closed:?}"
     );
     // The stalled readers' connections go too, while they still hold them: their
     // writes stall once the socket buffers (the agent's grows to megabytes on
-    // loopback) are full, then 10 s later the connection is closed. How long the
-    // buffers take to fill depends on the machine, so the bound is generous.
+    // loopback) are full, then the write deadline later the connection is closed.
+    // How long the buffers take to fill depends on the machine, so the bound is
+    // generous.
     let gone = loop {
         let (_, _, fds1) = a.footprint();
         if fds1 <= fds0 + 1 {
@@ -369,10 +373,10 @@ fn trickled_heads_and_stalled_readers_are_cut_at_their_deadlines() {
             "the agent still holds {} more descriptors than before the stalled readers",
             fds1 - fds0
         );
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(100));
     };
     assert!(
-        gone >= Duration::from_secs(10),
+        gone >= DEADLINE,
         "closed after {gone:?}, before any write deadline"
     );
     drop(stalled);

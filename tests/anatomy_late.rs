@@ -2,29 +2,13 @@
 //! reply in every count, a transaction with its round trip and its anatomy, and not
 //! a loss in either direction. The witness is the wire: tcpdump in both hosts.
 
-mod common;
-
-use common::{assert_schema, privileged, Lab};
+use crate::common::{assert_schema, privileged, Lab, Tcpdump};
 use std::time::Duration;
 
-/// tcpdump on `host`'s eth0 in the lab, UDP only, to `pcap`; stopped by [`stop_dump`].
-fn start_dump(lab: &Lab, host: &str, pcap: &std::path::Path) -> std::process::Child {
+/// tcpdump on `host`'s eth0 in the lab, UDP only, to `pcap`.
+fn start_dump(lab: &Lab, host: &str, pcap: &std::path::Path) -> Tcpdump {
     let ns = format!("rttlab-lab-{}-{host}", lab.name);
-    std::process::Command::new("ip")
-        .args(["netns", "exec", &ns, "tcpdump", "-i", "eth0", "-w"])
-        .arg(pcap)
-        .args(["--immediate-mode", "-Z", "root", "-U", "udp"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn stop_dump(mut dump: std::process::Child) {
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: signalling the tcpdump this test started.
-    unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
-    dump.wait().unwrap();
+    Tcpdump::start(Some(&ns), "eth0", pcap, &["udp"])
 }
 
 /// Each UDP datagram in `pcap`: (time s, payload length, its first 8 payload bytes as
@@ -102,15 +86,12 @@ fn late_udp_replies_are_late_not_lost() {
         "--dir",
         "b2a",
     ]);
-    // Start the server (the lab retries until it listens) before capturing.
-    lab.in_a_retrying(&["rr", "-H", "b", "-t", "UDP_RR", "--json", "-n", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
     let (da, db) = (start_dump(&lab, "a", &pa), start_dump(&lab, "b", &pb));
-    std::thread::sleep(Duration::from_millis(800));
     let n = 150u64;
     let count = n.to_string();
-    let doc = lab.in_a_retrying(&[
+    let doc = lab.in_a(&[
         "rr",
         "-H",
         "b",
@@ -128,8 +109,8 @@ fn late_udp_replies_are_late_not_lost() {
         &count,
     ]);
     assert_schema(&doc);
-    stop_dump(da);
-    stop_dump(db);
+    da.stop();
+    db.stop();
     let (at_a, at_b) = (datagrams(&pa), datagrams(&pb));
     let requests = |v: &[(f64, usize, u64)]| v.iter().filter(|d| d.1 == 8).count() as u64;
     let responses = |v: &[(f64, usize, u64)]| v.iter().filter(|d| d.1 == 40).count() as u64;
@@ -242,14 +223,12 @@ fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
         return;
     }
     let lab = Lab::up("ua", &["--delay", "1ms"]);
-    lab.in_a_retrying(&["rr", "-H", "b", "-t", "UDP_RR", "--json", "-n", "2"]);
     let dir = tempfile::tempdir().unwrap();
     let (pa, pb) = (dir.path().join("a.pcap"), dir.path().join("b.pcap"));
     let (da, db) = (start_dump(&lab, "a", &pa), start_dump(&lab, "b", &pb));
-    std::thread::sleep(Duration::from_millis(800));
     let doc = std::thread::scope(|s| {
         let run = s.spawn(|| {
-            lab.in_a_retrying(&[
+            lab.in_a(&[
                 "rr",
                 "-H",
                 "b",
@@ -273,8 +252,8 @@ fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
         "{}",
         doc["settings"]
     );
-    stop_dump(da);
-    stop_dump(db);
+    da.stop();
+    db.stop();
     let (at_a, at_b) = (datagrams(&pa), datagrams(&pb));
     let count = |v: &[(f64, usize, u64)], len: usize| v.iter().filter(|d| d.1 == len).count();
     let n = count(&at_a, 8);

@@ -2,9 +2,7 @@
 //! traffic in namespaces the test makes). Witness: `tcpdump -r` reading the file it
 //! wrote, at the file's own precision.
 
-mod common;
-
-use common::{privileged, NetnsPair};
+use crate::common::{self, privileged, NetnsPair};
 use rttlab::capture::CaptureReader;
 use rttlab::wire::{decode, LinkType, Transport};
 use std::process::{Command, Stdio};
@@ -62,41 +60,23 @@ fn reads_what_tcpdump_wrote_at_both_precisions() {
         (tmp.path().join("nano.pcap"), true),
         (tmp.path().join("micro.pcap"), false),
     ];
-    let mut dumps: Vec<_> = files
+    let dumps: Vec<_> = files
         .iter()
         .map(|(f, nano)| {
-            let mut args = vec![
-                "tcpdump",
-                "-i",
-                &n.dev_a,
-                "-w",
-                f.to_str().unwrap(),
-                "--immediate-mode",
-                "-Z",
-                "root",
-                "-U",
-            ];
-            if *nano {
-                args.extend(["--time-stamp-precision", "nano"]);
-            }
-            args.push("icmp");
-            NetnsPair::exec(&n.a, &args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap()
+            let args: &[&str] = if *nano {
+                &["--time-stamp-precision", "nano", "icmp"]
+            } else {
+                &["icmp"]
+            };
+            common::Tcpdump::start(Some(&n.a), &n.dev_a, f, args)
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(800));
     let p = NetnsPair::exec(&n.a, &["ping", "-q", "-c", "20", "-i", "0.01", n.b4])
         .output()
         .unwrap();
     assert!(p.status.success());
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    for d in &mut dumps {
-        // SAFETY: signalling the tcpdump this test started.
-        unsafe { libc::kill(d.id() as i32, libc::SIGINT) };
-        d.wait().unwrap();
+    for d in dumps {
+        d.stop();
     }
     for (f, nano) in &files {
         let theirs = tcpdump_read(f, *nano);

@@ -11,9 +11,7 @@
 //! lab test substitutes them, must parse as PromQL). That every query finds the
 //! agents' series in a real Prometheus is the lab test's part (`tests/agent.rs`).
 
-mod common;
-
-use common::grafana::{
+use crate::common::grafana::{
     all_panels, dashboard, legend_labels, panel_queries, sample_value, substitute,
     INTERVAL_VARIABLES, MULTI_VALUE_VARIABLES,
 };

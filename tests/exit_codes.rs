@@ -4,9 +4,9 @@
 //! and fping's own status for the same cases, and the status of each command as the
 //! shell sees it.
 
-mod common;
+use crate::common;
 
-use common::{bin, NetnsPair, ServeChild};
+use crate::common::{bin, NetnsPair, ServeChild};
 use std::process::Command;
 
 fn run(args: &[&str]) -> (Option<i32>, String) {

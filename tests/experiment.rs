@@ -2,25 +2,19 @@
 //! drop counters and window, the kernel's TcpExt counters, the results directory on
 //! disk, and the model's arithmetic for the cell.
 
-mod common;
+use crate::common;
 
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use rttlab::model::rto::{self, Flavour, RtoModel};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
-
-/// One sweep at a time: each builds a lab and measures time.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Skip without privileges; else hold the lock and give a scratch directory.
 fn start(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
     if !privileged(test) {
         return None;
     }
-    let g = SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let g = common::serial::machine();
     Some((g, tempfile::tempdir().unwrap()))
 }
 

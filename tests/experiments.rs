@@ -3,9 +3,9 @@
 //! and its numbers are checked against their raw files (arithmetic) and against what
 //! the kernel's rules force (the witness named at each check).
 
-mod common;
+use crate::common;
 
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use rttlab::passive::sampler::bucket_percentile;
 use rttlab::stats::LatencyHistogram;
 use std::path::Path;

@@ -5,9 +5,7 @@
 //! the same statistics in the same column order) and that the numbers do not move
 //! unnoticed. The header style is also checked for every table the sources build.
 
-mod common;
-
-use common::{bin, corpus};
+use crate::common::{bin, corpus};
 use std::process::Command;
 
 fn stdout_of(args: &[&str]) -> String {

@@ -5,9 +5,9 @@
 //! or added field fails here until its schema says so. `compare --json` is validated by
 //! `tests/compare.rs`, which already runs a comparison.
 
-mod common;
+use crate::common;
 
-use common::{assert_schema, assert_schema_lines, bin, corpus_bytes};
+use crate::common::{assert_schema, assert_schema_lines, bin, corpus_bytes};
 use std::io::Write;
 use std::process::{Command, Stdio};
 

@@ -1,11 +1,11 @@
 //! The lab, end to end (root). Each test names its independent witness: iputils ping,
 //! the receiving socket's own count, the kernel's tcp_info, or the file system.
 //!
-//! Lab tests run one at a time (a lock): they measure time on a 2-vCPU machine.
+//! Lab tests hold `common::serial::machine`: they measure time on a 2-vCPU machine.
 
-mod common;
+use crate::common;
 
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use rttlab::kernel::netns;
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
@@ -13,16 +13,7 @@ use rttlab::lab::socket::Start;
 use rttlab::lab::{Lab, LabSpec, Node};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
 
 fn ms(x: u64) -> u64 {
     x * 1_000_000
@@ -62,7 +53,7 @@ fn ping_across_the_lab_shows_the_configured_rtt() {
     if !privileged("ping_across_the_lab_shows_the_configured_rtt") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let lab = Lab::up(&LabSpec::new(
         "t-rtt",
         Impairments {
@@ -117,7 +108,7 @@ fn ping_one_in_flight_never_overlaps_its_requests() {
     if !privileged("ping_one_in_flight_never_overlaps_its_requests") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let lab = Lab::up(&LabSpec::new(
         "t-1in",
         Impairments {
@@ -161,7 +152,7 @@ fn configured_loss_shows_in_ping_and_in_the_counters() {
     if !privileged("configured_loss_shows_in_ping_and_in_the_counters") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let lab = Lab::up(&LabSpec {
         seed: Some(42),
         impairments: [
@@ -205,7 +196,7 @@ fn bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue() {
     if !privileged("bulk_tcp_through_10_mbit_gets_the_rate_and_fills_the_queue") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let queue = 100_000u64;
     let rate = 10_000_000u64;
     let lab = Lab::up(&LabSpec::new(
@@ -314,7 +305,7 @@ fn a_scheduled_blackout_drops_exactly_the_packets_inside_the_window() {
     if !privileged("a_scheduled_blackout_drops_exactly_the_packets_inside_the_window") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let lab = Lab::up(&LabSpec::new("t-blackout", Impairments::default())).unwrap();
     let b = lab.info().b.ipv4;
     let rx = netns::run_in(Some(lab.netns(Node::B)), || {
@@ -482,7 +473,7 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     if !privileged("the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let _ = lab_cmd(&["down", "--name", "t-cli"]);
     let up = lab_cmd(&[
         "up",
@@ -610,7 +601,7 @@ fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
     if !privileged("a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     let up = lab_cmd(&["up", "--name", "t-stale"]);
     assert!(up.status.success(), "{}", stderr(&up));
     let pid: i32 = std::fs::read_to_string("/run/rttlab/lab/t-stale/lab.json")
@@ -633,7 +624,7 @@ fn labs_started_at_the_same_moment_all_come_up_on_their_own_addresses() {
     if !privileged("labs_started_at_the_same_moment_all_come_up_on_their_own_addresses") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     // Witness: the file system and each lab's own ping. A lab whose lab.json was
     // not yet written used to look dead to a neighbour's sweep, which removed it.
     for round in 0..3 {
@@ -675,7 +666,7 @@ fn bad_input_is_one_line_and_leaves_nothing() {
     if !privileged("bad_input_is_one_line_and_leaves_nothing") {
         return;
     }
-    let _g = serial();
+    let _g = common::serial::machine();
     for args in [
         &["up", "--name", "t-bad", "--loss", "150%"][..],
         &["up", "--name", "t-bad", "--delay", "-5ms"],

@@ -2,9 +2,9 @@
 //! with packet drops made by nftables and counted by nftables — an independent witness
 //! of what rttlab reports. Run as root (CI); skipped with a reason otherwise.
 
-mod common;
+use crate::common;
 
-use common::{json, NetnsPair};
+use crate::common::{json, NetnsPair};
 
 #[test]
 fn every_test_type_across_namespaces_ipv4_and_ipv6() {
@@ -412,38 +412,10 @@ fn ping_is_a_drop_in_for_iputils() {
 /// tcpdump on `dev` in `ns` while `f` runs: the lines `tcpdump -r -nn -v` prints of
 /// what it captured with `filter`.
 fn on_the_wire(ns: &str, dev: &str, filter: &str, f: impl FnOnce()) -> Vec<String> {
-    use std::io::BufRead;
     let pcap = tempfile::NamedTempFile::new().unwrap();
-    let mut td = NetnsPair::exec(
-        ns,
-        &[
-            "tcpdump",
-            "-Z",
-            "root",
-            "--immediate-mode",
-            "-i",
-            dev,
-            "-nn",
-            "-U",
-            "-w",
-            pcap.path().to_str().unwrap(),
-            filter,
-        ],
-    )
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let mut err = std::io::BufReader::new(td.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("listening"), "{line}");
-    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let td = common::Tcpdump::start(Some(ns), dev, pcap.path(), &["-nn", filter]);
     f();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-    td.wait().unwrap();
-    let _ = drain.join();
+    td.stop();
     let o = std::process::Command::new("tcpdump")
         .args(["-r", pcap.path().to_str().unwrap(), "-nn", "-v"])
         .output()

@@ -13,9 +13,9 @@
 //! the client's data socket at transactions × request and × response bytes. `-L` is
 //! witnessed by the server's own log, which names each test's source address.
 
-mod common;
+use crate::common;
 
-use common::{bin, free_port, wait_listening, ServeChild};
+use crate::common::{bin, free_port, wait_listening, ServeChild};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

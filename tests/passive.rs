@@ -2,9 +2,9 @@
 //! traffic by tests/corpus/generate.py), checked against what pping and tshark
 //! reported on the same files (their outputs are committed beside the captures).
 
-mod common;
+use crate::common;
 
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use rttlab::capture::CaptureReader;
 use rttlab::passive::flow::FlowEnd;
 use rttlab::passive::sampler::SamplerConfig;
@@ -12,7 +12,7 @@ use rttlab::passive::{seq, ts, Analyzer, Config, Counters, Method, Place, Sample
 use rttlab::wire::LinkType;
 use std::process::Command;
 
-use common::{corpus, corpus_bytes as capture_bytes};
+use crate::common::{corpus, corpus_bytes as capture_bytes};
 
 #[derive(Default)]
 struct Collect(Vec<Sample>);

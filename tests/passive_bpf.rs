@@ -7,7 +7,7 @@
 //! capture time as its receive stamp. The two must give the same samples, field for
 //! field and nanosecond for nanosecond, and the same per-flow counts.
 
-mod common;
+use crate::common;
 
 use rttlab::capture::{self, Batch, Source};
 use rttlab::kernel::passive_bpf::Framing;

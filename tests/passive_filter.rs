@@ -7,9 +7,9 @@
 //! joined), not libpcap's compiler. Traffic: echo conversations on loopback, each
 //! bounded in rounds and by socket timeouts.
 
-mod common;
+use crate::common;
 
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;

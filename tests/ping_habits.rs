@@ -7,9 +7,9 @@
 //! iputils' statistics) is the one thing iputils does not print: it is cut out before
 //! the comparison, and checked to sit there, so the last lines are iputils' own.
 
-mod common;
+use crate::common;
 
-use common::NetnsPair;
+use crate::common::NetnsPair;
 use regex::Regex;
 use std::process::Command;
 

@@ -4,9 +4,7 @@
 //! refusals (EPERM/EACCES) to a process without capabilities, and its acceptance of
 //! an ICMP datagram socket when `net.ipv4.ping_group_range` holds the user's group.
 
-mod common;
-
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

@@ -8,9 +8,7 @@
 //! - its pixels: a screenshot, in which each series' colour is counted inside the plot
 //!   frame it is drawn in (the legend's swatches are outside every frame).
 
-mod common;
-
-use common::{bin, privileged};
+use crate::common::{bin, privileged};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,9 +6,7 @@
 //! by the version that ran it, which still knew the boundaries) marks 7 cells with `b`;
 //! the files' bytes before and after.
 
-mod common;
-
-use common::bin;
+use crate::common::bin;
 use std::path::Path;
 use std::process::Command;
 

@@ -2,9 +2,9 @@
 //! processes. Counts are checked against the server's own count (a second process),
 //! latencies against the kernel's tcp_info of the same connection.
 
-mod common;
+use crate::common;
 
-use common::{bin, json, ServeChild};
+use crate::common::{bin, json, ServeChild};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;

@@ -1,9 +1,7 @@
 //! `rttlab rto model` through the binary: the seed's Theory table in CSV (checked cell
 //! by cell against the seed in the model's unit tests), JSON timelines, improvement.
 
-mod common;
-
-use common::bin;
+use crate::common::bin;
 use std::process::Command;
 
 fn run(args: &[&str]) -> String {

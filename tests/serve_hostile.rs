@@ -9,9 +9,9 @@
 //! someone else holds stays theirs), and the kernel's list of congestion-control
 //! algorithms (no module loaded on request).
 
-mod common;
+use crate::common;
 
-use common::{bin, json, ServeChild};
+use crate::common::{bin, json, ServeChild};
 use rttlab::probe::control::{
     self, ClientMsg, ServerMsg, TestKind, TestSpec, MAGIC, PROTOCOL_VERSION,
 };

@@ -2,13 +2,11 @@
 //! port 9, a connects, tcpdump in a records when each SYN left, and the gap between the
 //! first two is the initial RTO the kernel used — not the program's word for it.
 
-mod common;
+use crate::common;
 
-use common::{bin, NetnsPair};
+use crate::common::{bin, NetnsPair};
 use rttlab::kernel::hz;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 /// A private bpffs for the pins, unmounted afterwards.
 struct BpfFs(tempfile::TempDir);
@@ -71,35 +69,12 @@ impl Drop for Override {
 /// Gaps in ms between the SYNs a sends to `addr` port 9 while connecting for `secs`.
 fn syn_gaps(n: &NetnsPair, addr: &str, secs: f64) -> Vec<f64> {
     let pcap = tempfile::NamedTempFile::new().unwrap();
-    let mut td = NetnsPair::exec(
-        &n.a,
-        &[
-            "tcpdump",
-            "-Z",
-            "root",
-            "--immediate-mode",
-            "-i",
-            &n.dev_a,
-            "-nn",
-            "-U",
-            "--time-stamp-precision=nano",
-            "-w",
-            pcap.path().to_str().unwrap(),
-            "tcp dst port 9",
-        ],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    // Wait until tcpdump listens, and keep draining its stderr: a closed pipe would
-    // kill it with SIGPIPE at its next message. --immediate-mode: libpcap's TPACKET_V3
-    // ring otherwise hands packets over a block at a time, and the last block is lost
-    // at SIGINT.
-    let mut err = BufReader::new(td.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("listening"), "{line}");
-    let drain = std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let td = common::Tcpdump::start(
+        Some(&n.a),
+        &n.dev_a,
+        pcap.path(),
+        &["--time-stamp-precision=nano", "tcp dst port 9"],
+    );
     let family = if addr.contains(':') {
         "AF_INET6"
     } else {
@@ -110,11 +85,7 @@ fn syn_gaps(n: &NetnsPair, addr: &str, secs: f64) -> Vec<f64> {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    std::thread::sleep(Duration::from_millis(200));
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(td.id() as i32, libc::SIGINT) };
-    td.wait().unwrap();
-    let _ = drain.join();
+    td.stop();
     let text = Command::new("tcpdump")
         .args([
             "-r",

@@ -1,9 +1,9 @@
 //! `rttlab tcpinfo` against `ss -ti` on the same sockets, and seed 000's first chart:
 //! the server's TCP RTT rises with the client's wait up to the delayed-ACK timer.
 
-mod common;
+use crate::common;
 
-use common::{bin, free_port, NetnsPair};
+use crate::common::{bin, free_port, NetnsPair};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

@@ -2,9 +2,9 @@
 //! connection's tcp_info.rto (the kernel's own word) against docs/ARCHITECTURE.md's rule R1 at
 //! this kernel's HZ, and on `ip route show` / the sysctl files — not on rttlab's output.
 
-mod common;
+use crate::common;
 
-use common::{bin, NetnsPair};
+use crate::common::{bin, NetnsPair};
 use rttlab::kernel::{hz, route};
 use std::process::{Command, Output};
 

@@ -107,6 +107,14 @@ pub struct AgentArgs {
     /// client address); at the limit the oldest idle one makes room.
     #[arg(long, default_value_t = HttpLimits::default().max_connections)]
     pub metrics_max_connections: usize,
+    /// Time a client of the metrics endpoint has from its first byte to a request's
+    /// complete head (Go's ReadHeaderTimeout); a head trickled slower is cut then.
+    #[arg(long, default_value = "10s", value_parser = values::duration, value_name = "DURATION")]
+    pub metrics_header_timeout: Duration,
+    /// Time a write of an answer may wait for the client to read; a client that
+    /// stops reading is cut then.
+    #[arg(long, default_value = "10s", value_parser = values::duration, value_name = "DURATION")]
+    pub metrics_write_timeout: Duration,
     /// Also write the metrics to this file every interval (atomically), for
     /// node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
@@ -463,11 +471,16 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
     if a.metrics_max_connections == 0 {
         bail!("--metrics-max-connections must be at least 1");
     }
+    if a.metrics_header_timeout.is_zero() || a.metrics_write_timeout.is_zero() {
+        bail!("--metrics-header-timeout and --metrics-write-timeout must be longer than 0 (every connection would be cut at once)");
+    }
     let http = MetricsServer::bind(
         a.metrics_listen,
         a.web_config.as_deref(),
         HttpLimits {
             max_connections: a.metrics_max_connections,
+            header_timeout: a.metrics_header_timeout,
+            write_timeout: a.metrics_write_timeout,
             ..HttpLimits::default()
         },
     )?;

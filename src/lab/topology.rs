@@ -31,6 +31,33 @@ pub const MAX_HOSTS: usize = 16;
 /// The link MTU.
 pub const MTU: u32 = 1500;
 
+/// A host's IPv6 settings, written before its interface exists, that make it quiet
+/// from the moment the link comes up, so nothing the host sends on its own crosses
+/// the emulator once a measurement starts:
+/// - no router solicitations (there is no router to answer them);
+/// - no duplicate-address detection of the link-local address (`addrconf_dad_begin`
+///   completes at once when neither `all` nor the device's `accept_dad` asks for it),
+///   where it would send a neighbour solicitation up to `rtr_solicit_delay` (1 s) later;
+///   the lab's other addresses are added with IFA_F_NODAD;
+/// - MLD's unsolicited reports for the solicited-node groups repeated within one jiffy
+///   (`unsolicited_report_interval` in net/ipv6/mcast.c takes at least one) instead of
+///   at a random time up to a second later.
+const QUIET_HOST: &[(&str, &str)] = &[
+    ("net.ipv6.conf.default.router_solicitations", "0"),
+    ("net.ipv6.conf.all.accept_dad", "0"),
+    ("net.ipv6.conf.default.accept_dad", "0"),
+    ("net.ipv6.conf.all.mldv1_unsolicited_report_interval", "1"),
+    (
+        "net.ipv6.conf.default.mldv1_unsolicited_report_interval",
+        "1",
+    ),
+    ("net.ipv6.conf.all.mldv2_unsolicited_report_interval", "1"),
+    (
+        "net.ipv6.conf.default.mldv2_unsolicited_report_interval",
+        "1",
+    ),
+];
+
 /// A host of the lab.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct HostInfo {
@@ -236,8 +263,9 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
         sysctl::write(Some(&info.router_netns), k, "1").map_err(super::setup(k))?;
     }
     for h in &hosts {
-        let k = "net.ipv6.conf.default.router_solicitations";
-        sysctl::write(Some(&h.netns), k, "0").map_err(super::setup(k))?;
+        for (k, v) in QUIET_HOST {
+            sysctl::write(Some(&h.netns), k, v).map_err(super::setup(*k))?;
+        }
     }
     let files = hosts
         .iter()

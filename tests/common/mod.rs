@@ -2,12 +2,8 @@
 //! network namespaces joined by a veth pair (addresses from 198.18.0.0/15 and
 //! 2001:2::/48; no default route, so nothing can leave the machine).
 
-#![allow(
-    dead_code,
-    reason = "each test binary uses a different part of this module"
-)]
-
 pub mod grafana;
+pub mod serial;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -143,6 +139,24 @@ pub fn privileged(test: &str) -> bool {
     assert!(!required, "{test}: privileged test cannot run: {why}");
     eprintln!(
         "skipping {test}: {why} (set RTTLAB_REQUIRE_PRIVILEGED_TESTS=1 to make this a failure)"
+    );
+    false
+}
+
+/// True when the machine has two CPUs or more, which the tests that move work between
+/// CPUs need. Without them the test is skipped with a reason, unless
+/// RTTLAB_REQUIRE_PRIVILEGED_TESTS=1 (CI), where it fails.
+pub fn two_cpus(test: &str) -> bool {
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        return true;
+    }
+    let required = std::env::var("RTTLAB_REQUIRE_PRIVILEGED_TESTS").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{test}: needs two CPUs, and this machine has one"
+    );
+    eprintln!(
+        "skipping {test}: one CPU (set RTTLAB_REQUIRE_PRIVILEGED_TESTS=1 to make this a failure)"
     );
     false
 }
@@ -454,6 +468,7 @@ impl Lab {
                 .spawn()
                 .unwrap(),
         ));
+        lab.wait_served();
         lab
     }
 
@@ -473,23 +488,41 @@ impl Lab {
         self.cmd(&[&["set", "--name", &self.name], args].concat());
     }
 
-    /// `rttlab ARGS` in host a, retried while the server in b is not yet listening;
-    /// its stdout as JSON.
-    pub fn in_a_retrying(&self, args: &[&str]) -> serde_json::Value {
+    /// `rttlab ARGS` in host a, run once; its stdout as JSON (the test fails with its
+    /// stderr when it fails).
+    pub fn in_a(&self, args: &[&str]) -> serde_json::Value {
         let bin = bin();
         let bin = bin.to_str().unwrap();
-        for _ in 0..50 {
-            let o = Command::new(bin)
-                .args(["lab", "exec", "--name", &self.name, "a", "--", bin])
-                .args(args)
-                .output()
-                .unwrap();
-            if o.status.success() {
-                return serde_json::from_slice(&o.stdout).unwrap();
+        let o = Command::new(bin)
+            .args(["lab", "exec", "--name", &self.name, "a", "--", bin])
+            .args(args)
+            .output()
+            .unwrap();
+        json(&o)
+    }
+
+    /// Wait until the server in b accepts connections from a (the only retry: "not
+    /// listening yet"), at most 10 s.
+    fn wait_served(&self) {
+        let bin = bin();
+        let t0 = Instant::now();
+        loop {
+            let listening = Command::new(&bin)
+                .args(["lab", "exec", "--name", &self.name, "a", "--"])
+                .args(["bash", "-c", "exec 3<>/dev/tcp/b/12866"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if listening {
+                return;
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the server in lab {} never listened",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("{args:?} in the lab never ran");
     }
 
     /// A TcpExt counter of host `host`'s namespace (/proc/net/netstat).
@@ -679,6 +712,76 @@ pub fn assert_same_samples(a: &[SampleKey], b: &[SampleKey], what: &str) {
         a.first(),
         b.first()
     );
+}
+
+/// tcpdump writing every frame it takes to a file as it takes it (`-w FILE -U
+/// --immediate-mode -Z root`): started once it says it listens, stopped once the file
+/// has stopped growing ([`stop_tcpdump_when_written`]). Fixed waits on either side lost
+/// the first or the last frames on a busy machine.
+pub struct Tcpdump {
+    child: Option<Child>,
+    file: PathBuf,
+    drain: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Tcpdump {
+    /// tcpdump on `iface`, inside namespace `ns` if given, with `args` after the
+    /// writing options (a filter expression, `--time-stamp-precision nano`).
+    pub fn start(ns: Option<&str>, iface: &str, file: &std::path::Path, args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let mut cmd = match ns {
+            Some(ns) => NetnsPair::exec(ns, &["tcpdump"]),
+            None => Command::new("tcpdump"),
+        };
+        let mut child = cmd
+            .args(["-i", iface, "-w"])
+            .arg(file)
+            .args(["-U", "--immediate-mode", "-Z", "root"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (apt-get install tcpdump)");
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        loop {
+            let mut line = String::new();
+            let n = err.read_line(&mut line).unwrap();
+            said.push_str(&line);
+            assert!(n > 0, "tcpdump ended before listening: {said}");
+            if line.contains("listening on") {
+                break;
+            }
+        }
+        // Keep reading what it says: a closed pipe would end it at its next message.
+        let drain = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut err, &mut std::io::sink());
+        });
+        Self {
+            child: Some(child),
+            file: file.to_path_buf(),
+            drain: Some(drain),
+        }
+    }
+
+    /// Stop it once everything it took is in its file.
+    pub fn stop(mut self) {
+        if let Some(child) = self.child.take() {
+            stop_tcpdump_when_written(child, &self.file);
+        }
+        if let Some(d) = self.drain.take() {
+            let _ = d.join();
+        }
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// Stop tcpdump once its file has stopped growing: with -U it writes each frame as it
