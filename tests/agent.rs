@@ -431,6 +431,7 @@ fn trouble(ns: &str) -> BTreeMap<(String, String), Trouble> {
 /// with its own TLS client and credentials (every number above came that way).
 #[test]
 fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
+    let _machine = common::serial::machine();
     if !privileged("prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble") {
         return;
     }

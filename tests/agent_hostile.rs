@@ -26,7 +26,7 @@ struct Agent {
     metrics: u16,
     probe_port: u16,
     _peer: ServeChild,
-    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
+    _one_at_a_time: common::serial::Token,
 }
 
 impl Agent {

@@ -41,6 +41,7 @@ fn anatomy(s: &ServeChild, args: &[&str]) -> serde_json::Value {
 /// the same run, on the monotonic clock, has the anatomy's median round trip.
 #[test]
 fn components_add_up_to_every_transactions_round_trip() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR"] {
         let dir = tempfile::tempdir().unwrap();
@@ -135,6 +136,7 @@ fn components_add_up_to_every_transactions_round_trip() {
 /// server-application component by 2 ms and no other component by more than 0.3 ms.
 #[test]
 fn a_thinking_server_moves_only_the_server_application() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR"] {
         let quick = anatomy(&s, &["-t", test, "-l", "1", "-T", "0,0"]);
@@ -168,6 +170,7 @@ fn a_thinking_server_moves_only_the_server_application() {
 /// and only the spin is checked.
 #[test]
 fn wake_ups_carry_the_cost_of_crossing_cpus() {
+    let _busy = common::serial::busy();
     if !common::two_cpus("wake_ups_carry_the_cost_of_crossing_cpus") {
         return;
     }
@@ -254,6 +257,7 @@ fn has_thread(pid: u32, name: &str) -> bool {
 /// transaction, and none can make two.
 #[test]
 fn migrations_are_the_moves_the_test_made() {
+    let _busy = common::serial::busy();
     if !common::two_cpus("migrations_are_the_moves_the_test_made") {
         return;
     }
@@ -308,6 +312,7 @@ fn lab_rr(lab: &Lab, args: &[&str]) -> serde_json::Value {
 /// (500 µs; their wake-ups swing by ~100 µs with what else the 2 vCPUs run).
 #[test]
 fn the_network_component_is_the_labs_path() {
+    let _busy = common::serial::busy();
     if !privileged("the_network_component_is_the_labs_path") {
         return;
     }
@@ -338,6 +343,7 @@ fn the_network_component_is_the_labs_path() {
 /// too, hence the small slack).
 #[test]
 fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
+    let _busy = common::serial::busy();
     if !privileged("udp_one_way_delays_and_losses_are_the_labs_per_direction") {
         return;
     }
@@ -379,6 +385,7 @@ fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
 /// RTT, and no second one before the first RTO.
 #[test]
 fn retransmissions_are_the_kernels_at_the_models_timers() {
+    let _busy = common::serial::busy();
     if !privileged("retransmissions_are_the_kernels_at_the_models_timers") {
         return;
     }
@@ -501,6 +508,7 @@ fn retransmissions_are_the_kernels_at_the_models_timers() {
 /// the control connection's messages: about 16, so at 5 % loss a few at most).
 #[test]
 fn long_messages_retransmissions_are_the_kernels() {
+    let _busy = common::serial::busy();
     if !privileged("long_messages_retransmissions_are_the_kernels") {
         return;
     }
@@ -545,6 +553,7 @@ fn long_messages_retransmissions_are_the_kernels() {
 /// a dozen responses lost in 120; the requests and their ACKs all arrive).
 #[test]
 fn tcp_crr_counts_the_responses_sent_again() {
+    let _busy = common::serial::busy();
     if !privileged("tcp_crr_counts_the_responses_sent_again") {
         return;
     }
@@ -594,6 +603,7 @@ fn tcp_crr_counts_the_responses_sent_again() {
 /// last transactions and the control connection's messages.
 #[test]
 fn delayed_acks_are_the_servers_timer() {
+    let _busy = common::serial::busy();
     if !privileged("delayed_acks_are_the_servers_timer") {
         return;
     }
@@ -650,6 +660,7 @@ fn delayed_acks_are_the_servers_timer() {
 /// client_send, and each is named with the delayed ACK.
 #[test]
 fn a_delayed_ack_on_the_path_is_named() {
+    let _busy = common::serial::busy();
     if !privileged("a_delayed_ack_on_the_path_is_named") {
         return;
     }
@@ -714,6 +725,7 @@ fn a_delayed_ack_on_the_path_is_named() {
 /// five is its round trip, which rr's own histogram has at the same median within 2 %).
 #[test]
 fn tcp_crr_adds_the_handshake() {
+    let _busy = common::serial::busy();
     if !privileged("tcp_crr_adds_the_handshake") {
         return;
     }
@@ -768,6 +780,7 @@ fn tcp_crr_adds_the_handshake() {
 /// TCP_CRR's handshake). TCP_RR: its retransmissions and delayed ACKs, no one-way view.
 #[test]
 fn each_protocol_shows_what_it_has() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let text = |test: &str| {
         let o = s.rr(&["-t", test, "-n", "2000", "--anatomy"]);

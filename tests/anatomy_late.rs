@@ -2,6 +2,7 @@
 //! reply in every count, a transaction with its round trip and its anatomy, and not
 //! a loss in either direction. The witness is the wire: tcpdump in both hosts.
 
+use crate::common;
 use crate::common::{assert_schema, privileged, Lab, Tcpdump};
 use std::time::Duration;
 
@@ -72,6 +73,7 @@ fn datagrams(pcap: &std::path::Path) -> Vec<(f64, usize, u64)> {
 /// one-way delays are the configured path's.
 #[test]
 fn late_udp_replies_are_late_not_lost() {
+    let _busy = common::serial::busy();
     if !privileged("late_udp_replies_are_late_not_lost") {
         return;
     }
@@ -219,6 +221,7 @@ impl Rfc6298 {
 /// direction loses any; every answered transaction is taken apart.
 #[test]
 fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
+    let _busy = common::serial::busy();
     if !privileged("replies_pushed_past_the_adaptive_timeout_are_late_not_lost") {
         return;
     }

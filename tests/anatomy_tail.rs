@@ -110,6 +110,7 @@ fn running_count_rule(rtts: &[u64]) -> u64 {
 /// discarded. By count and by time.
 #[test]
 fn the_tail_under_loss_is_the_logs_top_one_percent() {
+    let _busy = common::serial::busy();
     if !privileged("the_tail_under_loss_is_the_logs_top_one_percent") {
         return;
     }
@@ -124,6 +125,7 @@ fn the_tail_under_loss_is_the_logs_top_one_percent() {
 /// the server waits for its CPU now and then, a few ms each time. By count and by time.
 #[test]
 fn the_tail_under_a_cpu_hog_is_the_logs_top_one_percent() {
+    let _machine = common::serial::machine();
     if !privileged("the_tail_under_a_cpu_hog_is_the_logs_top_one_percent") {
         return;
     }

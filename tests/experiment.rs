@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Skip without privileges; else hold the lock and give a scratch directory.
-fn start(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, tempfile::TempDir)> {
+fn start(test: &str) -> Option<(common::serial::Token, tempfile::TempDir)> {
     if !privileged(test) {
         return None;
     }

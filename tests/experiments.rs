@@ -40,6 +40,7 @@ fn run(args: &[&str], dir: &Path) -> String {
 
 #[test]
 fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
+    let _busy = common::serial::busy();
     if !privileged("resreq_interval_shows_the_servers_srtt_holding_the_clients_wait") {
         return;
     }
@@ -123,6 +124,7 @@ fn resreq_interval_shows_the_servers_srtt_holding_the_clients_wait() {
 
 #[test]
 fn interval_sweep_records_both_tools_at_every_interval() {
+    let _busy = common::serial::busy();
     if !privileged("interval_sweep_records_both_tools_at_every_interval") {
         return;
     }
@@ -186,6 +188,7 @@ fn interval_sweep_records_both_tools_at_every_interval() {
 
 #[test]
 fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval() {
+    let _busy = common::serial::busy();
     if !privileged(
         "repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interval",
     ) {
@@ -264,6 +267,7 @@ fn repeated_trials_run_in_a_seeded_order_and_report_each_cells_median_and_interv
 
 #[test]
 fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
+    let _busy = common::serial::busy();
     if !privileged("syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies") {
         return;
     }
@@ -342,6 +346,7 @@ fn syn_rto_override_cuts_a_lost_syns_second_to_its_jiffies() {
 
 #[test]
 fn passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits() {
+    let _busy = common::serial::busy();
     if !privileged("passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits") {
         return;
     }

@@ -8,6 +8,7 @@ use crate::common::{json, NetnsPair};
 
 #[test]
 fn every_test_type_across_namespaces_ipv4_and_ipv6() {
+    let _busy = common::serial::busy();
     if !common::privileged("every_test_type_across_namespaces_ipv4_and_ipv6") {
         return;
     }
@@ -30,6 +31,7 @@ fn every_test_type_across_namespaces_ipv4_and_ipv6() {
 
 #[test]
 fn remote_retransmits_rise_when_the_server_loses_packets() {
+    let _busy = common::serial::busy();
     if !common::privileged("remote_retransmits_rise_when_the_server_loses_packets") {
         return;
     }
@@ -68,6 +70,7 @@ fn remote_retransmits_rise_when_the_server_loses_packets() {
 
 #[test]
 fn ping_loss_matches_the_firewalls_count() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_loss_matches_the_firewalls_count") {
         return;
     }
@@ -101,6 +104,7 @@ fn ping_loss_matches_the_firewalls_count() {
 
 #[test]
 fn ping_uses_datagram_sockets_where_ping_group_range_allows() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_uses_datagram_sockets_where_ping_group_range_allows") {
         return;
     }
@@ -133,6 +137,7 @@ fn ping_uses_datagram_sockets_where_ping_group_range_allows() {
 /// itself — reads low). Witness: iputils ping's per-reply `time=`.
 #[test]
 fn ping_agrees_with_iputils_ping() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_agrees_with_iputils_ping") {
         return;
     }
@@ -188,6 +193,7 @@ fn ping_agrees_with_iputils_ping() {
 
 #[test]
 fn tcpinfo_looks_inside_a_named_namespace() {
+    let _busy = common::serial::busy();
     if !common::privileged("tcpinfo_looks_inside_a_named_namespace") {
         return;
     }
@@ -287,6 +293,7 @@ fn parse_iputils(text: &str) -> IputilsOutput {
 /// exit statuses agree when nothing comes back (1) and on an error (2).
 #[test]
 fn ping_is_a_drop_in_for_iputils() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_is_a_drop_in_for_iputils") {
         return;
     }
@@ -432,6 +439,7 @@ fn on_the_wire(ns: &str, dev: &str, filter: &str, f: impl FnOnce()) -> Vec<Strin
 /// in each direction; which link carried the test).
 #[test]
 fn rr_traffic_class_and_path_reach_the_wire() {
+    let _busy = common::serial::busy();
     if !common::privileged("rr_traffic_class_and_path_reach_the_wire") {
         return;
     }

@@ -102,6 +102,7 @@ fn stem(capture: &str) -> &str {
 
 #[test]
 fn ts_engine_under_pppings_rule_reports_what_pping_reports() {
+    let _busy = common::serial::busy();
     for cap in CAPTURES {
         // pping forgets a flow after 300 s of silence (flowMaxIdle), rttlab by default
         // after 10 s: the control connection of crr-gw is silent for 14 s.
@@ -155,6 +156,7 @@ fn ts_engine_under_pppings_rule_reports_what_pping_reports() {
 /// as above: libtins dropped its cut packets, so pping's counts there miss them.
 #[test]
 fn passive_prints_ppings_lines_to_the_character() {
+    let _busy = common::serial::busy();
     let flow = |l: &str| l.rsplit(' ').next().unwrap_or("").to_string();
     for cap in CAPTURES {
         let kept = |l: &&str| !(cap.starts_with("rr-v6") && flow(l).contains(":12866"));
@@ -225,6 +227,7 @@ fn tshark_samples(name: &str) -> Vec<(u64, u64)> {
 
 #[test]
 fn seq_engine_under_wiresharks_rules_reports_what_tshark_reports_to_the_nanosecond() {
+    let _busy = common::serial::busy();
     for cap in CAPTURES {
         let (samples, _, _) = analyse(cap, seq_only(seq::Rules::WIRESHARK));
         let mut ours: Vec<(u64, u64)> = samples.iter().map(|s| (s.ts_ns, s.rtt_ns)).collect();
@@ -241,6 +244,7 @@ fn seq_engine_under_wiresharks_rules_reports_what_tshark_reports_to_the_nanoseco
 
 #[test]
 fn seq_engine_departs_from_wireshark_only_by_karn_and_sack() {
+    let _busy = common::serial::busy();
     // The lossy bulk transfer: nftables dropped 3 % of the data on its way into b.
     let cap = "bulk-loss-gw.pcap.gz";
     let (samples, c, _) = analyse(cap, seq_only(seq::Rules::RTTLAB));
@@ -272,6 +276,7 @@ fn seq_engine_departs_from_wireshark_only_by_karn_and_sack() {
 
 #[test]
 fn the_data_rule_drops_pure_ack_tsvals_and_never_reports_more_than_pping() {
+    let _busy = common::serial::busy();
     // Request/response: where both rules time the same echo, rttlab's TSval is the
     // request's (a data segment), pping's may be an earlier pure ACK's: never longer.
     let (data, _, _) = analyse("rr-v4-gw.pcap.gz", ts_only(ts::Record::Data));
@@ -311,6 +316,7 @@ fn median_us(v: &mut [u64]) -> f64 {
 
 #[test]
 fn an_end_host_capture_labels_the_hosts_own_answers_as_local() {
+    let _busy = common::serial::busy();
     // The same TCP_RR traffic, captured on host a (198.18.0.1) and on the router.
     // The lab delays each direction by 1 ms in the router.
     let a: std::net::IpAddr = "198.18.0.1".parse().unwrap();
@@ -367,6 +373,7 @@ fn an_end_host_capture_labels_the_hosts_own_answers_as_local() {
 
 #[test]
 fn the_sampled_metric_reads_a_sub_millisecond_rtt_as_half_a_millisecond() {
+    let _busy = common::serial::busy();
     // Seed 000: TCP saw 0.1–0.2 ms, the cloud metric's median said 0.5 ms. Here the
     // "VM" is host a: its requests going out, the responses' ACKs coming back.
     let cfg = Config {
@@ -399,6 +406,7 @@ fn the_sampled_metric_reads_a_sub_millisecond_rtt_as_half_a_millisecond() {
 
 #[test]
 fn counters_account_for_every_packet_and_flows_close() {
+    let _busy = common::serial::busy();
     let (_, c, a) = analyse("crr-gw.pcapng.gz", Config::default());
     let skipped: u64 = c.skipped.iter().map(|x| x.1).sum();
     assert_eq!(c.packets, c.tcp + c.not_tcp + c.filtered + skipped);
@@ -420,6 +428,7 @@ fn rttlab(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn the_cli_reads_gzip_stdin_and_prints_pping_lines_summaries_and_json() {
+    let _busy = common::serial::busy();
     let file = corpus("rr-v4-gw.pcap.gz");
     let f = file.to_str().unwrap();
     let o = rttlab(&["passive", "-r", f]);
@@ -487,6 +496,7 @@ fn the_cli_reads_gzip_stdin_and_prints_pping_lines_summaries_and_json() {
 
 #[test]
 fn bad_input_is_one_line_keeps_what_was_read_and_fails() {
+    let _busy = common::serial::busy();
     let dir = tempfile::tempdir().unwrap();
     // Cut mid-record: the samples before the cut are printed, then where and why.
     let raw = capture_bytes("rr-v4-gw.pcap.gz");
@@ -524,6 +534,7 @@ fn bad_input_is_one_line_keeps_what_was_read_and_fails() {
 
 #[test]
 fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
+    let _busy = common::serial::busy();
     live_matches_tcpdump("ring", "0 dropped");
 }
 
@@ -532,6 +543,7 @@ fn live_capture_in_a_namespace_matches_the_same_traffic_captured_by_tcpdump() {
 /// µs of each other).
 #[test]
 fn the_in_kernel_engine_live_matches_the_same_traffic_captured_by_tcpdump() {
+    let _busy = common::serial::busy();
     live_matches_tcpdump("bpf", "in-kernel engine (");
 }
 
@@ -709,6 +721,7 @@ fn live_matches_tcpdump(engine: &str, stderr_says: &str) {
 
 #[test]
 fn live_capture_without_cap_net_raw_says_so_in_one_line() {
+    let _busy = common::serial::busy();
     if !privileged("live_capture_without_cap_net_raw_says_so_in_one_line") {
         return;
     }
@@ -733,6 +746,7 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
 /// Witness: the exit status and what was printed.
 #[test]
 fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
+    let _busy = common::serial::busy();
     let raw = capture_bytes("rr-v4-gw.pcap.gz");
     assert_eq!(
         &raw[..4],
@@ -792,6 +806,7 @@ fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
 /// still open, and the same line the whole file gives as its first.
 #[test]
 fn a_pipe_gets_its_sample_lines_as_they_are_made() {
+    let _busy = common::serial::busy();
     use std::io::{BufRead, Write};
     let whole = capture_bytes("rr-v4-gw.pcap.gz");
     // The pcap header and its first 100 records (16-byte record header + caplen).
@@ -845,6 +860,7 @@ fn a_pipe_gets_its_sample_lines_as_they_are_made() {
 /// is compared on its count across both neighbours only).
 #[test]
 fn summary_intervals_agree_with_pping_bucketed_by_time() {
+    let _busy = common::serial::busy();
     use std::collections::BTreeMap;
     const LEN_US: u64 = 200_000;
     let o = Command::new(bin())

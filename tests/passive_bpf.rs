@@ -135,6 +135,7 @@ fn compare(name: &str, cfg: &Config) -> usize {
 /// bucket, with the same exact count, sum, minimum and maximum.
 #[test]
 fn the_kernels_histograms_per_prefix_are_the_user_space_aggregation() {
+    let _busy = common::serial::busy();
     use rttlab::kernel::passive_bpf::Aggregation;
     use rttlab::passive::aggregate::{self, Aggregator};
     if !common::privileged("passive_bpf::aggregate") {
@@ -209,6 +210,7 @@ const CORPUS: [&str; 6] = [
 
 #[test]
 fn the_kernel_engine_gives_the_user_space_engines_samples_on_the_corpus() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::corpus") {
         return;
     }
@@ -705,6 +707,7 @@ fn trace_of(link: rttlab::wire::LinkType, frames: &[(u64, Vec<u8>)]) -> String {
 /// the same samples, flow counts and engine counters.
 #[test]
 fn generated_conversations_give_the_same_samples_on_both_engines() {
+    let _busy = common::serial::busy();
     use proptest::test_runner::{Config as RunnerConfig, TestRunner};
     use rttlab::wire::LinkType;
     use std::cell::RefCell;
@@ -1047,6 +1050,7 @@ fn warm_up_frames(round: u32) -> Vec<Vec<u8>> {
 /// user-space engine gives on the file (no frame lost on the way).
 #[test]
 fn both_engines_on_a_live_interface_give_the_same_samples_on_the_replayed_corpus() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::live_replay") {
         return;
     }
@@ -1236,6 +1240,7 @@ fn clsact_qdisc(ns: &str, dev: &str) -> bool {
 /// Nothing is pinned either way.
 #[test]
 fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::kill") {
         return;
     }
@@ -1342,6 +1347,7 @@ fn a_killed_engine_leaves_nothing_revert_cannot_remove() {
 /// is left for `tune revert --all`.
 #[test]
 fn a_closed_pipe_ends_the_run_detached() {
+    let _busy = common::serial::busy();
     use std::io::BufRead;
     if !common::privileged("passive_bpf::closed_pipe") {
         return;
@@ -1397,6 +1403,7 @@ fn a_closed_pipe_ends_the_run_detached() {
 /// samples are the proof the frames were seen).
 #[test]
 fn the_start_line_comes_once_the_engine_listens() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::start_line") {
         return;
     }
@@ -1436,6 +1443,7 @@ fn the_start_line_comes_once_the_engine_listens() {
 /// `tune revert --all`.
 #[test]
 fn two_clsact_runs_leave_no_qdisc_whichever_stops_first() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::two_clsact") {
         return;
     }
@@ -1484,6 +1492,7 @@ fn two_clsact_runs_leave_no_qdisc_whichever_stops_first() {
 /// for by name, the in-kernel engine is an error before anything is measured (2).
 #[test]
 fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::fallback") {
         return;
     }
@@ -1528,6 +1537,7 @@ fn without_cap_bpf_the_engine_falls_back_to_the_ring_with_one_line() {
 /// says so before loading and the ring (given CAP_NET_RAW) runs instead.
 #[test]
 fn the_named_capabilities_are_enough_for_a_user_that_is_not_root() {
+    let _busy = common::serial::busy();
     use std::os::unix::fs::PermissionsExt;
     if !common::privileged("passive_bpf::capabilities") {
         return;
@@ -1575,6 +1585,7 @@ fn the_named_capabilities_are_enough_for_a_user_that_is_not_root() {
 /// the same reason and give the same samples; the kernel's program must never fail.
 #[test]
 fn damaged_frames_are_skipped_alike_by_both_engines() {
+    let _busy = common::serial::busy();
     use proptest::prelude::*;
     use proptest::test_runner::{Config as RunnerConfig, RngAlgorithm, TestRng, TestRunner};
     use rttlab::wire::LinkType;
@@ -1768,6 +1779,7 @@ fn damaged_frames_are_skipped_alike_by_both_engines() {
 /// programs, give the same lines but for the engine that made them.
 #[test]
 fn the_cli_aggregates_a_file_alike_on_both_engines() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::cli_aggregate") {
         return;
     }
@@ -1855,6 +1867,7 @@ fn scrape(ns: &str, port: u16, name: &str) -> Vec<(String, f64)> {
 /// both agents watch the interface at once.
 #[test]
 fn the_agents_passive_layers_count_on_both_engines_what_the_file_gives() {
+    let _busy = common::serial::busy();
     if !common::privileged("passive_bpf::agent_engines") {
         return;
     }
@@ -2016,6 +2029,7 @@ fn the_agents_passive_layers_count_on_both_engines_what_the_file_gives() {
 /// the run blocked writing its start line, with the programs attached).
 #[test]
 fn a_full_stderr_does_not_hold_the_run_before_it_measures() {
+    let _busy = common::serial::busy();
     use std::io::{BufRead, Read, Write};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     if !common::privileged("passive_bpf::full_stderr") {

@@ -121,6 +121,7 @@ fn through_tcpdump(file: &Path, expression: &str, args: &[&str]) -> Output {
 /// byte for byte) as rttlab filtering the file itself.
 #[test]
 fn file_expressions_keep_what_tcpdump_keeps_sample_for_sample() {
+    let _busy = common::serial::busy();
     if !privileged("file_expressions_keep_what_tcpdump_keeps_sample_for_sample") {
         return;
     }
@@ -211,6 +212,7 @@ fn ports(v: &serde_json::Value) -> [u16; 2] {
 /// it gives the samples to compare), and the kernel's PACKET_STATISTICS.
 #[test]
 fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
+    let _busy = common::serial::busy();
     if !privileged("live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps") {
         return;
     }
@@ -327,6 +329,7 @@ fn live_expression_runs_in_the_kernel_and_keeps_what_tcpdump_keeps() {
 /// clock.
 #[test]
 fn snaplen_0_live_captures_for_its_duration() {
+    let _busy = common::serial::busy();
     if !privileged("snaplen_0_live_captures_for_its_duration") {
         return;
     }
@@ -357,6 +360,7 @@ fn snaplen_0_live_captures_for_its_duration() {
 /// privilege). Witness: tcpdump's message for the same expression (`tcpdump -d`).
 #[test]
 fn an_invalid_expression_exits_2_with_libpcaps_message_on_one_line() {
+    let _busy = common::serial::busy();
     let expression = "tcp prot 80";
     let tcpdump = Command::new("tcpdump").args(["-d", expression]).output();
     let libpcap = tcpdump.ok().and_then(|o| {

@@ -84,11 +84,20 @@ fn run(ns: Option<&str>, prog: &str, args: &[&str]) -> (Option<i32>, String, Str
     )
 }
 
-/// iputils and rttlab with the same flags: the same status and, times masked and
-/// rttlab's block cut, the same lines in the same order, the same last line.
+/// iputils and rttlab with the same flags, side by side (each takes only the replies
+/// to its own identifier, as it must beside any other ping; one after the other when
+/// `-e` gives both the same): the same status and, times masked and rttlab's block
+/// cut, the same lines in the same order, the same last line.
 fn same_as_iputils(ns: Option<&str>, args: &[&str]) {
-    let (their_code, theirs, their_err) = run(ns, "ping", args);
-    let (our_code, ours, our_err) = run(ns, "rttlab", args);
+    let ((their_code, theirs, their_err), (our_code, ours, our_err)) = if args.contains(&"-e") {
+        (run(ns, "ping", args), run(ns, "rttlab", args))
+    } else {
+        std::thread::scope(|s| {
+            let iputils = s.spawn(|| run(ns, "ping", args));
+            let ours = run(ns, "rttlab", args);
+            (iputils.join().unwrap(), ours)
+        })
+    };
     let (mut t, mut o) = (masked(&theirs), without_rttlab_block(&masked(&ours)));
     // -f and -A send the next request once a reply is in (or 10 ms later): a reply
     // slower than that on a loaded machine puts a `, pipe 2` on either tool's line.
@@ -110,6 +119,7 @@ fn same_as_iputils(ns: Option<&str>, args: &[&str]) {
 /// Loopback as root, both families: every flag both implement, alone or together.
 #[test]
 fn ping_prints_what_iputils_prints_on_loopback() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_prints_what_iputils_prints_on_loopback") {
         return;
     }
@@ -151,6 +161,7 @@ fn ping_prints_what_iputils_prints_on_loopback() {
 /// ends at the deadline with status 1.
 #[test]
 fn ping_loses_what_iputils_loses() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_loses_what_iputils_loses") {
         return;
     }
@@ -193,6 +204,7 @@ fn ping_loses_what_iputils_loses() {
 /// `Destination unreachable: Address unreachable`) and `+1 errors`; so does rttlab.
 #[test]
 fn ping_reports_the_errors_iputils_reports() {
+    let _busy = common::serial::busy();
     if !common::privileged("ping_reports_the_errors_iputils_reports") {
         return;
     }
@@ -218,6 +230,7 @@ fn ping_reports_the_errors_iputils_reports() {
 /// says "received".
 #[test]
 fn the_last_line_is_the_rtt_line() {
+    let _busy = common::serial::busy();
     if !common::privileged("the_last_line_is_the_rtt_line") {
         return;
     }
@@ -234,6 +247,7 @@ fn the_last_line_is_the_rtt_line() {
 /// sent.
 #[test]
 fn refused_flags_say_why() {
+    let _busy = common::serial::busy();
     for (flags, says) in [
         (&["-b"][..], "broadcast"),
         (&["-T", "tsprespec"], "tsandaddr"),
@@ -257,6 +271,7 @@ fn refused_flags_say_why() {
 /// run where one target never answers.
 #[test]
 fn several_targets_print_what_fping_prints() {
+    let _busy = common::serial::busy();
     if !common::privileged("several_targets_print_what_fping_prints") {
         return;
     }

@@ -8,6 +8,7 @@
 //! - its pixels: a screenshot, in which each series' colour is counted inside the plot
 //!   frame it is drawn in (the legend's swatches are outside every frame).
 
+use crate::common;
 use crate::common::{bin, privileged};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -346,6 +347,7 @@ fn compare_run() -> &'static Path {
 /// whole bar at P99.9 taller than at P50, one scale for all).
 #[test]
 fn a_compare_report_shows_every_layer_apart_in_headless_chromium() {
+    let _machine = common::serial::machine();
     if !privileged("a_compare_report_shows_every_layer_apart_in_headless_chromium") {
         return;
     }
@@ -415,6 +417,7 @@ fn a_compare_report_shows_every_layer_apart_in_headless_chromium() {
 /// exponent form, none overlapping another, none outside its chart.
 #[test]
 fn a_compare_reports_labels_keep_apart_in_headless_chromium() {
+    let _machine = common::serial::machine();
     if !privileged("a_compare_reports_labels_keep_apart_in_headless_chromium") {
         return;
     }
@@ -428,6 +431,7 @@ fn a_compare_reports_labels_keep_apart_in_headless_chromium() {
 /// form, none overlapping another, none outside its chart.
 #[test]
 fn every_experiments_labels_keep_apart_in_headless_chromium() {
+    let _machine = common::serial::machine();
     if !have_chromium("every_experiments_labels_keep_apart_in_headless_chromium") {
         return;
     }

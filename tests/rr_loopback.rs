@@ -16,6 +16,7 @@ fn stderr(o: &std::process::Output) -> String {
 
 #[test]
 fn every_test_type_runs_exactly_n_transactions() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
         let v = json(&s.rr(&["-t", test, "-n", "500", "--json"]));
@@ -38,6 +39,7 @@ fn every_test_type_runs_exactly_n_transactions() {
 
 #[test]
 fn tcp_rr_latency_is_bounded_below_by_the_kernels_rtt() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let v = json(&s.rr(&["-n", "2000", "--json"]));
     // tcp_info.min_rtt is the kernel's lowest send→ACK time on this socket; a
@@ -58,6 +60,7 @@ fn tcp_rr_latency_is_bounded_below_by_the_kernels_rtt() {
 
 #[test]
 fn streams_split_the_count() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
         let v = json(&s.rr(&["-t", test, "-n", "1000", "--streams", "3", "--json"]));
@@ -68,6 +71,7 @@ fn streams_split_the_count() {
 
 #[test]
 fn selectors_print_in_the_order_given() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let o = s.rr(&[
         "-n",
@@ -92,6 +96,7 @@ fn selectors_print_in_the_order_given() {
 
 #[test]
 fn csv_has_a_value_for_every_name() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let o = s.rr(&["-n", "50", "--csv"]);
     let text = String::from_utf8(o.stdout).unwrap();
@@ -103,6 +108,7 @@ fn csv_has_a_value_for_every_name() {
 
 #[test]
 fn udp_loss_is_counted_when_the_server_drops() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let v = json(&s.rr(&[
         "-t",
@@ -131,6 +137,7 @@ fn udp_loss_is_counted_when_the_server_drops() {
 /// length against the ≥ 40 s that 40 one-second timeouts would take.
 #[test]
 fn udp_rr_timeout_adapts_so_a_loss_costs_a_round_trip() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let v = json(&s.rr(&["-t", "UDP_RR", "-n", "400", "--udp-drop", "1/10", "--json"]));
     let n = |k: &str| v["udp"][k].as_u64().unwrap();
@@ -145,6 +152,7 @@ fn udp_rr_timeout_adapts_so_a_loss_costs_a_round_trip() {
 
 #[test]
 fn pacing_excludes_the_wait_from_latency() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for pace in ["sleep", "hybrid", "spin"] {
         let v = json(&s.rr(&["-n", "50", "-w", "5ms", "--pace", pace, "--json"]));
@@ -176,6 +184,7 @@ fn pacing_excludes_the_wait_from_latency() {
 /// the kernel's stamps and the server's trailers can raise.
 #[test]
 fn every_closed_loop_paces_counts_and_stamps_alike() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR", "TCP_CRR"] {
         for anatomy in [false, true] {
@@ -215,6 +224,7 @@ fn every_closed_loop_paces_counts_and_stamps_alike() {
 
 #[test]
 fn open_loop_reports_service_and_intended_times() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR"] {
         let v = json(&s.rr(&["-t", test, "--rate", "2000/s", "-l", "1", "--json"]));
@@ -230,6 +240,7 @@ fn open_loop_reports_service_and_intended_times() {
 
 #[test]
 fn histogram_and_hdr_log() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("rr.hlog");
@@ -255,6 +266,7 @@ fn histogram_and_hdr_log() {
 
 #[test]
 fn without_host_an_in_process_server_is_used() {
+    let _busy = common::serial::busy();
     let o = Command::new(bin())
         .args([
             "rr",
@@ -300,6 +312,7 @@ fn fails_with(args: &[&str], needle: &str) {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
+    let _busy = common::serial::busy();
     fails_with(
         &["rr", "-n", "5", "-o", "P50_LATENCY,BOGUS"],
         "unknown output selector \"BOGUS\"",
@@ -326,6 +339,7 @@ fn bad_input_gets_one_clear_line() {
 /// A fake server speaking protocol version 99.
 #[test]
 fn version_mismatch_is_named() {
+    let _busy = common::serial::busy();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let fake = std::thread::spawn(move || {
@@ -359,6 +373,7 @@ fn version_mismatch_is_named() {
 
 #[test]
 fn a_server_killed_mid_test_leaves_a_partial_result_and_an_error() {
+    let _busy = common::serial::busy();
     let mut srv = ServeChild::start(&[]);
     let client = srv.spawn_rr(&["-l", "10", "-o", "TRANSACTIONS"]);
     std::thread::sleep(Duration::from_millis(800));
@@ -377,6 +392,7 @@ fn a_server_killed_mid_test_leaves_a_partial_result_and_an_error() {
 
 #[test]
 fn ctrl_c_prints_what_was_measured() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&[]);
     let client = srv.spawn_rr(&["-l", "30", "-o", "TRANSACTIONS,ELAPSED_TIME"]);
     std::thread::sleep(Duration::from_millis(700));
@@ -398,6 +414,7 @@ fn ctrl_c_prints_what_was_measured() {
 
 #[test]
 fn completions_and_help() {
+    let _busy = common::serial::busy();
     let o = Command::new(bin())
         .args(["completions", "bash"])
         .output()
@@ -410,6 +427,7 @@ fn completions_and_help() {
 
 #[test]
 fn broken_pipe_exits_quietly() {
+    let _busy = common::serial::busy();
     let o = Command::new("bash")
         .arg("-c")
         .arg(format!(
@@ -428,6 +446,7 @@ fn broken_pipe_exits_quietly() {
 
 #[test]
 fn a_frozen_server_cannot_hang_the_client() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&[]);
     let client = srv.spawn_rr(&["-l", "1", "-o", "TRANSACTIONS"]);
     std::thread::sleep(Duration::from_millis(300));
@@ -456,6 +475,7 @@ fn a_frozen_server_cannot_hang_the_client() {
 /// `io::Error` for the same connect).
 #[test]
 fn a_refused_connection_is_one_line_naming_the_cause_once() {
+    let _busy = common::serial::busy();
     // A port nothing listens on: bound and held without listen(), so that no test
     // running beside this one can take it (a port bound and closed could be reused).
     let hold = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
@@ -482,6 +502,7 @@ fn a_refused_connection_is_one_line_naming_the_cause_once() {
 /// (95 %, 2–4 degrees of freedom: 4.303, 3.182, 2.776).
 #[test]
 fn confidence_iterations_follow_netperfs_rule() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let v = json(&s.rr(&["-n", "300", "-I", "95,50", "-i", "5,3", "--json"]));
     let c = &v["confidence"];
@@ -545,6 +566,7 @@ fn confidence_iterations_follow_netperfs_rule() {
 /// the run's, and to more than half of it over a 3 s run with 1 s intervals).
 #[test]
 fn interim_results_every_interval_and_pure_json_lines() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let o = s.rr(&["-l", "3", "-w", "1ms", "-D", "1", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -586,6 +608,7 @@ fn interim_results_every_interval_and_pure_json_lines() {
 /// machine over nearly the same window, so the two utilisations agree.
 #[test]
 fn cpu_utilisation_and_service_demand_as_netperf_reports_them() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let v = json(&s.rr(&["-l", "2", "-c", "-C", "--json"]));
     let (l, r) = (&v["local_cpu"], &v["remote_cpu"]);
@@ -636,6 +659,7 @@ fn raw_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 /// the server's kernel stamps, which must fall inside the client's round trip.
 #[test]
 fn the_raw_log_has_a_line_per_request_sent_and_its_arithmetic_holds() {
+    let _busy = common::serial::busy();
     let s = ServeChild::start(&[]);
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("raw.jsonl");
@@ -737,6 +761,7 @@ fn the_raw_log_has_a_line_per_request_sent_and_its_arithmetic_holds() {
 /// clock (a 5 s run that ends at once).
 #[test]
 fn a_raw_log_that_cannot_be_made_is_one_line_and_exit_2() {
+    let _busy = common::serial::busy();
     use std::os::unix::fs::FileTypeExt;
     let s = ServeChild::start(&[]);
     let dir = tempfile::tempdir().unwrap();

@@ -175,6 +175,7 @@ fn flood(port: u16, deadline: Duration) -> (Attack, Arc<AtomicU64>, Arc<AtomicU6
 /// bounded; run once without and once with a secret.
 #[test]
 fn a_client_is_served_through_idle_slow_and_garbage_floods() {
+    let _busy = common::serial::busy();
     raise_fd_limit();
     let key = secret_file("flood secret");
     for secret in [false, true] {
@@ -237,6 +238,7 @@ fn a_client_is_served_through_idle_slow_and_garbage_floods() {
 
 #[test]
 fn hostile_frames_get_an_error_and_the_server_keeps_serving() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&[]);
     for bytes in [
         &u32::MAX.to_be_bytes()[..],
@@ -263,6 +265,7 @@ fn hostile_frames_get_an_error_and_the_server_keeps_serving() {
 /// One byte a second cannot stretch the handshake: the deadline is for all of it.
 #[test]
 fn a_slow_handshake_is_cut_at_the_deadline() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--handshake-timeout", "2s"]);
     let mut c = connect_from(2, srv.port).unwrap();
     let hello = br#"{"type":"hello","magic":"rttlab","version":2,"nonce_hex":""}"#;
@@ -330,6 +333,7 @@ fn auth_attempt(from: u8, port: u16, proof: &[u8]) -> String {
 
 #[test]
 fn secrets_are_proved_both_ways_and_guessing_is_rate_limited() {
+    let _busy = common::serial::busy();
     let key = secret_file("correct horse");
     let path = key.path().to_str().unwrap();
     let srv = ServeChild::start(&["--secret-file", path]);
@@ -451,6 +455,7 @@ fn tampering_relay(server: u16, nth: usize, to_server: bool) -> (u16, thread::Jo
 
 #[test]
 fn a_frame_altered_after_authentication_ends_the_conversation() {
+    let _busy = common::serial::busy();
     let key = secret_file("relay secret");
     let path = key.path().to_str().unwrap();
     let srv = ServeChild::start(&["--secret-file", path]);
@@ -490,6 +495,7 @@ fn a_frame_altered_after_authentication_ends_the_conversation() {
 
 #[test]
 fn data_ports_outside_the_range_or_held_by_others_are_refused() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--data-ports", "20000-20999"]);
     let o = srv.rr(&["-n", "5", "-P", "79"]);
     assert!(
@@ -534,6 +540,7 @@ fn data_ports_outside_the_range_or_held_by_others_are_refused() {
 
 #[test]
 fn congestion_control_cpus_and_budgets_are_checked_before_anything_opens() {
+    let _busy = common::serial::busy();
     let allowed =
         std::fs::read_to_string("/proc/sys/net/ipv4/tcp_allowed_congestion_control").unwrap();
     let available_before =
@@ -612,6 +619,7 @@ fn congestion_control_cpus_and_budgets_are_checked_before_anything_opens() {
 /// server ends the test after its idle timeout, not after the hour.
 #[test]
 fn a_silent_test_is_ended_by_the_server() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--idle-timeout", "1s"]);
     let mut c = connect_from(2, srv.port).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -653,6 +661,7 @@ fn a_silent_test_is_ended_by_the_server() {
 /// dropped. Witness: the client's transaction count.
 #[test]
 fn idle_peers_on_the_clients_own_address_do_not_lock_it_out() {
+    let _busy = common::serial::busy();
     if !common::privileged("idle_peers_on_the_clients_own_address_do_not_lock_it_out") {
         return;
     }
@@ -708,6 +717,7 @@ fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), S
 /// a legitimate `rr -n 100` refused as busy while the slots are held and served after.
 #[test]
 fn slow_control_frames_free_their_slots_by_the_tests_end() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--max-tests", "2", "--idle-timeout", "3s"]);
     let port = srv.port;
     let attackers: Vec<_> = (2..4)
@@ -776,6 +786,7 @@ fn slow_control_frames_free_their_slots_by_the_tests_end() {
 /// reply and rr's transaction count.
 #[test]
 fn one_address_holds_at_most_its_share_of_the_test_slots() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--max-tests", "4"]);
     let spec = || TestSpec::basic(TestKind::TcpRr, 1, 1, 60_000);
     let held: Vec<_> = (0..2)
@@ -809,6 +820,7 @@ fn fds_of(pid: u32) -> usize {
 /// client served again once the tests end.
 #[test]
 fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
+    let _busy = common::serial::busy();
     raise_fd_limit();
     let port = common::free_port();
     let mut cmd = Command::new(bin());
@@ -906,6 +918,7 @@ fn said_hello(from: u8, port: u16) -> TcpStream {
 /// peer that closes during the handshake names that.
 #[test]
 fn a_client_dropped_from_the_handshake_pool_is_told_it_is_busy() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--max-handshakes", "4", "--max-handshakes-per-source", "4"]);
     let mut oldest = said_hello(1, srv.port);
     let newer: Vec<TcpStream> = (0..4).map(|i| said_hello(2 + i, srv.port)).collect();
@@ -994,6 +1007,7 @@ fn a_client_dropped_from_the_handshake_pool_is_told_it_is_busy() {
 /// on, no -q), counted against the connections the flood made.
 #[test]
 fn a_flood_from_many_sources_writes_a_bounded_log() {
+    let _busy = common::serial::busy();
     let port = common::free_port();
     let log = tempfile::NamedTempFile::new().unwrap();
     let child = Command::new(bin())
@@ -1078,6 +1092,7 @@ fn threads_settle(pid: u32, want: u64) -> u64 {
 /// /proc against its count before the test, while the client still holds its streams.
 #[test]
 fn reset_strangers_and_missing_streams_leave_no_test_broken_and_no_thread_behind() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&[]);
     let pid = srv.child.id();
     let (_, idle_threads) = rss_and_threads(pid);
@@ -1149,6 +1164,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// (a spinning thread takes ~2 s; a waiting one next to nothing).
 #[test]
 fn a_reset_tcp_crr_connection_does_not_spin_the_stamped_server() {
+    let _busy = common::serial::busy();
     let srv = ServeChild::start(&["--idle-timeout", "30s"]);
     let pid = srv.child.id();
     let mut spec = TestSpec::basic(TestKind::TcpCrr, 1, 65_536, 20_000);

@@ -105,6 +105,7 @@ fn syn_gaps(n: &NetnsPair, addr: &str, secs: f64) -> Vec<f64> {
 
 #[test]
 fn syn_initial_rto_follows_the_override_on_the_wire() {
+    let _busy = common::serial::busy();
     if !common::privileged("syn_initial_rto_follows_the_override_on_the_wire") {
         return;
     }
@@ -201,6 +202,7 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
 /// the kernel's answer to that second try.
 #[test]
 fn a_refused_detach_keeps_the_pins() {
+    let _busy = common::serial::busy();
     if !common::privileged("a_refused_detach_keeps_the_pins") {
         return;
     }
@@ -246,6 +248,7 @@ fn a_refused_detach_keeps_the_pins() {
 /// the pins appearing in it.
 #[test]
 fn syn_rto_mounts_a_bpf_filesystem_where_none_is() {
+    let _busy = common::serial::busy();
     if !common::privileged("syn_rto_mounts_a_bpf_filesystem_where_none_is") {
         return;
     }

@@ -86,6 +86,7 @@ fn server_srtt(n: &NetnsPair, port: u16, wait: &str) -> f64 {
 
 #[test]
 fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
+    let _busy = common::serial::busy();
     if !common::privileged("server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer") {
         return;
     }
@@ -111,6 +112,7 @@ fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
 
 #[test]
 fn agrees_with_ss_on_the_same_socket() {
+    let _busy = common::serial::busy();
     let port = free_port();
     let client = rr_in_background(port, "200ms", "2");
     std::thread::sleep(Duration::from_millis(700));
@@ -159,6 +161,7 @@ fn agrees_with_ss_on_the_same_socket() {
 
 #[test]
 fn bad_filters_are_named() {
+    let _busy = common::serial::busy();
     for (args, needle) in [
         (vec!["tcpinfo", "--src", "10.0.0.0/33"], "prefix must be"),
         (vec!["tcpinfo", "--dst", "nonsense"], "not an address"),
@@ -180,6 +183,7 @@ fn bad_filters_are_named() {
 /// rows against the elapsed intervals, and its exit status.
 #[test]
 fn an_interval_without_a_length_streams_until_interrupted() {
+    let _busy = common::serial::busy();
     use std::io::BufRead;
     let port = free_port();
     let client = rr_in_background(port, "10ms", "4");

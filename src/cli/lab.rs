@@ -398,7 +398,7 @@ fn daemon(spec: &str) -> anyhow::Result<()> {
         Ok(l) => l,
         Err(e) => {
             outln!("error: {}", rttlab::error_chain(&e));
-            std::process::exit(1);
+            return Err(super::Exit(1).into());
         }
     };
     outln!("{}", serde_json::to_string(lab.info())?);

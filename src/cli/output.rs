@@ -41,7 +41,7 @@ impl OutputArgs {
                 text.push_str(&report::table::wrap(f, super::term_width(), "", "  "));
             }
             print!("{text}");
-            std::process::exit(0);
+            return Err(super::Exit(0).into());
         }
         Ok(if self.json {
             OutputFormat::Json

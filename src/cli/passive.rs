@@ -592,11 +592,11 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
         out.aggregated(last, &bounds, "ring");
     }
     if let Some(e) = out.error.take() {
-        return broken_pipe_or(e);
+        return write_failed(e);
     }
     if let Some(mut l) = out.lines.take() {
         if let Err(e) = l.flush() {
-            return broken_pipe_or(e);
+            return write_failed(e);
         }
     }
     let mut o = std::io::stdout().lock();
@@ -636,7 +636,7 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
                     .and_then(|()| std::fmt::Write::write_char(&mut w, '\n'))
             };
             if let Some(e) = w.error.take().or_else(|| w.w.flush().err()) {
-                return broken_pipe_or(e);
+                return write_failed(e);
             }
             written?;
         }
@@ -793,7 +793,7 @@ fn run_ring(
             out.flush_lines();
         }
         if let Some(e) = out.error.take() {
-            broken_pipe_or(e)?;
+            return write_failed(e);
         }
         match batch {
             Ok(Batch::More(_)) => {}
@@ -930,7 +930,7 @@ fn run_bpf(
             if let Some(e) = out.error.take() {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
                     drop(k);
-                    std::process::exit(0);
+                    return write_failed(e);
                 }
                 bail!("writing samples: {e}");
             }
@@ -997,7 +997,7 @@ fn run_bpf(
                     // Quietly, as the ring does, but detached first: a clsact filter
                     // would outlive the process.
                     drop(k);
-                    std::process::exit(0);
+                    return write_failed(e);
                 }
                 bail!("writing samples: {e}");
             }
@@ -1044,12 +1044,11 @@ fn write_interval(
     Ok(())
 }
 
-/// A closed stdout (`| head`) ends the run quietly; other write errors are errors.
-fn broken_pipe_or(e: std::io::Error) -> anyhow::Result<()> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    bail!("writing samples: {e}")
+/// A write to stdout failed: the run ends. A closed stdout (`| head`) ends it quietly
+/// with status 0 (`main` finds the broken pipe in the error's chain); other write
+/// errors are errors.
+fn write_failed<T>(e: std::io::Error) -> anyhow::Result<T> {
+    Err(anyhow::Error::new(e).context("writing samples"))
 }
 
 /// `fmt::Write` onto an `io::Write`, keeping the first I/O error (`fmt::Error` has

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Route Ctrl-C to `stop`: the run ends and prints what it measured. A second Ctrl-C
-/// exits at once.
+/// ends the process at once, by SIGINT's own default action (the shell sees it killed
+/// by the signal: status 130), so that nothing below `main` exits the process.
 pub fn on_interrupt(stop: impl Fn() + Send + 'static) {
     let seen = AtomicBool::new(false);
     let _ = ctrlc::set_handler(move || {
         if seen.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
+            let _ = signal_hook::low_level::emulate_default_handler(signal_hook::consts::SIGINT);
         }
         stop();
     });

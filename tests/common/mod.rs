@@ -442,13 +442,19 @@ pub fn corpus_bytes(name: &str) -> Vec<u8> {
 pub struct Lab {
     pub name: String,
     server: Option<KillOnDrop>,
+    /// Its emulator busy-polls a CPU for as long as it is up.
+    _busy: serial::Token,
 }
 
 impl Lab {
     /// `rttlab lab up --name TAG<pid> ARGS`, and a server in b.
     pub fn up(tag: &str, args: &[&str]) -> Self {
         let name = format!("{tag}{}", std::process::id() % 10_000);
-        let mut lab = Self { name, server: None };
+        let mut lab = Self {
+            name,
+            server: None,
+            _busy: serial::busy(),
+        };
         lab.cmd(
             &[
                 &["up", "--name", &lab.name.clone(), "--emulator", "poll"],

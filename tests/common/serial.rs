@@ -1,17 +1,112 @@
 //! What must not overlap in the one test process. Tests of all modules run side by
-//! side on the harness's threads (as many as CPUs, 2 here); a test that needs the
-//! machine to itself holds [`machine`] for as long as it runs.
+//! side on the harness's threads (`RUST_TEST_THREADS` in .cargo/config.toml: most
+//! tests wait on timers, peers and the kernel far more than they compute). A test that
+//! keeps a CPU busy holds [`busy`]: at most [`BUSY_AT_ONCE`] of them run at once, as
+//! when each module was its own binary run by two threads. A test that judges time to
+//! within what a busy CPU would spoil holds [`machine`]: nothing busy runs beside it,
+//! only tests that neither load a CPU for long nor judge time.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::{Condvar, Mutex, PoisonError};
 
-static MACHINE: Mutex<()> = Mutex::new(());
+/// Tests holding [`busy`] at once: one a CPU.
+pub const BUSY_AT_ONCE: usize = 2;
 
-/// Held by a test that times a path to within tens of microseconds, or that loads
-/// both CPUs with an attack (tens of clients, a replay at full speed): on 2 vCPUs two
-/// of them at once starve each other's witness (a curl bounded at 5 s, a median
-/// within 50 µs of the emulator's delay; both seen in CI on a slow day, never alone).
-/// `compare` and the experiments hold it too: each checks that its run left no lab of
-/// its kind behind, which a run beside it would have up.
-pub fn machine() -> MutexGuard<'static, ()> {
-    MACHINE.lock().unwrap_or_else(PoisonError::into_inner)
+/// Who holds the machine, across threads.
+struct Holders {
+    busy: usize,
+    machine: bool,
+    /// Threads waiting for [`machine`]: no new [`busy`] starts while there are any,
+    /// so a stream of busy tests cannot keep one that needs the machine waiting.
+    machine_waiting: usize,
+}
+
+static HOLDERS: Mutex<Holders> = Mutex::new(Holders {
+    busy: 0,
+    machine: false,
+    machine_waiting: 0,
+});
+static CHANGED: Condvar = Condvar::new();
+
+/// What this thread holds.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Busy,
+    Machine,
+}
+
+thread_local! {
+    /// The kind this thread holds and how many tokens of it it has taken.
+    static HELD: Cell<Option<(Kind, usize)>> = const { Cell::new(None) };
+}
+
+/// A hold on the machine, kept by this thread until the last token it took goes (not
+/// `Send`, as a mutex guard is not: a token dropped on another thread would release
+/// another thread's hold).
+pub struct Token(PhantomData<std::sync::MutexGuard<'static, ()>>);
+
+/// The whole machine, for a test that times a path or a protocol's timers to within
+/// what a CPU busy beside it would spoil: a median within 100 µs of the emulator's
+/// delay, a step seen in the same 100 ms bin by every layer, a curl answered within
+/// 5 s beside tens of attacking clients (each of these failed in CI beside another
+/// busy test, never alone). `compare` and the experiments hold it too: each checks
+/// that its run left no lab of its kind behind, which a run beside it would have up.
+/// Take it before anything that takes [`busy`] (a [`super::Lab`]); taken again by a
+/// thread that holds it, it returns at once.
+pub fn machine() -> Token {
+    match HELD.get() {
+        Some((Kind::Machine, n)) => HELD.set(Some((Kind::Machine, n + 1))),
+        Some((Kind::Busy, _)) => {
+            panic!("serial::machine() taken while holding busy(): take it first")
+        }
+        None => {
+            let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+            h.machine_waiting += 1;
+            while h.machine || h.busy > 0 {
+                h = CHANGED.wait(h).unwrap_or_else(PoisonError::into_inner);
+            }
+            h.machine_waiting -= 1;
+            h.machine = true;
+            HELD.set(Some((Kind::Machine, 1)));
+        }
+    }
+    Token(PhantomData)
+}
+
+/// A share of the machine, for a test that keeps a CPU busy (a lab's emulator
+/// busy-polls one; a CPU hog; tens of attacking clients; a replay at full speed).
+/// Returns at once on a thread that holds [`machine`] or [`busy`].
+pub fn busy() -> Token {
+    match HELD.get() {
+        Some((kind, n)) => HELD.set(Some((kind, n + 1))),
+        None => {
+            let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+            while h.machine || h.machine_waiting > 0 || h.busy >= BUSY_AT_ONCE {
+                h = CHANGED.wait(h).unwrap_or_else(PoisonError::into_inner);
+            }
+            h.busy += 1;
+            HELD.set(Some((Kind::Busy, 1)));
+        }
+    }
+    Token(PhantomData)
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        let Some((kind, n)) = HELD.get() else {
+            return;
+        };
+        if n > 1 {
+            HELD.set(Some((kind, n - 1)));
+            return;
+        }
+        HELD.set(None);
+        let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
+        match kind {
+            Kind::Busy => h.busy -= 1,
+            Kind::Machine => h.machine = false,
+        }
+        CHANGED.notify_all();
+    }
 }
