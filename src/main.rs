@@ -27,32 +27,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match cli::run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // `rttlab rr ... | head` closes the pipe: that is not an error.
-            if e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            }) {
-                return ExitCode::SUCCESS;
-            }
-            // As a context, an Exit is found by anyhow's own downcast only.
-            let code = e
-                .downcast_ref::<cli::Exit>()
-                .or_else(|| e.chain().find_map(|c| c.downcast_ref::<cli::Exit>()))
-                .map_or_else(cli::failure_status, |x| x.0);
-            let chain: Vec<String> = e
-                .chain()
-                .map(ToString::to_string)
-                .filter(|s| !s.is_empty())
-                .collect();
-            if !chain.is_empty() {
-                eprintln!("rttlab: {}", chain.join(": "));
-            }
-            ExitCode::from(code)
-        }
+    let ended = cli::run(args);
+    if let Some(message) = ended.message() {
+        eprintln!("rttlab: {message}");
     }
+    ExitCode::from(ended.status())
 }
 
 /// clap's message on one line, as every other rttlab error, with its detail kept: the

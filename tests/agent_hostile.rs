@@ -1085,10 +1085,14 @@ struct AgentChild {
     child: Killed,
     metrics_port: u16,
     err: PathBuf,
+    /// Released after the agent is killed (fields drop in order).
+    _machine: common::serial::Token,
 }
 
 impl AgentChild {
     fn start(dir: &Path, peers_file: &Path, extra: &[&str]) -> Self {
+        // The tests that start one attack it or time it with thousands of peers.
+        let machine = common::serial::machine();
         let metrics_port = free_port();
         let err = dir.join("agent.err");
         let child = Command::new(bin())
@@ -1107,6 +1111,7 @@ impl AgentChild {
             child: Killed(child),
             metrics_port,
             err,
+            _machine: machine,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The lab, end to end (root). Each test names its independent witness: iputils ping,
 //! the receiving socket's own count, the kernel's tcp_info, or the file system.
 //!
-//! Lab tests hold `common::serial::machine`: they measure time on a 2-vCPU machine.
+//! Lab tests that time the path hold `common::serial::machine` (a 2-vCPU machine); the
+//! others share it as `busy`.
 
 use crate::common;
 
@@ -152,7 +153,8 @@ fn configured_loss_shows_in_ping_and_in_the_counters() {
     if !privileged("configured_loss_shows_in_ping_and_in_the_counters") {
         return;
     }
-    let _g = common::serial::machine();
+    // Counts and files, not times: beside another busy test.
+    let _g = common::serial::busy();
     let lab = Lab::up(&LabSpec {
         seed: Some(42),
         impairments: [
@@ -473,7 +475,8 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     if !privileged("the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill") {
         return;
     }
-    let _g = common::serial::machine();
+    // Counts and files, not times: beside another busy test.
+    let _g = common::serial::busy();
     let _ = lab_cmd(&["down", "--name", "t-cli"]);
     let up = lab_cmd(&[
         "up",
@@ -601,7 +604,8 @@ fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
     if !privileged("a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing") {
         return;
     }
-    let _g = common::serial::machine();
+    // Counts and files, not times: beside another busy test.
+    let _g = common::serial::busy();
     let up = lab_cmd(&["up", "--name", "t-stale"]);
     assert!(up.status.success(), "{}", stderr(&up));
     let pid: i32 = std::fs::read_to_string("/run/rttlab/lab/t-stale/lab.json")
@@ -624,7 +628,8 @@ fn labs_started_at_the_same_moment_all_come_up_on_their_own_addresses() {
     if !privileged("labs_started_at_the_same_moment_all_come_up_on_their_own_addresses") {
         return;
     }
-    let _g = common::serial::machine();
+    // Counts and files, not times: beside another busy test.
+    let _g = common::serial::busy();
     // Witness: the file system and each lab's own ping. A lab whose lab.json was
     // not yet written used to look dead to a neighbour's sweep, which removed it.
     for round in 0..3 {
@@ -666,7 +671,8 @@ fn bad_input_is_one_line_and_leaves_nothing() {
     if !privileged("bad_input_is_one_line_and_leaves_nothing") {
         return;
     }
-    let _g = common::serial::machine();
+    // Counts and files, not times: beside another busy test.
+    let _g = common::serial::busy();
     for args in [
         &["up", "--name", "t-bad", "--loss", "150%"][..],
         &["up", "--name", "t-bad", "--delay", "-5ms"],

@@ -347,7 +347,9 @@ fn compare_run() -> &'static Path {
 /// whole bar at P99.9 taller than at P50, one scale for all).
 #[test]
 fn a_compare_report_shows_every_layer_apart_in_headless_chromium() {
-    let _machine = common::serial::machine();
+    // Pixels and layout, not times; its compare run is checked for leftovers only by
+    // compare's own tests, which hold the machine.
+    let _busy = common::serial::busy();
     if !privileged("a_compare_report_shows_every_layer_apart_in_headless_chromium") {
         return;
     }
@@ -417,7 +419,9 @@ fn a_compare_report_shows_every_layer_apart_in_headless_chromium() {
 /// exponent form, none overlapping another, none outside its chart.
 #[test]
 fn a_compare_reports_labels_keep_apart_in_headless_chromium() {
-    let _machine = common::serial::machine();
+    // Pixels and layout, not times; its compare run is checked for leftovers only by
+    // compare's own tests, which hold the machine.
+    let _busy = common::serial::busy();
     if !privileged("a_compare_reports_labels_keep_apart_in_headless_chromium") {
         return;
     }
@@ -431,7 +435,9 @@ fn a_compare_reports_labels_keep_apart_in_headless_chromium() {
 /// form, none overlapping another, none outside its chart.
 #[test]
 fn every_experiments_labels_keep_apart_in_headless_chromium() {
-    let _machine = common::serial::machine();
+    // Pixels and layout, not times; its compare run is checked for leftovers only by
+    // compare's own tests, which hold the machine.
+    let _busy = common::serial::busy();
     if !have_chromium("every_experiments_labels_keep_apart_in_headless_chromium") {
         return;
     }

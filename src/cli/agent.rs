@@ -427,7 +427,7 @@ impl Reloader {
     }
 }
 
-pub fn run(a: AgentArgs) -> anyhow::Result<()> {
+pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     keep_large_buffers_out_of_the_heap();
     let a = Arc::new(a);
     let secret = a.secret.load()?;
@@ -515,7 +515,7 @@ pub fn run(a: AgentArgs) -> anyhow::Result<()> {
         }
     }
     metrics.reload_ok.set(1);
-    super::measuring();
+    stage.measuring();
 
     let stop = Arc::new(AtomicBool::new(false));
     stop_on_signal(Arc::clone(&stop))?;

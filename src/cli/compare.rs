@@ -79,7 +79,7 @@ fn server_addr(h: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("{h:?} has no address"))
 }
 
-pub fn run(a: CompareArgs) -> anyhow::Result<()> {
+pub fn run(a: CompareArgs, stage: &super::Stage) -> anyhow::Result<()> {
     // Checked before a lab is built: the server's own limit (--max-duration's ceiling).
     anyhow::ensure!(
         !a.duration.is_zero() && a.duration <= Duration::from_secs(3600),
@@ -110,7 +110,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     let mut line = super::progress::TrialLine::new(a.quiet);
     // The first trial's progress ends the set-up (the lab built, the server reached).
     let o = runner::run(&e, &out, &facts, &interrupt, &mut |p| {
-        super::measuring();
+        stage.measuring();
         line.show(p)
     })?;
     line.clear();

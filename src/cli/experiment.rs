@@ -313,13 +313,13 @@ pub struct BlackoutArgs {
     pub secret: super::secret::SecretArgs,
 }
 
-pub fn run(a: ExperimentArgs) -> anyhow::Result<()> {
+pub fn run(a: ExperimentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     match a.command {
-        ExperimentCommand::Blackout(b) => run_blackout(b),
-        ExperimentCommand::ResreqInterval(r) => run_resreq(r),
-        ExperimentCommand::IntervalSweep(w) => run_sweep(w),
-        ExperimentCommand::SynRto(y) => run_syn_rto(y),
-        ExperimentCommand::PassiveVsActive(p) => run_pva(p),
+        ExperimentCommand::Blackout(b) => run_blackout(b, stage),
+        ExperimentCommand::ResreqInterval(r) => run_resreq(r, stage),
+        ExperimentCommand::IntervalSweep(w) => run_sweep(w, stage),
+        ExperimentCommand::SynRto(y) => run_syn_rto(y, stage),
+        ExperimentCommand::PassiveVsActive(p) => run_pva(p, stage),
     }
 }
 
@@ -330,7 +330,7 @@ fn ms(d: Duration) -> anyhow::Result<u32> {
         .with_context(|| format!("{d:?} is not a positive whole number of milliseconds"))
 }
 
-fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
+fn run_blackout(a: BlackoutArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let s = Settings {
         rto_min_ms: a
             .rto_min
@@ -399,6 +399,7 @@ fn run_blackout(a: BlackoutArgs) -> anyhow::Result<()> {
         &out,
         &facts,
         &a.run.output,
+        stage,
     )
 }
 
@@ -410,6 +411,7 @@ fn drive<E: Experiment>(
     out: &Path,
     facts: &serde_json::Value,
     output: &OutputArgs,
+    stage: &super::Stage,
 ) -> anyhow::Result<()> {
     let stop = interrupt_flag();
     eprintln!(
@@ -421,7 +423,7 @@ fn drive<E: Experiment>(
     let mut line = TrialLine::new(false);
     // The first trial's progress ends the set-up (the lab built, the server reached).
     let o = runner::run(e, out, facts, &stop, &mut |p| {
-        super::measuring();
+        stage.measuring();
         line.show(p)
     })?;
     line.clear();
@@ -500,7 +502,7 @@ fn lab_name(prefix: &str) -> String {
     format!("{prefix}{}", std::process::id() % 100_000)
 }
 
-fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
+fn run_resreq(a: ResreqArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let mut s = if a.long {
         resreq::Settings::seed_long(a.max_streams.max(1))
     } else {
@@ -529,10 +531,11 @@ fn run_resreq(a: ResreqArgs) -> anyhow::Result<()> {
         &out_dir(a.run.out, resreq::ResreqInterval::NAME),
         &host_facts(),
         &a.run.output,
+        stage,
     )
 }
 
-fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
+fn run_sweep(a: SweepArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let mut s = sweep::Settings::default();
     if !a.interval.is_empty() {
         s.intervals_us = a.interval.iter().map(|d| d.as_secs_f64() * 1e6).collect();
@@ -552,6 +555,7 @@ fn run_sweep(a: SweepArgs) -> anyhow::Result<()> {
         &out_dir(a.run.out, sweep::IntervalSweep::NAME),
         &host_facts(),
         &a.run.output,
+        stage,
     )
 }
 
@@ -560,7 +564,7 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
+fn run_syn_rto(a: SynRtoArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let hz = rttlab::kernel::hz::detect_here()?;
     let us = u64::try_from(a.syn_rto.as_micros()).unwrap_or(u64::MAX);
     if us > 120_000_000 || rttlab::kernel::hz::usecs_to_jiffies(us, hz) < 2 {
@@ -586,10 +590,11 @@ fn run_syn_rto(a: SynRtoArgs) -> anyhow::Result<()> {
         &out_dir(a.run.out, syn_rto::SynRtoExperiment::NAME),
         &host_facts(),
         &a.run.output,
+        stage,
     )
 }
 
-fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
+fn run_pva(a: PvaArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let mut s = passive_active::Settings::default();
     if !a.scenarios.is_empty() {
         s.scenarios = a.scenarios.clone();
@@ -605,5 +610,6 @@ fn run_pva(a: PvaArgs) -> anyhow::Result<()> {
         &out_dir(a.run.out, passive_active::PassiveVsActive::NAME),
         &host_facts(),
         &a.run.output,
+        stage,
     )
 }

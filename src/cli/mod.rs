@@ -158,34 +158,10 @@ Examples:
 }
 
 /// An exit status chosen by the command itself (iputils ping's 1 for "no reply"),
-/// whatever [`measuring`] says. It prints nothing itself: the rest of the error chain,
-/// if any, is the message.
+/// whatever its [`Stage`]. It prints nothing itself: the rest of the error chain, if
+/// any, is the message.
 #[derive(Debug)]
 pub struct Exit(pub u8);
-
-/// Set once a command has begun to measure (or to serve): past it, an error means the
-/// run measured and failed.
-static MEASURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The command's set-up is done: from here on an error exits 1, not 2.
-///
-/// rttlab's exit-code contract, for every subcommand (README "Exit status"): 0 it
-/// measured (or did what it was asked); 1 it measured but the target did not answer
-/// or the check failed (iputils ping's 1); 2 a usage or set-up error: a bad flag or
-/// value, a missing privilege, a host that does not resolve or a server that cannot be
-/// reached, a file that cannot be read or written — nothing was measured.
-pub fn measuring() {
-    MEASURING.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// The exit status of an error that carries no [`Exit`]: 1 once [`measuring`], else 2.
-pub fn failure_status() -> u8 {
-    if MEASURING.load(std::sync::atomic::Ordering::SeqCst) {
-        1
-    } else {
-        2
-    }
-}
 
 impl std::fmt::Display for Exit {
     fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,20 +171,106 @@ impl std::fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
+/// How far a run got: whether its set-up is done. rttlab's exit-code contract, for every
+/// subcommand (README "Exit status"): 0 it measured (or did what it was asked); 1 it
+/// measured but the target did not answer or the check failed (iputils ping's 1); 2 a
+/// usage or set-up error: a bad flag or value, a missing privilege, a host that does
+/// not resolve or a server that cannot be reached, a file that cannot be read or
+/// written — nothing was measured. A command is handed its run's stage and says when
+/// it begins to measure (or to serve); past that, an error means the run measured and
+/// failed. Shared with the threads and callbacks that see that moment first.
+#[derive(Debug, Default)]
+pub struct Stage {
+    measuring: std::sync::atomic::AtomicBool,
+}
+
+impl Stage {
+    /// The command's set-up is done: from here on an error exits 1, not 2.
+    pub fn measuring(&self) {
+        self.measuring
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn has_measured(&self) -> bool {
+        self.measuring.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// How a run ended, which its exit status says.
+#[derive(Debug)]
+pub enum Ended {
+    /// It measured, or did what it was asked; a closed stdout (`rttlab rr … | head`)
+    /// ends a run so too: 0.
+    Done,
+    /// It measured, but the run failed: 1.
+    MeasuredButFailed(anyhow::Error),
+    /// A usage or set-up error, nothing measured: 2.
+    SetUpFailed(anyhow::Error),
+    /// A status the command chose ([`Exit`]), with the rest of its error to say.
+    Chosen(u8, anyhow::Error),
+}
+
+impl Ended {
+    /// How the error `e` ends a run that got to `stage`.
+    fn of(e: anyhow::Error, stage: &Stage) -> Self {
+        if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        }) {
+            return Self::Done;
+        }
+        // As a context, an Exit is found by anyhow's own downcast only.
+        let chosen = e
+            .downcast_ref::<Exit>()
+            .or_else(|| e.chain().find_map(|c| c.downcast_ref::<Exit>()))
+            .map(|x| x.0);
+        match chosen {
+            Some(status) => Self::Chosen(status, e),
+            None if stage.has_measured() => Self::MeasuredButFailed(e),
+            None => Self::SetUpFailed(e),
+        }
+    }
+
+    /// The exit status.
+    pub fn status(&self) -> u8 {
+        match self {
+            Self::Done => 0,
+            Self::MeasuredButFailed(_) => 1,
+            Self::SetUpFailed(_) => 2,
+            Self::Chosen(status, _) => *status,
+        }
+    }
+
+    /// What to say on stderr: the error's chain on one line, if it has anything to say.
+    pub fn message(&self) -> Option<String> {
+        let e = match self {
+            Self::Done => return None,
+            Self::MeasuredButFailed(e) | Self::SetUpFailed(e) | Self::Chosen(_, e) => e,
+        };
+        let chain: Vec<String> = e
+            .chain()
+            .map(ToString::to_string)
+            .filter(|s| !s.is_empty())
+            .collect();
+        (!chain.is_empty()).then(|| chain.join(": "))
+    }
+}
+
 /// Run the parsed command.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Compare(a) => compare::run(a),
-        Command::Rr(a) => rr::run(a),
-        Command::Serve(a) => serve::run(a),
-        Command::Agent(a) => agent::run(a),
-        Command::Ping(a) => ping::run(a),
-        Command::Tcpinfo(a) => tcpinfo::run(a),
-        Command::Passive(a) => passive::run(a),
+pub fn run(cli: Cli) -> Ended {
+    let stage = Stage::default();
+    let result = match cli.command {
+        Command::Compare(a) => compare::run(a, &stage),
+        Command::Rr(a) => rr::run(a, &stage),
+        Command::Serve(a) => serve::run(a, &stage),
+        Command::Agent(a) => agent::run(a, &stage),
+        Command::Ping(a) => ping::run(a, &stage),
+        Command::Tcpinfo(a) => tcpinfo::run(a, &stage),
+        Command::Passive(a) => passive::run(a, &stage),
         Command::Tune(a) => tune::run(a),
         Command::Rto(a) => rto::run(a),
         Command::Lab(a) => lab::run(a),
-        Command::Experiment(a) => experiment::run(a),
+        Command::Experiment(a) => experiment::run(a, &stage),
         Command::Report(a) => report::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -216,6 +278,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Man { dir } => man(&dir),
+    };
+    match result {
+        Ok(()) => Ended::Done,
+        Err(e) => Ended::of(e, &stage),
     }
 }
 

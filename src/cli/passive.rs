@@ -470,7 +470,7 @@ fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
     }
 }
 
-pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
+pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if a.seconds.is_some() && a.read.is_some() {
         bail!(
             "--duration is for a live capture (-i); a file (-r) is read to its end, or -c packets"
@@ -571,10 +571,17 @@ pub fn run(a: PassiveArgs) -> anyhow::Result<()> {
     on_interrupt(move || s2.store(true, Ordering::Release));
 
     let ended = match engine {
-        Engine::Ring(why_not_bpf) => {
-            run_ring(&a, cfg, expression, why_not_bpf, &mut out, &shared, &stop)?
-        }
-        Engine::Bpf => run_bpf(&a, cfg, &mut out, &stop)?,
+        Engine::Ring(why_not_bpf) => run_ring(
+            &a,
+            cfg,
+            expression,
+            why_not_bpf,
+            &mut out,
+            &shared,
+            &stop,
+            stage,
+        )?,
+        Engine::Bpf => run_bpf(&a, cfg, &mut out, &stop, stage)?,
     };
     let Ended {
         counters,
@@ -712,6 +719,10 @@ fn ended_sampler(
 
 /// The ring engine (and files): frames through a capture source into the user-space
 /// engine.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the run's arguments, its capture, its output and its two run-wide flags"
+)]
 fn run_ring(
     a: &PassiveArgs,
     mut cfg: Config,
@@ -720,6 +731,7 @@ fn run_ring(
     out: &mut Out<SharedOut>,
     shared: &SharedOut,
     stop: &AtomicBool,
+    stage: &super::Stage,
 ) -> anyhow::Result<Ended> {
     let source = match (&a.interface, &a.read) {
         (Some(name), _) => Source::Interface {
@@ -755,7 +767,7 @@ fn run_ring(
             })),
         },
     )?;
-    super::measuring();
+    stage.measuring();
     // Said once the ring runs: had it failed too, its own reason is the one line.
     if let Some(n) = why_not_bpf {
         say_now(&n);
@@ -826,6 +838,7 @@ fn run_bpf(
     mut cfg: Config,
     out: &mut Out<SharedOut>,
     stop: &AtomicBool,
+    stage: &super::Stage,
 ) -> anyhow::Result<Ended> {
     use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing, Sweep};
     use rttlab::passive::in_kernel::{Engine as Kernel, Options};
@@ -892,7 +905,7 @@ fn run_bpf(
     } else {
         "replaying the file".to_owned()
     };
-    super::measuring();
+    stage.measuring();
     let agg_len = a
         .aggregate
         .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));

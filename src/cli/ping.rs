@@ -276,14 +276,14 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-pub fn run(a: PingArgs) -> anyhow::Result<()> {
+pub fn run(a: PingArgs, stage: &super::Stage) -> anyhow::Result<()> {
     // iputils: 2 for an error (before anything was measured, as every subcommand), 1
     // when nothing (or, with -w and -c, too little) came back; fping: 1 when some
     // target never answered.
     let all_answered = if a.hosts.len() > 1 || a.report_all.is_some() {
-        run_fping(a)
+        run_fping(a, stage)
     } else {
-        run_ping(a)
+        run_ping(a, stage)
     }?;
     if !all_answered {
         return Err(super::Exit(1).into());
@@ -315,7 +315,7 @@ fn check_common(a: &PingArgs) -> anyhow::Result<()> {
 }
 
 /// One target, iputils' output. True when the replies asked for came back.
-fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
+fn run_ping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     let format = a.out.format()?;
     check_common(&a)?;
     let host = &a.hosts[0];
@@ -470,7 +470,7 @@ fn run_ping(a: PingArgs) -> anyhow::Result<bool> {
     });
     drop(progress);
     let result = result?;
-    super::measuring();
+    stage.measuring();
     if lines {
         // rttlab's own block first, iputils' statistics last: scripts read ping's
         // last line (`tail -1 | awk -F/`) and grep its "received" line.
@@ -572,7 +572,7 @@ impl ReplyNames {
 }
 
 /// Several targets (or -C), fping's output. True when every target answered.
-fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
+fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     check_common(&a)?;
     if !matches!(
         a.out.format()?,
@@ -677,7 +677,7 @@ fn run_fping(a: PingArgs) -> anyhow::Result<bool> {
             let _ = stdout.flush();
         }
     })?;
-    super::measuring();
+    stage.measuring();
     let mut stderr = std::io::stderr();
     match s.count {
         None if a.quiet => {}

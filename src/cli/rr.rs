@@ -580,9 +580,9 @@ fn check_privilege(a: &RrArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(a: RrArgs) -> anyhow::Result<()> {
+pub fn run(a: RrArgs, stage: &super::Stage) -> anyhow::Result<()> {
     // Errors until the result is in exit 2 (a bad value, a missing privilege, a host
-    // name that does not resolve): `super::measuring` is only called once it is.
+    // name that does not resolve): `stage.measuring()` is only called once it is.
     let format = format(&a)?;
     check_privilege(&a)?;
     // Validate everything against a placeholder address before touching the network.
@@ -638,7 +638,7 @@ pub fn run(a: RrArgs) -> anyhow::Result<()> {
     drop(interim);
     drop(local_server);
     let mut result = result?;
-    super::measuring();
+    stage.measuring();
     result.brand = a.brand.clone();
     if matches!(format, rttlab::report::OutputFormat::Human { .. }) && (a.local_cpu || a.remote_cpu)
     {

@@ -101,7 +101,7 @@ fn listen_addr(s: &str) -> Result<ListenAddr, String> {
         .map_err(|_| format!("{s:?} is not an address (e.g. 127.0.0.1, ::1, 10.0.0.1:12866)"))
 }
 
-pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+pub fn run(a: ServeArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let listen: Vec<SocketAddr> = if a.listen.is_empty() {
         vec![SocketAddr::from(([0u16; 8], a.port))]
     } else {
@@ -142,7 +142,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let secured = config.secret.is_some();
     let open_files = rlimit::raise_open_files();
     let server = Server::bind(config)?;
-    super::measuring();
+    stage.measuring();
     if !server.descriptors_suffice() {
         eprintln!(
             "rttlab serve: {}",

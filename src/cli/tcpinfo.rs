@@ -88,7 +88,7 @@ fn cidr(s: &str) -> Result<(IpAddr, u8), String> {
     Ok((ip, prefix))
 }
 
-pub fn run(a: TcpinfoArgs) -> anyhow::Result<()> {
+pub fn run(a: TcpinfoArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let filter = DiagFilter {
         states: match a.state {
             StateArg::Connected => CONNECTED,
@@ -111,7 +111,7 @@ pub fn run(a: TcpinfoArgs) -> anyhow::Result<()> {
         bail!("-c and -l need --interval");
     }
     let mut diag = SockDiag::open(a.netns.as_deref()).context("opening sock_diag")?;
-    super::measuring();
+    stage.measuring();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let Some(interval) = a.interval else {
         let mut all = Vec::new();

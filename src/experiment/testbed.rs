@@ -19,11 +19,12 @@ use std::time::Duration;
 /// The control port of the server in the lab.
 pub const SERVER_PORT: u16 = 12866;
 
-/// How long the lab must have carried no frame before a measurement starts. The hosts
-/// are quiet from the start (`lab::topology`'s IPv6 settings: no duplicate-address
-/// detection, MLD's reports repeated within a jiffy), so this only has to outlast the
-/// emulator's delay line and the server's start; with the kernel's defaults a neighbour
-/// solicitation or MLD report came up to a second apart, and the wait was 1.2 s.
+/// How long the lab must have carried no frame, beyond its round trip's delay, before
+/// a measurement starts. The hosts are quiet from the start (`lab::topology`'s IPv6
+/// settings: no duplicate-address detection, MLD's reports repeated within a jiffy),
+/// so this only has to outlast the emulator's delay line and the server's start; with
+/// the kernel's defaults a neighbour solicitation or MLD report came up to a second
+/// apart, and the wait was 1.2 s.
 const QUIET: Duration = Duration::from_millis(150);
 
 /// A lab (a ↔ r ↔ b) with an rttlab server listening in b; both go on drop.
@@ -68,7 +69,15 @@ impl LabServer {
                 .spawn()
                 .map_err(ExperimentError::ServerThreads)
         })??;
-        lab.wait_quiet(QUIET, Duration::from_secs(6));
+        let delay_ns: u64 = spec
+            .impairments
+            .iter()
+            .map(|i| i.delay_ns + i.jitter_ns)
+            .sum();
+        lab.wait_quiet(
+            QUIET + Duration::from_nanos(delay_ns),
+            Duration::from_secs(6),
+        );
         Ok(Self {
             server,
             handle: Some(handle),

@@ -40,18 +40,17 @@ pub const MTU: u32 = 1500;
 ///   where it would send a neighbour solicitation up to `rtr_solicit_delay` (1 s) later;
 ///   the lab's other addresses are added with IFA_F_NODAD;
 /// - MLD's unsolicited reports for the solicited-node groups repeated within one jiffy
-///   (`unsolicited_report_interval` in net/ipv6/mcast.c takes at least one) instead of
-///   at a random time up to a second later.
+///   (`unsolicited_report_interval` in net/ipv6/mcast.c reads the device's own value,
+///   inherited from `default`, and takes at least one) instead of at a random time up
+///   to a second later.
 const QUIET_HOST: &[(&str, &str)] = &[
     ("net.ipv6.conf.default.router_solicitations", "0"),
     ("net.ipv6.conf.all.accept_dad", "0"),
     ("net.ipv6.conf.default.accept_dad", "0"),
-    ("net.ipv6.conf.all.mldv1_unsolicited_report_interval", "1"),
     (
         "net.ipv6.conf.default.mldv1_unsolicited_report_interval",
         "1",
     ),
-    ("net.ipv6.conf.all.mldv2_unsolicited_report_interval", "1"),
     (
         "net.ipv6.conf.default.mldv2_unsolicited_report_interval",
         "1",

@@ -50,8 +50,9 @@ pub struct Token(PhantomData<std::sync::MutexGuard<'static, ()>>);
 /// what a CPU busy beside it would spoil: a median within 100 µs of the emulator's
 /// delay, a step seen in the same 100 ms bin by every layer, a curl answered within
 /// 5 s beside tens of attacking clients (each of these failed in CI beside another
-/// busy test, never alone). `compare` and the experiments hold it too: each checks
-/// that its run left no lab of its kind behind, which a run beside it would have up.
+/// busy test, never alone). `compare` and the blackout experiments hold it too: each
+/// checks that its run left no lab of its kind behind, which a run beside it would
+/// have up.
 /// Take it before anything that takes [`busy`] (a [`super::Lab`]); taken again by a
 /// thread that holds it, it returns at once.
 pub fn machine() -> Token {
