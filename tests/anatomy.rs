@@ -136,7 +136,7 @@ fn components_add_up_to_every_transactions_round_trip() {
 /// server-application component by 2 ms and no other component by more than 0.3 ms.
 #[test]
 fn a_thinking_server_moves_only_the_server_application() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     let s = ServeChild::start(&[]);
     for test in ["TCP_RR", "UDP_RR"] {
         let quick = anatomy(&s, &["-t", test, "-l", "1", "-T", "0,0"]);
@@ -170,7 +170,7 @@ fn a_thinking_server_moves_only_the_server_application() {
 /// and only the spin is checked.
 #[test]
 fn wake_ups_carry_the_cost_of_crossing_cpus() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !common::two_cpus("wake_ups_carry_the_cost_of_crossing_cpus") {
         return;
     }
@@ -257,7 +257,7 @@ fn has_thread(pid: u32, name: &str) -> bool {
 /// transaction, and none can make two.
 #[test]
 fn migrations_are_the_moves_the_test_made() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !common::two_cpus("migrations_are_the_moves_the_test_made") {
         return;
     }
@@ -312,7 +312,7 @@ fn lab_rr(lab: &Lab, args: &[&str]) -> serde_json::Value {
 /// (500 µs; their wake-ups swing by ~100 µs with what else the 2 vCPUs run).
 #[test]
 fn the_network_component_is_the_labs_path() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("the_network_component_is_the_labs_path") {
         return;
     }
@@ -343,7 +343,7 @@ fn the_network_component_is_the_labs_path() {
 /// too, hence the small slack).
 #[test]
 fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("udp_one_way_delays_and_losses_are_the_labs_per_direction") {
         return;
     }
@@ -385,7 +385,7 @@ fn udp_one_way_delays_and_losses_are_the_labs_per_direction() {
 /// RTT, and no second one before the first RTO.
 #[test]
 fn retransmissions_are_the_kernels_at_the_models_timers() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("retransmissions_are_the_kernels_at_the_models_timers") {
         return;
     }
@@ -603,7 +603,7 @@ fn tcp_crr_counts_the_responses_sent_again() {
 /// last transactions and the control connection's messages.
 #[test]
 fn delayed_acks_are_the_servers_timer() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("delayed_acks_are_the_servers_timer") {
         return;
     }
@@ -660,7 +660,7 @@ fn delayed_acks_are_the_servers_timer() {
 /// client_send, and each is named with the delayed ACK.
 #[test]
 fn a_delayed_ack_on_the_path_is_named() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("a_delayed_ack_on_the_path_is_named") {
         return;
     }

@@ -73,7 +73,7 @@ fn datagrams(pcap: &std::path::Path) -> Vec<(f64, usize, u64)> {
 /// one-way delays are the configured path's.
 #[test]
 fn late_udp_replies_are_late_not_lost() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("late_udp_replies_are_late_not_lost") {
         return;
     }
@@ -221,7 +221,7 @@ impl Rfc6298 {
 /// direction loses any; every answered transaction is taken apart.
 #[test]
 fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !privileged("replies_pushed_past_the_adaptive_timeout_are_late_not_lost") {
         return;
     }

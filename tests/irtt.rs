@@ -79,7 +79,11 @@ fn both_at_once(lab: &Lab, dir: &Path) -> ([f64; 2], [f64; 2]) {
             "--fill=rand",
             "-Q",
         ])
-        .args(["-o", out.to_str().unwrap(), "198.18.0.2:2112"])
+        .args([
+            "-o",
+            out.to_str().unwrap(),
+            &format!("{}:2112", lab.ipv4("b")),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -160,7 +164,7 @@ fn open_loop_one_way_delays_match_irtt_and_the_emulator() {
     let _irtt_server = KillOnDrop(
         Command::new(&bin)
             .args(["lab", "exec", "--name", &lab.name, "b", "--"])
-            .args(["irtt", "server", "-b", "198.18.0.2:2112"])
+            .args(["irtt", "server", "-b", &format!("{}:2112", lab.ipv4("b"))])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -86,7 +86,7 @@ fn server_srtt(n: &NetnsPair, port: u16, wait: &str) -> f64 {
 
 #[test]
 fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
-    let _busy = common::serial::busy();
+    let _machine = common::serial::machine();
     if !common::privileged("server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer") {
         return;
     }

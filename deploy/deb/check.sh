@@ -24,11 +24,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-rm -rf target/debian
+out=${CARGO_TARGET_DIR:-target}/debian
+rm -rf "$out"
 deploy/deb/build.sh --quiet
-deb=$(ls -t target/debian/rttlab_*.deb | head -1)
+deb=$(ls -t "$out"/rttlab_*.deb | head -1)
 [ -f "$deb" ] || fail "cargo deb wrote no package"
-compgen -G 'target/debian/rttlab-dbgsym_*' >/dev/null \
+compgen -G "$out/rttlab-dbgsym_*" >/dev/null \
     || fail "no rttlab-dbgsym package beside $deb: the debug info must be split out"
 echo "package: $deb ($(stat -c %s "$deb") bytes)"
 

@@ -553,14 +553,27 @@ impl Lab {
         values.split_whitespace().nth(i).unwrap().parse().unwrap()
     }
 
-    /// The emulator's loss drops so far, (a→b, b→a).
-    pub fn drops(&self) -> (u64, u64) {
+    /// Host `host`'s IPv4 address: a lab's addresses follow its index among the labs
+    /// up at the time, so a test beside another lab cannot assume 198.18.0.x.
+    pub fn ipv4(&self, host: &str) -> String {
+        self.info()["info"][host]["ipv4"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {host} in lab {}", self.name))
+            .to_string()
+    }
+
+    /// This lab's line of `rttlab lab list --json`.
+    fn info(&self) -> serde_json::Value {
         let text = self.cmd(&["list", "--json"]);
-        let v: serde_json::Value = text
-            .lines()
+        text.lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
             .find(|v| v["info"]["name"] == self.name.as_str())
-            .unwrap();
+            .unwrap_or_else(|| panic!("lab {} is not listed", self.name))
+    }
+
+    /// The emulator's loss drops so far, (a→b, b→a).
+    pub fn drops(&self) -> (u64, u64) {
+        let v = self.info();
         let d = |dir: &str| v[dir]["counters"]["drop_loss"].as_u64().unwrap();
         (d("a2b"), d("b2a"))
     }

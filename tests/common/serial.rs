@@ -62,6 +62,7 @@ pub fn machine() -> Token {
             panic!("serial::machine() taken while holding busy(): take it first")
         }
         None => {
+            let t0 = std::time::Instant::now();
             let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
             h.machine_waiting += 1;
             while h.machine || h.busy > 0 {
@@ -70,6 +71,8 @@ pub fn machine() -> Token {
             h.machine_waiting -= 1;
             h.machine = true;
             HELD.set(Some((Kind::Machine, 1)));
+            drop(h);
+            record_wait(t0.elapsed());
         }
     }
     Token(PhantomData)
@@ -82,12 +85,15 @@ pub fn busy() -> Token {
     match HELD.get() {
         Some((kind, n)) => HELD.set(Some((kind, n + 1))),
         None => {
+            let t0 = std::time::Instant::now();
             let mut h = HOLDERS.lock().unwrap_or_else(PoisonError::into_inner);
             while h.machine || h.machine_waiting > 0 || h.busy >= BUSY_AT_ONCE {
                 h = CHANGED.wait(h).unwrap_or_else(PoisonError::into_inner);
             }
             h.busy += 1;
             HELD.set(Some((Kind::Busy, 1)));
+            drop(h);
+            record_wait(t0.elapsed());
         }
     }
     Token(PhantomData)
@@ -109,5 +115,25 @@ impl Drop for Token {
             Kind::Machine => h.machine = false,
         }
         CHANGED.notify_all();
+    }
+}
+
+/// With `RTTLAB_TEST_WAIT_LOG=FILE`, a line `TEST<TAB>SECONDS` for each wait, so that a
+/// test's own time can be told from the time it waited for the machine (libtest's
+/// `--report-time` counts both; bench/RESULTS-ci.md).
+fn record_wait(waited: std::time::Duration) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("RTTLAB_TEST_WAIT_LOG") else {
+        return;
+    };
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    // One write a line: appends of a few bytes from several threads do not interleave.
+    let line = format!("{test}\t{:.3}\n", waited.as_secs_f64());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
     }
 }
