@@ -618,8 +618,19 @@ fn live_matches_tcpdump(engine: &str, stderr_says: &str) {
         })
     };
     let out = drain(Box::new(live.stdout.take().unwrap()));
-    let err = drain(Box::new(live.stderr.take().unwrap()));
-    std::thread::sleep(std::time::Duration::from_millis(700));
+    // The engine says where it listens once its programs or ring are attached: from
+    // then on it sees every frame (a fixed 700 ms missed the first two samples under a
+    // CPU hog).
+    let mut live_err = std::io::BufReader::new(live.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("listening on") {
+        let n = std::io::BufRead::read_line(&mut live_err, &mut said).unwrap();
+        assert!(n > 0, "the live engine ended before listening: {said}");
+    }
+    let err = drain(Box::new(std::io::Read::chain(
+        std::io::Cursor::new(said.into_bytes()),
+        live_err,
+    )));
     let rr = pair.rttlab_in_a(&["rr", "-H", pair.b4, "-n", "500", "-w", "1ms"]);
     assert!(
         rr.status.success(),

@@ -803,15 +803,28 @@ impl Drop for Tcpdump {
     }
 }
 
-/// Stop tcpdump once its file has stopped growing: with -U it writes each frame as it
-/// takes it from its ring, and on SIGINT it leaves what is still queued there unwritten
-/// (under load, half a run).
+/// Stop tcpdump once its file has stopped growing while tcpdump itself sleeps: with -U
+/// it writes each frame as it takes it from its ring, and on SIGINT it leaves what is
+/// still queued there unwritten (under load, half a run). A file that stops growing
+/// because tcpdump waits for a CPU is not done: only asleep (`S` in /proc/PID/stat,
+/// blocked in poll with its ring empty, `--immediate-mode` waking it for any frame) has
+/// it taken everything (a frame went missing that way under a CPU hog). At most 20 s.
 pub fn stop_tcpdump_when_written(mut dump: Child, file: &std::path::Path) {
+    let asleep = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('S')))
+            .unwrap_or(false)
+    };
     let (mut size, mut still) = (0, 0);
-    for _ in 0..200 {
+    for _ in 0..400 {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let now = std::fs::metadata(file).map_or(0, |m| m.len());
-        still = if now == size { still + 1 } else { 0 };
+        still = if now == size && asleep(dump.id()) {
+            still + 1
+        } else {
+            0
+        };
         size = now;
         if still >= 10 {
             break;
