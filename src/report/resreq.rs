@@ -280,7 +280,7 @@ pub fn findings(all: &[Point]) -> Vec<String> {
     if let (Some(a), Some(b)) = (first, last) {
         if let (Some(pa), Some(pb)) = (a.p50_us, b.p50_us) {
             out.push(format!(
-                "Seed: netperf's P50 rises only from 95 to 186 µs between no wait and 41 ms (the interval effect, seed 004), nothing like the server's TCP RTT. Here: {pa:.0} → {pb:.0} µs from {} to {} ms.",
+                "Jones, A Brief Look at Round Trip Time: netperf's P50 rises only from 95 to 186 µs between no wait and 41 ms (the interval effect of Phanekham and Jones, What a trip!), nothing like the server's TCP RTT. Here: {pa:.0} → {pb:.0} µs from {} to {} ms.",
                 a.wait_ms, b.wait_ms
             ));
         }

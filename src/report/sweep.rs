@@ -43,7 +43,7 @@ pub fn table(points: &[Point]) -> String {
         |p| vec![p.mean_us, p.p50_us],
     );
     format!(
-        "Latency against the interval between transactions (seed 004)\n{}",
+        "Latency against the interval between transactions (Phanekham and Jones, What a trip! Measuring network latency in the cloud)\n{}",
         t.render()
     ) + &super::trials::across(
         "By tool and interval, across trials",

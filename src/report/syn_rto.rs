@@ -46,7 +46,7 @@ pub fn table(cases: &[Case]) -> String {
         |c| vec![c.p50_ms, c.p90_ms],
     );
     format!(
-        "Connection set-up time (connect() to its return) when the first SYN is lost (seed 001, appendix)\n{}",
+        "Connection set-up time (connect() to its return) when the first SYN is lost (Hogan and Jones, A Brief Look at Tuning TCP Retransmission Behaviour, appendix)\n{}",
         t.render()
     ) + &super::trials::across(
         "By case, across trials",
