@@ -14,7 +14,7 @@ use std::time::Duration;
 Rows: icmp (ping), tcp_rr, udp_rr (request/response from user space), tcp_info client
 and server (the kernel's srtt, sampled every 10 ms), passive ts and seq (the TCP_RR
 connection's packets captured on the client), sampled metric (a 1-in-N cloud flow
-metric, seed 000). Under the table, the gaps the data supports.
+metric, Jones, A Brief Look at Round Trip Time). Under the table, the gaps the data supports.
 
 Examples:
   rttlab compare                         in a lab built for the run (10 ms RTT), removed after

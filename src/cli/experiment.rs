@@ -51,7 +51,7 @@ pub struct RunArgs {
 /// What an experiment prints on stdout (every experiment).
 /// The lab an experiment builds: its round-trip delay and how its emulator waits,
 /// spelt alike in every command that builds one. `R` is the command's default RTT
-/// (its seed's).
+/// (its study's).
 #[derive(Args, Debug)]
 pub struct LabArgs<R: LabRtt> {
     /// The lab's round-trip delay.
@@ -77,7 +77,7 @@ impl LabRtt for Rtt10ms {
     const DEFAULT: &'static str = "10ms";
 }
 
-/// 100 µs: seed 000's lab for `resreq-interval`.
+/// 100 µs: the lab for `resreq-interval` (after Jones, "A Brief Look at Round Trip Time").
 #[derive(Clone, Debug)]
 pub struct Rtt100us;
 impl LabRtt for Rtt100us {
@@ -117,15 +117,15 @@ pub struct ExperimentArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum ExperimentCommand {
-    /// Seed 001: TCP idle time after a blackout of D, per rto_min and thin/thick, next to the model.
+    /// Hogan and Jones, "A Brief Look at Tuning TCP Retransmission Behaviour": TCP idle time after a blackout of D, per rto_min and thin/thick, next to the model.
     Blackout(BlackoutArgs),
-    /// Seed 000: TCP's srtt on both ends, a sampled metric and TCP_RR against the wait between transactions.
+    /// Jones, "A Brief Look at Round Trip Time": TCP's srtt on both ends, a sampled metric and TCP_RR against the wait between transactions.
     ResreqInterval(ResreqArgs),
-    /// Seed 004: ping and TCP_RR latency against the interval between transactions, 1 µs to 1 s.
+    /// Phanekham and Jones, "What a trip! Measuring network latency in the cloud": ping and TCP_RR latency against the interval between transactions, 1 µs to 1 s.
     IntervalSweep(SweepArgs),
-    /// Seed 001 appendix: connection set-up time when the first SYN is lost, with and without the eBPF initial-RTO override.
+    /// Hogan and Jones, "A Brief Look at Tuning TCP Retransmission Behaviour", appendix: connection set-up time when the first SYN is lost, with and without the eBPF initial-RTO override.
     SynRto(SynRtoArgs),
-    /// Seeds 002/003: ping, an application echo over TCP and passive TS RTT together, under changing delay, loss and a filled queue.
+    /// Strowes, "Passively Measuring TCP Round-trip Times": ping, an application echo over TCP and passive TS RTT together, under changing delay, loss and a filled queue.
     PassiveVsActive(PvaArgs),
 }
 
@@ -138,22 +138,22 @@ delay-cdf.svg, delay-timeline.svg, loss.svg, queue.svg, queue-timeline.svg and
 report.html.
 
 Examples:
-  rttlab experiment passive-vs-active                         the seed's nine scenarios, 60 s each
+  rttlab experiment passive-vs-active                         Strowes's nine scenarios, 60 s each
   rttlab experiment passive-vs-active --scenarios loss-10 --duration 180s")]
 pub struct PvaArgs {
     /// Scenarios to run (default: delay, loss-5…20, queue-10…300KB).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
-    /// How long each scenario sends its probes (the seed: 180 s).
+    /// How long each scenario sends its probes (Strowes: 180 s).
     #[arg(short = 'l', long, default_value = "60s", value_parser = values::seconds)]
     pub duration: Duration,
     /// The delay scenario switches between the base RTT and 50 ms more this often.
     #[arg(long, default_value = "10s", value_parser = values::duration)]
     pub delay_step: Duration,
-    /// Time between probes (the seed: 1 s).
+    /// Time between probes (Strowes: 1 s).
     #[arg(short = 'w', long, default_value = "1s", value_parser = values::duration)]
     pub interval: Duration,
-    /// Congestion control of the echo and bulk connections (the seed's kernel: cubic;
+    /// Congestion control of the echo and bulk connections (Strowes's kernel: cubic;
     /// bbr keeps the bottleneck's queue nearly empty).
     #[arg(long, default_value = "cubic")]
     pub cc: String,
@@ -214,21 +214,21 @@ pub struct SweepArgs {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Writes run.json, trials.jsonl (one line per wait), wait-*.hist.csv (the samples),
-tables.txt (the seed's table, then srtt and metric by wait), tcp-rtt.svg, metric.svg,
+tables.txt (Jones's table, then srtt and metric by wait), tcp-rtt.svg, metric.svg,
 rr-latency.svg and report.html into the results directory.
 
 Examples:
-  rttlab experiment resreq-interval                       seed 000's waits 0…41 ms, 6 s each
+  rttlab experiment resreq-interval                       Jones's waits 0…41 ms, 6 s each
   rttlab experiment resreq-interval --long                100 ms…5 s, two-segment requests, more streams
   rttlab experiment resreq-interval --interval 0,40ms --duration 3s --out results/rr")]
 pub struct ResreqArgs {
-    /// Waits between a response and the next request (default: the seed's).
+    /// Waits between a response and the next request (default: Jones's).
     #[arg(short = 'w', long = "interval", alias = "wait", value_delimiter = ',', value_parser = values::duration)]
     pub wait: Vec<Duration>,
-    /// The seed's second run: waits 100 ms…5 s, a two-segment request, 1 + 15 streams per 100 ms of wait.
+    /// Jones's second run: waits 100 ms…5 s, a two-segment request, 1 + 15 streams per 100 ms of wait.
     #[arg(long)]
     pub long: bool,
-    /// Cap on parallel streams with --long (the seed ran up to 751).
+    /// Cap on parallel streams with --long (Jones ran up to 751).
     #[arg(long, default_value_t = 200)]
     pub max_streams: u32,
     /// How long each wait runs (default 6 s; 30 s with --long).
@@ -266,7 +266,7 @@ pub enum ByArg {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Examples:
-  rttlab experiment blackout                             the seed's grid in a lab, 3 trials
+  rttlab experiment blackout                             Hogan and Jones's grid in a lab, 3 trials
   rttlab experiment blackout --rto-min 5ms,200ms --thin on --trials 3 --out runs/b
   rttlab experiment blackout -H server.example --blackout-by nftables   on a real path")]
 pub struct BlackoutArgs {
@@ -288,7 +288,7 @@ pub struct BlackoutArgs {
     #[arg(long, value_enum, default_value = "route")]
     pub mechanism: MechanismArg,
     /// Where packets are dropped: the lab's emulator (in the path; the default in the lab),
-    /// or nftables on the client host (seed 001's script; always with -H).
+    /// or nftables on the client host (Hogan and Jones's script; always with -H).
     #[arg(long, value_enum)]
     pub blackout_by: Option<ByArg>,
     /// Run against `rttlab serve` on this host instead of the lab: rto_min and thin are set

@@ -130,9 +130,9 @@ pub enum Command {
     Tune(tune::TuneArgs),
     /// A network in namespaces with a built-in link emulator (delay, jitter, loss, rate, queue, blackouts).
     Lab(lab::LabArgs),
-    /// The retransmission timeline under a disruption: the seed's theory and the kernel's rules.
+    /// The retransmission timeline under a disruption: Hogan and Jones's theory and the kernel's rules.
     Rto(rto::RtoArgs),
-    /// The seeds' experiments, each into a results directory that can be resumed.
+    /// The published studies' experiments, each into a results directory that can be resumed.
     Experiment(experiment::ExperimentArgs),
     /// Render a results directory's report.html again from its raw data.
     Report(report::ReportArgs),

@@ -143,7 +143,7 @@ pub struct RrArgs {
     /// Parallel connections.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub streams: u32,
-    /// Fixed server data port (the seed's blackout drops one port).
+    /// Fixed server data port (Hogan and Jones's blackout drops one port).
     #[arg(short = 'P', long = "data-port", default_value_t = 0)]
     pub data_port: u16,
     /// Turn on thin-stream linear timeouts on both ends' data sockets.

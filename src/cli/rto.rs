@@ -20,11 +20,11 @@ pub struct RtoArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum RtoAction {
-    /// Predict TCP's idle time during a disruption, as seed 001's tables.
+    /// Predict TCP's idle time during a disruption, as the tables of Hogan and Jones, "A Brief Look at Tuning TCP Retransmission Behaviour".
     #[command(after_help = "\
 Examples:
-  rttlab rto model                                     the seed's grid on this kernel (linux flavour)
-  rttlab rto model --flavour simple                    the seed's Theory table
+  rttlab rto model                                     Hogan and Jones's grid on this kernel (linux flavour)
+  rttlab rto model --flavour simple                    Hogan and Jones's Theory table
   rttlab rto model --rto-min 5ms --thin on --disruption 10ms,20ms,30ms --json
   rttlab rto model --drop-at local --improvement --csv")]
     Model(ModelArgs),
@@ -57,11 +57,11 @@ pub struct ModelArgs {
     /// Thin linear timeouts.
     #[arg(long, value_enum, default_value = "both")]
     pub thin: ThinArg,
-    /// Disruptions: a list (10ms,50ms), or A..B for seed 001's grid points between A and B,
+    /// Disruptions: a list (10ms,50ms), or A..B for Hogan and Jones's grid points between A and B,
     /// or A..B:STEP.
     #[arg(long, default_value = "10ms..1.5s")]
     pub disruption: String,
-    /// simple (the seed's theory) or linux (the kernel's rules at this HZ).
+    /// simple (Hogan and Jones's theory) or linux (the kernel's rules at this HZ).
     #[arg(long, visible_alias = "flavor", value_enum, default_value = "linux")]
     pub flavour: FlavourArg,
     /// Where packets are dropped: path (switch, lab emulator) or local (nftables on the host).
@@ -211,7 +211,7 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
         out!("{}", grid.csv(m.improvement));
     } else {
         let model = match flavour {
-            Flavour::Simple => "simple (seed 001's theory: no TLP, no jiffies)".to_owned(),
+            Flavour::Simple => "simple (the theory of Hogan and Jones, A Brief Look at Tuning TCP Retransmission Behaviour: no TLP, no jiffies)".to_owned(),
             Flavour::Linux => format!(
                 "linux at HZ {hz}, {} drops, TLP {}",
                 if matches!(m.drop_at, DropArg::Path) {

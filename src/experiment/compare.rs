@@ -540,7 +540,7 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
         let iv = r.settings.interval.as_secs_f64() * 1e6;
         if s > c * 1.2 && s - c > 0.3 * iv.min(40_000.0) {
             out.push(format!(
-                "delayed ACK: the server's srtt ({s:.0} µs) is above the client's ({c:.0} µs). The server's response is ACKed only by the client's next request, {:.0} ms later (the interval), or by the delayed-ACK timer (40 ms on Linux), so the server's TCP times the client's think time too (seed 000).",
+                "delayed ACK: the server's srtt ({s:.0} µs) is above the client's ({c:.0} µs). The server's response is ACKed only by the client's next request, {:.0} ms later (the interval), or by the delayed-ACK timer (40 ms on Linux), so the server's TCP times the client's think time too (Jones, A Brief Look at Round Trip Time).",
                 iv / 1e3
             ));
         } else {
@@ -559,7 +559,7 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     if let (Some(m), Some(sq)) = (metric, seq) {
         if m > sq * 1.5 && sq < 1000.0 {
             out.push(format!(
-                "bucketing: the sampled metric reads {m:.0} µs where the wire says {sq:.0} µs: its first bucket is 0–1 ms and the median is interpolated inside it, so any sub-millisecond RTT reads about 0.5 ms (seed 000)."
+                "bucketing: the sampled metric reads {m:.0} µs where the wire says {sq:.0} µs: its first bucket is 0–1 ms and the median is interpolated inside it, so any sub-millisecond RTT reads about 0.5 ms (Jones, A Brief Look at Round Trip Time)."
             ));
         } else {
             out.push(format!("sampled metric: {m:.0} µs vs the wire's {sq:.0} µs at the median; buckets are coarse (0–1–2–4… ms)."));
@@ -580,7 +580,7 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     }
     if r.settings.interval >= Duration::from_millis(1) {
         out.push(format!(
-            "interval: every probe waits {} ms between transactions; idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (seed 004).",
+            "interval: every probe waits {} ms between transactions; idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (Phanekham and Jones, What a trip!).",
             r.settings.interval.as_secs_f64() * 1e3
         ));
     }

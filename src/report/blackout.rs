@@ -290,7 +290,7 @@ pub fn charts(cells: &[CellSummary]) -> Vec<(String, String)> {
 pub fn html(run_json: &str, tables_text: &str, charts: &[(String, String)]) -> String {
     let mut p =
         super::html::Page::new("TCP idle after a blackout: practice next to the linux model");
-    p.para("Seed 001's experiment, run by `rttlab experiment blackout`. Every number comes from trials.jsonl (one line per trial) in this directory; medians per cell and path are in summary.json.");
+    p.para("The experiment of Hogan and Jones, \"A Brief Look at Tuning TCP Retransmission Behaviour\", run by `rttlab experiment blackout`. Every number comes from trials.jsonl (one line per trial) in this directory; medians per cell and path are in summary.json.");
     p.heading("Charts");
     for (name, svg) in charts {
         p.chart(name, "", svg);

@@ -93,7 +93,7 @@ pub fn tables(results: &[WithSamples]) -> String {
         }
     }
     let mut text = format!(
-        "RTT by layer, measured together through the lab (seeds 002/003){}\n{}",
+        "RTT by layer, measured together through the lab (Strowes, Passively Measuring TCP Round-trip Times){}\n{}",
         if several { ", each trial (#k)" } else { "" },
         t.render()
     );
@@ -228,7 +228,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
             .collect();
         out.push((
             "delay-cdf.svg".into(),
-            "RTT alternating between 100 and 150 ms: each layer's distribution (the seed's figure 2)".into(),
+            "RTT alternating between 100 and 150 ms: each layer's distribution (the study's figure 2)".into(),
             chart("Changing delay: RTT distribution by layer", RTT, FRACTION, series),
         ));
         let series = LAYERS
@@ -298,7 +298,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         s.extend(stat_series(&loss, true));
         out.push((
             "loss.svg".into(),
-            "mean (solid) and median (dashed) RTT of each layer against the loss rate, each the median over the scenario's trials with its 95 % interval (the seed's figure 3)".into(),
+            "mean (solid) and median (dashed) RTT of each layer against the loss rate, each the median over the scenario's trials with its 95 % interval (the study's figure 3)".into(),
             chart("RTT under random loss", ("loss (%)", Unit::Plain, Scale::Linear), ("RTT", Unit::Millis, Scale::Log), s),
         ));
     }
@@ -307,7 +307,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         s.extend(stat_series(&queue, true));
         out.push((
             "queue.svg".into(),
-            "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow, each the median over the scenario's trials with its 95 % interval (the seed's figure 4)".into(),
+            "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow, each the median over the scenario's trials with its 95 % interval (the study's figure 4)".into(),
             chart("RTT with a filled queue at 10 Mbit/s", ("queue (KB)", Unit::Plain, Scale::Linear), RTT, s),
         ));
         if let Some((kb, r)) = queue.last().and_then(|(kb, t)| Some((kb, *t.first()?))) {
@@ -325,7 +325,7 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
                 .collect();
             out.push((
                 "queue-timeline.svg".into(),
-                format!("every sample over time with a {kb} KB queue (the seed's figure 5)"),
+                format!("every sample over time with a {kb} KB queue (the study's figure 5)"),
                 chart(&format!("{kb} KB queue: RTT over time"), TIME, RTT, series),
             ));
         }
@@ -350,16 +350,16 @@ pub fn findings(results: &[WithSamples]) -> Vec<String> {
         let spread = |x: f64, y: f64| 100.0 * (x - y).abs() / y.max(1e-9);
         match Scenario::parse(name) {
             Some(Scenario::Delay) => out.push(format!(
-                "Changing delay — seed: the three layers' means within 1 %. Here: icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms (app {:.1} %, TS {:.1} % from icmp).",
+                "Changing delay — the study: the three layers' means within 1 %. Here: icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms (app {:.1} %, TS {:.1} % from icmp).",
                 spread(a, i),
                 spread(t, i)
             )),
             Some(Scenario::Loss { percent }) => {
                 let seed = match percent {
-                    5 => " (seed: app mean 196.4 ms, 92.4 ms above TCP's)",
-                    10 => " (seed: app mean 400.3 ms)",
-                    15 => " (seed: app mean 1.2 s)",
-                    20 => " (seed: app mean 17.7 s)",
+                    5 => " (study: app mean 196.4 ms, 92.4 ms above TCP's)",
+                    10 => " (study: app mean 400.3 ms)",
+                    15 => " (study: app mean 1.2 s)",
+                    20 => " (study: app mean 17.7 s)",
                     _ => "",
                 };
                 out.push(format!(
@@ -369,17 +369,17 @@ pub fn findings(results: &[WithSamples]) -> Vec<String> {
                 let app_median = across(trials, "app", |s| s.p50_ms).map(|c| c.median);
                 if let (20, Some(m)) = (percent, app_median) {
                     let here = if m < 1000.0 {
-                        format!("Here the median is {m:.1} ms: no backlog formed, the connection recovering from each loss within the second (this kernel has RACK-TLP loss detection, the seed's was of 2016; the cause is not isolated here).")
+                        format!("Here the median is {m:.1} ms: no backlog formed, the connection recovering from each loss within the second (this kernel has RACK-TLP loss detection, the study's was of 2016; the cause is not isolated here).")
                     } else {
                         format!("Here too a backlog formed: median {:.1} s.", m / 1e3)
                     };
                     out.push(format!(
-                        "At 20 % the seed's application median was about 12 s: its echo connection fell behind one message per second and the backlog grew through the 180 s run. {here}"
+                        "At 20 % the study's application median was about 12 s: its echo connection fell behind one message per second and the backlog grew through the 180 s run. {here}"
                     ));
                 }
             }
             Some(Scenario::Queue { kbytes }) => out.push(format!(
-                "{kbytes} KB queue — icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms: all inflated alike by the queue (seed, 300 KB: all within 2 ms of each other, 100 to ~250 ms)."
+                "{kbytes} KB queue — icmp {i:.1}, app {a:.1}, TCP TS {t:.1} ms: all inflated alike by the queue (study, 300 KB: all within 2 ms of each other, 100 to ~250 ms)."
             )),
             None => {}
         }
@@ -440,9 +440,9 @@ pub fn html(
     charts: &[(String, String, String)],
 ) -> String {
     let mut p = Page::new("Passive vs active RTT: ICMP, application echo and TCP timestamps");
-    p.para("Seeds 002/003's experiments, run by `rttlab experiment passive-vs-active` in the lab (two network namespaces and the built-in emulator instead of three VMs with tc): ping once per second, the seed's two-thread timestamp echo over TCP (TCP_NODELAY) once per second, and the TCP timestamp RTT of the echo connection from a live capture on the client, all at once, for each scenario. The passive samples are each RTT, not a smoothed one, as in the seed.");
+    p.para("The experiments of Strowes, \"Passively Measuring TCP Round-trip Times\", run by `rttlab experiment passive-vs-active` in the lab (two network namespaces and the built-in emulator instead of three VMs with tc): ping once per second, the study's two-thread timestamp echo over TCP (TCP_NODELAY) once per second, and the TCP timestamp RTT of the echo connection from a live capture on the client, all at once, for each scenario. The passive samples are each RTT, not a smoothed one, as in the study.");
     p.para("Every number comes from the <scenario>.samples.csv files (t_s, layer, rtt_ms: every sample) and trials.jsonl; the tables and charts are recomputed from the samples.");
-    p.heading("Findings: the seed's next to ours");
+    p.heading("Findings: the study's next to ours");
     for f in findings(results) {
         p.para(&f);
     }

@@ -84,7 +84,7 @@ pub fn tables(points: &[Point]) -> String {
         &cells,
     );
     let text = format!(
-        "TCP_RR latency (µs) by the wait between a response and the next request (seed 000's table)\n{}\n\
+        "TCP_RR latency (µs) by the wait between a response and the next request (Jones, A Brief Look at Round Trip Time, its table)\n{}\n\
          TCP's srtt on each end (median of samples every 10 ms) and the sampled metric of each end's VM\n\
          (median interpolated in the 0-1-2-4… ms buckets, next to the exact median of the same samples)\n{}",
         t.render(),
@@ -225,7 +225,7 @@ pub fn findings(all: &[Point]) -> Vec<String> {
     let client: Vec<f64> = points.iter().filter_map(|p| p.client_srtt_us).collect();
     if !client.is_empty() {
         out.push(format!(
-            "Seed: the netserver side's TCP RTT climbs with the wait until the 40 ms standalone-ACK timer, while the netperf side's stays at 0.1–0.2 ms. Here the client's srtt stays within {:.3}–{:.3} ms at every wait.",
+            "The study: the netserver side's TCP RTT climbs with the wait until the 40 ms standalone-ACK timer, while the netperf side's stays at 0.1–0.2 ms. Here the client's srtt stays within {:.3}–{:.3} ms at every wait.",
             client.iter().copied().fold(f64::MAX, f64::min) / 1e3,
             client.iter().copied().fold(f64::MIN, f64::max) / 1e3
         ));
@@ -252,7 +252,7 @@ pub fn findings(all: &[Point]) -> Vec<String> {
             .find(|&(_, v)| v < s / 4.0)
         {
             out.push(format!(
-                "At a {} ms wait it falls back to {:.2} ms: the client's delayed-ACK timer (TCP_DELACK_MIN, 40 ms; at HZ 250 it fires 36–40 ms after it is armed, on a jiffy boundary) wins the race with the next request, and on firing in ping-pong mode it takes the socket out of that mode (tcp_delack_timer_handler → inet_csk_exit_pingpong_mode); with requests then more than the ACK timeout after each response it never re-enters it (tcp_event_data_sent), so every response is ACKed at once. The seed saw both kinds of ACK at a 40 ms wait.",
+                "At a {} ms wait it falls back to {:.2} ms: the client's delayed-ACK timer (TCP_DELACK_MIN, 40 ms; at HZ 250 it fires 36–40 ms after it is armed, on a jiffy boundary) wins the race with the next request, and on firing in ping-pong mode it takes the socket out of that mode (tcp_delack_timer_handler → inet_csk_exit_pingpong_mode); with requests then more than the ACK timeout after each response it never re-enters it (tcp_event_data_sent), so every response is ACKed at once. The study saw both kinds of ACK at a 40 ms wait.",
                 after.0,
                 after.1 / 1e3
             ));
@@ -274,7 +274,7 @@ pub fn findings(all: &[Point]) -> Vec<String> {
             .iter()
             .fold((f64::MAX, f64::MIN), |(l, h), &v| (l.min(v), h.max(v)));
         out.push(format!(
-            "Seed: the netperf VM's metric reads 0.5 ms while its TCP RTT is 0.1–0.2 ms, because the first bucket is 0–1 ms. Here: the client VM's metric reads {lo:.3}–{hi:.3} ms while the exact median of the same samples is {elo:.3}–{ehi:.3} ms."
+            "The study: the netperf VM's metric reads 0.5 ms while its TCP RTT is 0.1–0.2 ms, because the first bucket is 0–1 ms. Here: the client VM's metric reads {lo:.3}–{hi:.3} ms while the exact median of the same samples is {elo:.3}–{ehi:.3} ms."
         ));
     }
     if let (Some(a), Some(b)) = (first, last) {
@@ -314,7 +314,7 @@ fn beyond_findings(points: &[Point]) -> Vec<String> {
         })
         .collect();
     out.push(format!(
-        "Seed, beyond the standalone-ACK timer (waits 100 ms…5 s, two-segment requests, more streams as the wait grows): TCP's RTT stays at the network's, because every response is ACKed at once, while the netserver VM's sampled metric reads roughly the application's response time up through 1 s, as the sampler mostly misses the bare ACK and matches the response with the next request's data; near 3 s it changes, still above the network RTT. Here: the server's srtt stays within {:.2}–{:.2} ms; its sampled metric's median by wait: {}.",
+        "The study, beyond the standalone-ACK timer (waits 100 ms…5 s, two-segment requests, more streams as the wait grows): TCP's RTT stays at the network's, because every response is ACKed at once, while the netserver VM's sampled metric reads roughly the application's response time up through 1 s, as the sampler mostly misses the bare ACK and matches the response with the next request's data; near 3 s it changes, still above the network RTT. Here: the server's srtt stays within {:.2}–{:.2} ms; its sampled metric's median by wait: {}.",
         srtt.iter().copied().fold(f64::MAX, f64::min) / 1e3,
         srtt.iter().copied().fold(f64::MIN, f64::max) / 1e3,
         by_wait.join(", ")
@@ -330,9 +330,9 @@ pub fn html(
     charts: &[(String, String, String)],
 ) -> String {
     let mut p = Page::new("Res/Req interval: what TCP, a sampled metric and the application see");
-    p.para("Seed 000's experiment, run by `rttlab experiment resreq-interval` in the lab (two network namespaces through the built-in emulator instead of two cloud VMs; kernel and HZ as in the host facts below). TCP_RR with a wait between each response and the next request; TCP's srtt sampled on both ends through sock_diag every 10 ms; each end's interface captured and fed to the sampled-metric emulation watching that end.");
+    p.para("The experiment of Jones, \"A Brief Look at Round Trip Time\", run by `rttlab experiment resreq-interval` in the lab (two network namespaces through the built-in emulator instead of two cloud VMs; kernel and HZ as in the host facts below). TCP_RR with a wait between each response and the next request; TCP's srtt sampled on both ends through sock_diag every 10 ms; each end's interface captured and fed to the sampled-metric emulation watching that end.");
     p.para("Every number comes from trials.jsonl (one line per wait) and the wait-*.hist.csv files (the samples behind each median and percentile).");
-    p.heading("Findings: the seed's next to ours");
+    p.heading("Findings: the study's next to ours");
     for f in findings(points) {
         p.para(&f);
     }

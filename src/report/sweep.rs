@@ -129,7 +129,7 @@ pub fn findings(points: &[Point]) -> Vec<String> {
     };
     if let (Some(ping), Some(rr)) = (at("icmp", false), at("tcp_rr", true)) {
         out.push(format!(
-            "The seed's headline, ping at its slowest interval against back-to-back TCP_RR: here ping at {} µs reads a mean of {:.0} µs (median {:.0}) against TCP_RR's {:.0} µs (median {:.0}) at {} µs: {:.1}× (seed: 146 against 66.59 µs, 2.2×).",
+            "The study's headline, ping at its slowest interval against back-to-back TCP_RR: here ping at {} µs reads a mean of {:.0} µs (median {:.0}) against TCP_RR's {:.0} µs (median {:.0}) at {} µs: {:.1}× (study: 146 against 66.59 µs, 2.2×).",
             ping.interval_us,
             ping.mean_us.unwrap_or(0.0),
             ping.p50_us.unwrap_or(0.0),
@@ -139,15 +139,15 @@ pub fn findings(points: &[Point]) -> Vec<String> {
             ping.mean_us.unwrap_or(0.0) / rr.mean_us.unwrap_or(1.0).max(1e-9),
         ));
     }
-    out.push("Seed 004 (two c2-standard-16 VMs, one zone): below ~1 ms between transactions both tools read a flat 50–60 µs; from there latency climbs steadily, and ping at its default 1 s interval (146 µs) read more than twice netperf's back-to-back TCP_RR (66.59 µs); at 10 ms each, 81 and 94 µs. Here the path is two namespaces through the lab's emulator thread on a 2-vCPU VM, so every layer of sleeping (the client, the emulator, the server) adds to the climb; and the kernel answers ICMP echo in its receive path while TCP_RR wakes the server's thread, so at short intervals ping reads below TCP_RR here where the seed's VMs read both alike. Means on this VM carry the hypervisor's stalls (a few ms each); the medians show the climb more steadily.".into());
+    out.push("Phanekham and Jones, \"What a trip!\" (two c2-standard-16 VMs, one zone): below ~1 ms between transactions both tools read a flat 50–60 µs; from there latency climbs steadily, and ping at its default 1 s interval (146 µs) read more than twice netperf's back-to-back TCP_RR (66.59 µs); at 10 ms each, 81 and 94 µs. Here the path is two namespaces through the lab's emulator thread on a 2-vCPU VM, so every layer of sleeping (the client, the emulator, the server) adds to the climb; and the kernel answers ICMP echo in its receive path while TCP_RR wakes the server's thread, so at short intervals ping reads below TCP_RR here where the study's VMs read both alike. Means on this VM carry the hypervisor's stalls (a few ms each); the medians show the climb more steadily.".into());
     out
 }
 
 /// The report page.
 pub fn html(run_json: &str, points: &[Point], table: &str, chart: &str) -> String {
     let mut p = Page::new("Interval sweep: latency against the time between transactions");
-    p.para("Seed 004's experiment, run by `rttlab experiment interval-sweep` in the lab: ping, then TCP_RR (1-byte request and response, paced by spinning as netperf --enable-spin), at each interval, one tool at a time. Every number comes from trials.jsonl and the <tool>-<interval>us.hist.csv files.");
-    p.heading("Findings: the seed's next to ours");
+    p.para("The experiment of Phanekham and Jones, \"What a trip! Measuring network latency in the cloud\", run by `rttlab experiment interval-sweep` in the lab: ping, then TCP_RR (1-byte request and response, paced by spinning as netperf --enable-spin), at each interval, one tool at a time. Every number comes from trials.jsonl and the <tool>-<interval>us.hist.csv files.");
+    p.heading("Findings: the study's next to ours");
     for f in findings(points) {
         p.para(&f);
     }

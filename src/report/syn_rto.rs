@@ -100,8 +100,8 @@ pub fn chart(hists: &[(String, LatencyHistogram)]) -> String {
 /// The report page.
 pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String {
     let mut p = Page::new("SYN initial RTO: connection set-up when the first SYN is lost");
-    p.para("Seed 001's appendix, run by `rttlab experiment syn-rto` in the lab: host b drops the first SYN of every connection (nftables, a set of client ports already seen), a connects again and again; first with the kernel's initial RTO, then with rttlab's sock_ops override for b's address. TcpExt.TCPSynRetrans in a's namespace counts the SYNs sent again. Every number comes from trials.jsonl and the case*.hist.csv files.");
-    p.heading("Findings: the seed's next to ours");
+    p.para("The appendix of Hogan and Jones, \"A Brief Look at Tuning TCP Retransmission Behaviour\", run by `rttlab experiment syn-rto` in the lab: host b drops the first SYN of every connection (nftables, a set of client ports already seen), a connects again and again; first with the kernel's initial RTO, then with rttlab's sock_ops override for b's address. TcpExt.TCPSynRetrans in a's namespace counts the SYNs sent again. Every number comes from trials.jsonl and the case*.hist.csv files.");
+    p.heading("Findings: the study's next to ours");
     let med = |k: usize| {
         cases
             .iter()
@@ -110,7 +110,7 @@ pub fn html(run_json: &str, cases: &[Case], table: &str, chart: &str) -> String 
     };
     if let (Some(clean), Some(lost), Some(fixed)) = (med(0), med(1), med(2)) {
         p.para(&format!(
-            "Seed: a lost SYN costs the kernel's 1 s initial RTO (TCP_TIMEOUT_INIT), and a sock_ops program setting BPF_SOCK_OPS_TIMEOUT_INIT for chosen destinations cuts it to what the program says. Here: {clean:.1} ms with no loss, {lost:.1} ms with the first SYN lost, {fixed:.1} ms with the override ({:.0}× faster).",
+            "The study: a lost SYN costs the kernel's 1 s initial RTO (TCP_TIMEOUT_INIT), and a sock_ops program setting BPF_SOCK_OPS_TIMEOUT_INIT for chosen destinations cuts it to what the program says. Here: {clean:.1} ms with no loss, {lost:.1} ms with the first SYN lost, {fixed:.1} ms with the override ({:.0}× faster).",
             lost / fixed.max(1e-9)
         ));
     }
