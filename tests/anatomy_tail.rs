@@ -105,16 +105,15 @@ fn running_count_rule(rtts: &[u64]) -> u64 {
     heap.peek().map_or(0, |r| r.0)
 }
 
-/// Loss (3 % each way on a 10 ms path): the slow transactions are a few retransmitted
+/// Loss (3 % each way on a 2 ms path): the slow transactions are a few retransmitted
 /// ones (≥ 200 ms each), many of them early in the run, which the running-count rule
 /// discarded. By count and by time.
 #[test]
 fn the_tail_under_loss_is_the_logs_top_one_percent() {
-    let _busy = common::serial::busy();
     if !privileged("the_tail_under_loss_is_the_logs_top_one_percent") {
         return;
     }
-    let lab = Lab::up("tl", &["--delay", "5ms", "--loss", "3%"]);
+    let lab = Lab::counting("tl", &["--delay", "1ms", "--loss", "3%"]);
     let (doc, rtts) = logged_run(&lab, &["-n", "600"]);
     assert_tail_is_the_logs_top("loss, -n 600", &doc, rtts);
     let (doc, rtts) = logged_run(&lab, &["-l", "4"]);
@@ -148,10 +147,10 @@ fn the_tail_under_a_cpu_hog_is_the_logs_top_one_percent() {
                 std::hint::spin_loop();
             }
         });
-        let (doc, rtts) = logged_run(&lab, &["-T", "0,1", "-n", "2000"]);
-        let (doc2, rtts2) = logged_run(&lab, &["-T", "0,1", "-l", "3"]);
+        let (doc, rtts) = logged_run(&lab, &["-T", "0,1", "-n", "1000"]);
+        let (doc2, rtts2) = logged_run(&lab, &["-T", "0,1", "-l", "2"]);
         stop.store(true, Ordering::Relaxed);
-        assert_tail_is_the_logs_top("hog, -n 2000", &doc, rtts);
-        assert_tail_is_the_logs_top("hog, -l 3", &doc2, rtts2);
+        assert_tail_is_the_logs_top("hog, -n 1000", &doc, rtts);
+        assert_tail_is_the_logs_top("hog, -l 2", &doc2, rtts2);
     });
 }

@@ -358,12 +358,12 @@ fn passive_vs_active_keeps_tcps_rtt_near_the_path_while_the_application_waits() 
             "--scenarios",
             "delay,loss-20",
             "--duration",
-            "10s",
+            "6s",
             "--delay-step",
-            "3s",
-            // Five echoes a second: ~100 data segments cross the 20 % loss, so the
-            // chance that none is lost (and TCP retransmits nothing) is 0.8¹⁰⁰ ≈ 2·10⁻¹⁰;
-            // at one a second it was 0.8²⁰ ≈ 1 %, and it happened.
+            "2s",
+            // Five echoes a second: ~60 data segments cross the 20 % loss, so the
+            // chance that none is lost (and TCP retransmits nothing) is 0.8⁶⁰ ≈ 2·10⁻⁶;
+            // at one a second for 10 s it was 0.8²⁰ ≈ 1 %, and it happened.
             "--interval",
             "200ms",
         ],

@@ -437,27 +437,41 @@ pub fn corpus_bytes(name: &str) -> Vec<u8> {
     out
 }
 
-/// A lab of two hosts (`rttlab lab up`, the emulator polling) with `rttlab serve` in
-/// b, removed on drop.
+/// A lab of two hosts (`rttlab lab up`) with `rttlab serve` in b, removed on drop.
 pub struct Lab {
     pub name: String,
     server: Option<KillOnDrop>,
-    /// Its emulator busy-polls a CPU for as long as it is up.
-    _busy: serial::Token,
+    /// A polling emulator's share of the machine: it busy-polls a CPU while up.
+    _busy: Option<serial::Token>,
 }
 
 impl Lab {
-    /// `rttlab lab up --name TAG<pid> ARGS`, and a server in b.
+    /// `rttlab lab up --name TAG<pid> --emulator poll ARGS`, and a server in b: frames
+    /// leave within µs of their time, for a test that times the path.
     pub fn up(tag: &str, args: &[&str]) -> Self {
+        Self::with_emulator(tag, "poll", args)
+    }
+
+    /// The same with `--emulator sleep`: no CPU spent between frames, which leave ms
+    /// late when the machine is busy. For a test that counts (losses, retransmissions,
+    /// which transactions are the slowest) and judges no time: it holds no share of
+    /// the machine, so it runs beside anything, and two polling labs beside it cost it
+    /// only time (each such test took 5–10 times as long on a polling lab beside two
+    /// others as alone).
+    pub fn counting(tag: &str, args: &[&str]) -> Self {
+        Self::with_emulator(tag, "sleep", args)
+    }
+
+    fn with_emulator(tag: &str, emulator: &str, args: &[&str]) -> Self {
         let name = format!("{tag}{}", std::process::id() % 10_000);
         let mut lab = Self {
             name,
             server: None,
-            _busy: serial::busy(),
+            _busy: (emulator == "poll").then(serial::busy),
         };
         lab.cmd(
             &[
-                &["up", "--name", &lab.name.clone(), "--emulator", "poll"],
+                &["up", "--name", &lab.name.clone(), "--emulator", emulator],
                 args,
             ]
             .concat(),
@@ -737,10 +751,16 @@ pub fn assert_same_samples(a: &[SampleKey], b: &[SampleKey], what: &str) {
 /// --immediate-mode -Z root`): started once it says it listens, stopped once the file
 /// has stopped growing ([`stop_tcpdump_when_written`]). Fixed waits on either side lost
 /// the first or the last frames on a busy machine.
+///
+/// Its ring is 64 MiB (`-B 65536`): in immediate mode libpcap uses TPACKET_V2, whose
+/// slots are a whole snapshot length (256 KiB on a veth, which offloads), so the
+/// default 2 MiB held 7 frames and a tcpdump kept off the CPU for a few round trips
+/// lost the rest (CI: 33 of 40 UDP_RR packets). [`Tcpdump::stop`] fails a test whose
+/// capture the kernel dropped from, by tcpdump's own count.
 pub struct Tcpdump {
     child: Option<Child>,
     file: PathBuf,
-    drain: Option<std::thread::JoinHandle<()>>,
+    drain: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Tcpdump {
@@ -755,7 +775,7 @@ impl Tcpdump {
         let mut child = cmd
             .args(["-i", iface, "-w"])
             .arg(file)
-            .args(["-U", "--immediate-mode", "-Z", "root"])
+            .args(["-U", "--immediate-mode", "-B", "65536", "-Z", "root"])
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -772,9 +792,12 @@ impl Tcpdump {
                 break;
             }
         }
-        // Keep reading what it says: a closed pipe would end it at its next message.
+        // Keep reading what it says: a closed pipe would end it at its next message,
+        // and its last words count what the kernel dropped.
         let drain = std::thread::spawn(move || {
-            let _ = std::io::copy(&mut err, &mut std::io::sink());
+            let mut rest = String::new();
+            let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+            rest
         });
         Self {
             child: Some(child),
@@ -783,13 +806,19 @@ impl Tcpdump {
         }
     }
 
-    /// Stop it once everything it took is in its file.
+    /// Stop it once everything it took is in its file; fail if the kernel dropped a
+    /// frame it should have taken ("N packets dropped by kernel", its exit summary).
     pub fn stop(mut self) {
         if let Some(child) = self.child.take() {
             stop_tcpdump_when_written(child, &self.file);
         }
         if let Some(d) = self.drain.take() {
-            let _ = d.join();
+            let said = d.join().unwrap();
+            let dropped = said
+                .lines()
+                .find_map(|l| l.strip_suffix(" packets dropped by kernel"))
+                .unwrap_or_else(|| panic!("tcpdump did not count its drops: {said}"));
+            assert_eq!(dropped.trim(), "0", "tcpdump's ring overflowed: {said}");
         }
     }
 }
