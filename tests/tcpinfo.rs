@@ -96,10 +96,18 @@ fn server_rtt_rises_with_the_wait_up_to_the_delayed_ack_timer() {
     // RTT vs Response/Request Interval").
     let n = NetnsPair::new();
     let srv = n.serve_in_b(n.b4, 12866, &[]);
-    let r0 = server_srtt(&n, 20010, "0");
-    let r10 = server_srtt(&n, 20011, "10ms");
-    let r25 = server_srtt(&n, 20012, "25ms");
-    let r80 = server_srtt(&n, 20013, "80ms");
+    // The four waits at once, each on its own data port and connection.
+    let n = &n;
+    let [r0, r10, r25, r80] = std::thread::scope(|s| {
+        [
+            (20010, "0"),
+            (20011, "10ms"),
+            (20012, "25ms"),
+            (20013, "80ms"),
+        ]
+        .map(|(port, wait)| s.spawn(move || server_srtt(n, port, wait)))
+        .map(|h| h.join().unwrap())
+    });
     drop(srv);
     assert!(r0 < 2_000.0, "w=0: {r0} µs");
     assert!((8_000.0..20_000.0).contains(&r10), "w=10ms: {r10} µs");
