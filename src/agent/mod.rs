@@ -29,7 +29,7 @@ use metrics::{labels, Metrics, LAYERS};
 use peers::{Peer, PeersByIp};
 use prober::{Probe, ProbeSettings};
 use std::collections::{BTreeMap, HashMap};
-use std::net::ToSocketAddrs;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,12 +133,15 @@ impl Agent {
         self.batch = batch;
         self.probes = probes;
         self.settings = settings;
-        self.set_peers(peers);
+        let by_ip = self.by_ip.read().clone();
+        self.set_peers(peers, by_ip);
         Ok(())
     }
 
-    /// Probe exactly `peers` from now on.
-    pub fn set_peers(&mut self, peers: Vec<Peer>) {
+    /// Probe exactly `peers` from now on; `by_ip` names them by address for the
+    /// layers that see only an address (`srtt_server`, passive), resolved beforehand
+    /// ([`peers::by_address`]) so that nothing here waits on a resolver.
+    pub fn set_peers(&mut self, peers: Vec<Peer>, by_ip: HashMap<IpAddr, Peer>) {
         let wanted: BTreeMap<String, Peer> =
             peers.into_iter().map(|p| (p.target.clone(), p)).collect();
         let gone: Vec<String> = self
@@ -176,14 +179,6 @@ impl Agent {
             self.running.insert(t, p);
         }
         self.metrics.peers.set(self.running.len() as i64);
-        let mut by_ip = HashMap::new();
-        for p in self.running.values() {
-            if let Ok(addrs) = (p.host.as_str(), p.port).to_socket_addrs() {
-                for a in addrs {
-                    by_ip.insert(a.ip(), p.clone());
-                }
-            }
-        }
         // The threads that name series by address see the new peers before the old
         // ones' series go: a series removed first could be made again by a sample
         // named through the old map, and then stay for good.

@@ -45,6 +45,23 @@ impl PeersByIp {
     }
 }
 
+/// `peers` by every address their hosts resolve to now, for [`PeersByIp::replace`]. A
+/// resolver can take seconds: this runs where a reload is read, never on the loop that
+/// must notice a stop. A name that does not resolve names no address (its probes say
+/// so when they try it).
+pub fn by_address(peers: &[Peer]) -> HashMap<IpAddr, Peer> {
+    use std::net::ToSocketAddrs;
+    let mut by_ip = HashMap::new();
+    for p in peers {
+        if let Ok(addrs) = (p.host.as_str(), p.port).to_socket_addrs() {
+            for a in addrs {
+                by_ip.insert(a.ip(), p.clone());
+            }
+        }
+    }
+    by_ip
+}
+
 /// The control port of `rttlab serve` and of every agent.
 pub const DEFAULT_PORT: u16 = crate::probe::control::DEFAULT_CONTROL_PORT;
 

@@ -50,6 +50,7 @@
 //! thread with a client of the endpoint.
 
 pub mod deadline;
+mod slots;
 pub mod web_config;
 
 use super::metrics::{Format, Metrics};
@@ -61,9 +62,10 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::metrics::counter::Counter;
+use slots::{Activity, Slot, Slots};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -317,19 +319,6 @@ pub const MAX_EXPOSITIONS_SENDING: usize = 4;
 /// The send buffer of a metrics connection, bytes (see [`connection`]).
 const SEND_BUFFER: usize = 256 << 10;
 
-/// A connection nothing has been read from for this long may be displaced as one
-/// that never asks; a younger one is a newcomer whose request may not have been read
-/// yet (a flood of connections that send nothing must come faster than the cap in
-/// this time to keep the newcomers out).
-const SILENT: Duration = Duration::from_millis(250);
-
-/// A client whose answer has waited this long for it to read may lose its connection
-/// to a newcomer at the cap (the one stalled longest first, after connections that
-/// never asked and idle ones): clients that send a request and never read cannot
-/// hold the slots (once, a hundred of them a second kept every scrape out). A
-/// scraper takes bytes as they come: its writes wait a round trip at most.
-const STALLED: Duration = Duration::from_millis(250);
-
 /// A client whose answer has waited this long for it to read is a slow reader, and
 /// one that has read this long is judged by its pace ([`READ_WITHIN`]): past
 /// [`MAX_EXPOSITIONS_SENDING`], slow readers lose their exposition.
@@ -518,158 +507,8 @@ struct Cache {
     waiting: std::sync::atomic::AtomicUsize,
 }
 
-/// Open connections, oldest first (ids grow with time).
-#[derive(Default)]
-struct Slots {
-    open: BTreeMap<u64, SlotState>,
-    next_id: u64,
-}
-
-/// What a connection is doing, as far as choosing one to displace goes.
-#[derive(Default)]
-struct Activity {
-    /// A request's head has arrived on it.
-    requested: AtomicBool,
-    /// From an admitted request until its answer's last byte is in the kernel.
-    answering: AtomicBool,
-    /// What its client has done: a byte read, and since when its writes have waited.
-    stall: Arc<Progress>,
-}
-
-struct SlotState {
-    /// When it was accepted.
-    opened: Instant,
-    /// [`source_of`] the client's address.
-    source: IpAddr,
-    activity: Arc<Activity>,
-    /// Told to close.
-    displace: Arc<Notify>,
-}
-
-/// A connection's place among the open ones; gives it back when dropped.
-struct Slot {
-    id: u64,
-    activity: Arc<Activity>,
-    displace: Arc<Notify>,
-    shared: Arc<Shared>,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        lock(&self.shared.slots).open.remove(&self.id);
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The source a connection counts against: an IPv4 address (an IPv4-mapped IPv6
-/// one included), or an IPv6 /64, the block one host is given (RFC 6177), so that
-/// an attacker cannot claim a share per address of its own subnet.
-fn source_of(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !u128::from(u64::MAX))),
-        },
-        v4 @ IpAddr::V4(_) => v4,
-    }
-}
-
-impl Slots {
-    /// A place for a connection from `ip`, displacing another one (from the same
-    /// source when it has its share) at a cap; `None` when none may go.
-    fn admit(shared: &Arc<Shared>, ip: IpAddr) -> Option<Slot> {
-        let max = shared.limits.max_connections.max(1);
-        let per_source = (max / 4).max(1);
-        let source = source_of(ip);
-        let mut slots = lock(&shared.slots);
-        let from_source = slots.open.values().filter(|s| s.source == source).count();
-        let now = Instant::now();
-        let victim = if from_source >= per_source {
-            Some(slots.victim(|s| s.source == source, now, per_source))
-        } else if slots.open.len() >= max {
-            Some(slots.victim(|_| true, now, per_source))
-        } else {
-            None
-        };
-        match victim {
-            Some(Some(id)) => {
-                if let Some(s) = slots.open.remove(&id) {
-                    s.displace.notify_one();
-                    shared.refused.displaced.inc();
-                }
-            }
-            Some(None) => return None,
-            None => {}
-        }
-        slots.next_id += 1;
-        let id = slots.next_id;
-        let activity = Arc::<Activity>::default();
-        let displace = Arc::new(Notify::new());
-        slots.open.insert(
-            id,
-            SlotState {
-                opened: now,
-                source,
-                activity: Arc::clone(&activity),
-                displace: Arc::clone(&displace),
-            },
-        );
-        Some(Slot {
-            id,
-            activity,
-            displace,
-            shared: Arc::clone(shared),
-        })
-    }
-
-    /// The connection to close for a newcomer, among those `matching`: the oldest
-    /// that is not answering (a head begun and not finished, a keep-alive between
-    /// scrapes, or nothing sent for [`SILENT`]); else the one whose client has left
-    /// its answer unread longest, for [`STALLED`] at least. The `newcomers` newest
-    /// connections that nothing has been read from for less than [`SILENT`] are
-    /// never chosen, nor is one whose client takes its answer as it comes.
-    fn victim(
-        &self,
-        matching: impl Fn(&SlotState) -> bool,
-        now: Instant,
-        newcomers: usize,
-    ) -> Option<u64> {
-        let candidates = || self.open.iter().filter(|(_, s)| matching(s));
-        // Under a flood the endpoint may take tens of ms to read a scraper's
-        // request: the flood's newcomers must not push out the scraper that came
-        // just before them (once, 3 scrapes in 6 were). A burst of newcomers
-        // (hundreds at once) must not shut the door either: only the newest few are
-        // spared.
-        let young = |s: &SlotState| {
-            !s.activity.stall.read_any() && now.saturating_duration_since(s.opened) < SILENT
-        };
-        let spared: Vec<u64> = self
-            .open
-            .iter()
-            .rev()
-            .filter(|(_, s)| young(s))
-            .take(newcomers)
-            .map(|(&id, _)| id)
-            .collect();
-        let not_answering = candidates()
-            .find(|(id, s)| {
-                !s.activity.answering.load(Ordering::Relaxed)
-                    && s.activity.stall.since().is_none()
-                    && !spared.contains(id)
-            })
-            .map(|(&id, _)| id);
-        let longest_stalled = || {
-            candidates()
-                .filter_map(|(&id, s)| Some((s.activity.stall.since()?, id)))
-                .filter(|(since, _)| now.saturating_duration_since(*since) >= STALLED)
-                .min()
-                .map(|(_, id)| id)
-        };
-        not_answering.or_else(longest_stalled)
-    }
 }
 
 /// One connection: TLS when configured, then HTTP/1.1 until it closes, stalls, runs
