@@ -69,8 +69,9 @@ fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
 
 /// Witness: promtool. The agent on loopback (TCP_RR and UDP_RR against `rttlab serve`
 /// children, no privilege needed): both exposition formats by content negotiation,
-/// promtool finds nothing to say; peers follow their file_sd file; a broken file keeps
-/// the running peers and says so; counters never go down across reloads.
+/// promtool finds nothing to say; a peer that refuses exports its errors and no srtt
+/// or min_rtt; peers follow their file_sd file; a broken file keeps the running peers
+/// and says so; counters never go down across reloads.
 #[test]
 fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
     let s1 = ServeChild::start(&[]);
@@ -93,7 +94,9 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
         .unwrap();
         std::fs::rename(&tmp, &peers).unwrap();
     };
-    write_peers(&[s1.port]);
+    // A peer whose port refuses (nothing listens there: the kernel answers with a reset).
+    let refusing = free_port();
+    write_peers(&[s1.port, refusing]);
     let metrics_port = free_port();
     let agent = Killed(
         Command::new(bin())
@@ -146,6 +149,24 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
     assert!(head.contains("application/openmetrics-text"), "{head}");
     assert!(om.ends_with("# EOF\n") && om.contains("# TYPE rttlab_probes_sent counter"));
     let before = sent(&text, &p1).unwrap();
+    // TCP's srtt and min_rtt only for the peer that answered: the refusing one exports
+    // none (a 0 would read as the fastest path), only its errors. Witness: the kernel's
+    // refusal, and the live peer's connection (its srtt above 0).
+    let dead = format!("127.0.0.1:{refusing}");
+    for gauge in ["rttlab_tcp_srtt_seconds", "rttlab_tcp_min_rtt_seconds"] {
+        let of =
+            |peer: &str| format!("{gauge}{{peer=\"{peer}\",layer=\"srtt_client\",zone=\"z1\"}}");
+        assert!(sample(&text, &of(&p1)).is_some_and(|v| v > 0.0), "{text}");
+        assert!(!text.contains(&of(&dead)), "{text}");
+    }
+    assert!(
+        sample(
+            &text,
+            &format!("rttlab_probe_errors_total{{peer=\"{dead}\",layer=\"tcp_rr\",zone=\"z1\"}}")
+        )
+        .is_some_and(|v| v >= 1.0),
+        "{text}"
+    );
 
     // A second peer appears without a restart; the first keeps its counters.
     write_peers(&[s1.port, s2.port]);

@@ -205,7 +205,10 @@ impl Rfc6298 {
 }
 
 /// UDP_RR under the adaptive timeout (no `--timeout`), no loss: 1.4 s into a 3 s
-/// run the way back steps from 1 ms to 30 ms. The timeout, adapted to the 2 ms round
+/// run the way back steps from 1 ms to 100 ms: far above what a loaded machine adds to
+/// rr's own samples (rr learns from when it woke, which a preempted vCPU stretches by
+/// tens of ms, and one stretched sample before a step to 30 ms once lifted its limit
+/// past the new round trip under a CPU hog). The timeout, adapted to the 2 ms round
 /// trip, stays there (late replies do not feed it, as Karn's rule keeps retransmitted
 /// segments out of TCP's estimate), so from then on the replies come late; the run
 /// goes on to its end and its last replies come after it stopped. Witnesses: tcpdump
@@ -246,7 +249,7 @@ fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
             ])
         });
         std::thread::sleep(Duration::from_millis(1400));
-        lab.set(&["--delay", "30ms", "--dir", "b2a"]);
+        lab.set(&["--delay", "100ms", "--dir", "b2a"]);
         run.join().unwrap()
     });
     assert_schema(&doc);
@@ -298,10 +301,21 @@ fn replies_pushed_past_the_adaptive_timeout_are_late_not_lost() {
         wire_late < n as u64 / 2,
         "most replies on time: {wire_late} of {n}"
     );
+    // The requests still on their way when the last one left a: rr stopped before
+    // their replies came.
+    let last_sent = at_a
+        .iter()
+        .filter(|d| d.1 == 8)
+        .map(|d| d.0)
+        .fold(f64::MIN, f64::max);
+    let in_flight = at_a
+        .iter()
+        .filter(|d| d.1 == 8 && back[&d.2] > last_sent)
+        .count() as u64;
     let (late, lost) = (got(&udp["late_replies"]), got(&udp["lost"]));
     assert!(
-        lost <= 3,
-        "only the last few may come after rr stopped: {udp}"
+        lost <= in_flight,
+        "only the {in_flight} in flight at the end may come after rr stopped: {udp}"
     );
     assert!(
         close.len() as u64 * 10 <= wire_late,

@@ -3,9 +3,10 @@
 //! rttlab's line for line once the times (which differ run to run) are masked; and
 //! nftables, dropping chosen requests by ICMP sequence number in a namespace.
 //!
-//! rttlab's own block (its summary and percentile table, between the replies and
-//! iputils' statistics) is the one thing iputils does not print: it is cut out before
-//! the comparison, and checked to sit there, so the last lines are iputils' own.
+//! rttlab prints iputils' lines and nothing else unless asked (`--summary`, `-o`,
+//! `--percentiles`, `--histogram`): its own block (settings, counts and the percentile
+//! table) then sits between the replies and iputils' statistics, checked there, so the
+//! last lines are iputils' own.
 
 use crate::common;
 
@@ -98,7 +99,7 @@ fn same_as_iputils(ns: Option<&str>, args: &[&str]) {
             (iputils.join().unwrap(), ours)
         })
     };
-    let (mut t, mut o) = (masked(&theirs), without_rttlab_block(&masked(&ours)));
+    let (mut t, mut o) = (masked(&theirs), masked(&ours));
     // -f and -A send the next request once a reply is in (or 10 ms later): a reply
     // slower than that on a loaded machine puts a `, pipe 2` on either tool's line.
     if args.contains(&"-f") || args.contains(&"-A") {
@@ -112,8 +113,78 @@ fn same_as_iputils(ns: Option<&str>, args: &[&str]) {
         "{args:?}: exit status\niputils: {theirs}{their_err}\nrttlab: {ours}{our_err}"
     );
     assert_eq!(o, t, "{args:?}\niputils:\n{theirs}\nrttlab:\n{ours}");
-    // The last line is in it (what `tail -1` scripts read): rttlab's block sits before
-    // the statistics, which `without_rttlab_block` checks.
+}
+
+/// `--summary` adds rttlab's block and changes nothing else: cut out, the lines are
+/// iputils' (witness: iputils ping with the same flags), and the block sits before the
+/// statistics, so the last line is still iputils' rtt line.
+#[test]
+fn the_summary_sits_before_iputils_statistics() {
+    let _busy = common::serial::busy();
+    if !common::privileged("the_summary_sits_before_iputils_statistics") {
+        return;
+    }
+    let args = ["-c", "3", "-i", "0.2", "127.0.0.1"];
+    let ((_, theirs, _), (code, ours, _)) = std::thread::scope(|s| {
+        let iputils = s.spawn(|| run(None, "ping", &args));
+        let ours = run(None, "rttlab", &[&["--summary"][..], &args].concat());
+        (iputils.join().unwrap(), ours)
+    });
+    assert_eq!(code, Some(0));
+    assert!(ours.contains("\nICMP echo to 127.0.0.1"), "{ours}");
+    assert!(ours.contains("\nRTT_us "), "{ours}");
+    assert_eq!(
+        without_rttlab_block(&masked(&ours)),
+        masked(&theirs),
+        "{ours}"
+    );
+}
+
+/// Without -c, -w or --duration both run until interrupted, as at the prompt: SIGINT
+/// after a second ends each with its statistics and status 0. Witness: iputils ping
+/// under the same signal; the counts may differ by the request one of them had just
+/// sent.
+#[test]
+fn without_a_count_it_runs_until_interrupted() {
+    let _busy = common::serial::busy();
+    if !common::privileged("without_a_count_it_runs_until_interrupted") {
+        return;
+    }
+    let bin = common::bin();
+    let start = |argv: &[&str]| {
+        Command::new(argv[0])
+            .args(&argv[1..])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children = [
+        start(&["ping", "-i", "0.2", "127.0.0.1"]),
+        start(&[bin.to_str().unwrap(), "ping", "-i", "0.2", "127.0.0.1"]),
+    ];
+    // Well past the 5 requests the old default stopped at.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let mut sent = Vec::new();
+    for c in children {
+        // SAFETY: kill(2) on a child of this test.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let o = c.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(0), "{out}");
+        let stats = Regex::new(r"(?m)^--- 127\.0\.0\.1 ping statistics ---\n(\d+) packets transmitted, (\d+) received, 0% packet loss")
+            .unwrap();
+        let caps = stats.captures(&out).unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(caps[1], caps[2], "{out}");
+        assert!(!out.contains("ICMP echo to"), "{out}");
+        sent.push(caps[1].parse::<u64>().unwrap());
+    }
+    assert!(sent[1] >= 6, "rttlab sent {} in 1.5 s at 0.2 s", sent[1]);
+    assert!(
+        sent[0].abs_diff(sent[1]) <= 1,
+        "iputils {}, rttlab {}",
+        sent[0],
+        sent[1]
+    );
 }
 
 /// Loopback as root, both families: every flag both implement, alone or together.

@@ -124,7 +124,15 @@ fn agrees_with_ss_on_the_same_socket() {
     let port = free_port();
     let client = rr_in_background(port, "200ms", "2");
     std::thread::sleep(Duration::from_millis(700));
-    // Between transactions (200 ms apart) the socket is idle: both tools read the same state.
+    // Both tools read one state: rr (client and its in-process server) is stopped, and
+    // once a request or response in flight has been taken and ACKed (the delayed-ACK
+    // timer fires within 40 ms, a retransmission within the 200 ms rto_min) the socket
+    // changes no more. Reading between transactions alone was not enough under a CPU
+    // hog: a transaction came between the two reads (cwnd 14, then 15).
+    let pid = client.id() as i32;
+    // SAFETY: kill(2) on a child of this test.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(300));
     let ours = Command::new(bin())
         .args(["tcpinfo", "--sport", &port.to_string(), "--csv"])
         .output()
@@ -140,6 +148,8 @@ fn agrees_with_ss_on_the_same_socket() {
         ])
         .output()
         .unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
     let _ = client.wait_with_output();
     let row = &csv_rows(&ours.stdout)[0];
     let text = String::from_utf8_lossy(&ss.stdout);

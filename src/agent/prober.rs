@@ -4,14 +4,16 @@
 //! UDP_RR) in one loop; [`super::crr`] runs TCP_CRR, whose `connect()` it times.
 
 use super::metrics::RttHistogram as Histogram;
-use super::metrics::{labels, Gauge64, Metrics};
+use super::metrics::{labels, Gauge64, Labels, Metrics};
 use super::peers::Peer;
 use crate::kernel::tcp_info::TcpInfo;
 use crate::probe::control::TestKind;
 use crate::probe::rr::SessionSpec;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use rand::SeedableRng;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A kind of probe; each feeds one or two layers of `rttlab_rtt_seconds`.
@@ -107,7 +109,34 @@ pub struct Series {
     /// TCP_CRR: `tcp_connect`.
     pub connect: Option<Histogram>,
     /// TCP_RR: `srtt_client`, and its last srtt and min_rtt.
-    pub srtt: Option<(Histogram, Gauge64, Gauge64)>,
+    pub srtt: Option<SrttSeries>,
+}
+
+/// TCP_RR's `srtt_client`: every sample in the histogram, and the last srtt and
+/// min_rtt as gauges made at their first sample, so that a peer that never answered
+/// exports neither (a 0 would read as the fastest path on a graph).
+pub struct SrttSeries {
+    hist: Histogram,
+    labels: Labels,
+    srtt: Family<Labels, Gauge64>,
+    min_rtt: Family<Labels, Gauge64>,
+    last: OnceLock<Gauge64>,
+    min: OnceLock<Gauge64>,
+}
+
+impl SrttSeries {
+    /// Record one reading of TCP's srtt and, when the kernel has one, min_rtt (s).
+    fn record(&self, srtt: f64, min_rtt: Option<f64>) {
+        self.hist.observe(srtt);
+        self.last
+            .get_or_init(|| self.srtt.get_or_create_owned(&self.labels))
+            .set(srtt);
+        if let Some(min) = min_rtt {
+            self.min
+                .get_or_init(|| self.min_rtt.get_or_create_owned(&self.labels))
+                .set(min);
+        }
+    }
 }
 
 impl Series {
@@ -131,11 +160,14 @@ impl Series {
             }),
             srtt: (probe == Probe::TcpRr).then(|| {
                 let l = labels(&peer.name, "srtt_client", &peer.labels);
-                (
-                    m.rtt.get_or_create_owned(&l),
-                    m.srtt.get_or_create_owned(&l),
-                    m.min_rtt.get_or_create_owned(&l),
-                )
+                SrttSeries {
+                    hist: m.rtt.get_or_create_owned(&l),
+                    labels: l,
+                    srtt: m.srtt.clone(),
+                    min_rtt: m.min_rtt.clone(),
+                    last: OnceLock::new(),
+                    min: OnceLock::new(),
+                }
             }),
         }
     }
@@ -223,18 +255,16 @@ pub fn tcp_layers(series: &Series, info: &TcpInfo, retrans: &mut u32) {
     if let (true, Some(c)) = (new > 0, &series.retransmissions) {
         c.inc_by(u64::from(new));
     }
-    let Some((hist, last, min_rtt)) = &series.srtt else {
+    let Some(s) = &series.srtt else {
         return;
     };
     if info.rtt_us == 0 {
         return;
     }
-    let srtt = f64::from(info.rtt_us) / 1e6;
-    hist.observe(srtt);
-    last.set(srtt);
-    if let Some(min) = info.min_rtt_us {
-        min_rtt.set(f64::from(min) / 1e6);
-    }
+    s.record(
+        f64::from(info.rtt_us) / 1e6,
+        info.min_rtt_us.map(|min| f64::from(min) / 1e6),
+    );
 }
 
 /// Whether `ip` is one of this host's addresses (a peer that is this host is skipped).

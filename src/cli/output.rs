@@ -57,6 +57,12 @@ impl OutputArgs {
         })
     }
 
+    /// Whether a table beyond a command's usual lines is asked for: selectors (`-o`),
+    /// percentiles or the histogram.
+    pub fn asks_for_tables(&self) -> bool {
+        self.output.is_some() || self.percentiles.is_some() || self.histogram
+    }
+
     /// The percentiles to compute.
     pub fn percentiles(&self) -> anyhow::Result<Vec<rttlab::stats::Percentile>> {
         match &self.percentiles {

@@ -47,7 +47,9 @@ not resolve, a missing privilege).
 
 Examples:
   rttlab ping 127.0.0.1
-      5 echoes, 1 s apart
+      an echo a second until Ctrl-C, as iputils
+  rttlab ping -c 100 -i 0.2 --summary 127.0.0.1
+      and rttlab's counts and percentiles before iputils' statistics
   rttlab ping -c 3 -i 0.2 -w 5 127.0.0.1
       until 3 replies are in, for at most 5 s
   rttlab ping ::1 -c 1000 -i 1ms --histogram
@@ -61,8 +63,8 @@ pub struct PingArgs {
     /// Host(s) to ping (IPv4 or IPv6); several are probed in one loop, as fping.
     #[arg(value_name = "HOST", required = true, num_args = 1..)]
     pub hosts: Vec<String>,
-    /// Number of echo requests (default 5 unless --duration or -w is given; several
-    /// targets: per target, with fping's output).
+    /// Number of echo requests (without it, or --duration or -w, until interrupted, as
+    /// iputils; several targets: per target, with fping's output).
     #[arg(short = 'c', long = "count")]
     pub count: Option<u64>,
     /// fping's -C: this many requests per target, then every round trip per target.
@@ -189,6 +191,11 @@ pub struct PingArgs {
     /// No line per reply: the summary only.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
+    /// rttlab's own summary before iputils' statistics: the settings, every count
+    /// (duplicates, reordered, corrupted) and the percentile table (-o, --percentiles
+    /// and --histogram ask for it too).
+    #[arg(long)]
+    pub summary: bool,
     /// Socket type: dgram needs ping_group_range, raw needs CAP_NET_RAW.
     #[arg(long, value_enum, default_value = "auto")]
     pub socket: SocketArg,
@@ -326,7 +333,6 @@ fn run_ping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     let mut s = PingSettings::new(target);
     s.count = match (a.count, a.duration, a.deadline) {
         (Some(c), _, _) => Some(c),
-        (None, None, None) => Some(5),
         (None, _, _) => None,
     };
     s.duration = a.duration;
@@ -472,10 +478,13 @@ fn run_ping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     let result = result?;
     stage.measuring();
     if lines {
-        // rttlab's own block first, iputils' statistics last: scripts read ping's
-        // last line (`tail -1 | awk -F/`) and grep its "received" line.
-        writeln!(stdout)?;
-        output::print(&result, &format)?;
+        // iputils' lines alone unless rttlab's own block is asked for; then it goes
+        // first and iputils' statistics last: scripts read ping's last line
+        // (`tail -1 | awk -F/`) and grep its "received" line.
+        if a.summary || a.out.asks_for_tables() {
+            writeln!(stdout)?;
+            output::print(&result, &format)?;
+        }
         let ipg_ewma = s.interval.is_zero() || a.flood || a.adaptive;
         write!(
             stdout,
