@@ -164,6 +164,10 @@ fn without_a_count_it_runs_until_interrupted() {
     ];
     // Well past the 5 requests the old default stopped at.
     std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let stats = Regex::new(
+        r"(?m)^--- 127\.0\.0\.1 ping statistics ---\n(\d+) packets transmitted, (\d+) received, 0% packet loss",
+    )
+    .unwrap();
     let mut sent = Vec::new();
     for c in children {
         // SAFETY: kill(2) on a child of this test.
@@ -171,8 +175,6 @@ fn without_a_count_it_runs_until_interrupted() {
         let o = c.wait_with_output().unwrap();
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert_eq!(o.status.code(), Some(0), "{out}");
-        let stats = Regex::new(r"(?m)^--- 127\.0\.0\.1 ping statistics ---\n(\d+) packets transmitted, (\d+) received, 0% packet loss")
-            .unwrap();
         let caps = stats.captures(&out).unwrap_or_else(|| panic!("{out}"));
         assert_eq!(caps[1], caps[2], "{out}");
         assert!(!out.contains("ICMP echo to"), "{out}");
