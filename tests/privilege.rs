@@ -114,7 +114,10 @@ fn unprivileged_commands_work_or_name_the_capability_and_the_fix() {
     {
         let _range = PingRange::set("0 2147483647");
         for target in ["127.0.0.1", "::1"] {
-            let o = as_nobody(&rttlab, &["ping", "-c", "3", "-i", "0.05", target]);
+            let o = as_nobody(
+                &rttlab,
+                &["ping", "-c", "3", "-i", "0.05", "--summary", target],
+            );
             let out = String::from_utf8_lossy(&o.stdout);
             assert!(
                 o.status.success(),

@@ -70,7 +70,7 @@ fi
 grep -q 'CAP_NET_RAW' <<<"$out" && grep -q 'ping_group_range' <<<"$out" \
     || fail "the refusal names neither the capability nor the sysctl: $out"
 echo "0 2147483647" > "$range_file"
-out=$(su -s /bin/sh "$user" -c '/usr/bin/rttlab ping -c 3 -i 0.2 127.0.0.1' 2>&1) \
+out=$(su -s /bin/sh "$user" -c '/usr/bin/rttlab ping -c 3 -i 0.2 --summary 127.0.0.1' 2>&1) \
     || fail "unprivileged ping failed: $out"
 grep -q '3 packets transmitted, 3 received' <<<"$out" || fail "unprivileged ping: $out"
 grep -q 'Dgram socket' <<<"$out" || fail "ping does not say it used a datagram socket: $out"
