@@ -475,8 +475,9 @@ fn the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill() {
     if !privileged("the_command_line_builds_uses_and_removes_a_lab_even_after_sigkill") {
         return;
     }
-    // Counts and files, not times: beside another busy test.
-    let _g = common::serial::busy();
+    // Alone: any other lab's `lab up` sweeps the lab whose owner this test kills,
+    // before its own `lab down` (it happened beside a test's lab under a CPU hog).
+    let _g = common::serial::machine();
     let _ = lab_cmd(&["down", "--name", "t-cli"]);
     let up = lab_cmd(&[
         "up",
@@ -604,8 +605,8 @@ fn a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing() {
     if !privileged("a_killed_owner_is_swept_by_the_next_up_and_drop_leaves_nothing") {
         return;
     }
-    // Counts and files, not times: beside another busy test.
-    let _g = common::serial::busy();
+    // Alone: another test's `lab up` would sweep the killed owner's lab first.
+    let _g = common::serial::machine();
     let up = lab_cmd(&["up", "--name", "t-stale"]);
     assert!(up.status.success(), "{}", stderr(&up));
     let pid: i32 = std::fs::read_to_string("/run/rttlab/lab/t-stale/lab.json")

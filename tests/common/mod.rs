@@ -441,8 +441,9 @@ pub fn corpus_bytes(name: &str) -> Vec<u8> {
 pub struct Lab {
     pub name: String,
     server: Option<KillOnDrop>,
-    /// A polling emulator's share of the machine: it busy-polls a CPU while up.
-    _busy: Option<serial::Token>,
+    /// Its share of the machine: a polling emulator busy-polls a CPU while up, and
+    /// any `lab up` sweeps the labs of dead owners.
+    _busy: serial::Token,
 }
 
 impl Lab {
@@ -454,10 +455,10 @@ impl Lab {
 
     /// The same with `--emulator sleep`: no CPU spent between frames, which leave ms
     /// late when the machine is busy. For a test that counts (losses, retransmissions,
-    /// which transactions are the slowest) and judges no time: it holds no share of
-    /// the machine, so it runs beside anything, and two polling labs beside it cost it
-    /// only time (each such test took 5–10 times as long on a polling lab beside two
-    /// others as alone).
+    /// which transactions are the slowest) and judges no time: beside polling labs it
+    /// took 5–10 times as long as alone. It holds a share of the machine all the same:
+    /// its `lab up` sweeps labs whose owner died, which a test that kills one must not
+    /// meet.
     pub fn counting(tag: &str, args: &[&str]) -> Self {
         Self::with_emulator(tag, "sleep", args)
     }
@@ -467,7 +468,7 @@ impl Lab {
         let mut lab = Self {
             name,
             server: None,
-            _busy: (emulator == "poll").then(serial::busy),
+            _busy: serial::busy(),
         };
         lab.cmd(
             &[
