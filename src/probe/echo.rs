@@ -9,8 +9,9 @@
 //! a batch; each reply is timed by the kernel's receive stamp (`SO_TIMESTAMPNS`), so
 //! when the owner gets round to reading it is not measured.
 
-use super::ping::{checksum, enable_timestamps, open, parse_reply, pattern, recv_with_ts};
+use super::ping::{enable_timestamps, open, pattern, recv_with_ts};
 use super::ping::{PingError, SocketKind};
+use crate::wire::icmp::{self, Message};
 use socket2::{SockAddr, Socket};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -129,17 +130,7 @@ impl Echoer {
         let seq = f.next_seq;
         f.next_seq = f.next_seq.wrapping_add(1);
         let pkt = &mut self.pkt;
-        pkt[0] = if f.v6 { 128 } else { 8 };
-        pkt[4..6].copy_from_slice(&f.ident.to_be_bytes());
-        pkt[6..8].copy_from_slice(&seq.to_be_bytes());
-        for (i, b) in pkt[8..].iter_mut().enumerate() {
-            *b = pattern(seq, i);
-        }
-        if !f.v6 {
-            pkt[2..4].fill(0);
-            let c = checksum(pkt);
-            pkt[2..4].copy_from_slice(&c.to_be_bytes());
-        }
+        icmp::write_request(pkt, f.v6, f.ident, seq, |i| pattern(seq, i));
         let sent_ns = crate::kernel::realtime_ns();
         f.sock
             .send_to(pkt, &SockAddr::from(SocketAddr::new(target, 0)))?;
@@ -168,18 +159,17 @@ impl Echoer {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(_) => continue,
                 };
-                let Some(reply) = parse_reply(&buf[..r.len], f.v6, f.raw, f.ident, payload, &[])
-                else {
+                let Some(seq) = intact_reply(&buf[..r.len], f, payload) else {
                     continue;
                 };
                 // SAFETY: the kernel filled `from` with a sockaddr of the socket's family.
                 let src = unsafe { SockAddr::new(from, std::mem::size_of_val(&from) as u32) }
                     .as_socket()
                     .map(|s| s.ip());
-                if let (true, Some(from)) = (reply.intact, src) {
+                if let Some(from) = src {
                     each(Reply {
                         v6: f.v6,
-                        seq: reply.seq,
+                        seq,
                         from,
                         received_ns: r.ts_ns.unwrap_or_else(crate::kernel::realtime_ns),
                     });
@@ -187,6 +177,31 @@ impl Echoer {
             }
         }
     }
+}
+
+/// The sequence number of `datagram` when it is an intact echo reply to `family`'s
+/// requests: a raw IPv4 socket's IP header skipped, a raw socket's identifier checked
+/// (a datagram socket's replies are the kernel's to filter), the payload `payload`
+/// bytes of [`pattern`].
+fn intact_reply(datagram: &[u8], family: &Family, payload: usize) -> Option<u16> {
+    let icmp = if family.raw && !family.v6 {
+        icmp::ipv4_head(datagram).ok()?.icmp
+    } else {
+        datagram
+    };
+    let Ok(Message::Reply(echo)) = icmp::message(icmp, family.v6) else {
+        return None;
+    };
+    let seq = echo.seq();
+    let intact = echo.code() == 0
+        && (!family.raw || echo.ident() == family.ident)
+        && echo.payload().len() == payload
+        && echo
+            .payload()
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern(seq, i));
+    intact.then_some(seq)
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use super::selectors::{Selectable, Selector, Value};
 use super::Report;
 use crate::probe::fping::TargetResult;
-use crate::probe::ping::{PingResult, ReplyEvent, ReplyOptions};
+use crate::probe::ping::{Ignored, PingResult, ReplyEvent, ReplyOptions};
 use crate::stats::LogLinear;
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -45,6 +45,24 @@ impl Report for PingResult {
             "",
             "  ",
         ));
+        let ignored: u64 = self.ignored.iter().sum();
+        if ignored > 0 {
+            let why: Vec<String> = Ignored::ALL
+                .iter()
+                .zip(self.ignored)
+                .filter(|(_, n)| *n > 0)
+                .map(|(why, n)| format!("{n} {}", why.name()))
+                .collect();
+            out.push_str(&super::table::wrap(
+                &format!(
+                    "ignored {ignored} datagrams not about this run's requests: {}",
+                    why.join(", ")
+                ),
+                super::table::TEXT_WIDTH,
+                "",
+                "  ",
+            ));
+        }
         out.push('\n');
         out.push_str(&super::summary_table("icmp", &self.rtt));
         if histogram {

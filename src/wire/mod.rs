@@ -2,6 +2,7 @@
 //! reads fields on demand). Nothing here allocates or panics on any input; a packet
 //! that cannot be used says why ([`Skip`]), and callers count the reasons.
 
+pub mod icmp;
 pub mod link;
 pub mod net;
 pub mod tcp;
