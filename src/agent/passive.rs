@@ -16,10 +16,11 @@ use super::peers::{Peer, PeersByIp};
 use crate::capture::filter::Selection;
 use crate::capture::{self, Options as CaptureOptions, Source};
 use crate::kernel::passive_bpf::{
-    Aggregation, Framing, PassiveBpfError, RawAddr, RawAggKey, RawCounters, Sweep,
+    Aggregation, Framing, PassiveBpfError, RawAddr, RawAggKey, RawCounters,
 };
 use crate::passive::flow::Endpoint;
 use crate::passive::in_kernel::{Engine, Options};
+use crate::passive::live::{self, ChoiceError, EngineChoice};
 use crate::passive::{Analyzer, Config, Filter, Method, Place, Sample, Sink};
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -29,20 +30,6 @@ use std::time::{Duration, SystemTime};
 
 /// Bytes kept of each frame on the ring engine: headers with every TCP option.
 const SNAPLEN: u32 = 256;
-
-/// Seconds between two sweeps of one of the in-kernel engine's maps.
-const SWEEP_EVERY: u64 = 10;
-
-/// Which engine times the traffic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineChoice {
-    /// The in-kernel engine where it can run, else the ring (one line says why).
-    Auto,
-    /// The in-kernel engine, or an error.
-    Bpf,
-    /// Frames copied to the agent through a packet ring.
-    Ring,
-}
 
 /// What to watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +64,9 @@ pub enum PassiveError {
     /// The in-kernel engine (asked for by name, or failing past its checks).
     #[error(transparent)]
     Kernel(#[from] PassiveBpfError),
+    /// The engine asked for cannot run here.
+    #[error(transparent)]
+    Choice(#[from] ChoiceError),
 }
 
 /// How passive measurement started.
@@ -138,18 +128,16 @@ pub fn start(
             .passive_dropped
             .get_or_create(&vec![("reason".into(), reason.into())]);
     }
-    let fallback = match settings.engine {
-        EngineChoice::Ring => None,
-        EngineChoice::Bpf => {
-            return start_bpf(settings, metrics, peers, stop);
-        }
-        EngineChoice::Auto => {
+    let fallback = match live::choose(settings.engine, None, true) {
+        Ok(live::Engine::Ring(why)) => why,
+        Ok(live::Engine::Bpf) => {
             match start_bpf(settings, metrics.clone(), peers.clone(), stop.clone()) {
                 Ok(s) => return Ok(s),
-                Err(PassiveError::Kernel(e)) if e.is_unavailable() => Some(e.to_string()),
+                Err(PassiveError::Kernel(e)) => Some(live::fall_back(settings.engine, e)?),
                 Err(e) => return Err(e),
             }
         }
+        Err(e) => return Err(e.into()),
     };
     let worker = start_ring(settings, metrics, peers, stop)?;
     let started = Started {
@@ -220,7 +208,6 @@ fn start_bpf(
     peers: Arc<PeersByIp>,
     stop: Arc<AtomicBool>,
 ) -> Result<(Started, Worker), PassiveError> {
-    crate::kernel::passive_bpf::check()?;
     let facts = capture::live::interface_facts(&settings.interface, None)?;
     let cfg = config(settings, facts.addresses.clone());
     let layout = Arc::new(Layout::new(metrics.buckets.bounds()));
@@ -241,6 +228,7 @@ fn start_bpf(
     } else {
         Framing::Ip
     };
+    let (idle_timeout, max_age) = (settings.idle_timeout, Duration::from_nanos(cfg.max_age_ns));
     let mut engine = Engine::load(&cfg, &options, framing)?;
     let mode = engine.attach(
         &settings.interface,
@@ -266,7 +254,13 @@ fn start_bpf(
         .name("passive-bpf".into())
         .spawn(move || {
             let mut last = RawCounters::default();
-            let mut tick = 0u64;
+            let mut schedule = live::Schedule::new(
+                std::time::Instant::now(),
+                crate::kernel::realtime_ns(),
+                idle_timeout,
+                max_age,
+                None,
+            );
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..10 {
                     if stop.load(Ordering::Relaxed) {
@@ -274,21 +268,13 @@ fn start_bpf(
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                tick += 1;
+                let due = schedule.poll(std::time::Instant::now(), crate::kernel::realtime_ns());
                 let counters = {
                     let mut e = view
                         .engine
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    // Each map every SWEEP_EVERY seconds, the two apart: flows expire
-                    // in the kernel on their next packet anyway; the sweep reclaims
-                    // room, and holds a CPU while it walks a map.
-                    let what = match tick % SWEEP_EVERY {
-                        0 => Some(Sweep::Flows),
-                        x if x == SWEEP_EVERY / 2 => Some(Sweep::Pending),
-                        _ => None,
-                    };
-                    if let Some(what) = what {
+                    if let Some(what) = due.sweep {
                         if let Err(err) = e.sweep(what) {
                             eprintln!("rttlab agent: passive sweep: {}", crate::error_chain(&err));
                         }

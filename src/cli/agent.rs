@@ -7,11 +7,12 @@ use clap::Args;
 use rttlab::agent::exposition::write_textfile;
 use rttlab::agent::http::{HttpLimits, MetricsServer};
 use rttlab::agent::metrics::{Buckets, BucketsError, Metrics};
-use rttlab::agent::passive::{EngineChoice, PassiveSettings};
+use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
 use rttlab::agent::prober::{self, Probe, ProbeSettings};
 use rttlab::agent::Agent;
 use rttlab::kernel::rlimit;
+use rttlab::passive::live::EngineChoice;
 use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
 use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
 use std::collections::HashMap;
@@ -20,17 +21,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
-
-/// `--passive-engine`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PassiveEngineArg {
-    /// The in-kernel engine where it can run, else the ring.
-    Auto,
-    /// The in-kernel engine.
-    Bpf,
-    /// Frames copied to the agent through a packet ring.
-    Ring,
-}
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -132,7 +122,7 @@ pub struct AgentArgs {
     /// samples; needs CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN and Linux 5.13+), ring (frames copied to
     /// the agent; CAP_NET_RAW), or auto (bpf where it can run, else ring, saying why).
     #[arg(long, value_enum, default_value = "auto", value_name = "ENGINE")]
-    pub passive_engine: PassiveEngineArg,
+    pub passive_engine: EngineChoice,
     /// Per flow direction, the least time between two TSvals or segments the passive
     /// layers time (ePPing's sampling; 0 times every one).
     #[arg(long, default_value = "100ms", value_parser = values::duration, value_name = "DURATION")]
@@ -504,11 +494,7 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
             .watch(&PassiveSettings {
                 interface: iface.clone(),
                 ports: a.passive_ports.clone(),
-                engine: match a.passive_engine {
-                    PassiveEngineArg::Auto => EngineChoice::Auto,
-                    PassiveEngineArg::Bpf => EngineChoice::Bpf,
-                    PassiveEngineArg::Ring => EngineChoice::Ring,
-                },
+                engine: a.passive_engine,
                 rate_limit: a.passive_rate_limit,
                 idle_timeout: a.passive_idle_timeout,
                 max_flows: a.passive_max_flows as usize,

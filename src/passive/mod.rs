@@ -11,6 +11,7 @@
 pub mod aggregate;
 pub mod flow;
 pub mod in_kernel;
+pub mod live;
 pub mod sampler;
 pub mod seq;
 pub mod summary;

@@ -1,16 +1,20 @@
 //! `rttlab passive`.
 
+mod out;
+
 use super::progress::on_interrupt;
 use super::values;
 use anyhow::bail;
 use clap::{ArgAction, Args, ValueEnum};
+use out::{write_failed, FmtIo, Out, SharedOut};
 use rttlab::capture::expression::Expression;
 use rttlab::capture::{self, Batch, Source, SourceError};
 use rttlab::passive::flow::Endpoint;
+use rttlab::passive::live::{self, ChoiceError, Engine, EngineChoice};
 use rttlab::passive::sampler::SamplerConfig;
-use rttlab::passive::summary::{Interval, IntervalSummary, Summary};
+use rttlab::passive::summary::{IntervalSummary, Summary};
 use rttlab::passive::PpingDetail;
-use rttlab::passive::{aggregate, ts, Analyzer, Config, Filter, Method, Place, Sample, Sink};
+use rttlab::passive::{aggregate, ts, Analyzer, Config, Filter, Method, Place};
 use rttlab::report::passive::{self as render, LineFormat, LineWriter};
 use rttlab::stats::LogLinear;
 use std::cell::RefCell;
@@ -36,20 +40,6 @@ pub enum TsRuleArg {
     Data,
     /// pping's rule: every packet's TSval, once the reverse direction was seen.
     Pping,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum EngineArg {
-    /// The in-kernel engine where this kernel and these privileges allow it and the
-    /// options need nothing only the ring has; else the ring.
-    Auto,
-    /// tc programs in the kernel time the packets where they are; only samples (or
-    /// histograms) come up to rttlab. Needs CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN, and
-    /// live Linux 5.13+; with -r, the kernel's programs run on the file's frames.
-    Bpf,
-    /// Every selected frame's headers are copied to rttlab through a packet ring
-    /// (CAP_NET_RAW), and timed here.
-    Ring,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -115,7 +105,7 @@ pub struct PassiveArgs {
     pub netns: Option<String>,
     /// Where the rules run (see below).
     #[arg(long, value_enum, default_value = "auto")]
-    pub engine: EngineArg,
+    pub engine: EngineChoice,
     /// How the in-kernel engine attaches to the interface.
     #[arg(long, value_enum, default_value = "auto")]
     pub attach: AttachArg,
@@ -279,130 +269,6 @@ fn sampler_arg(s: &str) -> Result<SamplerConfig, String> {
     Ok(cfg)
 }
 
-/// Standard output, shared by the sample lines and the input reader: the reader flushes
-/// the lines before every read that may wait (a pipe, stdin), so a stream's samples
-/// leave as they are made, while a fast input still writes them in 64 KiB blocks.
-#[derive(Clone)]
-struct SharedOut(Rc<RefCell<BufWriter<std::io::StdoutLock<'static>>>>);
-
-impl Write for SharedOut {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().write(buf)
-    }
-    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
-        self.0.borrow_mut().write_all(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.borrow_mut().flush()
-    }
-}
-
-/// Sample lines, interval summaries, per-prefix histograms, summary and histograms at
-/// once.
-struct Out<W: Write> {
-    lines: Option<LineWriter<W>>,
-    summary: Option<Summary>,
-    /// `--summary-interval`: the intervals, where they go, and whether as JSON lines.
-    intervals: Option<(IntervalSummary, SharedOut, bool)>,
-    /// `--aggregate` in user space (the ring engine, files): the intervals.
-    aggregate: Option<aggregate::Intervals>,
-    /// Where `--aggregate`'s intervals go (either engine), and whether as JSON lines.
-    aggregate_out: Option<(SharedOut, bool)>,
-    error: Option<std::io::Error>,
-}
-
-impl<W: Write> Out<W> {
-    /// Write a finished interval (keeping the first error).
-    fn interval(&mut self, iv: Option<Interval>) {
-        let (Some(iv), Some((_, out, json))) = (iv, self.intervals.as_mut()) else {
-            return;
-        };
-        let text = if *json {
-            render::interval_json(&iv)
-        } else {
-            let mut t = String::new();
-            let _ = render::interval(&mut t, &iv);
-            t + "\n"
-        };
-        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            self.error.get_or_insert(e);
-        }
-    }
-
-    /// Write a finished `--aggregate` interval (keeping the first error).
-    fn aggregated(&mut self, iv: Option<aggregate::Interval>, bounds: &[u64], engine: &str) {
-        let (Some(iv), Some((out, json))) = (iv, self.aggregate_out.as_mut()) else {
-            return;
-        };
-        let text = if *json {
-            render::aggregate_interval_json(&iv, bounds, engine)
-        } else {
-            let mut t = String::new();
-            let _ = render::aggregate_interval(&mut t, &iv, bounds, engine);
-            t + "\n"
-        };
-        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-            self.error.get_or_insert(e);
-        }
-    }
-
-    /// The capture clock reads `now_ns` (a live capture that may be quiet).
-    fn tick(&mut self, now_ns: u64) {
-        let done = self
-            .intervals
-            .as_mut()
-            .and_then(|(iv, _, _)| iv.tick(now_ns));
-        self.interval(done);
-        if let Some(agg) = self.aggregate.as_mut() {
-            let done = agg.tick(now_ns);
-            let bounds = agg.bounds().to_vec();
-            self.aggregated(done, &bounds, "ring");
-        }
-    }
-
-    /// What a batch made goes out now, not when 64 KiB piled up.
-    fn flush_lines(&mut self) {
-        if let Some(l) = self.lines.as_mut() {
-            if let Err(e) = l.flush() {
-                self.error.get_or_insert(e);
-            }
-        }
-    }
-}
-
-impl<W: Write> Sink for Out<W> {
-    fn sample(&mut self, s: &Sample) {
-        if let (Some(l), None) = (self.lines.as_mut(), self.error.as_ref()) {
-            if let Err(e) = l.write(s) {
-                self.error = Some(e);
-            }
-        }
-        if let Some(x) = self.summary.as_mut() {
-            x.sample(s);
-        }
-        let done = self.intervals.as_mut().and_then(|(iv, _, _)| iv.sample(s));
-        if done.is_some() {
-            // The lines of this interval first, then its summary.
-            if let Some(l) = self.lines.as_mut() {
-                let _ = l.flush();
-            }
-            self.interval(done);
-        }
-        if let Some(agg) = self.aggregate.as_mut() {
-            let done = agg.sample(s);
-            if done.is_some() {
-                let bounds = agg.bounds().to_vec();
-                self.aggregated(done, &bounds, "ring");
-            }
-        }
-    }
-    fn flow_done(&mut self, f: &rttlab::passive::flow::FlowEnd) {
-        if let Some(x) = self.summary.as_mut() {
-            x.flow_done(f);
-        }
-    }
-}
-
 /// A filter expression's error is the command line's: exit 2, libpcap's message.
 fn usage_or(e: SourceError) -> anyhow::Error {
     let usage = e.expression().is_some();
@@ -412,14 +278,6 @@ fn usage_or(e: SourceError) -> anyhow::Error {
     } else {
         e
     }
-}
-
-/// Which engine runs: the ring (with why not the in-kernel one, when it was wanted: a
-/// line for stderr once the ring runs), or the in-kernel engine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Engine {
-    Ring(Option<String>),
-    Bpf,
 }
 
 /// What an option needs that only the ring engine gives, if any.
@@ -437,36 +295,15 @@ fn needs_ring(a: &PassiveArgs) -> Option<&'static str> {
     }
 }
 
+/// The engine `a` asks for, by [`live::choose`]; `--attach` only with the in-kernel one.
 fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
-    use rttlab::kernel::passive_bpf;
-    let live = a.interface.is_some();
-    match a.engine {
-        EngineArg::Ring => {
-            if a.attach != AttachArg::Auto {
-                bail!("--attach is for the in-kernel engine (--engine bpf)");
-            }
-            Ok(Engine::Ring(None))
-        }
-        EngineArg::Bpf => {
-            if let Some(why) = needs_ring(a) {
-                bail!("--engine bpf: {why}; use --engine ring");
-            }
-            passive_bpf::check().map_err(|e| anyhow::anyhow!("--engine bpf: {e}"))?;
-            Ok(Engine::Bpf)
-        }
-        // Files are read by rttlab unless the kernel is asked for.
-        EngineArg::Auto if !live => Ok(Engine::Ring(None)),
-        EngineArg::Auto => {
-            if needs_ring(a).is_some() {
-                return Ok(Engine::Ring(None));
-            }
-            match passive_bpf::check() {
-                Ok(()) => Ok(Engine::Bpf),
-                Err(e) => Ok(Engine::Ring(Some(format!(
-                    "rttlab: {e}; using the ring engine"
-                )))),
-            }
-        }
+    if a.engine == EngineChoice::Ring && a.attach != AttachArg::Auto {
+        bail!("--attach is for the in-kernel engine (--engine bpf)");
+    }
+    match live::choose(a.engine, needs_ring(a), a.interface.is_some()) {
+        Ok(engine) => Ok(engine),
+        Err(ChoiceError::NeedsRing(why)) => bail!("--engine bpf: {why}; use --engine ring"),
+        Err(e) => bail!("--engine bpf: {e}"),
     }
 }
 
@@ -544,7 +381,6 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
         1 << 16,
         std::io::stdout().lock(),
     ))));
-    let (v4, v6) = a.aggregate_prefix;
     let mut out = Out {
         // --aggregate reports histograms instead of samples.
         lines: (!a.quiet && a.aggregate.is_none())
@@ -557,12 +393,8 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
                 a.json,
             )
         }),
-        aggregate: a.aggregate.filter(|_| engine != Engine::Bpf).map(|d| {
-            aggregate::Intervals::new(
-                aggregate::Aggregator::new(aggregate::bounds(&[]), v4, v6),
-                u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
-            )
-        }),
+        // Set by the ring engine when it runs: the in-kernel engine keeps its own.
+        aggregate: None,
         aggregate_out: a.aggregate.map(|_| (shared.clone(), a.json)),
         error: None,
     };
@@ -570,8 +402,16 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let s2 = stop.clone();
     on_interrupt(move || s2.store(true, Ordering::Release));
 
-    let ended = match engine {
-        Engine::Ring(why_not_bpf) => run_ring(
+    let (bpf_ended, why_not_bpf) = match engine {
+        Engine::Ring(why) => (None, why),
+        Engine::Bpf => match run_bpf(&a, cfg.clone(), &mut out, &stop, stage)? {
+            BpfRun::Ended(ended) => (Some(*ended), None),
+            BpfRun::Unstarted(e) => (None, Some(live::fall_back(a.engine, e)?)),
+        },
+    };
+    let ended = match bpf_ended {
+        Some(ended) => ended,
+        None => run_ring(
             &a,
             cfg,
             expression,
@@ -581,7 +421,6 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
             &stop,
             stage,
         )?,
-        Engine::Bpf => run_bpf(&a, cfg, &mut out, &stop, stage)?,
     };
     let Ended {
         counters,
@@ -769,8 +608,8 @@ fn run_ring(
     )?;
     stage.measuring();
     // Said once the ring runs: had it failed too, its own reason is the one line.
-    if let Some(n) = why_not_bpf {
-        say_now(&n);
+    if let Some(why) = why_not_bpf {
+        say_now(&format!("rttlab: {why}; using the ring engine"));
     }
     if let Some(name) = &a.interface {
         let bytes = match a.snaplen {
@@ -785,6 +624,13 @@ fn run_ring(
     if cfg.local.is_empty() {
         cfg.local = cap.addresses().to_vec();
     }
+    let (v4, v6) = a.aggregate_prefix;
+    out.aggregate = a.aggregate.map(|d| {
+        aggregate::Intervals::new(
+            aggregate::Aggregator::new(aggregate::bounds(&[]), v4, v6),
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+        )
+    });
     let mut analyzer = Analyzer::new(cfg);
     let t0 = Instant::now();
     let mut seen = 0u64;
@@ -832,6 +678,13 @@ fn run_ring(
     })
 }
 
+/// How an in-kernel run went: to its end, or not started because the engine could not
+/// load or attach (for [`live::fall_back`] to judge).
+enum BpfRun {
+    Ended(Box<Ended>),
+    Unstarted(rttlab::kernel::passive_bpf::PassiveBpfError),
+}
+
 /// The in-kernel engine: attached to the interface, or run on a file's frames.
 fn run_bpf(
     a: &PassiveArgs,
@@ -839,8 +692,8 @@ fn run_bpf(
     out: &mut Out<SharedOut>,
     stop: &AtomicBool,
     stage: &super::Stage,
-) -> anyhow::Result<Ended> {
-    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing, Sweep};
+) -> anyhow::Result<BpfRun> {
+    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing};
     use rttlab::passive::in_kernel::{Engine as Kernel, Options};
     let live = a.interface.as_deref();
     let facts = match live {
@@ -880,7 +733,10 @@ fn run_bpf(
             capture::Options::default(),
         )?),
     };
-    let mut k = Kernel::load(&cfg, &options, framing)?;
+    let mut k = match Kernel::load(&cfg, &options, framing) {
+        Ok(k) => k,
+        Err(e) => return Ok(BpfRun::Unstarted(e)),
+    };
     let mut notes = Notes::default();
     let where_ = if let (Some(name), Some(f)) = (live, &facts) {
         let mode = match a.attach {
@@ -889,13 +745,16 @@ fn run_bpf(
             AttachArg::Clsact => Some(AttachMode::Clsact),
         };
         let journal = rttlab::kernel::tuning::Journal::for_run("passive");
-        let mode = k.attach(
+        let mode = match k.attach(
             name,
             a.netns.as_deref(),
             mode,
             f.loopback,
             Box::new(journal),
-        )?;
+        ) {
+            Ok(mode) => mode,
+            Err(e) => return Ok(BpfRun::Unstarted(e)),
+        };
         say_now(&format!(
             "listening on {}, in-kernel engine ({})",
             listening_place(name, a.netns.as_deref()),
@@ -968,42 +827,28 @@ fn run_bpf(
         }
     } else {
         let t0 = Instant::now();
-        // Each map swept five times in the shorter of --idle-timeout and --max-age
-        // (every 2 s at the defaults; from 1 s to 20 s), the two apart: a sweep walks
-        // every bucket of its map (131072 for --max-pending's default), and flows
-        // expire on their next packet anyway.
-        let sweep_every = (a.idle_timeout.min(a.max_age) / 10)
-            .clamp(Duration::from_millis(500), Duration::from_secs(10));
-        let mut next_sweep = t0 + sweep_every;
-        let mut sweep_flows = true;
-        let mut agg_start = rttlab::kernel::realtime_ns();
-        let mut next_agg = a.aggregate.map(|d| t0 + d);
+        let mut schedule = live::Schedule::new(
+            t0,
+            rttlab::kernel::realtime_ns(),
+            a.idle_timeout,
+            a.max_age,
+            a.aggregate,
+        );
         while !stop.load(Ordering::Acquire) && a.seconds.is_none_or(|s| t0.elapsed() < s) {
             k.wait(Duration::from_millis(100));
             k.drain(out);
-            let now = Instant::now();
-            out.tick(rttlab::kernel::realtime_ns());
+            let now_ns = rttlab::kernel::realtime_ns();
+            out.tick(now_ns);
             out.flush_lines();
-            if now >= next_sweep {
-                let what = if sweep_flows {
-                    Sweep::Flows
-                } else {
-                    Sweep::Pending
-                };
+            let due = schedule.poll(Instant::now(), now_ns);
+            if let Some(what) = due.sweep {
                 if let Err(e) = k.sweep(what) {
                     failure = Some(e.into());
                     break;
                 }
-                sweep_flows = !sweep_flows;
-                next_sweep += sweep_every;
             }
-            if let (Some(at), Some(d)) = (next_agg, a.aggregate) {
-                if now >= at {
-                    let end = rttlab::kernel::realtime_ns();
-                    write_interval(out, &mut k, &bounds, (agg_start, end), true)?;
-                    agg_start = end;
-                    next_agg = Some(at + d);
-                }
+            if let Some(interval) = due.interval {
+                write_interval(out, &mut k, &bounds, interval, true)?;
             }
             if let Some(e) = out.error.take() {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -1018,18 +863,17 @@ fn run_bpf(
         if let Err(e) = k.finish(out) {
             failure.get_or_insert(e.into());
         }
-        if a.aggregate.is_some() {
-            let end = rttlab::kernel::realtime_ns();
-            write_interval(out, &mut k, &bounds, (agg_start, end), false)?;
+        if let Some(last) = schedule.last_interval(rttlab::kernel::realtime_ns()) {
+            write_interval(out, &mut k, &bounds, last, false)?;
         }
     }
     let (counters, kernel) = k.counters()?;
     notes.lines.push(render::kernel_counters(&kernel, &where_));
-    Ok(Ended {
+    Ok(BpfRun::Ended(Box::new(Ended {
         counters,
         notes,
         failure,
-    })
+    })))
 }
 
 /// The kernel's histograms since `start_ns`, written as one `--aggregate` interval
@@ -1055,27 +899,4 @@ fn write_interval(
         );
     }
     Ok(())
-}
-
-/// A write to stdout failed: the run ends. A closed stdout (`| head`) ends it quietly
-/// with status 0 (`main` finds the broken pipe in the error's chain); other write
-/// errors are errors.
-fn write_failed<T>(e: std::io::Error) -> anyhow::Result<T> {
-    Err(anyhow::Error::new(e).context("writing samples"))
-}
-
-/// `fmt::Write` onto an `io::Write`, keeping the first I/O error (`fmt::Error` has
-/// no room for it).
-struct FmtIo<W: Write> {
-    w: W,
-    error: Option<std::io::Error>,
-}
-
-impl<W: Write> std::fmt::Write for FmtIo<W> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.w.write_all(s.as_bytes()).map_err(|e| {
-            self.error = Some(e);
-            std::fmt::Error
-        })
-    }
 }
