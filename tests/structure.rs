@@ -12,7 +12,8 @@ use std::path::Path;
 
 /// The library's top-level modules, lowest first: a module may import only modules at
 /// its own position or before it.
-const LAYERS: [&str; 12] = [
+const LAYERS: [&str; 13] = [
+    "units",
     "wire",
     "stats",
     "kernel",

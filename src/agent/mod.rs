@@ -17,6 +17,7 @@ pub mod passive;
 pub mod peers;
 pub mod prober;
 pub mod process;
+pub mod supervisor;
 pub mod wheel;
 
 use crate::kernel::sock_diag::{DiagFilter, SockDiag};

@@ -4,23 +4,22 @@ use super::secret::SecretArgs;
 use super::values;
 use anyhow::{bail, Context};
 use clap::Args;
-use rttlab::agent::exposition::write_textfile;
 use rttlab::agent::http::{HttpLimits, MetricsServer};
-use rttlab::agent::metrics::{Buckets, BucketsError, Metrics};
+use rttlab::agent::metrics::{Buckets, Metrics};
 use rttlab::agent::passive::PassiveSettings;
-use rttlab::agent::peers::{self, ConfigFile, Mesh, Peer};
-use rttlab::agent::prober::{self, Probe, ProbeSettings};
+use rttlab::agent::peers::Mesh;
+use rttlab::agent::prober::Probe;
+use rttlab::agent::supervisor::{self, Flags, Supervisor};
 use rttlab::agent::Agent;
 use rttlab::kernel::rlimit;
 use rttlab::passive::live::EngineChoice;
 use rttlab::probe::control::{Limits, PortRange, DEFAULT_CONTROL_PORT};
 use rttlab::probe::server::{CongestionPolicy, Server, ServerConfig};
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
@@ -163,169 +162,6 @@ pub struct AgentArgs {
     pub max_peers: usize,
 }
 
-/// Everything that a reload may change, resolved from the flags and the config file.
-#[derive(Clone, Debug, PartialEq)]
-struct Plan {
-    peers: Vec<Peer>,
-    /// The peers by the addresses their names resolve to, resolved with the plan (on
-    /// the reload thread, never on the loop that must notice a stop).
-    by_ip: HashMap<IpAddr, Peer>,
-    peers_file: Option<PathBuf>,
-    /// The peers file's identity just before it was read: a change after that, even
-    /// one made while the agent was starting, is a change to read.
-    peers_stamp: Option<(SystemTime, u64, u64)>,
-    probes: Vec<Probe>,
-    settings: ProbeSettings,
-    buckets: Buckets,
-}
-
-fn plan(a: &AgentArgs, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result<Plan> {
-    let file = match &a.config {
-        Some(p) => peers::read_config(p)?,
-        None => ConfigFile::default(),
-    };
-    let at = |key: &str| {
-        a.config
-            .as_ref()
-            .map_or(String::new(), |p| format!("{}: {key}: ", p.display()))
-    };
-    let probes = if !a.probes.is_empty() {
-        a.probes.clone()
-    } else if let Some(list) = &file.probes {
-        list.iter()
-            .map(|s| s.parse())
-            .collect::<Result<Vec<Probe>, _>>()
-            .map_err(|e| anyhow::anyhow!("{}{e}", at("probes")))?
-    } else {
-        Probe::DEFAULT.to_vec()
-    };
-    let duration = |flag: Option<Duration>, key: &str, v: &Option<String>, default: &str| {
-        flag.map_or_else(
-            || {
-                values::seconds(v.as_deref().unwrap_or(default))
-                    .map_err(|e| anyhow::anyhow!("{}{e}", at(key)))
-            },
-            Ok,
-        )
-    };
-    let interval = duration(a.interval, "interval", &file.interval, "1s")?;
-    let timeout = duration(a.timeout, "timeout", &file.timeout, "10s")?;
-    if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
-        bail!("{}the interval must be within 10ms..60s", at("interval"));
-    }
-    let mesh = match (&a.mesh, &file.mesh) {
-        (Some(m), _) => m.clone(),
-        (None, Some(m)) => m
-            .parse()
-            .map_err(|e| anyhow::anyhow!("{}{e}", at("mesh")))?,
-        (None, None) => Mesh::default(),
-    };
-    let buckets = match (&a.buckets, &file.buckets) {
-        (Some(b), _) => b.clone(),
-        (None, Some(b)) => b
-            .parse()
-            .map_err(|e: BucketsError| anyhow::anyhow!("{}{e}", at("buckets")))?,
-        (None, None) => "10us:10s:3".parse()?,
-    };
-    let peers_file = a.peers_file.clone().or(file.peers_file.clone());
-    let mut all = Vec::new();
-    for t in a.peers.iter().chain(file.peers.iter().flatten()) {
-        all.push(Peer::parse(t, Vec::new()).context("--peer")?);
-    }
-    let peers_stamp = stamp(&peers_file);
-    if let Some(f) = &peers_file {
-        all.extend(peers::read_file_sd(f)?);
-    }
-    // Before anything is done per peer (is_me resolves names).
-    if all.len() > a.max_peers {
-        bail!(
-            "{} peers named (--peer, the config file and the peers file together), more than --max-peers {}",
-            all.len(),
-            a.max_peers
-        );
-    }
-    let me = match a.self_target.as_ref().or(file.self_target.as_ref()) {
-        Some(t) => {
-            let p = Peer::parse(t, Vec::new()).context("--self")?;
-            Some(
-                all.iter()
-                    .find(|x| x.target == p.target)
-                    .cloned()
-                    .unwrap_or(p),
-            )
-        }
-        None => all.iter().find(|p| is_me(p, own_port)).cloned(),
-    };
-    let metrics_port = a.metrics_listen.port();
-    let peers: Vec<Peer> = mesh
-        .select(&all, me.as_ref())?
-        .into_iter()
-        .map(|p| p.named_as_instance(own_port, metrics_port))
-        .collect();
-    check_descriptors(peers.len(), &probes, a.metrics_max_connections)?;
-    Ok(Plan {
-        by_ip: peers::by_address(&peers),
-        peers,
-        peers_file,
-        peers_stamp,
-        probes,
-        settings: ProbeSettings {
-            interval,
-            timeout,
-            secret,
-        },
-        buckets,
-    })
-}
-
-/// Descriptors one peer's probes hold: a TCP_RR or UDP_RR session is a control
-/// connection and a data socket, TCP_CRR a control connection and its connection of
-/// the moment; ICMP shares one socket among all peers.
-fn descriptors_per_peer(probes: &[Probe]) -> u64 {
-    probes
-        .iter()
-        .map(|p| if *p == Probe::Icmp { 0 } else { 2 })
-        .sum()
-}
-
-/// Refuse a peer list whose probes would not fit the agent's half of the open-file
-/// limit (the other half is its server's, `reserved_descriptors`), less the metrics
-/// endpoint's connections and a reserve for the process: past it, sockets fail one
-/// by one and the endpoint can no longer accept.
-fn check_descriptors(
-    peers: usize,
-    probes: &[Probe],
-    metrics_connections: usize,
-) -> anyhow::Result<()> {
-    let Ok(limit) = rlimit::open_files() else {
-        return Ok(());
-    };
-    let per_peer = descriptors_per_peer(probes);
-    let need = peers as u64 * per_peer;
-    let budget = (limit.soft / 2).saturating_sub(metrics_connections as u64 + 32);
-    if need > budget {
-        bail!(
-            "{peers} peers × {per_peer} descriptors ({}) need {need}, more than the {budget} the agent's probes may hold (half of ulimit -n {}, less the metrics endpoint's {metrics_connections} connections): raise the limit (LimitNOFILE= in the unit, ulimit -n) or probe fewer peers (--mesh, --probes)",
-            probes
-                .iter()
-                .filter(|p| **p != Probe::Icmp)
-                .map(|p| p.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-            limit.soft
-        );
-    }
-    Ok(())
-}
-
-/// A target that is this host: one of its addresses, on the agent's own port.
-fn is_me(p: &Peer, own_port: u16) -> bool {
-    p.port == own_port
-        && (p.host.as_str(), p.port)
-            .to_socket_addrs()
-            .is_ok_and(|mut it| it.any(|a| prober::is_local(a.ip())))
-}
-
 fn listen_addrs(a: &AgentArgs) -> anyhow::Result<Vec<SocketAddr>> {
     if a.listen.is_empty() {
         return Ok(vec![SocketAddr::from(([0u16; 8], DEFAULT_CONTROL_PORT))]);
@@ -344,13 +180,6 @@ fn listen_addrs(a: &AgentArgs) -> anyhow::Result<Vec<SocketAddr>> {
         .collect()
 }
 
-/// The peers file's identity, to notice it changed (also replaced by a rename).
-fn stamp(p: &Option<PathBuf>) -> Option<(SystemTime, u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p.as_ref()?).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
-}
-
 /// Expositions (megabytes each, several alive while slow clients read them) are
 /// mapped and unmapped on their own, never carved from glibc's heap: its dynamic
 /// mmap threshold would otherwise rise to 32 MiB after the first one is freed, and
@@ -366,71 +195,29 @@ fn keep_large_buffers_out_of_the_heap() {
     }
 }
 
-/// Reloads, off the main loop: reading and parsing a large or hostile peers file and
-/// resolving its names can take seconds, and the main loop must notice SIGTERM within
-/// its tick whatever a reload is doing. The loop asks with [`Reloader::request`] and
-/// polls [`Reloader::poll`]; the thread is never joined, so a reload still running at
-/// exit ends with the process.
-struct Reloader {
-    ask: mpsc::Sender<()>,
-    done: mpsc::Receiver<anyhow::Result<Plan>>,
-    /// A reload is running.
-    busy: bool,
-    /// Another was asked for while it ran (the file may have changed after it read it).
-    again: bool,
-}
-
-impl Reloader {
-    fn start(a: Arc<AgentArgs>, secret: Option<Vec<u8>>, own_port: u16) -> anyhow::Result<Self> {
-        let (ask, asked) = mpsc::channel::<()>();
-        let (tell, done) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("reload".into())
-            .spawn(move || {
-                for () in asked {
-                    if tell.send(plan(&a, secret.clone(), own_port)).is_err() {
-                        break;
-                    }
-                }
-            })
-            .context("starting the reload thread")?;
-        Ok(Self {
-            ask,
-            done,
-            busy: false,
-            again: false,
-        })
-    }
-
-    /// Read the config and peers files again, now or after the reload running.
-    fn request(&mut self) {
-        if self.busy {
-            self.again = true;
-        } else {
-            self.busy = self.ask.send(()).is_ok();
-        }
-    }
-
-    /// The result of the reload asked for, once it is there.
-    fn poll(&mut self) -> Option<anyhow::Result<Plan>> {
-        let r = self.done.try_recv().ok()?;
-        self.busy = false;
-        if std::mem::take(&mut self.again) {
-            self.request();
-        }
-        Some(r)
-    }
-}
-
 pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     keep_large_buffers_out_of_the_heap();
-    let a = Arc::new(a);
     let secret = a.secret.load()?;
     let listen = listen_addrs(&a)?;
-    let own_port = listen[0].port();
+    let flags = Arc::new(Flags {
+        config: a.config.clone(),
+        peers: a.peers.clone(),
+        peers_file: a.peers_file.clone(),
+        probes: a.probes.clone(),
+        interval: a.interval,
+        timeout: a.timeout,
+        mesh: a.mesh.clone(),
+        self_target: a.self_target.clone(),
+        buckets: a.buckets.clone(),
+        max_peers: a.max_peers,
+        own_port: listen[0].port(),
+        metrics_port: a.metrics_listen.port(),
+        metrics_max_connections: a.metrics_max_connections,
+        secret: secret.clone(),
+    });
     // Raised before the first plan, which checks the peers' descriptors against it.
     let open_files = rlimit::raise_open_files();
-    let mut current = plan(&a, secret.clone(), own_port)?;
+    let current = supervisor::plan(&flags)?;
 
     let server = Server::bind(ServerConfig {
         listen,
@@ -509,10 +296,7 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     stage.measuring();
 
     let stop = Arc::new(AtomicBool::new(false));
-    stop_on_signal(&stop)?;
-    let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))
-        .context("installing the SIGHUP handler")?;
+    supervisor::stop_on_signal(&stop).context("installing the SIGTERM and SIGINT handlers")?;
     eprintln!(
         "rttlab agent: serving probes on {}, metrics on {scheme}://{}/metrics, probing {} peer(s) with {}",
         served.join(", "),
@@ -520,119 +304,15 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
         current.peers.len(),
         current.probes.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
     );
-
-    let mut reloader = Reloader::start(Arc::clone(&a), secret.clone(), own_port)?;
-    std::thread::scope(|s| -> anyhow::Result<()> {
-        s.spawn(|| {
-            if let Err(e) = http.serve(&metrics, &stop) {
-                eprintln!("rttlab agent: the metrics endpoint stopped: {e}");
-            }
-        });
-        let mut seen = current.peers_stamp;
-        let mut next_textfile = Instant::now();
-        let mut textfile_failing: Option<String> = None;
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(200));
-            let changed = stamp(&current.peers_file) != seen;
-            if hup.swap(false, Ordering::Relaxed) || changed {
-                seen = stamp(&current.peers_file);
-                reloader.request();
-            }
-            if let Some(result) = reloader.poll() {
-                match result {
-                    Ok(next) => {
-                        reload(&mut agent, &mut current, next);
-                        metrics
-                            .reloads
-                            .get_or_create(&vec![("result".into(), "success".into())])
-                            .inc();
-                        metrics.reload_ok.set(1);
-                    }
-                    Err(e) => {
-                        // The running peers keep being probed.
-                        eprintln!("rttlab agent: reload failed, keeping the previous peers: {e:#}");
-                        metrics
-                            .reloads
-                            .get_or_create(&vec![("result".into(), "failure".into())])
-                            .inc();
-                        metrics.reload_ok.set(0);
-                    }
-                }
-            }
-            if let Some(path) = &a.textfile {
-                if Instant::now() >= next_textfile {
-                    next_textfile = Instant::now() + current.settings.interval;
-                    // Said once when it starts failing (or fails anew), not every
-                    // interval, and once when it is written again.
-                    match write_textfile(path, &metrics) {
-                        Err(e) => {
-                            let why = rttlab::error_chain(&e);
-                            if textfile_failing.as_ref() != Some(&why) {
-                                eprintln!("rttlab agent: --textfile {}: {why}", path.display());
-                                textfile_failing = Some(why);
-                            }
-                        }
-                        Ok(()) => {
-                            if textfile_failing.take().is_some() {
-                                eprintln!(
-                                    "rttlab agent: --textfile {}: written again",
-                                    path.display()
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        Ok(())
-    })?;
-    drop(agent);
+    Supervisor {
+        agent,
+        current,
+        flags,
+        metrics,
+        textfile: a.textfile.clone(),
+    }
+    .run(http, &stop)
+    .context("supervising the agent")?;
     eprintln!("rttlab agent: stopped");
     Ok(())
-}
-
-/// Set `stop` on SIGTERM or SIGINT; a second one ends the process at once, by the
-/// signal's default action. The stop is honoured within a second whatever the agent
-/// is doing: the main loop notices it within its 200 ms tick (a reload's names are
-/// resolved on the reload thread, which is not waited for), the metrics endpoint
-/// within its 100 ms tick and at most 100 ms more for scrapes in progress
-/// (`MetricsServer::serve`), and the in-kernel passive engine detaches its programs
-/// within 200 ms (`agent::passive`). Witness: tests/agent_hostile.rs, SIGTERM to exit
-/// under a reload of 200 000 peers and of /dev/zero.
-fn stop_on_signal(stop: &Arc<AtomicBool>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    for signal in [SIGINT, SIGTERM] {
-        // The order matters: the first handler sees the flag as the previous signal
-        // left it, then the second sets it.
-        signal_hook::flag::register_conditional_default(signal, Arc::clone(stop))
-            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(stop)))
-            .context("installing the SIGTERM and SIGINT handlers")?;
-    }
-    Ok(())
-}
-
-/// Apply a reloaded plan: new probe settings restart every peer's probes (their
-/// series and counters stay); otherwise only peers added, removed or relabelled change.
-fn reload(agent: &mut Agent, current: &mut Plan, next: Plan) {
-    if next.buckets != current.buckets {
-        eprintln!("rttlab agent: new histogram buckets take effect at the next start");
-    }
-    if next.probes != current.probes || next.settings != current.settings {
-        if let Err(e) = agent.set_probes(next.probes.clone(), next.settings.clone()) {
-            eprintln!(
-                "rttlab agent: keeping the previous probes: {}",
-                rttlab::error_chain(&e)
-            );
-        }
-    }
-    agent.set_peers(next.peers.clone(), next.by_ip.clone());
-    eprintln!(
-        "rttlab agent: reloaded, probing {} peer(s)",
-        next.peers.len()
-    );
-    *current = Plan {
-        buckets: current.buckets.clone(),
-        ..next
-    };
 }

@@ -1,64 +1,7 @@
 //! Parsers for command-line values: durations, rates, lists. Errors name the value
 //! and the expected form.
 
-use std::time::Duration;
-
-/// A duration: `0`, `250us`, `250µs`, `10ms`, `1.5s`, `2m`, `500ns` (humantime forms
-/// too). A bare number is taken in `bare_unit`.
-///
-/// # Errors
-/// Not a duration, or negative.
-pub fn duration_with(s: &str, bare_unit: Duration) -> Result<Duration, String> {
-    let t = s.trim();
-    if t.starts_with('-') {
-        return Err(format!("{s:?} is negative; durations are ≥ 0"));
-    }
-    if let Ok(x) = t.parse::<f64>() {
-        if !x.is_finite() {
-            return Err(format!("{s:?} is not a duration"));
-        }
-        return Ok(bare_unit.mul_f64(x));
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let factor_ns: f64 = match unit.trim() {
-        "ns" => 1.0,
-        "us" | "µs" | "usec" => 1e3,
-        "ms" | "msec" => 1e6,
-        "s" | "sec" => 1e9,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => {
-            return humantime::parse_duration(t)
-                .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250us, 10ms, 1.5s"))
-        }
-    };
-    let x: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration; use e.g. 250us, 10ms, 1.5s"))?;
-    Ok(Duration::from_nanos((x * factor_ns).round() as u64))
-}
-
-/// A duration where a bare number means seconds (netperf's `-l`).
-///
-/// # Errors
-/// As [`duration_with`].
-pub fn seconds(s: &str) -> Result<Duration, String> {
-    duration_with(s, Duration::from_secs(1))
-}
-
-/// A duration that needs its unit, except `0`.
-///
-/// # Errors
-/// As [`duration_with`], or a bare non-zero number.
-pub fn duration(s: &str) -> Result<Duration, String> {
-    if s.trim().parse::<f64>().is_ok_and(|x| x != 0.0) {
-        return Err(format!("{s:?} needs a unit: e.g. {s}ms or {s}us"));
-    }
-    duration_with(s, Duration::ZERO)
-}
+pub use rttlab::units::{parse_duration as duration, parse_seconds as seconds};
 
 /// `REQ,RESP` sizes in bytes (netperf's `-r 1,1`); one number sets both.
 ///
@@ -279,20 +222,6 @@ pub fn tos_byte(s: &str) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(duration("10ms").unwrap(), Duration::from_millis(10));
-        assert_eq!(duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(duration("250µs").unwrap(), Duration::from_micros(250));
-        assert_eq!(duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(duration("0").unwrap(), Duration::ZERO);
-        assert!(duration("10").is_err());
-        assert!(duration("-1ms").is_err());
-        assert!(duration("fast").is_err());
-        assert_eq!(seconds("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(seconds("0.5").unwrap(), Duration::from_millis(500));
-    }
 
     #[test]
     fn others() {
