@@ -16,7 +16,6 @@ pub mod probe;
 pub mod report;
 pub mod results;
 pub mod stats;
-pub mod units;
 pub mod wire;
 
 /// What this binary was built from, as `rttlab --version` and the agent's

@@ -679,15 +679,30 @@ fn live_matches_tcpdump(engine: &str, stderr_says: &str) {
     let a: Vec<_> = samples.iter().map(key).collect();
     let b: Vec<_> = from_file.iter().map(key).collect();
     // tcpdump ran before and after the live capture, so it saw at least the same
-    // frames; judge both on the time both surely covered, 50 ms inside the live
-    // capture's first and last samples (a sample spans well under 1 ms here).
-    let (first, last) = a
-        .iter()
-        .fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x.3), hi.max(x.3)));
+    // frames; judge both on the time both surely covered, from 50 ms inside the live
+    // capture's first sample to 50 ms before its last. Each bound sits in the widest
+    // gap between two live samples in the 50 ms after (before) it: the in-kernel
+    // engine stamps a frame this host sends earlier than tcpdump does, by its
+    // transmit path, so a bound close to a sample could hold it on one side and not
+    // the other (1 698 against 1 700 under a CPU hog); the gap between two
+    // transactions (rr -w 1ms) is far wider than that path.
+    let mut stamps: Vec<u64> = a.iter().map(|x| x.3).collect();
+    stamps.sort_unstable();
+    let widest_gap = |from: u64, to: u64| {
+        stamps
+            .windows(2)
+            .filter(|w| w[0] >= from && w[1] <= to)
+            .max_by_key(|w| w[1] - w[0])
+            .map(|w| w[0] + (w[1] - w[0]) / 2)
+            .expect("live samples 50 to 100 ms from the edge")
+    };
+    let (first, last) = (stamps[0], stamps[stamps.len() - 1]);
+    let lo = widest_gap(first + 50_000_000, first + 100_000_000);
+    let hi = widest_gap(last - 100_000_000, last - 50_000_000);
     let inside = |v: Vec<_>| -> Vec<_> {
         let mut v: Vec<_> = v
             .into_iter()
-            .filter(|x: &common::SampleKey| x.3 > first + 50_000_000 && x.3 + 50_000_000 < last)
+            .filter(|x: &common::SampleKey| x.3 > lo && x.3 < hi)
             .collect();
         v.sort();
         v

@@ -12,8 +12,7 @@ use std::path::Path;
 
 /// The library's top-level modules, lowest first: a module may import only modules at
 /// its own position or before it.
-const LAYERS: [&str; 13] = [
-    "units",
+const LAYERS: [&str; 12] = [
     "wire",
     "stats",
     "kernel",

@@ -92,8 +92,8 @@ fn config(settings: &PassiveSettings, local: Vec<IpAddr>) -> Config {
             ports: settings.ports.clone(),
             ..Filter::default()
         },
-        rate_limit_ns: u64::try_from(settings.rate_limit.as_nanos()).unwrap_or(u64::MAX),
-        idle_ns: u64::try_from(settings.idle_timeout.as_nanos()).unwrap_or(u64::MAX),
+        rate_limit_ns: crate::stats::units::ns(settings.rate_limit),
+        idle_ns: crate::stats::units::ns(settings.idle_timeout),
         max_flows: settings.max_flows,
         local,
         ..Config::default()

@@ -9,13 +9,14 @@ use super::metrics::{Buckets, BucketsError, Metrics};
 use super::peers::{self, ConfigFile, Mesh, Peer, PeerError};
 use super::prober::{self, NotAProbe, Probe, ProbeSettings};
 use super::Agent;
+use crate::kernel::fs::FileStamp;
 use crate::kernel::rlimit;
 use std::collections::HashMap;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// What the command line sets that a reload reads again with the files.
 #[derive(Clone, Debug, Default)]
@@ -71,9 +72,6 @@ pub struct Plan {
     /// The histograms' buckets (taking effect at the next start).
     pub buckets: Buckets,
 }
-
-/// A file's identity: modified time, length and inode (a rename replaces the inode).
-pub type FileStamp = (SystemTime, u64, u64);
 
 /// Why a plan could not be made: at start, the agent's error; at a reload, the running
 /// peers stay.
@@ -165,7 +163,7 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
     let duration = |flag: Option<Duration>, key: &'static str, v: &Option<String>, default| {
         flag.map_or_else(
             || {
-                crate::units::parse_seconds(v.as_deref().unwrap_or(default))
+                crate::stats::units::parse_seconds(v.as_deref().unwrap_or(default))
                     .map_err(|e| value(key, e))
             },
             Ok,
@@ -301,9 +299,7 @@ fn is_me(p: &Peer, own_port: u16) -> bool {
 
 /// The peers file's identity, to notice it changed (also replaced by a rename).
 fn stamp(p: Option<&Path>) -> Option<FileStamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(p?).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
+    crate::kernel::fs::stamp(p?)
 }
 
 /// Reloads, off the main loop: reading and parsing a large or hostile peers file and

@@ -561,12 +561,12 @@ fn run_sweep(a: SweepArgs, stage: &super::Stage) -> anyhow::Result<()> {
 
 /// A lab RTT in whole µs (the settings' unit).
 fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+    rttlab::stats::units::us(d)
 }
 
 fn run_syn_rto(a: SynRtoArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let hz = rttlab::kernel::hz::detect_here()?;
-    let us = u64::try_from(a.syn_rto.as_micros()).unwrap_or(u64::MAX);
+    let us = rttlab::stats::units::us(a.syn_rto);
     if us > 120_000_000 || rttlab::kernel::hz::usecs_to_jiffies(us, hz) < 2 {
         anyhow::bail!(
             "--syn-rto must be at least 2 jiffies ({} ms at HZ {hz}) and at most 120 s",

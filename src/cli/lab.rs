@@ -137,8 +137,8 @@ fn link_rate(s: &str) -> Result<LinkRate, String> {
 impl ImpairArgs {
     fn patch(&self) -> ImpairmentPatch {
         ImpairmentPatch {
-            delay_ns: self.delay.first().map(|d| d.as_nanos() as u64),
-            jitter_ns: self.jitter.map(|d| d.as_nanos() as u64),
+            delay_ns: self.delay.first().copied().map(rttlab::stats::units::ns),
+            jitter_ns: self.jitter.map(rttlab::stats::units::ns),
             jitter_dist: self.jitter_dist.map(|d| match d {
                 Dist::Uniform => JitterDist::Uniform,
                 Dist::Normal => JitterDist::Normal,
@@ -291,7 +291,7 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
                 .map(|i| {
                     let mut link = imp;
                     if let Some(d) = delays.get(i).or(delays.first()) {
-                        link.delay_ns = d.as_nanos() as u64;
+                        link.delay_ns = rttlab::stats::units::ns(*d);
                     }
                     link
                 })
@@ -467,14 +467,14 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
     }
     if let Some(d) = s.blackout {
         let start = s.at.map_or(Start::Now, |a| Start::After {
-            ns: a.as_nanos() as u64,
+            ns: rttlab::stats::units::ns(a),
         });
         let r = socket::request(
             &info.socket,
             &Request::Blackout {
                 link: s.host.clone(),
                 dirs,
-                duration_ns: d.as_nanos() as u64,
+                duration_ns: rttlab::stats::units::ns(d),
                 port: s.port,
                 start,
             },

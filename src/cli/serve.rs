@@ -123,7 +123,7 @@ pub fn run(a: ServeArgs, stage: &super::Stage) -> anyhow::Result<()> {
         limits: Limits {
             max_payload: a.max_payload,
             max_streams: a.max_streams,
-            max_duration_ms: a.max_duration.as_millis() as u64,
+            max_duration_ms: rttlab::stats::units::ms(a.max_duration),
             max_concurrent_tests: a.max_tests,
             data_ports: a.data_ports,
             ..Limits::default()

@@ -1,7 +1,7 @@
 //! Parsers for command-line values: durations, rates, lists. Errors name the value
 //! and the expected form.
 
-pub use rttlab::units::{parse_duration as duration, parse_seconds as seconds};
+pub use rttlab::stats::units::{parse_duration as duration, parse_seconds as seconds};
 
 /// `REQ,RESP` sizes in bytes (netperf's `-r 1,1`); one number sets both.
 ///

@@ -197,7 +197,7 @@ fn black_out(
                     d,
                     Some(port),
                     Start::After {
-                        ns: warmup.as_nanos() as u64,
+                        ns: crate::stats::units::ns(warmup),
                     },
                 )
                 .map_err(TrialError::step("the emulator's blackout"))?;

@@ -259,7 +259,7 @@ fn echo_client(
                             got += 1;
                             let sent_ns = u64::from_be_bytes(buf[8..].try_into().expect("8 bytes"));
                             let now = t0.elapsed();
-                            let rtt = now.as_nanos() as u64 - sent_ns;
+                            let rtt = crate::stats::units::ns(now) - sent_ns;
                             series
                                 .lock()
                                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -290,7 +290,7 @@ fn echo_client(
             }
             let mut m = [0u8; 16];
             m[..8].copy_from_slice(&k.to_be_bytes());
-            m[8..].copy_from_slice(&(t0.elapsed().as_nanos() as u64).to_be_bytes());
+            m[8..].copy_from_slice(&(crate::stats::units::ns(t0.elapsed())).to_be_bytes());
             if tx.write_all(&m).is_err() {
                 break;
             }

@@ -145,7 +145,7 @@ pub fn capture_port<S: Sink>(
         },
         sampler: Some(SamplerConfig {
             one_in,
-            period_ns: period.as_nanos() as u64,
+            period_ns: crate::stats::units::ns(period),
             seed: 1,
         }),
         ..Config::default()

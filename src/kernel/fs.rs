@@ -607,6 +607,17 @@ impl Drop for ScratchDir {
     }
 }
 
+/// A file's identity, to notice it changed: modified time, length and inode (a file
+/// replaced by a rename has a new inode, whatever its time and length).
+pub type FileStamp = (std::time::SystemTime, u64, u64);
+
+/// `path`'s [`FileStamp`] (a symlink followed); `None` when it cannot be read.
+pub fn stamp(path: &Path) -> Option<FileStamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -88,7 +88,7 @@ impl Tuning {
         if syn_rto > Duration::from_secs(120) {
             return Err(TuningRangeError::SynRto);
         }
-        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let micros = crate::stats::units::us;
         let us = |flag: &'static str, d: Option<Duration>| match d {
             None => Ok(0),
             Some(d) if !bpf_timeout_ok(micros(d), hz) => Err(TuningRangeError::Timeout {

@@ -588,8 +588,13 @@ impl Lab {
         duration: std::time::Duration,
         start: Start,
     ) -> Result<Blackout, LabError> {
-        self.inner
-            .blackout(Some(host), dirs, duration.as_nanos() as u64, None, start)
+        self.inner.blackout(
+            Some(host),
+            dirs,
+            crate::stats::units::ns(duration),
+            None,
+            start,
+        )
     }
 
     /// The namespace of host `name` (a star's too).
@@ -610,7 +615,7 @@ impl Lab {
         start: Start,
     ) -> Result<Blackout, LabError> {
         self.inner
-            .blackout(None, dirs, duration.as_nanos() as u64, port, start)
+            .blackout(None, dirs, crate::stats::units::ns(duration), port, start)
     }
 
     /// Wait until no frame has crossed the link for `quiet` (at most `max`): a fresh

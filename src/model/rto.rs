@@ -171,7 +171,7 @@ fn simple(m: &RtoModel, h: f64) -> Vec<Event> {
 
 /// `msecs_to_jiffies`/`usecs_to_jiffies` of a duration.
 fn to_jiffies(d: Duration, hz: u32) -> u64 {
-    crate::kernel::hz::usecs_to_jiffies(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), hz)
+    crate::kernel::hz::usecs_to_jiffies(crate::stats::units::us(d), hz)
 }
 
 /// Jiffies after which a timer of `n` jiffies re-armed at a tick edge fires, as a range
@@ -187,7 +187,7 @@ fn fire(n: u64) -> (u64, u64) {
 
 /// The base RTO in jiffies (docs/ARCHITECTURE.md R1, [`crate::kernel::hz::rto_jiffies`]).
 fn base_rto_jiffies(m: &RtoModel) -> u64 {
-    let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let us = crate::stats::units::us;
     crate::kernel::hz::rto_jiffies(us(m.srtt), us(m.rto_min), m.hz)
 }
 

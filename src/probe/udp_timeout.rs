@@ -32,7 +32,7 @@ impl UdpTimeout {
 
     /// Take one round trip into the estimate.
     pub fn sample(&mut self, rtt: Duration) {
-        let r = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX);
+        let r = crate::stats::units::ns(rtt);
         match self.srtt_ns {
             None => {
                 self.srtt_ns = Some(r);
@@ -50,7 +50,7 @@ impl UdpTimeout {
         match self.srtt_ns {
             None => self.ceiling,
             Some(srtt) => {
-                let margin = (4 * self.rttvar_ns).max(self.floor.as_nanos() as u64);
+                let margin = (4 * self.rttvar_ns).max(crate::stats::units::ns(self.floor));
                 Duration::from_nanos(srtt.saturating_add(margin)).min(self.ceiling)
             }
         }

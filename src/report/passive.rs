@@ -232,11 +232,7 @@ pub fn place_name(p: Place) -> &'static str {
 }
 
 fn f1(v: f64) -> String {
-    format!("{v:.1}")
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), f1)
+    super::table::one_decimal(Some(v))
 }
 
 /// One finished interval of `--summary-interval`, as a table: a heading with the
@@ -630,11 +626,11 @@ pub fn summary(out: &mut impl std::fmt::Write, rows: &[Row], totals: &[Total]) -
             x.method.name().into(),
             place_name(x.place).into(),
             x.samples.to_string(),
-            opt(x.min_us),
-            opt(x.p50_us),
-            opt(x.p90_us),
-            opt(x.p99_us),
-            opt(x.max_us),
+            super::table::one_decimal(x.min_us),
+            super::table::one_decimal(x.p50_us),
+            super::table::one_decimal(x.p90_us),
+            super::table::one_decimal(x.p99_us),
+            super::table::one_decimal(x.max_us),
         ]);
     }
     out.write_str("\nAll flows (network: capture point → remote host → back; local_host: the capture host's own time to answer)\n")?;

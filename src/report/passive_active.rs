@@ -40,10 +40,6 @@ fn layer_stats(r: &WithSamples) -> Vec<LayerStats> {
         .collect()
 }
 
-fn f1(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
-}
-
 /// One block per scenario: each layer's samples and RTT statistics (ms).
 pub fn tables(results: &[WithSamples]) -> String {
     let mut t = Table::new([
@@ -72,11 +68,11 @@ pub fn tables(results: &[WithSamples]) -> String {
                 l.layer.clone(),
                 l.samples.to_string(),
                 l.unanswered.to_string(),
-                f1(l.mean_ms),
-                f1(l.p5_ms),
-                f1(l.p50_ms),
-                f1(l.p95_ms),
-                f1(l.max_ms),
+                super::table::one_decimal(l.mean_ms),
+                super::table::one_decimal(l.p5_ms),
+                super::table::one_decimal(l.p50_ms),
+                super::table::one_decimal(l.p95_ms),
+                super::table::one_decimal(l.max_ms),
                 if k == 0 {
                     let mut n = r.0.error.clone().unwrap_or_default();
                     if let Some(x) = r.0.echo_retransmissions {
@@ -156,9 +152,9 @@ fn across_table(results: &[WithSamples]) -> String {
                 if k == 0 { name.clone() } else { String::new() },
                 (*l).to_string(),
                 trials.len().to_string(),
-                f1(mean.map(|c| c.median)),
+                super::table::one_decimal(mean.map(|c| c.median)),
                 ci(&mean),
-                f1(p50.map(|c| c.median)),
+                super::table::one_decimal(p50.map(|c| c.median)),
                 ci(&p50),
                 mean.filter(|c| c.n > 1)
                     .map_or("-".into(), |c| format!("{:.1}", 100.0 * c.coverage)),

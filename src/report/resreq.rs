@@ -7,10 +7,6 @@ use crate::results::resreq::Point;
 use crate::results::{read_run, write_file, ResultsError};
 use std::path::Path;
 
-fn f1(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
-}
-
 fn f3(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
 }
@@ -33,11 +29,11 @@ pub fn tables(points: &[Point]) -> String {
             format!("{}", p.wait_ms),
             p.streams.to_string(),
             p.transactions.to_string(),
-            f1(p.min_us),
-            f1(p.mean_us),
-            f1(p.p50_us),
-            f1(p.p90_us),
-            f1(p.p99_us),
+            super::table::one_decimal(p.min_us),
+            super::table::one_decimal(p.mean_us),
+            super::table::one_decimal(p.p50_us),
+            super::table::one_decimal(p.p90_us),
+            super::table::one_decimal(p.p99_us),
         ]);
     }
     let mut k = Table::new([

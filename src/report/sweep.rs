@@ -7,10 +7,6 @@ use crate::results::sweep::Point;
 use crate::results::{read_run, write_file, ResultsError};
 use std::path::Path;
 
-fn f1(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
-}
-
 /// One row per interval: each tool's samples, mean and median (µs).
 pub fn table(points: &[Point]) -> String {
     let mut t = Table::new([
@@ -30,10 +26,10 @@ pub fn table(points: &[Point]) -> String {
             p.tool.clone(),
             p.samples.to_string(),
             p.lost.to_string(),
-            f1(p.min_us),
-            f1(p.p50_us),
-            f1(p.p90_us),
-            f1(p.mean_us),
+            super::table::one_decimal(p.min_us),
+            super::table::one_decimal(p.p50_us),
+            super::table::one_decimal(p.p90_us),
+            super::table::one_decimal(p.mean_us),
             p.error.clone().unwrap_or_default(),
         ]);
     }

@@ -8,10 +8,6 @@ use crate::results::{read_histogram, read_run, write_file, ResultsError};
 use crate::stats::LatencyHistogram;
 use std::path::Path;
 
-fn f1(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
-}
-
 /// One row per case (ms).
 pub fn table(cases: &[Case]) -> String {
     let mut t = Table::new([
@@ -32,10 +28,10 @@ pub fn table(cases: &[Case]) -> String {
             c.connections.to_string(),
             c.failed.to_string(),
             c.syn_retransmits.to_string(),
-            f1(c.min_ms),
-            f1(c.p50_ms),
-            f1(c.p90_ms),
-            f1(c.max_ms),
+            super::table::one_decimal(c.min_ms),
+            super::table::one_decimal(c.p50_ms),
+            super::table::one_decimal(c.p90_ms),
+            super::table::one_decimal(c.max_ms),
             format!("{:.1}", c.predicted_ms),
             c.error.clone().unwrap_or_default(),
         ]);

@@ -105,6 +105,11 @@ pub fn us(v: Option<f64>) -> String {
     }
 }
 
+/// A number with one decimal for a table, "-" when there is none.
+pub fn one_decimal(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
 /// The width text for people is wrapped to when no terminal says otherwise (a file, a
 /// pipe): 80 columns.
 pub const TEXT_WIDTH: usize = 80;

@@ -92,7 +92,7 @@ impl LatencyHistogram {
     /// Record one sample.
     #[inline]
     pub fn record(&mut self, d: Duration) {
-        self.record_ns(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.record_ns(crate::stats::units::ns(d));
     }
 
     /// Add every sample of `other` to this histogram.

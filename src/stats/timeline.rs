@@ -53,10 +53,8 @@ pub fn bin_for(duration: Duration, interval: Duration) -> Duration {
 impl Timeline {
     /// Bins of `bin` from `start_unix_ns`, enough to hold `span`.
     pub fn new(start_unix_ns: u64, bin: Duration, span: Duration) -> Self {
-        let bin_ns = u64::try_from(bin.as_nanos()).unwrap_or(u64::MAX).max(1);
-        let n = u64::try_from(span.as_nanos())
-            .unwrap_or(u64::MAX)
-            .div_ceil(bin_ns);
+        let bin_ns = crate::stats::units::ns(bin).max(1);
+        let n = crate::stats::units::ns(span).div_ceil(bin_ns);
         Self {
             start_unix_ns,
             bin_ns,

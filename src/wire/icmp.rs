@@ -38,6 +38,7 @@ impl<'a> Echo<'a> {
     ///
     /// # Errors
     /// Shorter than the 8-byte header.
+    #[inline]
     pub fn new(icmp: &'a [u8]) -> Result<Self, Unusable> {
         if icmp.len() < 8 {
             return Err(Unusable::Truncated);
@@ -46,27 +47,32 @@ impl<'a> Echo<'a> {
     }
 
     /// ICMP type.
+    #[inline]
     pub fn kind(&self) -> u8 {
         self.0[0]
     }
 
     /// ICMP code.
+    #[inline]
     pub fn code(&self) -> u8 {
         self.0[1]
     }
 
     /// The identifier (a datagram socket's: its bound port).
+    #[inline]
     pub fn ident(&self) -> u16 {
         u16::from_be_bytes([self.0[4], self.0[5]])
     }
 
     /// The sequence number.
+    #[inline]
     pub fn seq(&self) -> u16 {
         u16::from_be_bytes([self.0[6], self.0[7]])
     }
 
     /// The bytes after the header (an error quotes only the first 8 of the request, so
     /// a quoted request's payload is empty or cut short).
+    #[inline]
     pub fn payload(&self) -> &'a [u8] {
         &self.0[8..]
     }
@@ -104,6 +110,7 @@ pub struct Ipv4Head<'a> {
 ///
 /// # Errors
 /// Not version 4, a header length below 20 bytes, or shorter than its header.
+#[inline]
 pub fn ipv4_head(datagram: &[u8]) -> Result<Ipv4Head<'_>, Unusable> {
     let first = *datagram.first().ok_or(Unusable::Truncated)?;
     let ihl = usize::from(first & 0x0f) * 4;
@@ -124,6 +131,7 @@ pub fn ipv4_head(datagram: &[u8]) -> Result<Ipv4Head<'_>, Unusable> {
 /// # Errors
 /// Truncated headers (its own, or the quoted packet's up to the echo header); any other
 /// message.
+#[inline]
 pub fn message(icmp: &[u8], v6: bool) -> Result<Message<'_>, Unusable> {
     let kind = *icmp.first().ok_or(Unusable::Truncated)?;
     let code = *icmp.get(1).ok_or(Unusable::Truncated)?;
@@ -169,6 +177,7 @@ pub fn message(icmp: &[u8], v6: bool) -> Result<Message<'_>, Unusable> {
 /// The error messages, which quote the packet that drew them: ICMP's destination
 /// unreachable, source quench, redirect, time exceeded and parameter problem (RFC 792);
 /// every ICMPv6 type below 128 (RFC 4443 §2.1).
+#[inline]
 fn is_error(kind: u8, v6: bool) -> bool {
     if v6 {
         kind < 128
@@ -203,6 +212,7 @@ pub fn write_request(
 
 /// The Internet checksum (RFC 1071): the ones' complement of the ones' complement sum
 /// of the 16-bit words, an odd last byte padded with zero.
+#[inline]
 pub fn checksum(data: &[u8]) -> u16 {
     let mut sum = 0u32;
     for c in data.chunks(2) {

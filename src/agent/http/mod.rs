@@ -54,6 +54,7 @@ mod slots;
 pub mod web_config;
 
 use super::metrics::{Format, Metrics};
+use crate::kernel::fs::{stamp, FileStamp};
 use bytes::{Buf, Bytes};
 use deadline::{Deadlines, Progress};
 use http_body_util::Full;
@@ -136,14 +137,6 @@ struct Web {
     file: Option<(PathBuf, Vec<Option<FileStamp>>)>,
     checked: Instant,
     reading: Option<tokio::task::JoinHandle<Result<WebConfig, web_config::WebConfigError>>>,
-}
-
-type FileStamp = (std::time::SystemTime, u64, u64);
-
-fn stamp(path: &Path) -> Option<FileStamp> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
 /// The stamps of the web config file and of the files `config` read.

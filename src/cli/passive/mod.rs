@@ -258,7 +258,7 @@ fn sampler_arg(s: &str) -> Result<SamplerConfig, String> {
                 if d.is_zero() {
                     return Err("the sampler's period must be positive".into());
                 }
-                cfg.period_ns = d.as_nanos() as u64;
+                cfg.period_ns = rttlab::stats::units::ns(d);
             }
             Some(("seed", v)) => {
                 cfg.seed = v.parse().map_err(|_| format!("{v:?} is not a seed"))?;
@@ -353,10 +353,10 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
             SeqRuleArg::Rttlab => rttlab::passive::seq::Rules::RTTLAB,
             SeqRuleArg::Wireshark => rttlab::passive::seq::Rules::WIRESHARK,
         },
-        idle_ns: a.idle_timeout.as_nanos() as u64,
+        idle_ns: rttlab::stats::units::ns(a.idle_timeout),
         max_flows: a.max_flows,
-        max_age_ns: a.max_age.as_nanos() as u64,
-        rate_limit_ns: u64::try_from(a.rate_limit.as_nanos()).unwrap_or(u64::MAX),
+        max_age_ns: rttlab::stats::units::ns(a.max_age),
+        rate_limit_ns: rttlab::stats::units::ns(a.rate_limit),
         local: a.local.clone(),
         filter: Filter {
             hosts: a.host.clone(),
@@ -388,7 +388,7 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
         summary: (a.summary || a.histogram).then(Summary::default),
         intervals: a.summary_interval.map(|d| {
             (
-                IntervalSummary::new(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+                IntervalSummary::new(rttlab::stats::units::ns(d)),
                 shared.clone(),
                 a.json,
             )
@@ -628,7 +628,7 @@ fn run_ring(
     out.aggregate = a.aggregate.map(|d| {
         aggregate::Intervals::new(
             aggregate::Aggregator::new(aggregate::bounds(&[]), v4, v6),
-            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            rttlab::stats::units::ns(d),
         )
     });
     let mut analyzer = Analyzer::new(cfg);
@@ -765,9 +765,7 @@ fn run_bpf(
         "replaying the file".to_owned()
     };
     stage.measuring();
-    let agg_len = a
-        .aggregate
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let agg_len = a.aggregate.map(rttlab::stats::units::ns);
     let mut failure = None;
     if let Some(mut cap) = file {
         let mut seen = 0u64;

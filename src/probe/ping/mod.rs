@@ -415,22 +415,11 @@ pub fn run_each(
     enable_timestamps(&sock)?;
     socket::configure(&sock, kind, settings)?;
     // The log is created once the socket is set up: a refused run leaves no file.
-    let mut hdr = match &settings.hdr_log {
-        Some(p) => Some(
-            HdrLogWriter::start(
-                crate::kernel::fs::create_replace(p)
-                    .map_err(|e| PingError::HdrLog(io::Error::other(e)))?,
-                1,
-                Duration::from_secs(1),
-                &format!(
-                    "ICMP echo to {}, {} bytes, interval {:?}",
-                    settings.target, settings.size, settings.interval
-                ),
-            )
-            .map_err(PingError::HdrLog)?,
-        ),
-        None => None,
-    };
+    let mut hdr = settings
+        .hdr_log
+        .as_deref()
+        .map(|p| hdr_log(p, settings))
+        .transpose()?;
     let mut recorder = hdr.as_mut().map(HdrLogWriter::recorder);
     on_event(&PingEvent::Ready);
     let fd = sock.as_raw_fd();
@@ -473,21 +462,8 @@ pub fn run_each(
         };
         // SAFETY: plain data, zero is a valid value.
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        if !spin {
-            let ms = wait_until
-                .saturating_duration_since(Instant::now())
-                .as_micros()
-                .div_ceil(1000)
-                .min(100) as i32;
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut pfd, 1, ms) } <= 0 {
-                continue;
-            }
+        if !spin && !readable(fd, wait_until) {
+            continue;
         }
         let got = match recv_with_ts(fd, &mut rbuf, true, Some(&mut from)) {
             Ok(got) => got,
@@ -541,8 +517,26 @@ pub fn run_each(
         }
     }
     let elapsed_s = start.elapsed().as_secs_f64();
-    let t = pinger.finish();
-    Ok(PingResult {
+    Ok(result(
+        settings,
+        kind,
+        pinger.finish(),
+        elapsed_s,
+        started_unix_ns,
+        error,
+    ))
+}
+
+/// What the run measured, with the settings as the result reports them.
+fn result(
+    settings: &PingSettings,
+    kind: SocketKind,
+    t: Tally,
+    elapsed_s: f64,
+    started_unix_ns: u64,
+    error: Option<String>,
+) -> PingResult {
+    PingResult {
         settings: PingReportSettings {
             target: settings.target,
             interval_us: settings.interval.as_secs_f64() * 1e6,
@@ -584,5 +578,37 @@ pub fn run_each(
         ewma_us8: t.ewma_us8,
         ignored: t.ignored,
         error,
-    })
+    }
+}
+
+/// Wait until `fd` is readable or `until` (at most 100 ms, so Ctrl-C is noticed):
+/// whether it is.
+fn readable(fd: i32, until: Instant) -> bool {
+    let ms = until
+        .saturating_duration_since(Instant::now())
+        .as_micros()
+        .div_ceil(1000)
+        .min(100) as i32;
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+/// `--hdr-log`'s writer, one interval a second.
+fn hdr_log(path: &std::path::Path, settings: &PingSettings) -> Result<HdrLogWriter, PingError> {
+    HdrLogWriter::start(
+        crate::kernel::fs::create_replace(path)
+            .map_err(|e| PingError::HdrLog(io::Error::other(e)))?,
+        1,
+        Duration::from_secs(1),
+        &format!(
+            "ICMP echo to {}, {} bytes, interval {:?}",
+            settings.target, settings.size, settings.interval
+        ),
+    )
+    .map_err(PingError::HdrLog)
 }

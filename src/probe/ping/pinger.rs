@@ -192,18 +192,21 @@ impl Pinger {
     }
 
     /// Requests answered so far.
+    #[inline]
     fn unique(&self) -> u64 {
         self.tally.answered
     }
 
     /// The request sent last (icmp_seq = sent) is settled: -A, -f and -i 0 wait for
     /// that one only, so one lost request does not slow every later one.
+    #[inline]
     fn last_answered(&self) -> bool {
         self.tally.sent == 0 || self.answered[usize::from(self.tally.sent as u16)]
     }
 
     /// More requests are due: the count, -l's and -w's times, Ctrl-C. With -w, iputils
     /// goes on sending past -c until -c replies are in.
+    #[inline]
     fn wants_more(&self, now: Instant) -> bool {
         let counted = if self.deadline.is_some() {
             self.unique() < self.count
@@ -218,6 +221,7 @@ impl Pinger {
 
     /// The next request, if one is due at `now`: written into [`Self::packet`], to be
     /// sent and then confirmed by [`Self::on_sent`].
+    #[inline]
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Request> {
         let sent = self.tally.sent;
         let preloading = sent < self.preload;
@@ -245,6 +249,7 @@ impl Pinger {
     }
 
     /// The request [`Self::poll_transmit`] wrote.
+    #[inline]
     pub fn packet(&self) -> &[u8] {
         &self.packet
     }
@@ -252,6 +257,7 @@ impl Pinger {
     /// The request went out: `sent_ns` is the send time read just before `sendto()`
     /// (CLOCK_REALTIME, the clock the kernel stamps replies with), `now` the moment
     /// after it.
+    #[inline]
     pub fn on_sent(&mut self, sent_ns: u64, now: Instant) {
         let Some((asked, preloading)) = self.sending.take() else {
             return;
@@ -267,6 +273,7 @@ impl Pinger {
 
     /// A preload is still going out: the next request goes back to back, before any
     /// reply is read (ping -l).
+    #[inline]
     pub fn preloading(&self) -> bool {
         self.tally.sent < self.preload
     }
@@ -274,6 +281,7 @@ impl Pinger {
     /// Until when to wait for a datagram; `None`: the run is over (nothing more to send
     /// and the last request has had its wait, or -w's deadline has come, or -w's count
     /// of replies is in).
+    #[inline]
     pub fn poll_timeout(&mut self, now: Instant) -> Option<Instant> {
         let unique = self.unique();
         let sent = self.tally.sent;
@@ -311,6 +319,7 @@ impl Pinger {
     /// the datagram carries no IP header. Returns what to tell the caller: a reply
     /// (duplicates too, as iputils prints them) or an error about a request; nothing
     /// for what was ignored or a reply past its timeout, which counts as lost.
+    #[inline]
     pub fn on_datagram(
         &mut self,
         now: Instant,
@@ -340,6 +349,7 @@ impl Pinger {
 
     /// A reply to this run, or an error about one of its requests, with the reply's
     /// TTL and IPv4 options.
+    #[inline]
     fn classify<'a>(
         &self,
         datagram: &'a [u8],
@@ -378,6 +388,7 @@ impl Pinger {
 
     /// An error about request `icmp_seq` (iputils' "From 10.0.0.1 icmp_seq=3
     /// Destination Host Unreachable", counted as `+N errors`).
+    #[inline]
     fn error(&mut self, icmp_seq: u16, from: IpAddr, what: &'static str) -> Option<PingEvent> {
         let slot = usize::from(icmp_seq);
         if u64::from(icmp_seq) > self.tally.sent.min(0xffff) || self.answered[slot] {
@@ -394,6 +405,7 @@ impl Pinger {
         })
     }
 
+    #[inline]
     fn reply(
         &mut self,
         now: Instant,
@@ -449,7 +461,7 @@ impl Pinger {
             self.tally.reordered += 1;
         }
         self.highest = Some(self.highest.map_or(full, |h| h.max(full)));
-        if rtt > self.timeout.as_nanos() as u64 {
+        if rtt > crate::stats::units::ns(self.timeout) {
             // Arrived after its timeout: counted as lost, like ping -W.
             return None;
         }
@@ -478,12 +490,14 @@ impl Pinger {
 }
 
 /// Payload byte `i` of request `seq`: a pattern the reply must carry back intact.
+#[inline]
 pub(in crate::probe) fn pattern(seq: u16, i: usize) -> u8 {
     (i as u8).wrapping_add(seq as u8)
 }
 
 /// Payload byte `i` of request `seq`: ping -p's `pad` repeated, or [`pattern`], which
 /// also catches a reply carrying another request's payload.
+#[inline]
 fn payload_byte(pad: &[u8], seq: u16, i: usize) -> u8 {
     if pad.is_empty() {
         pattern(seq, i)

@@ -55,7 +55,7 @@ impl Ctx<'_> {
     /// stream's anchor: two instants differ by exactly their distance apart.
     pub(super) fn unix_ns(&self, t: Instant) -> u64 {
         let (at, unix) = self.anchor;
-        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let ns = crate::stats::units::ns;
         if t >= at {
             unix.saturating_add(ns(t - at))
         } else {
@@ -134,7 +134,7 @@ impl Tally {
         late: bool,
     ) {
         self.raw(cx, || {
-            let rtt = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+            let rtt = crate::stats::units::ns(t1 - t0);
             let mut l = RawLine::answered(cx.stream, seq, cx.unix_ns(t0), rtt);
             l.late = late;
             l
@@ -159,7 +159,7 @@ impl Tally {
     #[inline]
     pub(super) fn record(&mut self, cx: &Ctx<'_>, t0: Instant, t1: Instant) {
         let out = &mut self.out;
-        let ns = u64::try_from((t1 - t0).as_nanos()).unwrap_or(u64::MAX);
+        let ns = crate::stats::units::ns(t1 - t0);
         out.hist.record_ns(ns);
         if cx.s.keep_series && out.series.len() < SERIES_MAX {
             let at = t1.saturating_duration_since(cx.start).as_nanos();
@@ -190,9 +190,9 @@ impl Tally {
     #[inline]
     fn note_pacing(&mut self, target: &mut Option<Instant>, t0: Instant) {
         if let Some(t) = target.take() {
-            self.out.pacing.record_ns(
-                u64::try_from(t0.saturating_duration_since(t).as_nanos()).unwrap_or(u64::MAX),
-            );
+            self.out
+                .pacing
+                .record_ns(crate::stats::units::ns(t0.saturating_duration_since(t)));
         }
     }
 }

@@ -274,9 +274,7 @@ fn open_slow_log(s: &RrSettings) -> Result<Option<crate::probe::anatomy::SlowLog
     let Some(p) = &s.slow_log else {
         return Ok(None);
     };
-    let threshold = s
-        .slow
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let threshold = s.slow.map(crate::stats::units::ns);
     crate::probe::anatomy::SlowLog::create(p, threshold)
         .map(Some)
         .map_err(|source| RrError::Output {
@@ -414,7 +412,7 @@ fn measure(
         tcpinfo_series,
         elapsed,
         started_unix_ns: crate::kernel::realtime_ns()
-            .saturating_sub(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)),
+            .saturating_sub(crate::stats::units::ns(elapsed)),
         machine,
         cut_off: cutoff.load(Ordering::SeqCst),
     };
@@ -457,7 +455,7 @@ fn measure_stream(cx: &Ctx<'_>, conn: Option<TcpStream>, tally: &mut Tally) {
 /// as many transactions as the run can hold.
 fn tail_plan(s: &RrSettings, run_for: Duration) -> crate::probe::anatomy::TailPlan {
     use crate::probe::anatomy::{slowest::runs_at_most, TailPlan};
-    let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    let ns = crate::stats::units::ns;
     let n_max = runs_at_most(s.count, ns(run_for), s.streams, s.burst, ns(s.interval));
     TailPlan::new(s.tail_ppm, n_max, s.streams)
 }
@@ -541,8 +539,8 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         request_size: s.request_size,
         response_size: s.response_size,
         // The server adds its own grace for transactions in flight at the end.
-        max_duration_ms: run_for.as_millis() as u64,
-        interval_ms: s.interval.as_millis() as u64 + s.timeout.as_millis() as u64,
+        max_duration_ms: crate::stats::units::ms(run_for),
+        interval_ms: crate::stats::units::ms(s.interval) + crate::stats::units::ms(s.timeout),
         data_port: s.data_port,
         streams: s.streams,
         nodelay: true,
@@ -553,7 +551,7 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         tos: s.path.tos.map(|t| t & 0xfc),
         // Open-loop UDP_RR's one-way delays need the server's stamps as the anatomy's.
         anatomy: s.anatomy || s.one_way(),
-        server_delay_us: u64::try_from(s.server_delay.as_micros()).unwrap_or(u64::MAX),
+        server_delay_us: crate::stats::units::us(s.server_delay),
     }
 }
 

@@ -144,7 +144,7 @@ fn send_on_schedule(cx: &Ctx<'_>, ol: OpenLoop, mut tx: Sender, shared: &Shared)
     let mut arrivals = Arrivals::new(
         ol.rate_per_s,
         ol.schedule,
-        0x9e37_79b9 ^ cx.start.elapsed().as_nanos() as u64,
+        0x9e37_79b9 ^ crate::stats::units::ns(cx.start.elapsed()),
     );
     let k = seq_len(cx.s);
     let mut req = vec![0u8; cx.s.request_size as usize];
@@ -196,7 +196,7 @@ fn record(cx: &Ctx<'_>, tally: &mut Tally, p: &Pending, t1: Instant) {
     tally
         .out
         .intended
-        .record_ns(u64::try_from((t1 - p.intended).as_nanos()).unwrap_or(u64::MAX));
+        .record_ns(crate::stats::units::ns(t1 - p.intended));
 }
 
 /// TCP_RR's replies, in order: each answers the oldest request pending.
@@ -275,7 +275,7 @@ fn receive_udp(cx: &Ctx<'_>, u: &UdpSocket, shared: &Shared, tally: &mut Tally) 
                         let r = Reply {
                             seq: p.seq,
                             sent_unix_ns: cx.unix_ns(p.sent),
-                            rtt_ns: u64::try_from((t1 - p.sent).as_nanos()).unwrap_or(u64::MAX),
+                            rtt_ns: crate::stats::units::ns(t1 - p.sent),
                             rx_unix_ns: rx,
                             late,
                         };

@@ -107,12 +107,12 @@ impl Session {
         let max = Duration::from_millis(control.limits.max_duration_ms);
         let length = spec.length.min(max);
         let port = control.start(&TestSpec {
-            interval_ms: (spec.interval + spec.timeout).as_millis() as u64,
+            interval_ms: crate::stats::units::ms(spec.interval + spec.timeout),
             ..TestSpec::basic(
                 spec.test,
                 SESSION_PAYLOAD,
                 SESSION_PAYLOAD,
-                length.as_millis() as u64,
+                crate::stats::units::ms(length),
             )
         })?;
         let data = SocketAddr::new(spec.server.ip(), port);

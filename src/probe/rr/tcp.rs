@@ -276,8 +276,7 @@ impl<H: Hook> Exchange for TcpCrr<H> {
             |e| Some(e.map_or(StreamError::ClosedBeforeResponse, StreamError::Read)),
         )?;
         let out = &mut tally.out;
-        out.connect
-            .record_ns(u64::try_from((tc - t0).as_nanos()).unwrap_or(u64::MAX));
+        out.connect.record_ns(crate::stats::units::ns(tc - t0));
         tally.record(cx, t0, t1);
         tally.raw_answered(cx, tally.out.transactions, (t0, t1), false);
         self.hook

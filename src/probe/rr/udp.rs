@@ -257,7 +257,7 @@ fn late_reply(
 /// Whether a reply arrived after `limit`: by its kernel RX stamp against the request's
 /// `sent` (both CLOCK_REALTIME, `--anatomy`), else by when its read returned, `waited`.
 fn arrived_after(rx: Option<u64>, sent: u64, waited: Duration, limit: Duration) -> bool {
-    let limit_ns = u64::try_from(limit.as_nanos()).unwrap_or(u64::MAX);
+    let limit_ns = crate::stats::units::ns(limit);
     rx.map_or(waited >= limit, |rx| rx.saturating_sub(sent) >= limit_ns)
 }
 

@@ -327,8 +327,7 @@ impl RunningTest {
         let mut report = ServerReport {
             congestion: self.congestion,
             machine_ticks: window.map(|((a, _), b)| [a, b]),
-            machine_elapsed_ns: window
-                .map(|((_, at), _)| u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX)),
+            machine_elapsed_ns: window.map(|((_, at), _)| crate::stats::units::ns(at.elapsed())),
             ..ServerReport::default()
         };
         for s in &self.streams {

@@ -47,8 +47,10 @@ impl Service {
     /// Note that the client was heard from (UDP and TCP_CRR threads; TCP_RR's activity
     /// is read from its sockets' `tcp_info`, to keep the clock off its hot path).
     fn heard(&self) {
-        self.last_activity_ms
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.last_activity_ms.store(
+            crate::stats::units::ms(self.started.elapsed()),
+            Ordering::Relaxed,
+        );
     }
 
     /// A data connection set up as the client asked.
