@@ -187,6 +187,23 @@ pub struct NetnsPair {
 
 impl NetnsPair {
     pub fn new() -> Self {
+        Self::addressed(
+            ["198.18.200.1", "198.18.200.2"],
+            ["2001:2:0:200::1", "2001:2:0:200::2"],
+        )
+    }
+
+    /// A pair on 198.18.203.0/24 and 2001:2:0:203::/64, which no other test's pairs
+    /// use: for a test that changes how every connection to its prefix behaves, as a
+    /// cgroup's sock_ops override does for the whole test process.
+    pub fn apart() -> Self {
+        Self::addressed(
+            ["198.18.203.1", "198.18.203.2"],
+            ["2001:2:0:203::1", "2001:2:0:203::2"],
+        )
+    }
+
+    fn addressed([a4, b4]: [&'static str; 2], [a6, b6]: [&'static str; 2]) -> Self {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}-{n}", std::process::id() % 100_000);
         let (a, b) = (format!("rttlab-test-a{tag}"), format!("rttlab-test-b{tag}"));
@@ -194,10 +211,10 @@ impl NetnsPair {
             a,
             b,
             dev_a: format!("rtv{tag}a"),
-            a4: "198.18.200.1",
-            b4: "198.18.200.2",
-            a6: "2001:2:0:200::1",
-            b6: "2001:2:0:200::2",
+            a4,
+            b4,
+            a6,
+            b6,
         };
         sh(&["ip", "netns", "add", &pair.a]);
         sh(&["ip", "netns", "add", &pair.b]);
