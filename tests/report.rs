@@ -369,7 +369,10 @@ fn a_compare_report_shows_every_layer_apart_in_headless_chromium() {
     let p = every_series_shows(work.path(), &html, "percentiles.svg", 60);
     assert!(p.len() >= 7, "{p:?}");
     every_series_shows(work.path(), &html, "cdf.svg", 40);
-    every_series_shows(work.path(), &html, "timeline.svg", 40);
+    // The time series of a 3 s run are short, and where layers' medians meet they
+    // cross: tcp_rr's P50 showed 33 pixels under a CPU hog. Hidden, it would show a
+    // handful.
+    every_series_shows(work.path(), &html, "timeline.svg", 20);
     // The control: the same page without its figures has (almost) none of the palette.
     let bare = work.path().join("bare.html");
     std::fs::write(&bare, only_figure(&html, None)).unwrap();
