@@ -540,7 +540,7 @@ fn test_spec(s: &RrSettings, run_for: Duration) -> TestSpec {
         response_size: s.response_size,
         // The server adds its own grace for transactions in flight at the end.
         max_duration_ms: crate::stats::units::ms(run_for),
-        interval_ms: crate::stats::units::ms(s.interval) + crate::stats::units::ms(s.timeout),
+        interval_ms: crate::stats::units::ms(s.interval.saturating_add(s.timeout)),
         data_port: s.data_port,
         streams: s.streams,
         nodelay: true,
