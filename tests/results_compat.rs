@@ -4,7 +4,8 @@
 //! Witnesses: the committed blackout grid of docs/results/blackout-route, written by
 //! rttlab 0.1 before trials carried `boundary_ms`: its committed tables.txt (rendered
 //! by the version that ran it, which still knew the boundaries) marks 7 cells with `b`;
-//! the files' bytes before and after.
+//! the files' bytes before and after; for every experiment, a committed run's tables as
+//! the version that ran it printed them, and its run.json's settings as it wrote them.
 
 use crate::common::bin;
 use std::path::Path;
@@ -104,4 +105,113 @@ fn a_results_directory_of_a_newer_schema_is_refused_by_name() {
         e.contains("schema version 9") && e.contains("newer rttlab"),
         "{e}"
     );
+}
+
+/// The committed runs in docs/results, with the experiment each ran.
+fn committed_runs() -> Vec<(std::path::PathBuf, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results");
+    let mut runs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("run.json").is_file())
+        .map(|p| {
+            let run: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(p.join("run.json")).unwrap()).unwrap();
+            let name = run["experiment"].as_str().unwrap().to_string();
+            (p, name)
+        })
+        .collect();
+    runs.sort();
+    runs
+}
+
+/// Every experiment has a committed run, so each check below covers all of them.
+fn assert_every_experiment_has_a_run(runs: &[(std::path::PathBuf, String)]) {
+    use rttlab::results::names;
+    let have: std::collections::BTreeSet<&str> = runs.iter().map(|(_, n)| n.as_str()).collect();
+    for name in [
+        names::BLACKOUT,
+        names::COMPARE,
+        names::RESREQ_INTERVAL,
+        names::INTERVAL_SWEEP,
+        names::SYN_RTO,
+        names::PASSIVE_VS_ACTIVE,
+    ] {
+        assert!(
+            have.contains(name),
+            "no committed run of {name} in docs/results"
+        );
+    }
+}
+
+#[test]
+fn every_experiments_committed_run_re_renders_the_tables_it_printed() {
+    let runs = committed_runs();
+    assert_every_experiment_has_a_run(&runs);
+    for (dir, name) in &runs {
+        let tables = if name == rttlab::results::names::COMPARE {
+            "compare.txt"
+        } else {
+            "tables.txt"
+        };
+        let committed = std::fs::read_to_string(dir.join(tables)).unwrap();
+        let o = Command::new(bin()).arg("report").arg(dir).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            committed,
+            "{} re-rendered differs from its {tables}",
+            dir.display()
+        );
+    }
+}
+
+/// Settings read back and written again: every key the run wrote keeps its value (keys
+/// added since, `trials`, `seed` and `lab_poll`, take their defaults), so a rerun of an
+/// old directory with the same flags resumes it.
+fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(
+    dir: &Path,
+    written: &serde_json::Value,
+) {
+    let read: T = serde_json::from_value(written.clone())
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let again = serde_json::to_value(read).unwrap();
+    let (w, a) = (written.as_object().unwrap(), again.as_object().unwrap());
+    for (k, v) in w {
+        assert_eq!(a.get(k), Some(v), "{}: settings key {k}", dir.display());
+    }
+    for k in a.keys().filter(|k| !w.contains_key(*k)) {
+        assert!(
+            ["trials", "seed", "lab_poll"].contains(&k.as_str()),
+            "{}: settings gained {k}",
+            dir.display()
+        );
+    }
+}
+
+#[test]
+fn every_experiments_committed_settings_read_back_as_written() {
+    use rttlab::experiment::{passive_active, resreq, sweep, syn_rto};
+    use rttlab::results::{blackout, compare, names};
+    let runs = committed_runs();
+    assert_every_experiment_has_a_run(&runs);
+    for (dir, name) in &runs {
+        let run: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+        let written = &run["settings"];
+        match name.as_str() {
+            names::BLACKOUT => round_trip::<blackout::Settings>(dir, written),
+            names::COMPARE => round_trip::<compare::CompareSettings>(dir, written),
+            names::RESREQ_INTERVAL => round_trip::<resreq::Settings>(dir, written),
+            names::INTERVAL_SWEEP => round_trip::<sweep::Settings>(dir, written),
+            names::SYN_RTO => round_trip::<syn_rto::Settings>(dir, written),
+            names::PASSIVE_VS_ACTIVE => round_trip::<passive_active::Settings>(dir, written),
+            other => panic!("{}: unknown experiment {other}", dir.display()),
+        }
+    }
 }

@@ -48,7 +48,6 @@ pub struct RunArgs {
     pub output: OutputArgs,
 }
 
-/// What an experiment prints on stdout (every experiment).
 /// The lab an experiment builds: its round-trip delay and how its emulator waits,
 /// spelt alike in every command that builds one. `R` is the command's default RTT
 /// (its study's).
@@ -62,6 +61,16 @@ pub struct LabArgs<R: LabRtt> {
     pub emulator: values::Emulator,
     #[arg(skip)]
     rtt: std::marker::PhantomData<R>,
+}
+
+impl<R: LabRtt> LabArgs<R> {
+    /// The lab these flags describe.
+    pub fn settings(&self) -> rttlab::results::LabSettings {
+        rttlab::results::LabSettings {
+            rtt: self.lab_rtt,
+            poll: self.emulator.polls(1),
+        }
+    }
 }
 
 /// A command's default lab RTT.
@@ -516,11 +525,10 @@ fn run_resreq(a: ResreqArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if let Some(d) = a.duration {
         s.duration_s = d.as_secs_f64();
     }
-    s.lab_rtt_us = micros(a.lab.lab_rtt);
+    s.lab = a.lab.settings();
     if let Some(n) = a.sampler {
         s.sampler_one_in = n;
     }
-    s.lab_poll = a.lab.emulator.polls(1);
     s.repeats = a.run.trials.repeats(1);
     let e = resreq::ResreqInterval {
         settings: s,
@@ -542,9 +550,8 @@ fn run_sweep(a: SweepArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     s.count = a.count.max(1);
     s.max_time_s = a.max_time.as_secs_f64();
-    s.lab_rtt_us = micros(a.lab.lab_rtt);
+    s.lab = a.lab.settings();
     s.spin = !a.sleep;
-    s.lab_poll = a.lab.emulator.polls(1);
     s.repeats = a.run.trials.repeats(1);
     let e = sweep::IntervalSweep {
         settings: s,
@@ -559,11 +566,6 @@ fn run_sweep(a: SweepArgs, stage: &super::Stage) -> anyhow::Result<()> {
     )
 }
 
-/// A lab RTT in whole µs (the settings' unit).
-fn micros(d: Duration) -> u64 {
-    rttlab::stats::units::us(d)
-}
-
 fn run_syn_rto(a: SynRtoArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let hz = rttlab::kernel::hz::detect_here()?;
     let us = rttlab::stats::units::us(a.syn_rto);
@@ -576,9 +578,8 @@ fn run_syn_rto(a: SynRtoArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let s = syn_rto::Settings {
         connections: a.connections.max(1),
         syn_rto_ms: ms(a.syn_rto)?,
-        lab_rtt_us: micros(a.lab.lab_rtt),
+        lab: a.lab.settings(),
         hz,
-        lab_poll: a.lab.emulator.polls(1),
         repeats: a.run.trials.repeats(1),
     };
     let e = syn_rto::SynRtoExperiment {

@@ -63,7 +63,7 @@ pub fn lab_for(s: &CompareSettings, lab_name: &str) -> Result<Option<LabServer>,
     if s.server.is_some() {
         return Ok(None);
     }
-    LabServer::with_rtt(lab_name, s.lab_rtt, s.lab_poll).map(Some)
+    LabServer::of(lab_name, &s.lab()).map(Some)
 }
 
 /// Every layer at once, against the lab's server or `s.server`, and the gaps between

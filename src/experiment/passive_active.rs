@@ -25,6 +25,7 @@ use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
 use crate::results::passive_active::{stats, Scenario, ScenarioResult};
 use crate::results::{write_file, ResultsError};
+use crate::stats::units::ns;
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{Read, Write};
@@ -44,12 +45,14 @@ pub struct Settings {
     pub scenarios: Vec<String>,
     /// How long each scenario sends echoes, s (the seed: 180).
     pub duration_s: f64,
-    /// The base round-trip delay, ms (the seed: 100).
-    pub base_rtt_ms: u32,
-    /// `delay`: the RTT added and removed, ms.
-    pub delay_step_ms: u32,
+    /// The lab's round-trip delay before any scenario adds to it (the seed: 100 ms).
+    #[serde(rename = "base_rtt_ms", with = "crate::stats::units::millis")]
+    pub base_rtt: Duration,
+    /// `delay`: the round-trip delay added and removed.
+    #[serde(rename = "delay_step_ms", with = "crate::stats::units::millis")]
+    pub delay_step: Duration,
     /// `delay`: how often the RTT switches between the base and the base plus
-    /// `delay_step_ms`, s (`--delay-step`).
+    /// `delay_step`, s (`--delay-step`).
     pub delay_step_s: f64,
     /// `queue-*`: the bottleneck's rate, bit/s (the seed: 10 Mbit/s).
     pub rate_bps: u64,
@@ -71,8 +74,8 @@ impl Default for Settings {
         Self {
             scenarios: Scenario::seed_names(),
             duration_s: 60.0,
-            base_rtt_ms: 100,
-            delay_step_ms: 50,
+            base_rtt: Duration::from_millis(100),
+            delay_step: Duration::from_millis(50),
             delay_step_s: 10.0,
             rate_bps: 10_000_000,
             interval_s: 1.0,
@@ -308,7 +311,7 @@ fn echo_client(
 
 /// The lab's impairments for a scenario (the `delay` scenario starts at the base).
 fn impairments(sc: Scenario, s: &Settings) -> Impairments {
-    let mut imp = Impairments::with_rtt(Duration::from_millis(u64::from(s.base_rtt_ms)));
+    let mut imp = Impairments::with_rtt(s.base_rtt);
     match sc {
         Scenario::Delay => {}
         Scenario::Loss { percent } => {
@@ -395,10 +398,7 @@ fn scenario(
         let changer = matches!(sc, Scenario::Delay).then(|| {
             th.spawn(|| {
                 let step = Duration::from_secs_f64(s.delay_step_s);
-                let (lo, hi) = (
-                    imp.delay_ns,
-                    imp.delay_ns + u64::from(s.delay_step_ms) * 500_000,
-                );
+                let (lo, hi) = (imp.delay_ns, imp.delay_ns + ns(s.delay_step) / 2);
                 let mut k = 1u32;
                 while !stop.load(Ordering::Acquire) && !interrupt.load(Ordering::Acquire) {
                     if t0.elapsed() >= step * k {

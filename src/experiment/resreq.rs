@@ -39,21 +39,27 @@ pub struct Settings {
     pub streams: Vec<u32>,
     /// How long each wait runs, s.
     pub duration_s: f64,
-    /// The lab's round-trip delay, µs.
-    pub lab_rtt_us: u64,
+    /// The lab: its round-trip delay, and its emulator busy-polling (one CPU
+    /// spinning, µs-steady delays) instead of sleeping between frames (whose wake-ups
+    /// a loaded VM stretches to milliseconds).
+    #[serde(flatten)]
+    pub lab: crate::results::LabSettings,
     /// Bytes of each request (the seed's long run: two segments' worth).
     pub request_size: u32,
     /// Bytes of each response.
     pub response_size: u32,
     /// The sampled metric keeps one packet in this many.
     pub sampler_one_in: u32,
-    /// The lab's emulator busy-polls (one CPU spinning, µs-steady delays) instead of
-    /// sleeping between frames (whose wake-ups a loaded VM stretches to milliseconds).
-    pub lab_poll: bool,
     /// Repeats of each wait, and the seed of their order.
     #[serde(flatten)]
     pub repeats: crate::results::Repeats,
 }
+
+/// The seed's lab: 100 µs round trip, the emulator polling.
+const SEED_LAB: crate::results::LabSettings = crate::results::LabSettings {
+    rtt: Duration::from_micros(100),
+    poll: true,
+};
 
 impl Settings {
     /// Seed 000's first run: one stream, `-r 1,2`, waits 0…41 ms.
@@ -63,11 +69,10 @@ impl Settings {
             streams: vec![1; waits_ms.len()],
             waits_ms,
             duration_s: 6.0,
-            lab_rtt_us: 100,
+            lab: SEED_LAB,
             request_size: 1,
             response_size: 2,
             sampler_one_in: 1,
-            lab_poll: true,
             repeats: crate::results::Repeats::default(),
         }
     }
@@ -87,11 +92,10 @@ impl Settings {
                 .collect(),
             waits_ms,
             duration_s: 30.0,
-            lab_rtt_us: 100,
+            lab: SEED_LAB,
             request_size: 1449,
             response_size: 2,
             sampler_one_in: 10,
-            lab_poll: true,
             repeats: crate::results::Repeats::default(),
         }
     }
@@ -300,12 +304,7 @@ impl Experiment for ResreqInterval {
     }
 
     fn testbed(&self) -> Result<LabServer, ExperimentError> {
-        let s = &self.settings;
-        LabServer::with_rtt(
-            &self.lab_name,
-            Duration::from_micros(s.lab_rtt_us),
-            s.lab_poll,
-        )
+        LabServer::of(&self.lab_name, &self.settings.lab)
     }
 
     fn trial(

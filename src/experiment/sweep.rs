@@ -36,12 +36,11 @@ pub struct Settings {
     pub max_time_s: f64,
     /// Intervals each point runs at least, whatever `max_time_s` says.
     pub min_samples: u64,
-    /// The lab's round-trip delay, µs.
-    pub lab_rtt_us: u64,
+    /// The lab: its round-trip delay and how its emulator waits.
+    #[serde(flatten)]
+    pub lab: crate::results::LabSettings,
     /// TCP_RR paces by spinning (netperf built with --enable-spin, as in the seed).
     pub spin: bool,
-    /// The lab's emulator busy-polls instead of sleeping between frames.
-    pub lab_poll: bool,
     /// Repeats of each tool and interval, and the seed of their order.
     #[serde(flatten)]
     pub repeats: crate::results::Repeats,
@@ -65,9 +64,11 @@ impl Default for Settings {
             count: 200,
             max_time_s: 3.0,
             min_samples: 10,
-            lab_rtt_us: 0,
+            lab: crate::results::LabSettings {
+                rtt: Duration::ZERO,
+                poll: false,
+            },
             spin: true,
-            lab_poll: false,
             repeats: crate::results::Repeats::default(),
         }
     }
@@ -163,12 +164,7 @@ impl Experiment for IntervalSweep {
     }
 
     fn testbed(&self) -> Result<LabServer, ExperimentError> {
-        let s = &self.settings;
-        LabServer::with_rtt(
-            &self.lab_name,
-            Duration::from_micros(s.lab_rtt_us),
-            s.lab_poll,
-        )
+        LabServer::of(&self.lab_name, &self.settings.lab)
     }
 
     fn trial(

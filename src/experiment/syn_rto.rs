@@ -33,13 +33,13 @@ pub struct Settings {
     pub connections: u32,
     /// The override's initial RTO, ms.
     pub syn_rto_ms: u32,
-    /// The lab's round-trip delay, µs.
-    pub lab_rtt_us: u64,
+    /// The lab: its round-trip delay, and its emulator busy-polling instead of
+    /// sleeping between frames, so that a SYN-ACK a loaded VM holds back past the
+    /// override's backed-off RTO is not sent again.
+    #[serde(flatten)]
+    pub lab: crate::results::LabSettings,
     /// The kernel's HZ (the override is whole jiffies).
     pub hz: u32,
-    /// The lab's emulator busy-polls instead of sleeping between frames: a SYN-ACK
-    /// that a loaded VM holds back past the override's backed-off RTO is sent again.
-    pub lab_poll: bool,
     /// Repeats of each case, and the seed of their order.
     #[serde(flatten)]
     pub repeats: crate::results::Repeats,
@@ -201,12 +201,7 @@ impl Experiment for SynRtoExperiment {
     }
 
     fn testbed(&self) -> Result<LabServer, ExperimentError> {
-        let s = &self.settings;
-        LabServer::with_rtt(
-            &self.lab_name,
-            Duration::from_micros(s.lab_rtt_us),
-            s.lab_poll,
-        )
+        LabServer::of(&self.lab_name, &self.settings.lab)
     }
 
     fn trial(
@@ -220,7 +215,7 @@ impl Experiment for SynRtoExperiment {
         let case = CASES[k];
         let to = testbed.server;
         let jiffies = hz::usecs_to_jiffies(u64::from(s.syn_rto_ms) * 1000, s.hz);
-        let rtt = s.lab_rtt_us as f64 / 1e3;
+        let rtt = s.lab.rtt.as_secs_f64() * 1e3;
         let nft = |script: &str| Nft::spawn(Some(testbed.lab()), Node::B)?.run(script);
         let predicted_ms = match k {
             0 => rtt,

@@ -11,6 +11,7 @@ use crate::lab::{Lab, LabSpec, Node};
 use crate::passive::sampler::{Period, SamplerConfig};
 use crate::passive::{self, Analyzer, Config, Sink};
 use crate::probe::server::{Server, ServerConfig, ServerHandle};
+use crate::results::LabSettings;
 use crate::stats::LatencyHistogram;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,14 +46,14 @@ impl LabServer {
         Self::up_spec(&LabSpec::new(name, imp))
     }
 
-    /// A lab of round-trip delay `rtt` (split between the directions), its emulator
-    /// busy-polling when `poll`, with the server in b.
+    /// The lab `lab` describes, named `name`, with the server in b: every lab
+    /// experiment's testbed.
     ///
     /// # Errors
     /// The lab or the server could not be set up.
-    pub fn with_rtt(name: &str, rtt: Duration, poll: bool) -> Result<Self, ExperimentError> {
-        let mut spec = LabSpec::new(name, Impairments::with_rtt(rtt));
-        spec.poll = poll;
+    pub fn of(name: &str, lab: &LabSettings) -> Result<Self, ExperimentError> {
+        let mut spec = LabSpec::new(name, Impairments::with_rtt(lab.rtt));
+        spec.poll = lab.poll;
         Self::up_spec(&spec)
     }
 

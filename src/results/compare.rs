@@ -52,6 +52,16 @@ pub struct CompareSettings {
     pub secret: Option<Vec<u8>>,
 }
 
+impl CompareSettings {
+    /// The lab a run without `server` builds.
+    pub fn lab(&self) -> super::LabSettings {
+        super::LabSettings {
+            rtt: self.lab_rtt,
+            poll: self.lab_poll,
+        }
+    }
+}
+
 impl Default for CompareSettings {
     fn default() -> Self {
         Self {

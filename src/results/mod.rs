@@ -419,6 +419,24 @@ pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
         .collect())
 }
 
+/// The two-host lab a run builds: its round-trip delay, split evenly between the two
+/// directions, and how its emulator waits between frames. Flattened into the settings
+/// of every experiment that builds that lab, so run.json keeps `lab_rtt_us` and
+/// `lab_poll` as keys of its settings, as it always has; compare's own record spells
+/// the delay in seconds (`lab_rtt_s`, with every other duration of compare.json) and
+/// hands the lab this struct (`compare::CompareSettings::lab`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabSettings {
+    /// The round-trip delay.
+    #[serde(rename = "lab_rtt_us", with = "crate::stats::units::micros")]
+    pub rtt: std::time::Duration,
+    /// The emulator busy-polls one CPU instead of sleeping between frames: its delays
+    /// stay within µs when the hypervisor steals time, where a sleeping emulator's
+    /// wake-ups stretch to milliseconds.
+    #[serde(rename = "lab_poll", default)]
+    pub poll: bool,
+}
+
 /// How often each cell of an experiment's plan runs, and the seed of the order the
 /// runs go in (`--trials`, `--seed`). Part of every experiment's settings (flattened:
 /// run.json keeps `trials` and `seed` as keys of its settings), so a rerun with other

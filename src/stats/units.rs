@@ -35,6 +35,43 @@ pub mod seconds {
     }
 }
 
+/// A `Duration` in JSON as whole microseconds (`"lab_rtt_us": 10000`), the form the
+/// lab experiments' settings have always had; a sub-µs remainder is dropped on write.
+pub mod micros {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// # Errors
+    /// The serializer's.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(super::us(*d))
+    }
+
+    /// # Errors
+    /// Not a whole, non-negative number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_micros)
+    }
+}
+
+/// A `Duration` in JSON as whole milliseconds (`"base_rtt_ms": 100`).
+pub mod millis {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// # Errors
+    /// The serializer's.
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(super::ms(*d))
+    }
+
+    /// # Errors
+    /// Not a whole, non-negative number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
 /// A duration: `0`, `250us`, `250µs`, `10ms`, `1.5s`, `2m`, `500ns` (humantime forms
 /// too). A bare number is taken in `bare_unit`.
 ///
