@@ -139,10 +139,19 @@ pub fn run(a: CompareArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     match o.records.iter().find(|r| !r.errors.is_empty()) {
         None => Ok(()),
-        Some(r) => anyhow::bail!(
-            "{} layer(s) could not run: {}",
-            r.errors.len(),
-            r.errors.join("; ")
-        ),
+        Some(r) => {
+            let empty: Vec<&str> = r
+                .layers
+                .iter()
+                .filter(|l| l.why_empty.is_some())
+                .map(|l| l.name.as_str())
+                .collect();
+            anyhow::bail!(
+                "{} of {} layers measured nothing ({}); why is under \"Why they differ\"",
+                empty.len(),
+                r.layers.len(),
+                empty.join(", ")
+            )
+        }
     }
 }

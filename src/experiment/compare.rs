@@ -20,6 +20,7 @@ use crate::results::compare::{
 use crate::results::{self, ResultsError};
 use crate::stats::timeline::{self, Timeline, MAX_SAMPLES};
 use crate::stats::LatencyHistogram;
+use std::net::IpAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -83,21 +84,18 @@ pub fn measure(
     let mut layers = Vec::new();
     push_layer(
         &mut layers,
-        &mut errors,
         "icmp",
         "echo request → reply",
         p.icmp.as_ref().map(|p| &p.histogram),
     );
     push_layer(
         &mut layers,
-        &mut errors,
         "tcp_rr",
         "send() of a request → last byte of the response",
         p.tcp.as_ref().map(|r| &r.histogram),
     );
     push_layer(
         &mut layers,
-        &mut errors,
         "udp_rr",
         "send() of a request → its response",
         p.udp.as_ref().map(|r| &r.histogram),
@@ -112,10 +110,11 @@ pub fn measure(
         "srtt, sampled every 10 ms",
         &client_srtt,
     ));
+    let mut server_why = None;
     let (server_srtt, server_series) = match &p.srv {
         Some(Ok((h, series))) => (h.clone(), series.clone()),
         Some(Err(e)) => {
-            errors.push(format!("tcp_info server: {}", e.chain()));
+            server_why = Some(e.chain());
             (LatencyHistogram::new(), Vec::new())
         }
         // A remote server: the srtt it reported at the end of the run.
@@ -128,7 +127,7 @@ pub fn measure(
             Vec::new(),
         ),
     };
-    layers.push(Layer::from_histogram(
+    let mut server = Layer::from_histogram(
         "tcp_info_server",
         if ends.server_ns.is_some() {
             "srtt, sampled every 10 ms"
@@ -136,7 +135,9 @@ pub fn measure(
             "srtt at the end of the run"
         },
         &server_srtt,
-    ));
+    );
+    server.why_empty = server_why;
+    layers.push(server);
     for (name, what, h) in [
         (
             "passive_ts",
@@ -149,18 +150,23 @@ pub fn measure(
             p.pas.as_ref().map(|p| &p.sink.seq_net),
         ),
     ] {
-        push_layer(&mut layers, &mut errors, name, what, h);
+        push_layer(&mut layers, name, what, h);
     }
     let (sampler, local, drops) = p.pas.as_ref().map_or((Vec::new(), 0, 0), |p| {
         (p.periods.clone(), p.sink.local, p.drops)
     });
-    layers.push(metric_layer(sampler.iter().max_by_key(|p| p.samples)));
+    let mut metric = metric_layer(sampler.iter().max_by_key(|p| p.samples));
+    if let Err(e) = &p.pas {
+        metric.why_empty = Some(crate::error_chain(e));
+    }
+    layers.push(metric);
+    explain_empty(&mut layers, &mut errors, &p, &ends, s.data_port);
     let timeline = timeline(s, started_unix_ns, &p, server_series);
     let tcp = p.tcp.as_ref().ok();
     let mut result = CompareResult {
         settings: s.clone(),
         server: ends.server,
-        capture_interface: ends.iface,
+        capture_interface: ends.capture.clone().unwrap_or_else(|_| "none".into()),
         layers,
         tcp_retransmissions_client: tcp.and_then(|r| r.local_retrans),
         tcp_retransmissions_server: tcp.and_then(|r| r.remote_retrans),
@@ -192,12 +198,13 @@ pub fn measure(
 }
 
 /// Where a comparison runs: the server, the namespaces of the lab's two hosts (none
-/// against a real server) and the interface the capture listens on.
+/// against a real server) and the interface the capture listens on, or why nothing is
+/// captured.
 struct Endpoints {
     server: std::net::SocketAddr,
     client_ns: Option<String>,
     server_ns: Option<String>,
-    iface: String,
+    capture: Result<String, String>,
 }
 
 impl Endpoints {
@@ -208,20 +215,39 @@ impl Endpoints {
             (None, Some(a)) => a,
             (None, None) => unreachable!("a lab is built when no server is given"),
         };
-        let iface = match (&s.interface, &lab) {
-            (Some(i), _) => i.clone(),
-            (None, Some(_)) => "eth0".to_string(),
-            (None, None) => route::list(None)
-                .ok()
-                .and_then(|r| route::find(&r, server.ip(), None).ok())
-                .and_then(|r| r.dev)
-                .unwrap_or_else(|| "lo".into()),
+        let capture = match &lab {
+            Some(_) => Ok(s.interface.clone().unwrap_or_else(|| "eth0".into())),
+            None => Self::capture_toward(server.ip(), s.interface.as_deref()),
         };
         Self {
             server,
             client_ns: lab.as_ref().map(|l| l.netns(Node::A).to_string()),
             server_ns: lab.as_ref().map(|l| l.netns(Node::B).to_string()),
-            iface,
+            capture,
+        }
+    }
+
+    /// The interface to capture a real server's connection on: `chosen`, else the one
+    /// the kernel routes `server` through (`ip route get`: every table, policy rules
+    /// first, `route::lookup`). A server at one of this host's own addresses is
+    /// refused: both ends' packets are then this host's, and the passive engines tell
+    /// the answering end by its address, so the client's think time would pass for the
+    /// server's answers.
+    fn capture_toward(server: IpAddr, chosen: Option<&str>) -> Result<String, String> {
+        let route = route::lookup(None, server)
+            .map_err(|e| format!("not captured: {}", crate::error_chain(&e)))?;
+        // RTN_LOCAL: the kernel delivers to this host (`ip route get` says "local").
+        if route.route_type == libc::RTN_LOCAL {
+            return Err(format!(
+                "not captured: the server ({server}) is this host's own address, so the capture sees both ends' packets as this host's and cannot tell the server's answers from the client's; compare against a server on another host, or without -H in the built-in lab"
+            ));
+        }
+        match (chosen, route.dev) {
+            (Some(i), _) => Ok(i.to_string()),
+            (None, Some(dev)) => Ok(dev),
+            (None, None) => Err(format!(
+                "not captured: the kernel's route to {server} names no interface; give one with --interface"
+            )),
         }
     }
 }
@@ -239,6 +265,9 @@ enum LayerError {
     Trial(#[from] TrialError),
     #[error("{0} panicked")]
     Panicked(&'static str),
+    /// The capture did not start, and why.
+    #[error("{0}")]
+    NotCaptured(String),
 }
 
 /// The server's srtt: its histogram, and each sample as (CLOCK_REALTIME ns, srtt ns).
@@ -272,9 +301,9 @@ fn probe(s: &CompareSettings, ends: &Endpoints, interrupt: &AtomicBool) -> Probe
         .map_err(LayerError::from)
     };
     std::thread::scope(|sc| {
-        let pas = sc.spawn(|| {
-            capture_port(
-                &ends.iface,
+        let pas = sc.spawn(|| match &ends.capture {
+            Ok(iface) => capture_port(
+                iface,
                 client_ns,
                 s.data_port,
                 s.sampler_one_in,
@@ -282,6 +311,8 @@ fn probe(s: &CompareSettings, ends: &Endpoints, interrupt: &AtomicBool) -> Probe
                 &stop,
                 PassiveSink::default(),
             )
+            .map_err(LayerError::from),
+            Err(why) => Err(LayerError::NotCaptured(why.clone())),
         });
         let srv = ends.server_ns.as_ref().map(|ns| {
             let stop = &stop;
@@ -335,8 +366,7 @@ fn probe(s: &CompareSettings, ends: &Endpoints, interrupt: &AtomicBool) -> Probe
         });
         let pas = pas
             .join()
-            .unwrap_or_else(|_| Err(TrialError::Panicked("capture")))
-            .map_err(LayerError::from);
+            .unwrap_or_else(|_| Err(LayerError::Panicked("capture")));
         Probed {
             tcp,
             udp,
@@ -487,13 +517,13 @@ fn metric_layer(metric: Option<&Period>) -> Layer {
         max_us: None,
         mean_us: None,
         histogram: None,
+        why_empty: None,
     }
 }
 
-/// A layer's row, or an empty row and the error that kept it from running.
+/// A layer's row, or an empty row with the error that kept it from running.
 fn push_layer(
     layers: &mut Vec<Layer>,
-    errors: &mut Vec<String>,
     name: &'static str,
     what: &'static str,
     r: Result<&LatencyHistogram, &LayerError>,
@@ -501,9 +531,74 @@ fn push_layer(
     match r {
         Ok(h) => layers.push(Layer::from_histogram(name, what, h)),
         Err(e) => {
-            errors.push(format!("{name}: {}", crate::error_chain(e)));
-            layers.push(Layer::from_histogram(name, what, &LatencyHistogram::new()));
+            let mut l = Layer::from_histogram(name, what, &LatencyHistogram::new());
+            l.why_empty = Some(crate::error_chain(e));
+            layers.push(l);
         }
+    }
+}
+
+/// Give every layer without samples its reason, from what kept it empty, and list it
+/// in `errors`: a row of dashes must never pass for a measurement (the run then exits
+/// 1, measured but failed).
+fn explain_empty(
+    layers: &mut [Layer],
+    errors: &mut Vec<String>,
+    p: &Probed,
+    ends: &Endpoints,
+    port: u16,
+) {
+    for l in layers.iter_mut().filter(|l| l.samples == 0) {
+        let why = l.why_empty.take().unwrap_or_else(|| match l.name.as_str() {
+            "icmp" => {
+                let lost = p.icmp.as_ref().map_or(0, |r| r.lost);
+                format!("no echo request was answered ({lost} sent and lost)")
+            }
+            "tcp_rr" => "no transaction completed".into(),
+            "udp_rr" => {
+                let lost = p
+                    .udp
+                    .as_ref()
+                    .ok()
+                    .and_then(|r| r.udp.as_ref())
+                    .map_or(0, |u| u.lost);
+                format!("no response came ({lost} requests lost)")
+            }
+            "tcp_info_client" => match &p.tcp {
+                Err(_) => "tcp_rr did not run, so there was no connection to read".into(),
+                Ok(_) => "no srtt was read from tcp_rr's connection".into(),
+            },
+            "tcp_info_server" => match (&p.tcp, &ends.server_ns) {
+                (Err(_), _) => "tcp_rr did not run, so there was no connection to read".into(),
+                (Ok(_), Some(_)) => "no srtt was read from the server's end".into(),
+                (Ok(_), None) => "the server sent no report of its connection's tcp_info".into(),
+            },
+            _ => match &p.pas {
+                Ok(c) if c.sink.local > 0 => format!(
+                    "the capture on {} saw {} samples of tcp port {port}, every one answered by this host, none by the server",
+                    ends.capture.as_deref().unwrap_or("-"),
+                    c.sink.local
+                ),
+                _ => format!(
+                    "the capture on {} saw no packet of tcp port {port} answered by the server",
+                    ends.capture.as_deref().unwrap_or("-"),
+                ),
+            },
+        });
+        l.why_empty = Some(why);
+    }
+    // One line for the layers one cause emptied (the capture's three, tcp_rr's pair).
+    let mut causes: Vec<(Vec<&str>, &str)> = Vec::new();
+    for l in layers.iter() {
+        if let Some(why) = &l.why_empty {
+            match causes.iter_mut().find(|(_, w)| *w == why.as_str()) {
+                Some((names, _)) => names.push(&l.name),
+                None => causes.push((vec![&l.name], why)),
+            }
+        }
+    }
+    for (names, why) in causes {
+        errors.push(format!("{}: no samples: {why}", names.join(", ")));
     }
 }
 

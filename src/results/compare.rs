@@ -112,6 +112,10 @@ pub struct Layer {
     /// The samples behind the numbers (written to `<name>.hist.csv` with `--out`).
     #[serde(skip)]
     pub histogram: Option<LatencyHistogram>,
+    /// Why a layer has no samples (its probe failed, the capture could not tell the
+    /// server's answers, …); `None` for a layer with samples, and in older results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_empty: Option<String>,
 }
 
 impl Layer {
@@ -131,6 +135,7 @@ impl Layer {
                 p99: us(h.quantile_ns(0.99)),
             },
             histogram: Some(h.clone()),
+            why_empty: None,
         }
     }
 
@@ -153,10 +158,12 @@ pub struct CompareResult {
     /// The address of the `rttlab serve` probed: `--host`, or the lab's server.
     pub server: SocketAddr,
     /// The interface the passive layers captured on: `--interface`, the lab's `eth0`, or
-    /// the one the route to the server leaves by (`lo` when none is found).
+    /// the one the kernel routes the server's address through (`none` when it has no
+    /// route, or the server is this host's own address: nothing is captured then).
     pub capture_interface: String,
-    /// Every layer's row, all eight each time, in the order of [`Layer::name`]; a layer that
-    /// failed has an empty row and an entry in `errors`.
+    /// Every layer's row, all eight each time, in the order of [`Layer::name`]; a layer
+    /// without samples has an empty row, its reason in [`Layer::why_empty`], and an
+    /// entry in `errors`.
     pub layers: Vec<Layer>,
     /// Segments the client's TCP_RR data sockets retransmitted; `None` when tcp_rr
     /// failed.
@@ -179,7 +186,7 @@ pub struct CompareResult {
     pub sampler: Vec<Period>,
     /// The gaps between layers the numbers support, each a sentence citing them.
     pub explanations: Vec<String>,
-    /// Errors of layers that could not run (the others are still reported).
+    /// Every layer without samples, and why (the others are still reported).
     pub errors: Vec<String>,
     /// Which repeat of the comparison (0 for the first; absent in older results).
     #[serde(default)]

@@ -57,7 +57,11 @@ pub fn render(r: &CompareResult, width: usize) -> String {
         .unwrap_or(0);
     for l in &r.layers {
         let first = format!("  {:name_w$}  ", l.name);
-        s += &wrap(&l.what, width, &first, &" ".repeat(first.chars().count()));
+        let what = match &l.why_empty {
+            Some(_) => format!("{} (none here: why below)", l.what),
+            None => l.what.clone(),
+        };
+        s += &wrap(&what, width, &first, &" ".repeat(first.chars().count()));
     }
     s.push_str("\nWhy they differ:\n");
     for e in &r.explanations {
@@ -87,10 +91,10 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
             let mut cells = row(l).to_vec();
             cells.extend([
                 l.what.clone(),
-                if l.histogram.is_some() {
-                    l.histogram_file(r.trial)
-                } else {
-                    "compare.json: sampler".into()
+                match (&l.why_empty, &l.histogram) {
+                    (Some(why), _) => format!("none: {why}"),
+                    (None, Some(_)) => l.histogram_file(r.trial),
+                    (None, None) => "compare.json: sampler".into(),
                 },
             ]);
             cells
@@ -116,7 +120,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         p.para(e);
     }
     for e in &r.errors {
-        p.para(&format!("Could not run: {}", e));
+        p.para(e);
     }
     if let Some(chart) = anatomy_chart(r) {
         p.heading("Anatomy");
@@ -183,7 +187,8 @@ fn load(dir: &Path) -> Result<CompareResult, ResultsError> {
             continue;
         }
         let h = results::read_histogram(dir, &l.histogram_file(r.trial))?;
-        let again = Layer::from_histogram(&l.name, &l.what, &h);
+        let mut again = Layer::from_histogram(&l.name, &l.what, &h);
+        again.why_empty = l.why_empty.take();
         if again.samples != l.samples || again.percentiles_us.p50 != l.percentiles_us.p50 {
             return Err(results::invalid(
                 &dir.join(l.histogram_file(r.trial)),
