@@ -316,6 +316,17 @@ fn against_a_server_with_a_secret_every_layer_is_measured() {
     for name in ["tcp_rr", "udp_rr"] {
         assert!(layer(&v, name)["samples"].as_u64().unwrap() > 50, "{name}");
     }
+    // The capture listened where the kernel routes the server: iproute2's own lookup.
+    let route = common::NetnsPair::exec(&pair.a, &["ip", "route", "get", pair.b4])
+        .output()
+        .unwrap();
+    let route = String::from_utf8_lossy(&route.stdout).to_string();
+    let dev = route
+        .split_whitespace()
+        .skip_while(|w| *w != "dev")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no dev in {route}"));
+    assert_eq!(v["capture_interface"], dev, "{route}");
     for f in std::fs::read_dir(&out).unwrap() {
         let text = std::fs::read(f.unwrap().path()).unwrap();
         assert!(!String::from_utf8_lossy(&text).contains("compare secret"));
@@ -442,4 +453,70 @@ fn a_delay_step_lines_up_across_the_layers_over_time() {
         (first - changed_at).abs() <= 0.5,
         "the layers stepped at {first} s, the delay changed {changed_at} s after the launch"
     );
+}
+
+/// `compare -H` against a server at this host's own address (127.0.0.1, in a namespace
+/// of the test's own): the probes measure, but the capture cannot tell the server's
+/// answers from the client's, so the passive layers and the sampled metric say why
+/// they are empty and the run exits 1 (measured, but not every layer). Witness:
+/// iproute2's `ip route get`, which names the route "local", and the exit-status
+/// contract.
+#[test]
+fn against_this_hosts_own_address_the_empty_layers_say_why_and_the_run_exits_1() {
+    if !privileged("against_this_hosts_own_address_the_empty_layers_say_why_and_the_run_exits_1") {
+        return;
+    }
+    let _g = common::serial::machine();
+    let pair = common::NetnsPair::new();
+    let route = common::NetnsPair::exec(&pair.b, &["ip", "route", "get", "127.0.0.1"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&route.stdout).starts_with("local "),
+        "{}",
+        String::from_utf8_lossy(&route.stdout)
+    );
+    let _server = pair.serve_in_b("127.0.0.1", 12866, &[]);
+    let o = common::NetnsPair::exec(
+        &pair.b,
+        &[
+            bin().to_str().unwrap(),
+            "compare",
+            "-H",
+            "127.0.0.1",
+            "-l",
+            "1s",
+            "--json",
+            "--out",
+            tempfile::tempdir()
+                .unwrap()
+                .path()
+                .join("run")
+                .to_str()
+                .unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("3 of 8 layers measured nothing (passive_ts, passive_seq, sampled_metric)"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["capture_interface"], "none");
+    for name in ["passive_ts", "passive_seq", "sampled_metric"] {
+        let l = layer(&v, name);
+        assert_eq!(l["samples"], 0, "{name}");
+        let why = l["why_empty"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: {l}"));
+        assert!(why.contains("this host's own address"), "{name}: {why}");
+    }
+    for name in ["icmp", "tcp_rr", "udp_rr"] {
+        let l = layer(&v, name);
+        assert!(l["samples"].as_u64().unwrap() > 20, "{name}: {l}");
+        assert!(l.get("why_empty").is_none(), "{name}: {l}");
+    }
 }
