@@ -1,5 +1,7 @@
-//! docs/ARCHITECTURE.md names the places a change goes; this test holds it to the code.
-//! Every backticked name in it that looks like a place in the repository must exist:
+//! docs/ARCHITECTURE.md names the places a change goes, and the README, the guides and
+//! CONTRIBUTING.md name the files and items a user or a contributor is sent to; this
+//! test holds them to the code. Every backticked name in them that looks like a place
+//! in the repository must exist:
 //! a path (`wire/`, `tests/agent.rs`) as a file or directory, a module path
 //! (`probe::server::budget`) as a module file, an item (`capture::open`,
 //! `passive::Analyzer::packet`, `Lab::blackout_link`) as a definition in its module.
@@ -139,30 +141,53 @@ fn unresolved_in_any_file(segments: &[&str]) -> Option<String> {
     Some(format!("no file defines {}", segments.join(" and ")))
 }
 
-/// The backticked names in `text` that point into the repository: paths and Rust
-/// paths, not commands, kernel sources, schema names or the import prefixes.
+/// The backticked names in `text` that point into the repository: paths that start
+/// at one of its top-level entries or src/'s, and Rust paths (the crate's name taken
+/// off); not commands, flags, metric names, kernel sources, schema names or the import
+/// prefixes.
 fn places(text: &str) -> Vec<&str> {
+    let top = |first: &str| root().join(first).exists() || root().join("src").join(first).exists();
     // Backticks pair up within a fenced block and within the text between blocks.
     text.split("```")
         .flat_map(|part| part.split('`').skip(1).step_by(2))
         .filter(|t| !t.contains(' ') || t.contains('('))
-        .filter(|t| t.contains('/') || t.contains("::"))
-        .filter(|t| !t.starts_with('/') && !t.starts_with("rttlab."))
+        .map(|t| t.strip_prefix("rttlab::").unwrap_or(t))
+        .filter(|t| {
+            let head = t.split('(').next().unwrap();
+            head.contains("::")
+                || (head.contains('/')
+                    && !head.starts_with('/')
+                    && top(head.split('/').next().unwrap()))
+        })
+        // Build outputs exist only after a build.
+        .filter(|t| !t.starts_with("rttlab.") && !t.starts_with("target/"))
         .filter(|t| !t.ends_with("::") && !t.ends_with(".h"))
         .collect()
 }
 
 #[test]
-fn every_place_the_architecture_names_exists() {
-    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
-    let names = places(&doc);
-    assert!(names.len() > 40, "too few names found: {names:?}");
-    let missing: Vec<String> = names.iter().filter_map(|n| unresolved(n)).collect();
-    assert!(
-        missing.is_empty(),
-        "docs/ARCHITECTURE.md names what is not there:\n{}",
-        missing.join("\n")
-    );
+fn every_place_the_architecture_and_the_guides_name_exists() {
+    for (doc, least) in [
+        ("docs/ARCHITECTURE.md", 40),
+        ("docs/GUIDE.md", 10),
+        ("docs/AGENT.md", 1),
+        ("docs/SECURITY.md", 1),
+        ("CONTRIBUTING.md", 5),
+        ("README.md", 1),
+    ] {
+        let text = std::fs::read_to_string(root().join(doc)).unwrap();
+        let names = places(&text);
+        assert!(
+            names.len() >= least,
+            "{doc}: too few names found: {names:?}"
+        );
+        let missing: Vec<String> = names.iter().filter_map(|n| unresolved(n)).collect();
+        assert!(
+            missing.is_empty(),
+            "{doc} names what is not there:\n{}",
+            missing.join("\n")
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! netperf command lines pasted into `rttlab rr` (README, "From netperf: paste the
-//! command"). The README's table is read and every rttlab line in it is run against
+//! netperf command lines pasted into `rttlab rr` (docs/GUIDE.md, "From netperf: paste the
+//! command"). The guide's table is read and every rttlab line in it is run against
 //! an `rttlab serve` on loopback, its host swapped for 127.0.0.1, its run shortened to
 //! `-l 1` and its fixed data ports swapped for free ones; the output must have
 //! netperf's shape. The refusals and `-L` are checked here too.
@@ -53,11 +53,11 @@ struct Row {
 /// The table's rows: `| \`netperf …\` | \`rttlab rr …\` | note |`.
 fn table() -> Vec<Row> {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/GUIDE.md")).unwrap();
     let section = readme
         .split("### From netperf")
         .nth(1)
-        .expect("README has its From netperf section");
+        .expect("docs/GUIDE.md has its From netperf section");
     let section = section.split("\n### ").next().unwrap();
     let rows: Vec<Row> = section
         .lines()
@@ -361,7 +361,7 @@ fn sizes_reach_the_wire(line: &str, args: &[String], asked: &Asked) {
 }
 
 #[test]
-fn the_readmes_netperf_lines_print_netperfs_shape() {
+fn the_guides_netperf_lines_print_netperfs_shape() {
     let serve = ServeChild::start(&["--data-ports", "1024-65535"]);
     for row in table() {
         if row.note.starts_with("the same line") {

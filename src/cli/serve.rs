@@ -21,7 +21,7 @@ in a pool of --max-handshakes (--max-handshakes-per-source from one address or I
 /64), the oldest dropped when it is full (and told so), each with --handshake-timeout
 in all. One address runs at most --max-tests-per-source of the --max-tests tests. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
 open-file limit, raised to its hard limit at start, and --max-threads. Every refusal
-names the limit. See the README's threat model for what a secret protects.
+names the limit. docs/SECURITY.md's threat model says what a secret protects.
 
 Examples:
   rttlab serve                                  all addresses, IPv4 and IPv6, port 12866
