@@ -61,10 +61,90 @@ Examples:
 
 Exit status, every subcommand:
   0  it measured (or did what it was asked)
-  1  it measured, but the target did not answer or the check failed (as ping)
+  1  it measured, but the target did not answer or the check failed (as ping;
+     compare: a layer that measured nothing, its reason in the output)
   2  a usage or set-up error, nothing measured: a bad flag or value, a missing
      privilege, a host that does not resolve or a server that does not answer,
      a file that cannot be read or written";
+
+/// The exit-status contract as `rttlab --help` closes with it: every man page's EXIT
+/// STATUS section.
+fn exit_status() -> &'static str {
+    EXAMPLES
+        .split_once("Exit status, every subcommand:\n")
+        .map_or("", |(_, contract)| contract)
+}
+
+/// The pages a command's page points to: the tools whose habits it takes, and its own
+/// neighbours (`rttlab-rr` for `serve`); every page but the first also points to
+/// rttlab(1) and to its parent's page.
+fn see_also(name: &str) -> &'static [&'static str] {
+    match name {
+        "rttlab" => &[
+            "rttlab-compare(1)",
+            "rttlab-rr(1)",
+            "rttlab-ping(1)",
+            "rttlab-passive(1)",
+            "rttlab-agent(1)",
+            "ping(8)",
+            "netperf(1)",
+            "tcpdump(8)",
+            "ss(8)",
+        ],
+        "rttlab-compare" => &[
+            "rttlab-rr(1)",
+            "rttlab-ping(1)",
+            "rttlab-passive(1)",
+            "rttlab-tcpinfo(1)",
+            "rttlab-report(1)",
+        ],
+        "rttlab-rr" => &["rttlab-serve(1)", "netperf(1)", "sockperf(1)", "irtt(1)"],
+        "rttlab-serve" => &["rttlab-rr(1)", "netserver(1)"],
+        "rttlab-ping" => &["ping(8)", "fping(8)"],
+        "rttlab-passive" => &["tcpdump(8)", "tshark(1)", "tcptrace(1)", "pcap-filter(7)"],
+        "rttlab-tcpinfo" => &["ss(8)", "tcp(7)"],
+        "rttlab-agent" => &["rttlab-serve(1)", "prometheus(1)"],
+        "rttlab-lab" => &["ip-netns(8)", "tc-netem(8)"],
+        "rttlab-report" | "rttlab-experiment" => &["rttlab-compare(1)", "rttlab-report(1)"],
+        n if n.starts_with("rttlab-tune") || n.starts_with("rttlab-rto") => {
+            &["tcp(7)", "ip-route(8)", "rttlab-rto-model(1)"]
+        }
+        _ => &[],
+    }
+}
+
+/// The EXIT STATUS and SEE ALSO sections of page `name` (its parent `parent`).
+fn closing_sections(name: &str, parent: Option<&str>) -> String {
+    let mut s = String::from(".SH \"EXIT STATUS\"\n.nf\n");
+    for line in exit_status().lines() {
+        s.push_str(&line.replace('-', "\\-"));
+        s.push('\n');
+    }
+    s.push_str(".fi\n.SH \"SEE ALSO\"\n");
+    let mut pages: Vec<String> = Vec::new();
+    if name != "rttlab" {
+        pages.push("rttlab(1)".into());
+    }
+    if let Some(p) = parent.filter(|p| *p != "rttlab") {
+        pages.push(format!("{p}(1)"));
+    }
+    for p in see_also(name) {
+        if !pages.iter().any(|x| x == p) && *p != format!("{name}(1)") {
+            pages.push((*p).into());
+        }
+    }
+    let n = pages.len();
+    for (i, p) in pages.iter().enumerate() {
+        let (page, section) = p.split_once('(').unwrap_or((p, "1)"));
+        let comma = if i + 1 < n { "," } else { "" };
+        s.push_str(&format!(
+            ".BR {} ({}{comma}\n",
+            page.replace('-', "\\-"),
+            section
+        ));
+    }
+    s
+}
 
 /// The width text for people is wrapped to: `COLUMNS` when set, else the terminal's
 /// when stdout is one, else 80 (a pipe, a file: clap would take 100); at most 100,
@@ -290,14 +370,24 @@ pub fn run(cli: Cli) -> Ended {
 fn man(dir: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     use clap::CommandFactory;
-    fn write(cmd: clap::Command, name: &str, dir: &std::path::Path) -> anyhow::Result<usize> {
+    fn write(
+        cmd: clap::Command,
+        name: &str,
+        parent: Option<&str>,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<usize> {
         let mut n = 0;
         // Not the internal ones (`lab daemon`), as `--help` does not list them.
         for sub in cmd
             .get_subcommands()
             .filter(|s| s.get_name() != "help" && !s.is_hide_set())
         {
-            n += write(sub.clone(), &format!("{name}-{}", sub.get_name()), dir)?;
+            n += write(
+                sub.clone(),
+                &format!("{name}-{}", sub.get_name()),
+                Some(name),
+                dir,
+            )?;
         }
         // No "help" subcommand in the page: it has no page of its own.
         let cmd = cmd
@@ -318,8 +408,14 @@ fn man(dir: &std::path::Path) -> anyhow::Result<()> {
             man.render_subcommands_section(&mut out)?;
         }
         if let Some(text) = examples {
-            out.extend_from_slice(examples_section(&text).as_bytes());
+            // The contract has a section of its own on every page.
+            let text = text
+                .split("Exit status, every subcommand:")
+                .next()
+                .unwrap_or_default();
+            out.extend_from_slice(examples_section(text).as_bytes());
         }
+        out.extend_from_slice(closing_sections(name, parent).as_bytes());
         rttlab::kernel::fs::write_replace(&path, &out)?;
         Ok(n + 1)
     }
@@ -328,7 +424,7 @@ fn man(dir: &std::path::Path) -> anyhow::Result<()> {
     if !dir.is_dir() {
         std::fs::create_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let n = write(Cli::command(), "rttlab", dir)?;
+    let n = write(Cli::command(), "rttlab", None, dir)?;
     eprintln!("rttlab man: {n} pages in {}", dir.display());
     Ok(())
 }
@@ -570,6 +666,22 @@ mod man_tests {
                 assert!(page.contains(l.as_str()), "{name}.1 lacks {l}");
             }
             assert!(page.contains(".SH EXAMPLES"), "{name}.1 has no examples");
+            // The contract, on every page; the pages of rttlab's own it points to exist.
+            assert!(
+                page.contains(".SH \"EXIT STATUS\"") && page.contains("usage or set\\-up error"),
+                "{name}.1 has no exit status"
+            );
+            let see_also = page
+                .split(".SH \"SEE ALSO\"")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{name}.1 has no SEE ALSO"));
+            for line in see_also.lines().filter(|l| l.starts_with(".BR rttlab")) {
+                let page = line[4..].split(' ').next().unwrap().replace("\\-", "-");
+                assert!(
+                    want.iter().any(|(n, _)| *n == page),
+                    "{name}.1 points to {page}(1), which is not generated"
+                );
+            }
             let o = std::process::Command::new("groff")
                 .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
                 .arg(&path)
