@@ -641,19 +641,19 @@ fn delayed_acks_are_the_servers_timer() {
         "{causes:?}"
     );
     // What the slow transactions are made of is the server's think time: the largest
-    // part of the P99 band. (Every transaction thinks 60 ms, so which component is
+    // part of the P90 band, the highest 30 transactions resolve (no P99: it would be
+    // the slowest one). (Every transaction thinks 60 ms, so which component is
     // furthest above its median in the slowest is the jitter on top of it.)
-    let p99 = doc["anatomy"]["at_percentiles"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["percentile"] == 99.0)
-        .unwrap()["parts_us"]
-        .clone();
-    let app = p99["server_app"].as_f64().unwrap();
-    assert!(app >= 59_000.0, "{p99}");
+    let bands = doc["anatomy"]["at_percentiles"].as_array().unwrap();
+    assert!(
+        bands.iter().all(|c| c["percentile"] != 99.0),
+        "a P99 of 30: {bands:?}"
+    );
+    let p90 = bands.iter().find(|c| c["percentile"] == 90.0).unwrap()["parts_us"].clone();
+    let app = p90["server_app"].as_f64().unwrap();
+    assert!(app >= 59_000.0, "{p90}");
     for part in ["client_send", "network", "server_recv", "client_recv"] {
-        assert!(p99[part].as_f64().unwrap() < app, "{p99}");
+        assert!(p90[part].as_f64().unwrap() < app, "{p90}");
     }
 }
 

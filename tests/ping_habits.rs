@@ -133,6 +133,25 @@ fn the_summary_sits_before_iputils_statistics() {
     assert_eq!(code, Some(0));
     assert!(ours.contains("\nICMP echo to 127.0.0.1"), "{ours}");
     assert!(ours.contains("\nRTT_us "), "{ours}");
+    // Three replies resolve the median, not P90 (nearest rank ⌈0.9 · 3⌉ = 3, their
+    // maximum) nor above: each is shown as the samples it needs. Witness: arithmetic.
+    let header = ours.lines().find(|l| l.starts_with("RTT_us ")).unwrap();
+    let row: Vec<&str> = ours
+        .lines()
+        .find(|l| l.starts_with("icmp "))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let cell = |name: &str| {
+        let i = header.split_whitespace().position(|h| h == name).unwrap();
+        row[i]
+    };
+    assert!(cell("P50").parse::<f64>().is_ok(), "{header}\n{row:?}");
+    assert_eq!(
+        [cell("P90"), cell("P99"), cell("P99.9")],
+        ["n<10", "n<100", "n<1000"],
+        "{header}\n{row:?}"
+    );
     assert_eq!(
         without_rttlab_block(&masked(&ours)),
         masked(&theirs),

@@ -179,11 +179,30 @@ impl Acc {
             samples: n,
             buckets: self.buckets.to_vec(),
             median_ms: bucket_percentile(&self.buckets, 0.5),
-            p90_ms: bucket_percentile(&self.buckets, 0.9),
-            p99_ms: bucket_percentile(&self.buckets, 0.99),
+            // Where the period's samples resolve them (P90 needs 10, P99 100).
+            p90_ms: bucket_percentile(&self.buckets, 0.9)
+                .filter(|_| crate::stats::resolves(0.9, n)),
+            p99_ms: bucket_percentile(&self.buckets, 0.99)
+                .filter(|_| crate::stats::resolves(0.99, n)),
             exact_median_ms: (n > 0).then(|| self.exact.value_at_quantile(0.5) as f64 / 1e6),
         }
     }
+}
+
+/// The bucket holding percentile `q` of bucket counts: its bounds in ms, the last
+/// bucket's upper one `None` (it has none).
+pub fn bucket_holding(buckets: &[u64], q: f64) -> Option<(f64, Option<f64>)> {
+    let n: u64 = buckets.iter().sum();
+    let rank = q * n as f64;
+    let mut below = 0u64;
+    for (i, &c) in buckets.iter().enumerate() {
+        if c > 0 && (below + c) as f64 >= rank {
+            let lo = if i == 0 { 0 } else { BOUNDS_MS[i - 1] } as f64;
+            return Some((lo, BOUNDS_MS.get(i).map(|&b| b as f64)));
+        }
+        below += c;
+    }
+    None
 }
 
 /// Percentile `q` of bucket counts, interpolated linearly inside its bucket, in ms.

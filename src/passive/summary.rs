@@ -7,7 +7,7 @@
 
 use super::flow::{Endpoint, FastMap as Map, FlowEnd, FlowKey};
 use super::{Method, Place, Sample, Sink};
-use crate::stats::LatencyHistogram;
+use crate::stats::{resolves, LatencyHistogram};
 use hdrhistogram::Histogram;
 
 /// Exact samples kept per row before it becomes a histogram.
@@ -87,8 +87,8 @@ impl Acc {
             min_us: us(self.min),
             mean_us: self.sum as f64 / self.count as f64 / 1e3,
             p50_us: us(self.rec.quantile(0.5)),
-            p90_us: us(self.rec.quantile(0.9)),
-            p99_us: us(self.rec.quantile(0.99)),
+            p90_us: resolves(0.9, self.count).then(|| us(self.rec.quantile(0.9))),
+            p99_us: resolves(0.99, self.count).then(|| us(self.rec.quantile(0.99))),
             max_us: us(self.max),
         }
     }
@@ -115,10 +115,12 @@ pub struct FlowRtt {
     /// Median RTT, µs: exact (nearest rank) up to [`FEW`] samples, from a
     /// 2-significant-digit histogram of µs beyond.
     pub p50_us: f64,
-    /// 90th-percentile RTT, µs (exact or from the histogram, as `p50_us`).
-    pub p90_us: f64,
-    /// 99th-percentile RTT, µs (exact or from the histogram, as `p50_us`).
-    pub p99_us: f64,
+    /// 90th-percentile RTT, µs (exact or from the histogram, as `p50_us`); `None` under
+    /// the 10 samples that resolve it (`stats::resolves`).
+    pub p90_us: Option<f64>,
+    /// 99th-percentile RTT, µs (exact or from the histogram, as `p50_us`); `None` under
+    /// 100 samples.
+    pub p99_us: Option<f64>,
     /// Largest RTT, µs (exact).
     pub max_us: f64,
 }
@@ -151,9 +153,10 @@ pub struct Total {
     pub min_us: Option<f64>,
     /// Median RTT, µs, from the totals' HDR histogram; `None` with no sample.
     pub p50_us: Option<f64>,
-    /// 90th-percentile RTT, µs, from the totals' HDR histogram; `None` with no sample.
+    /// 90th-percentile RTT, µs, from the totals' HDR histogram; `None` under the 10
+    /// samples that resolve it.
     pub p90_us: Option<f64>,
-    /// 99th-percentile RTT, µs, from the totals' HDR histogram; `None` with no sample.
+    /// 99th-percentile RTT, µs, from the totals' HDR histogram; `None` under 100.
     pub p99_us: Option<f64>,
     /// Largest RTT, µs (exact); `None` with no sample.
     pub max_us: Option<f64>,
@@ -183,8 +186,8 @@ impl Summary {
                 samples: h.count(),
                 min_us: h.min_ns().map(us),
                 p50_us: h.quantile_ns(0.5).map(us),
-                p90_us: h.quantile_ns(0.9).map(us),
-                p99_us: h.quantile_ns(0.99).map(us),
+                p90_us: h.resolved_quantile_ns(0.9).map(us),
+                p99_us: h.resolved_quantile_ns(0.99).map(us),
                 max_us: h.max_ns().map(us),
             })
             .collect();

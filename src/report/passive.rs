@@ -1,7 +1,7 @@
 //! Output of `rttlab passive`: sample lines in pping's formats or JSON, the per-flow
 //! summary, the sampled metric's periods, and the counters.
 
-use super::table::{write_aligned, Table};
+use super::table::{one_decimal, percentile_cell, write_aligned, Table};
 use crate::passive::in_kernel::KernelCounters;
 use crate::passive::sampler::{Period, BOUNDS_MS};
 use crate::passive::summary::{FlowRtt, Interval, Row, Total};
@@ -232,7 +232,7 @@ pub fn place_name(p: Place) -> &'static str {
 }
 
 fn f1(v: f64) -> String {
-    super::table::one_decimal(Some(v))
+    one_decimal(Some(v))
 }
 
 /// One finished interval of `--summary-interval`, as a table: a heading with the
@@ -270,8 +270,8 @@ fn rtt_cells(r: &FlowRtt) -> [String; 10] {
         r.samples.to_string(),
         f1(r.min_us),
         f1(r.p50_us),
-        f1(r.p90_us),
-        f1(r.p99_us),
+        percentile_cell(r.p90_us, 0.9, r.samples, one_decimal),
+        percentile_cell(r.p99_us, 0.99, r.samples, one_decimal),
         f1(r.max_us),
     ]
 }
@@ -313,13 +313,18 @@ pub fn aggregate_interval(
                     us(h.min_ns),
                     f1(h.mean_ns() / 1e3),
                     us(h.quantile(bounds, 0.5)),
-                    us(h.quantile(bounds, 0.9)),
-                    us(h.quantile(bounds, 0.99)),
+                    percentile_cell(resolved(h, bounds, 0.9), 0.9, h.count, one_decimal),
+                    percentile_cell(resolved(h, bounds, 0.99), 0.99, h.count, one_decimal),
                     us(h.max_ns),
                 ]
             })
         },
     )
+}
+
+/// An aggregate's quantile `q`, µs, where its count resolves it (`stats::resolves`).
+fn resolved(h: &aggregate::Hist, bounds: &[u64], q: f64) -> Option<f64> {
+    crate::stats::resolves(q, h.count).then(|| h.quantile(bounds, q) as f64 / 1e3)
 }
 
 /// One `--aggregate` interval as JSON lines, one per prefix, method and place.
@@ -335,7 +340,7 @@ pub fn aggregate_interval_json(iv: &aggregate::Interval, bounds: &[u64], engine:
         min_us: f64,
         mean_us: f64,
         max_us: f64,
-        percentiles_us: Percentiles<f64>,
+        percentiles_us: Percentiles,
         engine: &'a str,
     }
     iv.rows
@@ -353,9 +358,9 @@ pub fn aggregate_interval_json(iv: &aggregate::Interval, bounds: &[u64], engine:
                 mean_us: h.mean_ns() / 1e3,
                 max_us: us(h.max_ns),
                 percentiles_us: Percentiles {
-                    p50: us(h.quantile(bounds, 0.5)),
-                    p90: us(h.quantile(bounds, 0.9)),
-                    p99: us(h.quantile(bounds, 0.99)),
+                    p50: Some(us(h.quantile(bounds, 0.5))),
+                    p90: resolved(h, bounds, 0.9),
+                    p99: resolved(h, bounds, 0.99),
                 },
                 engine,
             };
@@ -399,12 +404,13 @@ pub fn kernel_counters(k: &KernelCounters, place: &str) -> String {
     s
 }
 
-/// P50, P90 and P99 as one JSON object (`crate::results::schema`'s convention).
+/// P50, P90 and P99 as one JSON object (`crate::results::schema`'s convention); null
+/// where the samples cannot resolve one (P90 needs 10, P99 100).
 #[derive(Serialize)]
-struct Percentiles<T> {
-    p50: T,
-    p90: T,
-    p99: T,
+struct Percentiles {
+    p50: Option<f64>,
+    p90: Option<f64>,
+    p99: Option<f64>,
 }
 
 /// A flow direction's RTT statistics in JSON (`FlowRtt` with its percentiles as an
@@ -419,7 +425,7 @@ struct FlowRttJson<'a> {
     min_us: f64,
     mean_us: f64,
     max_us: f64,
-    percentiles_us: Percentiles<f64>,
+    percentiles_us: Percentiles,
 }
 
 impl<'a> From<&'a FlowRtt> for FlowRttJson<'a> {
@@ -434,7 +440,7 @@ impl<'a> From<&'a FlowRtt> for FlowRttJson<'a> {
             mean_us: r.mean_us,
             max_us: r.max_us,
             percentiles_us: Percentiles {
-                p50: r.p50_us,
+                p50: Some(r.p50_us),
                 p90: r.p90_us,
                 p99: r.p99_us,
             },
@@ -484,7 +490,7 @@ pub fn summary_json(out: &mut impl Write, rows: &[Row], totals: &[Total]) -> io:
         samples: u64,
         min_us: Option<f64>,
         max_us: Option<f64>,
-        percentiles_us: Option<Percentiles<f64>>,
+        percentiles_us: Option<Percentiles>,
     }
     #[derive(Serialize)]
     struct Doc<'a> {
@@ -509,10 +515,11 @@ pub fn summary_json(out: &mut impl Write, rows: &[Row], totals: &[Total]) -> io:
                 samples: t.samples,
                 min_us: t.min_us,
                 max_us: t.max_us,
-                percentiles_us: match (t.p50_us, t.p90_us, t.p99_us) {
-                    (Some(p50), Some(p90), Some(p99)) => Some(Percentiles { p50, p90, p99 }),
-                    _ => None,
-                },
+                percentiles_us: t.p50_us.map(|p50| Percentiles {
+                    p50: Some(p50),
+                    p90: t.p90_us,
+                    p99: t.p99_us,
+                }),
             })
             .collect(),
     };
@@ -627,9 +634,9 @@ pub fn summary(out: &mut impl std::fmt::Write, rows: &[Row], totals: &[Total]) -
             place_name(x.place).into(),
             x.samples.to_string(),
             super::table::one_decimal(x.min_us),
-            super::table::one_decimal(x.p50_us),
-            super::table::one_decimal(x.p90_us),
-            super::table::one_decimal(x.p99_us),
+            one_decimal(x.p50_us),
+            percentile_cell(x.p90_us, 0.9, x.samples, one_decimal),
+            percentile_cell(x.p99_us, 0.99, x.samples, one_decimal),
             super::table::one_decimal(x.max_us),
         ]);
     }

@@ -87,9 +87,9 @@ impl Selectable for PingResult {
             Selector::MaxLatency => f(r.max_us),
             Selector::MeanLatency | Selector::RtLatency => f(r.mean_us),
             Selector::StddevLatency => f(r.stddev_us),
-            Selector::PercentileLatency(p) => f(r.percentile_us(*p).or_else(|| {
+            Selector::PercentileLatency(p) => f(r.percentile_us(*p).unwrap_or_else(|| {
                 self.histogram
-                    .quantile_ns(p.0 / 100.0)
+                    .resolved_quantile_ns(p.0 / 100.0)
                     .map(|v| v as f64 / 1e3)
             })),
             Selector::ElapsedTime => Value::Float(self.elapsed_s),

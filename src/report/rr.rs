@@ -39,7 +39,11 @@ fn prose(out: &mut String, text: &str) {
 /// statistics uses: SAMPLES, MIN, the percentiles, MAX, MEAN, STDDEV.
 pub(super) fn summary_row(name: &str, s: &Summary) -> Vec<String> {
     let mut r = vec![name.to_owned(), s.samples.to_string(), us(s.min_us)];
-    r.extend(s.percentiles_us.iter().map(|&(_, v)| us(Some(v))));
+    r.extend(
+        s.percentiles_us
+            .iter()
+            .map(|&(p, v)| super::table::percentile_cell(v, p.0 / 100.0, s.samples, us)),
+    );
     r.push(us(s.max_us));
     r.push(us(s.mean_us));
     r.push(us(s.stddev_us));
@@ -245,6 +249,18 @@ impl RrResult {
                 k.row(tcp_row(&format!("server_{i}"), ti));
             }
             out.push_str(&k.render());
+            if let (Some(c), Some(s)) = (self.local_tcp_info.first(), self.remote_tcp_info.first())
+            {
+                prose(
+                    &mut out,
+                    &super::explain::server_srtt(
+                        f64::from(c.rtt_us),
+                        f64::from(s.rtt_us),
+                        self.settings.interval_us,
+                        "-w",
+                    ),
+                );
+            }
         }
         if !self.tcpinfo_series.is_empty() {
             let rtts: Vec<u32> = self.tcpinfo_series.iter().map(|x| x.info.rtt_us).collect();
@@ -542,13 +558,14 @@ impl Selectable for RrResult {
             Selector::MaxLatency => opt_f(l.max_us),
             Selector::MeanLatency | Selector::RtLatency => opt_f(l.mean_us),
             Selector::StddevLatency => opt_f(l.stddev_us),
-            Selector::PartPercentile(part, p) => {
-                opt_f(self.anatomy_part(*part).and_then(|s| s.percentile_us(*p)))
-            }
+            Selector::PartPercentile(part, p) => opt_f(
+                self.anatomy_part(*part)
+                    .and_then(|s| s.percentile_us(*p).flatten()),
+            ),
             Selector::PartMean(part) => opt_f(self.anatomy_part(*part).and_then(|s| s.mean_us)),
-            Selector::PercentileLatency(p) => opt_f(l.percentile_us(*p).or_else(|| {
+            Selector::PercentileLatency(p) => opt_f(l.percentile_us(*p).unwrap_or_else(|| {
                 self.histogram
-                    .quantile_ns(p.0 / 100.0)
+                    .resolved_quantile_ns(p.0 / 100.0)
                     .map(|v| v as f64 / 1e3)
             })),
             Selector::ElapsedTime => Value::Float(self.elapsed_s),
@@ -609,7 +626,7 @@ impl Selectable for RrResult {
             Selector::ResponseTimeP99 => opt_f(
                 self.open_loop
                     .as_ref()
-                    .and_then(|o| o.response_time.percentile_us(Percentile(99.0))),
+                    .and_then(|o| o.response_time.percentile_us(Percentile(99.0)).flatten()),
             ),
             Selector::ClientCpuPerTran => opt_f(self.client_cpu_us_per_transaction),
             Selector::KernelRelease => Value::Text(self.local_host.kernel_release.clone()),

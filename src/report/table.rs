@@ -105,6 +105,23 @@ pub fn us(v: Option<f64>) -> String {
     }
 }
 
+/// A percentile `q` (0 to 1) of `samples` for a table, written by `number` as the
+/// row's other numbers are: "-" without samples, and where they cannot resolve it
+/// (`stats::resolves`) how many it needs, "n<100" for P99, so that no cell shows the
+/// maximum under a percentile's name.
+pub fn percentile_cell(
+    v: Option<f64>,
+    q: f64,
+    samples: u64,
+    number: impl Fn(Option<f64>) -> String,
+) -> String {
+    match v {
+        Some(_) => number(v),
+        None if samples == 0 => "-".into(),
+        None => format!("n<{}", crate::stats::samples_to_resolve(q)),
+    }
+}
+
 /// A number with one decimal for a table, "-" when there is none.
 pub fn one_decimal(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |x| format!("{x:.1}"))

@@ -130,9 +130,9 @@ impl Layer {
             max_us: us(h.max_ns()),
             mean_us: h.mean_ns().map(|v| v / 1e3),
             percentiles_us: LayerPercentiles {
-                p50: us(h.quantile_ns(0.5)),
-                p90: us(h.quantile_ns(0.9)),
-                p99: us(h.quantile_ns(0.99)),
+                p50: us(h.resolved_quantile_ns(0.5)),
+                p90: us(h.resolved_quantile_ns(0.9)),
+                p99: us(h.resolved_quantile_ns(0.99)),
             },
             histogram: Some(h.clone()),
             why_empty: None,
@@ -199,7 +199,7 @@ pub struct CompareResult {
     pub timeline: Option<CompareTimeline>,
 }
 
-/// Every layer's median and P99 per time bin, on one axis from the comparison's start.
+/// Every layer's median, P99 (where a bin resolves it) and largest per time bin, on one axis from the comparison's start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CompareTimeline {
     /// The width of a bin, seconds: about 60 bins over the run, each at least five

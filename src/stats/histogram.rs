@@ -169,6 +169,17 @@ impl LatencyHistogram {
         Some(var.sqrt())
     }
 
+    /// Whether `count` samples resolve quantile `q`: see [`resolves`].
+    pub fn resolves(&self, q: f64) -> bool {
+        resolves(q, self.count)
+    }
+
+    /// [`quantile_ns`](Self::quantile_ns) where the samples resolve `q`, else `None`:
+    /// what every table, JSON document and chart shows.
+    pub fn resolved_quantile_ns(&self, q: f64) -> Option<u64> {
+        self.quantile_ns(q).filter(|_| self.resolves(q))
+    }
+
     /// Value at quantile `q` in [0, 1] (HDR resolution: within 0.1 %), clamped to the
     /// exact min and max so that P0 and P100 are exact.
     pub fn quantile_ns(&self, q: f64) -> Option<u64> {
@@ -275,6 +286,25 @@ impl LatencyHistogram {
             });
         }
         Ok(h)
+    }
+}
+
+/// Whether `count` samples resolve quantile `q` (0 to 1): a quantile above the median
+/// needs at least one sample above it, `count · (1 − q) ≥ 1` (P90 needs 10 samples,
+/// P99 100, P99.9 1 000); with fewer, the nearest rank is the largest sample, and the
+/// "P99.9" of 491 samples is their maximum under another name. The median is the
+/// middle sample of any count.
+pub fn resolves(q: f64, count: u64) -> bool {
+    count > 0 && (q <= 0.5 || count as f64 * (1.0 - q) >= 1.0 - 1e-9)
+}
+
+/// The fewest samples that resolve quantile `q` ([`resolves`]): 10 for P90, 100 for
+/// P99, 1 000 for P99.9.
+pub fn samples_to_resolve(q: f64) -> u64 {
+    if q <= 0.5 {
+        1
+    } else {
+        (1.0 / (1.0 - q) - 1e-9).ceil() as u64
     }
 }
 

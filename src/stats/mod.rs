@@ -14,7 +14,7 @@ pub mod timeline;
 pub mod units;
 
 pub use hdr_log::{HdrLogWriter, IntervalRecorder};
-pub use histogram::{LatencyHistogram, MAX_TRACKABLE_NS};
+pub use histogram::{resolves, samples_to_resolve, LatencyHistogram, MAX_TRACKABLE_NS};
 pub use loglinear::{LogLinear, LogLinearRow};
 pub use median_ci::{MedianCi, LEVEL as CI_LEVEL};
 pub use summary::{Percentile, Summary, DEFAULT_PERCENTILES};

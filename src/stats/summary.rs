@@ -77,15 +77,17 @@ pub struct Summary {
     pub mean_us: Option<f64>,
     /// The population standard deviation (netperf's STDDEV_LATENCY form), µs.
     pub stddev_us: Option<f64>,
-    /// (percentile, value in µs) for each requested percentile; in JSON an object
-    /// keyed by name (`{"p50": 78.1, "p999": 201.3}`), in the order asked for.
+    /// (percentile, value in µs) for each requested percentile, `None` where the
+    /// samples cannot resolve it (`histogram::resolves`: P99 needs 100); in JSON an
+    /// object keyed by name (`{"p50": 78.1, "p999": null}`), in the order asked for;
+    /// empty without samples.
     #[serde(serialize_with = "percentile_object")]
-    pub percentiles_us: Vec<(Percentile, f64)>,
+    pub percentiles_us: Vec<(Percentile, Option<f64>)>,
 }
 
 /// Percentiles as one JSON object, so `jq .rtt.percentiles_us.p99` reads one.
 fn percentile_object<S: serde::Serializer>(
-    v: &[(Percentile, f64)],
+    v: &[(Percentile, Option<f64>)],
     s: S,
 ) -> Result<S::Ok, S::Error> {
     use serde::ser::SerializeMap;
@@ -109,15 +111,20 @@ impl Summary {
             max_us: h.max_ns().map(us),
             mean_us: h.mean_ns().map(|v| v / 1000.0),
             stddev_us: h.stddev_ns().map(|v| v / 1000.0),
-            percentiles_us: percentiles
-                .iter()
-                .filter_map(|&p| h.quantile_ns(p.0 / 100.0).map(|v| (p, us(v))))
-                .collect(),
+            percentiles_us: if h.count() == 0 {
+                Vec::new()
+            } else {
+                percentiles
+                    .iter()
+                    .map(|&p| (p, h.resolved_quantile_ns(p.0 / 100.0).map(us)))
+                    .collect()
+            },
         }
     }
 
-    /// The value of percentile `p` if it was computed.
-    pub fn percentile_us(&self, p: Percentile) -> Option<f64> {
+    /// The value of percentile `p`: `None` if it was not asked for, `Some(None)` if
+    /// the samples cannot resolve it.
+    pub fn percentile_us(&self, p: Percentile) -> Option<Option<f64>> {
         self.percentiles_us
             .iter()
             .find(|(q, _)| (q.0 - p.0).abs() < 1e-9)
@@ -158,8 +165,18 @@ mod tests {
         assert_eq!(s.min_us, Some(1.0));
         assert_eq!(s.max_us, Some(1000.0));
         assert_eq!(s.mean_us, Some(500.5));
-        let p99 = s.percentile_us(Percentile(99.0)).unwrap();
+        let p99 = s.percentile_us(Percentile(99.0)).flatten().unwrap();
         assert!((p99 - 990.0).abs() <= 1.0, "{p99}");
+        // 1 000 samples resolve P99.9; 999 do not (its nearest rank is their maximum).
+        assert!(s.percentile_us(Percentile(99.9)).flatten().is_some());
+        h = LatencyHistogram::new();
+        for v in 1..=999u64 {
+            h.record_ns(v * 1000);
+        }
+        let s = Summary::from_histogram(&h, &DEFAULT_PERCENTILES);
+        assert_eq!(s.percentile_us(Percentile(99.9)), Some(None));
+        assert!(s.percentile_us(Percentile(99.0)).flatten().is_some());
+        assert_eq!(s.percentile_us(Percentile(12.0)), None);
         let empty = Summary::from_histogram(&LatencyHistogram::new(), &DEFAULT_PERCENTILES);
         assert_eq!(empty.samples, 0);
         assert!(empty.mean_us.is_none() && empty.percentiles_us.is_empty());

@@ -1,6 +1,8 @@
 //! Samples of several layers on one time axis, in bins, with each bin's median and
-//! P99: a spike at one layer lines up with what the others saw at the same moment
-//! (`compare`'s time series, as Flent plots every test on one time axis).
+//! largest: a spike at one layer lines up with what the others saw at the same moment
+//! (`compare`'s time series, as Flent plots every test on one time axis). A bin's
+//! P99 is kept only where it holds the 100 samples that resolve one
+//! (`stats::resolves`): a bin of ten has no P99, only a maximum.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -30,8 +32,11 @@ pub struct TimePoint {
     pub samples: u64,
     /// The bin's median round trip, µs (nearest rank).
     pub p50_us: f64,
-    /// The bin's P99 round trip, µs (nearest rank).
-    pub p99_us: f64,
+    /// The bin's P99 round trip, µs (nearest rank); `None` under 100 samples.
+    pub p99_us: Option<f64>,
+    /// The bin's largest round trip, µs (absent in results written before it).
+    #[serde(default)]
+    pub max_us: Option<f64>,
 }
 
 /// The bin width for a run of `duration` sampled every `interval`: about 60 bins, each
@@ -79,7 +84,8 @@ impl Timeline {
         }
     }
 
-    /// Each bin with samples: its middle, count, median and P99 (nearest rank).
+    /// Each bin with samples: its middle, count, median, P99 (nearest rank, where the
+    /// bin resolves it) and largest.
     pub fn points(&self) -> Vec<TimePoint> {
         let half = self.bin_ns as f64 / 2e9;
         self.bins
@@ -94,7 +100,8 @@ impl Timeline {
                     t_s: i as f64 * self.bin_ns as f64 / 1e9 + half,
                     samples: v.len() as u64,
                     p50_us: rank(0.5) as f64 / 1e3,
-                    p99_us: rank(0.99) as f64 / 1e3,
+                    p99_us: super::resolves(0.99, v.len() as u64).then(|| rank(0.99) as f64 / 1e3),
+                    max_us: v.last().map(|&m| m as f64 / 1e3),
                 }
             })
             .collect()
@@ -131,16 +138,27 @@ mod tests {
         let p = t.points();
         assert_eq!(p.len(), 2);
         assert_eq!(
-            (p[0].t_s, p[0].samples, p[0].p50_us, p[0].p99_us),
-            (0.05, 100, 50.0, 99.0)
+            (
+                p[0].t_s,
+                p[0].samples,
+                p[0].p50_us,
+                p[0].p99_us,
+                p[0].max_us
+            ),
+            (0.05, 100, 50.0, Some(99.0), Some(100.0))
         );
         assert!((p[1].t_s - 0.35).abs() < 1e-9);
-        assert_eq!((p[1].p50_us, p[1].p99_us), (50.0, 50.0));
         // The spike is the single largest of 100: above P99 by nearest rank, at the max.
-        let mut one = Timeline::new(start, Duration::from_millis(100), Duration::from_secs(1));
+        assert_eq!(
+            (p[1].p50_us, p[1].p99_us, p[1].max_us),
+            (50.0, Some(50.0), Some(5_000.0))
+        );
+        // Ten samples resolve no P99: the spike is their maximum, named so.
+        let mut ten = Timeline::new(start, Duration::from_millis(100), Duration::from_secs(1));
         for i in 0..10u64 {
-            one.record(start, if i == 9 { 5_000_000 } else { 50_000 });
+            ten.record(start, if i == 9 { 5_000_000 } else { 50_000 });
         }
-        assert_eq!(one.points()[0].p99_us, 5_000.0);
+        assert_eq!(ten.points()[0].p99_us, None);
+        assert_eq!(ten.points()[0].max_us, Some(5_000.0));
     }
 }

@@ -285,10 +285,26 @@ mod tests {
         assert_eq!(w.clock, "estimated");
         // The fastest transaction is n = 10 (5 + 5 ms): symmetric, so the offset is exact.
         assert_eq!(w.offset_us, 1_000_000.0);
-        assert!((w.request.percentile_us(Percentile(50.0)).unwrap() - 3_000.0).abs() < 5.0);
-        assert!((w.response.percentile_us(Percentile(50.0)).unwrap() - 7_000.0).abs() < 10.0);
+        assert!(
+            (w.request.percentile_us(Percentile(50.0)).flatten().unwrap() - 3_000.0).abs() < 5.0
+        );
+        assert!(
+            (w.response
+                .percentile_us(Percentile(50.0))
+                .flatten()
+                .unwrap()
+                - 7_000.0)
+                .abs()
+                < 10.0
+        );
         // Consecutive forward delays differ by 1 ns (3 ms + n).
-        assert!(w.ipdv_request.percentile_us(Percentile(50.0)).unwrap() < 0.01);
+        assert!(
+            w.ipdv_request
+                .percentile_us(Percentile(50.0))
+                .flatten()
+                .unwrap()
+                < 0.01
+        );
         assert_eq!((w.request_lost, w.response_lost), (1, 1));
     }
 

@@ -710,8 +710,11 @@ impl Recorder {
             unstamped: self.unstamped,
             inconsistent: self.inconsistent,
             events: self.events,
+            // Only where the round trips resolve the percentile (P99.9 needs 1 000):
+            // a band above that would be the slowest transaction under its name.
             at_percentiles: p
                 .iter()
+                .filter(|q| self.hist.rtt.resolves(q.0 / 100.0))
                 .filter_map(|&q| self.bands.composition(q))
                 .collect(),
             components: Components {

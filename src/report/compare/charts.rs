@@ -355,23 +355,34 @@ fn time_panel(title: String, series: Vec<Series>) -> LineChart {
     }
 }
 
-/// Every layer's median and P99 per time bin on one time axis: the medians of the
-/// layers that agree on a panel, their P99s on the next (a P99 spike would flatten
-/// the medians), the layers set apart on a third; each layer in its colour of the
-/// other charts, so a spike lines up across the layers that saw it.
+/// Every layer's median and largest round trip per time bin on one time axis: the
+/// medians of the layers that agree on a panel, their maxima on the next (a spike
+/// would flatten the medians), the layers set apart on a third; each layer in its
+/// colour of the other charts, so a spike lines up across the layers that saw it. A
+/// bin of a few samples resolves no P99 (`stats::resolves`), so the upper line is each
+/// bin's maximum, named so; results written before bins kept it draw their P99.
 pub fn timeline_chart(r: &CompareResult) -> Option<String> {
     let tl = r.timeline.as_ref().filter(|t| !t.layers.is_empty())?;
     let (_, apart) = split(r);
     let is_apart = |n: &str| apart.iter().any(|m| m.name == n);
-    let series = |name: &str, p99: bool, secondary: bool| -> Option<Series> {
+    let has_max = tl
+        .layers
+        .iter()
+        .flat_map(|l| &l.points)
+        .any(|p| p.max_us.is_some());
+    let high = if has_max { "max" } else { "P99" };
+    let series = |name: &str, top: bool, secondary: bool| -> Option<Series> {
         let l = tl.layers.iter().find(|l| l.name == name)?;
         let colour = r.layers.iter().position(|x| x.name == l.name);
         Some(Series {
-            name: format!("{} {}", l.name, if p99 { "P99" } else { "P50" }),
+            name: format!("{} {}", l.name, if top { high } else { "P50" }),
             points: l
                 .points
                 .iter()
-                .map(|p| (p.t_s, if p99 { p.p99_us } else { p.p50_us }))
+                .filter_map(|p| match top {
+                    false => Some((p.t_s, p.p50_us)),
+                    true => p.max_us.or(p.p99_us).map(|v| (p.t_s, v)),
+                })
                 .collect(),
             secondary,
             colour,
@@ -391,13 +402,13 @@ pub fn timeline_chart(r: &CompareResult) -> Option<String> {
                 .collect(),
         ));
         panels.push(time_panel(
-            "P99 per bin".into(),
+            format!("{high} per bin"),
             main.iter().filter_map(|n| series(n, true, false)).collect(),
         ));
     }
     if !off.is_empty() {
         panels.push(time_panel(
-            format!("set apart: {} (P50, and P99 thin)", off.join(", ")),
+            format!("set apart: {} (P50, and {high} thin)", off.join(", ")),
             off.iter()
                 .flat_map(|n| [series(n, false, false), series(n, true, true)])
                 .flatten()
@@ -406,7 +417,8 @@ pub fn timeline_chart(r: &CompareResult) -> Option<String> {
     }
     Some(svg::stack(
         &format!(
-            "Every layer over time: median and P99 per {}",
+            "Every layer over time: median and {} per {}",
+            if has_max { "largest" } else { "P99" },
             svg::text::duration(tl.bin_s)
         ),
         &panels,

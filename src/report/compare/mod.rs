@@ -10,17 +10,19 @@ use crate::results::compare::{CompareResult, Layer};
 use crate::results::{self, ResultsError};
 use std::path::Path;
 
-/// A layer's name, sample count and numbers (µs, one decimal; `-` where it has none),
-/// as the text table and the report's table both show them.
+/// A layer's name, sample count and numbers (µs, one decimal; `-` where it has none,
+/// `n<100` for a percentile its samples cannot resolve), as the text table and the
+/// report's table both show them.
 fn row(l: &Layer) -> [String; 8] {
-    let f = |v: Option<f64>| v.map_or_else(|| "-".into(), |x| format!("{x:.1}"));
+    let f = super::table::one_decimal;
+    let p = |v: Option<f64>, q: f64| super::table::percentile_cell(v, q, l.samples, f);
     [
         l.name.clone(),
         l.samples.to_string(),
         f(l.min_us),
-        f(l.percentiles_us.p50),
-        f(l.percentiles_us.p90),
-        f(l.percentiles_us.p99),
+        p(l.percentiles_us.p50, 0.5),
+        p(l.percentiles_us.p90, 0.9),
+        p(l.percentiles_us.p99, 0.99),
         f(l.max_us),
         f(l.mean_us),
     ]
@@ -136,7 +138,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         p.heading("Over time");
         p.chart(
             "timeline.svg",
-            "every layer's median and P99 per time bin",
+            "every layer's median and largest round trip per time bin",
             &chart,
         );
     }
