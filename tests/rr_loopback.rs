@@ -804,3 +804,29 @@ fn a_raw_log_that_cannot_be_made_is_one_line_and_exit_2() {
         .is_fifo());
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+/// `rr -w 20ms` explains the server's srtt as compare does: its response is ACKed by
+/// the next request, 20 ms later, or by the delayed-ACK timer, so the server's TCP
+/// times the client's think time. Witness: the server's own kernel (its tcp_info's
+/// srtt, tens of ms where the client's is µs on loopback), and the wait.
+#[test]
+fn rr_explains_a_server_srtt_that_includes_the_clients_wait() {
+    let _busy = common::serial::busy();
+    let s = ServeChild::start(&[]);
+    let o = s.rr(&["-w", "20ms", "-n", "40"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let srtt = |who: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(who))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {who} row: {text}"))
+    };
+    let (client, server) = (srtt("client_0"), srtt("server_0"));
+    assert!(server >= 10_000.0 && client < 5_000.0, "{text}");
+    let said = format!("delayed ACK: the server's srtt ({server:.0} µs)");
+    assert!(
+        text.replace("\n  ", " ").contains(&said) && text.contains("20 ms later"),
+        "{text}"
+    );
+}

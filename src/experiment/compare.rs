@@ -404,7 +404,7 @@ fn rr_settings(
     r
 }
 
-/// Every layer's per-bin median and P99 on one time axis from `started_unix_ns`.
+/// Every layer's per-bin median, P99 (where a bin resolves it) and largest on one time axis from `started_unix_ns`.
 fn timeline(
     s: &CompareSettings,
     started_unix_ns: u64,
@@ -633,16 +633,12 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     }
     if let (Some(c), Some(s)) = (cli, srv) {
         let iv = r.settings.interval.as_secs_f64() * 1e6;
-        if s > c * 1.2 && s - c > 0.3 * iv.min(40_000.0) {
-            out.push(format!(
-                "delayed ACK: the server's srtt ({s:.0} µs) is above the client's ({c:.0} µs). The server's response is ACKed only by the client's next request, {:.0} ms later (the interval), or by the delayed-ACK timer (40 ms on Linux), so the server's TCP times the client's think time too (Jones, A Brief Look at Round Trip Time).",
-                iv / 1e3
-            ));
-        } else {
-            out.push(format!(
-                "tcp_info: client srtt {c:.0} µs, server {s:.0} µs: at this interval both ends' ACKs ride on the next message, so TCP's estimates agree."
-            ));
-        }
+        out.push(crate::report::explain::server_srtt(
+            c,
+            s,
+            iv,
+            "the interval",
+        ));
     }
     if let (Some(sq), Some(t)) = (seq, ts) {
         out.push(format!(
@@ -657,7 +653,17 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
                 "bucketing: the sampled metric reads {m:.0} µs where the wire says {sq:.0} µs: its first bucket is 0–1 ms and the median is interpolated inside it, so any sub-millisecond RTT reads about 0.5 ms (Jones, A Brief Look at Round Trip Time)."
             ));
         } else {
-            out.push(format!("sampled metric: {m:.0} µs vs the wire's {sq:.0} µs at the median; buckets are coarse (0–1–2–4… ms)."));
+            let busiest = r.sampler.iter().max_by_key(|p| p.samples);
+            let bucket = busiest
+                .and_then(|p| crate::passive::sampler::bucket_holding(&p.buckets, 0.5))
+                .map_or(String::new(), |(lo, hi)| match hi {
+                    Some(hi) => format!(
+                        ": its median falls in the {lo}–{hi} ms bucket and is interpolated inside it (the bucket's middle is {:.1} ms), so it can be off by half the bucket's width",
+                        (lo + hi) / 2.0
+                    ),
+                    None => format!(": its median falls in the last bucket, from {lo} ms up, and reads as that bucket's lower bound"),
+                });
+            out.push(format!("sampled metric: {m:.0} µs vs the wire's {sq:.0} µs at the median{bucket}; the metric's buckets are 0–1–2–4… ms (Jones, A Brief Look at Round Trip Time)."));
         }
     }
     let retr =
@@ -674,9 +680,18 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
         ));
     }
     if r.settings.interval >= Duration::from_millis(1) {
+        let n = |name: &str| {
+            r.layers
+                .iter()
+                .find(|l| l.name == name)
+                .map_or(0, |l| l.samples)
+        };
+        let ms = r.settings.interval.as_secs_f64() * 1e3;
         out.push(format!(
-            "interval: every probe waits {} ms between transactions; idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (Phanekham and Jones, What a trip!).",
-            r.settings.interval.as_secs_f64() * 1e3
+            "interval: icmp sends an echo every {ms} ms ({} answered); tcp_rr and udp_rr wait {ms} ms after each response before the next request, so each of their transactions takes its round trip plus {ms} ms ({} and {} transactions). Idle CPUs sleep in between, and waking them adds tens of µs to each layer measured from user space (Phanekham and Jones, What a trip!).",
+            n("icmp"),
+            n("tcp_rr"),
+            n("udp_rr")
         ));
     }
     out
@@ -721,12 +736,13 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
             .zip(t.parts_us.parts())
             .map(|(&(name, a), (_, b))| (name, b - a))
             .max_by(|x, y| x.1.total_cmp(&y.1));
-        if let Some((name, d)) = grown {
+        let growth = t.parts_us.rtt - m.parts_us.rtt;
+        if let Some((name, d)) = grown.filter(|_| growth > 0.0) {
             out.push(format!(
-                "tail: from P50 to P99 tcp_rr grows by {:.0} µs ({:.0} → {:.0} µs), most of it in {name} (+{d:.0} µs).",
-                t.parts_us.rtt - m.parts_us.rtt,
+                "tail: from P50 to P99 tcp_rr grows by {growth:.0} µs ({:.0} → {:.0} µs); {:.0} % of the growth is in {name} (+{d:.0} µs), the part that grew most.",
                 m.parts_us.rtt,
-                t.parts_us.rtt
+                t.parts_us.rtt,
+                100.0 * d / growth
             ));
         }
     }

@@ -4,6 +4,7 @@
 pub mod blackout;
 pub mod compare;
 pub mod dir;
+pub mod explain;
 pub mod html;
 pub mod lab;
 pub mod omni;
