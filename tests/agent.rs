@@ -69,9 +69,11 @@ fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
 
 /// Witness: promtool. The agent on loopback (TCP_RR and UDP_RR against `rttlab serve`
 /// children, no privilege needed): both exposition formats by content negotiation,
-/// promtool finds nothing to say; a peer that refuses exports its errors and no srtt
-/// or min_rtt; peers follow their file_sd file; a broken file keeps the running peers
-/// and says so; counters never go down across reloads.
+/// promtool finds nothing to say; a peer that refuses exports its errors by reason
+/// (the kernel's refusal: `session`) and no srtt or min_rtt, and the log says once
+/// that it fails and once that it answers when a server starts on its port; peers
+/// follow their file_sd file; a broken file keeps the running peers and says so;
+/// counters never go down across reloads.
 #[test]
 fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
     let s1 = ServeChild::start(&[]);
@@ -159,14 +161,36 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
         assert!(sample(&text, &of(&p1)).is_some_and(|v| v > 0.0), "{text}");
         assert!(!text.contains(&of(&dead)), "{text}");
     }
-    assert!(
+    let errors = |text: &str, reason: &str| {
         sample(
-            &text,
-            &format!("rttlab_probe_errors_total{{peer=\"{dead}\",layer=\"tcp_rr\",zone=\"z1\"}}")
+            text,
+            &format!("rttlab_probe_errors_total{{peer=\"{dead}\",layer=\"tcp_rr\",zone=\"z1\",reason=\"{reason}\"}}"),
         )
-        .is_some_and(|v| v >= 1.0),
-        "{text}"
+    };
+    assert!(errors(&text, "session").is_some_and(|v| v >= 1.0), "{text}");
+    for other in ["resolve", "send", "receive"] {
+        assert_eq!(errors(&text, other), Some(0.0), "{other}: {text}");
+    }
+    // A server starts on the refusing port: the peer answers again.
+    let late = Killed(
+        Command::new(bin())
+            .args(["serve", "--listen", &dead])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
     );
+    let srtt =
+        format!("rttlab_tcp_srtt_seconds{{peer=\"{dead}\",layer=\"srtt_client\",zone=\"z1\"}}");
+    let t0 = Instant::now();
+    while sample(&scrape(), &srtt).is_none() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the late server's peer never answered: {}",
+            scrape()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // A second peer appears without a restart; the first keeps its counters.
     write_peers(&[s1.port, s2.port]);
@@ -211,7 +235,32 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
         .is_some_and(|v| v >= 1.0),
         "{text}"
     );
-    drop(agent);
+    // The log: the refusing peer's failing said once a layer, with the kernel's
+    // refusal, and its recovery once.
+    let mut agent = agent;
+    let _ = agent.0.kill();
+    let mut log = String::new();
+    agent
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    drop(late);
+    for layer in ["tcp_rr", "udp_rr"] {
+        let failing: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("peer {dead} {layer}: failing")))
+            .collect();
+        assert_eq!(failing.len(), 1, "{log}");
+        assert!(failing[0].contains("Connection refused"), "{log}");
+        let back = log
+            .lines()
+            .filter(|l| l.contains(&format!("peer {dead} {layer}: answering again after")))
+            .count();
+        assert_eq!(back, 1, "{log}");
+    }
 }
 
 /// Witness: promtool, on the file node_exporter's textfile collector would read. The
@@ -853,4 +902,45 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
         "stopped agents left entries: {}",
         std::fs::read_to_string(&journal).unwrap_or_default()
     );
+}
+
+/// A peer that is this host (its address, on the agent's own port) is not probed, and
+/// the agent says so at start rather than leaving it out unsaid. Witness: the agent's
+/// own listening address, named as the peer.
+#[test]
+fn a_peer_that_is_this_host_is_said_to_be_left_out() {
+    let port = free_port();
+    let metrics_port = free_port();
+    let me = format!("127.0.0.1:{port}");
+    let mut agent = Killed(
+        Command::new(bin())
+            .args(["agent", "--probes", "tcp_rr", "--peer", &me, "-L", &me])
+            .args(["--metrics-listen", &format!("127.0.0.1:{metrics_port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = agent.0.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                return;
+            }
+        }
+    });
+    wait_listening("127.0.0.1", metrics_port, None);
+    let text = http_get(&format!("127.0.0.1:{metrics_port}"), "/metrics", None, None).1;
+    assert!(
+        sample(&text, "rttlab_agent_peers").is_some_and(|v| v == 0.0),
+        "{text}"
+    );
+    // Said at start: within the 10 s a busy machine may take to get there.
+    let said = format!("peer {me} is this host");
+    let line = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(10)).ok())
+        .find(|l| l.contains(&said))
+        .unwrap_or_else(|| panic!("never said: {said}"));
+    assert!(line.contains("not probed"), "{line}");
+    let _ = agent.0.kill();
 }

@@ -18,7 +18,7 @@
 use super::metrics::Metrics;
 use super::peers::Peer;
 use super::prober::{jitter_rng, next_backoff, resolve, session_spec, tcp_layers};
-use super::prober::{Probe, ProbeSettings, Resolved, Series};
+use super::prober::{ErrorReason, Probe, ProbeSettings, Resolved, Series};
 use super::wheel::Wheel;
 use crate::probe::echo::{Echoer, Reply};
 use crate::probe::rr::{Session, SessionSpec};
@@ -149,8 +149,12 @@ enum Job {
 
 enum Done {
     Resolved(u64, Option<SocketAddr>),
-    /// `None`: unreachable, or refused.
-    Opened(u64, Option<SocketAddr>, Option<Box<Session>>),
+    /// The session, or why there is none.
+    Opened(
+        u64,
+        Option<SocketAddr>,
+        Result<Box<Session>, (ErrorReason, String)>,
+    ),
 }
 
 fn open_sessions(jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>) {
@@ -166,10 +170,18 @@ fn open_sessions(jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>) {
             Ok(Job::Resolve(id, peer)) => done.send(Done::Resolved(id, resolve(&peer))),
             Ok(Job::Open(id, peer, mut spec)) => {
                 let addr = resolve(&peer);
-                let session = addr.and_then(|a| {
-                    spec.server = a;
-                    Session::open(&spec).ok().map(Box::new)
-                });
+                let session = match addr {
+                    None => Err((
+                        ErrorReason::Resolve,
+                        format!("{} does not resolve", peer.host),
+                    )),
+                    Some(a) => {
+                        spec.server = a;
+                        Session::open(&spec)
+                            .map(Box::new)
+                            .map_err(|e| (ErrorReason::Session, crate::error_chain(&e)))
+                    }
+                };
                 done.send(Done::Opened(id, addr, session))
             }
         };
@@ -391,20 +403,25 @@ impl Loop {
         }
     }
 
-    fn opened(&mut self, id: u64, addr: Option<SocketAddr>, session: Option<Box<Session>>) {
+    fn opened(
+        &mut self,
+        id: u64,
+        addr: Option<SocketAddr>,
+        session: Result<Box<Session>, (ErrorReason, String)>,
+    ) {
         let Some(mut p) = self.probes.take(id) else {
             return; // removed meanwhile: the session closes here
         };
         p.asked = false;
         p.addr.set(addr);
         match session {
-            Some(s) => {
+            Ok(s) => {
                 p.next = Some(s);
                 p.backoff = Duration::ZERO;
                 self.install(id, &mut p);
             }
-            None => {
-                p.series.errors.inc();
+            Err((reason, why)) => {
+                p.series.errors.fail(reason, || why);
                 p.backoff = next_backoff(p.backoff, self.settings.interval);
                 p.due = Instant::now() + p.backoff;
             }
@@ -480,6 +497,7 @@ impl Loop {
             let rtt = Duration::from_nanos(r.received_ns.saturating_sub(sent.sent_ns));
             if rtt <= f.limit {
                 p.series.rtt.observe(rtt.as_secs_f64());
+                p.series.errors.answered();
             } else {
                 count(&p.series.lost);
             }
@@ -503,13 +521,16 @@ impl Loop {
                     self.unanswered(&mut p);
                 } else if p.in_flight.take().is_some() {
                     p.series.rtt.observe(rtt.as_secs_f64());
+                    p.series.errors.answered();
                     if let Some(info) = p.session.as_ref().and_then(|s| s.tcp_info()) {
                         tcp_layers(&p.series, &info, &mut p.retrans);
                     }
                 }
             }
-            Some(Err(_)) => {
-                p.series.errors.inc();
+            Some(Err(e)) => {
+                p.series
+                    .errors
+                    .fail(ErrorReason::Receive, || crate::error_chain(&e));
                 p.in_flight = None;
                 self.close(&mut p);
             }
@@ -634,8 +655,10 @@ impl Loop {
                 });
                 Some(true)
             }
-            Err(_) => {
-                p.series.errors.inc();
+            Err(e) => {
+                p.series
+                    .errors
+                    .fail(ErrorReason::Send, || format!("echo request: {e}"));
                 p.addr.set(None);
                 Some(false)
             }
@@ -670,8 +693,10 @@ impl Loop {
                 });
                 Some(true)
             }
-            Err(_) => {
-                p.series.errors.inc();
+            Err(e) => {
+                p.series
+                    .errors
+                    .fail(ErrorReason::Send, || crate::error_chain(&e));
                 self.close(p);
                 Some(false)
             }

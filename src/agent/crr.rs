@@ -7,7 +7,7 @@
 use super::metrics::Metrics;
 use super::peers::Peer;
 use super::prober::{jitter_rng, next_backoff, resolve, session_spec, tcp_layers};
-use super::prober::{Probe, ProbeSettings, Resolved, Series};
+use super::prober::{ErrorReason, Probe, ProbeSettings, Resolved, Series};
 use crate::probe::rr::{Outcome, Session};
 use rand::Rng;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,13 +111,17 @@ fn probe(
             addr.set(resolve(peer));
         }
         let Some(server) = addr.fresh() else {
-            series.errors.inc();
+            series.errors.fail(ErrorReason::Resolve, || {
+                format!("{} does not resolve", peer.host)
+            });
             return false;
         };
         match Session::open(&session_spec(Probe::TcpCrr, server, s)) {
             Ok(x) => *session = Some(x),
-            Err(_) => {
-                series.errors.inc();
+            Err(e) => {
+                series
+                    .errors
+                    .fail(ErrorReason::Session, || crate::error_chain(&e));
                 addr.set(None);
                 return false;
             }
@@ -130,6 +134,7 @@ fn probe(
     match x.transact() {
         Ok(Outcome::Answered(t)) => {
             series.rtt.observe(t.rtt.as_secs_f64());
+            series.errors.answered();
             if let (Some(c), Some(h)) = (t.connect, &series.connect) {
                 h.observe(c.as_secs_f64());
             }
@@ -145,8 +150,10 @@ fn probe(
             });
             true
         }
-        Err(_) => {
-            series.errors.inc();
+        Err(e) => {
+            series
+                .errors
+                .fail(ErrorReason::Receive, || crate::error_chain(&e));
             *session = None;
             false
         }

@@ -205,8 +205,9 @@ pub struct Metrics {
     /// `rttlab_probes_timed_out_total`: TCP probes unanswered within the timeout (the
     /// connection is then opened anew).
     pub timed_out: Family<Labels, Counter>,
-    /// `rttlab_probe_errors_total`: probes that could not be sent, or whose session could
-    /// not be opened (refused, unreachable, rejected by the peer).
+    /// `rttlab_probe_errors_total`: probes that failed, by `reason`: `resolve` (the
+    /// peer's name did not resolve), `session` (refused, unreachable, rejected by the
+    /// peer's server), `send`, `receive`.
     pub errors: Family<Labels, Counter>,
     /// `rttlab_tcp_retransmissions_total`: segments the kernel retransmitted on TCP probe
     /// connections, the growth of `tcp_info`'s `total_retrans` from probe to probe.
@@ -319,7 +320,7 @@ impl Metrics {
         );
         r.register(
             "rttlab_probe_errors",
-            "Probes that could not be sent or whose session could not be opened (refused, unreachable, rejected by the peer)",
+            "Probes that failed, by reason: resolve (the peer's name did not resolve), session (refused, unreachable, rejected by the peer's server), send, receive",
             m.errors.clone(),
         );
         r.register(

@@ -198,7 +198,9 @@ impl Agent {
             m.sent.remove(&l);
             m.lost.remove(&l);
             m.timed_out.remove(&l);
-            m.errors.remove(&l);
+            for r in prober::ErrorReason::ALL {
+                m.errors.remove(&prober::with_reason(&l, r));
+            }
             m.retransmissions.remove(&l);
             m.srtt.remove(&l);
             m.min_rtt.remove(&l);

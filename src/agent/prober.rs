@@ -13,7 +13,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use rand::SeedableRng;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A kind of probe; each feeds one or two layers of `rttlab_rtt_seconds`.
@@ -96,8 +97,8 @@ pub struct Series {
     pub rtt: Histogram,
     /// `rttlab_probes_sent_total`.
     pub sent: Counter,
-    /// `rttlab_probe_errors_total`.
-    pub errors: Counter,
+    /// `rttlab_probe_errors_total` by reason, and the log of failing and recovering.
+    pub errors: ProbeErrors,
     /// `rttlab_agent_late_probes_total`.
     pub late: Counter,
     /// ICMP and UDP_RR.
@@ -110,6 +111,128 @@ pub struct Series {
     pub connect: Option<Histogram>,
     /// TCP_RR: `srtt_client`, and its last srtt and min_rtt.
     pub srtt: Option<SrttSeries>,
+}
+
+/// Why a probe failed: `rttlab_probe_errors_total`'s `reason`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorReason {
+    /// The peer's name did not resolve.
+    Resolve,
+    /// No session: the peer refused or could not be reached, or its server rejected
+    /// the request (a wrong secret, its limits).
+    Session,
+    /// The request could not be sent.
+    Send,
+    /// The answer could not be read (the connection broke).
+    Receive,
+}
+
+impl ErrorReason {
+    /// Every reason, in the order of their counters.
+    pub const ALL: [ErrorReason; 4] = [Self::Resolve, Self::Session, Self::Send, Self::Receive];
+
+    /// The `reason` label's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Resolve => "resolve",
+            Self::Session => "session",
+            Self::Send => "send",
+            Self::Receive => "receive",
+        }
+    }
+}
+
+/// The shortest time between two "failing" lines of one probe: a peer that fails and
+/// answers by turns is said once a minute, not at every probe.
+const FAILING_SAID_EVERY: Duration = Duration::from_secs(60);
+
+/// A probe's errors: a counter per reason, present at 0 from the probe's start, and
+/// the log an operator reads: the first error of a run of them said once, with its
+/// reason and the error, and the first answer after them said once, with how many
+/// there were.
+pub struct ProbeErrors {
+    counters: [Counter; 4],
+    /// `peer NAME LAYER`.
+    who: String,
+    /// Whether the probe is failing: the one check an answer pays.
+    failing: AtomicBool,
+    log: Mutex<FailureLog>,
+}
+
+#[derive(Default)]
+struct FailureLog {
+    /// The first error of the current run of them.
+    since: Option<Instant>,
+    errors: u64,
+    /// The current run was said (its end will be too).
+    said: bool,
+    last_said: Option<Instant>,
+}
+
+impl ProbeErrors {
+    fn new(m: &Metrics, l: &Labels, who: String) -> Self {
+        Self {
+            counters: ErrorReason::ALL.map(|r| m.errors.get_or_create_owned(&with_reason(l, r))),
+            who,
+            failing: AtomicBool::new(false),
+            log: Mutex::new(FailureLog::default()),
+        }
+    }
+
+    /// One probe failed for `reason`; `detail` (the error) is made only when said.
+    pub fn fail(&self, reason: ErrorReason, detail: impl FnOnce() -> String) {
+        self.counters[reason as usize].inc();
+        let mut l = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        l.errors += 1;
+        if l.since.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        l.since = Some(now);
+        l.errors = 1;
+        l.said = l
+            .last_said
+            .is_none_or(|t| now.duration_since(t) >= FAILING_SAID_EVERY);
+        self.failing.store(true, Ordering::Relaxed);
+        if l.said {
+            l.last_said = Some(now);
+            eprintln!(
+                "rttlab agent: {}: failing: {} (rttlab_probe_errors_total{{reason=\"{}\"}}; said again when it answers)",
+                self.who,
+                detail(),
+                reason.name()
+            );
+        }
+    }
+
+    /// One probe was answered.
+    pub fn answered(&self) {
+        if !self.failing.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut l = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(since), true) = (l.since.take(), l.said) {
+            eprintln!(
+                "rttlab agent: {}: answering again after {} error(s) over {:.1} s",
+                self.who,
+                l.errors,
+                since.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// `l` with the `reason` label of `r`.
+pub fn with_reason(l: &Labels, r: ErrorReason) -> Labels {
+    let mut l = l.clone();
+    l.push(("reason".into(), r.name().into()));
+    l
 }
 
 /// TCP_RR's `srtt_client`: every sample in the histogram, and the last srtt and
@@ -149,7 +272,7 @@ impl Series {
         Self {
             rtt: m.rtt.get_or_create_owned(&l),
             sent: m.sent.get_or_create_owned(&l),
-            errors: m.errors.get_or_create_owned(&l),
+            errors: ProbeErrors::new(m, &l, format!("peer {} {}", peer.name, probe.name())),
             late: m.late.get_or_create_owned(&l),
             lost: (!tcp).then(|| m.lost.get_or_create_owned(&l)),
             timed_out: tcp.then(|| m.timed_out.get_or_create_owned(&l)),

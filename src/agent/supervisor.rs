@@ -71,6 +71,21 @@ pub struct Plan {
     pub settings: ProbeSettings,
     /// The histograms' buckets (taking effect at the next start).
     pub buckets: Buckets,
+    /// A peer left out because it is this host (one of its addresses, on the agent's
+    /// own port), found so rather than named by `--self`: said at start and at a
+    /// reload that changes it, so that a `--peer 127.0.0.1` never vanishes unsaid.
+    pub this_host: Option<String>,
+}
+
+impl Plan {
+    /// What the agent says of a peer it leaves out as this host.
+    pub fn this_host_line(&self, own_port: u16) -> Option<String> {
+        self.this_host.as_ref().map(|t| {
+            format!(
+                "rttlab agent: peer {t} is this host (one of its addresses, on the agent's port {own_port}): not probed; --self names which peer this host is"
+            )
+        })
+    }
 }
 
 /// Why a plan could not be made: at start, the agent's error; at a reload, the running
@@ -212,6 +227,7 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
             max: flags.max_peers,
         });
     }
+    let named_self = flags.self_target.is_some() || file.self_target.is_some();
     let me = match flags.self_target.as_ref().or(file.self_target.as_ref()) {
         Some(t) => {
             let p = target("--self", t)?;
@@ -230,7 +246,12 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
         .map(|p| p.named_as_instance(flags.own_port, flags.metrics_port))
         .collect();
     check_descriptors(peers.len(), &probes, flags.metrics_max_connections)?;
+    let this_host = me
+        .as_ref()
+        .filter(|_| !named_self)
+        .map(|m| m.target.clone());
     Ok(Plan {
+        this_host,
         by_ip: peers::by_address(&peers),
         peers,
         peers_file,
@@ -479,6 +500,11 @@ impl Supervisor {
             "rttlab agent: reloaded, probing {} peer(s)",
             next.peers.len()
         );
+        if next.this_host != self.current.this_host {
+            if let Some(line) = next.this_host_line(self.flags.own_port) {
+                eprintln!("{line}");
+            }
+        }
         self.current = Plan {
             buckets: self.current.buckets.clone(),
             ..next

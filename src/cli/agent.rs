@@ -236,10 +236,15 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
         log: false,
         ..ServerConfig::default()
     })?;
-    if !server.descriptors_suffice() {
+    // Its peers' probes are one stream each.
+    if !server.descriptors_suffice(1) {
         eprintln!(
             "rttlab agent: {}",
-            super::serve::few_descriptors(&server, open_files.ok())
+            super::serve::few_descriptors(
+                &server,
+                open_files.ok(),
+                "--max-tests tests of one stream (a peer's probe)"
+            )
         );
     }
     let served: Vec<String> = server
@@ -304,6 +309,9 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
         current.peers.len(),
         current.probes.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
     );
+    if let Some(line) = current.this_host_line(flags.own_port) {
+        eprintln!("{line}");
+    }
     Supervisor {
         agent,
         current,

@@ -143,10 +143,14 @@ pub fn run(a: ServeArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let open_files = rlimit::raise_open_files();
     let server = Server::bind(config)?;
     stage.measuring();
-    if !server.descriptors_suffice() {
+    if !server.descriptors_suffice(a.max_streams) {
         eprintln!(
             "rttlab serve: {}",
-            few_descriptors(&server, open_files.ok())
+            few_descriptors(
+                &server,
+                open_files.ok(),
+                "--max-tests tests of --max-streams streams"
+            )
         );
     }
     let addrs: Vec<String> = server
@@ -164,13 +168,13 @@ pub fn run(a: ServeArgs, stage: &super::Stage) -> anyhow::Result<()> {
 }
 
 /// One line saying the open-file limit stays low, what it is and what it allows.
-pub fn few_descriptors(server: &Server, limit: Option<FileLimit>) -> String {
+pub fn few_descriptors(server: &Server, limit: Option<FileLimit>, tests: &str) -> String {
     let limit = limit.map_or_else(
         || "cannot be read".to_string(),
         |l| format!("is {} (hard limit {})", l.soft, l.hard),
     );
     format!(
-        "the open-file limit {limit}: tests may hold {} descriptors together (a TCP_RR stream takes 2), fewer than --max-tests tests of --max-streams streams need; tests beyond are refused by name (raise it with ulimit -Hn or LimitNOFILE=)",
+        "the open-file limit {limit}: tests may hold {} descriptors together (a TCP_RR stream takes 2), fewer than {tests} need; tests beyond are refused by name (raise it with ulimit -Hn or LimitNOFILE=)",
         server.descriptor_budget()
     )
 }

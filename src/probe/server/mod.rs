@@ -171,7 +171,7 @@ fn bind_hint(addr: SocketAddr, e: &io::Error) -> String {
     if crate::kernel::privilege::is_refusal(e) {
         crate::kernel::privilege::low_port_fix(addr.port())
     } else {
-        "is another server running there? pick another port with --port or --listen".into()
+        "is another server listening there? pick another address or port".into()
     }
 }
 
@@ -350,12 +350,13 @@ impl Server {
         self.shared.budgets.max_descriptors()
     }
 
-    /// Whether the descriptor budget holds `--max-tests` tests of `--max-streams`
-    /// TCP_RR streams each, the most the limits let clients ask for at once.
-    pub fn descriptors_suffice(&self) -> bool {
+    /// Whether the descriptor budget holds the most tests the limits let run at once,
+    /// each of `streams` TCP_RR streams (`serve`: its `--max-streams`, the widest a
+    /// client may ask for; the agent: one, what its peers' probes ask).
+    pub fn descriptors_suffice(&self, streams: u32) -> bool {
         let limits = &self.shared.config.limits;
         let widest = Cost::of(&control::TestSpec {
-            streams: limits.max_streams,
+            streams,
             ..control::TestSpec::basic(control::TestKind::TcpRr, 1, 1, 1)
         });
         self.descriptor_budget()
