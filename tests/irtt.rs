@@ -3,7 +3,8 @@
 //! same time, from host a to host b, over a path whose emulator delays the two
 //! directions differently; witnesses: irtt's own send and receive delays (a second
 //! implementation, with user-space stamps at both ends), and the emulator's configured
-//! delays. The losses by direction: a blackout of the data port each way; witness: the
+//! delays; irtt's RTT (the round trip less the server's processing) against rttlab's
+//! `rtt_irtt` and the two delays added. The losses by direction: a blackout of the data port each way; witness: the
 //! emulator's count of the frames it dropped in each.
 
 use crate::common;
@@ -60,10 +61,10 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// One run of both tools at once: (rttlab's send and receive medians, irtt's
-/// minimums), µs.
-/// rttlab's come from its raw log, each line checked against the result.
-fn both_at_once(lab: &Lab, dir: &Path) -> ([f64; 2], [f64; 2]) {
+/// One run of both tools at once: (rttlab's send and receive medians and its median
+/// irtt RTT, irtt's minimums of the same three), µs.
+/// rttlab's delays come from its raw log, each line checked against the result.
+fn both_at_once(lab: &Lab, dir: &Path) -> ([f64; 3], [f64; 3]) {
     let bin = bin();
     let bin = bin.to_str().unwrap();
     let out = dir.join("irtt.json");
@@ -145,9 +146,16 @@ fn both_at_once(lab: &Lab, dir: &Path) -> ([f64; 2], [f64; 2]) {
     let irtt: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let stat = |k: &str| irtt["stats"][k]["min"].as_f64().unwrap() / 1e3;
     assert!(irtt["stats"]["send_delay"]["n"].as_u64().unwrap() >= 290);
+    // irtt's RTT is the round trip less the server's processing: rttlab's `rtt_irtt`
+    // row, beside the server's processing it leaves out.
+    let r_rtt = p50("rtt_less_server");
+    assert!(
+        w["server_processing"]["samples"].as_u64().unwrap() >= sent - 2,
+        "{w}"
+    );
     (
-        [r_send, r_recv],
-        [stat("send_delay"), stat("receive_delay")],
+        [r_send, r_recv, r_rtt],
+        [stat("send_delay"), stat("receive_delay"), stat("rtt")],
     )
 }
 
@@ -173,10 +181,12 @@ fn open_loop_one_way_delays_match_irtt_and_the_emulator() {
     let dir = tempfile::tempdir().unwrap();
     // Until rttlab's server in b answers (which gives irtt's the same time).
     lab.in_a(&["rr", "-H", "b", "-n", "1", "--json"]);
-    let ([r_send, r_recv], [i_send, i_recv]) = both_at_once(&lab, dir.path());
+    let ([r_send, r_recv, r_rtt], [i_send, i_recv, i_rtt]) = both_at_once(&lab, dir.path());
     let figures = format!(
         "one-way, µs: send rttlab median {r_send:.1} irtt min {i_send:.1} (emulator {A2B_US}); \
-         receive rttlab median {r_recv:.1} irtt min {i_recv:.1} (emulator {B2A_US})"
+         receive rttlab median {r_recv:.1} irtt min {i_recv:.1} (emulator {B2A_US}); \
+         irtt's RTT rttlab median {r_rtt:.1} irtt min {i_rtt:.1} (emulator {})",
+        A2B_US + B2A_US
     );
     eprintln!("{figures}");
     // Nothing leaves the emulator before its delay, in either tool's stamps.
@@ -185,6 +195,14 @@ fn open_loop_one_way_delays_match_irtt_and_the_emulator() {
     assert!((r_recv - B2A_US).abs() <= RTTLAB_MARGIN_US, "{figures}");
     assert!((i_send - r_send).abs() <= IRTT_MARGIN_US, "{figures}");
     assert!((i_recv - r_recv).abs() <= IRTT_MARGIN_US, "{figures}");
+    // irtt's RTT, the round trip less the server's processing, is the path's: both
+    // tools' within their margins of the emulator's two delays, and of each other.
+    assert!(i_rtt >= A2B_US + B2A_US, "{figures}");
+    assert!(
+        (r_rtt - (A2B_US + B2A_US)).abs() <= 2.0 * RTTLAB_MARGIN_US,
+        "{figures}"
+    );
+    assert!((i_rtt - r_rtt).abs() <= 2.0 * IRTT_MARGIN_US, "{figures}");
 }
 
 /// Which way each loss went, as irtt's upstream/downstream loss: the emulator blacks

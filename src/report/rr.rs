@@ -202,6 +202,8 @@ impl RrResult {
         if let Some(w) = &self.one_way {
             t.row(summary_row("send_delay", &w.request));
             t.row(summary_row("receive_delay", &w.response));
+            t.row(summary_row("server_processing", &w.server_processing));
+            t.row(summary_row("rtt_irtt", &w.rtt_less_server));
             t.row(summary_row("ipdv_send", &w.ipdv_request));
             t.row(summary_row("ipdv_receive", &w.ipdv_response));
         }
@@ -359,7 +361,7 @@ fn one_way(out: &mut String, w: &crate::probe::anatomy::OneWay) {
         "two hosts' clocks as they are: only as good as their sync (IPDV and RTT need none)"
     };
     prose(out, &format!(
-        "(irtt's one way: send_delay is send → the server's RX stamp, receive_delay the server's TX stamp → the client's RX stamp; {clock}; ipdv is each delay minus the one before it, consecutive transactions only, as a magnitude)"
+        "(irtt's one way: send_delay is send → the server's RX stamp, receive_delay the server's TX stamp → the client's RX stamp; {clock}; server_processing the server's RX → TX stamps, on its own clock; rtt_irtt is irtt's RTT, the transaction less server_processing; ipdv is each delay minus the one before it, consecutive transactions only, as a magnitude)"
     ));
     prose(out, &format!(
         "lost by direction: {} requests on the way out (dropped by the server on purpose included), {} responses on the way back, {} after the last response (either way)",
@@ -462,6 +464,8 @@ fn anatomy(
         let mut t = Table::new(summary_header("DIRECTION", &w.request));
         t.row(summary_row("request", &w.request));
         t.row(summary_row("response", &w.response));
+        t.row(summary_row("server_processing", &w.server_processing));
+        t.row(summary_row("rtt_irtt", &w.rtt_less_server));
         t.row(summary_row("ipdv_request", &w.ipdv_request));
         t.row(summary_row("ipdv_response", &w.ipdv_response));
         out.push_str(&t.render());

@@ -402,8 +402,9 @@ pub struct Recorder {
     /// The share the tail holds, parts per million.
     tail_ppm: u32,
     /// UDP_RR: each joined transaction's (number, raw forward, raw backward) one-way
-    /// delays, ns, each on the far clock minus the near one (at most [`ONE_WAY_MAX`]).
-    one_way: Option<Vec<(u64, i64, i64)>>,
+    /// delays, ns, each on the far clock minus the near one, and the server's hold
+    /// (its TX stamp minus its RX stamp) (at most [`ONE_WAY_MAX`]).
+    one_way: Option<Vec<(u64, i64, i64, i64)>>,
     /// UDP_RR: (the client's number, requests the server had answered) at the last
     /// response: requests not answered before it were lost on the way there.
     answered: Option<(u64, u32)>,
@@ -553,7 +554,7 @@ impl Recorder {
             {
                 if v.len() < ONE_WAY_MAX {
                     let d = |a: u64, b: u64| (a as i128 - b as i128) as i64;
-                    v.push((p.number, d(srx, ctx), d(crx, stx)));
+                    v.push((p.number, d(srx, ctx), d(crx, stx), d(stx, srx)));
                 }
             }
         }
@@ -647,16 +648,23 @@ impl Recorder {
         let offset = if same_clock {
             0
         } else {
-            let &(_, f, b) = v.iter().min_by_key(|&&(_, f, b)| f.saturating_add(b))?;
+            let &(_, f, b, _) = v.iter().min_by_key(|&&(_, f, b, _)| f.saturating_add(b))?;
             f.saturating_sub(b) / 2
         };
         let mut req = LatencyHistogram::new();
         let mut resp = LatencyHistogram::new();
         let mut ipdv_req = LatencyHistogram::new();
         let mut ipdv_resp = LatencyHistogram::new();
+        let mut held_h = LatencyHistogram::new();
+        let mut rest = LatencyHistogram::new();
         let mut negative = 0u64;
         let mut prev: Option<(u64, i64, i64)> = None;
-        for &(n, f, b) in v {
+        for &(n, f, b, held) in v {
+            // irtt's RTT: the two raw delays added, the clocks' offset cancelling.
+            if let (Ok(h), Ok(r)) = (u64::try_from(held), u64::try_from(f.saturating_add(b))) {
+                held_h.record_ns(h);
+                rest.record_ns(r);
+            }
             // Saturating: the server's stamps are its word, and may be anything.
             let (f, b) = (f.saturating_sub(offset), b.saturating_add(offset));
             for (h, x) in [(&mut req, f), (&mut resp, b)] {
@@ -681,6 +689,8 @@ impl Recorder {
             offset_us: offset as f64 / 1e3,
             request: s(&req),
             response: s(&resp),
+            server_processing: s(&held_h),
+            rtt_less_server: s(&rest),
             ipdv_request: s(&ipdv_req),
             ipdv_response: s(&ipdv_resp),
             negative,

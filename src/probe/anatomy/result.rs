@@ -19,6 +19,12 @@ pub struct OneWay {
     pub request: Summary,
     /// The response's delay, server TX stamp → client RX stamp, after the offset.
     pub response: Summary,
+    /// The server's processing: its RX stamp of the request → its TX stamp of the
+    /// response, on its own clock (no sync needed).
+    pub server_processing: Summary,
+    /// irtt's RTT: the round trip less the server's processing, the request's and the
+    /// response's delays added (the clocks' offset cancels).
+    pub rtt_less_server: Summary,
     /// How much the request's delay changed from one transaction to the next (only
     /// consecutive numbers are compared).
     pub ipdv_request: Summary,

@@ -101,6 +101,9 @@ pub(super) struct Book {
     receive: LatencyHistogram,
     ipdv_send: LatencyHistogram,
     ipdv_receive: LatencyHistogram,
+    /// The server's RX → TX, and the round trip less it (irtt's RTT).
+    server_processing: LatencyHistogram,
+    rtt_less_server: LatencyHistogram,
     negative: u64,
     prev_send: Option<(u64, i64)>,
     prev_receive: Option<(u64, i64)>,
@@ -150,6 +153,8 @@ impl Book {
             receive: LatencyHistogram::new(),
             ipdv_send: LatencyHistogram::new(),
             ipdv_receive: LatencyHistogram::new(),
+            server_processing: LatencyHistogram::new(),
+            rtt_less_server: LatencyHistogram::new(),
             negative: 0,
             prev_send: None,
             prev_receive: None,
@@ -334,6 +339,14 @@ impl Book {
         l.server_tx_unix_ns = s.tx_ns;
         l.send_delay_ns = s.rx_ns.map(|rx| minus(rx, r.sent_unix_ns));
         l.receive_delay_ns = r.rx_unix_ns.zip(s.tx_ns).map(|(c, t)| minus(c, t));
+        // The server's hold, both stamps on its own clock; irtt's RTT is the rest.
+        if let Some(held) = s.rx_ns.zip(s.tx_ns).map(|(rx, tx)| minus(tx, rx)) {
+            if let Ok(held) = u64::try_from(held) {
+                self.server_processing.record_ns(held);
+                self.rtt_less_server
+                    .record_ns(r.rtt_ns.saturating_sub(held));
+            }
+        }
         let n = r.seq;
         for (d, h, ipdv, prev) in [
             (
@@ -388,6 +401,8 @@ impl Book {
             offset_us: 0.0,
             request: s(&self.send),
             response: s(&self.receive),
+            server_processing: s(&self.server_processing),
+            rtt_less_server: s(&self.rtt_less_server),
             ipdv_request: s(&self.ipdv_send),
             ipdv_response: s(&self.ipdv_receive),
             negative: self.negative,
