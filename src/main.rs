@@ -23,7 +23,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
         Err(e) => {
-            eprintln!("rttlab: {} (see --help)", one_line(&e.render().to_string()));
+            let netperf = (e.kind() == clap::error::ErrorKind::UnknownArgument)
+                .then(|| netperf_meaning(&e))
+                .flatten();
+            match netperf {
+                Some(m) => eprintln!("rttlab: {m}"),
+                None => eprintln!("rttlab: {} (see --help)", one_line(&e.render().to_string())),
+            }
             return ExitCode::from(2);
         }
     };
@@ -32,6 +38,21 @@ fn main() -> ExitCode {
         eprintln!("rttlab: {message}");
     }
     ExitCode::from(ended.status())
+}
+
+/// For `rr`, an unknown short option that netperf has: what netperf means by it (a
+/// netperf line pasted without its `--`).
+fn netperf_meaning(e: &clap::Error) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) != Some("rr") {
+        return None;
+    }
+    let clap::error::ContextValue::String(arg) = e.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let at = args.iter().position(|a| a == arg)?;
+    cli::netperf::unknown_option(arg, args.get(at + 1).map(String::as_str))
 }
 
 /// clap's message on one line, as every other rttlab error, with its detail kept: the

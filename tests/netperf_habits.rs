@@ -574,3 +574,35 @@ fn l_is_the_source_address_on_either_side() {
         }
     }
 }
+
+/// A netperf option pasted without its `--`: rr has no such letter, and the one line
+/// says what netperf means by it on each side of `--` and what rr does with it there,
+/// exit 2, nothing measured. Witness: netperf 2.7's option tables (`src/netsh.c`, the
+/// global `-s` a sleep before the test; `src/nettest_omni.c`, the test-specific `-s`
+/// the socket buffer sizes), as this file's pasted lines check them on the wire.
+#[test]
+fn a_netperf_option_without_its_split_says_what_netperf_means() {
+    let o = Command::new(bin())
+        .args(["rr", "-t", "TCP_RR", "-s", "128K", "-l", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(o.stdout.is_empty());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for said in [
+        "rr has no -s",
+        "global -s (a sleep before the test)",
+        "test-specific -s, which rr reads as --sndbuf 131072 --rcvbuf 131072",
+    ] {
+        assert!(err.contains(said), "{said}: {err}");
+    }
+    // A letter netperf has on neither side keeps clap's own message.
+    let o = Command::new(bin())
+        .args(["rr", "-Q", "3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("unexpected argument '-Q'"), "{err}");
+}

@@ -52,6 +52,59 @@ pub fn argv(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     Ok(out.into_iter().map(OsString::from).collect())
 }
 
+/// What netperf means by `arg`, a short option an `rr` line without `--` gave and rr
+/// does not take (`next`: the word after it, its value if it takes one): netperf's
+/// global option of that letter and its test-specific one, each with what rr does
+/// with it in a line with `--`. `None` for a letter netperf has on neither side.
+pub fn unknown_option(arg: &str, next: Option<&str>) -> Option<String> {
+    let rest = arg.strip_prefix('-').filter(|r| !r.starts_with('-'))?;
+    let c = rest.chars().next()?;
+    let attached = &rest[c.len_utf8()..];
+    let value = match (
+        attached.is_empty(),
+        GLOBAL_WITH_ARG.contains(c) || TEST_WITH_ARG.contains(c),
+    ) {
+        (false, _) => attached.to_string(),
+        (true, true) => next.unwrap_or_default().to_string(),
+        (true, false) => String::new(),
+    };
+    let unknown = |e: &str| e.contains("is not one of netperf's");
+    let said = |line: Line, side: &str| -> String {
+        if line.out.is_empty() {
+            format!("netperf's {side} -{c}, which rr always does")
+        } else {
+            format!(
+                "netperf's {side} -{c}, which rr reads as {}",
+                line.out.join(" ")
+            )
+        }
+    };
+    let mut line = Line::default();
+    let global = match global_option(&mut line, c, value.clone()) {
+        Ok(()) => Some(said(line, "global")),
+        Err(e) => (!unknown(&e)).then_some(e),
+    };
+    let mut line = Line::default();
+    let test = match test_option(&mut line, c, Some(value.clone())) {
+        Ok(()) => Some(said(line, "test-specific")),
+        Err(e) => (!unknown(&e)).then_some(e),
+    };
+    if global.is_none() && test.is_none() {
+        return None;
+    }
+    let shown = if value.is_empty() {
+        format!("-{c}")
+    } else {
+        format!("-{c} {value}")
+    };
+    let side = |s: Option<String>| s.unwrap_or_else(|| format!("netperf has no -{c} there"));
+    Some(format!(
+        "{shown}: rr has no -{c}; netperf's letters are read as netperf's in a line with --. Before --: {}. After --: {}",
+        side(global),
+        side(test)
+    ))
+}
+
 /// What the two halves leave to be written once both are read.
 #[derive(Default)]
 struct Line {
