@@ -90,11 +90,20 @@ impl Page {
         self
     }
 
-    /// The settings and host facts section from a results directory's `run.json`.
+    /// The settings and host facts section from a results directory's `run.json`: a
+    /// table of each setting and fact by its path in the file (`settings.lab_rtt_s`),
+    /// lists joined; the file as it is if it is not JSON.
     pub fn run_facts(&mut self, run_json: &str) -> &mut Self {
         self.heading("Settings and host");
         self.para("As recorded in run.json when the run started.");
-        self.pre(run_json)
+        match serde_json::from_str::<serde_json::Value>(run_json) {
+            Ok(v) => {
+                let mut rows = Vec::new();
+                facts(&v, "", &mut rows);
+                self.table(&["setting or fact", "value"], rows)
+            }
+            Err(_) => self.pre(run_json),
+        }
     }
 
     /// The page as HTML.
@@ -148,6 +157,41 @@ impl Page {
     }
 }
 
+/// Every leaf of `v` as a row (its path, its value), objects in their order, lists of
+/// plain values joined with ", ".
+fn facts(v: &serde_json::Value, path: &str, rows: &mut Vec<Vec<String>>) {
+    use serde_json::Value;
+    let plain = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                facts(x, &p, rows);
+            }
+        }
+        Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => {
+            rows.push(vec![
+                path.into(),
+                a.iter().map(plain).collect::<Vec<_>>().join(", "),
+            ]);
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                facts(x, &format!("{path}[{i}]"), rows);
+            }
+        }
+        other => rows.push(vec![path.into(), plain(other)]),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +208,28 @@ mod tests {
         assert!(h.contains("<figure id=\"c.svg\"><svg><text>1</text></svg>"));
         assert!(h.contains("<td>&lt;k&gt;</td><td>1</td>"));
         assert!(!h.contains("<script"));
+    }
+
+    /// Witness: a run.json written by hand, each leaf found in the table by its path.
+    #[test]
+    fn run_facts_are_a_table_of_paths_and_values() {
+        let mut p = Page::new("t");
+        p.run_facts(
+            r#"{"experiment": "compare", "settings": {"lab_rtt_s": 0.01, "server": null, "waits_ms": [0, 1.5]}, "host": {"host": {"cpus": 2}}}"#,
+        );
+        let h = p.render();
+        for row in [
+            "<td>experiment</td><td>compare</td>",
+            "<td>settings.lab_rtt_s</td><td>0.01</td>",
+            "<td>settings.server</td><td>-</td>",
+            "<td>settings.waits_ms</td><td>0, 1.5</td>",
+            "<td>host.host.cpus</td><td>2</td>",
+        ] {
+            assert!(h.contains(row), "{row}: {h}");
+        }
+        assert!(!h.contains("<pre>"));
+        let mut p = Page::new("t");
+        p.run_facts("not json");
+        assert!(p.render().contains("<pre>not json</pre>"));
     }
 }

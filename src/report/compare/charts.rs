@@ -3,7 +3,8 @@
 //! time too, the sampled metric's buckets are milliseconds wide): those get a panel of
 //! their own, so that the scale of the rest shows how they differ.
 
-use crate::passive::sampler::{bucket_percentile, Period, BOUNDS_MS};
+use crate::passive::sampler::{bucket_holding, Period, BOUNDS_MS};
+use crate::report::svg::palette::REFERENCE;
 use crate::report::svg::{self, Anatomy, LineChart, Scale, Series, Unit};
 use crate::results::compare::{CompareResult, Layer};
 use crate::stats::LatencyHistogram;
@@ -59,6 +60,27 @@ fn split(r: &CompareResult) -> (Vec<Measured<'_>>, Vec<Measured<'_>>) {
     all.into_iter().partition(|m| m.q(0.5) < gap.1)
 }
 
+/// The lab's configured round trip, µs, where the run built the lab (the ground truth
+/// the layers are held against), as a reference line from `a` to `b`.
+fn configured(r: &CompareResult, a: (f64, f64), b: (f64, f64)) -> Option<Series> {
+    r.settings.server.is_none().then(|| Series {
+        name: format!(
+            "lab RTT as configured ({})",
+            svg::text::duration(r.settings.lab_rtt.as_secs_f64())
+        ),
+        points: vec![a, b],
+        secondary: true,
+        colour: Some(REFERENCE),
+        intervals: Vec::new(),
+        markers: false,
+    })
+}
+
+/// The lab's configured round trip, µs.
+fn lab_rtt_us(r: &CompareResult) -> f64 {
+    r.settings.lab_rtt.as_secs_f64() * 1e6
+}
+
 /// The sampled metric's busiest period and its palette index.
 fn sampled(r: &CompareResult) -> Option<(&Period, usize)> {
     let p = r
@@ -111,8 +133,9 @@ fn cdf_series(m: &Measured) -> Series {
     Series::line(m.name, points, m.colour)
 }
 
-/// The sampled metric's distribution as its buckets give it: a point at each bound from
-/// the first bucket with samples (linear between them, as the metric interpolates).
+/// The sampled metric's distribution as its buckets give it: steps, each bucket's
+/// samples counted at its upper bound (where in the bucket they fell the metric does
+/// not know), from the first bucket with samples.
 fn sampled_cdf(p: &Period, colour: usize) -> Series {
     let total = p.samples.max(1) as f64;
     let first = p.buckets.iter().position(|c| *c > 0).unwrap_or(0);
@@ -126,8 +149,10 @@ fn sampled_cdf(p: &Period, colour: usize) -> Series {
         0.0,
     )];
     for (&b, &c) in BOUNDS_MS.iter().zip(&p.buckets).skip(first) {
+        let x = b as f64 * 1e3;
+        points.push((x, seen as f64 / total));
         seen += c;
-        points.push((b as f64 * 1e3, seen as f64 / total));
+        points.push((x, seen as f64 / total));
         if seen >= p.samples {
             break;
         }
@@ -164,14 +189,24 @@ pub fn cdf_chart(r: &CompareResult) -> String {
             )
         })
     };
+    let rtt = lab_rtt_us(r);
     let mut panels = vec![cdf_panel(
         if apart.is_empty() && sampled(r).is_none() {
             "every layer".into()
         } else {
             "the layers that agree".into()
         },
-        main.iter().map(cdf_series).collect(),
-        span(&main, 0.99),
+        main.iter()
+            .map(cdf_series)
+            .chain(configured(r, (rtt, 0.0), (rtt, 1.0)))
+            .collect(),
+        {
+            let (lo, hi) = span(&main, 0.99);
+            match configured(r, (0.0, 0.0), (0.0, 0.0)) {
+                Some(_) => (lo.min(rtt), hi.max(rtt)),
+                None => (lo, hi),
+            }
+        },
     )];
     if !apart.is_empty() || sampled(r).is_some() {
         let mut series: Vec<Series> = apart.iter().map(cdf_series).collect();
@@ -231,8 +266,9 @@ fn percentile_panel(title: String, series: Vec<Series>, nines: f64) -> LineChart
 
 /// Every layer's RTT by percentile, HdrHistogram's way: percentiles at −log10(1 − p),
 /// so 90 %, 99 %, 99.9 % are equally spaced and the tail is as wide as the body; each
-/// curve goes as far as its samples reach. The layers set apart (and the sampled
-/// metric, interpolated in its buckets) on a panel of their own.
+/// curve goes as far as its samples reach; the lab's configured RTT across. The layers
+/// set apart (and the sampled metric, the steps of its buckets) on a panel of their
+/// own.
 pub fn percentile_chart(r: &CompareResult) -> Option<String> {
     let (main, apart) = split(r);
     if main.is_empty() {
@@ -249,20 +285,25 @@ pub fn percentile_chart(r: &CompareResult) -> Option<String> {
         let points = tail_points(m.h.count(), |p| m.h.quantile_ns(p).map(|v| v as f64 / 1e3));
         Series::line(m.name, points, m.colour)
     };
+    let rtt = lab_rtt_us(r);
     let mut panels = vec![percentile_panel(
         if apart.is_empty() && sampled(r).is_none() {
             "every layer".into()
         } else {
             "the layers that agree".into()
         },
-        main.iter().map(curve).collect(),
+        main.iter()
+            .map(curve)
+            .chain(configured(r, (0.0, rtt), (1.0 - 10f64.powf(-nines), rtt)))
+            .collect(),
         nines,
     )];
     if !apart.is_empty() || sampled(r).is_some() {
         let mut series: Vec<Series> = apart.iter().map(curve).collect();
         if let Some((p, colour)) = sampled(r) {
+            // Steps: each percentile at the upper bound of the bucket holding it.
             let points = tail_points(p.samples, |q| {
-                bucket_percentile(&p.buckets, q).map(|ms| ms * 1e3)
+                bucket_holding(&p.buckets, q).map(|(lo, hi)| hi.unwrap_or(lo) * 1e3)
             });
             series.push(Series::line(SAMPLED, points, colour));
         }
@@ -316,17 +357,28 @@ pub fn anatomy_chart(r: &CompareResult) -> Option<String> {
         "tcp_info_client",
     ]
     .iter()
-    .filter_map(|name| r.layers.iter().find(|l| l.name == *name))
-    .filter(|l| l.samples > 0)
-    .map(|l| {
+    .filter_map(|name| r.layers.iter().enumerate().find(|(_, l)| l.name == *name))
+    .filter(|(_, l)| l.samples > 0)
+    .map(|(colour, l)| {
         (
             l.name.clone(),
+            colour,
             a.at_percentiles
                 .iter()
                 .map(|c| at(l, c.percentile))
                 .collect(),
         )
     })
+    .chain(r.settings.server.is_none().then(|| {
+        (
+            format!(
+                "lab RTT as configured ({})",
+                svg::text::duration(r.settings.lab_rtt.as_secs_f64())
+            ),
+            REFERENCE,
+            vec![Some(lab_rtt_us(r)); a.at_percentiles.len()],
+        )
+    }))
     .collect();
     Some(
         Anatomy {
@@ -395,10 +447,19 @@ pub fn timeline_chart(r: &CompareResult) -> Option<String> {
     let off: Vec<&str> = names.iter().copied().filter(|n| is_apart(n)).collect();
     let mut panels = Vec::new();
     if !main.is_empty() {
+        let (t0, t1) = tl
+            .layers
+            .iter()
+            .flat_map(|l| &l.points)
+            .fold((f64::INFINITY, 0.0f64), |(a, b), p| {
+                (a.min(p.t_s), b.max(p.t_s))
+            });
+        let rtt = lab_rtt_us(r);
         panels.push(time_panel(
             "median per bin".into(),
             main.iter()
                 .filter_map(|n| series(n, false, false))
+                .chain(configured(r, (t0, rtt), (t1, rtt)))
                 .collect(),
         ));
         panels.push(time_panel(
@@ -424,4 +485,80 @@ pub fn timeline_chart(r: &CompareResult) -> Option<String> {
         &panels,
         PANEL,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A comparison recorded in a lab (tests/corpus), as a run that built its lab.
+    fn lab_run() -> CompareResult {
+        let mut r: CompareResult =
+            serde_json::from_str(include_str!("../../../tests/corpus/compare-lab.json")).unwrap();
+        r.settings.server = None;
+        for l in &mut r.layers {
+            let mut h = LatencyHistogram::new();
+            if let Some(p50) = l.percentiles_us.p50.filter(|_| l.name != "sampled_metric") {
+                for _ in 0..l.samples {
+                    h.record_ns((p50 * 1e3) as u64);
+                }
+                l.histogram = Some(h);
+            }
+        }
+        r
+    }
+
+    /// Witness: the run's own settings (the lab's 10 ms) and the sampled metric's
+    /// recorded buckets (302 samples in 2–4 ms, 1 in 4–8 ms, 162 in 8–16 ms, 1 above).
+    #[test]
+    fn the_configured_rtt_is_drawn_and_the_metric_in_the_steps_of_its_buckets() {
+        let r = lab_run();
+        let line = "lab RTT as configured (10 ms)";
+        for (name, svg) in [
+            ("cdf", cdf_chart(&r)),
+            ("percentiles", percentile_chart(&r).unwrap()),
+            ("timeline", timeline_chart(&r).unwrap()),
+            ("anatomy", anatomy_chart(&r).unwrap()),
+        ] {
+            assert!(svg.contains(line), "{name} lacks {line}");
+        }
+        let (p, colour) = sampled(&r).unwrap();
+        let steps = sampled_cdf(p, colour).points;
+        // Each bucket's samples at its upper bound: a vertical step there, flat between.
+        let at = |ms: f64| -> Vec<f64> {
+            steps
+                .iter()
+                .filter(|(x, _)| (*x - ms * 1e3).abs() < 1e-6)
+                .map(|(_, y)| *y)
+                .collect()
+        };
+        let n = p.samples as f64;
+        assert_eq!(at(4.0), vec![0.0, 302.0 / n]);
+        assert_eq!(at(16.0), vec![303.0 / n, 465.0 / n]);
+        // Without a lab (a real server), no line claims a configured RTT.
+        let mut remote = lab_run();
+        remote.settings.server = Some("[2001:2::2]:12866".parse().unwrap());
+        assert!(!cdf_chart(&remote).contains("as configured"));
+    }
+
+    /// The anatomy's lines across the bars are each layer's colour of the other charts,
+    /// not black. Witness: the palette's colour of each layer's row.
+    #[test]
+    fn the_anatomy_marks_each_layer_in_its_colour() {
+        let r = lab_run();
+        let svg = anatomy_chart(&r).unwrap();
+        for name in ["tcp_rr", "icmp"] {
+            let row = r.layers.iter().position(|l| l.name == name).unwrap();
+            let colour = svg::palette::Style::of(row, false).colour;
+            let marker = svg
+                .split(r#"<line class="marker" "#)
+                .skip(1)
+                .find(|m| m.contains(&format!(": {name} ")))
+                .unwrap_or_else(|| panic!("no {name} marker"));
+            assert!(
+                marker.contains(&format!(r#"stroke="{colour}""#)),
+                "{name}: {marker}"
+            );
+        }
+    }
 }

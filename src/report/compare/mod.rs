@@ -14,7 +14,12 @@ use std::path::Path;
 /// `n<100` for a percentile its samples cannot resolve), as the text table and the
 /// report's table both show them.
 fn row(l: &Layer) -> [String; 8] {
-    let f = super::table::one_decimal;
+    row_in(l, 1.0, super::table::one_decimal)
+}
+
+/// [`row`] with every value divided by `per` (1 000: ms) and written by `f`.
+fn row_in(l: &Layer, per: f64, f: fn(Option<f64>) -> String) -> [String; 8] {
+    let f = |v: Option<f64>| f(v.map(|x| x / per));
     let p = |v: Option<f64>, q: f64| super::table::percentile_cell(v, q, l.samples, f);
     [
         l.name.clone(),
@@ -85,12 +90,26 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         r.settings.duration.as_secs_f64(),
         r.capture_interface
     ));
-    p.heading("Layers (µs)");
+    // One unit for the page's table and charts: the charts' axes write round trips
+    // that reach a millisecond in ms, so the table does too.
+    let widest = r
+        .layers
+        .iter()
+        .filter_map(|l| l.percentiles_us.p99.or(l.percentiles_us.p50))
+        .fold(0.0, f64::max);
+    let (unit, per, f): (&str, f64, fn(Option<f64>) -> String) = if widest >= 1000.0 {
+        ("ms", 1000.0, |v| {
+            v.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
+        })
+    } else {
+        ("µs", 1.0, super::table::one_decimal)
+    };
+    p.heading(&format!("Layers ({unit})"));
     let rows = r
         .layers
         .iter()
         .map(|l| {
-            let mut cells = row(l).to_vec();
+            let mut cells = row_in(l, per, f).to_vec();
             cells.extend([
                 l.what.clone(),
                 match (&l.why_empty, &l.histogram) {

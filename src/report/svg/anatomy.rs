@@ -11,7 +11,7 @@
 use super::axis::{self, Axis, Scale, Unit};
 use super::legend::{Legend, Swatch};
 use super::line::{heading, open};
-use super::palette::COLOURS;
+use super::palette::{Style, COLOURS};
 use super::text::{self, esc, FONT};
 use std::fmt::Write;
 
@@ -26,13 +26,12 @@ pub struct Anatomy {
     pub base: usize,
     /// (group label such as "P50", each part's value in µs).
     pub groups: Vec<(String, Vec<f64>)>,
-    /// (name, value in µs in each group): a black line across that group's whole bar
-    /// (drawn beneath it, so it shows either side), each with its own dash pattern.
-    pub markers: Vec<(String, Vec<Option<f64>>)>,
+    /// (name, palette index, value in µs in each group): a line across that group's
+    /// whole bar in the layer's colour and pattern of the other charts (`Style::of`),
+    /// on a white halo so that it stands out of the bar's colours, drawn beneath the
+    /// bar so that it shows either side.
+    pub markers: Vec<(String, usize, Vec<Option<f64>>)>,
 }
-
-/// Dash patterns of the markers, in the order markers take them.
-const MARKER_DASHES: [&str; 6] = ["", "6 3", "2 2", "8 2 2 2", "1 3", "10 4"];
 const TOP: f64 = 64.0;
 const H: f64 = 470.0;
 /// The bottom margin: two lines of group labels and the axis title.
@@ -59,7 +58,7 @@ impl Anatomy {
         let marks = self
             .markers
             .iter()
-            .flat_map(|(_, v)| v.iter().flatten().copied());
+            .flat_map(|(_, _, v)| v.iter().flatten().copied());
         let bases = self
             .groups
             .iter()
@@ -117,11 +116,8 @@ impl Anatomy {
                 )
             })
             .collect();
-        for (m, (name, _)) in self.markers.iter().enumerate() {
-            entries.push((
-                Swatch::Marker(MARKER_DASHES[m % MARKER_DASHES.len()]),
-                name.clone(),
-            ));
+        for (name, colour, _) in &self.markers {
+            entries.push((Swatch::Marker(Style::of(*colour, false)), name.clone()));
         }
         Legend { entries }
     }
@@ -140,11 +136,13 @@ impl Anatomy {
                 .map(|t| text::width(&t.label, FONT))
                 .fold(0.0, f64::max)
         };
+        // The legend between the panels: the layers' lines are the whole bars' (left),
+        // the parts' colours both panels'.
         let l1 = 28.0 + widest(&wt) + 8.0;
-        let l2 = l1 + WHOLE_W + 30.0 + 28.0 + widest(&pt) + 8.0;
         let legend = self.legend();
-        let lx = l2 + PARTS_W + 20.0;
-        let w = (lx + legend.width(ph) + 8.0).ceil();
+        let lx = l1 + WHOLE_W + 16.0;
+        let l2 = lx + legend.width(ph) + 24.0 + 28.0 + widest(&pt) + 8.0;
+        let w = (l2 + PARTS_W + 12.0).ceil();
         let mut o = open(w, H, &self.title);
         o += &heading(w / 2.0, 22.0, 15.0, w - 20.0, &self.title);
         o += &heading(
@@ -238,19 +236,21 @@ impl Anatomy {
         for (g, (label, values)) in self.groups.iter().enumerate() {
             let cx = x0 + slot * (g as f64 + 0.5);
             let bx = cx - bw / 2.0;
-            for (m, (name, at)) in self.markers.iter().enumerate() {
+            for (name, colour, at) in &self.markers {
                 let Some(v) = at.get(g).copied().flatten() else {
                     continue;
                 };
+                let style = Style::of(*colour, false);
                 let _ = write!(
                     o,
-                    r##"<line class="marker" x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{}"><title>{}: {} {}</title></line>"##,
-                    bx - 8.0,
-                    bx + bw + 8.0,
-                    MARKER_DASHES[m % MARKER_DASHES.len()],
+                    r##"<line class="halo" x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="#fff" stroke-width="5"/><line class="marker" x1="{x1:.1}" y1="{y:.1}" x2="{x2:.1}" y2="{y:.1}" stroke="{}" stroke-width="2.5" stroke-dasharray="{}"><title>{}: {} {}</title></line>"##,
+                    style.colour,
+                    style.dash,
                     esc(label),
                     esc(name),
                     text::duration(v * 1e-6),
+                    x1 = bx - 12.0,
+                    x2 = bx + bw + 12.0,
                     y = py(v),
                 );
             }
@@ -366,6 +366,7 @@ mod tests {
             ],
             markers: vec![(
                 "icmp".into(),
+                0,
                 vec![Some(10_019.0), Some(10_027.0), None, None],
             )],
         }

@@ -13,8 +13,8 @@ pub enum Swatch {
     Line(Style),
     /// A filled block (a bar segment's colour).
     Block(&'static str),
-    /// A black line with this dash pattern (a marker across bars).
-    Marker(&'static str),
+    /// A line across bars in a layer's style, on a white halo.
+    Marker(Style),
 }
 
 /// A legend's entries, in order.
@@ -73,9 +73,10 @@ impl Legend {
                     r#"<rect x="{lx:.1}" y="{:.1}" width="{SWATCH}" height="10" fill="{c}"/>"#,
                     ly - 5.0
                 ),
-                Swatch::Marker(d) => write!(
+                Swatch::Marker(s) => write!(
                     o,
-                    r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{x2:.1}" y2="{ly:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{d}"/>"##
+                    r##"<line x1="{lx:.1}" y1="{ly:.1}" x2="{x2:.1}" y2="{ly:.1}" stroke="{}" stroke-width="2.5" stroke-dasharray="{}"/>"##,
+                    s.colour, s.dash
                 ),
             };
             let _ = write!(

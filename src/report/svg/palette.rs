@@ -32,9 +32,20 @@ pub struct Style {
     pub secondary: bool,
 }
 
+/// The palette index of a reference line (a configured value the measurements are
+/// held against): grey and dashed, apart from every series' colour.
+pub const REFERENCE: usize = usize::MAX;
+
 impl Style {
     /// The style of series `k` (its palette index), primary or secondary.
     pub fn of(k: usize, secondary: bool) -> Self {
+        if k == REFERENCE {
+            return Self {
+                colour: "#777777",
+                dash: "8 4",
+                secondary: true,
+            };
+        }
         let i = k % COLOURS.len();
         let dash = if secondary {
             SECONDARY[i]
