@@ -17,8 +17,11 @@ fn row(l: &Layer) -> [String; 8] {
     row_in(l, 1.0, super::table::one_decimal)
 }
 
+/// How a table writes a value.
+type Cell = fn(Option<f64>) -> String;
+
 /// [`row`] with every value divided by `per` (1 000: ms) and written by `f`.
-fn row_in(l: &Layer, per: f64, f: fn(Option<f64>) -> String) -> [String; 8] {
+fn row_in(l: &Layer, per: f64, f: Cell) -> [String; 8] {
     let f = |v: Option<f64>| f(v.map(|x| x / per));
     let p = |v: Option<f64>, q: f64| super::table::percentile_cell(v, q, l.samples, f);
     [
@@ -97,7 +100,7 @@ pub fn html(run_json: &str, r: &CompareResult, table: &str, cdf: &str) -> String
         .iter()
         .filter_map(|l| l.percentiles_us.p99.or(l.percentiles_us.p50))
         .fold(0.0, f64::max);
-    let (unit, per, f): (&str, f64, fn(Option<f64>) -> String) = if widest >= 1000.0 {
+    let (unit, per, f): (&str, f64, Cell) = if widest >= 1000.0 {
         ("ms", 1000.0, |v| {
             v.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
         })
