@@ -103,7 +103,7 @@ fn point(
                 min_us: us(h.min_ns()),
                 mean_us: h.mean_ns().map(|v| v / 1e3),
                 p50_us: us(h.quantile_ns(0.5)),
-                p90_us: us(h.quantile_ns(0.9)),
+                p90_us: us(h.resolved_quantile_ns(0.9)),
                 lost,
                 file,
                 error,

@@ -255,7 +255,7 @@ impl Experiment for SynRtoExperiment {
                     failed,
                     min_ms: ms(h.min_ns()),
                     p50_ms: ms(h.quantile_ns(0.5)),
-                    p90_ms: ms(h.quantile_ns(0.9)),
+                    p90_ms: ms(h.resolved_quantile_ns(0.9)),
                     max_ms: ms(h.max_ns()),
                     syn_retransmits: retrans,
                     predicted_ms,
