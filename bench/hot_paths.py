@@ -68,6 +68,8 @@ def main():
     ap.add_argument("new")
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--capture", help="a large capture (bench/big_capture.sh) read by both engines too")
+    ap.add_argument("--only", action="append", choices=["passive", "rr", "ping", "agent"],
+                    help="run only these paths (repeatable; default: all)")
     a = ap.parse_args()
     bins = {"old": a.old, "new": a.new}
     tmp = tempfile.mkdtemp(prefix="rttlab-hot-")
@@ -78,7 +80,8 @@ def main():
     captures = [("crr-gw", cap, 20)]
     if a.capture:
         captures.append((os.path.basename(a.capture), a.capture, 3))
-    for name, path, reads in captures:
+    want = lambda path: not a.only or path in a.only  # noqa: E731
+    for name, path, reads in captures if want("passive") else []:
         for method in ["ts", "seq"]:
             outs = {}
 
@@ -98,7 +101,8 @@ def main():
                              stderr=subprocess.DEVNULL) for b in bins]
     time.sleep(1)
     try:
-        for name, extra in [("TCP_RR", []), ("TCP_RR --anatomy", ["--anatomy"]), ("UDP_RR", ["-t", "UDP_RR"])]:
+        for name, extra in [("TCP_RR", []), ("TCP_RR --anatomy", ["--anatomy"]), ("UDP_RR", ["-t", "UDP_RR"])] \
+                if want("rr") else []:
             def rr(b):
                 o = subprocess.run([bins[b], "rr", "-H", "127.0.0.1", "-p", str(ports[b]), "-l", "3", "-T", "0,0",
                                     "--json"] + extra, capture_output=True, text=True, timeout=60)
@@ -116,7 +120,8 @@ def main():
             d = json.loads(o.stdout)
             return d["received"] / d["elapsed_s"]
 
-        rows.append(line("ping 127.0.0.1 -i 0 -c 20000 (one CPU)", "replies/s", alternate(a.pairs, ping), 0))
+        if want("ping"):
+            rows.append(line("ping 127.0.0.1 -i 0 -c 20000 (one CPU)", "replies/s", alternate(a.pairs, ping), 0))
         peers = {}
         for b in bins:
             peers[b] = os.path.join(tmp, f"peers-{b}.json")
@@ -149,7 +154,9 @@ def main():
             return (c1 - c0) / (s1 - s0) * 1e6
 
         agent_row = "agent, 200 peers × tcp_rr,udp_rr every 100 ms"
-        if subprocess.run([a.old, "agent", "--help"], capture_output=True).returncode == 0:
+        if not want("agent"):
+            pass
+        elif subprocess.run([a.old, "agent", "--help"], capture_output=True).returncode == 0:
             rows.append(line(agent_row, "µs CPU a probe", alternate(a.pairs, agent)))
             rows.append(line("agent, 200 peers × icmp every 100 ms", "µs CPU a probe",
                              alternate(a.pairs, lambda b: agent(b, "icmp"))))

@@ -193,24 +193,27 @@ impl ProbeErrors {
         let now = Instant::now();
         l.since = Some(now);
         l.errors = 1;
+        self.failing.store(true, Ordering::Relaxed);
         l.said = l
             .last_said
-            .is_none_or(|t| now.duration_since(t) >= FAILING_SAID_EVERY);
-        self.failing.store(true, Ordering::Relaxed);
+            .is_none_or(|t| now.duration_since(t) >= FAILING_SAID_EVERY)
+            && LOG.say(now, || {
+                format!(
+                    "rttlab agent: {}: failing: {} (rttlab_probe_errors_total{{reason=\"{}\"}}; said again when it answers)",
+                    self.who,
+                    detail(),
+                    reason.name()
+                )
+            });
         if l.said {
             l.last_said = Some(now);
-            eprintln!(
-                "rttlab agent: {}: failing: {} (rttlab_probe_errors_total{{reason=\"{}\"}}; said again when it answers)",
-                self.who,
-                detail(),
-                reason.name()
-            );
         }
     }
 
-    /// One probe was answered.
+    /// One probe was answered. A plain load first: an answer after an answer, every
+    /// probe of a healthy peer, pays no atomic write.
     pub fn answered(&self) {
-        if !self.failing.swap(false, Ordering::Relaxed) {
+        if !self.failing.load(Ordering::Relaxed) || !self.failing.swap(false, Ordering::Relaxed) {
             return;
         }
         let mut l = self
@@ -218,13 +221,65 @@ impl ProbeErrors {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let (Some(since), true) = (l.since.take(), l.said) {
+            LOG.say(Instant::now(), || {
+                format!(
+                    "rttlab agent: {}: answering again after {} error(s) over {:.1} s",
+                    self.who,
+                    l.errors,
+                    since.elapsed().as_secs_f64()
+                )
+            });
+        }
+    }
+}
+
+/// The probes' lines the agent says in one window at most: a rack going dark fails a
+/// thousand probes at once, and its log should say so in a screenful, not a thousand
+/// lines (the counters have every error).
+const LINES_A_WINDOW: u32 = 20;
+const LOG_WINDOW: Duration = Duration::from_secs(10);
+
+/// The probes' log, shared by every probe of the agent: at most [`LINES_A_WINDOW`]
+/// lines in each [`LOG_WINDOW`], the rest counted and the count said with the next.
+static LOG: ProbeLog = ProbeLog(Mutex::new(LogWindow {
+    start: None,
+    said: 0,
+    held: 0,
+}));
+
+struct ProbeLog(Mutex<LogWindow>);
+
+struct LogWindow {
+    start: Option<Instant>,
+    said: u32,
+    held: u64,
+}
+
+impl ProbeLog {
+    /// Say `line` unless the window's lines are spent; whether it was said.
+    fn say(&self, now: Instant, line: impl FnOnce() -> String) -> bool {
+        let mut w = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if w.start.is_none_or(|s| now.duration_since(s) >= LOG_WINDOW) {
+            w.start = Some(now);
+            w.said = 0;
+        }
+        if w.said >= LINES_A_WINDOW {
+            w.held += 1;
+            return false;
+        }
+        w.said += 1;
+        let held = std::mem::take(&mut w.held);
+        if held > 0 {
             eprintln!(
-                "rttlab agent: {}: answering again after {} error(s) over {:.1} s",
-                self.who,
-                l.errors,
-                since.elapsed().as_secs_f64()
+                "rttlab agent: {held} more line(s) about probes failing or answering again were not said (at most {LINES_A_WINDOW} every {} s; rttlab_probe_errors_total counts every error)",
+                LOG_WINDOW.as_secs()
             );
         }
+        eprintln!("{}", line());
+        true
     }
 }
 
@@ -393,4 +448,27 @@ pub fn tcp_layers(series: &Series, info: &TcpInfo, retrans: &mut u32) {
 /// Whether `ip` is one of this host's addresses (a peer that is this host is skipped).
 pub fn is_local(ip: IpAddr) -> bool {
     std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: arithmetic on a window of 20 lines: 25 asked at once, 20 said; the
+    /// next window says again and owes the 5 held.
+    #[test]
+    fn the_probes_log_says_a_screenful_a_window() {
+        let log = ProbeLog(Mutex::new(LogWindow {
+            start: None,
+            said: 0,
+            held: 0,
+        }));
+        let t0 = Instant::now();
+        let said = (0..25).filter(|_| log.say(t0, String::new)).count();
+        assert_eq!(said, LINES_A_WINDOW as usize);
+        assert_eq!(log.0.lock().unwrap().held, 5);
+        assert!(!log.say(t0 + LOG_WINDOW / 2, String::new));
+        assert!(log.say(t0 + LOG_WINDOW, String::new));
+        assert_eq!(log.0.lock().unwrap().held, 0);
+    }
 }
