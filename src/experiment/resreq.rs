@@ -242,7 +242,10 @@ fn point(
             (None, 0, 0)
         }
     };
-    let q = |x: f64| h.and_then(|h| h.resolved_quantile_ns(x)).map(|v| v as f64 / 1e3);
+    let q = |x: f64| {
+        h.and_then(|h| h.resolved_quantile_ns(x))
+            .map(|v| v as f64 / 1e3)
+    };
     Point {
         wait_ms,
         streams,
