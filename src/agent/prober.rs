@@ -199,7 +199,7 @@ impl ProbeErrors {
             .is_none_or(|t| now.duration_since(t) >= FAILING_SAID_EVERY)
             && LOG.say(now, || {
                 format!(
-                    "rttlab agent: {}: failing: {} (rttlab_probe_errors_total{{reason=\"{}\"}}; said again when it answers)",
+                    "rttlab agent: {}: failing: {} (counted in rttlab_probe_errors_total{{reason=\"{}\"}}; another line follows when it answers again)",
                     self.who,
                     detail(),
                     reason.name()

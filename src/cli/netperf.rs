@@ -99,7 +99,7 @@ pub fn unknown_option(arg: &str, next: Option<&str>) -> Option<String> {
     };
     let side = |s: Option<String>| s.unwrap_or_else(|| format!("netperf has no -{c} there"));
     Some(format!(
-        "{shown}: rr has no -{c}; netperf's letters are read as netperf's in a line with --. Before --: {}. After --: {}",
+        "{shown}: rr has no -{c}; netperf's letters are read as netperf's in a line with -- (rttlab rr [GLOBAL] -- {shown}). Before --: {}. After --: {}",
         side(global),
         side(test)
     ))

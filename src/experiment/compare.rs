@@ -618,7 +618,7 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
     // An anatomy with no stamped transaction (the kernel gave no stamps) explains
     // nothing: the layers' medians still do.
     if let Some(a) = r.anatomy.as_ref().filter(|a| a.stamped > 0) {
-        out.extend(explain_anatomy(a, seq, icmp));
+        out.extend(explain_anatomy(a, seq, icmp, r.settings.server.is_none()));
     } else if let (Some(i), Some(t)) = (icmp, tcp) {
         let wire = seq.unwrap_or(i);
         out.push(format!(
@@ -700,7 +700,12 @@ pub fn explain(r: &CompareResult) -> Vec<String> {
 /// The explanations tcp_rr's anatomy gives: what its median transaction is made of
 /// and which part of it each other layer sees, where its tail grows, and what made the
 /// slowest transactions slow.
-fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> Vec<String> {
+fn explain_anatomy(
+    a: &CompareAnatomy,
+    seq: Option<f64>,
+    icmp: Option<f64>,
+    lab: bool,
+) -> Vec<String> {
     let mut out = Vec::new();
     let at = |p: f64| {
         a.at_percentiles
@@ -711,7 +716,7 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
         let v = &c.parts_us;
         let server = v.server_recv + v.server_app;
         let mut s = format!(
-            "anatomy: tcp_rr's median transaction ({:.0} µs, the mean of the {} in its band) is {:.0} µs of client send path, {:.0} µs of network, {:.0} µs of server wake-up, {:.0} µs of server application and send and {:.0} µs of client wake-up (each transaction's kernel stamps on both ends, adding up exactly).",
+            "anatomy: tcp_rr's median transaction ({:.0} µs, the mean of the {} in its band) is {:.0} µs of client send path, {:.0} µs of network, {:.0} µs of server wake-up, {:.0} µs of server application and send and {:.0} µs of client wake-up (each transaction's kernel stamps on both ends, adding up exactly before each is rounded to the µs).",
             v.rtt, c.transactions, v.client_send, v.network, v.server_recv, v.server_app, v.client_recv
         );
         if let Some(w) = seq {
@@ -738,8 +743,15 @@ fn explain_anatomy(a: &CompareAnatomy, seq: Option<f64>, icmp: Option<f64>) -> V
             .max_by(|x, y| x.1.total_cmp(&y.1));
         let growth = t.parts_us.rtt - m.parts_us.rtt;
         if let Some((name, d)) = grown.filter(|_| growth > 0.0) {
+            // In the built-in lab the network is the emulator's delay line: a late
+            // frame there is this machine's load, not a path's.
+            let lab_network = if lab && name == "network" {
+                " (in the built-in lab the network is rttlab's own emulator between veths: its lateness is this machine's load, see --emulator)"
+            } else {
+                ""
+            };
             out.push(format!(
-                "tail: from P50 to P99 tcp_rr grows by {growth:.0} µs ({:.0} → {:.0} µs); {:.0} % of the growth is in {name} (+{d:.0} µs), the part that grew most.",
+                "tail: from P50 to P99 tcp_rr grows by {growth:.0} µs ({:.0} → {:.0} µs); {:.0} % of the growth is in {name} (+{d:.0} µs), the part that grew most{lab_network}.",
                 m.parts_us.rtt,
                 t.parts_us.rtt,
                 100.0 * d / growth
