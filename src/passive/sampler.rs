@@ -189,42 +189,34 @@ impl Acc {
     }
 }
 
-/// The bucket holding percentile `q` of bucket counts: its bounds in ms, the last
-/// bucket's upper one `None` (it has none).
-pub fn bucket_holding(buckets: &[u64], q: f64) -> Option<(f64, Option<f64>)> {
+/// Where percentile `q` of bucket counts falls: the bucket's bounds in ms (the last
+/// bucket's upper one `None`), how far into the bucket its rank goes, and the
+/// bucket's count.
+fn locate(buckets: &[u64], q: f64) -> Option<(f64, Option<f64>, f64, u64)> {
     let n: u64 = buckets.iter().sum();
     let rank = q * n as f64;
     let mut below = 0u64;
     for (i, &c) in buckets.iter().enumerate() {
         if c > 0 && (below + c) as f64 >= rank {
             let lo = if i == 0 { 0 } else { BOUNDS_MS[i - 1] } as f64;
-            return Some((lo, BOUNDS_MS.get(i).map(|&b| b as f64)));
+            let hi = BOUNDS_MS.get(i).map(|&b| b as f64);
+            return Some((lo, hi, rank - below as f64, c));
         }
         below += c;
     }
     None
 }
 
-/// Percentile `q` of bucket counts, interpolated linearly inside its bucket, in ms.
+/// The bucket holding percentile `q` of bucket counts: its bounds in ms, the last
+/// bucket's upper one `None` (it has none).
+pub fn bucket_holding(buckets: &[u64], q: f64) -> Option<(f64, Option<f64>)> {
+    locate(buckets, q).map(|(lo, hi, ..)| (lo, hi))
+}
+
+/// Percentile `q` of bucket counts, interpolated linearly inside its bucket, in ms;
+/// the overflow bucket, which has no upper bound, reports its lower one.
 pub fn bucket_percentile(buckets: &[u64], q: f64) -> Option<f64> {
-    let n: u64 = buckets.iter().sum();
-    if n == 0 {
-        return None;
-    }
-    let rank = q * n as f64;
-    let mut below = 0u64;
-    for (i, &c) in buckets.iter().enumerate() {
-        if c > 0 && (below + c) as f64 >= rank {
-            let lo = if i == 0 { 0 } else { BOUNDS_MS[i - 1] } as f64;
-            // The overflow bucket has no upper bound: report its lower one.
-            let Some(&hi) = BOUNDS_MS.get(i) else {
-                return Some(lo);
-            };
-            return Some(lo + (hi as f64 - lo) * (rank - below as f64) / c as f64);
-        }
-        below += c;
-    }
-    None
+    locate(buckets, q).map(|(lo, hi, into, c)| hi.map_or(lo, |hi| lo + (hi - lo) * into / c as f64))
 }
 
 /// Which bucket an RTT falls in.

@@ -202,9 +202,10 @@ pub fn cdf_chart(r: &CompareResult) -> String {
             .collect(),
         {
             let (lo, hi) = span(&main, 0.99);
-            match configured(r, (0.0, 0.0), (0.0, 0.0)) {
-                Some(_) => (lo.min(rtt), hi.max(rtt)),
-                None => (lo, hi),
+            if r.settings.server.is_none() {
+                (lo.min(rtt), hi.max(rtt))
+            } else {
+                (lo, hi)
             }
         },
     )];
