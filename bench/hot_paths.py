@@ -2,7 +2,8 @@
 """Two rttlab builds side by side on the hot paths, alternated, medians: the passive
 file engine (TS and seq/ACK), rr's transaction loop (TCP_RR, with and without
 --anatomy, and UDP_RR, -T 0,0 on loopback), ping's probe loop (-i 0 on one CPU), and
-the agent's CPU per probe (TCP and UDP, and ICMP).
+the agent's CPU per probe (TCP and UDP, and ICMP), and the lab's emulator (TCP_RR
+from host a to host b of each build's own lab, every frame through the emulator).
 
     bench/hot_paths.py OLD_BINARY NEW_BINARY [--pairs 7] [--capture BIG.pcap]
 
@@ -62,13 +63,32 @@ def same_summary(old, new):
     return True
 
 
+def lab_rr(rttlab, name):
+    """TCP_RR transactions/s from host a to host b of a fresh lab of this build."""
+    lab = lambda *args: subprocess.run([rttlab, "lab", *args, "--name", name],  # noqa: E731
+                                       capture_output=True, text=True, timeout=60)
+    lab("down")
+    lab("up")
+    srv = subprocess.Popen([rttlab, "lab", "exec", "--name", name, "b", "--", rttlab, "serve", "-q"],
+                           stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        o = subprocess.run([rttlab, "lab", "exec", "--name", name, "a", "--", rttlab, "rr", "-H", "b",
+                            "-l", "3", "--json"], capture_output=True, text=True, timeout=60)
+        return json.loads(o.stdout)["transactions"] / 3
+    finally:
+        srv.kill()
+        srv.wait()
+        lab("down")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--pairs", type=int, default=7)
     ap.add_argument("--capture", help="a large capture (bench/big_capture.sh) read by both engines too")
-    ap.add_argument("--only", action="append", choices=["passive", "rr", "ping", "agent"],
+    ap.add_argument("--only", action="append", choices=["passive", "rr", "ping", "agent", "lab"],
                     help="run only these paths (repeatable; default: all)")
     a = ap.parse_args()
     bins = {"old": a.old, "new": a.new}
@@ -165,6 +185,9 @@ def main():
     finally:
         for srv in srvs:
             srv.kill()
+    if want("lab"):
+        rows.append(line("lab rr a→b -l 3 (sleep mode, no impairment)", "transactions/s",
+                         alternate(a.pairs, lambda b: lab_rr(bins[b], f"hot{b}")), 0))
     print("| path | old median (range) | new median (range) | unit | new/old |")
     print("|---|---:|---:|---|---:|")
     print("\n".join(rows))

@@ -356,6 +356,212 @@ fn raise_priority(poll: bool) -> &'static str {
     }
 }
 
+/// The emulator between frames: the settings in force, and per direction its link
+/// model and the frames it holds until their release.
+struct Router {
+    settings: Settings,
+    models: [LinkModel; 2],
+    /// The settings' generation [`Router::settings`] is from.
+    generation: u64,
+    /// Whether a direction has a port-specific blackout (recomputed with the settings).
+    port_blackout: [bool; 2],
+    held: [BinaryHeap<Reverse<Held>>; 2],
+    /// Frame buffers released, for the next frames held.
+    free: Vec<Vec<u8>>,
+    /// Frames held so far: the tie-break between frames released at the same time.
+    seq: u64,
+    /// When the kernel's ring drops were last read, ns.
+    last_stats: u64,
+}
+
+impl Router {
+    fn new(shared: &Shared, seed: u64) -> Self {
+        let settings = shared.settings();
+        let models = [
+            LinkModel::new(settings.impairments[0], seed),
+            LinkModel::new(settings.impairments[1], seed ^ 0x9e37_79b9_7f4a_7c15),
+        ];
+        Self {
+            settings,
+            models,
+            generation: 0,
+            port_blackout: [false; 2],
+            held: Default::default(),
+            free: Vec::new(),
+            seq: 0,
+            last_stats: 0,
+        }
+    }
+
+    /// Take the settings `lab set` changed since the last look, and log the events it
+    /// queued with them.
+    fn reload_settings(&mut self, shared: &Shared, log: &mut EventLog) {
+        let g = shared.generation.load(Ordering::Acquire);
+        if g == self.generation {
+            return;
+        }
+        self.generation = g;
+        let events = {
+            let mut l = shared.lock();
+            self.settings = l.clone();
+            std::mem::take(&mut l.pending_events)
+        };
+        let now = realtime_ns();
+        for e in events {
+            log.line(now, format_args!("{e}"));
+        }
+        for d in Dir::BOTH {
+            let i = d.index();
+            self.models[i].set(self.settings.impairments[i]);
+            self.port_blackout[i] = self.settings.blackouts[i].iter().any(|b| b.port.is_some());
+        }
+    }
+
+    /// Take up to 256 frames from direction `d`'s ring through its link model: held
+    /// for their release, or dropped and counted. Whether any frame came.
+    fn admit(&mut self, d: Dir, shared: &Shared, ports: &mut Ports, log: &mut EventLog) -> bool {
+        let i = d.index();
+        let c = &shared.counters[i];
+        let mut worked = false;
+        for _ in 0..256 {
+            let got = ports.rx[i].next(|f| {
+                bump(&c.rx_frames, 1);
+                bump(&c.rx_bytes, f.data.len() as u64);
+                if f.truncated || self.held[i].len() >= MAX_HELD_FRAMES {
+                    bump(&c.drop_overflow, 1);
+                    return;
+                }
+                // Ports (fragments have none: the first is not dropped either,
+                // which loses the datagram all the same) are decoded only when a
+                // port blackout needs them, or below for a drop's log line.
+                let ports = || {
+                    crate::wire::decode(crate::wire::LinkType::Ethernet, f.data)
+                        .ok()
+                        .and_then(|ip| ip.ports())
+                };
+                let ports_of = self.port_blackout[i].then(ports).flatten();
+                let len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
+                let blackouts = &self.settings.blackouts[i];
+                match self.models[i].admit(f.ts_ns, len as u32, ports_of, blackouts) {
+                    Verdict::Forward { release_ns } => {
+                        let mut buf = self.free.pop().unwrap_or_default();
+                        f.copy_to(&mut buf);
+                        self.seq += 1;
+                        self.held[i].push(Reverse(Held {
+                            release_ns,
+                            seq: self.seq,
+                            frame: buf,
+                        }));
+                    }
+                    Verdict::Drop(why) => {
+                        if why == DropReason::Blackout {
+                            c.last_blackout_drop_ns.store(f.ts_ns, Ordering::Relaxed);
+                        }
+                        bump(
+                            match why {
+                                DropReason::Blackout => &c.drop_blackout,
+                                DropReason::Loss => &c.drop_loss,
+                                DropReason::Queue => &c.drop_queue,
+                            },
+                            1,
+                        );
+                        log.drop_event(f.ts_ns, d, why, len, ports_of.or_else(ports));
+                    }
+                }
+            });
+            if got.is_none() {
+                break;
+            }
+            worked = true;
+        }
+        worked
+    }
+
+    /// Send direction `d`'s frames due by `now`. Whether any was due.
+    fn release_due(&mut self, now: u64, d: Dir, shared: &Shared, ports: &mut Ports) -> bool {
+        let i = d.index();
+        let c = &shared.counters[i];
+        let mut worked = false;
+        while self.held[i].peek().is_some_and(|h| h.0.release_ns <= now) {
+            let Some(Reverse(h)) = self.held[i].pop() else {
+                break;
+            };
+            match ports.tx[i].send(&h.frame) {
+                Ok(()) => {
+                    bump(&c.tx_frames, 1);
+                    bump(&c.tx_bytes, h.frame.len() as u64);
+                }
+                Err(_) => bump(&c.tx_errors, 1),
+            }
+            self.free.push(h.frame);
+            worked = true;
+        }
+        let (backlog, _) = self.models[i].backlog(now);
+        if backlog > c.max_backlog_bytes.load(Ordering::Relaxed) {
+            c.max_backlog_bytes.store(backlog, Ordering::Relaxed);
+        }
+        worked
+    }
+
+    /// Once a second: the kernel's ring drops into the counters, past blackouts gone.
+    fn housekeeping(&mut self, now: u64, shared: &Shared, ports: &Ports) {
+        if now.saturating_sub(self.last_stats) <= 1_000_000_000 {
+            return;
+        }
+        self.last_stats = now;
+        for d in Dir::BOTH {
+            let lost = ports.rx[d.index()].kernel_drops();
+            bump(&shared.counters[d.index()].ring_drops, lost);
+        }
+        self.settings
+            .blackouts
+            .iter_mut()
+            .for_each(|b| b.retain(|w| w.end_ns > now));
+    }
+
+    /// When the next held frame is due, ns.
+    fn next_release(&self) -> Option<u64> {
+        self.held
+            .iter()
+            .filter_map(|h| h.peek().map(|x| x.0.release_ns))
+            .min()
+    }
+}
+
+/// Sleep until a frame arrives on either port, `wake_fd` is written (new settings,
+/// stop), or `wait_ns` passes.
+///
+/// # Errors
+/// `ppoll` failed, or a port went away: the emulator ends with this reason.
+fn wait_for_work(ports: &Ports, wake_fd: std::os::fd::RawFd, wait_ns: u64) -> Result<(), String> {
+    let mut fds = [ports.rx[0].fd(), ports.rx[1].fd(), wake_fd].map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    let ts = libc::timespec {
+        tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: valid pollfd array and timespec.
+    let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 3, &ts, std::ptr::null()) };
+    if rc < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+        return Err(format!("ppoll failed: {}", std::io::Error::last_os_error()));
+    }
+    if fds[..2]
+        .iter()
+        .any(|f| f.revents & (libc::POLLERR | libc::POLLNVAL) != 0)
+    {
+        return Err("an interface of the router went away (lab torn down?)".into());
+    }
+    if fds[2].revents & libc::POLLIN != 0 {
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes from our eventfd.
+        unsafe { libc::read(wake_fd, (&mut v as *mut u64).cast(), 8) };
+    }
+    Ok(())
+}
+
 /// Run the emulator until [`Shared::stop`]; errors end it and are recorded in
 /// `shared.failure`.
 pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, seed: u64) {
@@ -363,18 +569,7 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
     let sched = raise_priority(poll);
     shared.running.store(true, Ordering::Release);
-    let mut s = shared.settings();
-    let mut models = [
-        LinkModel::new(s.impairments[0], seed),
-        LinkModel::new(s.impairments[1], seed ^ 0x9e37_79b9_7f4a_7c15),
-    ];
-    let mut generation = 0;
-    // Whether a direction has a port-specific blackout (recomputed with the settings).
-    let mut port_blackout = [false; 2];
-    let mut held: [BinaryHeap<Reverse<Held>>; 2] = Default::default();
-    let mut free: Vec<Vec<u8>> = Vec::new();
-    let mut seq = 0u64;
-    let mut last_stats = 0u64;
+    let mut router = Router::new(shared, seed);
     let wake_fd = std::os::fd::AsRawFd::as_raw_fd(&shared.wake);
     log.line(
         realtime_ns(),
@@ -384,111 +579,16 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
         if shared.stop.load(Ordering::Acquire) {
             break None;
         }
-        let g = shared.generation.load(Ordering::Acquire);
-        if g != generation {
-            generation = g;
-            let events = {
-                let mut l = shared.lock();
-                s = l.clone();
-                std::mem::take(&mut l.pending_events)
-            };
-            let now = realtime_ns();
-            for e in events {
-                log.line(now, format_args!("{e}"));
-            }
-            for d in Dir::BOTH {
-                models[d.index()].set(s.impairments[d.index()]);
-                port_blackout[d.index()] = s.blackouts[d.index()].iter().any(|b| b.port.is_some());
-            }
-        }
+        router.reload_settings(shared, &mut log);
         let mut worked = false;
         for d in Dir::BOTH {
-            let i = d.index();
-            let c = &shared.counters[i];
-            for _ in 0..256 {
-                let got = ports.rx[i].next(|f| {
-                    bump(&c.rx_frames, 1);
-                    bump(&c.rx_bytes, f.data.len() as u64);
-                    if f.truncated || held[i].len() >= MAX_HELD_FRAMES {
-                        bump(&c.drop_overflow, 1);
-                        return;
-                    }
-                    // Ports (fragments have none: the first is not dropped either,
-                    // which loses the datagram all the same) are decoded only when a
-                    // port blackout needs them, or below for a drop's log line.
-                    let ports = || {
-                        crate::wire::decode(crate::wire::LinkType::Ethernet, f.data)
-                            .ok()
-                            .and_then(|ip| ip.ports())
-                    };
-                    let ports_of = port_blackout[i].then(ports).flatten();
-                    let len = f.data.len() + if f.vlan.is_some() { 4 } else { 0 };
-                    match models[i].admit(f.ts_ns, len as u32, ports_of, &s.blackouts[i]) {
-                        Verdict::Forward { release_ns } => {
-                            let mut buf = free.pop().unwrap_or_default();
-                            f.copy_to(&mut buf);
-                            seq += 1;
-                            held[i].push(Reverse(Held {
-                                release_ns,
-                                seq,
-                                frame: buf,
-                            }));
-                        }
-                        Verdict::Drop(why) => {
-                            if why == DropReason::Blackout {
-                                c.last_blackout_drop_ns.store(f.ts_ns, Ordering::Relaxed);
-                            }
-                            bump(
-                                match why {
-                                    DropReason::Blackout => &c.drop_blackout,
-                                    DropReason::Loss => &c.drop_loss,
-                                    DropReason::Queue => &c.drop_queue,
-                                },
-                                1,
-                            );
-                            log.drop_event(f.ts_ns, d, why, len, ports_of.or_else(ports));
-                        }
-                    }
-                });
-                if got.is_none() {
-                    break;
-                }
-                worked = true;
-            }
+            worked |= router.admit(d, shared, ports, &mut log);
         }
         let now = realtime_ns();
         for d in Dir::BOTH {
-            let i = d.index();
-            let c = &shared.counters[i];
-            while held[i].peek().is_some_and(|h| h.0.release_ns <= now) {
-                let Some(Reverse(h)) = held[i].pop() else {
-                    break;
-                };
-                match ports.tx[i].send(&h.frame) {
-                    Ok(()) => {
-                        bump(&c.tx_frames, 1);
-                        bump(&c.tx_bytes, h.frame.len() as u64);
-                    }
-                    Err(_) => bump(&c.tx_errors, 1),
-                }
-                free.push(h.frame);
-                worked = true;
-            }
-            let (backlog, _) = models[i].backlog(now);
-            if backlog > c.max_backlog_bytes.load(Ordering::Relaxed) {
-                c.max_backlog_bytes.store(backlog, Ordering::Relaxed);
-            }
+            worked |= router.release_due(now, d, shared, ports);
         }
-        if now.saturating_sub(last_stats) > 1_000_000_000 {
-            last_stats = now;
-            for d in Dir::BOTH {
-                let lost = ports.rx[d.index()].kernel_drops();
-                bump(&shared.counters[d.index()].ring_drops, lost);
-            }
-            s.blackouts
-                .iter_mut()
-                .for_each(|b| b.retain(|w| w.end_ns > now));
-        }
+        router.housekeeping(now, shared, ports);
         log.flush_every(now, 100_000_000);
         if worked {
             continue;
@@ -501,49 +601,13 @@ pub fn run(shared: &Shared, ports: &mut Ports, mut log: EventLog, poll: bool, se
             unsafe { libc::sched_yield() };
             continue;
         }
-        let next = held
-            .iter()
-            .filter_map(|h| h.peek().map(|x| x.0.release_ns))
-            .min();
         // Sleep until the next release, or at most 100 ms (then look at the clock-driven
         // housekeeping again).
-        let wait_ns = next.map_or(100_000_000, |t| t.saturating_sub(now).min(100_000_000));
-        let mut fds = [
-            libc::pollfd {
-                fd: ports.rx[0].fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: ports.rx[1].fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ts = libc::timespec {
-            tv_sec: (wait_ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (wait_ns % 1_000_000_000) as libc::c_long,
-        };
-        // SAFETY: valid pollfd array and timespec.
-        let rc = unsafe { libc::ppoll(fds.as_mut_ptr(), 3, &ts, std::ptr::null()) };
-        if rc < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break Some(format!("ppoll failed: {}", std::io::Error::last_os_error()));
-        }
-        if fds[..2]
-            .iter()
-            .any(|f| f.revents & (libc::POLLERR | libc::POLLNVAL) != 0)
-        {
-            break Some("an interface of the router went away (lab torn down?)".into());
-        }
-        if fds[2].revents & libc::POLLIN != 0 {
-            let mut v = 0u64;
-            // SAFETY: reading 8 bytes from our eventfd.
-            unsafe { libc::read(wake_fd, (&mut v as *mut u64).cast(), 8) };
+        let wait_ns = router
+            .next_release()
+            .map_or(100_000_000, |t| t.saturating_sub(now).min(100_000_000));
+        if let Err(e) = wait_for_work(ports, wake_fd, wait_ns) {
+            break Some(e);
         }
     };
     let now = realtime_ns();

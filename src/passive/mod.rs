@@ -340,15 +340,7 @@ impl Analyzer {
             return;
         }
         self.counters.tcp += 1;
-        if now >= self.next_expire_ns {
-            let c = &mut self.counters;
-            self.flows.expire(now, |f| {
-                let end = FlowEnd::of(&f);
-                c.retire(&end);
-                sink.flow_done(&end);
-            });
-            self.next_expire_ns = now + EXPIRE_EVERY_NS;
-        }
+        self.expire_idle(now, sink);
         let flags = t.flags();
         let payload = seg.transport_len.saturating_sub(t.header_len());
         let seglen = payload + u32::from(flags & tcp::SYN != 0) + u32::from(flags & tcp::FIN != 0);
@@ -388,7 +380,7 @@ impl Analyzer {
             }
             flow.halves[d].syn_seq = Some(t.seq());
         }
-        let (here, there) = (d, 1 - d);
+        let here = d;
         flow.halves[here].packets += 1;
         flow.halves[here].bytes += u64::from(seg.ip_len);
         let place = if self.local.contains(&src.addr) {
@@ -396,99 +388,19 @@ impl Analyzer {
         } else {
             Place::Network
         };
-        let mut emit = |flow: &mut Flow, method: Method, rtt: u64, pping: Option<PpingSample>| {
-            let m = &mut flow.min_ns[method as usize][here];
-            *m = (*m).min(rtt);
-            let s = Sample {
-                ts_ns: now,
-                rtt_ns: rtt,
-                min_ns: *m,
-                method,
-                host: src,
-                peer: dst,
-                place,
-                pping,
-            };
-            sink.sample(&s);
+        let from = SampleSource {
+            now,
+            here,
+            host: src,
+            peer: dst,
+            place,
         };
         if self.cfg.ts {
-            match t.timestamps() {
-                None => self.counters.no_timestamps += 1,
-                // pping's test: TSval 0 is "no timestamp", and only a SYN may carry
-                // TSecr 0 (RFC 7323 §3.2).
-                Some((val, ecr)) if val == 0 || (ecr == 0 && flags != tcp::SYN) => {
-                    self.counters.unusable_timestamps += 1;
-                }
-                Some((val, ecr)) => {
-                    let detail = self.cfg.pping;
-                    let origin_s = if detail == PpingDetail::Off {
-                        0
-                    } else {
-                        *self.origin_s.get_or_insert(now / 1_000_000_000)
-                    };
-                    flow.halves[here].ts.seen = true;
-                    let any = self.cfg.ts_record == ts::Record::Any;
-                    if any && !flow.halves[there].ts.seen {
-                        self.counters.one_way += 1;
-                    } else {
-                        // pping counts a frame's bytes once both directions were seen
-                        // (only its own formats show them).
-                        let half = &mut flow.halves[here].pping;
-                        if detail != PpingDetail::Off {
-                            half.sent += frame.len() as u64;
-                        }
-                        let sent = half.sent;
-                        let echoed = flow.halves[there].ts.echo(ecr, now, self.cfg.max_age_ns);
-                        if let Some((rtt, at)) = echoed {
-                            self.counters.samples_ts += 1;
-                            let pping = (detail != PpingDetail::Off)
-                                .then(|| pping_sample(flow, here, now, rtt, origin_s, at));
-                            emit(flow, Method::Ts, rtt, pping);
-                        }
-                        if any || seglen > 0 {
-                            let bytes = detail == PpingDetail::TimesAndBytes;
-                            let at = bytes.then(|| ts::PpingBytesAt {
-                                sent,
-                                departed: flow.halves[here].pping.departed,
-                            });
-                            flow.halves[here]
-                                .ts
-                                .record(val, now, at, self.cfg.rate_limit_ns);
-                        }
-                    }
-                }
-            }
+            let origin = &mut self.origin_s;
+            let c = &mut self.counters;
+            ts_sample(&self.cfg, c, origin, flow, &from, &t, frame.len(), seglen, sink);
         }
-        if self.cfg.seq {
-            if flags & tcp::ACK != 0 {
-                let sacks = t.options().find_map(|o| match o {
-                    wire::TcpOption::Sack(b) => Some(b),
-                    _ => None,
-                });
-                if let Some(rtt) = flow.halves[there].seq.ack(
-                    t.ack(),
-                    sacks.into_iter().flatten(),
-                    self.cfg.seq_rules,
-                    now,
-                ) {
-                    if rtt <= self.cfg.max_age_ns {
-                        self.counters.samples_seq += 1;
-                        emit(flow, Method::Seq, rtt, None);
-                    }
-                }
-            }
-            if seglen > 0 {
-                flow.halves[here]
-                    .seq
-                    .segment(t.seq(), seglen, now, self.cfg.rate_limit_ns);
-            }
-        } else if flags & tcp::ACK != 0 {
-            // The flow's end is judged by acknowledged FINs even with seq off.
-            let a = &mut flow.halves[there].seq.acked;
-            if a.is_none_or(|x| seq::before(x, t.ack())) {
-                *a = Some(t.ack());
-            }
-        }
+        seq_sample(&self.cfg, &mut self.counters, flow, &from, &t, seglen, sink);
         if flags & tcp::FIN != 0 {
             flow.halves[here].fin_end = Some(t.seq().wrapping_add(seglen));
         }
@@ -502,6 +414,20 @@ impl Analyzer {
                 sink.flow_done(&end);
             }
         }
+    }
+
+    /// Once a second of capture time: flows idle too long go to the sink.
+    fn expire_idle(&mut self, now: u64, sink: &mut impl Sink) {
+        if now < self.next_expire_ns {
+            return;
+        }
+        let c = &mut self.counters;
+        self.flows.expire(now, |f| {
+            let end = FlowEnd::of(&f);
+            c.retire(&end);
+            sink.flow_done(&end);
+        });
+        self.next_expire_ns = now + EXPIRE_EVERY_NS;
     }
 
     /// The input ended: every flow still held goes to the sink.
@@ -534,6 +460,148 @@ impl Analyzer {
     /// Flows held now.
     pub fn active_flows(&self) -> usize {
         self.flows.len()
+    }
+}
+
+/// Where a packet's samples come from: its capture time, its direction in its flow,
+/// the host that sent it and the one it went to.
+struct SampleSource {
+    now: u64,
+    here: usize,
+    host: Endpoint,
+    peer: Endpoint,
+    place: Place,
+}
+
+impl SampleSource {
+    /// Hand the sink a sample of `method` taken at this packet, the flow's minimum
+    /// for that method and direction brought down to it first.
+    fn emit(
+        &self,
+        flow: &mut Flow,
+        method: Method,
+        rtt: u64,
+        pping: Option<PpingSample>,
+        sink: &mut impl Sink,
+    ) {
+        let m = &mut flow.min_ns[method as usize][self.here];
+        *m = (*m).min(rtt);
+        sink.sample(&Sample {
+            ts_ns: self.now,
+            rtt_ns: rtt,
+            min_ns: *m,
+            method,
+            host: self.host,
+            peer: self.peer,
+            place: self.place,
+            pping,
+        });
+    }
+}
+
+/// The TS engine's part of a packet: time the TSecr it echoes against the other
+/// direction's recorded TSval, then record its own TSval (pping's rules).
+#[allow(clippy::too_many_arguments)]
+fn ts_sample(
+    cfg: &Config,
+    counters: &mut Counters,
+    origin_s: &mut Option<u64>,
+    flow: &mut Flow,
+    from: &SampleSource,
+    t: &tcp::Tcp<'_>,
+    frame_len: usize,
+    seglen: u32,
+    sink: &mut impl Sink,
+) {
+    let (here, there, now) = (from.here, 1 - from.here, from.now);
+    let flags = t.flags();
+    let (val, ecr) = match t.timestamps() {
+        None => {
+            counters.no_timestamps += 1;
+            return;
+        }
+        // pping's test: TSval 0 is "no timestamp", and only a SYN may carry TSecr 0
+        // (RFC 7323 §3.2).
+        Some((val, ecr)) if val == 0 || (ecr == 0 && flags != tcp::SYN) => {
+            counters.unusable_timestamps += 1;
+            return;
+        }
+        Some(stamps) => stamps,
+    };
+    let detail = cfg.pping;
+    let origin_s = if detail == PpingDetail::Off {
+        0
+    } else {
+        *origin_s.get_or_insert(now / 1_000_000_000)
+    };
+    flow.halves[here].ts.seen = true;
+    let any = cfg.ts_record == ts::Record::Any;
+    if any && !flow.halves[there].ts.seen {
+        counters.one_way += 1;
+        return;
+    }
+    // pping counts a frame's bytes once both directions were seen (only its own
+    // formats show them).
+    let half = &mut flow.halves[here].pping;
+    if detail != PpingDetail::Off {
+        half.sent += frame_len as u64;
+    }
+    let sent = half.sent;
+    if let Some((rtt, at)) = flow.halves[there].ts.echo(ecr, now, cfg.max_age_ns) {
+        counters.samples_ts += 1;
+        let pping = (detail != PpingDetail::Off)
+            .then(|| pping_sample(flow, here, now, rtt, origin_s, at));
+        from.emit(flow, Method::Ts, rtt, pping, sink);
+    }
+    if any || seglen > 0 {
+        let bytes = detail == PpingDetail::TimesAndBytes;
+        let at = bytes.then(|| ts::PpingBytesAt {
+            sent,
+            departed: flow.halves[here].pping.departed,
+        });
+        flow.halves[here].ts.record(val, now, at, cfg.rate_limit_ns);
+    }
+}
+
+/// The seq/ACK engine's part of a packet: time the data its ACK (or SACK)
+/// covers, then record its own data. With seq off, only the acknowledged sequence is
+/// kept: a flow's end is judged by acknowledged FINs.
+fn seq_sample(
+    cfg: &Config,
+    counters: &mut Counters,
+    flow: &mut Flow,
+    from: &SampleSource,
+    t: &tcp::Tcp<'_>,
+    seglen: u32,
+    sink: &mut impl Sink,
+) {
+    let (here, there) = (from.here, 1 - from.here);
+    let acks = t.flags() & tcp::ACK != 0;
+    if !cfg.seq {
+        let a = &mut flow.halves[there].seq.acked;
+        if acks && a.is_none_or(|x| seq::before(x, t.ack())) {
+            *a = Some(t.ack());
+        }
+        return;
+    }
+    if acks {
+        let sacks = t.options().find_map(|o| match o {
+            wire::TcpOption::Sack(b) => Some(b),
+            _ => None,
+        });
+        let sacked = sacks.into_iter().flatten();
+        let timed = flow.halves[there]
+            .seq
+            .ack(t.ack(), sacked, cfg.seq_rules, from.now);
+        if let Some(rtt) = timed.filter(|&rtt| rtt <= cfg.max_age_ns) {
+            counters.samples_seq += 1;
+            from.emit(flow, Method::Seq, rtt, None, sink);
+        }
+    }
+    if seglen > 0 {
+        flow.halves[here]
+            .seq
+            .segment(t.seq(), seglen, from.now, cfg.rate_limit_ns);
     }
 }
 
