@@ -361,22 +361,12 @@ impl Analyzer {
             );
         }
         let c = &mut self.counters;
-        let mut flow = self.flows.touch(key, now, |f| {
-            let end = FlowEnd::of(&f);
-            c.retire(&end);
-            sink.flow_done(&end);
-        });
+        let mut flow = self.flows.touch(key, now, |f| retire(c, sink, &f));
         if flags & (tcp::SYN | tcp::ACK) == tcp::SYN {
             match flow.halves[d].syn_seq {
                 Some(s) if s == t.seq() => {}
                 None if flow.halves[d].packets == 0 => {}
-                _ => {
-                    flow = self.flows.restart(key, now, |f| {
-                        let end = FlowEnd::of(&f);
-                        c.retire(&end);
-                        sink.flow_done(&end);
-                    })
-                }
+                _ => flow = self.flows.restart(key, now, |f| retire(c, sink, &f)),
             }
             flow.halves[d].syn_seq = Some(t.seq());
         }
@@ -398,7 +388,17 @@ impl Analyzer {
         if self.cfg.ts {
             let origin = &mut self.origin_s;
             let c = &mut self.counters;
-            ts_sample(&self.cfg, c, origin, flow, &from, &t, frame.len(), seglen, sink);
+            ts_sample(
+                &self.cfg,
+                c,
+                origin,
+                flow,
+                &from,
+                &t,
+                frame.len(),
+                seglen,
+                sink,
+            );
         }
         seq_sample(&self.cfg, &mut self.counters, flow, &from, &t, seglen, sink);
         if flags & tcp::FIN != 0 {
@@ -409,9 +409,7 @@ impl Analyzer {
         }
         if flow.finished() {
             if let Some(f) = self.flows.close(&key) {
-                let end = FlowEnd::of(&f);
-                self.counters.retire(&end);
-                sink.flow_done(&end);
+                retire(&mut self.counters, sink, &f);
             }
         }
     }
@@ -422,22 +420,14 @@ impl Analyzer {
             return;
         }
         let c = &mut self.counters;
-        self.flows.expire(now, |f| {
-            let end = FlowEnd::of(&f);
-            c.retire(&end);
-            sink.flow_done(&end);
-        });
+        self.flows.expire(now, |f| retire(c, sink, &f));
         self.next_expire_ns = now + EXPIRE_EVERY_NS;
     }
 
     /// The input ended: every flow still held goes to the sink.
     pub fn finish(&mut self, sink: &mut impl Sink) {
         let c = &mut self.counters;
-        self.flows.drain(|f| {
-            let end = FlowEnd::of(&f);
-            c.retire(&end);
-            sink.flow_done(&end);
-        });
+        self.flows.drain(|f| retire(c, sink, &f));
     }
 
     /// Counters so far.
@@ -461,6 +451,13 @@ impl Analyzer {
     pub fn active_flows(&self) -> usize {
         self.flows.len()
     }
+}
+
+/// A flow leaves the table: its engine counts into the run's, its end to the sink.
+fn retire(counters: &mut Counters, sink: &mut impl Sink, f: &Flow) {
+    let end = FlowEnd::of(f);
+    counters.retire(&end);
+    sink.flow_done(&end);
 }
 
 /// Where a packet's samples come from: its capture time, its direction in its flow,
@@ -501,7 +498,10 @@ impl SampleSource {
 
 /// The TS engine's part of a packet: time the TSecr it echoes against the other
 /// direction's recorded TSval, then record its own TSval (pping's rules).
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the engine's parts a packet touches, kept apart so the flow stays borrowed"
+)]
 fn ts_sample(
     cfg: &Config,
     counters: &mut Counters,
@@ -549,8 +549,8 @@ fn ts_sample(
     let sent = half.sent;
     if let Some((rtt, at)) = flow.halves[there].ts.echo(ecr, now, cfg.max_age_ns) {
         counters.samples_ts += 1;
-        let pping = (detail != PpingDetail::Off)
-            .then(|| pping_sample(flow, here, now, rtt, origin_s, at));
+        let pping =
+            (detail != PpingDetail::Off).then(|| pping_sample(flow, here, now, rtt, origin_s, at));
         from.emit(flow, Method::Ts, rtt, pping, sink);
     }
     if any || seglen > 0 {

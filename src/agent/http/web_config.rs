@@ -462,6 +462,230 @@ fn read_pem(path: &Path, what: &'static str) -> Result<Vec<u8>, WebConfigError> 
     Ok(crate::kernel::fs::read(path, what, MAX_PEM_BYTES)?)
 }
 
+/// `t` being read from the web config at `path` (its relative files from `dir`),
+/// every file it reads added to `files` for the agent to watch.
+struct TlsReading<'a> {
+    t: &'a TlsFile,
+    dir: &'a Path,
+    path: &'a Path,
+    files: &'a mut Vec<PathBuf>,
+}
+
+impl TlsReading<'_> {
+    fn invalid(&self, why: String) -> WebConfigError {
+        WebConfigError::Invalid {
+            path: self.path.to_owned(),
+            why,
+        }
+    }
+
+    fn pem(
+        &self,
+        what: &'static str,
+        file: &str,
+        source: rustls::pki_types::pem::Error,
+    ) -> WebConfigError {
+        WebConfigError::Pem {
+            path: self.path.to_owned(),
+            what,
+            file: file.to_owned(),
+            source,
+        }
+    }
+
+    fn tls(&self, source: rustls::Error) -> WebConfigError {
+        WebConfigError::Tls {
+            path: self.path.to_owned(),
+            source,
+        }
+    }
+
+    /// The server's certificate chain and key, each from its file or inline (one of
+    /// the two, as the exporter toolkit).
+    fn cert_and_key(
+        &mut self,
+    ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), WebConfigError> {
+        let t = self.t;
+        let certs: Vec<CertificateDer<'static>> = match (t.cert_file.is_empty(), t.cert.is_empty())
+        {
+            (false, true) => {
+                let f = self.dir.join(&t.cert_file);
+                self.files.push(f.clone());
+                CertificateDer::pem_slice_iter(&read_pem(&f, "certificate file")?)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| self.pem("certificate", &f.display().to_string(), e))?
+            }
+            (true, false) => CertificateDer::pem_slice_iter(t.cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.pem("certificate", "(cert)", e))?,
+            (true, true) => return Err(self.invalid("tls_server_config: missing cert_file".into())),
+            (false, false) => {
+                return Err(self.invalid(
+                    "tls_server_config: cert and cert_file are mutually exclusive".into(),
+                ))
+            }
+        };
+        if certs.is_empty() {
+            return Err(self.invalid("tls_server_config: no certificate in cert_file".into()));
+        }
+        let key: PrivateKeyDer<'static> = match (t.key_file.is_empty(), t.key.is_empty()) {
+            (false, true) => {
+                let f = self.dir.join(&t.key_file);
+                self.files.push(f.clone());
+                PrivateKeyDer::from_pem_slice(&read_pem(&f, "private key file")?)
+                    .map_err(|e| self.pem("private key", &f.display().to_string(), e))?
+            }
+            (true, false) => PrivateKeyDer::from_pem_slice(t.key.as_bytes())
+                .map_err(|e| self.pem("private key", "(key)", e))?,
+            (true, true) => return Err(self.invalid("tls_server_config: missing key_file".into())),
+            (false, false) => {
+                return Err(self
+                    .invalid("tls_server_config: key and key_file are mutually exclusive".into()))
+            }
+        };
+        Ok((certs, key))
+    }
+
+    /// The TLS versions from `min_version` to `max_version` (TLS 1.2 and 1.3 by
+    /// default; rustls speaks no older one).
+    fn protocol_versions(
+        &self,
+    ) -> Result<Vec<&'static rustls::SupportedProtocolVersion>, WebConfigError> {
+        let version = |v: &str, default: &'static rustls::SupportedProtocolVersion| match v {
+            "" => Ok(default),
+            "TLS12" => Ok(&rustls::version::TLS12),
+            "TLS13" => Ok(&rustls::version::TLS13),
+            "TLS10" | "TLS11" => Err(self.invalid(format!(
+                "{v}: TLS before 1.2 is not offered (rustls speaks TLS12 and TLS13)"
+            ))),
+            other => Err(self.invalid(format!("unknown TLS version {other:?} (TLS12 or TLS13)"))),
+        };
+        let min = version(&self.t.min_version, &rustls::version::TLS12)?;
+        let max = version(&self.t.max_version, &rustls::version::TLS13)?;
+        let rank = |v: &rustls::SupportedProtocolVersion| {
+            u8::from(v.version == rustls::ProtocolVersion::TLSv1_3)
+        };
+        if rank(min) > rank(max) {
+            return Err(self.invalid("min_version is above max_version".into()));
+        }
+        Ok([&rustls::version::TLS12, &rustls::version::TLS13]
+            .into_iter()
+            .filter(|v| rank(v) >= rank(min) && rank(v) <= rank(max))
+            .collect())
+    }
+
+    /// ring's provider with only the `cipher_suites` and `curve_preferences` asked for.
+    fn crypto_provider(&self) -> Result<CryptoProvider, WebConfigError> {
+        let t = self.t;
+        let mut provider: CryptoProvider = rustls::crypto::ring::default_provider();
+        if !t.cipher_suites.is_empty() {
+            // Go's names are the IANA names, as rustls prints them; as in Go, the list
+            // governs TLS 1.2 only and TLS 1.3's suites are always offered.
+            for name in &t.cipher_suites {
+                if !provider
+                    .cipher_suites
+                    .iter()
+                    .any(|s| format!("{:?}", s.suite()) == *name)
+                {
+                    return Err(self.invalid(format!(
+                        "cipher_suites: {name:?} is not one rustls offers ({})",
+                        provider
+                            .cipher_suites
+                            .iter()
+                            .filter(|s| s.version() == &rustls::version::TLS12)
+                            .map(|s| format!("{:?}", s.suite()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            }
+            provider.cipher_suites.retain(|s| {
+                s.version() == &rustls::version::TLS13
+                    || t.cipher_suites.contains(&format!("{:?}", s.suite()))
+            });
+        }
+        if !t.curve_preferences.is_empty() {
+            let mut groups = Vec::new();
+            for name in &t.curve_preferences {
+                let want = match name.as_str() {
+                    "X25519" => rustls::NamedGroup::X25519,
+                    "CurveP256" => rustls::NamedGroup::secp256r1,
+                    "CurveP384" => rustls::NamedGroup::secp384r1,
+                    other => {
+                        return Err(self.invalid(format!(
+                            "curve_preferences: {other:?} is not offered (X25519, CurveP256, CurveP384)"
+                        )))
+                    }
+                };
+                if let Some(g) = provider.kx_groups.iter().find(|g| g.name() == want) {
+                    groups.push(*g);
+                }
+            }
+            provider.kx_groups = groups;
+        }
+        Ok(provider)
+    }
+
+    /// The CAs client certificates are verified against: `client_ca_file` first,
+    /// else the inline `client_ca`, as the toolkit.
+    fn client_roots(&mut self) -> Result<Arc<rustls::RootCertStore>, WebConfigError> {
+        let t = self.t;
+        let (text, name) = if !t.client_ca_file.is_empty() {
+            let f = self.dir.join(&t.client_ca_file);
+            self.files.push(f.clone());
+            (read_pem(&f, "client CA file")?, f.display().to_string())
+        } else if !t.client_ca.is_empty() {
+            (t.client_ca.as_bytes().to_vec(), "(client_ca)".to_owned())
+        } else {
+            return Err(self.invalid(format!(
+                "client_auth_type {} needs client_ca_file or client_ca",
+                t.client_auth_type
+            )));
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(&text) {
+            let c = c.map_err(|e| self.pem("client CA", &name, e))?;
+            roots.add(c).map_err(|e| self.tls(e))?;
+        }
+        if roots.is_empty() {
+            return Err(self.invalid(format!("{name}: no CA certificate in it")));
+        }
+        Ok(Arc::new(roots))
+    }
+
+    /// The verifier `client_auth_type` asks for; `None`: no client certificate.
+    fn client_verifier(
+        &mut self,
+        provider: &Arc<CryptoProvider>,
+    ) -> Result<Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>, WebConfigError> {
+        let auth = self.t.client_auth_type.as_str();
+        let verifier = match auth {
+            "" | "NoClientCert" => return Ok(None),
+            "RequireAndVerifyClientCert" => {
+                WebPkiClientVerifier::builder_with_provider(self.client_roots()?, Arc::clone(provider))
+            }
+            "VerifyClientCertIfGiven" => {
+                WebPkiClientVerifier::builder_with_provider(self.client_roots()?, Arc::clone(provider))
+                    .allow_unauthenticated()
+            }
+            "RequestClientCert" | "RequireAnyClientCert" => {
+                return Err(self.invalid(format!(
+                    "client_auth_type {auth}: a client certificate taken without verifying it is not offered; use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file"
+                )))
+            }
+            other => {
+                return Err(self.invalid(format!(
+                    "unknown client_auth_type {other:?} (NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert)"
+                )))
+            }
+        };
+        let built = verifier
+            .build()
+            .map_err(|e| self.invalid(format!("client_ca_file: {e}")))?;
+        Ok(Some(built))
+    }
+}
+
 /// The TLS settings of `t`; the files it reads are added to `files`.
 fn tls_config(
     t: &TlsFile,
@@ -469,200 +693,33 @@ fn tls_config(
     path: &Path,
     files: &mut Vec<PathBuf>,
 ) -> Result<rustls::ServerConfig, WebConfigError> {
-    let invalid = |why: String| WebConfigError::Invalid {
-        path: path.to_owned(),
-        why,
-    };
-    let pem = |what: &'static str, file: &str, source| WebConfigError::Pem {
-        path: path.to_owned(),
-        what,
-        file: file.to_owned(),
-        source,
-    };
-    let tls_err = |source| WebConfigError::Tls {
-        path: path.to_owned(),
-        source,
+    let mut r = TlsReading {
+        t,
+        dir,
+        path,
+        files,
     };
     let has_client_ca = !t.client_ca_file.is_empty() || !t.client_ca.is_empty();
     if has_client_ca && matches!(t.client_auth_type.as_str(), "" | "NoClientCert") {
-        return Err(invalid(
-            "client CA's have been configured without a client_auth_type".into(),
-        ));
+        return Err(r.invalid("client CA's have been configured without a client_auth_type".into()));
     }
-    let certs: Vec<CertificateDer<'static>> = match (t.cert_file.is_empty(), t.cert.is_empty()) {
-        (false, true) => {
-            let f = dir.join(&t.cert_file);
-            files.push(f.clone());
-            CertificateDer::pem_slice_iter(&read_pem(&f, "certificate file")?)
-                .collect::<Result<_, _>>()
-                .map_err(|e| pem("certificate", &f.display().to_string(), e))?
-        }
-        (true, false) => CertificateDer::pem_slice_iter(t.cert.as_bytes())
-            .collect::<Result<_, _>>()
-            .map_err(|e| pem("certificate", "(cert)", e))?,
-        (true, true) => return Err(invalid("tls_server_config: missing cert_file".into())),
-        (false, false) => {
-            return Err(invalid(
-                "tls_server_config: cert and cert_file are mutually exclusive".into(),
-            ))
-        }
-    };
-    if certs.is_empty() {
-        return Err(invalid(
-            "tls_server_config: no certificate in cert_file".into(),
-        ));
-    }
-    let key: PrivateKeyDer<'static> = match (t.key_file.is_empty(), t.key.is_empty()) {
-        (false, true) => {
-            let f = dir.join(&t.key_file);
-            files.push(f.clone());
-            PrivateKeyDer::from_pem_slice(&read_pem(&f, "private key file")?)
-                .map_err(|e| pem("private key", &f.display().to_string(), e))?
-        }
-        (true, false) => PrivateKeyDer::from_pem_slice(t.key.as_bytes())
-            .map_err(|e| pem("private key", "(key)", e))?,
-        (true, true) => return Err(invalid("tls_server_config: missing key_file".into())),
-        (false, false) => {
-            return Err(invalid(
-                "tls_server_config: key and key_file are mutually exclusive".into(),
-            ))
-        }
-    };
-    let version = |v: &str, default: &'static rustls::SupportedProtocolVersion| match v {
-        "" => Ok(default),
-        "TLS12" => Ok(&rustls::version::TLS12),
-        "TLS13" => Ok(&rustls::version::TLS13),
-        "TLS10" | "TLS11" => Err(invalid(format!(
-            "{v}: TLS before 1.2 is not offered (rustls speaks TLS12 and TLS13)"
-        ))),
-        other => Err(invalid(format!(
-            "unknown TLS version {other:?} (TLS12 or TLS13)"
-        ))),
-    };
-    let min = version(&t.min_version, &rustls::version::TLS12)?;
-    let max = version(&t.max_version, &rustls::version::TLS13)?;
-    let rank = |v: &rustls::SupportedProtocolVersion| {
-        u8::from(v.version == rustls::ProtocolVersion::TLSv1_3)
-    };
-    if rank(min) > rank(max) {
-        return Err(invalid("min_version is above max_version".into()));
-    }
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> =
-        [&rustls::version::TLS12, &rustls::version::TLS13]
-            .into_iter()
-            .filter(|v| rank(v) >= rank(min) && rank(v) <= rank(max))
-            .collect();
-
-    let mut provider: CryptoProvider = rustls::crypto::ring::default_provider();
-    if !t.cipher_suites.is_empty() {
-        // Go's names are the IANA names, as rustls prints them; as in Go, the list
-        // governs TLS 1.2 only and TLS 1.3's suites are always offered.
-        for name in &t.cipher_suites {
-            if !provider
-                .cipher_suites
-                .iter()
-                .any(|s| format!("{:?}", s.suite()) == *name)
-            {
-                return Err(invalid(format!(
-                    "cipher_suites: {name:?} is not one rustls offers ({})",
-                    provider
-                        .cipher_suites
-                        .iter()
-                        .filter(|s| s.version() == &rustls::version::TLS12)
-                        .map(|s| format!("{:?}", s.suite()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
-        provider.cipher_suites.retain(|s| {
-            s.version() == &rustls::version::TLS13
-                || t.cipher_suites.contains(&format!("{:?}", s.suite()))
-        });
-    }
-    if !t.curve_preferences.is_empty() {
-        let mut groups = Vec::new();
-        for name in &t.curve_preferences {
-            let want = match name.as_str() {
-                "X25519" => rustls::NamedGroup::X25519,
-                "CurveP256" => rustls::NamedGroup::secp256r1,
-                "CurveP384" => rustls::NamedGroup::secp384r1,
-                other => {
-                    return Err(invalid(format!(
-                        "curve_preferences: {other:?} is not offered (X25519, CurveP256, CurveP384)"
-                    )))
-                }
-            };
-            if let Some(g) = provider.kx_groups.iter().find(|g| g.name() == want) {
-                groups.push(*g);
-            }
-        }
-        provider.kx_groups = groups;
-    }
-    let provider = Arc::new(provider);
+    let (certs, key) = r.cert_and_key()?;
+    let versions = r.protocol_versions()?;
+    let provider = Arc::new(r.crypto_provider()?);
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(&versions)
-        .map_err(tls_err)?;
+        .map_err(|e| r.tls(e))?;
     if !t.client_allowed_sans.is_empty() {
-        return Err(invalid(
+        return Err(r.invalid(
             "client_allowed_sans is not supported: restrict clients by client_ca_file".into(),
         ));
     }
-    // As the toolkit: client_ca_file first, else the inline client_ca.
-    let mut client_roots = || -> Result<Arc<rustls::RootCertStore>, WebConfigError> {
-        let (text, name) = if !t.client_ca_file.is_empty() {
-            let f = dir.join(&t.client_ca_file);
-            files.push(f.clone());
-            (read_pem(&f, "client CA file")?, f.display().to_string())
-        } else if !t.client_ca.is_empty() {
-            (t.client_ca.as_bytes().to_vec(), "(client_ca)".to_owned())
-        } else {
-            return Err(invalid(format!(
-                "client_auth_type {} needs client_ca_file or client_ca",
-                t.client_auth_type
-            )));
-        };
-        let mut roots = rustls::RootCertStore::empty();
-        for c in CertificateDer::pem_slice_iter(&text) {
-            let c = c.map_err(|e| pem("client CA", &name, e))?;
-            roots.add(c).map_err(tls_err)?;
-        }
-        if roots.is_empty() {
-            return Err(invalid(format!("{name}: no CA certificate in it")));
-        }
-        Ok(Arc::new(roots))
-    };
-    let verifier = match t.client_auth_type.as_str() {
-        "" | "NoClientCert" => None,
-        "RequireAndVerifyClientCert" => Some(
-            WebPkiClientVerifier::builder_with_provider(client_roots()?, Arc::clone(&provider))
-                .build()
-                .map_err(|e| invalid(format!("client_ca_file: {e}")))?,
-        ),
-        "VerifyClientCertIfGiven" => Some(
-            WebPkiClientVerifier::builder_with_provider(client_roots()?, Arc::clone(&provider))
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| invalid(format!("client_ca_file: {e}")))?,
-        ),
-        "RequestClientCert" | "RequireAnyClientCert" => {
-            return Err(invalid(format!(
-                "client_auth_type {}: a client certificate taken without verifying it is not offered; use VerifyClientCertIfGiven or RequireAndVerifyClientCert with client_ca_file",
-                t.client_auth_type
-            )))
-        }
-        other => {
-            return Err(invalid(format!(
-                "unknown client_auth_type {other:?} (NoClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert)"
-            )))
-        }
-    };
-    let mut config = match verifier {
+    let mut config = match r.client_verifier(&provider)? {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     }
     .with_single_cert(certs, key)
-    .map_err(tls_err)?;
+    .map_err(|e| r.tls(e))?;
     config.ignore_client_order = t.prefer_server_cipher_suites.unwrap_or(true);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)

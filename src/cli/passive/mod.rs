@@ -1,10 +1,12 @@
 //! `rttlab passive`.
 
+mod bpf;
 mod out;
 
 use super::progress::on_interrupt;
 use super::values;
 use anyhow::bail;
+use bpf::BpfRun;
 use clap::{ArgAction, Args, ValueEnum};
 use out::{write_failed, FmtIo, Out, SharedOut};
 use rttlab::capture::expression::Expression;
@@ -307,7 +309,9 @@ fn choose_engine(a: &PassiveArgs) -> anyhow::Result<Engine> {
     }
 }
 
-pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
+/// `--duration`, `--aggregate`, `--summary-interval` and `--max-flows` that cannot
+/// work, refused before anything opens.
+fn check(a: &PassiveArgs) -> anyhow::Result<()> {
     if a.seconds.is_some() && a.read.is_some() {
         bail!(
             "--duration is for a live capture (-i); a file (-r) is read to its end, or -c packets"
@@ -322,27 +326,28 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if a.max_flows == 0 {
         bail!("--max-flows must be 1 or more");
     }
-    let expression = Expression::from_words(&a.expression)?;
-    let engine = choose_engine(&a)?;
-    if engine == Engine::Bpf {
-        // A BPF hash map's buckets are a power of two the kernel allocates up front
-        // (htab_map_alloc): past this it refuses the map (E2BIG) or the memory.
-        const MAX_ENTRIES: usize = 1 << 24;
-        for (flag, n) in [
-            ("--max-flows", a.max_flows),
-            ("--max-pending", a.max_pending as usize),
-        ] {
-            if n > MAX_ENTRIES {
-                bail!("{flag} {n}: the in-kernel engine holds at most {MAX_ENTRIES} (or use --engine ring)");
-            }
+    Ok(())
+}
+
+/// The in-kernel engine's maps sized within what the kernel allocates.
+fn check_map_sizes(a: &PassiveArgs) -> anyhow::Result<()> {
+    // A BPF hash map's buckets are a power of two the kernel allocates up front
+    // (htab_map_alloc): past this it refuses the map (E2BIG) or the memory.
+    const MAX_ENTRIES: usize = 1 << 24;
+    for (flag, n) in [
+        ("--max-flows", a.max_flows),
+        ("--max-pending", a.max_pending as usize),
+    ] {
+        if n > MAX_ENTRIES {
+            bail!("{flag} {n}: the in-kernel engine holds at most {MAX_ENTRIES} (or use --engine ring)");
         }
     }
-    let methods: Vec<Method> = match a.method {
-        MethodArg::Ts => vec![Method::Ts],
-        MethodArg::Seq => vec![Method::Seq],
-        MethodArg::Both => vec![Method::Ts, Method::Seq],
-    };
-    let cfg = Config {
+    Ok(())
+}
+
+/// The engines' configuration `a` asks for.
+fn config(a: &PassiveArgs, methods: &[Method]) -> Config {
+    Config {
         ts: methods.contains(&Method::Ts),
         seq: methods.contains(&Method::Seq),
         ts_record: match a.ts_rule {
@@ -369,7 +374,11 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
             (false, true) => PpingDetail::TimesAndBytes,
             (false, false) => PpingDetail::Times,
         },
-    };
+    }
+}
+
+/// Where the run's lines, summaries and intervals go: one buffered stdout.
+fn outputs(a: &PassiveArgs, methods: usize) -> (Out<SharedOut>, SharedOut) {
     let format = if a.json {
         LineFormat::Json
     } else if a.machine {
@@ -381,10 +390,10 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
         1 << 16,
         std::io::stdout().lock(),
     ))));
-    let mut out = Out {
+    let out = Out {
         // --aggregate reports histograms instead of samples.
         lines: (!a.quiet && a.aggregate.is_none())
-            .then(|| LineWriter::new(shared.clone(), format, methods.len() == 2)),
+            .then(|| LineWriter::new(shared.clone(), format, methods == 2)),
         summary: (a.summary || a.histogram).then(Summary::default),
         intervals: a.summary_interval.map(|d| {
             (
@@ -398,13 +407,30 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
         aggregate_out: a.aggregate.map(|_| (shared.clone(), a.json)),
         error: None,
     };
+    (out, shared)
+}
+
+pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
+    check(&a)?;
+    let expression = Expression::from_words(&a.expression)?;
+    let engine = choose_engine(&a)?;
+    if engine == Engine::Bpf {
+        check_map_sizes(&a)?;
+    }
+    let methods: Vec<Method> = match a.method {
+        MethodArg::Ts => vec![Method::Ts],
+        MethodArg::Seq => vec![Method::Seq],
+        MethodArg::Both => vec![Method::Ts, Method::Seq],
+    };
+    let cfg = config(&a, &methods);
+    let (mut out, shared) = outputs(&a, methods.len());
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     on_interrupt(move || s2.store(true, Ordering::Release));
 
     let (bpf_ended, why_not_bpf) = match engine {
         Engine::Ring(why) => (None, why),
-        Engine::Bpf => match run_bpf(&a, cfg.clone(), &mut out, &stop, stage)? {
+        Engine::Bpf => match bpf::run_bpf(&a, cfg.clone(), &mut out, &stop, stage)? {
             BpfRun::Ended(ended) => (Some(*ended), None),
             BpfRun::Unstarted(e) => (None, Some(live::fall_back(a.engine, e)?)),
         },
@@ -422,6 +448,18 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
             stage,
         )?,
     };
+    report(&a, &methods, out, ended)
+}
+
+/// What follows the samples: the last intervals, the summary or histograms, the
+/// sampled metric's periods, then the counters and notes on stderr, and the run's
+/// failure if it had one.
+fn report(
+    a: &PassiveArgs,
+    methods: &[Method],
+    mut out: Out<SharedOut>,
+    ended: Ended,
+) -> anyhow::Result<()> {
     let Ended {
         counters,
         notes,
@@ -448,23 +486,7 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let mut o = std::io::stdout().lock();
     if let Some(summary) = out.summary.take() {
         if a.histogram {
-            for m in &methods {
-                for place in [Place::Network, Place::LocalHost] {
-                    if let Some(h) = summary.histogram(*m, place) {
-                        if a.json {
-                            writeln!(o, "{}", render::histogram_json(*m, place, h))?;
-                        } else {
-                            writeln!(
-                                o,
-                                "Histogram, {} samples, {}:\n{}",
-                                m.name(),
-                                render::place_name(place),
-                                LogLinear::from_histogram(h).render()
-                            )?;
-                        }
-                    }
-                }
-            }
+            histograms(&mut o, a.json, methods, &summary)?;
         }
         if a.summary {
             let (rows, totals) = summary.finish();
@@ -495,12 +517,39 @@ pub fn run(a: PassiveArgs, stage: &super::Stage) -> anyhow::Result<()> {
         }
     }
     o.flush()?;
-    eprintln!("{}", render::counters(&counters, &methods));
+    eprintln!("{}", render::counters(&counters, methods));
     for n in &notes.lines {
         eprintln!("{n}");
     }
     if let Some(f) = failure {
         return Err(f);
+    }
+    Ok(())
+}
+
+/// `--histogram`: each method's and place's samples as a log-linear histogram.
+fn histograms(
+    o: &mut impl Write,
+    json: bool,
+    methods: &[Method],
+    summary: &Summary,
+) -> std::io::Result<()> {
+    for m in methods {
+        for place in [Place::Network, Place::LocalHost] {
+            if let Some(h) = summary.histogram(*m, place) {
+                if json {
+                    writeln!(o, "{}", render::histogram_json(*m, place, h))?;
+                } else {
+                    writeln!(
+                        o,
+                        "Histogram, {} samples, {}:\n{}",
+                        m.name(),
+                        render::place_name(place),
+                        LogLinear::from_histogram(h).render()
+                    )?;
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -676,225 +725,4 @@ fn run_ring(
         notes,
         failure,
     })
-}
-
-/// How an in-kernel run went: to its end, or not started because the engine could not
-/// load or attach (for [`live::fall_back`] to judge).
-enum BpfRun {
-    Ended(Box<Ended>),
-    Unstarted(rttlab::kernel::passive_bpf::PassiveBpfError),
-}
-
-/// The in-kernel engine: attached to the interface, or run on a file's frames.
-fn run_bpf(
-    a: &PassiveArgs,
-    mut cfg: Config,
-    out: &mut Out<SharedOut>,
-    stop: &AtomicBool,
-    stage: &super::Stage,
-) -> anyhow::Result<BpfRun> {
-    use rttlab::kernel::passive_bpf::{Aggregation, AttachMode, Framing};
-    use rttlab::passive::in_kernel::{Engine as Kernel, Options};
-    let live = a.interface.as_deref();
-    let facts = match live {
-        Some(name) => Some(capture::live::interface_facts(name, a.netns.as_deref())?),
-        None => None,
-    };
-    if cfg.local.is_empty() {
-        cfg.local = facts
-            .as_ref()
-            .map(|f| f.addresses.clone())
-            .unwrap_or_default();
-    }
-    let (v4, v6) = a.aggregate_prefix;
-    let bounds = aggregate::bounds(&[]);
-    let options = Options {
-        // Samples come up only when something here reads them.
-        events: out.lines.is_some() || out.summary.is_some() || out.intervals.is_some(),
-        flow_events: a.summary,
-        aggregate: a.aggregate.map(|_| Aggregation {
-            prefix_v4: v4,
-            prefix_v6: v6,
-            bounds_ns: bounds.clone(),
-            watched_only: false,
-        }),
-        max_pending: a.max_pending,
-        ..Options::default()
-    };
-    let framing = match &facts {
-        Some(f) if f.link != rttlab::wire::LinkType::Ethernet => Framing::Ip,
-        _ => Framing::Ethernet,
-    };
-    // A file that cannot be read is a set-up error (2), found before anything loads.
-    let file = match live {
-        Some(_) => None,
-        None => Some(capture::open(
-            &Source::File(a.read.as_deref().unwrap_or("-").into()),
-            capture::Options::default(),
-        )?),
-    };
-    let mut k = match Kernel::load(&cfg, &options, framing) {
-        Ok(k) => k,
-        Err(e) => return Ok(BpfRun::Unstarted(e)),
-    };
-    let mut notes = Notes::default();
-    let where_ = if let (Some(name), Some(f)) = (live, &facts) {
-        let mode = match a.attach {
-            AttachArg::Auto => None,
-            AttachArg::Tcx => Some(AttachMode::Tcx),
-            AttachArg::Clsact => Some(AttachMode::Clsact),
-        };
-        let journal = rttlab::kernel::tuning::Journal::for_run("passive");
-        let mode = match k.attach(
-            name,
-            a.netns.as_deref(),
-            mode,
-            f.loopback,
-            Box::new(journal),
-        ) {
-            Ok(mode) => mode,
-            Err(e) => return Ok(BpfRun::Unstarted(e)),
-        };
-        say_now(&format!(
-            "listening on {}, in-kernel engine ({})",
-            listening_place(name, a.netns.as_deref()),
-            mode.name()
-        ));
-        format!("{} on {name}", mode.name())
-    } else {
-        "replaying the file".to_owned()
-    };
-    stage.measuring();
-    let agg_len = a.aggregate.map(rttlab::stats::units::ns);
-    let mut failure = None;
-    if let Some(mut cap) = file {
-        let mut seen = 0u64;
-        let mut agg_start: Option<u64> = None;
-        let mut replay_err = None;
-        loop {
-            let batch = cap.read(Duration::from_millis(100), 4096, &mut |ts, link, frame| {
-                if a.count.is_some_and(|c| seen >= c) || replay_err.is_some() {
-                    return;
-                }
-                // Capture-time intervals, as the ring engine cuts them.
-                if let Some(len) = agg_len {
-                    let start = *agg_start.get_or_insert(ts - ts % len);
-                    if ts >= start + len {
-                        if let Err(e) =
-                            write_interval(out, &mut k, &bounds, (start, start + len), true)
-                        {
-                            replay_err = Some(e);
-                        }
-                        agg_start = Some(ts - ts % len);
-                    }
-                }
-                seen += 1;
-                if let Err(e) = k.replay(link, frame, ts) {
-                    replay_err = Some(e);
-                }
-                if seen % 2048 == 0 {
-                    k.drain(out);
-                }
-            });
-            k.drain(out);
-            if let Some(e) = out.error.take() {
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    drop(k);
-                    return write_failed(e);
-                }
-                bail!("writing samples: {e}");
-            }
-            if let Some(e) = replay_err.take() {
-                failure = Some(e.into());
-                break;
-            }
-            match batch {
-                Ok(Batch::More(_)) if a.count.is_none_or(|c| seen < c) => {}
-                Ok(_) => break,
-                Err(e) => {
-                    failure = Some(usage_or(e));
-                    break;
-                }
-            }
-        }
-        if let Err(e) = k.finish(out) {
-            failure.get_or_insert(e.into());
-        }
-        if let (Some(start), Some(len)) = (agg_start, agg_len) {
-            write_interval(out, &mut k, &bounds, (start, start + len), false)?;
-        }
-    } else {
-        let t0 = Instant::now();
-        let mut schedule = live::Schedule::new(
-            t0,
-            rttlab::kernel::realtime_ns(),
-            a.idle_timeout,
-            a.max_age,
-            a.aggregate,
-        );
-        while !stop.load(Ordering::Acquire) && a.seconds.is_none_or(|s| t0.elapsed() < s) {
-            k.wait(Duration::from_millis(100));
-            k.drain(out);
-            let now_ns = rttlab::kernel::realtime_ns();
-            out.tick(now_ns);
-            out.flush_lines();
-            let due = schedule.poll(Instant::now(), now_ns);
-            if let Some(what) = due.sweep {
-                if let Err(e) = k.sweep(what) {
-                    failure = Some(e.into());
-                    break;
-                }
-            }
-            if let Some(interval) = due.interval {
-                write_interval(out, &mut k, &bounds, interval, true)?;
-            }
-            if let Some(e) = out.error.take() {
-                if e.kind() == std::io::ErrorKind::BrokenPipe {
-                    // Quietly, as the ring does, but detached first: a clsact filter
-                    // would outlive the process.
-                    drop(k);
-                    return write_failed(e);
-                }
-                bail!("writing samples: {e}");
-            }
-        }
-        if let Err(e) = k.finish(out) {
-            failure.get_or_insert(e.into());
-        }
-        if let Some(last) = schedule.last_interval(rttlab::kernel::realtime_ns()) {
-            write_interval(out, &mut k, &bounds, last, false)?;
-        }
-    }
-    let (counters, kernel) = k.counters()?;
-    notes.lines.push(render::kernel_counters(&kernel, &where_));
-    Ok(BpfRun::Ended(Box::new(Ended {
-        counters,
-        notes,
-        failure,
-    })))
-}
-
-/// The kernel's histograms since `start_ns`, written as one `--aggregate` interval
-/// (an empty one only when `keep_empty`: the last, partial interval is written only
-/// if something came).
-fn write_interval(
-    out: &mut Out<SharedOut>,
-    k: &mut rttlab::passive::in_kernel::Engine,
-    bounds: &[u64],
-    (start_ns, end_ns): (u64, u64),
-    keep_empty: bool,
-) -> Result<(), rttlab::kernel::passive_bpf::PassiveBpfError> {
-    let rows = k.take_aggregates(bounds.len())?;
-    if keep_empty || !rows.is_empty() {
-        out.aggregated(
-            Some(aggregate::Interval {
-                start_ns,
-                end_ns,
-                rows,
-            }),
-            bounds,
-            "bpf",
-        );
-    }
-    Ok(())
 }
