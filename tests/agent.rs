@@ -236,17 +236,36 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
         "{text}"
     );
     // The log: the refusing peer's failing said once a layer, with the kernel's
-    // refusal, and its recovery once.
+    // refusal, and its recovery once. A layer's answer reaches the metrics before its
+    // recovery line reaches the log: the log is read until both lines came (bounded),
+    // then the agent stopped and the rest read.
     let mut agent = agent;
-    let _ = agent.0.kill();
+    let stderr = agent.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let recovered = |log: &str| {
+        ["tcp_rr", "udp_rr"]
+            .iter()
+            .all(|l| log.contains(&format!("peer {dead} {l}: answering again after")))
+    };
     let mut log = String::new();
-    agent
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
+    let t0 = Instant::now();
+    while !recovered(&log) && t0.elapsed() < Duration::from_secs(15) {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(100)) {
+            log.push_str(&line);
+            log.push('\n');
+        }
+    }
+    let _ = agent.0.kill();
+    reader.join().unwrap();
+    log.extend(rx.try_iter().map(|l| l + "\n"));
     drop(late);
     for layer in ["tcp_rr", "udp_rr"] {
         let failing: Vec<&str> = log
