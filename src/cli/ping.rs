@@ -330,6 +330,80 @@ fn run_ping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     let target = super::rr::resolve(host, 0, a.ipv4, a.ipv6)?
         .ip()
         .to_canonical();
+    let s = ping_settings(&a, target)?;
+    let ctl = Arc::new(PingControl::default());
+    let c = Arc::clone(&ctl);
+    on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
+    // iputils' lines only in the human format: --json and --csv stay pure.
+    let lines = matches!(format, OutputFormat::Human { .. });
+    let flood_marks = lines && a.flood && !a.quiet;
+    let per_reply = lines && !a.quiet && !a.flood;
+    // iputils names a target given by name as `name (address)` unless -n.
+    let named = !a.numeric && !is_numeric(host);
+    let names = ReplyNames::new(named);
+    let mut stdout = std::io::stdout();
+    // The per-reply lines are the progress; without them, a progress line on a TTY.
+    let progress = (!per_reply && !flood_marks).then(|| {
+        let expected = s.duration.or(s.deadline).or_else(|| {
+            s.count
+                .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
+        });
+        let c = Arc::clone(&ctl);
+        ProgressLine::start(
+            move || c.received.load(Ordering::Relaxed),
+            "replies",
+            expected,
+        )
+    });
+    let mut printer = EventLines {
+        a: &a,
+        host,
+        s: &s,
+        names,
+        last_route: Vec::new(),
+        lines,
+        flood_marks,
+        per_reply,
+    };
+    let result = ping::run_each(&s, &ctl, &mut |ev| {
+        if let Some(text) = printer.text(ev) {
+            let _ = stdout.write_all(text.as_bytes());
+            let _ = stdout.flush();
+        }
+    });
+    drop(progress);
+    let result = result?;
+    stage.measuring();
+    if lines {
+        // iputils' lines alone unless rttlab's own block is asked for; then it goes
+        // first and iputils' statistics last: scripts read ping's last line
+        // (`tail -1 | awk -F/`) and grep its "received" line.
+        if a.summary || a.out.asks_for_tables() {
+            writeln!(stdout)?;
+            output::print(&result, &format)?;
+        }
+        let ipg_ewma = s.interval.is_zero() || a.flood || a.adaptive;
+        write!(
+            stdout,
+            "{}",
+            ping_report::iputils_summary(host, &result, ipg_ewma)
+        )?;
+    } else {
+        output::print(&result, &format)?;
+    }
+    if let Some(e) = &result.error {
+        bail!("{e}");
+    }
+    // iputils: with -w and -c, fewer than -c replies is a failure too.
+    let enough = match (a.deadline, a.count) {
+        (Some(_), Some(c)) => result.received >= c,
+        _ => result.received > 0,
+    };
+    Ok(enough)
+}
+
+/// What `a` asks of one target's probe loop, with iputils' defaults and rules.
+fn ping_settings(a: &PingArgs, target: std::net::IpAddr) -> anyhow::Result<PingSettings> {
     let mut s = PingSettings::new(target);
     s.count = match (a.count, a.duration, a.deadline) {
         (Some(c), _, _) => Some(c),
@@ -405,104 +479,7 @@ fn run_ping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
     });
     s.percentiles = a.out.percentiles()?;
     s.hdr_log = a.out.hdr_log.clone();
-    let ctl = Arc::new(PingControl::default());
-    let c = Arc::clone(&ctl);
-    on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
-    // iputils' lines only in the human format: --json and --csv stay pure.
-    let lines = matches!(format, OutputFormat::Human { .. });
-    let flood_marks = lines && a.flood && !a.quiet;
-    let per_reply = lines && !a.quiet && !a.flood;
-    // iputils names a target given by name as `name (address)` unless -n.
-    let named = !a.numeric && !is_numeric(host);
-    let mut names = ReplyNames::new(named);
-    let mut stdout = std::io::stdout();
-    // The per-reply lines are the progress; without them, a progress line on a TTY.
-    let progress = (!per_reply && !flood_marks).then(|| {
-        let expected = s.duration.or(s.deadline).or_else(|| {
-            s.count
-                .map(|n| s.interval * n.min(u64::from(u32::MAX)) as u32)
-        });
-        let c = Arc::clone(&ctl);
-        ProgressLine::start(
-            move || c.received.load(Ordering::Relaxed),
-            "replies",
-            expected,
-        )
-    });
-    let style = ping_report::ReplyStyle {
-        timestamp: a.timestamps,
-        ident: a.verbose,
-        audible: a.audible,
-    };
-    let mut last_route = Vec::new();
-    let result = ping::run_each(&s, &ctl, &mut |ev| {
-        let text = match ev {
-            PingEvent::Ready if lines => top_lines(&a, host, &s, &mut names),
-            PingEvent::Sending { .. } if flood_marks => ".".to_string(),
-            PingEvent::Sending {
-                unanswered: Some(seq),
-                ..
-            } if per_reply && a.outstanding => {
-                ping_report::iputils_no_answer(*seq, a.timestamps.then(rttlab::kernel::realtime_ns))
-            }
-            PingEvent::Reply(_) if flood_marks => "\u{8} \u{8}".to_string(),
-            PingEvent::Error {
-                from,
-                icmp_seq,
-                what,
-            } if per_reply => ping_report::iputils_error(
-                *from,
-                *icmp_seq,
-                what,
-                a.timestamps.then(rttlab::kernel::realtime_ns),
-            ),
-            PingEvent::Reply(r) if per_reply => {
-                let line = ping_report::iputils_reply(r, style, &names.shown(r.from));
-                match &r.options {
-                    // -R/-T: what the hops wrote goes after the time, as iputils.
-                    Some(o) => {
-                        let opts = ping_report::iputils_options(o, &mut last_route, &mut |a| {
-                            names.shown(a)
-                        });
-                        format!("{}{opts}\n", line.trim_end_matches('\n'))
-                    }
-                    None => line,
-                }
-            }
-            _ => return,
-        };
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
-    });
-    drop(progress);
-    let result = result?;
-    stage.measuring();
-    if lines {
-        // iputils' lines alone unless rttlab's own block is asked for; then it goes
-        // first and iputils' statistics last: scripts read ping's last line
-        // (`tail -1 | awk -F/`) and grep its "received" line.
-        if a.summary || a.out.asks_for_tables() {
-            writeln!(stdout)?;
-            output::print(&result, &format)?;
-        }
-        let ipg_ewma = s.interval.is_zero() || a.flood || a.adaptive;
-        write!(
-            stdout,
-            "{}",
-            ping_report::iputils_summary(host, &result, ipg_ewma)
-        )?;
-    } else {
-        output::print(&result, &format)?;
-    }
-    if let Some(e) = &result.error {
-        bail!("{e}");
-    }
-    // iputils: with -w and -c, fewer than -c replies is a failure too.
-    let enough = match (a.deadline, a.count) {
-        (Some(_), Some(c)) => result.received >= c,
-        _ => result.received > 0,
-    };
-    Ok(enough)
+    Ok(s)
 }
 
 /// -W as iputils reads it: 0 waits for ever (a day here, past any run's end).
@@ -550,6 +527,67 @@ fn top_lines(a: &PingArgs, host: &str, s: &PingSettings, names: &mut ReplyNames)
     out
 }
 
+/// The lines iputils prints as a run goes: the header, flood's marks, each reply,
+/// error and (with -O) unanswered request.
+struct EventLines<'a> {
+    a: &'a PingArgs,
+    host: &'a str,
+    s: &'a PingSettings,
+    names: ReplyNames,
+    /// -R: the option bytes of the route last printed (iputils prints a repeated
+    /// one as "(same route)").
+    last_route: Vec<u8>,
+    /// iputils' lines at all (the human format).
+    lines: bool,
+    /// -f: a dot per request, a backspace per reply.
+    flood_marks: bool,
+    /// A line per reply and error (neither -q nor -f).
+    per_reply: bool,
+}
+
+impl EventLines<'_> {
+    /// The text `ev` prints, if any.
+    fn text(&mut self, ev: &PingEvent) -> Option<String> {
+        let a = self.a;
+        let stamp = || a.timestamps.then(rttlab::kernel::realtime_ns);
+        Some(match ev {
+            PingEvent::Ready if self.lines => top_lines(a, self.host, self.s, &mut self.names),
+            PingEvent::Sending { .. } if self.flood_marks => ".".to_string(),
+            PingEvent::Sending {
+                unanswered: Some(seq),
+                ..
+            } if self.per_reply && a.outstanding => ping_report::iputils_no_answer(*seq, stamp()),
+            PingEvent::Reply(_) if self.flood_marks => "\u{8} \u{8}".to_string(),
+            PingEvent::Error {
+                from,
+                icmp_seq,
+                what,
+            } if self.per_reply => ping_report::iputils_error(*from, *icmp_seq, what, stamp()),
+            PingEvent::Reply(r) if self.per_reply => {
+                let style = ping_report::ReplyStyle {
+                    timestamp: a.timestamps,
+                    ident: a.verbose,
+                    audible: a.audible,
+                };
+                let line = ping_report::iputils_reply(r, style, &self.names.shown(r.from));
+                match &r.options {
+                    // -R/-T: what the hops wrote goes after the time, as iputils.
+                    Some(o) => {
+                        let names = &mut self.names;
+                        let opts =
+                            ping_report::iputils_options(o, &mut self.last_route, &mut |a| {
+                                names.shown(a)
+                            });
+                        format!("{}{opts}\n", line.trim_end_matches('\n'))
+                    }
+                    None => line,
+                }
+            }
+            _ => return None,
+        })
+    }
+}
+
 /// How reply lines name their sender: the address, or `name (address)` with the name
 /// the address looks up to (once per address), as iputils does for a target it was
 /// given by name.
@@ -580,8 +618,8 @@ impl ReplyNames {
     }
 }
 
-/// Several targets (or -C), fping's output. True when every target answered.
-fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
+/// The settings several targets take (fping's), the others refused by name.
+fn check_fping(a: &PingArgs) -> anyhow::Result<()> {
     check_common(&a)?;
     if !matches!(
         a.out.format()?,
@@ -616,6 +654,68 @@ fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
             bail!("{flag} takes one target; run one rttlab ping per target (several targets: -c, -C, -i, -s, -W, -q)");
         }
     }
+    Ok(())
+}
+
+/// What `a` asks of fping's loop over `targets`, with fping's timeouts.
+fn fping_settings(a: &PingArgs, targets: Vec<std::net::IpAddr>) -> FpingSettings {
+    FpingSettings {
+        targets,
+        count: a.report_all.or(a.count),
+        period: a.interval.unwrap_or(Duration::from_secs(1)),
+        // fping's: 500 ms for "is it alive", else the period up to 2 s.
+        timeout: wait_for_reply(a.timeout.unwrap_or(if a.report_all.or(a.count).is_none() {
+            Duration::from_millis(500)
+        } else {
+            a.interval
+                .unwrap_or(Duration::from_secs(1))
+                .min(Duration::from_secs(2))
+        })),
+        size: a.size,
+    }
+}
+
+/// fping's lines after the run: alive mode's unreachable targets on stdout, or each
+/// target's counts (-c) or every round trip (-C) on stderr.
+fn fping_end(
+    a: &PingArgs,
+    s: &FpingSettings,
+    hosts: &[&str],
+    names: &[String],
+    results: &[fping::TargetResult],
+) -> std::io::Result<()> {
+    let mut stdout = std::io::stdout();
+    let mut stderr = std::io::stderr();
+    match s.count {
+        None if a.quiet => {}
+        None => {
+            for (name, r) in hosts.iter().zip(results) {
+                if r.received() == 0 {
+                    writeln!(stdout, "{name} is unreachable")?;
+                }
+            }
+        }
+        Some(_) => {
+            stdout.flush()?;
+            if !a.quiet {
+                writeln!(stderr)?;
+            }
+            for (name, r) in names.iter().zip(results) {
+                let line = if a.report_all.is_some() {
+                    ping_report::fping_all(name, r)
+                } else {
+                    ping_report::fping_counts(name, r)
+                };
+                write!(stderr, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Several targets (or -C), fping's output. True when every target answered.
+fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
+    check_fping(&a)?;
     // As fping: a name that does not resolve is named on stderr, the others are
     // probed, and the status is 2 at the end.
     let mut hosts = Vec::new();
@@ -638,20 +738,7 @@ fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
         .iter()
         .map(|h| ping_report::fping_name(h, width))
         .collect();
-    let s = FpingSettings {
-        targets,
-        count: a.report_all.or(a.count),
-        period: a.interval.unwrap_or(Duration::from_secs(1)),
-        // fping's: 500 ms for "is it alive", else the period up to 2 s.
-        timeout: wait_for_reply(a.timeout.unwrap_or(if a.report_all.or(a.count).is_none() {
-            Duration::from_millis(500)
-        } else {
-            a.interval
-                .unwrap_or(Duration::from_secs(1))
-                .min(Duration::from_secs(2))
-        })),
-        size: a.size,
-    };
+    let s = fping_settings(&a, targets);
     let ctl = Arc::new(PingControl::default());
     let c = Arc::clone(&ctl);
     on_interrupt(move || c.stop.store(true, Ordering::SeqCst));
@@ -687,31 +774,7 @@ fn run_fping(a: PingArgs, stage: &super::Stage) -> anyhow::Result<bool> {
         }
     })?;
     stage.measuring();
-    let mut stderr = std::io::stderr();
-    match s.count {
-        None if a.quiet => {}
-        None => {
-            for (name, r) in hosts.iter().zip(&results) {
-                if r.received() == 0 {
-                    writeln!(stdout, "{name} is unreachable")?;
-                }
-            }
-        }
-        Some(_) => {
-            stdout.flush()?;
-            if per_reply {
-                writeln!(stderr)?;
-            }
-            for (name, r) in names.iter().zip(&results) {
-                let line = if a.report_all.is_some() {
-                    ping_report::fping_all(name, r)
-                } else {
-                    ping_report::fping_counts(name, r)
-                };
-                write!(stderr, "{line}")?;
-            }
-        }
-    }
+    fping_end(&a, &s, &hosts, &names, &results)?;
     if unresolved {
         return Err(super::Exit(2).into());
     }
