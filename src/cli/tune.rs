@@ -239,57 +239,13 @@ impl Attachment {
 fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
     match action {
         SynRtoAction::Add {
-            prefix: (ip, len),
-            syn_rto: syn,
+            prefix,
+            syn_rto,
             rto_min,
             delack_max,
             at,
             dry_run,
-        } => {
-            let hz = hz::detect_here()?;
-            let t = syn_rto::Tuning::checked(syn, rto_min, delack_max, hz)?;
-            let s = syn_rto::SynRto::at(&at.pin_dir);
-            if dry_run {
-                let pin = at.pin_dir.display();
-                if !s.is_attached() {
-                    outln!(
-                        "bpftool prog load bpf/syn_rto.bpf.o {pin}/prog type sockops pinmaps {pin}"
-                    );
-                    outln!(
-                        "bpftool cgroup attach {} sock_ops pinned {pin}/prog multi",
-                        at.cgroup()?.display()
-                    );
-                }
-                outln!("{}", syn_rto::bpftool_update(&at.pin_dir, ip, len, t));
-                return Ok(());
-            }
-            if !s.is_attached() {
-                let cg = at.cgroup()?;
-                tuning::attach_syn_rto(j, &s, &cg)?;
-                outln!(
-                    "attached the sock_ops program to {} (pinned at {})",
-                    cg.display(),
-                    at.pin_dir.display()
-                );
-            }
-            s.add(ip, len, t)?;
-            outln!(
-                "{ip}/{len}: SYN RTO {} jiffies ({} ms at HZ {hz}){}{}",
-                t.syn_rto_jiffies,
-                u64::from(t.syn_rto_jiffies) * 1000 / u64::from(hz),
-                if t.rto_min_us > 0 {
-                    format!(", rto_min {} µs", t.rto_min_us)
-                } else {
-                    String::new()
-                },
-                if t.delack_max_us > 0 {
-                    format!(", delayed-ACK max {} µs", t.delack_max_us)
-                } else {
-                    String::new()
-                },
-            );
-            Ok(())
-        }
+        } => syn_rto_add(j, prefix, (syn_rto, rto_min, delack_max), &at, dry_run),
         SynRtoAction::Del {
             prefix: (ip, len),
             at,
@@ -298,87 +254,145 @@ fn syn_rto(j: &Journal, action: SynRtoAction) -> anyhow::Result<()> {
             outln!("removed {ip}/{len}");
             Ok(())
         }
-        SynRtoAction::List { at, json } => {
-            let s = syn_rto::SynRto::at(&at.pin_dir);
-            let attached = s.is_attached();
-            // HZ converts jiffies to ms; it is measured, so only when there is a table.
-            let hz = if attached {
-                Some(hz::detect_here()?)
-            } else {
-                None
-            };
-            let prefixes: Vec<SynRtoPrefix> = match hz {
-                Some(hz) => s
-                    .list()?
-                    .into_iter()
-                    .map(|(ip, len, v)| SynRtoPrefix {
-                        prefix: format!("{ip}/{len}"),
-                        syn_rto_jiffies: v.syn_rto_jiffies,
-                        syn_rto_ms: u64::from(v.syn_rto_jiffies) * 1000 / u64::from(hz),
-                        rto_min_us: v.rto_min_us,
-                        delack_max_us: v.delack_max_us,
-                    })
-                    .collect(),
-                None => Vec::new(),
-            };
-            if json {
-                let doc = SynRtoState {
-                    attached,
-                    pin_dir: &at.pin_dir,
-                    hz,
-                    prefixes,
-                };
-                outln!("{}", schema::pretty(schema::TUNE_SYN_RTO, &doc)?);
-                return Ok(());
-            }
-            if !attached {
-                outln!("not attached (nothing pinned at {})", at.pin_dir.display());
-                return Ok(());
-            }
-            let mut t = rttlab::report::table::Table::new([
-                "PREFIX",
-                "SYN_RTO_jiffies",
-                "SYN_RTO_ms",
-                "RTO_MIN_us",
-                "DELACK_MAX_us",
-            ]);
-            // 0 is "leave the kernel's value": shown as a dash.
-            let dash = |x: u32| {
-                if x == 0 {
-                    "-".to_owned()
-                } else {
-                    x.to_string()
-                }
-            };
-            for p in prefixes {
-                t.row([
-                    p.prefix,
-                    dash(p.syn_rto_jiffies),
-                    p.syn_rto_ms.to_string(),
-                    dash(p.rto_min_us),
-                    dash(p.delack_max_us),
-                ]);
-            }
-            out!("{}", t.render());
-            Ok(())
-        }
-        SynRtoAction::Detach { at } => {
-            let cg = at.cgroup()?;
-            let s = syn_rto::SynRto::at(&at.pin_dir);
-            let was = s.is_attached();
-            tuning::detach_syn_rto(j, &s, &cg)?;
-            if was {
-                outln!(
-                    "detached from {} and unpinned {}",
-                    cg.display(),
-                    at.pin_dir.display()
-                );
-            } else {
-                outln!("not attached (nothing pinned at {})", at.pin_dir.display());
-            }
-            Ok(())
-        }
+        SynRtoAction::List { at, json } => syn_rto_list(&at, json),
+        SynRtoAction::Detach { at } => syn_rto_detach(j, &at),
     }
+}
+
+/// `tune syn-rto add`: the program attached (journaled) if it is not yet, then the
+/// prefix's entry; with --dry-run, the bpftool commands that would do the same.
+fn syn_rto_add(
+    j: &Journal,
+    (ip, len): (std::net::IpAddr, u8),
+    (syn, rto_min, delack_max): (Duration, Option<Duration>, Option<Duration>),
+    at: &Attachment,
+    dry_run: bool,
+) -> anyhow::Result<()> {
+    let hz = hz::detect_here()?;
+    let t = syn_rto::Tuning::checked(syn, rto_min, delack_max, hz)?;
+    let s = syn_rto::SynRto::at(&at.pin_dir);
+    if dry_run {
+        let pin = at.pin_dir.display();
+        if !s.is_attached() {
+            outln!("bpftool prog load bpf/syn_rto.bpf.o {pin}/prog type sockops pinmaps {pin}");
+            outln!(
+                "bpftool cgroup attach {} sock_ops pinned {pin}/prog multi",
+                at.cgroup()?.display()
+            );
+        }
+        outln!("{}", syn_rto::bpftool_update(&at.pin_dir, ip, len, t));
+        return Ok(());
+    }
+    if !s.is_attached() {
+        let cg = at.cgroup()?;
+        tuning::attach_syn_rto(j, &s, &cg)?;
+        outln!(
+            "attached the sock_ops program to {} (pinned at {})",
+            cg.display(),
+            at.pin_dir.display()
+        );
+    }
+    s.add(ip, len, t)?;
+    outln!(
+        "{ip}/{len}: SYN RTO {} jiffies ({} ms at HZ {hz}){}{}",
+        t.syn_rto_jiffies,
+        u64::from(t.syn_rto_jiffies) * 1000 / u64::from(hz),
+        if t.rto_min_us > 0 {
+            format!(", rto_min {} µs", t.rto_min_us)
+        } else {
+            String::new()
+        },
+        if t.delack_max_us > 0 {
+            format!(", delayed-ACK max {} µs", t.delack_max_us)
+        } else {
+            String::new()
+        },
+    );
+    Ok(())
+}
+
+/// `tune syn-rto list`: the prefixes in the pinned map, in ms at this machine's HZ.
+fn syn_rto_list(at: &Attachment, json: bool) -> anyhow::Result<()> {
+    let s = syn_rto::SynRto::at(&at.pin_dir);
+    let attached = s.is_attached();
+    // HZ converts jiffies to ms; it is measured, so only when there is a table.
+    let hz = if attached {
+        Some(hz::detect_here()?)
+    } else {
+        None
+    };
+    let prefixes: Vec<SynRtoPrefix> = match hz {
+        Some(hz) => s
+            .list()?
+            .into_iter()
+            .map(|(ip, len, v)| SynRtoPrefix {
+                prefix: format!("{ip}/{len}"),
+                syn_rto_jiffies: v.syn_rto_jiffies,
+                syn_rto_ms: u64::from(v.syn_rto_jiffies) * 1000 / u64::from(hz),
+                rto_min_us: v.rto_min_us,
+                delack_max_us: v.delack_max_us,
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    if json {
+        let doc = SynRtoState {
+            attached,
+            pin_dir: &at.pin_dir,
+            hz,
+            prefixes,
+        };
+        outln!("{}", schema::pretty(schema::TUNE_SYN_RTO, &doc)?);
+        return Ok(());
+    }
+    if !attached {
+        outln!("not attached (nothing pinned at {})", at.pin_dir.display());
+        return Ok(());
+    }
+    let mut t = rttlab::report::table::Table::new([
+        "PREFIX",
+        "SYN_RTO_jiffies",
+        "SYN_RTO_ms",
+        "RTO_MIN_us",
+        "DELACK_MAX_us",
+    ]);
+    // 0 is "leave the kernel's value": shown as a dash.
+    let dash = |x: u32| {
+        if x == 0 {
+            "-".to_owned()
+        } else {
+            x.to_string()
+        }
+    };
+    for p in prefixes {
+        t.row([
+            p.prefix,
+            dash(p.syn_rto_jiffies),
+            p.syn_rto_ms.to_string(),
+            dash(p.rto_min_us),
+            dash(p.delack_max_us),
+        ]);
+    }
+    out!("{}", t.render());
+    Ok(())
+}
+
+/// `tune syn-rto detach`: the program detached and unpinned (journaled).
+fn syn_rto_detach(j: &Journal, at: &Attachment) -> anyhow::Result<()> {
+    let cg = at.cgroup()?;
+    let s = syn_rto::SynRto::at(&at.pin_dir);
+    let was = s.is_attached();
+    tuning::detach_syn_rto(j, &s, &cg)?;
+    if was {
+        outln!(
+            "detached from {} and unpinned {}",
+            cg.display(),
+            at.pin_dir.display()
+        );
+    } else {
+        outln!("not attached (nothing pinned at {})", at.pin_dir.display());
+    }
+    Ok(())
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -541,114 +555,14 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             netns,
             probe: target,
             json,
-        } => {
-            let ns = netns.as_deref();
-            let (us, has) = hz::rto_min_us(ns)?;
-            let routes = route::list(ns)?;
-            let with: Vec<RouteRtoMin> = routes
-                .iter()
-                .filter_map(|r| {
-                    Some(RouteRtoMin {
-                        prefix: r.prefix(),
-                        dev: r.dev.clone(),
-                        rto_min_ms: r.rto_min_ms()?,
-                        locked: r.rto_min_locked(),
-                    })
-                })
-                .collect();
-            let probed = target.map(|t| probe(ns, &t)).transpose()?;
-            if json {
-                let doc = RtoMinState {
-                    netns: ns,
-                    sysctl: RTO_MIN_US,
-                    sysctl_us: has.then_some(us),
-                    routes: with,
-                    probe: probed,
-                };
-                outln!("{}", schema::pretty(schema::TUNE_RTO_MIN, &doc)?);
-                return Ok(());
-            }
-            if has {
-                outln!(
-                    "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",
-                    us as f64 / 1e3
-                );
-            } else {
-                outln!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
-            }
-            if with.is_empty() {
-                outln!("no route sets rto_min");
-            }
-            for r in &with {
-                outln!(
-                    "route {} dev {}: rto_min {} ms{}",
-                    r.prefix,
-                    r.dev.as_deref().unwrap_or("?"),
-                    r.rto_min_ms,
-                    if r.locked {
-                        " (locked: used by TCP)"
-                    } else {
-                        " (not locked: TCP ignores it)"
-                    }
-                );
-            }
-            if let Some(p) = probed {
-                print_probe(&p)?;
-            }
-            Ok(())
-        }
+        } => rto_min_show(netns.as_deref(), target.as_deref(), json),
         RtoMinAction::Set {
             value,
             route: dest,
             sysctl: _,
             at,
             probe: target,
-        } => {
-            let ns = at.netns.as_deref();
-            tuning::check_rto_min(value)?;
-            if let Some(dest) = dest {
-                let ms = tuning::route_rto_min_ms(value)?;
-                let r = tuning::route_for(ns, &dest)?;
-                if at.dry_run {
-                    outln!("{}", r.ip_command(ns, Some(ms)));
-                    return Ok(());
-                }
-                let prev = tuning::set_route_rto_min(j, ns, &r, Some(ms))?;
-                outln!(
-                    "route {}: rto_min {} → {ms} ms (locked)",
-                    r.prefix(),
-                    prev.map_or("unset".into(), |p| format!(
-                        "{} ms{}",
-                        p.ms,
-                        if p.locked {
-                            ""
-                        } else {
-                            " (unlocked, so unused)"
-                        }
-                    ))
-                );
-                if sysctl::read(ns, RTO_MIN_US).is_err() {
-                    eprintln!("warning: this kernel has no {RTO_MIN_US}; on kernels before 6.11 the delayed-ACK timer stays at 40 ms whatever rto_min is");
-                }
-            } else {
-                let us = value.as_micros().to_string();
-                if at.dry_run {
-                    outln!("{}", sysctl_command(ns, RTO_MIN_US, &us));
-                    return Ok(());
-                }
-                let prev = tuning::set_sysctl(j, ns, RTO_MIN_US, &us).map_err(|e| match e {
-                    tuning::TuneError::Sysctl(sysctl::SysctlError::Missing(_)) => anyhow::anyhow!(
-                        "this kernel has no {RTO_MIN_US} (Linux < 6.11): use --route, and note the delayed-ACK timer stays at 40 ms"
-                    ),
-                    other => other.into(),
-                })?;
-                outln!("{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)");
-            }
-            if let Some(t) = target {
-                print_probe(&probe(ns, &t)?)?;
-            }
-            Ok(())
-        }
+        } => rto_min_set(j, value, dest.as_deref(), &at, target.as_deref()),
         RtoMinAction::Revert { at } => {
             let ns = at.netns.clone();
             revert(j, at.dry_run, move |c| {
@@ -663,6 +577,121 @@ fn rto_min(j: &Journal, action: RtoMinAction) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// `tune rto-min show`: the sysctl, every route that sets rto_min, and with --probe
+/// what a connection to the target gets.
+fn rto_min_show(ns: Option<&str>, target: Option<&str>, json: bool) -> anyhow::Result<()> {
+    let (us, has) = hz::rto_min_us(ns)?;
+    let routes = route::list(ns)?;
+    let with: Vec<RouteRtoMin> = routes
+        .iter()
+        .filter_map(|r| {
+            Some(RouteRtoMin {
+                prefix: r.prefix(),
+                dev: r.dev.clone(),
+                rto_min_ms: r.rto_min_ms()?,
+                locked: r.rto_min_locked(),
+            })
+        })
+        .collect();
+    let probed = target.map(|t| probe(ns, t)).transpose()?;
+    if json {
+        let doc = RtoMinState {
+            netns: ns,
+            sysctl: RTO_MIN_US,
+            sysctl_us: has.then_some(us),
+            routes: with,
+            probe: probed,
+        };
+        outln!("{}", schema::pretty(schema::TUNE_RTO_MIN, &doc)?);
+        return Ok(());
+    }
+    if has {
+        outln!(
+            "{RTO_MIN_US} = {us} ({:.1} ms) for new sockets",
+            us as f64 / 1e3
+        );
+    } else {
+        outln!("this kernel has no {RTO_MIN_US} (Linux < 6.11): rto_min is 200 ms unless a route sets it, and the delayed-ACK timer stays at 40 ms");
+    }
+    if with.is_empty() {
+        outln!("no route sets rto_min");
+    }
+    for r in &with {
+        outln!(
+            "route {} dev {}: rto_min {} ms{}",
+            r.prefix,
+            r.dev.as_deref().unwrap_or("?"),
+            r.rto_min_ms,
+            if r.locked {
+                " (locked: used by TCP)"
+            } else {
+                " (not locked: TCP ignores it)"
+            }
+        );
+    }
+    if let Some(p) = probed {
+        print_probe(&p)?;
+    }
+    Ok(())
+}
+
+/// `tune rto-min set`: on the route to `dest` (locked, as TCP reads it only then), or
+/// the sysctl; journaled, or with --dry-run the command that would do it.
+fn rto_min_set(
+    j: &Journal,
+    value: Duration,
+    dest: Option<&str>,
+    at: &Where,
+    target: Option<&str>,
+) -> anyhow::Result<()> {
+    let ns = at.netns.as_deref();
+    tuning::check_rto_min(value)?;
+    if let Some(dest) = dest {
+        let ms = tuning::route_rto_min_ms(value)?;
+        let r = tuning::route_for(ns, dest)?;
+        if at.dry_run {
+            outln!("{}", r.ip_command(ns, Some(ms)));
+            return Ok(());
+        }
+        let prev = tuning::set_route_rto_min(j, ns, &r, Some(ms))?;
+        outln!(
+            "route {}: rto_min {} → {ms} ms (locked)",
+            r.prefix(),
+            prev.map_or("unset".into(), |p| format!(
+                "{} ms{}",
+                p.ms,
+                if p.locked {
+                    ""
+                } else {
+                    " (unlocked, so unused)"
+                }
+            ))
+        );
+        if sysctl::read(ns, RTO_MIN_US).is_err() {
+            eprintln!("warning: this kernel has no {RTO_MIN_US}; on kernels before 6.11 the delayed-ACK timer stays at 40 ms whatever rto_min is");
+        }
+    } else {
+        let us = value.as_micros().to_string();
+        if at.dry_run {
+            outln!("{}", sysctl_command(ns, RTO_MIN_US, &us));
+            return Ok(());
+        }
+        let prev = tuning::set_sysctl(j, ns, RTO_MIN_US, &us).map_err(|e| match e {
+            tuning::TuneError::Sysctl(sysctl::SysctlError::Missing(_)) => anyhow::anyhow!(
+                "this kernel has no {RTO_MIN_US} (Linux < 6.11): use --route, and note the delayed-ACK timer stays at 40 ms"
+            ),
+            other => other.into(),
+        })?;
+        outln!(
+            "{RTO_MIN_US}: {prev} → {us} (new sockets only; the delayed-ACK ceiling follows it)"
+        );
+    }
+    if let Some(t) = target {
+        print_probe(&probe(ns, t)?)?;
+    }
+    Ok(())
 }
 
 fn thin(j: &Journal, action: ThinAction) -> anyhow::Result<()> {
