@@ -23,6 +23,19 @@ struct Interface {
     offset_s: i64,
 }
 
+impl Interface {
+    /// A packet's timestamp in this interface's units and offset, as ns since the epoch.
+    fn ns_of(&self, ts: u64) -> u64 {
+        // The common resolutions without a 128-bit division.
+        let ns = match self.units {
+            1_000_000_000 => u128::from(ts),
+            1_000_000 => u128::from(ts) * 1000,
+            u => u128::from(ts) * 1_000_000_000 / u128::from(u),
+        };
+        (ns as i128 + i128::from(self.offset_s) * 1_000_000_000).max(0) as u64
+    }
+}
+
 /// A pcapng reader.
 pub struct PcapngReader<R> {
     b: Buffer<R>,
@@ -88,82 +101,23 @@ impl<R: Read> PcapngReader<R> {
             let body = &block[8..len - 4];
             match ty {
                 IDB => {
-                    if body.len() < 8 || self.interfaces.len() >= MAX_INTERFACES {
+                    if self.interfaces.len() >= MAX_INTERFACES {
                         return Err(corrupt("interface description".into()));
                     }
-                    let link = u32::from(u16::from_le_bytes([body[0], body[1]]));
-                    let link = if sw {
-                        u32::from((link as u16).swap_bytes())
-                    } else {
-                        link
-                    };
-                    let mut ifc = Interface {
-                        link,
-                        snaplen: u32_at(sw, body, 4),
-                        units: 1_000_000,
-                        offset_s: 0,
-                    };
-                    Self::options(sw, &body[8..], |code, v| match (code, v.len()) {
-                        (9, 1) => {
-                            let r = v[0];
-                            ifc.units = if r & 0x80 == 0 {
-                                10u64.checked_pow(u32::from(r)).unwrap_or(0)
-                            } else {
-                                1u64.checked_shl(u32::from(r & 0x7f)).unwrap_or(0)
-                            };
-                        }
-                        (14, 8) => {
-                            let mut a = [0u8; 8];
-                            a.copy_from_slice(v);
-                            let x = i64::from_le_bytes(a);
-                            ifc.offset_s = if sw { x.swap_bytes() } else { x };
-                        }
-                        _ => {}
-                    });
-                    if ifc.units == 0 {
-                        return Err(corrupt("if_tsresol out of range".into()));
-                    }
-                    self.interfaces.push(ifc);
+                    self.interfaces
+                        .push(Self::parse_idb(sw, body).map_err(corrupt)?);
                 }
                 EPB | PB => {
-                    if body.len() < 20 {
-                        return Err(corrupt("packet block too short".into()));
-                    }
-                    let (ifid, hi, lo, cap, orig) = if ty == EPB {
-                        (
-                            u32_at(sw, body, 0) as usize,
-                            u32_at(sw, body, 4),
-                            u32_at(sw, body, 8),
-                            u32_at(sw, body, 12) as usize,
-                            u32_at(sw, body, 16),
-                        )
-                    } else {
-                        let id = u16::from_le_bytes([body[0], body[1]]);
-                        let id = if sw { id.swap_bytes() } else { id };
-                        (
-                            usize::from(id),
-                            u32_at(sw, body, 4),
-                            u32_at(sw, body, 8),
-                            u32_at(sw, body, 12) as usize,
-                            u32_at(sw, body, 16),
-                        )
-                    };
+                    let (ifid, ts, cap, orig) =
+                        Self::packet_fields(sw, ty, body).map_err(corrupt)?;
                     let Some(ifc) = self.interfaces.get(ifid).copied() else {
                         return Err(corrupt(format!("packet of undeclared interface {ifid}")));
                     };
                     if 20 + cap > body.len() {
                         return Err(corrupt(format!("captured length {cap} past the block")));
                     }
-                    let ts = (u64::from(hi) << 32) | u64::from(lo);
-                    // The common resolutions without a 128-bit division.
-                    let ns = match ifc.units {
-                        1_000_000_000 => u128::from(ts),
-                        1_000_000 => u128::from(ts) * 1000,
-                        u => u128::from(ts) * 1_000_000_000 / u128::from(u),
-                    };
-                    let ns = (ns as i128 + i128::from(ifc.offset_s) * 1_000_000_000).max(0) as u64;
                     return Ok(Some(Packet {
-                        ts_ns: ns,
+                        ts_ns: ifc.ns_of(ts),
                         link: ifc.link,
                         data: self.b.slice(8 + 20, 8 + 20 + cap),
                         orig_len: orig,
@@ -194,6 +148,68 @@ impl<R: Read> PcapngReader<R> {
                 _ => {}
             }
         }
+    }
+
+    /// An interface description block's body: link type, snap length, and the
+    /// options `if_tsresol` (9) and `if_tsoffset` (14).
+    fn parse_idb(sw: bool, body: &[u8]) -> Result<Interface, String> {
+        if body.len() < 8 {
+            return Err("interface description".into());
+        }
+        let link = u32::from(u16::from_le_bytes([body[0], body[1]]));
+        let link = if sw {
+            u32::from((link as u16).swap_bytes())
+        } else {
+            link
+        };
+        let mut ifc = Interface {
+            link,
+            snaplen: u32_at(sw, body, 4),
+            units: 1_000_000,
+            offset_s: 0,
+        };
+        Self::options(sw, &body[8..], |code, v| match (code, v.len()) {
+            (9, 1) => {
+                let r = v[0];
+                ifc.units = if r & 0x80 == 0 {
+                    10u64.checked_pow(u32::from(r)).unwrap_or(0)
+                } else {
+                    1u64.checked_shl(u32::from(r & 0x7f)).unwrap_or(0)
+                };
+            }
+            (14, 8) => {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(v);
+                let x = i64::from_le_bytes(a);
+                ifc.offset_s = if sw { x.swap_bytes() } else { x };
+            }
+            _ => {}
+        });
+        if ifc.units == 0 {
+            return Err("if_tsresol out of range".into());
+        }
+        Ok(ifc)
+    }
+
+    /// An enhanced (or obsolete) packet block's fixed fields: interface, timestamp in
+    /// the interface's units, captured length and original length.
+    fn packet_fields(sw: bool, ty: u32, body: &[u8]) -> Result<(usize, u64, usize, u32), String> {
+        if body.len() < 20 {
+            return Err("packet block too short".into());
+        }
+        let ifid = if ty == EPB {
+            u32_at(sw, body, 0) as usize
+        } else {
+            let id = u16::from_le_bytes([body[0], body[1]]);
+            usize::from(if sw { id.swap_bytes() } else { id })
+        };
+        let ts = (u64::from(u32_at(sw, body, 4)) << 32) | u64::from(u32_at(sw, body, 8));
+        Ok((
+            ifid,
+            ts,
+            u32_at(sw, body, 12) as usize,
+            u32_at(sw, body, 16),
+        ))
     }
 
     /// Walk options (code u16, length u16, value padded to 4) until opt_endofopt.
