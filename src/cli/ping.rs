@@ -620,7 +620,7 @@ impl ReplyNames {
 
 /// The settings several targets take (fping's), the others refused by name.
 fn check_fping(a: &PingArgs) -> anyhow::Result<()> {
-    check_common(&a)?;
+    check_common(a)?;
     if !matches!(
         a.out.format()?,
         OutputFormat::Human {

@@ -327,59 +327,146 @@ fn impairments(sc: Scenario, s: &Settings) -> Impairments {
     imp
 }
 
-/// Run one scenario in the lab.
-fn scenario(
+/// The scenario's delay, loss, rate and queue set on both directions of the lab.
+fn set_impairments(
     testbed: &LabServer,
     s: &Settings,
     name: &str,
     sc: Scenario,
-    trial: u32,
-    out: &Path,
-    interrupt: &AtomicBool,
-) -> Result<ScenarioResult, TrialError> {
-    let lab = testbed.lab();
+) -> Result<Impairments, TrialError> {
     let imp = impairments(sc, s);
-    lab.set(
-        &Dir::BOTH,
-        &ImpairmentPatch {
-            delay_ns: Some(imp.delay_ns),
-            loss: Some(imp.loss),
-            rate_bps: Some(imp.rate_bps),
-            queue: Some(imp.queue),
-            ..ImpairmentPatch::default()
-        },
-    )
-    .map_err(TrialError::step(format!(
-        "the scenario's impairments ({name})"
-    )))?;
-    let b_ip = testbed.server.ip();
-    let (echo_l, bulk_l) = netns::run_in(Some(testbed.server_ns()), || {
-        Ok::<_, TrialError>((
-            listen(SocketAddr::new(b_ip, ECHO_PORT), &s.congestion)?,
-            listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
-        ))
+    testbed
+        .lab()
+        .set(
+            &Dir::BOTH,
+            &ImpairmentPatch {
+                delay_ns: Some(imp.delay_ns),
+                loss: Some(imp.loss),
+                rate_bps: Some(imp.rate_bps),
+                queue: Some(imp.queue),
+                ..ImpairmentPatch::default()
+            },
+        )
+        .map_err(TrialError::step(format!(
+            "the scenario's impairments ({name})"
+        )))?;
+    Ok(imp)
+}
+
+/// The delay scenario's changes: every `delay_step_s` from `t0`, the one-way delay
+/// goes up by half the step, then back, until `stop` or an interrupt.
+fn alternate_delay(
+    testbed: &LabServer,
+    s: &Settings,
+    base_ns: u64,
+    t0: Instant,
+    stop: &AtomicBool,
+    interrupt: &AtomicBool,
+) {
+    let step = Duration::from_secs_f64(s.delay_step_s);
+    let (lo, hi) = (base_ns, base_ns + ns(s.delay_step) / 2);
+    let mut k = 1u32;
+    while !stop.load(Ordering::Acquire) && !interrupt.load(Ordering::Acquire) {
+        if t0.elapsed() >= step * k {
+            let d = if k % 2 == 1 { hi } else { lo };
+            let _ = testbed.lab().set(
+                &Dir::BOTH,
+                &ImpairmentPatch {
+                    delay_ns: Some(d),
+                    ..ImpairmentPatch::default()
+                },
+            );
+            k += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// ICMP echo from a to b at the scenario's interval for its duration, every reply
+/// kept.
+fn ping_server(testbed: &LabServer, s: &Settings) -> Result<ping::PingResult, TrialError> {
+    netns::run_in(Some(testbed.client_ns()), || {
+        let mut p = PingSettings::new(testbed.server.ip());
+        p.count = Some((s.duration_s / s.interval_s).floor().max(1.0) as u64);
+        p.interval = Duration::from_secs_f64(s.interval_s);
+        p.timeout = Duration::from_secs(5);
+        p.keep_series = true;
+        let ctl = PingControl::default();
+        ping::run(&p, &ctl).map_err(TrialError::step("ping"))
     })
-    .map_err(TrialError::step("entering b's namespace"))??;
+    .map_err(TrialError::step("entering a's namespace"))
+    .and_then(|x| x)
+}
+
+/// Every layer's samples in one CSV (`t_s,layer,rtt_ms`), `NAME.samples.csv` or
+/// `NAME-tN.samples.csv` for a repeat; its file name.
+fn write_samples(
+    out: &Path,
+    name: &str,
+    trial: u32,
+    layers: [(&str, &Series); 3],
+) -> Result<String, TrialError> {
+    let mut csv = String::from("t_s,layer,rtt_ms\n");
+    for (layer, series) in layers {
+        for (t, r) in series {
+            csv += &format!("{t:.6},{layer},{r:.6}\n");
+        }
+    }
+    let samples_file = if trial == 0 {
+        format!("{name}.samples.csv")
+    } else {
+        format!("{name}-t{trial}.samples.csv")
+    };
+    write_file(out, &samples_file, &csv).map_err(TrialError::step(samples_file.clone()))?;
+    Ok(samples_file)
+}
+
+/// What one scenario's layers brought back: the echo client's series, ping's, the
+/// TS samples of the capture on a, the bulk sender's outcome and the bytes the bulk
+/// sink took.
+struct Measured {
+    echo: Result<(Series, u64, Option<u32>), TrialError>,
+    ping: Result<ping::PingResult, TrialError>,
+    cap: Result<super::testbed::Captured<TsSink>, TrialError>,
+    sent: Option<Result<(), TrialError>>,
+    bulk_bytes: u64,
+}
+
+/// The scenario's traffic at once: the echo server and bulk sink on b, the capture on
+/// a, the bulk flow (queue scenario, started 2 s ahead), the delay changes (delay
+/// scenario), ping, and the echo client, which sets the scenario's length.
+fn measure(
+    testbed: &LabServer,
+    s: &Settings,
+    sc: Scenario,
+    base_delay_ns: u64,
+    (echo_l, bulk_l): (TcpListener, TcpListener),
+    interrupt: &AtomicBool,
+) -> Measured {
+    let lab = testbed.lab();
+    let b_ip = testbed.server.ip();
     let stop = AtomicBool::new(false);
     let stop_bulk = AtomicBool::new(false);
     let bulk = matches!(sc, Scenario::Queue { .. });
     let t0 = Instant::now();
     let t0_rt = realtime_ns();
-    let (echo, ping, cap, sent, bulk_bytes) = std::thread::scope(|th| {
+    std::thread::scope(|th| {
         let server = th.spawn(|| echo_server(echo_l, &stop));
         let sink = th.spawn(|| bulk_sink(bulk_l, &stop));
         let cap = th.spawn(|| {
+            let sink = TsSink {
+                t0_realtime_ns: t0_rt,
+                series: Series::new(),
+            };
+            let (ifname, ns) = (&lab.info().a.ifname, Some(testbed.client_ns()));
             capture_port(
-                &lab.info().a.ifname,
-                Some(testbed.client_ns()),
+                ifname,
+                ns,
                 ECHO_PORT,
                 1,
                 Duration::from_secs(3600),
                 &stop,
-                TsSink {
-                    t0_realtime_ns: t0_rt,
-                    series: Series::new(),
-                },
+                sink,
             )
         });
         let sender = bulk.then(|| {
@@ -387,48 +474,16 @@ fn scenario(
                 netns::run_in(Some(testbed.client_ns()), || {
                     bulk_send(SocketAddr::new(b_ip, BULK_PORT), &s.congestion, &stop_bulk)
                 })
-                .map_err(TrialError::step("entering a's namespace"))
-                .and_then(|x| x)
+                .map_err(TrialError::step("entering a's namespace"))?
             })
         });
         if bulk {
             // Let the bulk flow fill the queue first, as the seed started netcat first.
             std::thread::sleep(Duration::from_secs(2));
         }
-        let changer = matches!(sc, Scenario::Delay).then(|| {
-            th.spawn(|| {
-                let step = Duration::from_secs_f64(s.delay_step_s);
-                let (lo, hi) = (imp.delay_ns, imp.delay_ns + ns(s.delay_step) / 2);
-                let mut k = 1u32;
-                while !stop.load(Ordering::Acquire) && !interrupt.load(Ordering::Acquire) {
-                    if t0.elapsed() >= step * k {
-                        let d = if k % 2 == 1 { hi } else { lo };
-                        let _ = lab.set(
-                            &Dir::BOTH,
-                            &ImpairmentPatch {
-                                delay_ns: Some(d),
-                                ..ImpairmentPatch::default()
-                            },
-                        );
-                        k += 1;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-        });
-        let pinger = th.spawn(|| {
-            netns::run_in(Some(testbed.client_ns()), || {
-                let mut p = PingSettings::new(b_ip);
-                p.count = Some((s.duration_s / s.interval_s).floor().max(1.0) as u64);
-                p.interval = Duration::from_secs_f64(s.interval_s);
-                p.timeout = Duration::from_secs(5);
-                p.keep_series = true;
-                let ctl = PingControl::default();
-                ping::run(&p, &ctl).map_err(TrialError::step("ping"))
-            })
-            .map_err(TrialError::step("entering a's namespace"))
-            .and_then(|x| x)
-        });
+        let changer = matches!(sc, Scenario::Delay)
+            .then(|| th.spawn(|| alternate_delay(testbed, s, base_delay_ns, t0, &stop, interrupt)));
+        let pinger = th.spawn(|| ping_server(testbed, s));
         let echo = netns::run_in(Some(testbed.client_ns()), || {
             echo_client(
                 SocketAddr::new(b_ip, ECHO_PORT),
@@ -457,45 +512,76 @@ fn scenario(
         let cap = cap
             .join()
             .unwrap_or_else(|_| Err(TrialError::Panicked("capture")));
-        (echo, ping, cap, sent, bulk_bytes)
-    });
+        Measured {
+            echo,
+            ping,
+            cap,
+            sent,
+            bulk_bytes,
+        }
+    })
+}
+
+/// Run one scenario in the lab.
+fn scenario(
+    testbed: &LabServer,
+    s: &Settings,
+    name: &str,
+    sc: Scenario,
+    trial: u32,
+    out: &Path,
+    interrupt: &AtomicBool,
+) -> Result<ScenarioResult, TrialError> {
+    let imp = set_impairments(testbed, s, name, sc)?;
+    let b_ip = testbed.server.ip();
+    let (echo_l, bulk_l) = netns::run_in(Some(testbed.server_ns()), || {
+        Ok::<_, TrialError>((
+            listen(SocketAddr::new(b_ip, ECHO_PORT), &s.congestion)?,
+            listen(SocketAddr::new(b_ip, BULK_PORT), &s.congestion)?,
+        ))
+    })
+    .map_err(TrialError::step("entering b's namespace"))??;
+    let Measured {
+        echo,
+        ping,
+        cap,
+        sent,
+        bulk_bytes,
+    } = measure(testbed, s, sc, imp.delay_ns, (echo_l, bulk_l), interrupt);
     let mut errors = Vec::new();
+    let mut kept = |what: &str, e: TrialError| errors.push(format!("{what}: {}", e.chain()));
     let (app, app_unanswered, retrans) = echo.unwrap_or_else(|e| {
-        errors.push(format!("echo: {}", e.chain()));
+        kept("echo", e);
         (Series::new(), 0, None)
     });
-    let (icmp, lost) = match ping {
-        Ok(p) => (
-            p.series.iter().map(|&(t, r)| (t, r as f64 / 1e6)).collect(),
-            p.lost,
-        ),
-        Err(e) => {
-            errors.push(format!("ping: {}", e.chain()));
+    let (icmp, lost) = ping.map_or_else(
+        |e| {
+            kept("ping", e);
             (Series::new(), 0)
-        }
-    };
-    let (ts, drops) = match cap {
-        Ok(c) => (c.sink.series, c.drops),
-        Err(e) => {
-            errors.push(format!("capture: {}", e.chain()));
+        },
+        |p| {
+            (
+                p.series.iter().map(|&(t, r)| (t, r as f64 / 1e6)).collect(),
+                p.lost,
+            )
+        },
+    );
+    let (ts, drops) = cap.map_or_else(
+        |e| {
+            kept("capture", e);
             (Series::new(), 0)
-        }
-    };
+        },
+        |c| (c.sink.series, c.drops),
+    );
     if let Some(Err(e)) = sent {
-        errors.push(format!("bulk: {}", e.chain()));
+        kept("bulk", e);
     }
-    let mut csv = String::from("t_s,layer,rtt_ms\n");
-    for (layer, series) in [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)] {
-        for (t, r) in series {
-            csv += &format!("{t:.6},{layer},{r:.6}\n");
-        }
-    }
-    let samples_file = if trial == 0 {
-        format!("{name}.samples.csv")
-    } else {
-        format!("{name}-t{trial}.samples.csv")
-    };
-    write_file(out, &samples_file, &csv).map_err(TrialError::step(samples_file.clone()))?;
+    let samples_file = write_samples(
+        out,
+        name,
+        trial,
+        [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)],
+    )?;
     Ok(ScenarioResult {
         scenario: name.into(),
         trial,

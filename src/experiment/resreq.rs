@@ -127,51 +127,57 @@ fn stem(wait_ms: f64, trial: u32) -> String {
     }
 }
 
-/// One wait in the lab.
-fn point(
-    testbed: &LabServer,
-    s: &Settings,
-    (wait_ms, streams): Cell,
-    trial: u32,
-    out: &Path,
-    interrupt: &AtomicBool,
-) -> Point {
-    let duration = Duration::from_secs_f64(s.duration_s);
-    let stop = AtomicBool::new(false);
-    let ctl = RunControl::default();
+/// What one wait's run brought back: rr's result, the server's srtt of the data port,
+/// and the sampled metric at each host's capture.
+struct Measured {
+    rr: Result<rr::RrResult, String>,
+    server_srtt: Result<(LatencyHistogram, Vec<(u64, u64)>), TrialError>,
+    client_capture: Result<super::testbed::Captured<Ignore>, TrialError>,
+    server_capture: Result<super::testbed::Captured<Ignore>, TrialError>,
+}
+
+/// TCP_RR for one wait: request and response sizes from the settings, one
+/// transaction every `wait_ms` on each of `streams` connections, the kernel's srtt
+/// every 10 ms.
+fn rr_settings(testbed: &LabServer, s: &Settings, (wait_ms, streams): Cell) -> RrSettings {
     let mut r = RrSettings::new(testbed.server);
     r.request_size = s.request_size;
     r.response_size = s.response_size;
-    r.duration = Some(duration);
+    r.duration = Some(Duration::from_secs_f64(s.duration_s));
     r.interval = Duration::from_secs_f64(wait_ms / 1e3);
     r.streams = streams;
     r.spread_starts = true;
     r.data_port = DATA_PORT;
     r.tcpinfo_interval = Some(Duration::from_millis(10));
+    r
+}
+
+/// Run `r` from the client host while both hosts capture the data port and the
+/// server's side reads its srtt; the watchers start 300 ms before and stop 300 ms after.
+fn measure(testbed: &LabServer, s: &Settings, r: &RrSettings, interrupt: &AtomicBool) -> Measured {
+    let duration = Duration::from_secs_f64(s.duration_s);
+    let stop = AtomicBool::new(false);
+    let ctl = RunControl::default();
     let period = duration + Duration::from_secs(60);
-    let (rr, srv, cli_cap, srv_cap) = std::thread::scope(|sc| {
-        let cli_cap = sc.spawn(|| {
-            capture_port(
-                &testbed.lab().info().a.ifname,
-                Some(testbed.client_ns()),
-                DATA_PORT,
-                s.sampler_one_in,
-                period,
-                &stop,
-                Ignore,
-            )
-        });
-        let srv_cap = sc.spawn(|| {
-            capture_port(
-                &testbed.lab().info().b.ifname,
-                Some(testbed.server_ns()),
-                DATA_PORT,
-                s.sampler_one_in,
-                period,
-                &stop,
-                Ignore,
-            )
-        });
+    std::thread::scope(|sc| {
+        let capture = |host: &crate::lab::HostInfo, ns| {
+            let ifname = host.ifname.clone();
+            let stop = &stop;
+            sc.spawn(move || {
+                capture_port(
+                    &ifname,
+                    Some(ns),
+                    DATA_PORT,
+                    s.sampler_one_in,
+                    period,
+                    stop,
+                    Ignore,
+                )
+            })
+        };
+        let info = testbed.lab().info();
+        let cli_cap = capture(&info.a, testbed.client_ns());
+        let srv_cap = capture(&info.b, testbed.server_ns());
         let srv = sc.spawn(|| {
             port_srtt(
                 Some(testbed.server_ns()),
@@ -182,15 +188,38 @@ fn point(
         });
         std::thread::sleep(Duration::from_millis(300));
         let rr = netns::run_in(Some(testbed.client_ns()), || {
-            until_interrupted(interrupt, &ctl.stop, || rr::run(&r, &ctl))
+            until_interrupted(interrupt, &ctl.stop, || rr::run(r, &ctl))
                 .map_err(|e| crate::error_chain(&e))
         })
         .map_err(|e| crate::error_chain(&e))
         .and_then(|x| x);
         std::thread::sleep(Duration::from_millis(300));
         stop.store(true, Ordering::Release);
-        (rr, joined(srv), joined(cli_cap), joined(srv_cap))
-    });
+        Measured {
+            rr,
+            server_srtt: joined(srv),
+            client_capture: joined(cli_cap),
+            server_capture: joined(srv_cap),
+        }
+    })
+}
+
+/// One wait in the lab.
+fn point(
+    testbed: &LabServer,
+    s: &Settings,
+    (wait_ms, streams): Cell,
+    trial: u32,
+    out: &Path,
+    interrupt: &AtomicBool,
+) -> Point {
+    let r = rr_settings(testbed, s, (wait_ms, streams));
+    let Measured {
+        rr,
+        server_srtt: srv,
+        client_capture: cli_cap,
+        server_capture: srv_cap,
+    } = measure(testbed, s, &r, interrupt);
     let mut errors = Vec::new();
     let server_srtt = srv.map(|(h, _)| h).unwrap_or_else(|e| {
         errors.push(format!("server srtt: {}", e.chain()));

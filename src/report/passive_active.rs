@@ -193,6 +193,76 @@ fn chart(title: &str, x: AxisOf, y: AxisOf, series: Vec<Series>) -> String {
     .render()
 }
 
+/// Every sample of each layer over time, a line per layer.
+fn timeline(rows: &[(String, f64, f64)]) -> Vec<Series> {
+    LAYERS
+        .iter()
+        .enumerate()
+        .map(|(k, (l, name))| Series {
+            name: (*name).into(),
+            points: layer_series(rows, l),
+            secondary: false,
+            colour: Some(k),
+            intervals: Vec::new(),
+            markers: false,
+        })
+        .collect()
+}
+
+/// Each layer's samples as a CDF.
+fn distribution(rows: &[(String, f64, f64)]) -> Vec<Series> {
+    LAYERS
+        .iter()
+        .enumerate()
+        .map(|(k, (l, name))| {
+            let mut v: Vec<f64> = layer_series(rows, l).into_iter().map(|x| x.1).collect();
+            v.sort_by(f64::total_cmp);
+            let n = v.len().max(1) as f64;
+            Series {
+                name: (*name).into(),
+                points: v
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &r)| (r, (i + 1) as f64 / n))
+                    .collect(),
+                secondary: false,
+                colour: Some(k),
+                intervals: Vec::new(),
+                markers: false,
+            }
+        })
+        .collect()
+}
+
+/// Each layer's mean (or median) against a scenario's parameter: each point the median
+/// over the scenario's trials, with its interval.
+fn against(pts: &[(f64, Vec<&WithSamples>)], median: bool) -> Vec<Series> {
+    LAYERS
+        .iter()
+        .enumerate()
+        .map(|(k, (l, name))| {
+            let f: fn(&LayerStats) -> Option<f64> =
+                if median { |s| s.p50_ms } else { |s| s.mean_ms };
+            let cis: Vec<(f64, MedianCi)> = pts
+                .iter()
+                .filter_map(|(x, trials)| Some((*x, across(trials, l, f)?)))
+                .collect();
+            Series {
+                name: format!("{name} {}", if median { "median" } else { "mean" }),
+                points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
+                secondary: median,
+                colour: Some(k),
+                markers: true,
+                intervals: cis
+                    .iter()
+                    .filter(|(_, c)| c.n > 1)
+                    .map(|(x, c)| (*x, c.lo, c.hi))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
 /// (file, caption, SVG) for each figure the scenarios allow.
 pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -201,48 +271,15 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         .filter(|r| r.0.scenario == "delay")
         .min_by_key(|r| r.0.trial)
     {
-        let series = LAYERS
-            .iter()
-            .enumerate()
-            .map(|(k, (l, name))| {
-                let mut v: Vec<f64> = layer_series(&d.1, l).into_iter().map(|x| x.1).collect();
-                v.sort_by(f64::total_cmp);
-                let n = v.len().max(1) as f64;
-                Series {
-                    name: (*name).into(),
-                    points: v
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &r)| (r, (i + 1) as f64 / n))
-                        .collect(),
-                    secondary: false,
-                    colour: Some(k),
-                    intervals: Vec::new(),
-                    markers: false,
-                }
-            })
-            .collect();
         out.push((
             "delay-cdf.svg".into(),
             "RTT alternating between 100 and 150 ms: each layer's distribution (the study's figure 2)".into(),
-            chart("Changing delay: RTT distribution by layer", RTT, FRACTION, series),
+            chart("Changing delay: RTT distribution by layer", RTT, FRACTION, distribution(&d.1)),
         ));
-        let series = LAYERS
-            .iter()
-            .enumerate()
-            .map(|(k, (l, name))| Series {
-                name: (*name).into(),
-                points: layer_series(&d.1, l),
-                secondary: false,
-                colour: Some(k),
-                intervals: Vec::new(),
-                markers: false,
-            })
-            .collect();
         out.push((
             "delay-timeline.svg".into(),
             "every sample over time in the delay scenario".into(),
-            chart("Changing delay: RTT over time", TIME, RTT, series),
+            chart("Changing delay: RTT over time", TIME, RTT, timeline(&d.1)),
         ));
     }
     let groups = by_scenario(results);
@@ -262,36 +299,9 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         Scenario::Queue { kbytes } => Some(f64::from(kbytes)),
         _ => None,
     });
-    // Each point is the median over the scenario's trials, with its interval.
-    let stat_series = |pts: &[(f64, Vec<&WithSamples>)], median: bool| -> Vec<Series> {
-        LAYERS
-            .iter()
-            .enumerate()
-            .map(|(k, (l, name))| {
-                let f: fn(&LayerStats) -> Option<f64> =
-                    if median { |s| s.p50_ms } else { |s| s.mean_ms };
-                let cis: Vec<(f64, MedianCi)> = pts
-                    .iter()
-                    .filter_map(|(x, trials)| Some((*x, across(trials, l, f)?)))
-                    .collect();
-                Series {
-                    name: format!("{name} {}", if median { "median" } else { "mean" }),
-                    points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
-                    secondary: median,
-                    colour: Some(k),
-                    markers: true,
-                    intervals: cis
-                        .iter()
-                        .filter(|(_, c)| c.n > 1)
-                        .map(|(x, c)| (*x, c.lo, c.hi))
-                        .collect(),
-                }
-            })
-            .collect()
-    };
     if !loss.is_empty() {
-        let mut s = stat_series(&loss, false);
-        s.extend(stat_series(&loss, true));
+        let mut s = against(&loss, false);
+        s.extend(against(&loss, true));
         out.push((
             "loss.svg".into(),
             "mean (solid) and median (dashed) RTT of each layer against the loss rate, each the median over the scenario's trials with its 95 % interval (the study's figure 3)".into(),
@@ -299,30 +309,23 @@ pub fn charts(results: &[WithSamples]) -> Vec<(String, String, String)> {
         ));
     }
     if !queue.is_empty() {
-        let mut s = stat_series(&queue, false);
-        s.extend(stat_series(&queue, true));
+        let mut s = against(&queue, false);
+        s.extend(against(&queue, true));
         out.push((
             "queue.svg".into(),
             "mean (solid) and median (dashed) RTT against the bottleneck's queue, with a bulk flow, each the median over the scenario's trials with its 95 % interval (the study's figure 4)".into(),
             chart("RTT with a filled queue at 10 Mbit/s", ("queue (KB)", Unit::Plain, Scale::Linear), RTT, s),
         ));
         if let Some((kb, r)) = queue.last().and_then(|(kb, t)| Some((kb, *t.first()?))) {
-            let series = LAYERS
-                .iter()
-                .enumerate()
-                .map(|(k, (l, name))| Series {
-                    name: (*name).into(),
-                    points: layer_series(&r.1, l),
-                    secondary: false,
-                    colour: Some(k),
-                    intervals: Vec::new(),
-                    markers: false,
-                })
-                .collect();
             out.push((
                 "queue-timeline.svg".into(),
                 format!("every sample over time with a {kb} KB queue (the study's figure 5)"),
-                chart(&format!("{kb} KB queue: RTT over time"), TIME, RTT, series),
+                chart(
+                    &format!("{kb} KB queue: RTT over time"),
+                    TIME,
+                    RTT,
+                    timeline(&r.1),
+                ),
             ));
         }
     }
