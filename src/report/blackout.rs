@@ -1,5 +1,5 @@
 //! The blackout experiment's tables: measured median idle, the `linux` model's
-//! prediction and the error per cell, in seed 001's layout, one set per recovery path.
+//! prediction and the error per cell, in the layout of Hogan and Jones's tables (A Brief Look at Tuning TCP Retransmission Behaviour), one set per recovery path.
 
 use super::rto::seed_layout;
 use super::svg::{LineChart, Scale, Series, Unit};
@@ -12,6 +12,22 @@ pub fn tables(cells: &[CellSummary]) -> String {
     let mut paths: Vec<&str> = cells.iter().map(|c| c.path.as_str()).collect();
     paths.sort_unstable();
     paths.dedup();
+    let mut out = String::new();
+    for p in paths {
+        if p == NO_DROP {
+            out += &no_drop(cells);
+            continue;
+        }
+        out += &path_tables(cells, p);
+        out += &misses(cells, p);
+        out.push('\n');
+    }
+    out
+}
+
+/// Recovery path `p`'s tables in Hogan and Jones's layout: measured median idle, its
+/// interval, the model's prediction and the error.
+fn path_tables(cells: &[CellSummary], p: &str) -> String {
     let mut out = String::new();
     let sorted = |f: &dyn Fn(&CellSummary) -> String, p: &str| -> Vec<(f64, f64, u8, String)> {
         cells
@@ -27,88 +43,87 @@ pub fn tables(cells: &[CellSummary]) -> String {
             })
             .collect()
     };
-    for p in paths {
-        if p == NO_DROP {
-            out += &no_drop(cells);
-            continue;
-        }
-        let n: usize = cells.iter().filter(|c| c.path == p).map(|c| c.n).sum();
-        let within = cells.iter().filter(|c| c.path == p && c.within).count();
-        let total = cells.iter().filter(|c| c.path == p).count();
+    let n: usize = cells.iter().filter(|c| c.path == p).map(|c| c.n).sum();
+    let within = cells.iter().filter(|c| c.path == p && c.within).count();
+    let total = cells.iter().filter(|c| c.path == p).count();
+    out += &format!(
+        "Recovery path {p}: {n} trials; the linux model is within max(5 ms, 5 %) of the median in {within} of {total} cells ({:.0} %)\n\n",
+        100.0 * within as f64 / total.max(1) as f64
+    );
+    out += "Measured median TCP idle (ms)\n";
+    out += &seed_layout("Practice", &sorted(&|c| format!("{:.1}", c.median_ms), p));
+    if cells.iter().any(|c| c.path == p && c.n > 1) {
+        let lowest = cells
+            .iter()
+            .filter(|c| c.path == p && c.n > 1)
+            .map(|c| c.ci_coverage)
+            .fold(1.0, f64::min);
         out += &format!(
-            "Recovery path {p}: {n} trials; the linux model is within max(5 ms, 5 %) of the median in {within} of {total} cells ({:.0} %)\n\n",
-            100.0 * within as f64 / total.max(1) as f64
+            "\nInterval of the median (ms; order statistics, 95 % where the cell's trials allow; the lowest coverage here is {:.1} %: with n trials [min, max] covers 1 − 2⁻⁽ⁿ⁻¹⁾)\n",
+            100.0 * lowest
         );
-        out += "Measured median TCP idle (ms)\n";
-        out += &seed_layout("Practice", &sorted(&|c| format!("{:.1}", c.median_ms), p));
-        if cells.iter().any(|c| c.path == p && c.n > 1) {
-            let lowest = cells
-                .iter()
-                .filter(|c| c.path == p && c.n > 1)
-                .map(|c| c.ci_coverage)
-                .fold(1.0, f64::min);
-            out += &format!(
-                "\nInterval of the median (ms; order statistics, 95 % where the cell's trials allow; the lowest coverage here is {:.1} %: with n trials [min, max] covers 1 − 2⁻⁽ⁿ⁻¹⁾)\n",
-                100.0 * lowest
-            );
-            out += &seed_layout(
-                "Interval",
-                &sorted(
-                    &|c| {
-                        if c.n > 1 {
-                            format!("{:.1}–{:.1}", c.ci_low_ms, c.ci_high_ms)
-                        } else {
-                            "-".into()
-                        }
-                    },
-                    p,
-                ),
-            );
-        }
-        out += "\nPredicted by the linux model (ms)\n";
-        out += &seed_layout("Model", &sorted(&|c| format!("{:.1}", c.predicted_ms), p));
-        out += "\nMeasured − predicted (ms; * outside max(5 ms, 5 %), b: a retransmission is due within a jiffy of D)\n";
         out += &seed_layout(
-            "Error",
+            "Interval",
             &sorted(
                 &|c| {
-                    format!(
-                        "{:+.1}{}",
-                        c.median_ms - c.predicted_ms,
-                        match (c.within, c.boundary_ms.is_some()) {
-                            (true, false) => "",
-                            (true, true) => "b",
-                            (false, false) => "*",
-                            (false, true) => "*b",
-                        }
-                    )
+                    if c.n > 1 {
+                        format!("{:.1}–{:.1}", c.ci_low_ms, c.ci_high_ms)
+                    } else {
+                        "-".into()
+                    }
                 },
                 p,
             ),
         );
-        let misses: Vec<&CellSummary> = cells.iter().filter(|c| c.path == p && !c.within).collect();
-        if !misses.is_empty() {
-            out += "\nCells the model misses:\n";
-            for c in misses {
-                let idles: Vec<String> = c.idles_ms.iter().map(|x| format!("{x:.1}")).collect();
-                let why = match c.boundary_ms {
-                    Some(b) => format!(
-                        "a (re)transmission is due at {b:.1} ms, within a jiffy of D: the lost packet left up to an RTT before the blackout and timers fire up to a jiffy late, so it lands on either side of the end (bimodal)"
-                    ),
-                    None => "no retransmission is due near D: timer and scheduling latency on this host (see the trials' spread)".into(),
-                };
-                out += &format!(
-                    "- {} rto_min {} ms, D {} ms: measured {:.1} (trials {}), model {:.1}: {why}\n",
-                    if c.thin { "thin" } else { "thick" },
-                    c.rto_min_ms,
-                    c.disruption_ms,
-                    c.median_ms,
-                    idles.join(", "),
-                    c.predicted_ms
-                );
-            }
+    }
+    out += "\nPredicted by the linux model (ms)\n";
+    out += &seed_layout("Model", &sorted(&|c| format!("{:.1}", c.predicted_ms), p));
+    out += "\nMeasured − predicted (ms; * outside max(5 ms, 5 %), b: a retransmission is due within a jiffy of D)\n";
+    out += &seed_layout(
+        "Error",
+        &sorted(
+            &|c| {
+                format!(
+                    "{:+.1}{}",
+                    c.median_ms - c.predicted_ms,
+                    match (c.within, c.boundary_ms.is_some()) {
+                        (true, false) => "",
+                        (true, true) => "b",
+                        (false, false) => "*",
+                        (false, true) => "*b",
+                    }
+                )
+            },
+            p,
+        ),
+    );
+    out
+}
+
+/// The cells of path `p` the model misses, each with its trials and the likely cause.
+fn misses(cells: &[CellSummary], p: &str) -> String {
+    let mut out = String::new();
+    let misses: Vec<&CellSummary> = cells.iter().filter(|c| c.path == p && !c.within).collect();
+    if !misses.is_empty() {
+        out += "\nCells the model misses:\n";
+        for c in misses {
+            let idles: Vec<String> = c.idles_ms.iter().map(|x| format!("{x:.1}")).collect();
+            let why = match c.boundary_ms {
+                Some(b) => format!(
+                    "a (re)transmission is due at {b:.1} ms, within a jiffy of D: the lost packet left up to an RTT before the blackout and timers fire up to a jiffy late, so it lands on either side of the end (bimodal)"
+                ),
+                None => "no retransmission is due near D: timer and scheduling latency on this host (see the trials' spread)".into(),
+            };
+            out += &format!(
+                "- {} rto_min {} ms, D {} ms: measured {:.1} (trials {}), model {:.1}: {why}\n",
+                if c.thin { "thin" } else { "thick" },
+                c.rto_min_ms,
+                c.disruption_ms,
+                c.median_ms,
+                idles.join(", "),
+                c.predicted_ms
+            );
         }
-        out.push('\n');
     }
     out
 }
