@@ -1,5 +1,6 @@
 //! The blackout experiment's tables: measured median idle, the `linux` model's
-//! prediction and the error per cell, in the layout of Hogan and Jones's tables (A Brief Look at Tuning TCP Retransmission Behaviour), one set per recovery path.
+//! prediction and the error per cell, laid out as the tables of Hogan and Jones, "A
+//! Brief Look at Tuning TCP Retransmission Behaviour", one set per recovery path.
 
 use super::rto::seed_layout;
 use super::svg::{LineChart, Scale, Series, Unit};

@@ -329,6 +329,122 @@ fn map_err<E: std::error::Error + 'static>(map: &'static str) -> impl FnOnce(E) 
     }
 }
 
+/// The programs' `cfg_flags`: one bit per engine choice and filter (the bits
+/// `bpf/passive.bpf.c` tests).
+fn config_flags(s: &Settings, framing: Framing) -> u32 {
+    let mut flags: u32 = 0;
+    for (on, bit) in [
+        (s.ts, 0),
+        (s.seq, 1),
+        (s.ts_any, 2),
+        (s.karn, 3),
+        (s.sack, 4),
+        (framing == Framing::Ip, 5),
+        (!s.hosts.is_empty(), 6),
+        (!s.ports.is_empty(), 7),
+        (!s.flows.is_empty(), 8),
+        (s.events, 9),
+        (s.flow_events, 10),
+        (s.aggregate.is_some(), 11),
+        (s.aggregate.as_ref().is_some_and(|a| a.watched_only), 12),
+    ] {
+        if on {
+            flags |= 1 << bit;
+        }
+    }
+    flags
+}
+
+/// `--aggregate`'s globals: the histogram bounds (zero-padded), how many there are,
+/// and the prefixes that group addresses (24 and 48 bits without aggregation).
+fn histogram_globals(s: &Settings) -> Result<([u64; MAX_BOUNDS], u32, u32, u32), PassiveBpfError> {
+    let mut bounds = [0u64; MAX_BOUNDS];
+    let (mut n_bounds, mut v4, mut v6) = (0u32, 24u32, 48u32);
+    if let Some(a) = &s.aggregate {
+        if a.bounds_ns.len() > MAX_BOUNDS {
+            return Err(PassiveBpfError::Load {
+                step: "setting the histogram bounds",
+                source: format!("{} bounds, at most {MAX_BOUNDS}", a.bounds_ns.len()).into(),
+            });
+        }
+        bounds[..a.bounds_ns.len()].copy_from_slice(&a.bounds_ns);
+        n_bounds = a.bounds_ns.len() as u32;
+        v4 = u32::from(a.prefix_v4.min(32));
+        v6 = u32::from(a.prefix_v6.min(128));
+    }
+    Ok((bounds, n_bounds, v4, v6))
+}
+
+/// Load the ingress, egress and sweep programs into the kernel: the verifier's
+/// refusal named with its last line.
+fn load_programs(ebpf: &mut Ebpf) -> Result<(), PassiveBpfError> {
+    for name in [PROG_INGRESS, PROG_EGRESS, PROG_SWEEP] {
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(name)
+            .ok_or_else(|| PassiveBpfError::Load {
+                step: "finding a program in the object (rebuild it with bpf/build.sh)",
+                source: name.into(),
+            })?
+            .try_into()
+            .map_err(load_err("finding a tc program"))?;
+        prog.load().map_err(|e| {
+            if refused(&e) {
+                PassiveBpfError::NotPermitted
+            } else {
+                PassiveBpfError::Unsupported {
+                    release: kernel_release(),
+                    what: format!(
+                        "the verifier refused {name}: {}",
+                        last_line(&verifier_log(&e))
+                    ),
+                }
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Attach the programs of `directions` to `interface` (in the current namespace) in
+/// `mode`; on a failure the ones attached are detached again, and the clsact qdisc
+/// removed if this run `created_qdisc`.
+fn attach_links(
+    ebpf: &mut Ebpf,
+    interface: &str,
+    mode: AttachMode,
+    directions: &[(&'static str, TcAttachType)],
+    created_qdisc: bool,
+) -> Result<Vec<(&'static str, SchedClassifierLinkId)>, PassiveBpfError> {
+    let mut links = Vec::new();
+    for &(name, dir) in directions {
+        let options = match mode {
+            AttachMode::Tcx => TcAttachOptions::TcxOrder(LinkOrder::default()),
+            AttachMode::Clsact => TcAttachOptions::Netlink(NlOptions::default()),
+        };
+        let r = classifier(ebpf, name)?.attach_with_options(interface, dir, options);
+        match r {
+            Ok(id) => links.push((name, id)),
+            Err(e) => {
+                for (n, id) in links.drain(..) {
+                    if let Ok(p) = classifier(ebpf, n) {
+                        let _ = p.detach(id);
+                    }
+                }
+                if created_qdisc {
+                    remove_clsact_if_unused(interface);
+                }
+                if refused(&e) {
+                    return Err(PassiveBpfError::NotPermitted);
+                }
+                return Err(PassiveBpfError::Attach {
+                    interface: interface.into(),
+                    msg: crate::error_chain(&e),
+                });
+            }
+        }
+    }
+    Ok(links)
+}
+
 impl PassiveBpf {
     /// Load the programs with `s` for frames of `framing`; nothing is attached yet.
     ///
@@ -337,40 +453,8 @@ impl PassiveBpf {
     /// them), or bounds past [`MAX_BOUNDS`].
     pub fn load(s: &Settings, framing: Framing) -> Result<Self, PassiveBpfError> {
         check()?;
-        let mut flags: u32 = 0;
-        for (on, bit) in [
-            (s.ts, 0),
-            (s.seq, 1),
-            (s.ts_any, 2),
-            (s.karn, 3),
-            (s.sack, 4),
-            (framing == Framing::Ip, 5),
-            (!s.hosts.is_empty(), 6),
-            (!s.ports.is_empty(), 7),
-            (!s.flows.is_empty(), 8),
-            (s.events, 9),
-            (s.flow_events, 10),
-            (s.aggregate.is_some(), 11),
-            (s.aggregate.as_ref().is_some_and(|a| a.watched_only), 12),
-        ] {
-            if on {
-                flags |= 1 << bit;
-            }
-        }
-        let mut bounds = [0u64; MAX_BOUNDS];
-        let (mut n_bounds, mut v4, mut v6) = (0u32, 24u32, 48u32);
-        if let Some(a) = &s.aggregate {
-            if a.bounds_ns.len() > MAX_BOUNDS {
-                return Err(PassiveBpfError::Load {
-                    step: "setting the histogram bounds",
-                    source: format!("{} bounds, at most {MAX_BOUNDS}", a.bounds_ns.len()).into(),
-                });
-            }
-            bounds[..a.bounds_ns.len()].copy_from_slice(&a.bounds_ns);
-            n_bounds = a.bounds_ns.len() as u32;
-            v4 = u32::from(a.prefix_v4.min(32));
-            v6 = u32::from(a.prefix_v6.min(128));
-        }
+        let flags = config_flags(s, framing);
+        let (bounds, n_bounds, v4, v6) = histogram_globals(s)?;
         let events_bytes = s.events_bytes.max(4096).next_power_of_two();
         // Past an eighth of the ring, a record wakes the reader before its next poll.
         let wake_bytes = u64::from(events_bytes / 8);
@@ -399,29 +483,7 @@ impl PassiveBpf {
                 }
             }
         })?;
-        for name in [PROG_INGRESS, PROG_EGRESS, PROG_SWEEP] {
-            let prog: &mut SchedClassifier = ebpf
-                .program_mut(name)
-                .ok_or_else(|| PassiveBpfError::Load {
-                    step: "finding a program in the object (rebuild it with bpf/build.sh)",
-                    source: name.into(),
-                })?
-                .try_into()
-                .map_err(load_err("finding a tc program"))?;
-            prog.load().map_err(|e| {
-                if refused(&e) {
-                    PassiveBpfError::NotPermitted
-                } else {
-                    PassiveBpfError::Unsupported {
-                        release: kernel_release(),
-                        what: format!(
-                            "the verifier refused {name}: {}",
-                            last_line(&verifier_log(&e))
-                        ),
-                    }
-                }
-            })?;
-        }
+        load_programs(&mut ebpf)?;
         fill_set(
             &mut ebpf,
             "rttlab_hosts",
@@ -542,34 +604,7 @@ impl PassiveBpf {
                     }
                 }
             }
-            let mut links = Vec::new();
-            for &(name, dir) in directions {
-                let options = match mode {
-                    AttachMode::Tcx => TcAttachOptions::TcxOrder(LinkOrder::default()),
-                    AttachMode::Clsact => TcAttachOptions::Netlink(NlOptions::default()),
-                };
-                let r = classifier(ebpf, name)?.attach_with_options(interface, dir, options);
-                match r {
-                    Ok(id) => links.push((name, id)),
-                    Err(e) => {
-                        for (n, id) in links.drain(..) {
-                            if let Ok(p) = classifier(ebpf, n) {
-                                let _ = p.detach(id);
-                            }
-                        }
-                        if created_qdisc {
-                            remove_clsact_if_unused(interface);
-                        }
-                        if refused(&e) {
-                            return Err(PassiveBpfError::NotPermitted);
-                        }
-                        return Err(PassiveBpfError::Attach {
-                            interface: interface.into(),
-                            msg: crate::error_chain(&e),
-                        });
-                    }
-                }
-            }
+            let links = attach_links(ebpf, interface, mode, directions, created_qdisc)?;
             Ok((links, created_qdisc))
         });
         let (links, mut created_qdisc) =
