@@ -268,36 +268,7 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         DirArg::A2b => [imp, Impairments::default()],
         DirArg::B2a => [Impairments::default(), imp],
     };
-    let star = match u.hosts {
-        None if u.impair.delay.len() > 1 => {
-            bail!("--delay takes one value per host only with --hosts N")
-        }
-        None => Vec::new(),
-        Some(n) if !(2..=topology::MAX_HOSTS).contains(&n) => {
-            bail!("--hosts {n}: a lab has 2 to {} hosts", topology::MAX_HOSTS)
-        }
-        Some(_) if u.dir != DirArg::Both => {
-            bail!("--dir applies to the two-host lab; a star's links are impaired both ways")
-        }
-        Some(n) => {
-            let delays = &u.impair.delay;
-            if delays.len() > 1 && delays.len() != n {
-                bail!(
-                    "--delay gives {} values for {n} hosts: give one, or one per host",
-                    delays.len()
-                );
-            }
-            (0..n)
-                .map(|i| {
-                    let mut link = imp;
-                    if let Some(d) = delays.get(i).or(delays.first()) {
-                        link.delay_ns = rttlab::stats::units::ns(*d);
-                    }
-                    link
-                })
-                .collect()
-        }
-    };
+    let star = star_links(&u, imp)?;
     let spec = LabSpec {
         star: star.clone(),
         name: u.name.clone(),
@@ -307,33 +278,7 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         events: u.events.map(|p| std::path::absolute(&p).unwrap_or(p)),
         daemon: true,
     };
-    let exe = std::env::current_exe().context("finding the rttlab binary")?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["lab", "daemon", "--spec", &serde_json::to_string(&spec)?])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: setsid between fork and exec: the daemon leaves our session, so the
-    // terminal's Ctrl-C and hang-up do not reach it.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn().context("starting the lab daemon")?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        std::io::BufReader::new(out).read_line(&mut line)?;
-    }
-    if let Some(err) = line.strip_prefix("error: ") {
-        let _ = child.wait();
-        bail!("{}", err.trim());
-    }
-    let info: LabInfo = serde_json::from_str(&line).map_err(|_| {
-        let _ = child.wait();
-        anyhow::anyhow!("the lab daemon exited before the lab was up")
-    })?;
+    let info = start_daemon(&spec)?;
     let mut o = std::io::stdout().lock();
     if u.json {
         let status = match socket::request(&info.socket, &Request::Status)? {
@@ -382,6 +327,73 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         info.name
     )?;
     Ok(())
+}
+
+/// `--hosts N`: each host's link to the router, `imp` with the host's own `--delay`
+/// where one per host is given; empty for the two-host lab.
+fn star_links(u: &UpArgs, imp: Impairments) -> anyhow::Result<Vec<Impairments>> {
+    Ok(match u.hosts {
+        None if u.impair.delay.len() > 1 => {
+            bail!("--delay takes one value per host only with --hosts N")
+        }
+        None => Vec::new(),
+        Some(n) if !(2..=topology::MAX_HOSTS).contains(&n) => {
+            bail!("--hosts {n}: a lab has 2 to {} hosts", topology::MAX_HOSTS)
+        }
+        Some(_) if u.dir != DirArg::Both => {
+            bail!("--dir applies to the two-host lab; a star's links are impaired both ways")
+        }
+        Some(n) => {
+            let delays = &u.impair.delay;
+            if delays.len() > 1 && delays.len() != n {
+                bail!(
+                    "--delay gives {} values for {n} hosts: give one, or one per host",
+                    delays.len()
+                );
+            }
+            (0..n)
+                .map(|i| {
+                    let mut link = imp;
+                    if let Some(d) = delays.get(i).or(delays.first()) {
+                        link.delay_ns = rttlab::stats::units::ns(*d);
+                    }
+                    link
+                })
+                .collect()
+        }
+    })
+}
+
+/// Start the `lab daemon` that builds the lab and runs its emulator, out of this
+/// session, and wait for its first line: the lab's facts, or its error.
+fn start_daemon(spec: &LabSpec) -> anyhow::Result<LabInfo> {
+    let exe = std::env::current_exe().context("finding the rttlab binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["lab", "daemon", "--spec", &serde_json::to_string(spec)?])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid between fork and exec: the daemon leaves our session, so the
+    // terminal's Ctrl-C and hang-up do not reach it.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the lab daemon")?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        std::io::BufReader::new(out).read_line(&mut line)?;
+    }
+    if let Some(err) = line.strip_prefix("error: ") {
+        let _ = child.wait();
+        bail!("{}", err.trim());
+    }
+    serde_json::from_str(&line).map_err(|_| {
+        let _ = child.wait();
+        anyhow::anyhow!("the lab daemon exited before the lab was up")
+    })
 }
 
 /// The `lab up` daemon: build, report on stdout, serve until `lab down` or a signal.
