@@ -202,10 +202,15 @@ pub fn run(a: RtoArgs) -> anyhow::Result<()> {
             grid.models.push(md);
         }
     }
+    print_grid(&m, &grid, flavour, hz)
+}
+
+/// The grid as --json, --csv, or the table under a line naming the model.
+fn print_grid(m: &ModelArgs, grid: &Grid, flavour: Flavour, hz: u32) -> anyhow::Result<()> {
     if m.json {
         outln!(
             "{}",
-            rttlab::results::schema::pretty(rttlab::results::schema::RTO_MODEL, &grid)?
+            rttlab::results::schema::pretty(rttlab::results::schema::RTO_MODEL, grid)?
         );
     } else if m.csv {
         out!("{}", grid.csv(m.improvement));
