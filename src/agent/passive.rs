@@ -252,50 +252,7 @@ fn start_bpf(
     sync_peers(&view, &metrics, &peers);
     let thread = std::thread::Builder::new()
         .name("passive-bpf".into())
-        .spawn(move || {
-            let mut last = RawCounters::default();
-            let mut schedule = live::Schedule::new(
-                std::time::Instant::now(),
-                crate::kernel::realtime_ns(),
-                idle_timeout,
-                max_age,
-                None,
-            );
-            while !stop.load(Ordering::Relaxed) {
-                for _ in 0..10 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let due = schedule.poll(std::time::Instant::now(), crate::kernel::realtime_ns());
-                let counters = {
-                    let mut e = view
-                        .engine
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    if let Some(what) = due.sweep {
-                        if let Err(err) = e.sweep(what) {
-                            eprintln!("rttlab agent: passive sweep: {}", crate::error_chain(&err));
-                        }
-                    }
-                    e.bpf().counters()
-                };
-                if let Ok(c) = counters {
-                    export_counters(&metrics, &last, &c);
-                    last = c;
-                }
-                sync_peers(&view, &metrics, &peers);
-            }
-            // Detach now: a clsact attachment would outlive the process.
-            let mut e = view
-                .engine
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Err(err) = e.bpf().detach() {
-                eprintln!("rttlab agent: {}", crate::error_chain(&err));
-            }
-        });
+        .spawn(move || sweep_and_export(&view, &metrics, &peers, &stop, (idle_timeout, max_age)));
     let worker = thread.map_err(|e| {
         PassiveError::Capture(capture::SourceError::Open {
             path: "passive-bpf thread".into(),
@@ -308,6 +265,60 @@ fn start_bpf(
         fallback: None,
     };
     Ok((started, worker))
+}
+
+/// The in-kernel engine's worker: every second, flows swept on the schedule, the
+/// kernel's counters exported and the peers' addresses synced, until `stop`; then the
+/// programs detached (a clsact attachment would outlive the process).
+fn sweep_and_export(
+    view: &Arc<KernelView>,
+    metrics: &Metrics,
+    peers: &PeersByIp,
+    stop: &AtomicBool,
+    (idle_timeout, max_age): (Duration, Duration),
+) {
+    let mut last = RawCounters::default();
+    let mut schedule = live::Schedule::new(
+        std::time::Instant::now(),
+        crate::kernel::realtime_ns(),
+        idle_timeout,
+        max_age,
+        None,
+    );
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..10 {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let due = schedule.poll(std::time::Instant::now(), crate::kernel::realtime_ns());
+        let counters = {
+            let mut e = view
+                .engine
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(what) = due.sweep {
+                if let Err(err) = e.sweep(what) {
+                    eprintln!("rttlab agent: passive sweep: {}", crate::error_chain(&err));
+                }
+            }
+            e.bpf().counters()
+        };
+        if let Ok(c) = counters {
+            export_counters(metrics, &last, &c);
+            last = c;
+        }
+        sync_peers(view, metrics, peers);
+    }
+    // Detach now: a clsact attachment would outlive the process.
+    let mut e = view
+        .engine
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Err(err) = e.bpf().detach() {
+        eprintln!("rttlab agent: {}", crate::error_chain(&err));
+    }
 }
 
 /// The growth of the kernel's counters since `last`, added to the agent's.
