@@ -160,73 +160,24 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
         Some(p) => peers::read_config(p)?,
         None => ConfigFile::default(),
     };
-    let value = |key: &'static str, what: String| PlanError::Value {
-        file: flags.config.clone().unwrap_or_default(),
-        key,
-        what,
-    };
-    let probes = if !flags.probes.is_empty() {
-        flags.probes.clone()
-    } else if let Some(list) = &file.probes {
-        list.iter()
-            .map(|s| s.parse())
-            .collect::<Result<Vec<Probe>, NotAProbe>>()
-            .map_err(|e| value("probes", e.to_string()))?
-    } else {
-        Probe::DEFAULT.to_vec()
-    };
-    let duration = |flag: Option<Duration>, key: &'static str, v: &Option<String>, default| {
-        flag.map_or_else(
-            || {
-                crate::stats::units::parse_seconds(v.as_deref().unwrap_or(default))
-                    .map_err(|e| value(key, e))
-            },
-            Ok,
-        )
-    };
-    let interval = duration(flags.interval, "interval", &file.interval, "1s")?;
-    let timeout = duration(flags.timeout, "timeout", &file.timeout, "10s")?;
-    if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
-        return Err(PlanError::Interval {
-            at: match (&flags.config, flags.interval) {
-                (Some(p), None) => format!("{}: interval: ", p.display()),
-                _ => String::new(),
-            },
-        });
-    }
+    let (probes, interval, timeout) = probing(flags, &file)?;
     let mesh = match (&flags.mesh, &file.mesh) {
         (Some(m), _) => m.clone(),
         (None, Some(m)) => m
             .parse()
-            .map_err(|e: PeerError| value("mesh", e.to_string()))?,
+            .map_err(|e: PeerError| bad_value(flags, "mesh", e.to_string()))?,
         (None, None) => Mesh::default(),
     };
     let buckets = match (&flags.buckets, &file.buckets) {
         (Some(b), _) => b.clone(),
         (None, Some(b)) => b
             .parse()
-            .map_err(|e: BucketsError| value("buckets", e.to_string()))?,
+            .map_err(|e: BucketsError| bad_value(flags, "buckets", e.to_string()))?,
         (None, None) => Buckets::log(Duration::from_micros(10), Duration::from_secs(10), 3)?,
     };
     let peers_file = flags.peers_file.clone().or(file.peers_file.clone());
-    let target = |flag: &'static str, t: &str| {
-        Peer::parse(t, Vec::new()).map_err(|source| PlanError::Target { flag, source })
-    };
-    let mut all = Vec::new();
-    for t in flags.peers.iter().chain(file.peers.iter().flatten()) {
-        all.push(target("--peer", t)?);
-    }
     let peers_stamp = stamp(peers_file.as_deref());
-    if let Some(f) = &peers_file {
-        all.extend(peers::read_file_sd(f)?);
-    }
-    // Before anything is done per peer (is_me resolves names).
-    if all.len() > flags.max_peers {
-        return Err(PlanError::TooManyPeers {
-            named: all.len(),
-            max: flags.max_peers,
-        });
-    }
+    let all = named_peers(flags, &file, peers_file.as_deref())?;
     let named_self = flags.self_target.is_some() || file.self_target.is_some();
     let me = match flags.self_target.as_ref().or(file.self_target.as_ref()) {
         Some(t) => {
@@ -264,6 +215,82 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
         },
         buckets,
     })
+}
+
+/// A value of the config file's `key` that is not what it should be.
+fn bad_value(flags: &Flags, key: &'static str, what: String) -> PlanError {
+    PlanError::Value {
+        file: flags.config.clone().unwrap_or_default(),
+        key,
+        what,
+    }
+}
+
+/// A target given by `flag` (or its config key).
+fn target(flag: &'static str, t: &str) -> Result<Peer, PlanError> {
+    Peer::parse(t, Vec::new()).map_err(|source| PlanError::Target { flag, source })
+}
+
+/// The probes, interval and timeout: each flag first, else the config file's key,
+/// else the default (every probe, 1 s, 10 s); the interval within 10 ms–60 s.
+fn probing(
+    flags: &Flags,
+    file: &ConfigFile,
+) -> Result<(Vec<Probe>, Duration, Duration), PlanError> {
+    let probes = if !flags.probes.is_empty() {
+        flags.probes.clone()
+    } else if let Some(list) = &file.probes {
+        list.iter()
+            .map(|s| s.parse())
+            .collect::<Result<Vec<Probe>, NotAProbe>>()
+            .map_err(|e| bad_value(flags, "probes", e.to_string()))?
+    } else {
+        Probe::DEFAULT.to_vec()
+    };
+    let duration = |flag: Option<Duration>, key: &'static str, v: &Option<String>, default| {
+        flag.map_or_else(
+            || {
+                crate::stats::units::parse_seconds(v.as_deref().unwrap_or(default))
+                    .map_err(|e| bad_value(flags, key, e))
+            },
+            Ok,
+        )
+    };
+    let interval = duration(flags.interval, "interval", &file.interval, "1s")?;
+    let timeout = duration(flags.timeout, "timeout", &file.timeout, "10s")?;
+    if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {
+        return Err(PlanError::Interval {
+            at: match (&flags.config, flags.interval) {
+                (Some(p), None) => format!("{}: interval: ", p.display()),
+                _ => String::new(),
+            },
+        });
+    }
+    Ok((probes, interval, timeout))
+}
+
+/// Every peer named: --peer and the config's peers, then the peers file's; at most
+/// --max-peers, checked before anything is done per peer (finding this host among
+/// them resolves names).
+fn named_peers(
+    flags: &Flags,
+    file: &ConfigFile,
+    peers_file: Option<&std::path::Path>,
+) -> Result<Vec<Peer>, PlanError> {
+    let mut all = Vec::new();
+    for t in flags.peers.iter().chain(file.peers.iter().flatten()) {
+        all.push(target("--peer", t)?);
+    }
+    if let Some(f) = peers_file {
+        all.extend(peers::read_file_sd(f)?);
+    }
+    if all.len() > flags.max_peers {
+        return Err(PlanError::TooManyPeers {
+            named: all.len(),
+            max: flags.max_peers,
+        });
+    }
+    Ok(all)
 }
 
 /// Descriptors one peer's probes hold: a TCP_RR or UDP_RR session is a control
