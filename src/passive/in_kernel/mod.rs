@@ -144,6 +144,15 @@ pub struct Engine {
     generation: u8,
 }
 
+/// The most of a frame a replay hands the programs: BPF_PROG_TEST_RUN builds its
+/// sk_buff in one page less head- and tailroom (`bpf_test_init`, about 3 700 bytes on
+/// x86-64), so a jumbo or GRO frame is refused whole (EINVAL). The programs read only
+/// headers, at offsets they bound below 1 100 bytes (Ethernet, VLAN tags, IP and its
+/// extension headers masked to 0x3ff, then TCP's 60), and take every length from the IP
+/// header: cut here, as a live capture's snap length cuts, a frame gives the same
+/// samples.
+pub const REPLAY_MAX_BYTES: usize = 2048;
+
 /// The offset the programs get when frames are replayed: a frame's stamp is its capture
 /// time plus this, so that the programs' clock reads capture time exactly.
 const REPLAY_OFFSET: u64 = 1;
@@ -198,9 +207,9 @@ impl Engine {
     }
 
     /// Feed one captured frame through the ingress program, timed by its capture time
-    /// (`ts_ns`, ns since the epoch) exactly: for replaying files and testing. An
-    /// Ethernet frame goes as it is (of 14 bytes or more: shorter is no frame to the
-    /// kernel); another is given an Ethernet header (the programs' framing) in place
+    /// (`ts_ns`, ns since the epoch) exactly: for replaying files and testing. A frame
+    /// is cut to [`REPLAY_MAX_BYTES`]. An Ethernet frame goes as it is (of 14 bytes or
+    /// more: shorter is no frame to the kernel); another is given an Ethernet header (the programs' framing) in place
     /// of its own, and one whose link header cannot be read is passed over, as the
     /// user-space engine skips it.
     ///
@@ -216,6 +225,7 @@ impl Engine {
             self.bpf.set_clock(REPLAY_OFFSET)?;
             self.report_offset = 0;
         }
+        let frame = &frame[..frame.len().min(REPLAY_MAX_BYTES)];
         if link == LinkType::Ethernet {
             if replayable(frame) {
                 return self.bpf.run_on(true, frame, ts_ns + REPLAY_OFFSET);
