@@ -215,3 +215,45 @@ fn every_experiments_committed_settings_read_back_as_written() {
         }
     }
 }
+
+/// Witness: the committed blackout grid's own lines, two of them spoiled by the test (a
+/// field of the wrong type, a line cut mid-object) and one cut at the file's end as a
+/// crash leaves it. The report names the two spoiled lines by number and field, keeps
+/// every other record (`--json`'s count is the file's records less the two), and exits
+/// 1; the crash-cut last line is passed over without a word, as the runner reruns it.
+#[test]
+fn a_record_that_cannot_be_read_is_named_and_the_rest_reported() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/blackout-route");
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in files(&src) {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("trials.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let total = lines.len();
+    lines[2] = lines[2].replacen("\"transactions\":", "\"transactions\":\"many\",\"x\":", 1);
+    lines[5] = lines[5][..40].to_owned();
+    let spoiled = lines.join("\n") + "\n{\"rto_min_ms\":5,\"thi";
+    std::fs::write(dir.path().join("trials.jsonl"), spoiled).unwrap();
+
+    let o = Command::new(bin())
+        .args(["report", "--json"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["records"].as_array().unwrap().len(), total - 2);
+    let named: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("trials.jsonl line"))
+        .collect();
+    assert_eq!(named.len(), 2, "{stderr}");
+    assert!(
+        named[0].contains("line 3: transactions: invalid type: string \"many\""),
+        "{stderr}"
+    );
+    assert!(named[1].contains("line 6: EOF while parsing"), "{stderr}");
+    assert!(stderr.contains("2 record(s)"), "{stderr}");
+}

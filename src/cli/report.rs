@@ -11,7 +11,9 @@ of any earlier rttlab are read; a newer one is refused by name), recomputes the 
 and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …) and
 prints the tables. DIR itself is never changed: with --out the raw files are copied
 there and the tables, SVG charts and report.html are written beside them (--out DIR
-re-renders DIR in place).
+re-renders DIR in place). A line of trials.jsonl that is not a record of the experiment
+is named on stderr (its line and field) and left out: the rest is reported and the
+status is 1.
 
 Examples:
   rttlab report results/compare-1763800000
@@ -41,8 +43,15 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         let (experiment, run) = rttlab::results::read_run(dir)?;
         let run: serde_json::Value = serde_json::from_str(&run)?;
         // Before the trial runner, compare wrote compare.json alone: no records.
+        // The records the report read: not the lines it named as unreadable.
         let records: Vec<serde_json::Value> = if dir.join("trials.jsonl").exists() {
-            rttlab::results::read_trials(dir)?
+            let bad: Vec<usize> = rendered.bad_records.iter().map(|b| b.line).collect();
+            let (numbered, _) = rttlab::results::read_numbered(dir)?;
+            numbered
+                .into_iter()
+                .filter(|(line, _)| !bad.contains(line))
+                .map(|(_, r)| r)
+                .collect()
         } else {
             Vec::new()
         };
@@ -70,6 +79,17 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
             rendered.unreadable.len(),
             a.dir.display()
         );
+    }
+    if !rendered.bad_records.is_empty() {
+        // Everything else is reported: the run measured, but not all of it is here.
+        for b in &rendered.bad_records {
+            eprintln!("rttlab report: {}: {b}", a.dir.display());
+        }
+        return Err(anyhow::Error::new(super::Exit(1)).context(format!(
+            "{} record(s) of {} could not be read: the report leaves them out (fix or remove those lines)",
+            rendered.bad_records.len(),
+            a.dir.join("trials.jsonl").display()
+        )));
     }
     Ok(())
 }

@@ -5,39 +5,52 @@ use crate::kernel::fs::ScratchDir;
 use crate::results::names::{
     BLACKOUT, COMPARE, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
 };
-use crate::results::{self, ResultsError};
+use crate::results::{self, BadRecord, ResultsError};
 use std::path::Path;
 
 /// Render the report of the results directory `dir` again from its raw data, whatever
-/// experiment wrote it, into `dir` itself; returns its tables' text. Derived fields of
-/// the raw records (blackout's model prediction and boundary marks) are recomputed, so
-/// a directory an older rttlab wrote keeps every conclusion. See [`render_to`]
-/// to leave the original untouched.
+/// experiment wrote it, into `dir` itself; returns its tables' text and the lines of
+/// trials.jsonl that are not records (left out, and named). Derived fields of the raw
+/// records (blackout's model prediction and boundary marks) are recomputed, so a
+/// directory an older rttlab wrote keeps every conclusion. See [`render_to`] to leave
+/// the original untouched.
 ///
 /// # Errors
 /// Not a results directory, an experiment this rttlab does not know, or a file that
 /// cannot be read or written.
-pub fn render(dir: &Path) -> Result<String, ResultsError> {
+pub fn render(dir: &Path) -> Result<(String, Vec<BadRecord>), ResultsError> {
     let (name, _) = results::read_run(dir)?;
-    match name.as_str() {
+    let mut bad = Vec::new();
+    let text = match name.as_str() {
         // trials.jsonl: written by the trial runner; before it, compare.json alone.
         COMPARE if dir.join("trials.jsonl").exists() => {
-            super::compare::write_trials(dir, &results::read_trials(dir)?)
+            super::compare::write_trials(dir, &records(dir, &mut bad)?)
         }
         COMPARE => super::compare::write(dir),
         BLACKOUT => {
-            let trials = results::blackout::recompute(dir, results::read_trials(dir)?)?;
+            let trials = results::blackout::recompute(dir, records(dir, &mut bad)?)?;
             super::blackout::write(dir, &trials)
         }
-        RESREQ_INTERVAL => super::resreq::write(dir, &results::read_trials(dir)?),
-        INTERVAL_SWEEP => super::sweep::write(dir, &results::read_trials(dir)?),
-        SYN_RTO => super::syn_rto::write(dir, &results::read_trials(dir)?),
-        PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &results::read_trials(dir)?),
+        RESREQ_INTERVAL => super::resreq::write(dir, &records(dir, &mut bad)?),
+        INTERVAL_SWEEP => super::sweep::write(dir, &records(dir, &mut bad)?),
+        SYN_RTO => super::syn_rto::write(dir, &records(dir, &mut bad)?),
+        PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &records(dir, &mut bad)?),
         _ => Err(results::invalid(
             &dir.join("run.json"),
             format!("written by experiment {name:?}, which this rttlab does not know"),
         )),
-    }
+    }?;
+    Ok((text, bad))
+}
+
+/// The records of `dir`'s trials.jsonl, the lines that are not records added to `bad`.
+fn records<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    bad: &mut Vec<BadRecord>,
+) -> Result<Vec<T>, ResultsError> {
+    let (records, mut not) = results::read_records(dir)?;
+    bad.append(&mut not);
+    Ok(records)
 }
 
 /// A rendered report: its tables, and the histogram files of the directory that
@@ -51,6 +64,8 @@ pub struct Rendered {
     /// One error per histogram file that could not be read; empty when the report is
     /// complete.
     pub unreadable: Vec<ResultsError>,
+    /// The lines of trials.jsonl that are not records of the experiment, left out.
+    pub bad_records: Vec<BadRecord>,
 }
 
 /// Render the report of `dir` into `out` (a copy of `dir`'s files with the report
@@ -71,14 +86,18 @@ pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsErro
             results::copy_dir(dir, scratch.path()).and_then(|()| render(scratch.path()))
         }
     };
-    let text = match rendered {
-        Ok(text) => text,
+    let (text, bad_records) = match rendered {
+        Ok(rendered) => rendered,
         // A report that needs a histogram left out of the copy fails on the copy's
         // path; the reason worth saying is why the original could not be read.
         Err(_) if !unreadable.is_empty() => return Err(unreadable.remove(0)),
         Err(e) => return Err(e),
     };
-    Ok(Rendered { text, unreadable })
+    Ok(Rendered {
+        text,
+        unreadable,
+        bad_records,
+    })
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

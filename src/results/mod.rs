@@ -334,16 +334,87 @@ pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
     Ok((name.to_string(), text))
 }
 
-/// Every record of `trials.jsonl` in `path` (a line cut by a crash is skipped).
+/// A line of `trials.jsonl` that is not a record of its experiment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRecord {
+    /// Its line number, from 1.
+    pub line: usize,
+    /// Why, naming the field where one is at fault (`layers[2].p50_ms: invalid
+    /// type: string "x", expected f64`).
+    pub why: String,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "trials.jsonl line {}: {}", self.line, self.why)
+    }
+}
+
+/// Every record of `trials.jsonl` in `path`, and every line that is not one. The last
+/// line when no newline ends it is neither: a crash cut it while it was written, and
+/// the trial runner runs that trial again.
+///
+/// # Errors
+/// The file cannot be read.
+pub fn read_records<T: DeserializeOwned>(
+    path: &Path,
+) -> Result<(Vec<T>, Vec<BadRecord>), ResultsError> {
+    let (records, bad) = read_numbered(path)?;
+    Ok((records.into_iter().map(|(_, r)| r).collect(), bad))
+}
+
+/// As [`read_records`], each record with its line number (from 1).
+///
+/// # Errors
+/// The file cannot be read.
+pub fn read_numbered<T: DeserializeOwned>(
+    path: &Path,
+) -> Result<(Vec<(usize, T)>, Vec<BadRecord>), ResultsError> {
+    let text = read_file(path, "trials.jsonl")?;
+    let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
+    let cut = &text[whole.len()..];
+    let mut records = Vec::new();
+    let mut bad = Vec::new();
+    for (i, l) in whole.lines().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let mut de = serde_json::Deserializer::from_str(l);
+        match serde_path_to_error::deserialize(&mut de) {
+            Ok(r) => records.push((i + 1, r)),
+            Err(e) => {
+                let field = e.path().to_string();
+                let inner = e.into_inner();
+                // serde_json counts lines within the one line it was given: only the
+                // column says anything.
+                let what = inner.to_string();
+                let what = what.rsplit_once(" at line ").map_or(&*what, |(w, _)| w);
+                let what = format!("{what} (column {})", inner.column());
+                bad.push(BadRecord {
+                    line: i + 1,
+                    why: match field.as_str() {
+                        "." | "?" => what,
+                        _ => format!("{field}: {what}"),
+                    },
+                });
+            }
+        }
+    }
+    // A cut line that still parses (a crash between the record and its newline) is a
+    // record all the same.
+    if let Ok(r) = serde_json::from_str(cut) {
+        records.push((whole.lines().count() + 1, r));
+    }
+    Ok((records, bad))
+}
+
+/// Every record of `trials.jsonl` in `path`, for resuming a run: a line that is not
+/// a record is one the runner will write again (see [`read_records`]).
 ///
 /// # Errors
 /// The file cannot be read.
 pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsError> {
-    let text = read_file(path, "trials.jsonl")?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    Ok(read_records(path)?.0)
 }
 
 /// Copy the results directory `from` into `to` (created; files only, one level), so
