@@ -363,13 +363,14 @@ pub fn read_records<T: DeserializeOwned>(
     Ok((records.into_iter().map(|(_, r)| r).collect(), bad))
 }
 
+/// Records each with its line number (from 1), and the lines that are not records.
+pub type Numbered<T> = (Vec<(usize, T)>, Vec<BadRecord>);
+
 /// As [`read_records`], each record with its line number (from 1).
 ///
 /// # Errors
 /// The file cannot be read.
-pub fn read_numbered<T: DeserializeOwned>(
-    path: &Path,
-) -> Result<(Vec<(usize, T)>, Vec<BadRecord>), ResultsError> {
+pub fn read_numbered<T: DeserializeOwned>(path: &Path) -> Result<Numbered<T>, ResultsError> {
     let text = read_file(path, "trials.jsonl")?;
     let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
     let cut = &text[whole.len()..];
