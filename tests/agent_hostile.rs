@@ -1382,6 +1382,44 @@ fn report_out_over_a_planted_symlink_leaves_its_target_unchanged() {
         .contains("<html"));
 }
 
+/// Witness: the file system. `--out` a symlink to a directory elsewhere, and `--out`
+/// DIR itself: both refused by name (exit 2), nothing written in the link's target or
+/// DIR (their files' bytes before and after).
+#[test]
+fn report_out_that_is_a_symlink_or_the_results_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = sweep_copy(dir.path());
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let link = dir.path().join("out");
+    symlink(&elsewhere, &link).unwrap();
+    let before: Vec<_> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            (p.clone(), std::fs::read(&p).unwrap())
+        })
+        .collect();
+    let o = report(&[run.as_os_str(), "--out".as_ref(), link.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--out is a symbolic link"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    let o = report(&[run.as_os_str(), "--out".as_ref(), run.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--out is the results directory itself"),
+        "{}",
+        stderr(&o)
+    );
+    for (p, bytes) in before {
+        assert_eq!(std::fs::read(&p).unwrap(), bytes, "{}", p.display());
+    }
+}
+
 /// Witness: the exit and the clock. run.json a symlink to /dev/zero (once: report hung)
 /// is refused at once by name; so is a run.json that is a FIFO, which nobody writes.
 #[test]

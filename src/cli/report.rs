@@ -10,8 +10,8 @@ Reads run.json to learn which experiment wrote DIR (and its results schema: dire
 of any earlier rttlab are read; a newer one is refused by name), recomputes the tables
 and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …) and
 prints the tables. DIR itself is never changed: with --out the raw files are copied
-there and the tables, SVG charts and report.html are written beside them (--out DIR
-re-renders DIR in place). A line of trials.jsonl that is not a record of the experiment
+there and the tables, SVG charts and report.html are written beside them (--out is
+neither DIR itself nor a symbolic link). A line of trials.jsonl that is not a record of the experiment
 is named on stderr (its line and field) and left out: the rest is reported and the
 status is 1.
 

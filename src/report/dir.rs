@@ -69,7 +69,7 @@ pub struct Rendered {
 }
 
 /// Render the report of `dir` into `out` (a copy of `dir`'s files with the report
-/// written anew), or, with no `out`, only compute its tables (in a private scratch
+/// written anew; neither `dir` itself nor a symlink), or, with no `out`, only compute its tables (in a private scratch
 /// directory) and leave every file as it was.
 ///
 /// # Errors
@@ -77,9 +77,27 @@ pub struct Rendered {
 /// large; a file of `out` that is a symlink.
 pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsError> {
     results::read_run(dir)?;
+    if let Some(out) = out {
+        // Written through, a link would put the report (and a copy of DIR's files)
+        // wherever it points; DIR itself is never changed.
+        if out
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            return Err(results::invalid(
+                out,
+                "--out is a symbolic link: refusing to write through it; give the directory's own path",
+            ));
+        }
+        if same_dir(dir, out) {
+            return Err(results::invalid(
+                out,
+                "--out is the results directory itself, which report never changes: give another directory",
+            ));
+        }
+    }
     let mut unreadable = results::check_histograms(dir)?;
     let rendered = match out {
-        Some(out) if same_dir(dir, out) => render(dir),
         Some(out) => results::copy_dir(dir, out).and_then(|()| render(out)),
         None => {
             let scratch = ScratchDir::new("rttlab-report")?;
