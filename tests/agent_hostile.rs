@@ -1407,6 +1407,15 @@ fn report_out_that_is_a_symlink_or_the_results_directory_is_refused() {
         "{}",
         stderr(&o)
     );
+    // Written `link/`, the path would follow the link: refused all the same.
+    let slashed = format!("{}/", link.display());
+    let o = report(&[run.as_os_str(), "--out".as_ref(), slashed.as_ref()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--out is a symbolic link"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     let o = report(&[run.as_os_str(), "--out".as_ref(), run.as_os_str()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));

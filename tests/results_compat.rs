@@ -216,10 +216,11 @@ fn every_experiments_committed_settings_read_back_as_written() {
     }
 }
 
-/// Witness: the committed blackout grid's own lines, two of them spoiled by the test (a
-/// field of the wrong type, a line cut mid-object) and one cut at the file's end as a
-/// crash leaves it. The report names the two spoiled lines by number and field, keeps
-/// every other record (`--json`'s count is the file's records less the two), and exits
+/// Witness: the committed blackout grid's own lines, three of them spoiled by the test
+/// (a field of the wrong type, a line cut mid-object, words after the record) and one
+/// cut at the file's end as a crash leaves it. The report names the three by number
+/// (and field), keeps every other record (`--json`'s count is the file's records less
+/// the three), and exits
 /// 1; the crash-cut last line is passed over without a word, as the runner reruns it.
 #[test]
 fn a_record_that_cannot_be_read_is_named_and_the_rest_reported() {
@@ -233,6 +234,7 @@ fn a_record_that_cannot_be_read_is_named_and_the_rest_reported() {
     let total = lines.len();
     lines[2] = lines[2].replacen("\"transactions\":", "\"transactions\":\"many\",\"x\":", 1);
     lines[5] = lines[5][..40].to_owned();
+    lines[8] += " junk";
     let spoiled = lines.join("\n") + "\n{\"rto_min_ms\":5,\"thi";
     std::fs::write(dir.path().join("trials.jsonl"), spoiled).unwrap();
 
@@ -244,16 +246,17 @@ fn a_record_that_cannot_be_read_is_named_and_the_rest_reported() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(doc["records"].as_array().unwrap().len(), total - 2);
+    assert_eq!(doc["records"].as_array().unwrap().len(), total - 3);
     let named: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("trials.jsonl line"))
         .collect();
-    assert_eq!(named.len(), 2, "{stderr}");
+    assert_eq!(named.len(), 3, "{stderr}");
     assert!(
         named[0].contains("line 3: transactions: invalid type: string \"many\""),
         "{stderr}"
     );
     assert!(named[1].contains("line 6: EOF while parsing"), "{stderr}");
-    assert!(stderr.contains("2 record(s)"), "{stderr}");
+    assert!(named[2].contains("line 9: trailing characters"), "{stderr}");
+    assert!(stderr.contains("3 record(s)"), "{stderr}");
 }

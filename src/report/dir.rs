@@ -80,7 +80,9 @@ pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsErro
     if let Some(out) = out {
         // Written through, a link would put the report (and a copy of DIR's files)
         // wherever it points; DIR itself is never changed.
-        if out
+        // `link/` would follow the link: the path as components, trailing `/` gone.
+        let named: std::path::PathBuf = out.components().collect();
+        if named
             .symlink_metadata()
             .is_ok_and(|m| m.file_type().is_symlink())
         {

@@ -155,9 +155,18 @@ impl ResultsDir {
         }
         let tp = path.join("trials.jsonl");
         let mut trials = fs::open_append(&tp)?;
-        // End a line a crash cut, so the next record starts on its own line.
+        // A last line a crash cut: a whole record (the crash fell between it and its
+        // newline) is ended, so the next starts on its own line; a fragment is cut
+        // away, as its trial runs again — ended, it would read as an unreadable record
+        // in the middle of the file.
         if !ends_a_line(&tp)? {
-            trials.write_all(b"\n").map_err(io(&tp))?;
+            let text = read_file(path, "trials.jsonl")?;
+            let whole = text.rfind('\n').map_or(0, |end| end + 1);
+            if serde_json::from_str::<serde_json::Value>(&text[whole..]).is_ok() {
+                trials.write_all(b"\n").map_err(io(&tp))?;
+            } else {
+                trials.set_len(whole as u64).map_err(io(&tp))?;
+            }
         }
         Ok((
             Self {
@@ -381,11 +390,15 @@ pub fn read_numbered<T: DeserializeOwned>(path: &Path) -> Result<Numbered<T>, Re
             continue;
         }
         let mut de = serde_json::Deserializer::from_str(l);
-        match serde_path_to_error::deserialize(&mut de) {
+        // Anything after the record (`{…} junk`) makes the line no record, as
+        // serde_json::from_str would judge it.
+        let read = match serde_path_to_error::deserialize(&mut de) {
+            Ok(r) => de.end().map(|()| r).map_err(|e| (String::new(), e)),
+            Err(e) => Err((e.path().to_string(), e.into_inner())),
+        };
+        match read {
             Ok(r) => records.push((i + 1, r)),
-            Err(e) => {
-                let field = e.path().to_string();
-                let inner = e.into_inner();
+            Err((field, inner)) => {
                 // serde_json counts lines within the one line it was given: only the
                 // column says anything.
                 let what = inner.to_string();
@@ -394,7 +407,7 @@ pub fn read_numbered<T: DeserializeOwned>(path: &Path) -> Result<Numbered<T>, Re
                 bad.push(BadRecord {
                     line: i + 1,
                     why: match field.as_str() {
-                        "." | "?" => what,
+                        "" | "." | "?" => what,
                         _ => format!("{field}: {what}"),
                     },
                 });
@@ -591,6 +604,23 @@ mod tests {
         let (_, done) =
             ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
         assert_eq!(done, vec![7, 8, 9]);
+        // The fragment was cut away on resuming, not ended into a line of its own: the
+        // report finds no unreadable record. Witness: the file's bytes.
+        let text = std::fs::read_to_string(dir.path().join("trials.jsonl")).unwrap();
+        assert_eq!(text, "7\n8\n9\n");
+        assert!(read_records::<u32>(dir.path()).unwrap().1.is_empty());
+        // A whole record the crash left without its newline is kept.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.path().join("trials.jsonl"))
+            .unwrap()
+            .write_all(b"10")
+            .unwrap();
+        let (_, done) =
+            ResultsDir::open::<u32>(dir.path(), "t", &s, &serde_json::json!({})).unwrap();
+        assert_eq!(done, vec![7, 8, 9, 10]);
+        let text = std::fs::read_to_string(dir.path().join("trials.jsonl")).unwrap();
+        assert_eq!(text, "7\n8\n9\n10\n");
         let other = serde_json::json!({"trials": 5, "cells": [1, 2]});
         let e = ResultsDir::open::<u32>(dir.path(), "t", &other, &serde_json::json!({}))
             .err()

@@ -72,14 +72,17 @@ impl RefusalLog {
                 .iter()
                 .map(|(why, n)| format!("{n} {why}"))
                 .collect();
-            let sources = if self.lined.len() >= SOURCES_MAX {
-                format!("{SOURCES_MAX} or more")
-            } else {
-                self.lined.len().to_string()
+            let sources = match self.lined.len() {
+                n if n >= SOURCES_MAX => format!("{SOURCES_MAX} or more sources"),
+                1 => "1 source".to_owned(),
+                n => format!("{n} sources"),
+            };
+            let connections = match self.refused {
+                1 => "1 connection".to_owned(),
+                n => format!("{n} connections"),
             };
             format!(
-                "{} connections refused from {sources} sources in the last {} s ({}; one line per source per {} s)",
-                self.refused,
+                "{connections} refused from {sources} in the last {} s ({}; one line per source per {} s)",
                 over.as_secs(),
                 reasons.join(", "),
                 INTERVAL.as_secs()
@@ -116,6 +119,21 @@ mod tests {
             "40000 connections refused from 249 sources in the last 10 s (39751 protocol errors; one line per source per 10 s)"
         );
         assert_eq!(after[1], "again");
+    }
+
+    /// Witness: the counts fed in. One source is "1 source", not "1 sources".
+    #[test]
+    fn one_source_is_said_in_the_singular() {
+        let t0 = Instant::now();
+        let mut log = RefusalLog::new(t0);
+        for i in 0..3 {
+            log.note(t0, ip(1), "dropped", format!("{i}"));
+        }
+        let s = log.roll(t0 + INTERVAL).unwrap();
+        assert!(
+            s.starts_with("3 connections refused from 1 source in the last"),
+            "{s}"
+        );
     }
 
     #[test]
