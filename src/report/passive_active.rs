@@ -198,14 +198,7 @@ fn timeline(rows: &[(String, f64, f64)]) -> Vec<Series> {
     LAYERS
         .iter()
         .enumerate()
-        .map(|(k, (l, name))| Series {
-            name: (*name).into(),
-            points: layer_series(rows, l),
-            secondary: false,
-            colour: Some(k),
-            intervals: Vec::new(),
-            markers: false,
-        })
+        .map(|(k, (l, name))| Series::line(name, layer_series(rows, l), k))
         .collect()
 }
 
@@ -218,18 +211,12 @@ fn distribution(rows: &[(String, f64, f64)]) -> Vec<Series> {
             let mut v: Vec<f64> = layer_series(rows, l).into_iter().map(|x| x.1).collect();
             v.sort_by(f64::total_cmp);
             let n = v.len().max(1) as f64;
-            Series {
-                name: (*name).into(),
-                points: v
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &r)| (r, (i + 1) as f64 / n))
-                    .collect(),
-                secondary: false,
-                colour: Some(k),
-                intervals: Vec::new(),
-                markers: false,
-            }
+            let points = v
+                .iter()
+                .enumerate()
+                .map(|(i, &r)| (r, (i + 1) as f64 / n))
+                .collect();
+            Series::line(name, points, k)
         })
         .collect()
 }
@@ -247,18 +234,8 @@ fn against(pts: &[(f64, Vec<&WithSamples>)], median: bool) -> Vec<Series> {
                 .iter()
                 .filter_map(|(x, trials)| Some((*x, across(trials, l, f)?)))
                 .collect();
-            Series {
-                name: format!("{name} {}", if median { "median" } else { "mean" }),
-                points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
-                secondary: median,
-                colour: Some(k),
-                markers: true,
-                intervals: cis
-                    .iter()
-                    .filter(|(_, c)| c.n > 1)
-                    .map(|(x, c)| (*x, c.lo, c.hi))
-                    .collect(),
-            }
+            let what = if median { "median" } else { "mean" };
+            Series::of_medians(&format!("{name} {what}"), &cis, median, k)
         })
         .collect()
 }

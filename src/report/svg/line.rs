@@ -47,6 +47,12 @@ impl Series {
                 Some((x, MedianCi::of(&ys, CI_LEVEL)?))
             })
             .collect();
+        Self::of_medians(name, &cis, secondary, colour)
+    }
+
+    /// A series of medians with their intervals, one per x: each point the median,
+    /// with an error bar where more than one value made it.
+    pub fn of_medians(name: &str, cis: &[(f64, MedianCi)], secondary: bool, colour: usize) -> Self {
         Self {
             name: name.into(),
             points: cis.iter().map(|(x, c)| (*x, c.median)).collect(),
