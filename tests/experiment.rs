@@ -351,6 +351,27 @@ fn against_a_remote_server_this_host_is_tuned_then_restored() {
     .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("needs the lab"));
+    // A congestion control the server does not allow refuses the run before anything
+    // is tuned or measured (once: every trial failed and tables.txt was empty).
+    // Witnesses: the exit status, stderr, the results directory and sysctl(8).
+    let refused_dir = tmp.path().join("refused");
+    let o = remote_blackout(
+        &pair,
+        &state,
+        &refused_dir,
+        "50ms",
+        "200ms",
+        &["--secret-file", key, "--cc", "highspeed"],
+    )
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a first transaction with the server"), "{err}");
+    let trials_written = std::fs::read_to_string(refused_dir.join("trials.jsonl"));
+    assert!(trials_written.unwrap_or_default().is_empty(), "{err}");
+    assert!(!refused_dir.join("tables.txt").exists(), "{err}");
+    assert_eq!(sysctl("net.ipv4.tcp_rto_min_us"), before.0);
 }
 
 /// A blackout run killed while its nftables blackout is in place leaves the table and

@@ -11,7 +11,7 @@
 
 use crate::common;
 
-use crate::common::{bin, json, ServeChild};
+use crate::common::{bin, cpu_seconds, json, ServeChild};
 use rttlab::probe::control::{
     self, ClientMsg, ServerMsg, TestKind, TestSpec, MAGIC, PROTOCOL_VERSION,
 };
@@ -1139,22 +1139,6 @@ fn reset_strangers_and_missing_streams_leave_no_test_broken_and_no_thread_behind
         "{n} threads, {idle_threads} idle: the failed test's stream threads outlived it"
     );
     drop(held);
-}
-
-/// The server's CPU time so far, s (utime + stime of /proc/PID/stat).
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|v| v.parse().unwrap())
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    (f[0] + f[1]) as f64 / hz
 }
 
 /// TCP_CRR with `--anatomy`: a client that resets its connection while the server

@@ -23,13 +23,14 @@ use std::time::Duration;
 pub type Labels = Vec<(String, String)>;
 
 /// The reasons of `rttlab_agent_http_refused_total`.
-pub const HTTP_REFUSALS: [&str; 8] = [
+pub const HTTP_REFUSALS: [&str; 9] = [
     "displaced",
     "slow_reader",
     "busy",
     "body",
     "method",
     "unauthorized",
+    "login_throttled",
     "rate_limit",
     "web_config",
 ];

@@ -430,9 +430,12 @@ fn drive<E: Experiment>(
         out.display()
     );
     let mut line = TrialLine::new(false);
-    // The first trial's progress ends the set-up (the lab built, the server reached).
+    // The first trial's progress ends the set-up (the lab built, the server reached);
+    // the set-up's own announcement does not.
     let o = runner::run(e, out, facts, &stop, &mut |p| {
-        stage.measuring();
+        if !matches!(p.phase, runner::Phase::Setup) {
+            stage.measuring();
+        }
         line.show(p)
     })?;
     line.clear();

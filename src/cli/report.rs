@@ -9,11 +9,15 @@ use std::path::PathBuf;
 Reads run.json to learn which experiment wrote DIR (and its results schema: directories
 of any earlier rttlab are read; a newer one is refused by name), recomputes the tables
 and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …) and
-prints the tables. DIR itself is never changed: with --out the raw files are copied
-there and the tables, SVG charts and report.html are written beside them (--out is
-neither DIR itself nor a symbolic link). A line of trials.jsonl that is not a record of the experiment
-is named on stderr (its line and field) and left out: the rest is reported and the
-status is 1.
+prints the tables. DIR itself is never changed, and is read through one descriptor
+without following a link inside it. With --out, DIR's raw files and the tables, SVG
+charts and report.html are written as a new directory, put in place only when all of it
+is written: OUT must not exist or be empty, and is neither DIR nor a symbolic link. The
+raw files keep their modes; the report takes the narrowest of them (a report of private
+trials is private). A line of trials.jsonl that is not a record of the experiment
+is named on stderr (its line and field) and left out, as is a histogram file that
+cannot be read (missing, not a regular file, not a histogram): the rest is reported
+and the status is 1.
 
 Examples:
   rttlab report results/compare-1763800000
@@ -32,7 +36,9 @@ pub struct ReportArgs {
 }
 
 pub fn run(a: ReportArgs) -> anyhow::Result<()> {
-    let rendered = rttlab::report::dir::render_to(&a.dir, a.out.as_deref())
+    use rttlab::report::dir::Records;
+    let records = if a.json { Records::Keep } else { Records::Skip };
+    let rendered = rttlab::report::dir::render_to(&a.dir, a.out.as_deref(), records)
         .with_context(|| format!("rendering the report of {}", a.dir.display()))?;
     for e in &rendered.unreadable {
         eprintln!("rttlab report: {}", rttlab::error_chain(e));
@@ -40,30 +46,16 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
 
     if a.json {
         let dir = a.out.as_deref().unwrap_or(&a.dir);
-        let (experiment, run) = rttlab::results::read_run(dir)?;
-        let run: serde_json::Value = serde_json::from_str(&run)?;
-        // Before the trial runner, compare wrote compare.json alone: no records.
-        // The records the report read: not the lines it named as unreadable.
-        let records: Vec<serde_json::Value> = if dir.join("trials.jsonl").exists() {
-            let bad: Vec<usize> = rendered.bad_records.iter().map(|b| b.line).collect();
-            let (numbered, _) = rttlab::results::read_numbered(dir)?;
-            numbered
-                .into_iter()
-                .filter(|(line, _)| !bad.contains(line))
-                .map(|(_, r)| r)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let run: serde_json::Value = serde_json::from_str(&rendered.run)?;
         let doc = super::experiment::RunDocument {
-            experiment: &experiment,
+            experiment: &rendered.experiment,
             dir,
             settings: run["settings"].clone(),
-            trials: records.len(),
+            trials: rendered.records.len(),
             failed: None,
             interrupted: None,
             report: dir.join("report.html"),
-            records: &records,
+            records: &rendered.records,
         };
         let schema = rttlab::results::schema::EXPERIMENT;
         outln!("{}", rttlab::results::schema::pretty(schema, &doc)?);
@@ -74,11 +66,12 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         }
     }
     if !rendered.unreadable.is_empty() {
-        anyhow::bail!(
+        // As a record that cannot be read: the run measured, the rest is reported.
+        return Err(anyhow::Error::new(super::Exit(1)).context(format!(
             "{} histogram file(s) of {} could not be read: the report leaves them out",
             rendered.unreadable.len(),
             a.dir.display()
-        );
+        )));
     }
     if !rendered.bad_records.is_empty() {
         // Everything else is reported: the run measured, but not all of it is here.

@@ -43,9 +43,19 @@ impl SecretArgs {
         if secret.is_empty() {
             bail!("the secret is empty: put at least one character in it");
         }
+        if secret.len() < SECRET_FEW_BYTES {
+            eprintln!(
+                "warning: a secret of {} byte(s) is quickly guessed by whoever can reach the server: use at least {SECRET_FEW_BYTES} (head -c 18 /dev/urandom | base64 > FILE; chmod 600 FILE)",
+                secret.len()
+            );
+        }
         Ok(Some(secret.into_bytes()))
     }
 }
+
+/// Shorter secrets are used, with a warning: a serve that answers a wrong secret at
+/// once lets a guesser try thousands a second.
+const SECRET_FEW_BYTES: usize = 12;
 
 /// A secret is one line: anything longer than this is not a secret file.
 const SECRET_MAX_BYTES: u64 = 64 << 10;

@@ -99,7 +99,15 @@ fn lab_testbed(name: &str, poll: bool) -> Result<Testbed, ExperimentError> {
     })
 }
 
-fn remote_testbed(server: SocketAddr) -> Result<Testbed, ExperimentError> {
+fn remote_testbed(server: SocketAddr, s: &Settings) -> Result<Testbed, ExperimentError> {
+    // Asked once before anything is changed: a server that refuses the settings (a
+    // congestion control it does not allow, a missing secret) would refuse every
+    // trial, and the run would end with no trial measured and empty tables.
+    let mut asked = rr_settings(server, s, false, 0, Duration::from_millis(100));
+    asked.duration = None;
+    asked.count = Some(1);
+    rr::run(&asked, &RunControl::default())
+        .map_err(setup_err("a first transaction with the server"))?;
     let journal = Journal::for_run(crate::results::names::BLACKOUT);
     // Journalled before it exists, so that after a crash `rttlab tune revert --all`
     // removes it.
@@ -374,7 +382,7 @@ impl Experiment for Blackout {
 
     fn testbed(&self) -> Result<Testbed, ExperimentError> {
         match self.settings.remote {
-            Some(server) => remote_testbed(server),
+            Some(server) => remote_testbed(server, &self.settings),
             None => lab_testbed(
                 &format!("blackout-{}", std::process::id() % 100_000),
                 self.settings.lab_poll,

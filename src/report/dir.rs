@@ -1,12 +1,14 @@
 //! Rendering a results directory again from its raw data, whatever experiment wrote
 //! it: `rttlab report`, and every experiment's last step.
 
+use crate::kernel::fs::held::{HeldDir, NewDir};
 use crate::kernel::fs::ScratchDir;
 use crate::results::names::{
     BLACKOUT, COMPARE, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
 };
 use crate::results::{self, BadRecord, ResultsError};
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// Render the report of the results directory `dir` again from its raw data, whatever
 /// experiment wrote it, into `dir` itself; returns its tables' text and the lines of
@@ -59,6 +61,10 @@ fn records<T: serde::de::DeserializeOwned>(
 /// incomplete.
 #[derive(Debug)]
 pub struct Rendered {
+    /// The experiment that wrote the directory, as run.json names it.
+    pub experiment: String,
+    /// run.json's text, as the report read it.
+    pub run: String,
     /// The report's tables, as `rttlab report` prints them.
     pub text: String,
     /// One error per histogram file that could not be read; empty when the report is
@@ -66,58 +72,132 @@ pub struct Rendered {
     pub unreadable: Vec<ResultsError>,
     /// The lines of trials.jsonl that are not records of the experiment, left out.
     pub bad_records: Vec<BadRecord>,
+    /// Every record the report read, in the file's order, when asked for
+    /// ([`Records::Keep`]); empty for a directory without trials.jsonl.
+    pub records: Vec<serde_json::Value>,
 }
 
-/// Render the report of `dir` into `out` (a copy of `dir`'s files with the report
-/// written anew; neither `dir` itself nor a symlink), or, with no `out`, only compute its tables (in a private scratch
-/// directory) and leave every file as it was.
+/// Whether [`render_to`] hands back the trial records it read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Records {
+    /// Only the tables.
+    Skip,
+    /// The records too (`report --json`).
+    Keep,
+}
+
+/// Render the report of the results directory `dir` from one private copy of its
+/// raw files ([`results::copy_raw`]: read through one descriptor of `dir`, never
+/// following a link, so nothing swapped in while it runs is read), and, given `out`,
+/// write that copy and the report as a new directory at `out`, put in place only
+/// when all of it is written ([`NewDir`]): the raw files keep their modes, the
+/// rendered ones take the narrowest of them, `out` takes `dir`'s. `dir` itself is
+/// never changed. Errors name `dir`'s files, never the copy's.
 ///
 /// # Errors
-/// As [`render`]; a file of `dir` that is not a regular file inside it or is too
-/// large; a file of `out` that is a symlink.
-pub fn render_to(dir: &Path, out: Option<&Path>) -> Result<Rendered, ResultsError> {
-    results::read_run(dir)?;
+/// As [`render`]; a raw file of `dir` that is not a regular file or is too large;
+/// `out` is `dir` itself, a symlink, or already holds anything.
+pub fn render_to(
+    dir: &Path,
+    out: Option<&Path>,
+    records: Records,
+) -> Result<Rendered, ResultsError> {
     if let Some(out) = out {
-        // Written through, a link would put the report (and a copy of DIR's files)
-        // wherever it points; DIR itself is never changed.
-        // `link/` would follow the link: the path as components, trailing `/` gone.
-        let named: std::path::PathBuf = out.components().collect();
-        if named
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            return Err(results::invalid(
-                out,
-                "--out is a symbolic link: refusing to write through it; give the directory's own path",
-            ));
-        }
-        if same_dir(dir, out) {
-            return Err(results::invalid(
-                out,
-                "--out is the results directory itself, which report never changes: give another directory",
-            ));
-        }
+        refuse_out(dir, out)?;
     }
-    let mut unreadable = results::check_histograms(dir)?;
-    let rendered = match out {
-        Some(out) => results::copy_dir(dir, out).and_then(|()| render(out)),
-        None => {
-            let scratch = ScratchDir::new("rttlab-report")?;
-            results::copy_dir(dir, scratch.path()).and_then(|()| render(scratch.path()))
-        }
-    };
-    let (text, bad_records) = match rendered {
+    let source = HeldDir::open(dir, "results directory")?;
+    let scratch = ScratchDir::new("rttlab-report")?;
+    let copy = scratch.path();
+    let named = |e: ResultsError| e.moved(copy, dir);
+    let raw = results::copy_raw(&source, copy)?;
+    let (experiment, run) = results::read_run(copy).map_err(named)?;
+    let known: Vec<&str> = raw.refused.iter().map(|(n, _)| n.as_str()).collect();
+    let mut unreadable: Vec<ResultsError> = results::check_histograms(copy, &known)
+        .map_err(named)?
+        .into_iter()
+        .map(named)
+        .collect();
+    let refused = raw.refused.into_iter().map(|(_, e)| e);
+    unreadable.splice(0..0, refused);
+    let (text, bad_records) = match render(copy) {
         Ok(rendered) => rendered,
-        // A report that needs a histogram left out of the copy fails on the copy's
-        // path; the reason worth saying is why the original could not be read.
+        // A report that needs a histogram left out of the copy fails on it; the
+        // reason worth saying is why the original could not be read.
         Err(_) if !unreadable.is_empty() => return Err(unreadable.remove(0)),
-        Err(e) => return Err(e),
+        Err(e) => return Err(named(e)),
     };
+    let records = match records {
+        Records::Keep if copy.join("trials.jsonl").exists() => {
+            let bad: Vec<usize> = bad_records.iter().map(|b| b.line).collect();
+            results::read_numbered(copy)
+                .map_err(named)?
+                .0
+                .into_iter()
+                .filter(|(line, _)| !bad.contains(line))
+                .map(|(_, r)| r)
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    if let Some(out) = out {
+        place(copy, &raw.modes, source.mode()?, out)?;
+    }
     Ok(Rendered {
+        experiment,
+        run,
         text,
         unreadable,
         bad_records,
+        records,
     })
+}
+
+/// `--out` refused by name before anything is read: written through, a symlink would
+/// put the report wherever it points, and DIR itself is never changed.
+fn refuse_out(dir: &Path, out: &Path) -> Result<(), ResultsError> {
+    // `link/` would follow the link: the path as components, trailing `/` gone.
+    let named: PathBuf = out.components().collect();
+    if named
+        .symlink_metadata()
+        .is_ok_and(|m| m.file_type().is_symlink())
+    {
+        return Err(results::invalid(
+            out,
+            "--out is a symbolic link: refusing to write through it; give the directory's own path",
+        ));
+    }
+    if same_dir(dir, out) {
+        return Err(results::invalid(
+            out,
+            "--out is the results directory itself, which report never changes: give another directory",
+        ));
+    }
+    Ok(())
+}
+
+/// Write every file of the rendered copy into a new directory put in place at `out`:
+/// a raw file with its original's mode, a rendered one with the narrowest of them
+/// (a report of private trials is private), the directory with `dir_mode`.
+fn place(
+    copy: &Path,
+    raw_modes: &BTreeMap<String, u32>,
+    dir_mode: u32,
+    out: &Path,
+) -> Result<(), ResultsError> {
+    let rendered_mode = raw_modes.values().fold(0o644, |m, r| m & r);
+    let mut new = NewDir::beside(out)?;
+    let mut names: Vec<String> = std::fs::read_dir(copy)
+        .map_err(results::io(copy))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    for name in names {
+        let mode = raw_modes.get(&name).copied().unwrap_or(rendered_mode);
+        let mut to = new.create(&name, mode)?;
+        let from = std::fs::File::open(copy.join(&name)).map_err(results::io(copy))?;
+        std::io::copy(&mut &from, &mut to).map_err(results::io(&out.join(&name)))?;
+    }
+    Ok(new.place(dir_mode)?)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {

@@ -89,6 +89,42 @@ pub enum ResultsError {
     },
 }
 
+impl ResultsError {
+    /// The same error, its paths under `from` named under `to` instead: a report
+    /// rendered from a private copy names the original's files.
+    #[must_use]
+    pub fn moved(self, from: &Path, to: &Path) -> Self {
+        let rename = |p: PathBuf| match p.strip_prefix(from) {
+            Ok(rest) => to.join(rest),
+            Err(_) => p,
+        };
+        let rename_text = |p: String| rename(PathBuf::from(p)).display().to_string();
+        match self {
+            Self::Io { path, source } => Self::Io {
+                path: rename(path),
+                source,
+            },
+            Self::Json { path, source } => Self::Json {
+                path: rename(path),
+                source,
+            },
+            Self::Invalid { path, msg } => Self::Invalid {
+                path: rename(path),
+                msg,
+            },
+            Self::Mismatch { path, what } => Self::Mismatch {
+                path: rename_text(path),
+                what,
+            },
+            Self::File(e) => Self::File(e.moved(from, to)),
+            Self::Schema { path, version } => Self::Schema {
+                path: rename_text(path),
+                version,
+            },
+        }
+    }
+}
+
 /// An open results directory.
 pub struct ResultsDir {
     path: PathBuf,
@@ -380,46 +416,109 @@ pub type Numbered<T> = (Vec<(usize, T)>, Vec<BadRecord>);
 /// # Errors
 /// The file cannot be read.
 pub fn read_numbered<T: DeserializeOwned>(path: &Path) -> Result<Numbered<T>, ResultsError> {
-    let text = read_file(path, "trials.jsonl")?;
-    let whole = text.rfind('\n').map_or("", |end| &text[..=end]);
-    let cut = &text[whole.len()..];
     let mut records = Vec::new();
     let mut bad = Vec::new();
-    for (i, l) in whole.lines().enumerate() {
-        if l.trim().is_empty() {
+    each_record(path, |line, read| match read {
+        Ok(r) => records.push((line, r)),
+        Err(why) => bad.push(BadRecord { line, why }),
+    })?;
+    Ok((records, bad))
+}
+
+/// The longest line of `trials.jsonl` read as a record: a trial's record is a few KiB;
+/// a longer line is named as not one, and never held whole.
+const RECORD_MAX_BYTES: u64 = 1 << 20;
+
+/// Each line of `trials.jsonl` in `path`, read one at a time (memory is one line, not
+/// the file): `f` is given its number (from 1) and the record, or why it is not one.
+/// Blank lines are passed over; the last line when no newline ends it is given only
+/// if it parses (see [`read_records`]).
+///
+/// # Errors
+/// The file cannot be opened or read.
+pub fn each_record<T: DeserializeOwned>(
+    path: &Path,
+    mut f: impl FnMut(usize, Result<T, String>),
+) -> Result<(), ResultsError> {
+    use std::io::{BufRead, Read};
+    let name = path.join("trials.jsonl");
+    let file = fs::open_in(path, "trials.jsonl", "results file")?;
+    let mut reader = std::io::BufReader::new(file.file());
+    let mut line = Vec::new();
+    for number in 1.. {
+        line.clear();
+        let got = (&mut reader)
+            .take(RECORD_MAX_BYTES + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(io(&name))?;
+        if got == 0 {
+            break;
+        }
+        if line.last() != Some(&b'\n') {
+            if got as u64 <= RECORD_MAX_BYTES {
+                // A crash cut it while it was written; one that still parses (cut
+                // between the record and its newline) is a record all the same.
+                if let Ok(r) = serde_json::from_slice(&line) {
+                    f(number, Ok(r));
+                }
+                break;
+            }
+            // Longer than any record: pass over the rest of it.
+            let mut rest = 0;
+            loop {
+                let chunk = reader.fill_buf().map_err(io(&name))?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let end = chunk.iter().position(|&b| b == b'\n');
+                let used = end.map_or(chunk.len(), |i| i + 1);
+                reader.consume(used);
+                rest += used;
+                if end.is_some() {
+                    break;
+                }
+            }
+            f(
+                number,
+                Err(format!(
+                    "a line of {} bytes or more, longer than any record",
+                    got + rest
+                )),
+            );
             continue;
         }
-        let mut de = serde_json::Deserializer::from_str(l);
-        // Anything after the record (`{…} junk`) makes the line no record, as
-        // serde_json::from_str would judge it.
-        let read = match serde_path_to_error::deserialize(&mut de) {
-            Ok(r) => de.end().map(|()| r).map_err(|e| (String::new(), e)),
-            Err(e) => Err((e.path().to_string(), e.into_inner())),
-        };
-        match read {
-            Ok(r) => records.push((i + 1, r)),
-            Err((field, inner)) => {
-                // serde_json counts lines within the one line it was given: only the
-                // column says anything.
-                let what = inner.to_string();
-                let what = what.rsplit_once(" at line ").map_or(&*what, |(w, _)| w);
-                let what = format!("{what} (column {})", inner.column());
-                bad.push(BadRecord {
-                    line: i + 1,
-                    why: match field.as_str() {
-                        "" | "." | "?" => what,
-                        _ => format!("{field}: {what}"),
-                    },
-                });
-            }
+        // Judged without its line end, as a line it is (a string cut by it reads
+        // as cut, not as holding a control character).
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.iter().all(u8::is_ascii_whitespace) {
+            continue;
         }
+        f(number, parse_record(text));
     }
-    // A cut line that still parses (a crash between the record and its newline) is a
-    // record all the same.
-    if let Ok(r) = serde_json::from_str(cut) {
-        records.push((whole.lines().count() + 1, r));
-    }
-    Ok((records, bad))
+    Ok(())
+}
+
+/// One line of trials.jsonl as a record, or why not, naming the field at fault.
+fn parse_record<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    // Anything after the record (`{…} junk`) makes the line no record, as
+    // serde_json::from_str would judge it.
+    let read = match serde_path_to_error::deserialize(&mut de) {
+        Ok(r) => de.end().map(|()| r).map_err(|e| (String::new(), e)),
+        Err(e) => Err((e.path().to_string(), e.into_inner())),
+    };
+    read.map_err(|(field, inner)| {
+        // serde_json counts lines within the one line it was given: only the column
+        // says anything.
+        let what = inner.to_string();
+        let what = what.rsplit_once(" at line ").map_or(&*what, |(w, _)| w);
+        let what = format!("{what} (column {})", inner.column());
+        match field.as_str() {
+            "" | "." | "?" => what,
+            _ => format!("{field}: {what}"),
+        }
+    })
 }
 
 /// Every record of `trials.jsonl` in `path`, for resuming a run: a line that is not
@@ -431,39 +530,79 @@ pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsEr
     Ok(read_records(path)?.0)
 }
 
-/// Copy the results directory `from` into `to` (created; files only, one level), so
-/// that a report can be rendered there without touching the original. Every file is
-/// read as [`read_file`] reads it and written as [`write_file`] writes it; a
-/// subdirectory is passed over. A histogram (`*.hist.csv`) that cannot be copied is
-/// left out, for [`check_histograms`] on `from` to report; any other file that cannot
-/// is an error.
+/// Whether `name` is one of the raw files an experiment writes into its results
+/// directory, the ones a report is drawn from: run.json, trials.jsonl, failed.jsonl,
+/// compare.json (rttlab 0.1's compare wrote it alone), and the histograms
+/// (`*.hist.csv`) and sample series (`*.samples.csv`) its trials name. The tables,
+/// charts and report.html are rendered anew; any other file is not the report's.
+pub fn is_raw(name: &str) -> bool {
+    matches!(
+        name,
+        "run.json" | "trials.jsonl" | "failed.jsonl" | "compare.json"
+    ) || is_histogram(name)
+        || name.ends_with(".samples.csv")
+}
+
+/// The raw files of a results directory, copied.
+#[derive(Debug, Default)]
+pub struct RawCopy {
+    /// Each file copied, with its permission bits in the original.
+    pub modes: std::collections::BTreeMap<String, u32>,
+    /// The histograms and sample series that could not be copied (a symlink, a FIFO,
+    /// too large), each by its name and why: the report says which it leaves out.
+    pub refused: Vec<(String, ResultsError)>,
+}
+
+/// Copy the raw files ([`is_raw`]) of the results directory `from` into the private
+/// directory `to`, each read through `from`'s descriptor ([`fs::held::HeldDir`]) and
+/// streamed, so that a report is rendered from one consistent copy and the original
+/// is never touched. A histogram or sample series that cannot be copied is left out
+/// and named in [`RawCopy::refused`]; any other raw file that cannot is an error.
 ///
 /// # Errors
-/// A file other than a histogram is not a regular file, a symlink out of `from`, too
-/// large, or cannot be read or written.
-pub fn copy_dir(from: &Path, to: &Path) -> Result<(), ResultsError> {
-    std::fs::create_dir_all(to).map_err(io(to))?;
-    for entry in std::fs::read_dir(from).map_err(io(from))? {
-        let entry = entry.map_err(io(from))?;
-        if entry.file_type().map_err(io(from))?.is_dir() {
-            continue;
-        }
-        let name = entry.file_name();
-        let name = name.to_str().ok_or_else(|| {
-            invalid(
-                &entry.path(),
-                "a file name that is not UTF-8: not one rttlab wrote",
-            )
-        })?;
-        let bytes =
-            fs::open_in(from, name, "results file").and_then(|f| f.read(fs::RESULTS_MAX_BYTES));
-        match bytes {
-            Ok(b) => fs::write_replace(&to.join(name), &b)?,
-            Err(_) if is_histogram(name) => {}
+/// Listing `from` failed; run.json, trials.jsonl, failed.jsonl or compare.json is not
+/// a regular file, too large or unreadable; a copy cannot be written.
+pub fn copy_raw(from: &fs::held::HeldDir, to: &Path) -> Result<RawCopy, ResultsError> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut copy = RawCopy::default();
+    let mut names: Vec<String> = from
+        .names()?
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| is_raw(n))
+        .collect();
+    names.sort();
+    for name in names {
+        let file = match from.open_file(&name, "results file") {
+            Ok(f) => f,
+            Err(e) if name.ends_with(".csv") => {
+                copy.refused.push((name, e.into()));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mode = file.metadata().mode() & 0o777;
+        let dest = to.join(&name);
+        let mut w = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(&dest)
+            .map_err(io(&dest))?;
+        match file.copy_to(&mut w, fs::RESULTS_MAX_BYTES) {
+            Ok(_) => {
+                copy.modes.insert(name, mode);
+            }
+            Err(e) if name.ends_with(".csv") => {
+                drop(w);
+                std::fs::remove_file(&dest).map_err(io(&dest))?;
+                copy.refused.push((name, e.into()));
+            }
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(copy)
 }
 
 fn is_histogram(name: &str) -> bool {
@@ -471,13 +610,14 @@ fn is_histogram(name: &str) -> bool {
 }
 
 /// Every histogram file of the results directory `dir` that cannot be read as one:
-/// those named by its trials (a missing one included) and every `*.hist.csv` in it.
+/// those named by its trials (a missing one included) and every `*.hist.csv` in it,
+/// but those named in `known` (already found unreadable, for a reason of their own).
 /// Most reports are drawn from trials.jsonl alone and never open them, so without
 /// this a missing or foreign histogram (a symlink to /etc/passwd) would pass unseen.
 ///
 /// # Errors
 /// The directory cannot be listed.
-pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
+pub fn check_histograms(dir: &Path, known: &[&str]) -> Result<Vec<ResultsError>, ResultsError> {
     fn named(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
         match v {
             serde_json::Value::String(s) if is_histogram(s) && !s.contains('/') => {
@@ -489,9 +629,12 @@ pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
         }
     }
     let mut names = std::collections::BTreeSet::new();
-    if let Ok(trials) = read_trials::<serde_json::Value>(dir) {
-        trials.iter().for_each(|t| named(t, &mut names));
-    }
+    // One line at a time: a trial as a JSON tree is ten times its text.
+    let _ = each_record::<serde_json::Value>(dir, |_, t| {
+        if let Ok(t) = t {
+            named(&t, &mut names);
+        }
+    });
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let entry = entry.map_err(io(dir))?;
         if let Some(n) = entry.file_name().to_str().filter(|n| is_histogram(n)) {
@@ -500,6 +643,7 @@ pub fn check_histograms(dir: &Path) -> Result<Vec<ResultsError>, ResultsError> {
     }
     Ok(names
         .iter()
+        .filter(|n| !known.contains(&n.as_str()))
         .filter_map(|n| read_histogram(dir, n).err())
         .collect())
 }

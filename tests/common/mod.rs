@@ -881,3 +881,37 @@ pub fn stop_tcpdump_when_written(mut dump: Child, file: &std::path::Path) {
     unsafe { libc::kill(dump.id() as i32, libc::SIGINT) };
     dump.wait().unwrap();
 }
+
+/// A process's CPU time so far, s (utime + stime of /proc/PID/stat).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    stat_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap())
+}
+
+/// The CPU time so far, s, of the threads of process `pid` named `name` (their comm).
+pub fn thread_cpu_seconds(pid: u32, name: &str) -> f64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| {
+            let t = t.ok()?.path();
+            let comm = std::fs::read_to_string(t.join("comm")).ok()?;
+            (comm.trim_end() == name)
+                .then(|| std::fs::read_to_string(t.join("stat")).ok())
+                .flatten()
+        })
+        .map(|stat| stat_cpu_seconds(&stat))
+        .sum()
+}
+
+fn stat_cpu_seconds(stat: &str) -> f64 {
+    // After the command name's closing parenthesis: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    (f[0] + f[1]) as f64 / hz
+}

@@ -41,15 +41,18 @@
 //!   [`READ_WITHIN`] (Prometheus's default scrape timeout) for the whole answer. So
 //!   slow readers hold a few expositions, not one each, and a client reading at
 //!   a scraper's pace is never cut, however many expositions others ask for.
-//! - **Authentication** ([`web_config`]): bcrypt runs on the blocking pool, one at a
-//!   time, and a login that succeeded is remembered, so a guessing client delays
-//!   only other guesses.
+//! - **Authentication** ([`web_config`], [`logins`]): a login that succeeded is
+//!   remembered; any other is checked by bcrypt on a thread of its own, one at a
+//!   time, at most half a core, from a short queue with one place per source, and a
+//!   source whose guess failed waits longer after each failure: guessing slows the
+//!   guesser, never an exposition, a health check or a remembered login.
 //!
 //! Everything runs on one thread of its own (a single-threaded tokio runtime, with
-//! a small blocking pool for expositions and bcrypt): the probe loop never shares a
-//! thread with a client of the endpoint.
+//! a small blocking pool for expositions), and passwords on another: the probe loop
+//! never shares a thread with a client of the endpoint.
 
 pub mod deadline;
+pub mod logins;
 mod slots;
 pub mod web_config;
 
@@ -71,7 +74,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use web_config::{Auth, WebConfig};
 
 /// What one client may hold of the endpoint.
@@ -266,7 +269,7 @@ impl MetricsServer {
             let _enter = rt.enter();
             tokio::net::TcpListener::from_std(self.listener)?
         };
-        let shared = Shared::new(metrics, self.limits);
+        let shared = Shared::new(metrics, self.limits)?;
         let mut web = self.web;
         let stop = Arc::clone(stop);
         rt.block_on(async move {
@@ -331,7 +334,7 @@ struct Shared {
     exposition: [Cache; 3],
     /// Expositions being sent, oldest first (a dead entry was sent in full).
     sending: Mutex<Vec<Weak<Sent>>>,
-    bcrypt: Semaphore,
+    logins: logins::Logins,
 }
 
 /// Handles on `rttlab_agent_http_refused_total`, one per reason.
@@ -342,19 +345,21 @@ struct Refused {
     body: Counter,
     method: Counter,
     unauthorized: Counter,
+    login_throttled: Counter,
     rate_limit: Counter,
     web_config: Counter,
 }
 
 impl Shared {
-    fn new(metrics: &Arc<Metrics>, limits: HttpLimits) -> Arc<Self> {
+    fn new(metrics: &Arc<Metrics>, limits: HttpLimits) -> io::Result<Arc<Self>> {
+        let logins = logins::Logins::start()?;
         let c = |reason: &str| {
             metrics
                 .http_refused
                 .get_or_create(&vec![("reason".into(), reason.into())])
                 .clone()
         };
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             metrics: Arc::clone(metrics),
             limits,
             refused: Refused {
@@ -364,14 +369,15 @@ impl Shared {
                 body: c("body"),
                 method: c("method"),
                 unauthorized: c("unauthorized"),
+                login_throttled: c("login_throttled"),
                 rate_limit: c("rate_limit"),
                 web_config: c("web_config"),
             },
             slots: Mutex::new(Slots::default()),
             exposition: [Cache::default(), Cache::default(), Cache::default()],
             sending: Mutex::new(Vec::new()),
-            bcrypt: Semaphore::new(1),
-        })
+            logins,
+        }))
     }
 
     /// Keep `sent` among the expositions being sent; past the cap, the slow readers
@@ -557,9 +563,10 @@ where
         let web = Arc::clone(web);
         let activity = Arc::clone(&slot.activity);
         let displace = Arc::clone(&displace);
+        let source = slot.source;
         async move {
             activity.requested.store(true, Ordering::Relaxed);
-            let response = answer(&req, &web, &shared, &activity).await;
+            let response = answer(&req, &web, &shared, &activity, source).await;
             Ok::<_, std::convert::Infallible>(response.map(|a| {
                 let left = Arc::new(std::sync::atomic::AtomicUsize::new(a.bytes.len()));
                 let sent = a.sent.map(|sent| {
@@ -608,9 +615,10 @@ async fn answer(
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
     activity: &Activity,
+    source: IpAddr,
 ) -> Response<Answer> {
     let arrived = Instant::now();
-    let mut response = route(req, web, shared, arrived, activity).await;
+    let mut response = route(req, web, shared, arrived, source, activity).await;
     for (name, value) in &web.headers {
         if let (Ok(n), Ok(v)) = (
             header::HeaderName::from_bytes(name.as_bytes()),
@@ -627,6 +635,7 @@ async fn route(
     web: &Arc<WebConfig>,
     shared: &Arc<Shared>,
     arrived: Instant,
+    source: IpAddr,
     activity: &Activity,
 ) -> Response<Answer> {
     // The toolkit's rate_limit, as the toolkit applies it: one bucket for every
@@ -660,7 +669,23 @@ async fn route(
     }
     // Only a request that may be answered makes its connection busy (not displaced for
     // a newcomer): one waiting its turn for bcrypt is a guess until it is checked.
-    if web.needs_auth() && authorize(req, web, shared).await == Auth::Denied {
+    let verdict = if web.needs_auth() {
+        authorize(req, web, shared, source).await
+    } else {
+        Ok(Auth::Allowed)
+    };
+    if let Err(throttled) = verdict {
+        shared.refused.login_throttled.inc();
+        let mut r = text(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many password checks from your address or in all: try again later\n",
+        );
+        let secs = throttled.retry_after.as_secs() + 1;
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
+    }
+    if verdict == Ok(Auth::Denied) {
         shared.refused.unauthorized.inc();
         let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         r.headers_mut().insert(
@@ -713,23 +738,26 @@ async fn route(
     }
 }
 
-/// Check the request's credentials: at once for a login seen before, else with
-/// bcrypt on the blocking pool, one at a time.
-async fn authorize(req: &Request<Incoming>, web: &Arc<WebConfig>, shared: &Arc<Shared>) -> Auth {
+/// Check the request's credentials: at once for a login seen before or a header
+/// that is no login, else by the logins thread ([`logins`]), or not at all when
+/// `source` must wait.
+async fn authorize(
+    req: &Request<Incoming>,
+    web: &Arc<WebConfig>,
+    shared: &Arc<Shared>,
+    source: IpAddr,
+) -> Result<Auth, logins::Throttled> {
     let authorization = req
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes().to_vec());
-    if web.known_login(authorization.as_deref()) {
-        return Auth::Allowed;
+    if let Some(verdict) = web.quick(authorization.as_deref()) {
+        return Ok(verdict);
     }
-    let Ok(_permit) = shared.bcrypt.acquire().await else {
-        return Auth::Denied;
-    };
-    let web = Arc::clone(web);
-    tokio::task::spawn_blocking(move || web.check(authorization.as_deref()))
-        .await
-        .unwrap_or(Auth::Denied)
+    let verdict = shared
+        .logins
+        .submit(source, Arc::clone(web), authorization)?;
+    verdict.await.unwrap_or(Ok(Auth::Denied))
 }
 
 /// An exposition begun at or after `arrived`: the newest one if it is, else a new
@@ -790,7 +818,7 @@ pub fn replay(input: &[u8], metrics: &Arc<Metrics>, web: WebConfig) -> Vec<u8> {
         .enable_all()
         .build()
         .expect("a runtime");
-    let shared = Shared::new(metrics, HttpLimits::default());
+    let shared = Shared::new(metrics, HttpLimits::default()).expect("the logins thread");
     let web = Arc::new(web);
     let input = input.to_vec();
     rt.block_on(async move {

@@ -55,6 +55,8 @@ pub(super) struct SlotState {
 /// A connection's place among the open ones; gives it back when dropped.
 pub(super) struct Slot {
     pub(super) id: u64,
+    /// [`source_of`] the client's address.
+    pub(super) source: IpAddr,
     pub(super) activity: Arc<Activity>,
     pub(super) displace: Arc<Notify>,
     pub(super) shared: Arc<Shared>,
@@ -121,6 +123,7 @@ impl Slots {
         );
         Some(Slot {
             id,
+            source,
             activity,
             displace,
             shared: Arc::clone(shared),

@@ -404,17 +404,21 @@ impl WebConfig {
         Auth::Allowed
     }
 
-    /// Whether `authorization` is a login that succeeded before (no bcrypt needed).
-    pub fn known_login(&self, authorization: Option<&[u8]>) -> bool {
+    /// The verdict on `authorization` when it needs no bcrypt: allowed when no users
+    /// are configured or the login succeeded before, denied when the header is missing
+    /// or not `Basic`; `None` when only [`WebConfig::check`] can tell.
+    pub fn quick(&self, authorization: Option<&[u8]>) -> Option<Auth> {
         let Some(auth) = &self.auth else {
-            return true;
+            return Some(Auth::Allowed);
         };
         let Some((user, password)) = authorization.and_then(parse_basic) else {
-            return false;
+            return Some(Auth::Denied);
         };
-        auth.users
+        let known = auth
+            .users
             .get(&user)
-            .is_some_and(|hash| auth.remembers(&login_key(&user, &password, hash)))
+            .is_some_and(|hash| auth.remembers(&login_key(&user, &password, hash)));
+        known.then_some(Auth::Allowed)
     }
 }
 
@@ -819,10 +823,15 @@ mod tests {
         assert_eq!(c.check(Some(&basic("mallory", "s3cret"))), Auth::Denied);
         assert_eq!(c.check(Some(b"Bearer abc")), Auth::Denied);
         assert_eq!(c.check(Some(b"Basic !!!!")), Auth::Denied);
-        assert!(!c.known_login(Some(&basic("prometheus", "s3cret"))));
+        assert_eq!(c.quick(None), Some(Auth::Denied));
+        assert_eq!(c.quick(Some(b"Bearer abc")), Some(Auth::Denied));
+        assert_eq!(c.quick(Some(&basic("prometheus", "s3cret"))), None);
         assert_eq!(c.check(Some(&basic("prometheus", "s3cret"))), Auth::Allowed);
-        assert!(c.known_login(Some(&basic("prometheus", "s3cret"))));
-        assert!(!c.known_login(Some(&basic("prometheus", "wrong"))));
+        assert_eq!(
+            c.quick(Some(&basic("prometheus", "s3cret"))),
+            Some(Auth::Allowed)
+        );
+        assert_eq!(c.quick(Some(&basic("prometheus", "wrong"))), None);
     }
 
     #[test]

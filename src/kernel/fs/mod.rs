@@ -20,6 +20,8 @@
 //! silently, as is a FIFO, a device or a directory (which rename(2) would replace or
 //! fail on). No predictable path is ever removed and then created again.
 
+pub mod held;
+
 use std::ffi::CString;
 use std::fs::{File, Metadata};
 use std::io::{self, Read, Write};
@@ -192,6 +194,12 @@ pub enum FileError {
         /// The path to be written, which is a symlink.
         path: PathBuf,
     },
+    /// A new directory is to be put where something already is.
+    #[error("{} already exists and is not an empty directory: it is written whole as a new directory, never merged into what is there; remove it or choose another path", .path.display())]
+    Occupied {
+        /// The directory to be written.
+        path: PathBuf,
+    },
     /// Creating, writing or renaming the file failed.
     #[error("writing {}", .path.display())]
     Write {
@@ -204,6 +212,30 @@ pub enum FileError {
 }
 
 impl FileError {
+    /// The same error, its paths under `from` named under `to` instead: a file read
+    /// from a private copy is named as the original the user gave.
+    #[must_use]
+    pub fn moved(mut self, from: &Path, to: &Path) -> Self {
+        let paths: Vec<&mut PathBuf> = match &mut self {
+            Self::Io { path, .. }
+            | Self::NotRegular { path, .. }
+            | Self::TooLarge { path, .. }
+            | Self::Overflow { path, .. }
+            | Self::NotText { path, .. }
+            | Self::SymlinkTarget { path }
+            | Self::Occupied { path }
+            | Self::Dangling { path, .. }
+            | Self::Write { path, .. } => vec![path],
+            Self::OutsideDir { path, dir, .. } => vec![path, dir],
+        };
+        for p in paths {
+            if let Ok(rest) = p.strip_prefix(from) {
+                *p = to.join(rest);
+            }
+        }
+        self
+    }
+
     /// Whether the file does not exist.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
@@ -289,6 +321,24 @@ impl RegularFile {
         })
     }
 
+    /// `file`, opened by whoever called as `path`, if its descriptor is a regular file.
+    fn checked(file: File, what: &'static str, path: PathBuf) -> Result<Self, FileError> {
+        let meta = file.metadata().map_err(|source| FileError::Io {
+            what,
+            path: path.clone(),
+            source,
+        })?;
+        if let Some(kind) = FileKind::of(&meta) {
+            return Err(FileError::NotRegular { what, path, kind });
+        }
+        Ok(Self {
+            file,
+            meta,
+            what,
+            path,
+        })
+    }
+
     /// The metadata of the open descriptor (its mode, owner, size).
     pub fn metadata(&self) -> &Metadata {
         &self.meta
@@ -329,6 +379,36 @@ impl RegularFile {
             });
         }
         Ok(buf)
+    }
+
+    /// Copy every byte into `to`, if there are at most `max_bytes`, without holding
+    /// them all; returns how many.
+    ///
+    /// # Errors
+    /// As [`RegularFile::read`]; writing `to` failed (named as the file read).
+    pub fn copy_to(self, to: &mut impl Write, max_bytes: u64) -> Result<u64, FileError> {
+        if self.meta.len() > max_bytes {
+            return Err(FileError::TooLarge {
+                what: self.what,
+                path: self.path,
+                size: self.meta.len(),
+                max: max_bytes,
+            });
+        }
+        let mut limited = (&self.file).take(max_bytes.saturating_add(1));
+        match io::copy(&mut limited, to) {
+            Ok(n) if n > max_bytes => Err(FileError::Overflow {
+                what: self.what,
+                path: self.path,
+                max: max_bytes,
+            }),
+            Ok(n) => Ok(n),
+            Err(source) => Err(FileError::Io {
+                what: self.what,
+                path: self.path,
+                source,
+            }),
+        }
     }
 
     /// The file as UTF-8 text, if it is at most `max_bytes` long.
