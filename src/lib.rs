@@ -53,6 +53,26 @@ pub fn error_chain<E: std::error::Error + ?Sized>(e: &E) -> String {
     text
 }
 
+/// At most `max_chars` of `text` as a message quotes it: control characters escaped
+/// (a file's line or name cannot break the message's line or drive a terminal), and
+/// a longer text cut with its length said (a 200 MiB line of a damaged file once
+/// went whole into one error message).
+pub fn excerpt(text: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars().take(max_chars) {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    let total = text.chars().count();
+    if total > max_chars {
+        out.push_str(&format!("… ({total} characters)"));
+    }
+    out
+}
+
 /// Where runs keep state that must outlive them (the tuning journal, labs):
 /// `$RTTLAB_STATE_DIR`, else /run/rttlab (tmpfs: gone at reboot, as the kernel state
 /// it describes).
@@ -61,4 +81,22 @@ pub fn state_dir() -> std::path::PathBuf {
         || std::path::PathBuf::from("/run/rttlab"),
         std::path::PathBuf::from,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// Witness: the excerpt's text and length.
+    #[test]
+    fn an_excerpt_escapes_and_cuts_what_it_quotes() {
+        assert_eq!(
+            super::excerpt("a\nb\u{1b}[31m \"q\"", 80),
+            "a\\nb\\u{1b}[31m \"q\""
+        );
+        let long = "x".repeat(1 << 20);
+        let e = super::excerpt(&long, 80);
+        assert!(
+            e.starts_with(&"x".repeat(80)) && e.ends_with("… (1048576 characters)"),
+            "{e}"
+        );
+    }
 }

@@ -1674,6 +1674,64 @@ fn report_raced_by_a_symlink_swap_never_copies_what_the_link_points_to() {
     eprintln!("{served} runs served, {refused} refused on the link, {swaps} swaps");
 }
 
+/// Witness: the modes of every file written, and stderr's length. The committed
+/// compare run with its trials.jsonl made private (mode 600): every file of OUT is
+/// private too, compare.json included, which is rendered anew from the trials (once it
+/// kept its own mode 644). A sweep with a 200 MiB (sparse) histogram: refused by its
+/// size before it is read, named in one short line (once: 535 MB of stderr, 1 GB of
+/// memory). `--out` inside DIR: refused, DIR unchanged.
+#[test]
+fn report_keeps_private_trials_private_and_refuses_what_it_should_not_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("compare");
+    std::fs::create_dir(&run).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/compare");
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), run.join(e.file_name())).unwrap();
+    }
+    let private = std::fs::Permissions::from_mode(0o600);
+    std::fs::set_permissions(run.join("trials.jsonl"), private).unwrap();
+    let out = dir.path().join("out");
+    let o = report(&[run.as_os_str(), "--out".as_ref(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for e in std::fs::read_dir(&out).unwrap() {
+        let p = e.unwrap().path();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode & 0o077, 0, "{} is mode {mode:o}", p.display());
+    }
+    // Inside DIR.
+    let before = std::fs::read_dir(&run).unwrap().count();
+    let inside = run.join("again");
+    let o = report(&[run.as_os_str(), "--out".as_ref(), inside.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--out is inside the results directory"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read_dir(&run).unwrap().count(), before);
+    // A histogram of 200 MiB.
+    let sweep = sweep_copy(dir.path());
+    let huge = sweep.join("icmp-1us.hist.csv");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(200 << 20)
+        .unwrap();
+    let o = report(&[sweep.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(o.stderr.len() < 4096, "{} bytes of stderr", o.stderr.len());
+    assert!(
+        stderr(&o).contains(&format!(
+            "{} is 200 MiB, more than the 16 MiB allowed",
+            huge.display()
+        )),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Runs of the race above: each renders the sweep's report (a few ms).
 const RACED_RUNS: u32 = 2_000;
 

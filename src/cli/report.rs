@@ -12,12 +12,13 @@ and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …)
 prints the tables. DIR itself is never changed, and is read through one descriptor
 without following a link inside it. With --out, DIR's raw files and the tables, SVG
 charts and report.html are written as a new directory, put in place only when all of it
-is written: OUT must not exist or be empty, and is neither DIR nor a symbolic link. The
-raw files keep their modes; the report takes the narrowest of them (a report of private
-trials is private). A line of trials.jsonl that is not a record of the experiment
+is written: OUT must not exist or be empty, and is neither DIR, inside it, nor a
+symbolic link. Every file takes the narrowest mode of DIR's raw files (a report of
+private trials is private). A line of trials.jsonl that is not a record of the experiment
 is named on stderr (its line and field) and left out, as is a histogram file that
 cannot be read (missing, not a regular file, not a histogram): the rest is reported
-and the status is 1.
+and the status is 1. compare's and syn-rto's reports are drawn from their histograms:
+one they cannot read is named and nothing is rendered (status 2).
 
 Examples:
   rttlab report results/compare-1763800000

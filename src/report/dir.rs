@@ -90,8 +90,8 @@ pub enum Records {
 /// raw files ([`results::copy_raw`]: read through one descriptor of `dir`, never
 /// following a link, so nothing swapped in while it runs is read), and, given `out`,
 /// write that copy and the report as a new directory at `out`, put in place only
-/// when all of it is written ([`NewDir`]): the raw files keep their modes, the
-/// rendered ones take the narrowest of them, `out` takes `dir`'s. `dir` itself is
+/// when all of it is written ([`NewDir`]): every file with the narrowest mode of the
+/// raw files, `out` with `dir`'s. `dir` itself is
 /// never changed. Errors name `dir`'s files, never the copy's.
 ///
 /// # Errors
@@ -172,19 +172,32 @@ fn refuse_out(dir: &Path, out: &Path) -> Result<(), ResultsError> {
             "--out is the results directory itself, which report never changes: give another directory",
         ));
     }
+    let parent = named
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if let (Ok(d), Ok(p)) = (dir.canonicalize(), parent.canonicalize()) {
+        if p.starts_with(&d) {
+            return Err(results::invalid(
+                out,
+                "--out is inside the results directory, which report never changes: give a directory elsewhere",
+            ));
+        }
+    }
     Ok(())
 }
 
-/// Write every file of the rendered copy into a new directory put in place at `out`:
-/// a raw file with its original's mode, a rendered one with the narrowest of them
-/// (a report of private trials is private), the directory with `dir_mode`.
+/// Write every file of the rendered copy into a new directory put in place at `out`,
+/// each with the narrowest mode of the raw files, no execute bit (a report of private
+/// trials is private; compare.json is both raw and rendered anew from trials.jsonl),
+/// the directory with `dir_mode`.
 fn place(
     copy: &Path,
     raw_modes: &BTreeMap<String, u32>,
     dir_mode: u32,
     out: &Path,
 ) -> Result<(), ResultsError> {
-    let rendered_mode = raw_modes.values().fold(0o644, |m, r| m & r);
+    let mode = raw_modes.values().fold(0o666, |m, r| m & r);
     let mut new = NewDir::beside(out)?;
     let mut names: Vec<String> = std::fs::read_dir(copy)
         .map_err(results::io(copy))?
@@ -192,7 +205,6 @@ fn place(
         .collect();
     names.sort();
     for name in names {
-        let mode = raw_modes.get(&name).copied().unwrap_or(rendered_mode);
         let mut to = new.create(&name, mode)?;
         let from = std::fs::File::open(copy.join(&name)).map_err(results::io(copy))?;
         std::io::copy(&mut &from, &mut to).map_err(results::io(&out.join(&name)))?;

@@ -513,7 +513,7 @@ fn parse_record<T: DeserializeOwned>(line: &[u8]) -> Result<T, String> {
         // says anything.
         let what = inner.to_string();
         let what = what.rsplit_once(" at line ").map_or(&*what, |(w, _)| w);
-        let what = format!("{what} (column {})", inner.column());
+        let what = format!("{} (column {})", crate::excerpt(what, 200), inner.column());
         match field.as_str() {
             "" | "." | "?" => what,
             _ => format!("{field}: {what}"),
@@ -590,7 +590,7 @@ pub fn copy_raw(from: &fs::held::HeldDir, to: &Path) -> Result<RawCopy, ResultsE
             .mode(0o600)
             .open(&dest)
             .map_err(io(&dest))?;
-        match file.copy_to(&mut w, fs::RESULTS_MAX_BYTES) {
+        match file.copy_to(&mut w, cap(&name)) {
             Ok(_) => {
                 copy.modes.insert(name, mode);
             }
@@ -604,6 +604,26 @@ pub fn copy_raw(from: &fs::held::HeldDir, to: &Path) -> Result<RawCopy, ResultsE
     }
     Ok(copy)
 }
+
+/// The largest raw file copied: a histogram file is tens of KiB (a few thousand
+/// buckets), as are run.json and compare.json; a samples file a few MiB;
+/// trials.jsonl of a long run tens of MiB.
+fn cap(name: &str) -> u64 {
+    if is_histogram(name) {
+        HISTOGRAM_MAX_BYTES
+    } else if name.ends_with(".samples.csv") {
+        SAMPLES_MAX_BYTES
+    } else if name == "run.json" || name == "compare.json" {
+        HISTOGRAM_MAX_BYTES
+    } else {
+        fs::RESULTS_MAX_BYTES
+    }
+}
+
+/// See [`cap`]: a histogram, run.json and compare.json are read whole to be parsed.
+const HISTOGRAM_MAX_BYTES: u64 = 16 << 20;
+/// See [`cap`]: a samples file is read whole to be parsed.
+const SAMPLES_MAX_BYTES: u64 = 64 << 20;
 
 fn is_histogram(name: &str) -> bool {
     name.ends_with(".hist.csv")

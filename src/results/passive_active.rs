@@ -150,7 +150,7 @@ pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, R
                 (Some(t), Some(layer), Some(r)) => Ok((layer.to_string(), t, r)),
                 _ => Err(super::invalid(
                     &p,
-                    format!("line {}: cannot read {l:?}", k + 2),
+                    format!("line {}: cannot read \"{}\"", k + 2, crate::excerpt(l, 80)),
                 )),
             }
         })

@@ -14,7 +14,7 @@ const SIGNIFICANT_DIGITS: u8 = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum CsvError {
     /// A line that is neither a comment, the header nor `value,count`.
-    #[error("line {number}: cannot read {text:?}")]
+    #[error("line {number}: cannot read \"{}\"", crate::excerpt(.text, 80))]
     Line {
         /// 1-based.
         number: usize,

@@ -683,6 +683,9 @@ async fn route(
         let secs = throttled.retry_after.as_secs() + 1;
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        // Requests pipelined behind it would be refused too: the connection ends.
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return r;
     }
     if verdict == Ok(Auth::Denied) {
