@@ -1600,8 +1600,8 @@ fn report_refuses_a_run_json_that_is_dev_zero_or_a_fifo() {
 /// Witness: the bytes and modes of every file each run wrote. The audit's race: a
 /// local user who owns the parent of DIR swaps DIR for a symlink to a root-only
 /// directory between `report` listing DIR and opening its files (once: 3 root-only
-/// files copied out, world-readable, in 1 167 runs). Here a thread swaps DIR and the
-/// link back and forth without pause while `report` renders DIR again and again; the
+/// files copied out, world-readable, in 1 167 runs). Here a thread exchanges DIR and
+/// the link without pause while `report` renders DIR again and again; the
 /// bait directory holds a mode-600 file under every raw file's name. No run may write
 /// a byte of the bait or widen a mode, and a run that fails leaves no OUT and no
 /// half-written directory behind.
@@ -1620,16 +1620,23 @@ fn report_raced_by_a_symlink_swap_never_copies_what_the_link_points_to() {
         std::fs::write(&p, "BAIT\n").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
+    symlink(&bait, &aside).unwrap();
     let stop = AtomicBool::new(false);
     let swaps = AtomicU64::new(0);
     let (mut served, mut refused) = (0u32, 0u32);
     std::thread::scope(|s| {
         s.spawn(|| {
+            // renameat2(RENAME_EXCHANGE): DIR and the link trade places at once, so
+            // the path always names one of the two.
             while !stop.load(Ordering::Relaxed) {
-                std::fs::rename(&run, &aside).unwrap();
-                symlink(&bait, &run).unwrap();
-                std::fs::remove_file(&run).unwrap();
-                std::fs::rename(&aside, &run).unwrap();
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &run,
+                    rustix::fs::CWD,
+                    &aside,
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
                 swaps.fetch_add(1, Ordering::Relaxed);
             }
         });
@@ -1673,6 +1680,86 @@ fn report_raced_by_a_symlink_swap_never_copies_what_the_link_points_to() {
     );
     eprintln!("{served} runs served, {refused} refused on the link, {swaps} swaps");
 }
+
+/// Witness: the bytes of every file copied. The race above at the step it attacks,
+/// tens of thousands of times: DIR opened (`HeldDir`) and its raw files copied
+/// (`results::copy_raw`) while a thread swaps DIR for a link to a bait directory and
+/// back. Opened while the link stood there, the copy is the bait's (a path given as a
+/// link is followed, once); opened on DIR, it is DIR's: never a mix, which is what a
+/// listing and opening by path gave (the audit's 3 leaks in 1 167 runs).
+#[test]
+fn reading_a_results_directory_raced_by_a_symlink_swap_never_mixes_two() {
+    use rttlab::kernel::fs::held::HeldDir;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let top = tempfile::tempdir().unwrap();
+    let (run, aside, bait) = (
+        top.path().join("run"),
+        top.path().join("aside"),
+        top.path().join("bait"),
+    );
+    std::fs::create_dir(&run).unwrap();
+    std::fs::create_dir(&bait).unwrap();
+    for name in ["run.json", "trials.jsonl", "a.hist.csv", "b.hist.csv"] {
+        std::fs::write(run.join(name), "OURS\n").unwrap();
+        std::fs::write(bait.join(name), "BAIT\n").unwrap();
+    }
+    symlink(&bait, &aside).unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut ours, mut baits, mut missing) = (0u32, 0u32, 0u32);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // renameat2(RENAME_EXCHANGE): DIR and the link trade places at once, so
+            // the path always names one of the two.
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &run,
+                    rustix::fs::CWD,
+                    &aside,
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap();
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let copy = top.path().join("copy");
+        for _ in 0..RACED_READS {
+            if Instant::now() > deadline {
+                break;
+            }
+            let Ok(held) = HeldDir::open(&run, "results directory") else {
+                missing += 1;
+                continue;
+            };
+            std::fs::create_dir(&copy).unwrap();
+            let raw = rttlab::results::copy_raw(&held, &copy).unwrap();
+            let texts: Vec<String> = raw
+                .modes
+                .keys()
+                .map(|n| std::fs::read_to_string(copy.join(n)).unwrap())
+                .collect();
+            assert_eq!(texts.len(), 4, "{texts:?}");
+            match texts[0].as_str() {
+                "OURS\n" => ours += 1,
+                _ => baits += 1,
+            }
+            assert!(
+                texts.iter().all(|t| *t == texts[0]),
+                "a mixed copy: {texts:?}"
+            );
+            std::fs::remove_dir_all(&copy).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    eprintln!("{ours} copies of DIR, {baits} of the link's target, {missing} opened nothing");
+    assert!(
+        ours > 0 && baits > 0,
+        "{ours} of DIR, {baits} of the link's"
+    );
+}
+
+/// Runs of the race above.
+const RACED_READS: u32 = 20_000;
 
 /// Witness: the modes of every file written, and stderr's length. The committed
 /// compare run with its trials.jsonl made private (mode 600): every file of OUT is
@@ -1733,7 +1820,7 @@ fn report_keeps_private_trials_private_and_refuses_what_it_should_not_read() {
 }
 
 /// Runs of the race above: each renders the sweep's report (a few ms).
-const RACED_RUNS: u32 = 2_000;
+const RACED_RUNS: u32 = 500;
 
 /// Witness: report's stderr and exit status. A missing histogram and one that is a
 /// symlink to /etc/passwd (once: exit 0, no word; a link is never followed in DIR) are
