@@ -1625,21 +1625,7 @@ fn report_raced_by_a_symlink_swap_never_copies_what_the_link_points_to() {
     let swaps = AtomicU64::new(0);
     let (mut served, mut refused) = (0u32, 0u32);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            // renameat2(RENAME_EXCHANGE): DIR and the link trade places at once, so
-            // the path always names one of the two.
-            while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(
-                    rustix::fs::CWD,
-                    &run,
-                    rustix::fs::CWD,
-                    &aside,
-                    rustix::fs::RenameFlags::EXCHANGE,
-                )
-                .unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        s.spawn(|| swaps.store(exchange_until(&run, &aside, &stop), Ordering::Relaxed));
         let deadline = Instant::now() + Duration::from_secs(20);
         for i in 0..RACED_RUNS {
             if Instant::now() > deadline {
@@ -1707,20 +1693,7 @@ fn reading_a_results_directory_raced_by_a_symlink_swap_never_mixes_two() {
     let stop = AtomicBool::new(false);
     let (mut ours, mut baits, mut missing) = (0u32, 0u32, 0u32);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            // renameat2(RENAME_EXCHANGE): DIR and the link trade places at once, so
-            // the path always names one of the two.
-            while !stop.load(Ordering::Relaxed) {
-                rustix::fs::renameat_with(
-                    rustix::fs::CWD,
-                    &run,
-                    rustix::fs::CWD,
-                    &aside,
-                    rustix::fs::RenameFlags::EXCHANGE,
-                )
-                .unwrap();
-            }
-        });
+        s.spawn(|| exchange_until(&run, &aside, &stop));
         let deadline = Instant::now() + Duration::from_secs(20);
         let copy = top.path().join("copy");
         for _ in 0..RACED_READS {
@@ -1817,6 +1790,25 @@ fn report_keeps_private_trials_private_and_refuses_what_it_should_not_read() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Exchange the entries `a` and `b` without pause until `stop`
+/// (renameat2(RENAME_EXCHANGE): they trade places at once, so each path always names
+/// one of the two); returns how many times.
+fn exchange_until(a: &Path, b: &Path, stop: &std::sync::atomic::AtomicBool) -> u64 {
+    let mut swaps = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            a,
+            rustix::fs::CWD,
+            b,
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .unwrap();
+        swaps += 1;
+    }
+    swaps
 }
 
 /// Runs of the race above: each renders the sweep's report (a few ms).
