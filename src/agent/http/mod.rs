@@ -669,33 +669,8 @@ async fn route(
     }
     // Only a request that may be answered makes its connection busy (not displaced for
     // a newcomer): one waiting its turn for bcrypt is a guess until it is checked.
-    let verdict = if web.needs_auth() {
-        authorize(req, web, shared, source).await
-    } else {
-        Ok(Auth::Allowed)
-    };
-    if let Err(throttled) = verdict {
-        shared.refused.login_throttled.inc();
-        let mut r = text(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many password checks from your address or in all: try again later\n",
-        );
-        let secs = throttled.retry_after.as_secs() + 1;
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        // Requests pipelined behind it would be refused too: the connection ends.
-        r.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return r;
-    }
-    if verdict == Ok(Auth::Denied) {
-        shared.refused.unauthorized.inc();
-        let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-        r.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"rttlab agent\""),
-        );
-        return r;
+    if let Some(refusal) = refuse_login(req, web, shared, source).await {
+        return refusal;
     }
     activity.answering.store(true, Ordering::Relaxed);
     match req.uri().path() {
@@ -738,6 +713,46 @@ async fn route(
             StatusCode::NOT_FOUND,
             "not found: the agent serves /metrics, /-/healthy and /-/ready\n",
         ),
+    }
+}
+
+/// The answer to a request whose credentials do not pass ([`authorize`]): 429 with
+/// Retry-After when its source must wait or the checks' queue is full, 401 when they
+/// are wrong; `None` when it may be answered.
+async fn refuse_login(
+    req: &Request<Incoming>,
+    web: &Arc<WebConfig>,
+    shared: &Arc<Shared>,
+    source: IpAddr,
+) -> Option<Response<Answer>> {
+    if !web.needs_auth() {
+        return None;
+    }
+    match authorize(req, web, shared, source).await {
+        Ok(Auth::Allowed) => None,
+        Err(throttled) => {
+            shared.refused.login_throttled.inc();
+            let mut r = text(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too many password checks from your address or in all: try again later\n",
+            );
+            let secs = throttled.retry_after.as_secs() + 1;
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            // Requests pipelined behind it would be refused too: the connection ends.
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Some(r)
+        }
+        Ok(Auth::Denied) => {
+            shared.refused.unauthorized.inc();
+            let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Basic realm=\"rttlab agent\""),
+            );
+            Some(r)
+        }
     }
 }
 
