@@ -1109,6 +1109,61 @@ fn password_guessers_that_hang_up_cost_half_a_core_and_nothing_after() {
     );
 }
 
+/// Witness: the bytes on the socket and the clock. A source that failed six times
+/// (so must wait 2 s) sends two guesses pipelined: the first is answered 429 with Retry-After and
+/// `Connection: close`, and the connection ends at once (once, the second request went
+/// unanswered and the connection was held until the 10 s header timeout).
+#[test]
+fn a_throttled_guess_ends_its_connection_and_what_is_pipelined_behind_it() {
+    use base64::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    let hash = bcrypt::hash("right", 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+    let a = Agent::start(&["--web-config", web.to_str().unwrap()]);
+    let token = base64::engine::general_purpose::STANDARD.encode("prometheus:wrong");
+    let guess = format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\n\r\n");
+    let ask = |requests: usize| {
+        let mut c = TcpStream::connect(("127.0.0.1", a.metrics)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(guess.repeat(requests).as_bytes()).unwrap();
+        let t0 = Instant::now();
+        let mut answer = Vec::new();
+        let _ = c.read_to_end(&mut answer);
+        (String::from_utf8_lossy(&answer).into_owned(), t0.elapsed())
+    };
+    // Failures, one connection each, each after the wait the one before earned: the
+    // sixth leaves the source a 2 s wait (250 ms after the third, doubling).
+    use rttlab::agent::http::logins::{FIRST_WAIT, FREE_FAILURES};
+    for failed in 0..6u32 {
+        if let Some(beyond) = failed.checked_sub(FREE_FAILURES + 1) {
+            std::thread::sleep(FIRST_WAIT * 2u32.pow(beyond) + Duration::from_millis(100));
+        }
+        let mut c = TcpStream::connect(("127.0.0.1", a.metrics)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(guess.as_bytes()).unwrap();
+        let mut buf = [0u8; 512];
+        let n = c.read(&mut buf).unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            head.starts_with("HTTP/1.1 401 "),
+            "failure {failed}: {head}"
+        );
+    }
+    let (answer, took) = ask(2);
+    let lower = answer.to_ascii_lowercase();
+    assert!(answer.starts_with("HTTP/1.1 429 "), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 1, "{answer}");
+    assert!(
+        lower.contains("connection: close") && lower.contains("retry-after: "),
+        "{answer}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "the connection ended after {took:?}"
+    );
+}
+
 /// Witness: the agent's exit status and message. Under `ulimit -n 1024`, 600 peers
 /// probed at tcp_rr and udp_rr need 2 400 descriptors, more than the agent's half of
 /// the limit: it refuses to start and names the limit (before, it held 1 023
