@@ -296,29 +296,21 @@ impl RegularFile {
             path: path.to_owned(),
             source,
         };
-        let refuse = |m: &Metadata| {
-            FileKind::of(m).map_or(Ok(()), |kind| {
-                Err(FileError::NotRegular {
-                    what,
-                    path: path.to_owned(),
-                    kind,
-                })
-            })
-        };
-        refuse(&std::fs::metadata(target).map_err(io_err)?)?;
+        // Refused before it is opened: opening a FIFO or a device can block or act.
+        if let Some(kind) = FileKind::of(&std::fs::metadata(target).map_err(io_err)?) {
+            return Err(FileError::NotRegular {
+                what,
+                path: path.to_owned(),
+                kind,
+            });
+        }
         let file = open_raw(
             target,
             libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | extra,
         )
         .map_err(io_err)?;
-        let meta = file.metadata().map_err(io_err)?;
-        refuse(&meta)?;
-        Ok(Self {
-            file,
-            meta,
-            what,
-            path: path.to_owned(),
-        })
+        // The path may have been replaced since the check: the descriptor is judged.
+        Self::checked(file, what, path.to_owned())
     }
 
     /// `file`, opened by whoever called as `path`, if its descriptor is a regular file.
@@ -354,30 +346,9 @@ impl RegularFile {
     /// # Errors
     /// Larger than `max_bytes` (by its size, or by what reading it gave), or a read error.
     pub fn read(self, max_bytes: u64) -> Result<Vec<u8>, FileError> {
-        if self.meta.len() > max_bytes {
-            return Err(FileError::TooLarge {
-                what: self.what,
-                path: self.path,
-                size: self.meta.len(),
-                max: max_bytes,
-            });
-        }
-        let mut buf = Vec::with_capacity(usize::try_from(self.meta.len()).unwrap_or(0));
-        let mut limited = (&self.file).take(max_bytes.saturating_add(1));
-        if let Err(source) = limited.read_to_end(&mut buf) {
-            return Err(FileError::Io {
-                what: self.what,
-                path: self.path,
-                source,
-            });
-        }
-        if buf.len() as u64 > max_bytes {
-            return Err(FileError::Overflow {
-                what: self.what,
-                path: self.path,
-                max: max_bytes,
-            });
-        }
+        let mut buf =
+            Vec::with_capacity(usize::try_from(self.meta.len().min(max_bytes)).unwrap_or(0));
+        self.copy_to(&mut buf, max_bytes)?;
         Ok(buf)
     }
 
