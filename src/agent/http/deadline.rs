@@ -4,14 +4,14 @@
 //!
 //! hyper has a header-read deadline of its own but no write deadline, and tokio's
 //! sockets have none; this wrapper sits under TLS and HTTP so that both are covered.
-//! It also tells the endpoint what the client has done ([`Progress`]): whether any
-//! byte has been read from it, and since when a write has been waiting for it, which
-//! is how a client that stopped reading is told from one being answered.
+//! It also tells the endpoint what the client has done ([`Progress`]): when a byte
+//! was last read from it, and since when a write has been waiting for it, which is
+//! how a client that stopped reading is told from one being answered, and one that
+//! stopped sending from one in the middle of its handshake.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -23,8 +23,8 @@ use tokio::time::{sleep, Sleep};
 pub struct Progress {
     /// Since when writes have waited for the client to read (`None` while they move).
     stalled: Mutex<Option<Instant>>,
-    /// A byte has been read from the client.
-    read_any: AtomicBool,
+    /// When a byte was last read from the client (`None` before the first).
+    heard: Mutex<Option<Instant>>,
 }
 
 impl Progress {
@@ -36,9 +36,12 @@ impl Progress {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether any byte has been read from the client.
-    pub fn read_any(&self) -> bool {
-        self.read_any.load(Ordering::Relaxed)
+    /// When a byte was last read from the client, if one has been.
+    pub fn heard(&self) -> Option<Instant> {
+        *self
+            .heard
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn set(&self, since: Option<Instant>) {
@@ -127,7 +130,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlines<T> {
             Poll::Ready(r) => {
                 me.read_timer = None;
                 if buf.filled().len() > before {
-                    me.stall.read_any.store(true, Ordering::Relaxed);
+                    *me.stall
+                        .heard
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
                 }
                 Poll::Ready(r)
             }

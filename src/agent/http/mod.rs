@@ -17,14 +17,17 @@
 //!   header deadline too.
 //! - **Connections**: at most [`HttpLimits::max_connections`] (and a quarter of that
 //!   per source: an IPv4 address, or an IPv6 /64). At the cap a new connection
-//!   displaces, among its source's own when the source has its share: first the
-//!   oldest that is not answering (a head begun and not finished, a keep-alive
+//!   displaces one of its source's own when the source has its share, else one of
+//!   the source holding the most: first the one heard from longest ago that is not
+//!   answering (a head or a TLS handshake begun and not finished, a keep-alive
 //!   between scrapes, or nothing sent for 250 ms), then the one whose client has
 //!   left its answer unread for longest (250 ms at least). A connection is
 //!   answering from its request to the last byte handed to the kernel, and one
-//!   whose client takes it as it comes is never cut; nor are the newest few (a
-//!   source's share) whose request has not been read yet. When none may go, the new
-//!   one is closed.
+//!   whose client takes it as it comes is not cut for a newcomer of its own source;
+//!   nor are the newest few (a source's share) whose request has not been read yet.
+//!   A source holding two more than the newcomer's loses even one being answered
+//!   (or in its handshake), so a few sources scraping at full speed cannot keep the
+//!   others out. When none may go, the new one is closed.
 //!   A connection's send buffer is fixed at 256 KiB (512 KiB in the kernel), so a
 //!   client that never reads holds that much kernel memory, not tcp_wmem's 4 MB.
 //!   HTTP/1 answers one request at a time per connection, so pipelining is
@@ -565,7 +568,6 @@ where
         let displace = Arc::clone(&displace);
         let source = slot.source;
         async move {
-            activity.requested.store(true, Ordering::Relaxed);
             let response = answer(&req, &web, &shared, &activity, source).await;
             Ok::<_, std::convert::Infallible>(response.map(|a| {
                 let left = Arc::new(std::sync::atomic::AtomicUsize::new(a.bytes.len()));

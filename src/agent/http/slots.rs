@@ -1,6 +1,8 @@
 //! The metrics endpoint's open connections and who makes room for a newcomer at the
 //! cap (the module's "Connections" rule): at most `max_connections`, a quarter of them
-//! per source, the oldest idle or the longest stalled displaced first.
+//! per source; at the cap a connection of the source holding the most makes room, the
+//! one heard from longest ago among those idle, else the longest stalled, else (when
+//! that source holds two more than the newcomer's) any of its own.
 
 use super::deadline::Progress;
 use super::{lock, Shared};
@@ -34,11 +36,10 @@ pub(super) struct Slots {
 /// What a connection is doing, as far as choosing one to displace goes.
 #[derive(Default)]
 pub(super) struct Activity {
-    /// A request's head has arrived on it.
-    pub(super) requested: AtomicBool,
     /// From an admitted request until its answer's last byte is in the kernel.
     pub(super) answering: AtomicBool,
-    /// What its client has done: a byte read, and since when its writes have waited.
+    /// What its client has done: when it last sent a byte, and since when its writes
+    /// have waited.
     pub(super) stall: Arc<Progress>,
 }
 
@@ -83,18 +84,18 @@ fn source_of(ip: IpAddr) -> IpAddr {
 
 impl Slots {
     /// A place for a connection from `ip`, displacing another one (from the same
-    /// source when it has its share) at a cap; `None` when none may go.
+    /// source when it has its share, else from the source holding the most) at a
+    /// cap; `None` when none may go.
     pub(super) fn admit(shared: &Arc<Shared>, ip: IpAddr) -> Option<Slot> {
         let max = shared.limits.max_connections.max(1);
         let per_source = (max / 4).max(1);
         let source = source_of(ip);
         let mut slots = lock(&shared.slots);
-        let from_source = slots.open.values().filter(|s| s.source == source).count();
         let now = Instant::now();
-        let victim = if from_source >= per_source {
+        let victim = if slots.held_by(source) >= per_source {
             Some(slots.victim(|s| s.source == source, now, per_source))
         } else if slots.open.len() >= max {
-            Some(slots.victim(|_| true, now, per_source))
+            Some(slots.fair_victim(source, now, per_source))
         } else {
             None
         };
@@ -130,12 +131,49 @@ impl Slots {
         })
     }
 
-    /// The connection to close for a newcomer, among those `matching`: the oldest
-    /// that is not answering (a head begun and not finished, a keep-alive between
-    /// scrapes, or nothing sent for [`SILENT`]); else the one whose client has left
-    /// its answer unread longest, for [`STALLED`] at least. The `newcomers` newest
-    /// connections that nothing has been read from for less than [`SILENT`] are
-    /// never chosen, nor is one whose client takes its answer as it comes.
+    /// How many open connections `source` holds.
+    fn held_by(&self, source: IpAddr) -> usize {
+        self.open.values().filter(|s| s.source == source).count()
+    }
+
+    /// The connection to close at the cap for a newcomer from `source`, which holds
+    /// less than its share: one of the source holding the most that is not being
+    /// answered ([`Slots::victim`]); failing that, when that source holds at least
+    /// two more than the newcomer's, the one of its connections heard from longest
+    /// ago, answering or in its TLS handshake though it be, so that a few sources
+    /// reading at full speed cannot hold every slot (once, 64 keep-alive scrapers
+    /// from four addresses kept half of everyone else's scrapes out); failing that,
+    /// any connection not being answered.
+    fn fair_victim(&self, source: IpAddr, now: Instant, newcomers: usize) -> Option<u64> {
+        let mut held = BTreeMap::<IpAddr, usize>::new();
+        for s in self.open.values() {
+            *held.entry(s.source).or_default() += 1;
+        }
+        let most = held.values().copied().max().unwrap_or(0);
+        let own = held.get(&source).copied().unwrap_or(0);
+        let busiest = |s: &SlotState| held[&s.source] == most;
+        self.victim(busiest, now, newcomers)
+            .or_else(|| {
+                (most >= own + 2)
+                    .then(|| {
+                        self.open
+                            .iter()
+                            .filter(|(_, s)| busiest(s))
+                            .min_by_key(|(_, s)| s.last_heard())
+                            .map(|(&id, _)| id)
+                    })
+                    .flatten()
+            })
+            .or_else(|| self.victim(|_| true, now, newcomers))
+    }
+
+    /// The connection to close for a newcomer, among those `matching`: the one heard
+    /// from longest ago that is not answering (a head or a TLS handshake begun and not
+    /// finished, a keep-alive between scrapes, or nothing sent for [`SILENT`]); else
+    /// the one whose client has left its answer unread longest, for [`STALLED`] at
+    /// least. The `newcomers` newest connections that nothing has been read from for
+    /// less than [`SILENT`] are never chosen, nor is one whose client takes its
+    /// answer as it comes.
     fn victim(
         &self,
         matching: impl Fn(&SlotState) -> bool,
@@ -149,7 +187,7 @@ impl Slots {
         // (hundreds at once) must not shut the door either: only the newest few are
         // spared.
         let young = |s: &SlotState| {
-            !s.activity.stall.read_any() && now.saturating_duration_since(s.opened) < SILENT
+            s.activity.stall.heard().is_none() && now.saturating_duration_since(s.opened) < SILENT
         };
         let spared: Vec<u64> = self
             .open
@@ -159,12 +197,17 @@ impl Slots {
             .take(newcomers)
             .map(|(&id, _)| id)
             .collect();
+        // Heard from longest ago: a client halfway through its TLS handshake has
+        // just sent a message, one that sent half a ClientHello and stopped has not
+        // (under a churn of those, a handshake displaced as the oldest connection
+        // once lost half the TLS scrapes).
         let not_answering = candidates()
-            .find(|(id, s)| {
+            .filter(|(id, s)| {
                 !s.activity.answering.load(Ordering::Relaxed)
                     && s.activity.stall.since().is_none()
                     && !spared.contains(id)
             })
+            .min_by_key(|(_, s)| s.last_heard())
             .map(|(&id, _)| id);
         let longest_stalled = || {
             candidates()
@@ -174,5 +217,12 @@ impl Slots {
                 .map(|(_, id)| id)
         };
         not_answering.or_else(longest_stalled)
+    }
+}
+
+impl SlotState {
+    /// When its client last sent a byte, or connected if it has sent none.
+    fn last_heard(&self) -> Instant {
+        self.activity.stall.heard().unwrap_or(self.opened)
     }
 }
