@@ -685,6 +685,17 @@ fn idle_peers_on_the_clients_own_address_do_not_lock_it_out() {
 /// Hello and Start from 127.0.0.`from` for `spec`; the control connection and its
 /// data port, or the server's Error.
 fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), String> {
+    start_test_after(from, port, spec, Duration::ZERO)
+}
+
+/// [`start_test`] by a client `pause` away: it sends Start that long after the
+/// server's Welcome (as a client does a round trip away).
+fn start_test_after(
+    from: u8,
+    port: u16,
+    spec: TestSpec,
+    pause: Duration,
+) -> Result<(TcpStream, u16), String> {
     let mut c = connect_from(from, port).map_err(|e| e.to_string())?;
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     control::write_msg(
@@ -700,7 +711,8 @@ fn start_test(from: u8, port: u16, spec: TestSpec) -> Result<(TcpStream, u16), S
         Ok(ServerMsg::Welcome { .. }) => {}
         other => return Err(format!("{other:?}")),
     }
-    control::write_msg(&mut c, &ClientMsg::Start { spec }).unwrap();
+    thread::sleep(pause);
+    control::write_msg(&mut c, &ClientMsg::Start { spec }).map_err(|e| e.to_string())?;
     match control::read_msg::<_, ServerMsg>(&mut c) {
         Ok(ServerMsg::Ready { data_port }) => Ok((c, data_port)),
         Ok(ServerMsg::Error { message }) => Err(message),
@@ -805,6 +817,125 @@ fn one_address_holds_at_most_its_share_of_the_test_slots() {
     drop(held);
 }
 
+/// Two addresses at their share (sixteen one-minute tests each, every one of the 32
+/// slots: the audit's attack) give way to others: six newcomers from six addresses
+/// each get a test, and with eight sources holding tests a ninth's `rr` is served.
+/// Each newcomer ends exactly one test of the source running the most. Witnesses:
+/// the server's Ready to each newcomer and how long it took, rr's transaction count,
+/// and the server's own Error on exactly seven of the 32 holders' control
+/// connections, naming why (arithmetic: one per newcomer). Before, every newcomer was
+/// refused "server busy: 32 tests running" for the minute.
+#[test]
+fn two_addresses_holding_every_slot_give_way_to_newcomers() {
+    let _busy = common::serial::busy();
+    let srv = ServeChild::start(&[]);
+    let port = srv.port;
+    let hold = |from: u8| {
+        let (c, data_port) =
+            start_test(from, port, TestSpec::basic(TestKind::TcpRr, 1, 1, 60_000))?;
+        let data = connect_from(from, data_port).map_err(|e| e.to_string())?;
+        Ok::<_, String>((c, data))
+    };
+    let holders: Vec<_> = (0..16)
+        .flat_map(|_| [hold(2).unwrap(), hold(3).unwrap()])
+        .collect();
+    let mut waits = Vec::new();
+    let newcomers: Vec<_> = (10..16)
+        .map(|from| {
+            let t0 = Instant::now();
+            let held = hold(from).unwrap_or_else(|e| panic!("127.0.0.{from}: {e}"));
+            waits.push(t0.elapsed());
+            held
+        })
+        .collect();
+    let t0 = Instant::now();
+    let o = srv.rr(&["-n", "50", "--json"]);
+    let rr_took = t0.elapsed();
+    assert_eq!(json(&o)["transactions"], 50, "{}", stderr(&o));
+    let mut told = Vec::new();
+    for (mut c, _) in holders {
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        if let Ok(ServerMsg::Error { message }) = control::read_msg::<_, ServerMsg>(&mut c) {
+            told.push(message);
+        }
+    }
+    eprintln!("newcomers admitted after {waits:?}, rr in {rr_took:?}; {told:?}");
+    assert_eq!(told.len(), 7, "{told:?}");
+    for m in &told {
+        assert!(
+            m.starts_with("ended to make room for another source's test: this server shares its test budgets among sources, and 127.0.0."),
+            "{m}"
+        );
+    }
+    drop(newcomers);
+}
+
+/// Hellos from sixteen addresses as fast as four threads can send them, each sent
+/// whole and answered, then stalled (so the pool cannot prefer a client for having
+/// said more), the newest 256 kept open against a pool of 64 (8 per address): a
+/// client 100 ms away (its Start comes 100 ms after the Welcome) from another address starts
+/// twenty tests beside them, each served but at most one (goal ≥ 95 %). Witness: the
+/// server's Ready, or its Error ("server busy: dropped from the handshake pool").
+/// Before, the full pool dropped its oldest whoever held it: the client between
+/// its Hello and its Start (the audit: 45 % of `rr` runs served).
+#[test]
+fn a_churn_of_stalled_hellos_cannot_keep_a_prompt_client_out() {
+    let _busy = common::serial::busy();
+    // Room for the twenty tests of one address (they wait for data connections).
+    let srv = ServeChild::start(&["--max-tests-per-source", "32"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = srv.port;
+    let flood: Vec<_> = (0..4u8)
+        .map(|src| {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                let t0 = Instant::now();
+                let mut held = std::collections::VecDeque::new();
+                let mut sent = 0u32;
+                while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(20) {
+                    let from = 2 + src * 4 + (sent % 4) as u8;
+                    if let Ok(mut c) = connect_from(from, port) {
+                        let _ = control::write_msg(
+                            &mut c,
+                            &ClientMsg::Hello {
+                                magic: MAGIC.into(),
+                                version: PROTOCOL_VERSION,
+                                nonce_hex: String::new(),
+                            },
+                        );
+                        // Its Welcome read: the pool has seen its Hello whole.
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+                        let _ = control::read_msg::<_, ServerMsg>(&mut c);
+                        sent += 1;
+                        held.push_back(c);
+                        if held.len() > 64 {
+                            held.pop_front();
+                        }
+                    }
+                }
+                sent
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let mut dropped = Vec::new();
+    for _ in 0..20 {
+        let spec = TestSpec::basic(TestKind::TcpRr, 1, 1, 1000);
+        if let Err(e) = start_test_after(1, port, spec, Duration::from_millis(100)) {
+            dropped.push(e);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let sent: u32 = flood.into_iter().map(|t| t.join().unwrap()).sum();
+    eprintln!(
+        "{sent} stalled Hellos; {} of 20 runs dropped: {dropped:?}",
+        dropped.len()
+    );
+    assert!(sent >= 500, "the churn sent {sent} Hellos");
+    assert!(dropped.len() <= 1, "{dropped:?}");
+}
+
 /// Descriptors of a process, from /proc.
 fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -814,10 +945,11 @@ fn fds_of(pid: u32) -> usize {
 
 /// Under `ulimit -n 1024` (soft and hard, as a shell may give), tests from 127.0.0.2
 /// inside every other limit (64 streams each, well within the memory budget) take the
-/// descriptor budget until the server refuses them by name; then a legitimate `rr`
-/// is refused with the same limit named, never "Connection refused". Witnesses: the
-/// server's replies, its descriptors in /proc (below the limit), and the legitimate
-/// client served again once the tests end.
+/// descriptor budget until the server refuses them by name; then an `rr` from that
+/// address is refused with the same limit named, never "Connection
+/// refused", while one from another address is served, the newest of those tests
+/// giving way. Witnesses: the server's replies (the one Error on the test that gave
+/// way), its descriptors in /proc (below the limit), and rr's transaction counts.
 #[test]
 fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
     let _busy = common::serial::busy();
@@ -855,7 +987,7 @@ fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
     thread::sleep(Duration::from_millis(500));
     let fds = fds_of(srv.child.id());
     let streams: usize = held.iter().map(|(_, d)| d.len()).sum();
-    let o = srv.rr(&["-n", "100"]);
+    let o = srv.rr(&["-n", "100", "-L", "127.0.0.2"]);
     eprintln!(
         "descriptor budget: {} tests, {streams} streams held; server fds {fds}; first refusal {:?}; rr: {}",
         held.len(),
@@ -876,6 +1008,22 @@ fn tests_are_refused_by_the_descriptor_budget_before_the_process_runs_out() {
             && !stderr(&o).contains("Connection refused"),
         "{}",
         stderr(&o)
+    );
+    // Another address is served: the newest test of 127.0.0.2, which runs them
+    // all, gives way (the descriptor budget's share), and its client is told why.
+    let o = srv.rr(&["-n", "100", "--json"]);
+    assert_eq!(json(&o)["transactions"], 100, "{}", stderr(&o));
+    let mut told = Vec::new();
+    for (c, _) in &mut held {
+        c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        if let Ok(ServerMsg::Error { message }) = control::read_msg::<_, ServerMsg>(c) {
+            told.push(message);
+        }
+    }
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].starts_with("ended to make room for another source's test"),
+        "{told:?}"
     );
     drop(held);
     // The tests end as their control connections close.

@@ -18,10 +18,15 @@ fixed by the client's -P inside that range.
 
 Before a client has finished its handshake it holds no test slot: such connections wait
 in a pool of --max-handshakes (--max-handshakes-per-source from one address or IPv6
-/64), the oldest dropped when it is full (and told so), each with --handshake-timeout
-in all. One address runs at most --max-tests-per-source of the --max-tests tests. A test's descriptors (2 per TCP_RR stream) and threads are budgeted against the
-open-file limit, raised to its hard limit at start, and --max-threads. Every refusal
-names the limit. docs/SECURITY.md's threat model says what a secret protects.
+/64), the oldest dropped when it is full (and told so): one of the newcomer's own
+address at its limit, else of the address with the most waiting. Each has
+--handshake-timeout in all. One address runs at most --max-tests-per-source of the
+--max-tests tests. A test's memory, descriptors (2 per TCP_RR stream) and threads are
+budgeted against --max-memory, the open-file limit (raised to its hard limit at start)
+and --max-threads. A test refused for want of room ends the newest test of the address
+running the most, when that address runs at least two more than the newcomer's (its
+client is told why), so no few addresses can keep others out. Every refusal names the
+limit. docs/SECURITY.md's threat model says what a secret protects.
 
 Examples:
   rttlab serve                                  all addresses, IPv4 and IPv6, port 12866

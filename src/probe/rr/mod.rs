@@ -38,7 +38,7 @@ pub use settings::{OpenLoop, RrError, RrSettings, RunControl, MAX_RUN, UDP_TIMEO
 use crate::kernel::cpu;
 use crate::kernel::cpu::{CpuUse, MachineTicks};
 use crate::kernel::host::HostFacts;
-use crate::probe::control::{ServerReport, TestKind, TestSpec};
+use crate::probe::control::{ControlError, ServerReport, TestKind, TestSpec};
 use crate::probe::pacing;
 use crate::stats::{HdrLogWriter, Summary};
 use closed::{thread_cpu_ns, Ctx, Tally};
@@ -110,7 +110,15 @@ pub fn run(s: &RrSettings, ctl: &RunControl) -> Result<RrResult, RrError> {
     for o in outcomes {
         t.merge(o);
     }
-    let mut error = t.error.as_ref().map(crate::error_chain);
+    // A server that ended the test said why on the control connection (its data
+    // connections closing is the consequence, not the cause).
+    let server_said = match &server {
+        Err(RrError::Control(ControlError::Remote(why))) => {
+            Some(format!("the server ended the test: {why}"))
+        }
+        _ => None,
+    };
+    let mut error = server_said.or_else(|| t.error.as_ref().map(crate::error_chain));
     if let Some(Err(e)) = raw_log.map(raw_log::RawLog::finish) {
         error = error.or(Some(format!("writing the raw log: {e}")));
     }

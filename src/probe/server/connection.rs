@@ -5,10 +5,12 @@
 //! went. Every wait is bounded by the machine's deadline, so no peer can hold the
 //! thread, or the test slot it may hold, past the deadline of the state it is in.
 
-use super::admission;
+use super::admission::{self, SourceKey};
 use super::budget::{self, Cost, TestSlot};
 use super::conversation::{Action, Conversation, EndKind, Ending};
 use super::data::{DataTest, RunningTest};
+use super::refusal::Refusal;
+use super::shares::ROOM_WAIT;
 use super::Shared;
 use crate::probe::control::{self, ServerReport, TestSpec};
 use crate::probe::io::is_timeout;
@@ -29,8 +31,30 @@ struct Test<'a> {
     /// Opened, its Ready not yet sent: its streams are accepted once it is.
     opened: Option<DataTest>,
     running: Option<RunningTest>,
-    /// Given back when the test ends (declared last: dropped after the test stops).
+    /// Given back when the test ends (dropped after the test stops).
     _slot: TestSlot<'a>,
+    /// Counted out last, once its budgets are back: a newcomer it was ended for
+    /// waits for that.
+    share: Share<'a>,
+}
+
+/// A running test's place among the [`super::shares::Shares`], given up when dropped.
+struct Share<'a> {
+    shared: &'a Shared,
+    id: u64,
+}
+
+impl Share<'_> {
+    /// Why it was ended for another source's test, if it was.
+    fn gave_way(&self) -> Option<Refusal> {
+        lock(&self.shared.shares).why(self.id)
+    }
+}
+
+impl Drop for Share<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.shares).stop(self.id);
+    }
 }
 
 /// Drive the conversation on `ctl`, accepted from `peer` as handshake-pool entry `id`,
@@ -107,10 +131,14 @@ pub(super) fn serve(ctl: &TcpStream, peer: SocketAddr, id: u64, shared: &Shared)
             continue;
         }
         match (&mut &*ctl).read(&mut buf) {
+            // Dropped from the pool, or its test ended for another source's: its
+            // socket was shut for reading to wake us.
             Ok(0) => match admission::leave_pool(shared, id) {
-                // Dropped from the pool: its socket was shut for reading to wake us.
                 Err(why) => conv.dropped(&why),
-                Ok(()) => conv.on_eof(),
+                Ok(()) => match test.as_ref().and_then(|t| t.share.gave_way()) {
+                    Some(why) => conv.gave_way(&why),
+                    None => conv.on_eof(),
+                },
             },
             Ok(n) => conv.on_bytes(&buf[..n], Instant::now()),
             Err(e) if is_timeout(&e) || e.kind() == io::ErrorKind::Interrupted => {}
@@ -141,12 +169,10 @@ fn open<'a>(
         conv.dropped(&why);
         return None;
     }
+    let source = admission::SourceKey::of(peer.ip());
     let slot = budget::validate(&spec, &shared.config.limits)
         .and_then(|()| budget::check_host(&spec, &shared.cpus, &shared.config.congestion))
-        .and_then(|()| {
-            let source = admission::SourceKey::of(peer.ip()).0;
-            shared.budgets.take(Cost::of(&spec), source)
-        });
+        .and_then(|()| take_fairly(shared, Cost::of(&spec), source));
     let slot = match slot {
         Ok(slot) => slot,
         Err(reason) => {
@@ -158,9 +184,13 @@ fn open<'a>(
         .counters
         .tests_started
         .fetch_add(1, Ordering::Relaxed);
-    let Ok(local) = ctl.local_addr() else {
+    let (Ok(local), Ok(handle)) = (ctl.local_addr(), ctl.try_clone()) else {
         conv.on_eof();
         return None;
+    };
+    let share = Share {
+        shared,
+        id: lock(&shared.shares).start(source, handle),
     };
     let config = &shared.config;
     match DataTest::open(
@@ -179,6 +209,7 @@ fn open<'a>(
                 opened: Some(opened),
                 running: None,
                 _slot: slot,
+                share,
             })
         }
         Err(reason) => {
@@ -186,6 +217,39 @@ fn open<'a>(
             None
         }
     }
+}
+
+/// Take the budgets of a test from `source`. Refused for want of room, end a test of
+/// the source running the most for it, when that source runs two more
+/// ([`super::shares::Shares::make_room`]), and wait up to [`ROOM_WAIT`] for its budgets to come back.
+fn take_fairly(shared: &Shared, cost: Cost, source: SourceKey) -> Result<TestSlot<'_>, Refusal> {
+    let until = Instant::now() + ROOM_WAIT;
+    let mut ended: Option<u64> = None;
+    loop {
+        let why = match shared.budgets.take(cost, source.0) {
+            Ok(slot) => return Ok(slot),
+            Err(why) => why,
+        };
+        if !why.wants_room() || Instant::now() >= until {
+            return Err(why);
+        }
+        {
+            let mut shares = lock(&shared.shares);
+            // One ended at a time: another only once its budgets are back and the
+            // room is still short (memory may need more than one).
+            if !ended.is_some_and(|id| shares.ending(id)) {
+                match shares.make_room(source) {
+                    Some(id) => ended = Some(id),
+                    None => return Err(why),
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Write one frame, within what is left of the conversation's deadline (the idle

@@ -321,6 +321,14 @@ impl<'a> Conversation<'a> {
         self.close(EndKind::Completed, summary);
     }
 
+    /// The running test was ended for another source's ([`super::shares`]): `why`
+    /// says so to the peer.
+    pub fn gave_way(&mut self, why: &super::refusal::Refusal) {
+        if matches!(self.state, State::Running(_) | State::Finishing) {
+            self.tell(EndKind::EndedByServer, why.to_string());
+        }
+    }
+
     /// The connection was dropped from the handshake pool (`why` says so to the peer).
     pub fn dropped(&mut self, why: &super::refusal::Refusal) {
         if !self.is_closed() {

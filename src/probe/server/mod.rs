@@ -48,6 +48,7 @@ mod refusal;
 mod refusal_log;
 pub mod served;
 mod serving;
+mod shares;
 mod stamped;
 
 pub use budget::{test_memory_bytes, validate, Cost};
@@ -224,6 +225,8 @@ struct Shared {
     cpus: Vec<usize>,
     budgets: Budgets,
     pool: Mutex<admission::Pool>,
+    /// The running tests, for a source's share to shrink when others wait.
+    shares: Mutex<shares::Shares>,
     /// Control threads alive: those in the pool, those running a test, and dropped
     /// ones still on their way out.
     control_threads: Mutex<usize>,
@@ -333,6 +336,7 @@ impl Server {
                 cpus: cpu::current_affinity(),
                 budgets,
                 pool: Mutex::new(admission::Pool::default()),
+                shares: Mutex::new(shares::Shares::default()),
                 control_threads: Mutex::new(0),
                 control_thread_ended: Condvar::new(),
                 failures: Mutex::new(HashMap::new()),

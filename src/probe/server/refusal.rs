@@ -3,6 +3,20 @@
 
 use std::net::IpAddr;
 
+impl Refusal {
+    /// Whether it refuses for want of room another source holds (a test slot, memory,
+    /// descriptors, threads): the refusals a running test can give way for.
+    pub(super) fn wants_room(&self) -> bool {
+        matches!(
+            self,
+            Self::Busy { .. }
+                | Self::Memory { .. }
+                | Self::Descriptors { .. }
+                | Self::Threads { .. }
+        )
+    }
+}
+
 /// Why the server refuses a test: its text is the `Error` message the client prints, so
 /// each names the value, the limit and the setting that sets it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,6 +48,14 @@ pub enum Refusal {
         from: IpAddr,
         /// `--max-tests-per-source`.
         limit: u64,
+    },
+    /// A running test ended for a newcomer from another source ([`super::shares`]).
+    #[error("ended to make room for another source's test: this server shares its test budgets among sources, and {from} ran {held} tests; try again later")]
+    GaveWay {
+        /// The test's source (an address, or its /64).
+        from: IpAddr,
+        /// Tests it ran, this one included.
+        held: u64,
     },
     /// Tests at `--max-tests`.
     #[error("server busy: {used} tests running, the limit is {limit} (--max-tests)")]
