@@ -412,6 +412,9 @@ fn a_full_house_of_clients_that_never_read_makes_room_for_a_scrape() {
 
 /// `rttlab_agent_http_refused_total{reason}` from a scrape of the agent on `port`.
 fn refused(port: u16, reason: &str) -> f64 {
+    // An exposition answers the requests that arrive up to a second after it is made
+    // (rttlab::agent::http's "Work" rule): this one counts everything until now.
+    std::thread::sleep(Duration::from_millis(1100));
     let (code, _, body) = curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
     assert_eq!(code, 200);
     let series = format!("rttlab_agent_http_refused_total{{reason=\"{reason}\"}} ");
@@ -511,6 +514,11 @@ fn a_scrape_being_sent_is_never_cut_for_a_newcomer() {
 /// A client that sends `GET /metrics` from 127.0.0.`from` with a 4 KiB receive
 /// buffer and never reads.
 fn requester_never_reading(from: u8, port: u16) -> Option<TcpStream> {
+    requester_never_reading_as(from, port, "text/plain")
+}
+
+/// [`requester_never_reading`] asking for the format `accept` names.
+fn requester_never_reading_as(from: u8, port: u16, accept: &str) -> Option<TcpStream> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
     s.set_recv_buffer_size(4096).ok()?;
@@ -525,7 +533,7 @@ fn requester_never_reading(from: u8, port: u16) -> Option<TcpStream> {
     ))))
     .ok()?;
     let mut s: TcpStream = s.into();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n").as_bytes())
         .ok()?;
     Some(s)
 }
@@ -639,6 +647,45 @@ fn full_speed_scraper(from: u8, port: u16, stop: &std::sync::atomic::AtomicBool)
         }
     }
     answers
+}
+
+/// Witnesses: the CPU time of the threads that make expositions (`metrics-work`,
+/// /proc/PID/task: a preempted vCPU adds none), and the answers the scrapers read
+/// whole. Twelve keep-alive scrapers from twelve addresses read a 7 MB exposition
+/// back to back for 4 s: making expositions costs at most a 26th of a core (one
+/// exposition answers every request that arrives within 25 times as long as it took
+/// to make; asserted ≤ 0.3 for the margin: 0.04–0.09 measured). Before, each request
+/// after the last exposition began made a new one: the threads ran 0.85 of a core.
+#[test]
+fn twelve_scrapers_back_to_back_cost_a_small_share_of_a_core_of_expositions() {
+    raise_fd_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let a = AgentChild::start(dir.path(), &large_peers_file(dir.path(), 2000), &[]);
+    let port = a.metrics_port;
+    let pid = a.child.0.id();
+    // The peers' series exist: the first exposition is whole.
+    assert_eq!(curl(&[&format!("http://127.0.0.1:{port}/metrics")]).0, 200);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (cpu0, t0) = (
+        common::thread_cpu_seconds(pid, "metrics-work"),
+        Instant::now(),
+    );
+    let scrapers: Vec<_> = (0..12u8)
+        .map(|i| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || full_speed_scraper(100 + i, port, &stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answers: usize = scrapers.into_iter().map(|t| t.join().unwrap()).sum();
+    let core =
+        (common::thread_cpu_seconds(pid, "metrics-work") - cpu0) / t0.elapsed().as_secs_f64();
+    eprintln!(
+        "12 back-to-back scrapers: {answers} answers of 7 MB, expositions {core:.3} of a core"
+    );
+    assert!(answers >= 24, "the scrapers read {answers} answers");
+    assert!(core <= 0.3, "making expositions took {core:.3} of a core");
 }
 
 /// Witnesses: curl, and the agent's `displaced` count. Sixty-four keep-alive
@@ -842,10 +889,12 @@ fn refused_tls(a: &Agent, ca: &Path, login: &str) -> f64 {
 /// Witnesses: the scrape's own Content-Length against the bytes it received, and the
 /// agent's `slow_reader` count. A client reading a 7 MB exposition at ~1.4 MB/s
 /// (a pace that reads it in ~5 s, inside Prometheus's 10 s scrape timeout) while
-/// six clients from two addresses, 300 ms apart, each ask for one and never read:
-/// past four expositions the non-readers are displaced as slow readers, and the
-/// steady reader gets every byte. Before, the readers of the oldest exposition were
-/// cut however steadily they read.
+/// six clients from two addresses, 400 ms apart, each ask for one and never read,
+/// taking the three formats in turn (an exposition of one format answers the
+/// requests of the second after it is begun: so each after the first is answered
+/// with a new one): past four expositions the non-readers are displaced as slow
+/// readers, and the steady reader gets every byte. Before, the readers of the
+/// oldest exposition were cut however steadily they read.
 #[test]
 fn a_steady_reader_keeps_its_exposition_when_others_ask_for_more() {
     raise_fd_limit();
@@ -854,11 +903,16 @@ fn a_steady_reader_keeps_its_exposition_when_others_ask_for_more() {
     let port = a.metrics_port;
     let reader = paced_scrape(port);
     let others = std::thread::spawn(move || {
+        let formats = [
+            "text/plain",
+            "application/openmetrics-text; version=1.0.0",
+            "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
+        ];
         std::thread::sleep(Duration::from_millis(300));
         (0..6u8)
             .filter_map(|i| {
-                std::thread::sleep(Duration::from_millis(300));
-                requester_never_reading(20 + i % 2, port)
+                std::thread::sleep(Duration::from_millis(400));
+                requester_never_reading_as(20 + i % 2, port, formats[usize::from(i % 3)])
             })
             .collect::<Vec<_>>()
     });
@@ -878,10 +932,12 @@ fn a_steady_reader_keeps_its_exposition_when_others_ask_for_more() {
 }
 
 /// Witnesses: the agent's RSS from /proc, against the size of its own exposition,
-/// and its `slow_reader` count. Twenty clients from twenty addresses each ask for a
-/// 13 MB exposition 300 ms apart (so each is answered with a new one) and never
-/// read. Memory grows by at most six expositions (the four kept for readers, the
-/// newest and one being made), and sixteen or so are displaced as slow readers.
+/// and its `slow_reader` count. Eight clients from eight addresses each ask for a
+/// 13 MB exposition 1.1 s apart (so each is answered with a new one: one answers
+/// the requests of the second after it is begun) and never read. Memory grows by at
+/// most six expositions (the four kept for readers, the newest and one being made),
+/// and the readers of the four oldest are displaced as slow readers (arithmetic:
+/// eight expositions less the four kept).
 /// Before, each connection copied its exposition into a buffer of its own (hyper's
 /// flatten strategy): 64 such clients held 2.19 GB.
 #[test]
@@ -899,24 +955,23 @@ fn slow_readers_hold_a_few_expositions_not_one_each() {
     );
     std::thread::sleep(Duration::from_secs(3));
     let before = a.rss_kb();
-    let held: Vec<TcpStream> = (0..20u8)
+    let held: Vec<TcpStream> = (0..8u8)
         .map(|i| {
             let mut s = connect_from(2 + i, port).unwrap();
             s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
                 .unwrap();
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(Duration::from_millis(1100));
             s
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(500));
     let grown = a.rss_kb().saturating_sub(before);
-    eprintln!("20 non-readers: RSS +{grown} KiB, an exposition {exposition_kb} KiB");
+    eprintln!("8 non-readers: RSS +{grown} KiB, an exposition {exposition_kb} KiB");
     assert!(
         grown <= 6 * exposition_kb,
-        "20 non-readers grew RSS by {grown} KiB; an exposition is {exposition_kb} KiB"
+        "8 non-readers grew RSS by {grown} KiB; an exposition is {exposition_kb} KiB"
     );
     let slow = refused(port, "slow_reader");
-    assert!(slow >= 12.0, "{slow} slow readers displaced");
+    assert!(slow >= 4.0, "{slow} slow readers displaced");
     drop(held);
 }
 

@@ -17,7 +17,9 @@ symbolic link. Every file takes the narrowest mode of DIR's raw files (a report 
 private trials is private). A line of trials.jsonl that is not a record of the experiment
 is named on stderr (its line and field) and left out, as is a histogram file that
 cannot be read (missing, not a regular file, not a histogram): the rest is reported
-and the status is 1. compare's and syn-rto's reports are drawn from their histograms:
+and the status is 1. A last line cut short (no newline: the run was killed while
+writing it) is a trial that never finished, left out without a word: the experiment
+run again with the same --out resumes and measures it. compare's and syn-rto's reports are drawn from their histograms:
 one they cannot read is named and nothing is rendered (status 2).
 
 Examples:

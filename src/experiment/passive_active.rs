@@ -23,7 +23,9 @@ use crate::lab::emulator::Dir;
 use crate::lab::impair::{ImpairmentPatch, Impairments, Loss, QueueLimit};
 use crate::passive::{Method, Place, Sample, Sink};
 use crate::probe::ping::{self, PingControl, PingSettings};
-use crate::results::passive_active::{stats, Scenario, ScenarioResult};
+use crate::results::passive_active::{
+    stats, Scenario, ScenarioResult, SAMPLES_HEADER, SAMPLE_LAYERS,
+};
 use crate::results::{write_file, ResultsError};
 use crate::stats::units::ns;
 use serde::{Deserialize, Serialize};
@@ -406,7 +408,7 @@ fn write_samples(
     trial: u32,
     layers: [(&str, &Series); 3],
 ) -> Result<String, TrialError> {
-    let mut csv = String::from("t_s,layer,rtt_ms\n");
+    let mut csv = format!("{SAMPLES_HEADER}\n");
     for (layer, series) in layers {
         for (t, r) in series {
             csv += &format!("{t:.6},{layer},{r:.6}\n");
@@ -580,7 +582,11 @@ fn scenario(
         out,
         name,
         trial,
-        [("icmp", &icmp), ("app", &app), ("tcp_ts", &ts)],
+        [
+            (SAMPLE_LAYERS[0], &icmp),
+            (SAMPLE_LAYERS[1], &app),
+            (SAMPLE_LAYERS[2], &ts),
+        ],
     )?;
     Ok(ScenarioResult {
         scenario: name.into(),

@@ -129,30 +129,101 @@ pub fn stats(layer: &str, series: &[(f64, f64)], unanswered: u64) -> LayerStats 
     }
 }
 
+/// The layers a samples file holds, in the order the experiment writes them.
+pub const SAMPLE_LAYERS: [&str; 3] = ["icmp", "app", "tcp_ts"];
+
+/// The header of a samples file.
+pub const SAMPLES_HEADER: &str = "t_s,layer,rtt_ms";
+
 /// Read a scenario's samples file back: (layer, t_s, rtt_ms) rows.
 ///
 /// # Errors
-/// The file is missing or a row does not parse.
+/// The file is missing, has not the header the experiment writes, or a row is not
+/// a sample: three fields, a time and an RTT that are finite and not negative, one
+/// of [`SAMPLE_LAYERS`] (the line and the field are named).
 pub fn read_samples(out: &Path, file: &str) -> Result<Vec<(String, f64, f64)>, ResultsError> {
     let p = out.join(file);
     let text = super::read_file(out, file)?;
-    text.lines()
-        .skip(1)
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    if header != SAMPLES_HEADER {
+        return Err(super::invalid(
+            &p,
+            format!(
+                "line 1: \"{}\" is not the header {SAMPLES_HEADER}",
+                crate::excerpt(header, 80)
+            ),
+        ));
+    }
+    lines
         .enumerate()
         .map(|(k, l)| {
-            let mut f = l.split(',');
-            let (t, layer, r) = (f.next(), f.next(), f.next());
-            match (
-                t.and_then(|t| t.parse().ok()),
-                layer,
-                r.and_then(|r| r.parse().ok()),
-            ) {
-                (Some(t), Some(layer), Some(r)) => Ok((layer.to_string(), t, r)),
-                _ => Err(super::invalid(
+            sample(l).map_err(|why| {
+                super::invalid(
                     &p,
-                    format!("line {}: cannot read \"{}\"", k + 2, crate::excerpt(l, 80)),
-                )),
-            }
+                    format!("line {}: {why} in \"{}\"", k + 2, crate::excerpt(l, 80)),
+                )
+            })
         })
         .collect()
+}
+
+/// One row of a samples file, or which field is wrong.
+fn sample(line: &str) -> Result<(String, f64, f64), &'static str> {
+    let f: Vec<&str> = line.split(',').collect();
+    let [t, layer, rtt] = f[..] else {
+        return Err("not three fields");
+    };
+    let number = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
+    let t = number(t).ok_or("t_s is not a time in seconds")?;
+    if !SAMPLE_LAYERS.contains(&layer) {
+        return Err("layer is not icmp, app or tcp_ts");
+    }
+    let rtt = number(rtt).ok_or("rtt_ms is not an RTT in ms")?;
+    Ok((layer.to_string(), t, rtt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: the rows the experiment writes, and rows that are not samples, each
+    /// named by its line and field (before, an empty or garbage file gave a trial of
+    /// no samples, NaN and negative RTTs were printed, an unknown layer was dropped).
+    #[test]
+    fn a_samples_file_is_read_whole_or_named_where_it_is_not_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| std::fs::write(dir.path().join("s.samples.csv"), text).unwrap();
+        let read = || read_samples(dir.path(), "s.samples.csv").map_err(|e| e.to_string());
+        write("t_s,layer,rtt_ms\n0.000100,icmp,0.250000\n1.5,tcp_ts,0\n");
+        assert_eq!(
+            read().unwrap(),
+            [("icmp".into(), 0.0001, 0.25), ("tcp_ts".into(), 1.5, 0.0)]
+        );
+        for (text, says) in [
+            ("", "line 1: \"\" is not the header t_s,layer,rtt_ms"),
+            ("garbage\n", "line 1: \"garbage\" is not the header"),
+            (
+                "t_s,layer,rtt_ms\n1,icmp,NaN\n",
+                "line 2: rtt_ms is not an RTT in ms in \"1,icmp,NaN\"",
+            ),
+            (
+                "t_s,layer,rtt_ms\n1,icmp,0.2\n1,app,-3\n",
+                "line 3: rtt_ms is not an RTT",
+            ),
+            (
+                "t_s,layer,rtt_ms\ninf,app,1\n",
+                "line 2: t_s is not a time in seconds",
+            ),
+            (
+                "t_s,layer,rtt_ms\n1,udp,1\n",
+                "line 2: layer is not icmp, app or tcp_ts",
+            ),
+            ("t_s,layer,rtt_ms\n1,app,1,2\n", "line 2: not three fields"),
+        ] {
+            write(text);
+            let e = read().unwrap_err();
+            assert!(e.contains(says), "{text:?}: {e}");
+        }
+    }
 }

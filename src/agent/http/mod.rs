@@ -33,9 +33,13 @@
 //!   HTTP/1 answers one request at a time per connection, so pipelining is
 //!   bounded by the header buffer.
 //! - **Work**: an exposition is one pass over every series (tens of ms for a thousand
-//!   peers), so concurrent scrapes share it: a request is answered with an exposition
-//!   begun after it arrived, and at most one is computed at a time per format. Any
-//!   number of clients asking at once costs two expositions, not one each.
+//!   peers), so scrapes share it: a request is answered with an exposition begun
+//!   after it arrived, or one begun at most 26 times as long as it took to make (and
+//!   at most a second) before the request arrived; at most one is computed at a time
+//!   per format. So making expositions takes at most a 26th of a core however many
+//!   clients scrape (one a second where one takes longer than 38 ms), and a scrape's
+//!   values are at most a second older than its request (26 ms for an agent whose
+//!   exposition takes a millisecond).
 //! - **Memory**: an answer is the shared exposition itself, queued to the socket
 //!   without a copy (hyper's vectored-write strategy). Past
 //!   [`MAX_EXPOSITIONS_SENDING`] expositions still being sent, a new one displaces
@@ -500,13 +504,47 @@ impl From<&'static str> for Answer {
     }
 }
 
+/// An exposition answers the requests that arrive until this many times as long as
+/// it took to make has passed since it was begun, plus one, up to [`MAX_REUSE`]: so
+/// the agent spends at most a 26th of a core making expositions (or makes one a
+/// second, where one takes longer than 38 ms), however many clients scrape
+/// and however often (once, twelve back-to-back scrapers kept the exposition threads
+/// at 0.85 of a core, each exposition made anew; twelve scraping once a second each,
+/// spread over it, still shared one), while an agent whose exposition takes a
+/// millisecond answers with values at most 26 ms older than the request.
+const REUSE_FACTOR: u32 = 25;
+
+/// The oldest values a scrape is answered with (from the exposition's beginning to
+/// the request's arrival): far below any
+/// scrape interval (Prometheus's default is a minute, its sample configuration's
+/// 15 s), so a scrape misses at most the last second's probes, which the next one
+/// counts.
+const MAX_REUSE: Duration = Duration::from_secs(1);
+
 /// The newest exposition of one format, and the lock that makes one at a time. It
-/// is kept only while requests wait for it: an exposition is megabytes.
+/// is kept while requests wait for it and for its reuse window (see
+/// [`REUSE_FACTOR`]), no longer: an exposition is megabytes.
 #[derive(Default)]
 struct Cache {
-    newest: Mutex<Option<(Instant, Bytes, Arc<Sent>)>>,
+    newest: Mutex<Option<Made>>,
     making: tokio::sync::Mutex<()>,
     waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// An exposition, when it was begun and until when it answers new requests.
+struct Made {
+    begun: Instant,
+    reuse_until: Instant,
+    body: Bytes,
+    sent: Arc<Sent>,
+}
+
+impl Made {
+    /// Whether it may answer a request that arrived at `arrived`: begun after it, or
+    /// within its reuse window.
+    fn answers(&self, arrived: Instant) -> bool {
+        self.begun >= arrived || arrived < self.reuse_until
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -780,15 +818,16 @@ async fn authorize(
     verdict.await.unwrap_or(Ok(Auth::Denied))
 }
 
-/// An exposition begun at or after `arrived`: the newest one if it is, else a new
-/// one (made by this request, or by the one ahead of it in the queue).
+/// An exposition that answers a request that arrived at `arrived` ([`Made::answers`]):
+/// the newest one if it does, else a new one (made by this request, or by the one
+/// ahead of it in the queue).
 async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> (Bytes, Arc<Sent>) {
     let cache = &shared.exposition[format as usize];
     let fresh = || {
         lock(&cache.newest)
             .as_ref()
-            .filter(|(begun, _, _)| *begun >= arrived)
-            .map(|(_, body, sent)| (body.clone(), Arc::clone(sent)))
+            .filter(|m| m.answers(arrived))
+            .map(|m| (m.body.clone(), Arc::clone(&m.sent)))
     };
     cache.waiting.fetch_add(1, Ordering::SeqCst);
     let answer = {
@@ -801,17 +840,47 @@ async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> (
                 let body = tokio::task::spawn_blocking(move || Bytes::from(metrics.expose(format)))
                     .await
                     .unwrap_or_default();
+                let took = begun.elapsed();
+                let reuse = took.saturating_mul(REUSE_FACTOR + 1).min(MAX_REUSE);
                 let sent = Arc::<Sent>::default();
                 shared.track(&sent);
-                *lock(&cache.newest) = Some((begun, body.clone(), Arc::clone(&sent)));
+                *lock(&cache.newest) = Some(Made {
+                    begun,
+                    reuse_until: begun + reuse,
+                    body: body.clone(),
+                    sent: Arc::clone(&sent),
+                });
                 (body, sent)
             }
         }
     };
     if cache.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
-        lock(&cache.newest).take();
+        forget_after_reuse(shared, format);
     }
     answer
+}
+
+/// Drop the newest exposition of `format` once its reuse window has passed, unless
+/// a request is waiting for one by then.
+fn forget_after_reuse(shared: &Arc<Shared>, format: Format) {
+    let cache = &shared.exposition[format as usize];
+    let Some(until) = lock(&cache.newest).as_ref().map(|m| m.reuse_until) else {
+        return;
+    };
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        tokio::time::sleep_until(until.into()).await;
+        let cache = &shared.exposition[format as usize];
+        if cache.waiting.load(Ordering::SeqCst) == 0 {
+            let mut newest = lock(&cache.newest);
+            if newest
+                .as_ref()
+                .is_some_and(|m| m.reuse_until <= Instant::now())
+            {
+                newest.take();
+            }
+        }
+    });
 }
 
 /// Give freed memory back to the system: an exposition is megabytes freed at once,

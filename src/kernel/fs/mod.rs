@@ -112,12 +112,18 @@ impl std::fmt::Display for Bytes {
     }
 }
 
+/// `path` as a message shows it: its control characters escaped, so that a file name
+/// holding a newline or a terminal escape can neither forge a line nor garble one.
+fn shown(path: &Path) -> String {
+    crate::excerpt(&path.to_string_lossy(), usize::MAX)
+}
+
 /// A file that could not be read or written safely; every message names the file and
 /// the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     /// Opening, inspecting or reading failed.
-    #[error("{what} {}", .path.display())]
+    #[error("{what} {}", shown(.path))]
     Io {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -128,7 +134,7 @@ pub enum FileError {
         source: io::Error,
     },
     /// Not a regular file (after following symlinks).
-    #[error("{what} {}: {kind}, not a regular file", .path.display())]
+    #[error("{what} {}: {kind}, not a regular file", shown(.path))]
     NotRegular {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -138,7 +144,7 @@ pub enum FileError {
         kind: FileKind,
     },
     /// Larger than the cap, by its size.
-    #[error("{what} {} is {}, more than the {} allowed", .path.display(), Bytes(*.size), Bytes(*.max))]
+    #[error("{what} {} is {}, more than the {} allowed", shown(.path), Bytes(*.size), Bytes(*.max))]
     TooLarge {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -151,7 +157,7 @@ pub enum FileError {
     },
     /// More bytes than the cap came out of a file whose size said otherwise (a /proc
     /// file, a file growing underneath).
-    #[error("{what} {}: more than the {} allowed", .path.display(), Bytes(*.max))]
+    #[error("{what} {}: more than the {} allowed", shown(.path), Bytes(*.max))]
     Overflow {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -161,7 +167,7 @@ pub enum FileError {
         max: u64,
     },
     /// A symlink whose target does not exist.
-    #[error("{what} {}: a symlink to {}, which does not exist", .path.display(), .to.display())]
+    #[error("{what} {}: a symlink to {}, which does not exist", shown(.path), shown(.to))]
     Dangling {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -171,7 +177,7 @@ pub enum FileError {
         to: PathBuf,
     },
     /// A symlink in a directory that leads out of it.
-    #[error("{what} {}: a symlink pointing out of {}", .path.display(), .dir.display())]
+    #[error("{what} {}: a symlink pointing out of {}", shown(.path), shown(.dir))]
     OutsideDir {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -181,7 +187,7 @@ pub enum FileError {
         dir: PathBuf,
     },
     /// Not UTF-8 text.
-    #[error("{what} {}: not UTF-8 text", .path.display())]
+    #[error("{what} {}: not UTF-8 text", shown(.path))]
     NotText {
         /// What the file is, named in the message ("peers file", "secret file").
         what: &'static str,
@@ -189,19 +195,19 @@ pub enum FileError {
         path: PathBuf,
     },
     /// A symlink stands where a file is to be written.
-    #[error("{} is a symbolic link: refusing to write through it (remove it or choose another path)", .path.display())]
+    #[error("{} is a symbolic link: refusing to write through it (remove it or choose another path)", shown(.path))]
     SymlinkTarget {
         /// The path to be written, which is a symlink.
         path: PathBuf,
     },
     /// A new directory is to be put where something already is.
-    #[error("{} already exists and is not an empty directory: it is written whole as a new directory, never merged into what is there; remove it or choose another path", .path.display())]
+    #[error("{} already exists and is not an empty directory: it is written whole as a new directory, never merged into what is there; remove it or choose another path", shown(.path))]
     Occupied {
         /// The directory to be written.
         path: PathBuf,
     },
     /// Creating, writing or renaming the file failed.
-    #[error("writing {}", .path.display())]
+    #[error("writing {}", shown(.path))]
     Write {
         /// The file to be written (never its temporary).
         path: PathBuf,
@@ -673,6 +679,20 @@ pub fn stamp(path: &Path) -> Option<FileStamp> {
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    /// Witness: the message's bytes. A name holding a newline and a terminal escape
+    /// is shown with both escaped, on one line.
+    #[test]
+    fn a_file_name_with_control_characters_is_shown_escaped() {
+        let e = FileError::NotText {
+            what: "results file",
+            path: PathBuf::from("/tmp/a\nrttlab: all good\u{1b}[2J.jsonl"),
+        };
+        assert_eq!(
+            e.to_string(),
+            "results file /tmp/a\\nrttlab: all good\\u{1b}[2J.jsonl: not UTF-8 text"
+        );
+    }
 
     fn fifo(p: &Path) {
         let c = c_path(p).unwrap();
