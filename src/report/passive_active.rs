@@ -446,6 +446,23 @@ pub fn write(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsEr
         } else {
             read_samples(out, &r.samples_file)?
         };
+        // The file holds what the record counted, layer by layer (a file cut to its
+        // header once showed a trial of no samples beside a record of sixty).
+        for l in &r.layers {
+            let n = rows
+                .iter()
+                .filter(|(layer, _, _)| *layer == l.layer)
+                .count() as u64;
+            if n != l.samples {
+                return Err(crate::results::invalid(
+                    &out.join(&r.samples_file),
+                    format!(
+                        "{n} {} samples, where trials.jsonl counts {} for scenario {} trial {}",
+                        l.layer, l.samples, r.scenario, r.trial
+                    ),
+                ));
+            }
+        }
         series.push((r.clone(), rows));
     }
     let text = tables(&series);

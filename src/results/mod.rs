@@ -39,7 +39,7 @@ pub const SCHEMA: &str = "rttlab.results/2";
 #[derive(Debug, thiserror::Error)]
 pub enum ResultsError {
     /// Creating, reading or writing the directory or a file in it failed.
-    #[error("results directory {}", .path.display())]
+    #[error("results directory {}", crate::kernel::fs::shown(.path))]
     Io {
         /// The directory or file involved (appending a trial names the directory).
         path: PathBuf,
@@ -48,7 +48,7 @@ pub enum ResultsError {
         source: std::io::Error,
     },
     /// A file is not the JSON expected, or a record could not be turned into JSON.
-    #[error("{}: not the JSON this rttlab writes", .path.display())]
+    #[error("{}: not the JSON this rttlab writes", crate::kernel::fs::shown(.path))]
     Json {
         /// The file read or written (appending a trial names the directory).
         path: PathBuf,
@@ -57,7 +57,7 @@ pub enum ResultsError {
         source: serde_json::Error,
     },
     /// A file that parses but says something this rttlab cannot use.
-    #[error("{}: {msg}", .path.display())]
+    #[error("{}: {msg}", crate::kernel::fs::shown(.path))]
     Invalid {
         /// The file.
         path: PathBuf,

@@ -174,7 +174,8 @@ fn sample(line: &str) -> Result<(String, f64, f64), &'static str> {
     let [t, layer, rtt] = f[..] else {
         return Err("not three fields");
     };
-    let number = |v: &str| v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
+    // Finite, not negative, and below 10⁹ (s or ms: 30 years, 11 days).
+    let number = |v: &str| v.parse::<f64>().ok().filter(|x| (0.0..1e9).contains(x));
     let t = number(t).ok_or("t_s is not a time in seconds")?;
     if !SAMPLE_LAYERS.contains(&layer) {
         return Err("layer is not icmp, app or tcp_ts");
@@ -210,6 +211,10 @@ mod tests {
             (
                 "t_s,layer,rtt_ms\n1,icmp,0.2\n1,app,-3\n",
                 "line 3: rtt_ms is not an RTT",
+            ),
+            (
+                "t_s,layer,rtt_ms\n1,app,1e308\n",
+                "line 2: rtt_ms is not an RTT in ms",
             ),
             (
                 "t_s,layer,rtt_ms\ninf,app,1\n",

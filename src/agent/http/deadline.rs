@@ -25,6 +25,9 @@ pub struct Progress {
     stalled: Mutex<Option<Instant>>,
     /// When a byte was last read from the client (`None` before the first).
     heard: Mutex<Option<Instant>>,
+    /// A byte has been written to the client: a TLS handshake that has had the
+    /// server's reply, or an answer.
+    told_any: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -34,6 +37,11 @@ impl Progress {
             .stalled
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether any byte has been written to the client.
+    pub fn told_any(&self) -> bool {
+        self.told_any.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// When a byte was last read from the client, if one has been.
@@ -90,6 +98,16 @@ impl<T> Deadlines<T> {
             self.stall.set(None);
         }
         Poll::Ready(r)
+    }
+
+    /// A write of `r` bytes finished.
+    fn wrote_bytes(&mut self, r: io::Result<usize>) -> Poll<io::Result<usize>> {
+        if matches!(r, Ok(1..)) {
+            self.stall
+                .told_any
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.wrote(r)
     }
 
     /// A write or flush must wait: arm the stall limit (showing when it began).
@@ -150,7 +168,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlines<T> {
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         match Pin::new(&mut me.inner).poll_write(cx, buf) {
-            Poll::Ready(r) => me.wrote(r),
+            Poll::Ready(r) => me.wrote_bytes(r),
             Poll::Pending => me.write_waits(cx),
         }
     }
@@ -164,7 +182,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Deadlines<T> {
     ) -> Poll<io::Result<usize>> {
         let me = self.get_mut();
         match Pin::new(&mut me.inner).poll_write_vectored(cx, bufs) {
-            Poll::Ready(r) => me.wrote(r),
+            Poll::Ready(r) => me.wrote_bytes(r),
             Poll::Pending => me.write_waits(cx),
         }
     }

@@ -18,16 +18,18 @@
 //! - **Connections**: at most [`HttpLimits::max_connections`] (and a quarter of that
 //!   per source: an IPv4 address, or an IPv6 /64). At the cap a new connection
 //!   displaces one of its source's own when the source has its share, else one of
-//!   the source holding the most: first the one heard from longest ago that is not
-//!   answering (a head or a TLS handshake begun and not finished, a keep-alive
-//!   between scrapes, or nothing sent for 250 ms), then the one whose client has
+//!   the source holding the most: first the one not answering (a head or a TLS
+//!   handshake begun and not finished, a keep-alive between scrapes, or nothing sent
+//!   for 250 ms) that has been told nothing yet, else heard from longest ago, then
+//!   the one whose client has
 //!   left its answer unread for longest (250 ms at least). A connection is
 //!   answering from its request to the last byte handed to the kernel, and one
 //!   whose client takes it as it comes is not cut for a newcomer of its own source;
 //!   nor are the newest few (a source's share) whose request has not been read yet.
 //!   A source holding two more than the newcomer's loses even one being answered
-//!   (or in its handshake), so a few sources scraping at full speed cannot keep the
-//!   others out. When none may go, the new one is closed.
+//!   (or in its handshake), and so does the oldest connection when every source
+//!   holds one and the newcomer's none, so sources scraping at full speed cannot
+//!   keep the others out. When none may go, the new one is closed.
 //!   A connection's send buffer is fixed at 256 KiB (512 KiB in the kernel), so a
 //!   client that never reads holds that much kernel memory, not tcp_wmem's 4 MB.
 //!   HTTP/1 answers one request at a time per connection, so pipelining is

@@ -1,8 +1,9 @@
 //! The metrics endpoint's open connections and who makes room for a newcomer at the
 //! cap (the module's "Connections" rule): at most `max_connections`, a quarter of them
 //! per source; at the cap a connection of the source holding the most makes room, the
-//! one heard from longest ago among those idle, else the longest stalled, else (when
-//! that source holds two more than the newcomer's) any of its own.
+//! idle one told nothing yet or heard from longest ago, else the longest stalled,
+//! else (when that source holds two more than the newcomer's, or one where the
+//! newcomer's holds none) any of its own.
 
 use super::deadline::Progress;
 use super::{lock, Shared};
@@ -152,18 +153,24 @@ impl Slots {
         let most = held.values().copied().max().unwrap_or(0);
         let own = held.get(&source).copied().unwrap_or(0);
         let busiest = |s: &SlotState| held[&s.source] == most;
+        // Among the busiest, the connection heard from longest ago; when every source
+        // holds one and the newcomer's none, the oldest (once, 64 addresses each
+        // scraping at full speed kept every other client out; the oldest has been
+        // served longest).
+        let forced = || {
+            let of_busiest = || self.open.iter().filter(|(_, s)| busiest(s));
+            if most >= own + 2 {
+                of_busiest()
+                    .min_by_key(|(_, s)| s.last_heard())
+                    .map(|(&id, _)| id)
+            } else if own == 0 && most == 1 {
+                of_busiest().next().map(|(&id, _)| id)
+            } else {
+                None
+            }
+        };
         self.victim(busiest, now, newcomers)
-            .or_else(|| {
-                (most >= own + 2)
-                    .then(|| {
-                        self.open
-                            .iter()
-                            .filter(|(_, s)| busiest(s))
-                            .min_by_key(|(_, s)| s.last_heard())
-                            .map(|(&id, _)| id)
-                    })
-                    .flatten()
-            })
+            .or_else(forced)
             .or_else(|| self.victim(|_| true, now, newcomers))
     }
 
@@ -201,13 +208,17 @@ impl Slots {
         // just sent a message, one that sent half a ClientHello and stopped has not
         // (under a churn of those, a handshake displaced as the oldest connection
         // once lost half the TLS scrapes).
+        // And one never told anything before one that has been (a handshake the
+        // server has answered waits on a client that may be far away; a flood from
+        // many addresses trickling ClientHellos once kept a TLS scraper 50 ms away
+        // out, each trickle making its connection "heard" more lately).
         let not_answering = candidates()
             .filter(|(id, s)| {
                 !s.activity.answering.load(Ordering::Relaxed)
                     && s.activity.stall.since().is_none()
                     && !spared.contains(id)
             })
-            .min_by_key(|(_, s)| s.last_heard())
+            .min_by_key(|(_, s)| (s.activity.stall.told_any(), s.last_heard()))
             .map(|(&id, _)| id);
         let longest_stalled = || {
             candidates()

@@ -114,7 +114,7 @@ impl std::fmt::Display for Bytes {
 
 /// `path` as a message shows it: its control characters escaped, so that a file name
 /// holding a newline or a terminal escape can neither forge a line nor garble one.
-fn shown(path: &Path) -> String {
+pub(crate) fn shown(path: &Path) -> String {
     crate::excerpt(&path.to_string_lossy(), usize::MAX)
 }
 
@@ -186,6 +186,16 @@ pub enum FileError {
         /// The directory it leads out of, as given.
         dir: PathBuf,
     },
+    /// A name that is not one plain file name inside the directory it is looked up in.
+    #[error("{what} {}: not a file name inside {}", crate::excerpt(.name, 200), shown(.dir))]
+    NotAName {
+        /// What the file is, named in the message.
+        what: &'static str,
+        /// The name as given.
+        name: String,
+        /// The directory.
+        dir: PathBuf,
+    },
     /// Not UTF-8 text.
     #[error("{what} {}: not UTF-8 text", shown(.path))]
     NotText {
@@ -233,6 +243,7 @@ impl FileError {
             | Self::Dangling { path, .. }
             | Self::Write { path, .. } => vec![path],
             Self::OutsideDir { path, dir, .. } => vec![path, dir],
+            Self::NotAName { dir, .. } => vec![dir],
         };
         for p in paths {
             if let Ok(rest) = p.strip_prefix(from) {
@@ -422,6 +433,20 @@ pub fn read_text(path: &Path, what: &'static str, max_bytes: u64) -> Result<Stri
 /// As [`RegularFile::open`], or a symlink that leads out of `dir`.
 pub fn open_in(dir: &Path, name: &str, what: &'static str) -> Result<RegularFile, FileError> {
     let path = dir.join(name);
+    // A name read from a file of `dir` (a results record's `samples_file`) must not
+    // lead the reader out of it: one plain name, no separator, `.` or `..`.
+    let one_name = std::path::Path::new(name).components().count() == 1
+        && matches!(
+            std::path::Path::new(name).components().next(),
+            Some(std::path::Component::Normal(_))
+        );
+    if !one_name {
+        return Err(FileError::NotAName {
+            what,
+            name: name.to_owned(),
+            dir: dir.to_owned(),
+        });
+    }
     let io_err = |source| FileError::Io {
         what,
         path: path.clone(),

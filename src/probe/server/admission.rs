@@ -112,7 +112,7 @@ pub(super) fn admit(stream: &TcpStream, peer: SocketAddr, shared: &Shared) -> Op
         let max = shared.config.max_handshakes;
         if pool.waiting.len() >= max {
             let busiest = busiest(&pool);
-            let at = oldest(&pool, |w| w.source == busiest);
+            let at = oldest(&pool, |w| busiest.contains(&w.source));
             let why = Refusal::Handshakes {
                 waiting: pool.waiting.len(),
                 limit: max,
@@ -166,23 +166,23 @@ impl Drop for ControlThread<'_> {
     }
 }
 
-/// The source with the most connections waiting (the one whose oldest came first
-/// among equals): at the global cap it makes room, so that a churn of Hellos from a
-/// few addresses that then stall drops its own, not a client from elsewhere that
-/// completes its handshake promptly (once, 55 % of legitimate runs were dropped).
-fn busiest(pool: &Pool) -> SourceKey {
+/// The sources with the most connections waiting: at the global cap one of theirs
+/// makes room (the oldest silent one among them all, else their oldest), so that a
+/// churn of Hellos from a few addresses that then stall drops its own, not a client
+/// from elsewhere that completes its handshake promptly (once, 55 % of legitimate
+/// runs were dropped), and when every source has one waiting, a distant client
+/// between its Hello and its Start does not go before the silent ones.
+fn busiest(pool: &Pool) -> Vec<SourceKey> {
     let mut waiting = HashMap::<SourceKey, usize>::new();
     for w in &pool.waiting {
         *waiting.entry(w.source).or_default() += 1;
     }
     let most = waiting.values().copied().max().unwrap_or(0);
-    pool.waiting
-        .iter()
-        .find(|w| waiting[&w.source] == most)
-        .map_or(
-            SourceKey(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
-            |w| w.source,
-        )
+    waiting
+        .into_iter()
+        .filter(|&(_, n)| n == most)
+        .map(|(s, _)| s)
+        .collect()
 }
 
 /// The connection to drop among those `matching`: the oldest that has not sent a

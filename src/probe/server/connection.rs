@@ -219,9 +219,10 @@ fn open<'a>(
     }
 }
 
-/// Take the budgets of a test from `source`. Refused for want of room, end a test of
-/// the source running the most for it, when that source runs two more
-/// ([`super::shares::Shares::make_room`]), and wait up to [`ROOM_WAIT`] for its budgets to come back.
+/// Take the budgets of a test from `source`. Refused for want of room, end one test
+/// of the source running the most for it, when that source runs two more
+/// ([`super::shares::Shares::make_room`]), and wait up to [`ROOM_WAIT`] for its
+/// budgets to come back; refused still, it is refused.
 fn take_fairly(shared: &Shared, cost: Cost, source: SourceKey) -> Result<TestSlot<'_>, Refusal> {
     let until = Instant::now() + ROOM_WAIT;
     let mut ended: Option<u64> = None;
@@ -235,13 +236,15 @@ fn take_fairly(shared: &Shared, cost: Cost, source: SourceKey) -> Result<TestSlo
         }
         {
             let mut shares = lock(&shared.shares);
-            // One ended at a time: another only once its budgets are back and the
-            // room is still short (memory may need more than one).
-            if !ended.is_some_and(|id| shares.ending(id)) {
-                match shares.make_room(source) {
+            match ended {
+                // One test ends for a newcomer, no more: a large test must not end
+                // a dozen small ones (once, one of 30 streams ended 13 tests).
+                Some(id) if !shares.ending(id) => return Err(why),
+                Some(_) => {}
+                None => match shares.make_room(source) {
                     Some(id) => ended = Some(id),
                     None => return Err(why),
-                }
+                },
             }
         }
         std::thread::sleep(Duration::from_millis(2));

@@ -4,7 +4,8 @@
 //! hour). So when a test is refused for want of room (a slot, memory, descriptors or
 //! threads), the source running the most tests gives up its newest while it runs at
 //! least two more than the newcomer's source: its client is told why, its budgets go
-//! back, and the newcomer, which waits up to [`ROOM_WAIT`] for them, runs. A source's
+//! back, and the newcomer, which waits up to [`ROOM_WAIT`] for them, runs if they
+//! are enough (one test ends per newcomer, however large the newcomer). A source's
 //! share so shrinks as others come, and grows back only as tests end, never by
 //! taking from a source that runs fewer.
 
