@@ -705,6 +705,36 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// Witness: the file system (the file outside is never opened: its refusal names
+    /// the name) and the message. A name read from a results record that leads out
+    /// of the directory is refused before anything is opened.
+    #[test]
+    fn a_name_that_leads_out_of_its_directory_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("run")).unwrap();
+        std::fs::write(d.path().join("secret"), "root:x:0:0").unwrap();
+        std::fs::write(d.path().join("run/ok.csv"), "t_s").unwrap();
+        let run = d.path().join("run");
+        assert_eq!(
+            read_text_in(&run, "ok.csv", "results file", 64).unwrap(),
+            "t_s"
+        );
+        for name in ["../secret", "/etc/hostname", "sub/ok.csv", "..", ".", ""] {
+            let e = open_in(&run, name, "results file").unwrap_err();
+            assert!(matches!(e, FileError::NotAName { .. }), "{name}: {e}");
+            assert!(!e.to_string().contains("root:x"), "{e}");
+        }
+        assert_eq!(
+            open_in(&run, "../secret", "results file")
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "results file ../secret: not a file name inside {}",
+                run.display()
+            )
+        );
+    }
+
     /// Witness: the message's bytes. A name holding a newline and a terminal escape
     /// is shown with both escaped, on one line.
     #[test]
