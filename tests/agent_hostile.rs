@@ -653,7 +653,7 @@ fn full_speed_scraper(from: u8, port: u16, stop: &std::sync::atomic::AtomicBool)
 /// /proc/PID/task: a preempted vCPU adds none), and the answers the scrapers read
 /// whole. Twelve keep-alive scrapers from twelve addresses read a 7 MB exposition
 /// back to back for 4 s: making expositions costs at most a 26th of a core (one
-/// exposition answers every request that arrives within 25 times as long as it took
+/// exposition answers every request that arrives within 26 times as long as it took
 /// to make; asserted ≤ 0.3 for the margin: 0.04–0.09 measured). Before, each request
 /// after the last exposition began made a new one: the threads ran 0.85 of a core.
 #[test]

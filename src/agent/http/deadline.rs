@@ -148,10 +148,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Deadlines<T> {
             Poll::Ready(r) => {
                 me.read_timer = None;
                 if buf.filled().len() > before {
-                    *me.stall
-                        .heard
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+                    *super::lock(&me.stall.heard) = Some(Instant::now());
                 }
                 Poll::Ready(r)
             }

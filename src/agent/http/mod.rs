@@ -507,14 +507,14 @@ impl From<&'static str> for Answer {
 }
 
 /// An exposition answers the requests that arrive until this many times as long as
-/// it took to make has passed since it was begun, plus one, up to [`MAX_REUSE`]: so
-/// the agent spends at most a 26th of a core making expositions (or makes one a
+/// it took to make has passed since it was begun, up to [`MAX_REUSE`]: so the agent
+/// spends at most a 26th of a core making expositions (or makes one a
 /// second, where one takes longer than 38 ms), however many clients scrape
 /// and however often (once, twelve back-to-back scrapers kept the exposition threads
 /// at 0.85 of a core, each exposition made anew; twelve scraping once a second each,
 /// spread over it, still shared one), while an agent whose exposition takes a
 /// millisecond answers with values at most 26 ms older than the request.
-const REUSE_FACTOR: u32 = 25;
+const REUSE_FACTOR: u32 = 26;
 
 /// The oldest values a scrape is answered with (from the exposition's beginning to
 /// the request's arrival): far below any
@@ -524,13 +524,12 @@ const REUSE_FACTOR: u32 = 25;
 const MAX_REUSE: Duration = Duration::from_secs(1);
 
 /// The newest exposition of one format, and the lock that makes one at a time. It
-/// is kept while requests wait for it and for its reuse window (see
-/// [`REUSE_FACTOR`]), no longer: an exposition is megabytes.
+/// is kept for its reuse window (see [`REUSE_FACTOR`]), no longer: an exposition is
+/// megabytes.
 #[derive(Default)]
 struct Cache {
     newest: Mutex<Option<Made>>,
     making: tokio::sync::Mutex<()>,
-    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// An exposition, when it was begun and until when it answers new requests.
@@ -831,56 +830,37 @@ async fn exposition(shared: &Arc<Shared>, format: Format, arrived: Instant) -> (
             .filter(|m| m.answers(arrived))
             .map(|m| (m.body.clone(), Arc::clone(&m.sent)))
     };
-    cache.waiting.fetch_add(1, Ordering::SeqCst);
-    let answer = {
-        let _making = cache.making.lock().await;
-        match fresh() {
-            Some(answer) => answer,
-            None => {
-                let begun = Instant::now();
-                let metrics = Arc::clone(&shared.metrics);
-                let body = tokio::task::spawn_blocking(move || Bytes::from(metrics.expose(format)))
-                    .await
-                    .unwrap_or_default();
-                let took = begun.elapsed();
-                let reuse = took.saturating_mul(REUSE_FACTOR + 1).min(MAX_REUSE);
-                let sent = Arc::<Sent>::default();
-                shared.track(&sent);
-                *lock(&cache.newest) = Some(Made {
-                    begun,
-                    reuse_until: begun + reuse,
-                    body: body.clone(),
-                    sent: Arc::clone(&sent),
-                });
-                (body, sent)
-            }
-        }
-    };
-    if cache.waiting.fetch_sub(1, Ordering::SeqCst) == 1 {
-        forget_after_reuse(shared, format);
+    let _making = cache.making.lock().await;
+    if let Some(answer) = fresh() {
+        return answer;
     }
-    answer
+    let begun = Instant::now();
+    let metrics = Arc::clone(&shared.metrics);
+    let body = tokio::task::spawn_blocking(move || Bytes::from(metrics.expose(format)))
+        .await
+        .unwrap_or_default();
+    let reuse = begun.elapsed().saturating_mul(REUSE_FACTOR).min(MAX_REUSE);
+    let sent = Arc::<Sent>::default();
+    shared.track(&sent);
+    *lock(&cache.newest) = Some(Made {
+        begun,
+        reuse_until: begun + reuse,
+        body: body.clone(),
+        sent: Arc::clone(&sent),
+    });
+    forget_after_reuse(shared, format, begun, begun + reuse);
+    (body, sent)
 }
 
-/// Drop the newest exposition of `format` once its reuse window has passed, unless
-/// a request is waiting for one by then.
-fn forget_after_reuse(shared: &Arc<Shared>, format: Format) {
-    let cache = &shared.exposition[format as usize];
-    let Some(until) = lock(&cache.newest).as_ref().map(|m| m.reuse_until) else {
-        return;
-    };
+/// Drop the exposition of `format` begun at `begun` at `until`, the end of its reuse
+/// window, unless a newer one has taken its place: one timer per exposition made.
+fn forget_after_reuse(shared: &Arc<Shared>, format: Format, begun: Instant, until: Instant) {
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
         tokio::time::sleep_until(until.into()).await;
-        let cache = &shared.exposition[format as usize];
-        if cache.waiting.load(Ordering::SeqCst) == 0 {
-            let mut newest = lock(&cache.newest);
-            if newest
-                .as_ref()
-                .is_some_and(|m| m.reuse_until <= Instant::now())
-            {
-                newest.take();
-            }
+        let mut newest = lock(&shared.exposition[format as usize].newest);
+        if newest.as_ref().is_some_and(|m| m.begun == begun) {
+            newest.take();
         }
     });
 }

@@ -141,10 +141,11 @@ impl Slots {
     /// less than its share: one of the source holding the most that is not being
     /// answered ([`Slots::victim`]); failing that, when that source holds at least
     /// two more than the newcomer's, the one of its connections heard from longest
-    /// ago, answering or in its TLS handshake though it be, so that a few sources
-    /// reading at full speed cannot hold every slot (once, 64 keep-alive scrapers
-    /// from four addresses kept half of everyone else's scrapes out); failing that,
-    /// any connection not being answered.
+    /// ago, answering or in its TLS handshake though it be (or, when every source
+    /// holds one and the newcomer's none, the oldest), so that sources reading at
+    /// full speed cannot hold every slot (once, 64 keep-alive scrapers from four
+    /// addresses kept half of everyone else's scrapes out); failing that, any
+    /// connection not being answered.
     fn fair_victim(&self, source: IpAddr, now: Instant, newcomers: usize) -> Option<u64> {
         let mut held = BTreeMap::<IpAddr, usize>::new();
         for s in self.open.values() {
@@ -204,14 +205,12 @@ impl Slots {
             .take(newcomers)
             .map(|(&id, _)| id)
             .collect();
-        // Heard from longest ago: a client halfway through its TLS handshake has
-        // just sent a message, one that sent half a ClientHello and stopped has not
-        // (under a churn of those, a handshake displaced as the oldest connection
-        // once lost half the TLS scrapes).
-        // And one never told anything before one that has been (a handshake the
-        // server has answered waits on a client that may be far away; a flood from
-        // many addresses trickling ClientHellos once kept a TLS scraper 50 ms away
-        // out, each trickle making its connection "heard" more lately).
+        // One never told anything before one that has been, then the one heard from
+        // longest ago: a handshake the server has answered waits on a client that
+        // may be far away (a churn of half-sent ClientHellos once displaced it as
+        // the oldest connection, losing half the TLS scrapes; a flood trickling
+        // them from many addresses kept a scraper 50 ms away out, each trickle
+        // making its connection "heard" more lately).
         let not_answering = candidates()
             .filter(|(id, s)| {
                 !s.activity.answering.load(Ordering::Relaxed)

@@ -435,12 +435,11 @@ pub fn open_in(dir: &Path, name: &str, what: &'static str) -> Result<RegularFile
     let path = dir.join(name);
     // A name read from a file of `dir` (a results record's `samples_file`) must not
     // lead the reader out of it: one plain name, no separator, `.` or `..`.
-    let one_name = std::path::Path::new(name).components().count() == 1
-        && matches!(
-            std::path::Path::new(name).components().next(),
-            Some(std::path::Component::Normal(_))
-        );
-    if !one_name {
+    let mut parts = Path::new(name).components();
+    if !matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    ) {
         return Err(FileError::NotAName {
             what,
             name: name.to_owned(),

@@ -239,7 +239,7 @@ fn take_fairly(shared: &Shared, cost: Cost, source: SourceKey) -> Result<TestSlo
             match ended {
                 // One test ends for a newcomer, no more: a large test must not end
                 // a dozen small ones (once, one of 30 streams ended 13 tests).
-                Some(id) if !shares.ending(id) => return Err(why),
+                Some(id) if shares.why(id).is_none() => return Err(why),
                 Some(_) => {}
                 None => match shares.make_room(source) {
                     Some(id) => ended = Some(id),

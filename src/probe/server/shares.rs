@@ -55,13 +55,8 @@ impl Shares {
         self.ended.remove(&id)
     }
 
-    /// Whether test `id` has been ended for another source and its thread has not
+    /// Why test `id` was ended for another source, if it was and its thread has not
     /// yet counted it out (its budgets are still held).
-    pub(super) fn ending(&self, id: u64) -> bool {
-        self.ended.contains_key(&id)
-    }
-
-    /// Why test `id` was ended for another source, if it was.
     pub(super) fn why(&self, id: u64) -> Option<Refusal> {
         self.ended.get(&id).cloned()
     }
@@ -143,7 +138,7 @@ mod tests {
         let mut ended = Vec::new();
         for newcomer in 10..18 {
             let id = shares.make_room(source(newcomer)).expect("room");
-            assert!(shares.ending(id));
+            assert!(shares.why(id).is_some());
             let (from, _) = ids.iter().find(|(_, i)| *i == id).unwrap();
             ended_from.push(*from);
             // The newest of that source: every younger test of it ended before.
