@@ -260,3 +260,171 @@ fn a_record_that_cannot_be_read_is_named_and_the_rest_reported() {
     assert!(named[2].contains("line 9: trailing characters"), "{stderr}");
     assert!(stderr.contains("3 record(s)"), "{stderr}");
 }
+
+/// `cmd`'s output and its peak resident memory (KiB) as GNU time reports it (`%M`,
+/// the last line of stderr, taken off): time forks the command itself, so the figure
+/// is the command's alone, not this test process's (which a child spawned from here
+/// would inherit across exec).
+fn run_measured(program: &Path, args: &[&std::ffi::OsStr]) -> (std::process::Output, u64) {
+    let mut o = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg(program)
+        .args(args)
+        .output()
+        .expect("GNU time (Debian's package time)");
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    let (rest, peak) = stderr
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or(("", stderr.trim_end()));
+    let peak = peak
+        .parse()
+        .unwrap_or_else(|_| panic!("time printed {stderr}"));
+    o.stderr = rest.as_bytes().to_vec();
+    (o, peak)
+}
+
+/// A trials file of 60 MB: the committed blackout grid's 216 trials renumbered 360
+/// times over (77 760 distinct trials), then the same again, copied. The report
+/// streams it: every distinct trial counted once (each cell's n is 360 times the
+/// committed grid's, its median the same: repeating a multiset leaves its median
+/// where it was), every copy left out and counted, the first 20 named, and its peak
+/// memory less than 0.6 × the file (it was more than the file itself when records
+/// were held whole: 95 MB for 100 MB of copies).
+///
+/// Witnesses: GNU time's peak RSS of the report (the kernel's own account), the committed
+/// grid's own summary rendered by the same command, and arithmetic.
+#[test]
+fn a_trials_file_of_many_trials_and_copies_is_reported_in_the_memory_of_its_report() {
+    const RENUMBERED: u32 = 360;
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/blackout-route");
+    let original = tempfile::tempdir().unwrap();
+    let o = Command::new(bin())
+        .arg("report")
+        .arg(&src)
+        .arg("--out")
+        .arg(original.path().join("r"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = |dir: &Path| -> Vec<serde_json::Value> {
+        serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap()
+    };
+    let committed = summary(&original.path().join("r"));
+
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in files(&src) {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let text = std::fs::read_to_string(src.join("trials.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut distinct = String::new();
+    for k in 0..RENUMBERED {
+        for l in &lines {
+            let mut r = l.clone();
+            let trial = r["trial"].as_u64().unwrap_or(0);
+            r["trial"] = (trial + u64::from(k) * 100).into();
+            distinct += &r.to_string();
+            distinct.push('\n');
+        }
+    }
+    let file = distinct.repeat(2);
+    std::fs::write(dir.path().join("trials.jsonl"), &file).unwrap();
+    let out = original.path().join("big");
+
+    let copies = lines.len() * RENUMBERED as usize;
+    drop((distinct, lines));
+    let (o, peak_kib) = run_measured(
+        &bin(),
+        &[
+            "report".as_ref(),
+            dir.path().as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    let named: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(": trials.jsonl line "))
+        .collect();
+    assert_eq!(named.len(), 20, "{stderr}");
+    assert!(
+        named[0].contains(&format!("line {}: a second record of", copies + 1))
+            && named[0].contains("(the first on line 1)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("and {} more line(s) left out", copies - 20)),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("{copies} record(s)")), "{stderr}");
+
+    let big = summary(&out);
+    assert_eq!(big.len(), committed.len());
+    for (b, c) in big.iter().zip(&committed) {
+        for k in ["rto_min_ms", "thin", "disruption_ms", "path", "median_ms"] {
+            assert_eq!(b[k], c[k], "{k}: {b} against {c}");
+        }
+        assert_eq!(
+            b["n"].as_u64().unwrap(),
+            c["n"].as_u64().unwrap() * u64::from(RENUMBERED)
+        );
+    }
+    let limit_kib = (file.len() as f64 * 0.6 / 1024.0) as u64;
+    assert!(
+        peak_kib < limit_kib,
+        "peak RSS {peak_kib} KiB for a {} KiB file (limit {limit_kib})",
+        file.len() / 1024
+    );
+}
+
+/// A record renumbered as another trial, naming the first trial's own histogram or
+/// samples file: each trial writes its own, so reading it for both would count its
+/// samples twice. The report refuses it, naming the file (status 2).
+///
+/// Witness: the committed syn-rto and passive-vs-active runs, rendered as they are
+/// (status 0), then with the one renumbered line appended.
+#[test]
+fn a_file_named_by_two_trials_is_refused_by_name() {
+    for (run, field) in [("syn-rto", "file"), ("passive-vs-active", "samples_file")] {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/results")
+            .join(run);
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in files(&src) {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        }
+        let text = std::fs::read_to_string(src.join("trials.jsonl")).unwrap();
+        let mut again: serde_json::Value =
+            serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        let named = again[field].as_str().unwrap().to_owned();
+        again["trial"] = 99.into();
+        let o = Command::new(bin())
+            .arg("report")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{run}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::write(dir.path().join("trials.jsonl"), format!("{text}{again}\n")).unwrap();
+        let o = Command::new(bin())
+            .arg("report")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{run}: {stderr}");
+        assert!(
+            stderr.contains(&named) && stderr.contains("named by two trials' records"),
+            "{run}: {stderr}"
+        );
+    }
+}

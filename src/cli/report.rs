@@ -15,7 +15,8 @@ charts and report.html are written as a new directory, put in place only when al
 is written: OUT must not exist or be empty, and is neither DIR, inside it, nor a
 symbolic link. Every file takes the narrowest mode of DIR's raw files (a report of
 private trials is private). A line of trials.jsonl that is not a record of the experiment
-is named on stderr (its line and field) and left out, as is a histogram file that
+is named on stderr (its line and field) and left out, as is a second record of a trial
+already read (the runner records each trial once) and a histogram file that
 cannot be read (missing, not a regular file, not a histogram): the rest is reported
 and the status is 1. A last line cut short (no newline: the run was killed while
 writing it) is a trial that never finished, left out without a word: the experiment
@@ -78,11 +79,20 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
     }
     if !rendered.bad_records.is_empty() {
         // Everything else is reported: the run measured, but not all of it is here.
-        for b in &rendered.bad_records {
+        // Named up to a screenful: a file of copies would otherwise print one line each.
+        let bad = &rendered.bad_records;
+        for b in &bad.named {
             eprintln!("rttlab report: {}: {b}", a.dir.display());
         }
+        if bad.len() > bad.named.len() {
+            eprintln!(
+                "rttlab report: {}: and {} more line(s) left out, not named",
+                a.dir.display(),
+                bad.len() - bad.named.len()
+            );
+        }
         return Err(anyhow::Error::new(super::Exit(1)).context(format!(
-            "{} record(s) of {} could not be read: the report leaves them out (fix or remove those lines)",
+            "{} record(s) of {} could not be read or repeat a trial: the report leaves them out (fix or remove those lines)",
             rendered.bad_records.len(),
             a.dir.join("trials.jsonl").display()
         )));

@@ -26,7 +26,9 @@ use crate::lab::impair::Impairments;
 use crate::lab::socket::Start;
 use crate::lab::{Lab, LabSpec, Node};
 use crate::probe::rr::{self, RrSettings, RunControl};
-use crate::results::blackout::{path_of, predict, BlackoutBy, Mechanism, Settings, TrialRecord};
+use crate::results::blackout::{
+    path_of, predict, BlackoutBy, Cell, Cells, Mechanism, Recompute, Settings, TrialRecord,
+};
 use crate::results::ResultsError;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -332,9 +334,6 @@ fn trial(
     rec
 }
 
-/// A cell of the grid: (rto_min ms, thin, disruption ms).
-pub type Cell = (u32, bool, u32);
-
 /// The blackout sweep as the runner drives it.
 pub struct Blackout {
     /// The grid, the trials and where they run (run.json's settings).
@@ -420,8 +419,12 @@ impl Experiment for Blackout {
     /// The model's prediction and each trial's path recomputed from run.json, then the
     /// tables: an older rttlab's trials show today's model.
     fn report(&self, out: &Path, records: &[TrialRecord]) -> Result<String, ResultsError> {
-        let trials = crate::results::blackout::recompute(out, records.to_vec())?;
-        crate::report::blackout::write(out, &trials)
+        let recompute = Recompute::of(out)?;
+        let mut cells = Cells::default();
+        for r in records {
+            cells.add(&recompute.apply(r.clone()));
+        }
+        crate::report::blackout::write(out, cells)
     }
 }
 

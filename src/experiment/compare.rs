@@ -868,7 +868,7 @@ impl Experiment for Compare {
     }
 
     fn report(&self, out: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
-        crate::report::compare::write_trials(out, records)
+        crate::report::compare::write_trials(out, crate::report::compare::Trials::of(records))
     }
 }
 

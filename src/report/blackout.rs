@@ -4,7 +4,7 @@
 
 use super::rto::seed_layout;
 use super::svg::{LineChart, Scale, Series, Unit};
-use crate::results::blackout::{summarise, CellSummary, TrialRecord, NO_DROP};
+use crate::results::blackout::{CellSummary, Cells, NO_DROP};
 use crate::results::{write_file, ResultsError};
 use std::path::Path;
 
@@ -320,8 +320,8 @@ pub fn html(run_json: &str, tables_text: &str, charts: &[(String, String)]) -> S
 ///
 /// # Errors
 /// A write failed.
-pub fn write(out: &Path, trials: &[TrialRecord]) -> Result<String, ResultsError> {
-    let cells = summarise(trials);
+pub fn write(out: &Path, trials: Cells) -> Result<String, ResultsError> {
+    let cells = trials.summaries();
     let text = tables(&cells);
     let json = serde_json::to_string_pretty(&cells)
         .map_err(crate::results::json(&out.join("summary.json")))?;

@@ -6,8 +6,9 @@ use crate::kernel::fs::ScratchDir;
 use crate::results::names::{
     BLACKOUT, COMPARE, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
 };
-use crate::results::{self, BadRecord, ResultsError};
-use std::collections::BTreeMap;
+use crate::results::{self, BadRecord, BadRecords, ResultsError, Trial};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 /// Render the report of the results directory `dir` again from its raw data, whatever
@@ -20,23 +21,28 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// Not a results directory, an experiment this rttlab does not know, or a file that
 /// cannot be read or written.
-pub fn render(dir: &Path) -> Result<(String, Vec<BadRecord>), ResultsError> {
+pub fn render(dir: &Path) -> Result<(String, BadRecords), ResultsError> {
     let (name, _) = results::read_run(dir)?;
-    let mut bad = Vec::new();
+    let mut bad = BadRecords::default();
     let text = match name.as_str() {
         // trials.jsonl: written by the trial runner; before it, compare.json alone.
         COMPARE if dir.join("trials.jsonl").exists() => {
-            super::compare::write_trials(dir, &records(dir, &mut bad)?)
+            let mut trials = super::compare::Trials::default();
+            each(dir, &mut bad, |r| trials.add(r))?;
+            super::compare::write_trials(dir, trials)
         }
         COMPARE => super::compare::write(dir),
         BLACKOUT => {
-            let trials = results::blackout::recompute(dir, records(dir, &mut bad)?)?;
-            super::blackout::write(dir, &trials)
+            let recompute = results::blackout::Recompute::of(dir)?;
+            let mut cells = results::blackout::Cells::default();
+            each(dir, &mut bad, |r| cells.add(&recompute.apply(r)))?;
+            super::blackout::write(dir, cells)
         }
-        RESREQ_INTERVAL => super::resreq::write(dir, &records(dir, &mut bad)?),
-        INTERVAL_SWEEP => super::sweep::write(dir, &records(dir, &mut bad)?),
-        SYN_RTO => super::syn_rto::write(dir, &records(dir, &mut bad)?),
-        PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &records(dir, &mut bad)?),
+        // One row per trial: the records are the report.
+        RESREQ_INTERVAL => super::resreq::write(dir, &rows(dir, &mut bad)?),
+        INTERVAL_SWEEP => super::sweep::write(dir, &rows(dir, &mut bad)?),
+        SYN_RTO => super::syn_rto::write(dir, &rows(dir, &mut bad)?),
+        PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &rows(dir, &mut bad)?),
         _ => Err(results::invalid(
             &dir.join("run.json"),
             format!("written by experiment {name:?}, which this rttlab does not know"),
@@ -45,14 +51,44 @@ pub fn render(dir: &Path) -> Result<(String, Vec<BadRecord>), ResultsError> {
     Ok((text, bad))
 }
 
-/// The records of `dir`'s trials.jsonl, the lines that are not records added to `bad`.
-fn records<T: serde::de::DeserializeOwned>(
+/// Each record of `dir`'s trials.jsonl given to `fold` as it is read (memory is what
+/// `fold` keeps, never the file), the lines that are not records added to `bad`: a
+/// line that is no record of the experiment, or a second record of a trial already
+/// read (a copy would count it twice).
+fn each<T: serde::de::DeserializeOwned + Trial>(
     dir: &Path,
-    bad: &mut Vec<BadRecord>,
+    bad: &mut BadRecords,
+    mut fold: impl FnMut(T),
+) -> Result<(), ResultsError> {
+    // Each trial's first line, by key (its words only for the few named).
+    let mut seen: HashMap<T::Key, usize> = HashMap::new();
+    results::each_record(dir, |line, read: Result<T, String>| match read {
+        Ok(r) => match seen.entry(r.key()) {
+            Entry::Vacant(v) => {
+                v.insert(line);
+                fold(r);
+            }
+            Entry::Occupied(o) => bad.push(BadRecord {
+                line,
+                why: format!(
+                    "a second record of {} (the first on line {}): each trial is recorded once",
+                    r.trial(),
+                    o.get()
+                ),
+            }),
+        },
+        Err(why) => bad.push(BadRecord { line, why }),
+    })
+}
+
+/// Every record of `dir`'s trials.jsonl, as [`each`] reads them.
+fn rows<T: serde::de::DeserializeOwned + Trial>(
+    dir: &Path,
+    bad: &mut BadRecords,
 ) -> Result<Vec<T>, ResultsError> {
-    let (records, mut not) = results::read_records(dir)?;
-    bad.append(&mut not);
-    Ok(records)
+    let mut rows = Vec::new();
+    each(dir, bad, |r| rows.push(r))?;
+    Ok(rows)
 }
 
 /// A rendered report: its tables, and the histogram files of the directory that
@@ -71,7 +107,7 @@ pub struct Rendered {
     /// complete.
     pub unreadable: Vec<ResultsError>,
     /// The lines of trials.jsonl that are not records of the experiment, left out.
-    pub bad_records: Vec<BadRecord>,
+    pub bad_records: BadRecords,
     /// Every record the report read, in the file's order, when asked for
     /// ([`Records::Keep`]); empty for a directory without trials.jsonl.
     pub records: Vec<serde_json::Value>,
@@ -128,14 +164,17 @@ pub fn render_to(
     };
     let records = match records {
         Records::Keep if copy.join("trials.jsonl").exists() => {
-            let bad: Vec<usize> = bad_records.iter().map(|b| b.line).collect();
-            results::read_numbered(copy)
-                .map_err(named)?
-                .0
-                .into_iter()
-                .filter(|(line, _)| !bad.contains(line))
-                .map(|(_, r)| r)
-                .collect()
+            // The lines the report read as records, and only those (in order: the
+            // left-out ones are sorted).
+            let left_out = &bad_records.lines;
+            let mut kept = Vec::new();
+            results::each_record(copy, |line, read: Result<serde_json::Value, String>| {
+                if let (Ok(r), Err(_)) = (read, left_out.binary_search(&line)) {
+                    kept.push(r);
+                }
+            })
+            .map_err(named)?;
+            kept
         }
         _ => Vec::new(),
     };

@@ -440,7 +440,19 @@ pub fn write(out: &Path, results: &[ScenarioResult]) -> Result<String, ResultsEr
     let mut results = results.to_vec();
     results.sort_by_key(|r| (Scenario::order(&r.scenario), r.trial));
     let mut series = Vec::new();
+    let mut files = std::collections::HashSet::new();
     for r in &results {
+        // Each trial writes its own file: one named twice would be read, and counted,
+        // once per record naming it.
+        if !r.samples_file.is_empty() && !files.insert(&r.samples_file) {
+            return Err(crate::results::invalid(
+                &out.join(&r.samples_file),
+                format!(
+                    "named by two trials' records (again by scenario {} trial {}): each trial writes its own",
+                    r.scenario, r.trial
+                ),
+            ));
+        }
         let rows = if r.samples_file.is_empty() {
             Vec::new()
         } else {

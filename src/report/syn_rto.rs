@@ -141,8 +141,19 @@ pub fn write(out: &Path, cases: &[Case]) -> Result<String, ResultsError> {
     let cases = &cases[..];
     // One distribution per case: its trials' connections together.
     let mut hists: Vec<(String, LatencyHistogram)> = Vec::new();
+    let mut files = std::collections::HashSet::new();
     for c in cases {
         if let Some(f) = &c.file {
+            // Each trial writes its own: one named twice would be counted twice.
+            if !files.insert(f) {
+                return Err(crate::results::invalid(
+                    &out.join(f),
+                    format!(
+                        "named by two trials' records (again by case {} trial {}): each trial writes its own",
+                        c.case, c.trial
+                    ),
+                ));
+            }
             let h = read_histogram(out, f)?;
             match hists.iter_mut().find(|(n, _)| *n == c.case) {
                 Some((_, all)) => all.merge(&h),

@@ -6,6 +6,7 @@ use super::ResultsError;
 use crate::model::rto::{self, DropAt, Flavour, RtoModel};
 use crate::stats::{MedianCi, CI_LEVEL};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -151,6 +152,24 @@ pub struct TrialRecord {
     pub error: Option<String>,
 }
 
+impl super::Trial for TrialRecord {
+    type Key = (u32, bool, u32, u32);
+
+    fn key(&self) -> Self::Key {
+        (self.rto_min_ms, self.thin, self.disruption_ms, self.trial)
+    }
+
+    fn trial(&self) -> String {
+        format!(
+            "rto_min {} ms{}, D {} ms, trial {}",
+            self.rto_min_ms,
+            if self.thin { " thin" } else { "" },
+            self.disruption_ms,
+            self.trial
+        )
+    }
+}
+
 impl TrialRecord {
     /// A trial of `cell` (rto_min ms, thin, D ms) begun at `started_ns`, nothing
     /// measured yet.
@@ -274,79 +293,108 @@ pub struct CellSummary {
     pub ci_coverage: f64,
 }
 
-/// Summarise trials per cell and path (failed trials left out).
-pub fn summarise(trials: &[TrialRecord]) -> Vec<CellSummary> {
-    let mut keys: Vec<(u32, bool, u32, String)> = trials
-        .iter()
-        .filter(|t| t.error.is_none() && t.idle_ms.is_some())
-        .map(|t| (t.rto_min_ms, t.thin, t.disruption_ms, t.path.clone()))
-        .collect();
-    keys.sort_by(|a, b| (a.0, a.1, a.2, &a.3).cmp(&(b.0, b.1, b.2, &b.3)));
-    keys.dedup();
-    keys.into_iter()
-        .map(|(r, t, d, p)| {
-            let mut v: Vec<f64> = trials
-                .iter()
-                .filter(|x| {
-                    x.error.is_none()
-                        && (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d)
-                        && x.path == p
-                })
-                .filter_map(|x| x.idle_ms)
-                .collect();
-            v.sort_by(f64::total_cmp);
-            let ci = MedianCi::of(&v, CI_LEVEL).expect("a key comes from a trial with an idle");
-            let median = ci.median;
-            let first = trials
-                .iter()
-                .find(|x| (x.rto_min_ms, x.thin, x.disruption_ms) == (r, t, d));
-            let predicted = first.map_or(f64::NAN, |x| x.predicted_ms);
-            CellSummary {
-                rto_min_ms: r,
-                thin: t,
-                disruption_ms: d,
-                path: p,
-                n: v.len(),
-                median_ms: median,
-                predicted_ms: predicted,
-                within: (median - predicted).abs() <= (0.05 * predicted).max(5.0),
-                boundary_ms: first.and_then(|x| x.boundary_ms),
-                idles_ms: v,
-                ci_low_ms: ci.lo,
-                ci_high_ms: ci.hi,
-                ci_coverage: ci.coverage,
-            }
-        })
-        .collect()
+/// A cell of the grid: (rto_min ms, thin, disruption ms).
+pub type Cell = (u32, bool, u32);
+
+/// Trials folded into their cells as they are read: what a cell's summary needs (each
+/// trial's idle, the model's prediction), never the records, so a report's memory is
+/// its own size (every idle is in summary.json), not trials.jsonl's.
+#[derive(Debug, Default)]
+pub struct Cells {
+    /// Each (cell, path)'s idles, ms, in the order read.
+    idles: BTreeMap<(Cell, String), Vec<f64>>,
+    /// Each cell's prediction and boundary, as its first trial (of any path) has them.
+    model: BTreeMap<Cell, (f64, Option<f64>)>,
 }
 
-/// The raw trials of the results directory `dir` with their derived fields (the model's
-/// prediction and boundary, the recovery path) recomputed by this rttlab from the
-/// settings and HZ in `run.json` and each trial's own counters: a directory an older
-/// version wrote (without `boundary_ms`, or before `no_drop`) renders with every
-/// conclusion today's would draw.
-///
-/// # Errors
-/// `run.json` cannot be read or lacks the settings or HZ.
-pub fn recompute(
-    dir: &Path,
-    mut trials: Vec<TrialRecord>,
-) -> Result<Vec<TrialRecord>, ResultsError> {
-    let path = dir.join("run.json");
-    let text = super::read_file(dir, "run.json")?;
-    let run: serde_json::Value = serde_json::from_str(&text).map_err(super::json(&path))?;
-    let s: Settings =
-        serde_json::from_value(run["settings"].clone()).map_err(super::json(&path))?;
-    let hz = run["host"]["hz"]
-        .as_u64()
-        .and_then(|h| u32::try_from(h).ok())
-        .ok_or_else(|| super::invalid(&path, "no host.hz"))?;
-    let drop_at = s.blackout_by.drop_at();
-    for r in &mut trials {
-        (r.predicted_ms, r.boundary_ms) =
-            predict(r.rto_min_ms, r.thin, r.disruption_ms, hz, drop_at);
+impl Cells {
+    /// Fold in one trial; a failed one or one without an idle counts only for the
+    /// cell's prediction.
+    pub fn add(&mut self, t: &TrialRecord) {
+        let cell = (t.rto_min_ms, t.thin, t.disruption_ms);
+        self.model
+            .entry(cell)
+            .or_insert((t.predicted_ms, t.boundary_ms));
+        if let (None, Some(idle)) = (&t.error, t.idle_ms) {
+            self.idles
+                .entry((cell, t.path.clone()))
+                .or_default()
+                .push(idle);
+        }
+    }
+
+    /// One summary per cell and path (failed trials left out), in (rto_min, thin, D,
+    /// path) order.
+    pub fn summaries(self) -> Vec<CellSummary> {
+        self.idles
+            .into_iter()
+            .map(|(((r, t, d), p), mut v)| {
+                v.sort_by(f64::total_cmp);
+                let ci = MedianCi::of(&v, CI_LEVEL).expect("a cell holds a trial's idle");
+                let median = ci.median;
+                let (predicted, boundary) = self.model[&(r, t, d)];
+                CellSummary {
+                    rto_min_ms: r,
+                    thin: t,
+                    disruption_ms: d,
+                    path: p,
+                    n: v.len(),
+                    median_ms: median,
+                    predicted_ms: predicted,
+                    within: (median - predicted).abs() <= (0.05 * predicted).max(5.0),
+                    boundary_ms: boundary,
+                    idles_ms: v,
+                    ci_low_ms: ci.lo,
+                    ci_high_ms: ci.hi,
+                    ci_coverage: ci.coverage,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The derived fields of a trial (the model's prediction and boundary, the recovery
+/// path) as this rttlab computes them from the settings and HZ in `run.json` and each
+/// trial's own counters: a directory an older version wrote (without `boundary_ms`, or
+/// before `no_drop`) renders with every conclusion today's would draw.
+#[derive(Clone, Copy, Debug)]
+pub struct Recompute {
+    hz: u32,
+    by: BlackoutBy,
+}
+
+impl Recompute {
+    /// The rules of the run in the results directory `dir`.
+    ///
+    /// # Errors
+    /// `run.json` cannot be read or lacks the settings or HZ.
+    pub fn of(dir: &Path) -> Result<Self, ResultsError> {
+        let path = dir.join("run.json");
+        let text = super::read_file(dir, "run.json")?;
+        let run: serde_json::Value = serde_json::from_str(&text).map_err(super::json(&path))?;
+        let s: Settings =
+            serde_json::from_value(run["settings"].clone()).map_err(super::json(&path))?;
+        let hz = run["host"]["hz"]
+            .as_u64()
+            .and_then(|h| u32::try_from(h).ok())
+            .ok_or_else(|| super::invalid(&path, "no host.hz"))?;
+        Ok(Self {
+            hz,
+            by: s.blackout_by,
+        })
+    }
+
+    /// `r` with its derived fields recomputed.
+    pub fn apply(&self, mut r: TrialRecord) -> TrialRecord {
+        (r.predicted_ms, r.boundary_ms) = predict(
+            r.rto_min_ms,
+            r.thin,
+            r.disruption_ms,
+            self.hz,
+            self.by.drop_at(),
+        );
         if r.error.is_none() {
-            let dropped = (s.blackout_by == BlackoutBy::Emulator).then_some(r.dropped_frames);
+            let dropped = (self.by == BlackoutBy::Emulator).then_some(r.dropped_frames);
             r.path = path_of(
                 r.loss_probes,
                 r.timeouts,
@@ -356,8 +404,8 @@ pub fn recompute(
             )
             .into();
         }
+        r
     }
-    Ok(trials)
 }
 
 #[cfg(test)]
@@ -379,7 +427,11 @@ mod tests {
             path: path.into(),
             ..TrialRecord::new((5, false, 100), 0, 0)
         };
-        let s = summarise(&[t(104.0, "tlp_rto"), t(98.0, "tlp_rto"), t(300.0, "probe0")]);
+        let mut cells = Cells::default();
+        for trial in [t(104.0, "tlp_rto"), t(98.0, "tlp_rto"), t(300.0, "probe0")] {
+            cells.add(&trial);
+        }
+        let s = cells.summaries();
         assert_eq!(s.len(), 2);
         let probe0 = s.iter().find(|c| c.path == "probe0").unwrap();
         assert_eq!(

@@ -233,3 +233,15 @@ pub struct CompareAnatomy {
     /// The slowest transactions' causes; `None` when no transaction was taken apart.
     pub tail: Option<crate::probe::anatomy::Tail>,
 }
+
+impl super::Trial for CompareResult {
+    type Key = u32;
+
+    fn key(&self) -> Self::Key {
+        self.trial
+    }
+
+    fn trial(&self) -> String {
+        format!("trial {}", self.trial)
+    }
+}

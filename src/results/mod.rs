@@ -379,6 +379,18 @@ pub fn read_run(path: &Path) -> Result<(String, String), ResultsError> {
     Ok((name.to_string(), text))
 }
 
+/// A record of trials.jsonl, known by the trial it is: the trial runner records each
+/// trial of each cell once (a rerun after a crash measures only the ones missing), so
+/// a second record of the same trial is not a record of the run.
+pub trait Trial {
+    /// Which trial of which cell this is: its cell and number (an `f64` by its bits).
+    type Key: std::hash::Hash + Eq;
+    /// This record's key.
+    fn key(&self) -> Self::Key;
+    /// Which trial of which cell this is, in words ("case no drop, trial 2").
+    fn trial(&self) -> String;
+}
+
 /// A line of `trials.jsonl` that is not a record of its experiment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadRecord {
@@ -387,6 +399,40 @@ pub struct BadRecord {
     /// Why, naming the field where one is at fault (`layers[2].p50_ms: invalid
     /// type: string "x", expected f64`).
     pub why: String,
+}
+
+/// The lines of `trials.jsonl` a report left out: every one's number, and the first
+/// [`BadRecords::NAMED`] with why (a file of copies has one per line: held whole, the
+/// reasons would take more memory than the report).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BadRecords {
+    /// Every such line's number, in the file's order.
+    pub lines: Vec<usize>,
+    /// The first of them, each with why.
+    pub named: Vec<BadRecord>,
+}
+
+impl BadRecords {
+    /// How many are named with their reason.
+    pub const NAMED: usize = 20;
+
+    /// Count `b`, naming it while fewer than [`Self::NAMED`] are.
+    pub fn push(&mut self, b: BadRecord) {
+        self.lines.push(b.line);
+        if self.named.len() < Self::NAMED {
+            self.named.push(b);
+        }
+    }
+
+    /// How many lines were left out.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether every line was a record.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
 }
 
 impl std::fmt::Display for BadRecord {

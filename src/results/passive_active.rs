@@ -184,6 +184,18 @@ fn sample(line: &str) -> Result<(String, f64, f64), &'static str> {
     Ok((layer.to_string(), t, rtt))
 }
 
+impl super::Trial for ScenarioResult {
+    type Key = (String, u32);
+
+    fn key(&self) -> Self::Key {
+        (self.scenario.clone(), self.trial)
+    }
+
+    fn trial(&self) -> String {
+        format!("scenario {}, trial {}", self.scenario, self.trial)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -46,3 +46,18 @@ pub struct Point {
     /// None: nothing did.
     pub error: Option<String>,
 }
+
+impl super::Trial for Point {
+    type Key = (u64, u32, u32);
+
+    fn key(&self) -> Self::Key {
+        (self.wait_ms.to_bits(), self.streams, self.trial)
+    }
+
+    fn trial(&self) -> String {
+        format!(
+            "wait {} ms, {} stream(s), trial {}",
+            self.wait_ms, self.streams, self.trial
+        )
+    }
+}

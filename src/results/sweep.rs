@@ -30,3 +30,18 @@ pub struct Point {
     /// Why the run or writing its file failed; None: neither did.
     pub error: Option<String>,
 }
+
+impl super::Trial for Point {
+    type Key = (u64, String, u32);
+
+    fn key(&self) -> Self::Key {
+        (self.interval_us.to_bits(), self.tool.clone(), self.trial)
+    }
+
+    fn trial(&self) -> String {
+        format!(
+            "interval {} µs, {}, trial {}",
+            self.interval_us, self.tool, self.trial
+        )
+    }
+}

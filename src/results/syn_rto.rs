@@ -40,3 +40,15 @@ pub struct Case {
     /// Why the case failed (the error and its causes); `None` when it ran.
     pub error: Option<String>,
 }
+
+impl super::Trial for Case {
+    type Key = (String, u32);
+
+    fn key(&self) -> Self::Key {
+        (self.case.clone(), self.trial)
+    }
+
+    fn trial(&self) -> String {
+        format!("case {}, trial {}", self.case, self.trial)
+    }
+}

@@ -230,17 +230,17 @@ fn load(dir: &Path) -> Result<CompareResult, ResultsError> {
 ///
 /// # Errors
 /// As [`write()`]; no trial recorded.
-pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, ResultsError> {
-    let first = records
-        .iter()
-        .min_by_key(|r| r.trial)
+pub fn write_trials(dir: &Path, trials: Trials) -> Result<String, ResultsError> {
+    let first = trials
+        .first
+        .as_ref()
         .ok_or_else(|| results::invalid(&dir.join("trials.jsonl"), "no trial recorded"))?;
     let cp = dir.join("compare.json");
     let json =
         results::schema::pretty(results::schema::COMPARE, first).map_err(results::json(&cp))?;
     results::write_file(dir, "compare.json", &json)?;
     let mut text = write(dir)?;
-    let across = across(records);
+    let across = across(&trials);
     if !across.is_empty() {
         text += &across;
         let mut all = results::read_file(dir, "compare.txt")?;
@@ -250,37 +250,63 @@ pub fn write_trials(dir: &Path, records: &[CompareResult]) -> Result<String, Res
     Ok(text)
 }
 
+/// A comparison's trials folded as they are read: the first trial whole (its tables
+/// and compare.json), of every trial only each layer's P50 and P99 (the table across
+/// trials), so a report's memory is its own, not trials.jsonl's.
+#[derive(Debug, Default)]
+pub struct Trials {
+    /// The trial numbered lowest.
+    first: Option<CompareResult>,
+    /// Each trial's number and, per layer (its name, spaces as `_`), its P50 and P99.
+    layers: Vec<(u32, Vec<LayerPercentiles>)>,
+}
+
+/// A layer's name (spaces as `_`), P50 and P99 (µs) in one trial.
+type LayerPercentiles = (String, Option<f64>, Option<f64>);
+
+impl Trials {
+    /// The trials of `records`.
+    pub fn of(records: &[CompareResult]) -> Self {
+        let mut t = Self::default();
+        records.iter().cloned().for_each(|r| t.add(r));
+        t
+    }
+
+    /// Fold in one trial.
+    pub fn add(&mut self, r: CompareResult) {
+        let layers = r
+            .layers
+            .iter()
+            .map(|l| {
+                let p = &l.percentiles_us;
+                (l.name.replace(' ', "_"), p.p50, p.p99)
+            })
+            .collect();
+        self.layers.push((r.trial, layers));
+        if self.first.as_ref().is_none_or(|f| r.trial < f.trial) {
+            self.first = Some(r);
+        }
+    }
+}
+
 /// Every layer's median and P99 over the trials, with their intervals ("" with one
 /// trial).
-fn across(records: &[CompareResult]) -> String {
-    let mut sorted: Vec<&CompareResult> = records.iter().collect();
-    sorted.sort_by_key(|r| r.trial);
-    let Some(first) = sorted.first() else {
+fn across(trials: &Trials) -> String {
+    let mut sorted: Vec<&(u32, Vec<LayerPercentiles>)> = trials.layers.iter().collect();
+    sorted.sort_by_key(|(trial, _)| *trial);
+    let Some((_, first)) = sorted.first() else {
         return String::new();
     };
-    let names: Vec<String> = first
-        .layers
+    let cells: Vec<super::trials::CellValues> = first
         .iter()
-        .map(|l| l.name.replace(' ', "_"))
-        .collect();
-    let cells: Vec<super::trials::CellValues> = names
-        .iter()
-        .map(|n| {
-            let of = |f: fn(&Layer) -> Option<f64>| -> Vec<Option<f64>> {
+        .map(|(n, _, _)| {
+            let of = |f: fn(&LayerPercentiles) -> Option<f64>| -> Vec<Option<f64>> {
                 sorted
                     .iter()
-                    .map(|r| {
-                        r.layers
-                            .iter()
-                            .find(|l| l.name.replace(' ', "_") == *n)
-                            .and_then(f)
-                    })
+                    .map(|(_, layers)| layers.iter().find(|l| l.0 == *n).and_then(f))
                     .collect()
             };
-            (
-                n.clone(),
-                vec![of(|l| l.percentiles_us.p50), of(|l| l.percentiles_us.p99)],
-            )
+            (n.clone(), vec![of(|l| l.1), of(|l| l.2)])
         })
         .collect();
     super::trials::across(
@@ -297,5 +323,5 @@ fn across(records: &[CompareResult]) -> String {
 /// # Errors
 /// As [`write()`].
 pub fn human(dir: &Path, records: &[CompareResult], width: usize) -> Result<String, ResultsError> {
-    Ok(render(&load(dir)?, width) + &across(records))
+    Ok(render(&load(dir)?, width) + &across(&Trials::of(records)))
 }
