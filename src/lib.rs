@@ -15,6 +15,7 @@ pub mod passive;
 pub mod probe;
 pub mod report;
 pub mod results;
+pub mod service;
 pub mod stats;
 pub mod wire;
 

@@ -163,8 +163,20 @@ fn both_at_once(lab: &Lab, dir: &Path) -> [[f64; 3]; 4] {
 
     let irtt: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let stat = |k: &str, of: &str| irtt["stats"][k][of].as_f64().unwrap_or(f64::NAN) / 1e3;
+    // irtt skips a send its timer was late for (a preempted vCPU: `timer_misses`), so
+    // what it sent plus what it skipped is the 300 asked for; of what it sent, the
+    // emulator loses nothing.
+    let count = |k: &str| irtt["stats"][k].as_u64().unwrap();
     let irtt_n = irtt["stats"]["send_delay"]["n"].as_u64().unwrap();
-    assert!(irtt_n >= 290, "irtt timed {irtt_n} of 300 requests");
+    let (sent_by_irtt, missed) = (count("packets_sent"), count("timer_misses"));
+    assert!(
+        sent_by_irtt + missed >= 290 && sent_by_irtt >= 200,
+        "irtt sent {sent_by_irtt} and skipped {missed} of 300 requests"
+    );
+    assert!(
+        irtt_n + 2 >= sent_by_irtt,
+        "irtt timed {irtt_n} of the {sent_by_irtt} requests it sent"
+    );
     // irtt's RTT is the round trip less the server's processing: rttlab's `rtt_irtt`
     // row, beside the server's processing it leaves out.
     let r_rtt = p50("rtt_less_server");

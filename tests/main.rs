@@ -18,6 +18,7 @@ mod dashboard;
 mod exit_codes;
 mod experiment;
 mod experiments;
+mod explain;
 mod human_tables;
 mod irtt;
 mod json_schema;

@@ -21,6 +21,7 @@ macro_rules! out {
 pub mod agent;
 pub mod compare;
 pub mod experiment;
+pub mod explain;
 pub mod lab;
 pub mod netperf;
 pub mod output;
@@ -206,6 +207,8 @@ pub enum Command {
     Tcpinfo(tcpinfo::TcpinfoArgs),
     /// RTT from packet headers (TCP timestamps, seq/ACK), from a capture file or live.
     Passive(passive::PassiveArgs),
+    /// Where each transaction of a live TCP service spends its time, from its kernel.
+    Explain(explain::ExplainArgs),
     /// Tune TCP's retransmission behaviour: rto_min, thin linear timeouts; revert.
     Tune(tune::TuneArgs),
     /// A network in namespaces with a built-in link emulator (delay, jitter, loss, rate, queue, blackouts).
@@ -347,6 +350,7 @@ pub fn run(cli: Cli) -> Ended {
         Command::Ping(a) => ping::run(a, &stage),
         Command::Tcpinfo(a) => tcpinfo::run(a, &stage),
         Command::Passive(a) => passive::run(a, &stage),
+        Command::Explain(a) => explain::run(a, &stage),
         Command::Tune(a) => tune::run(a),
         Command::Rto(a) => rto::run(a),
         Command::Lab(a) => lab::run(a),

@@ -5,6 +5,7 @@
 pub mod bpf_sys;
 pub mod cpu;
 pub mod descriptors;
+pub mod explain_bpf;
 pub mod fs;
 pub mod host;
 pub mod hz;

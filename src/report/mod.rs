@@ -15,6 +15,7 @@ pub mod resreq;
 mod rr;
 pub mod rto;
 pub mod selectors;
+pub mod service;
 pub mod svg;
 pub mod sweep;
 pub mod syn_rto;

@@ -1,0 +1,282 @@
+// SPDX-License-Identifier: GPL-2.0
+// rttlab explain's kernel side: every transaction of every TCP connection to a watched
+// local port, timed by the kernel's own clock at the places it passes, with no change
+// to the application and no protocol parser. A transaction is what the client sends
+// until the server sends (the turn of direction of the data, as Jones's "A Brief Look
+// at Round Trip Time" reads a request/response exchange), then what the server sends
+// until the client sends again.
+//
+// Five BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
+// to load), on the paths every segment and every read or write of a socket take:
+//   tcp_probe           a segment reaches tcp_rcv_established: request data, or the
+//                       ACK of the response's last byte (its ack_seq, read from the
+//                       header)
+//   sock_recv_length    a read of the socket returned (sock_recvmsg): the
+//                       application read request bytes
+//   tcp_sendmsg_locked  a write of the socket began: the response's first
+//   sock_send_length    a write returned (sock_sendmsg): the response so far
+//   tcp_destroy_sock    the socket is gone
+// A socket is watched from its first segment on the port; its state lives in a hash
+// table keyed by the socket, bounded (a socket past it is counted, not timed) and
+// emptied of each socket as the kernel destroys it. Reads and writes are looked up
+// there only, so a socket of another protocol on the same port number is never one.
+// A finished transaction goes to the ring buffer as one record; a full ring counts it
+// lost.
+//
+// Kernel structures are read with CO-RE: only the fields named below, relocated by
+// the loader against the running kernel's BTF.
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+struct sock_common {
+	union {
+		struct {
+			__be32 skc_daddr;
+			__be32 skc_rcv_saddr;
+		};
+	};
+	union {
+		struct {
+			__be16 skc_dport;
+			__u16 skc_num;
+		};
+	};
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
+
+struct tcp_sock {
+	__u32 rcv_nxt;
+	__u32 copied_seq;
+	__u32 write_seq;
+	__u32 srtt_us;
+	__u32 total_retrans;
+} __attribute__((preserve_access_index));
+
+struct sk_buff {
+	unsigned int len;
+	unsigned char *data;
+} __attribute__((preserve_access_index));
+
+struct msghdr;
+
+#define MSG_PEEK 2
+
+// Flags of a transaction record.
+#define TXN_PIPELINED 1 // the response began with request bytes still unread
+#define TXN_UNACKED 2   // the next request came before the response's last byte was ACKed
+
+// The phases of a connection between turns.
+#define PHASE_IDLE 0
+#define PHASE_REQUEST 1
+#define PHASE_RESPONSE 2
+
+// One transaction as the server's kernel saw it (CLOCK_MONOTONIC ns; 0: not seen).
+struct txn {
+	__u64 cookie;        // the socket's cookie: one connection
+	__u64 req_first_ns;  // the request's first data segment reached TCP
+	__u64 req_last_ns;   // its last one
+	__u64 read_first_ns; // the application's first read of it returned
+	__u64 read_last_ns;  // its last read returned
+	__u64 write_first_ns; // the response's first write began
+	__u64 write_last_ns; // its last write returned
+	__u64 acked_ns;      // the ACK of its last byte reached TCP
+	__u32 req_bytes;
+	__u32 resp_bytes;
+	__u32 req_segments;
+	__u32 resp_end_seq;  // write_seq after the last write: the ACK that ends it
+	__u32 srtt_us;       // the connection's smoothed RTT when it ended (µs)
+	__u32 retrans;       // segments retransmitted while it ran
+	__u32 retrans_base;  // total_retrans when it began
+	__u32 flags;
+	__u32 raddr;         // the client's IPv4 address (0 for IPv6)
+	__u16 rport;         // the client's port
+	__u8 phase;
+	__u8 pad;
+};
+
+// Counters: records sent, records the ring had no room for, segments of sockets the
+// full table had no room for.
+#define C_SENT 0
+#define C_LOST 1
+#define C_FULL 2
+#define C_N 3
+
+const volatile __u16 cfg_port = 0;
+
+// Sized by the loader (--max-connections).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct txn);
+} rttlab_txn SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} rttlab_txns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_N);
+	__type(key, __u32);
+	__type(value, __u64);
+} rttlab_txn_counters SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *c = bpf_map_lookup_elem(&rttlab_txn_counters, &which);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline int watched(struct sock *sk)
+{
+	return BPF_CORE_READ(sk, __sk_common.skc_num) == cfg_port;
+}
+
+// The transaction state of a watched socket, made on its first sight.
+static __always_inline struct txn *state(struct sock *sk, int create)
+{
+	if (!watched(sk))
+		return 0;
+	__u64 key = (__u64)sk;
+	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
+	if (t || !create)
+		return t;
+	struct txn zero = {};
+	if (bpf_map_update_elem(&rttlab_txn, &key, &zero, BPF_NOEXIST) &&
+	    !bpf_map_lookup_elem(&rttlab_txn, &key)) {
+		count(C_FULL);
+		return 0;
+	}
+	return bpf_map_lookup_elem(&rttlab_txn, &key);
+}
+
+// Send the transaction in `t` (if one began) and clear it for the next.
+static __always_inline void finish(struct sock *sk, struct txn *t)
+{
+	if (t->req_first_ns) {
+		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		t->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
+		if (!t->cookie)
+			t->cookie = bpf_get_socket_cookie(sk);
+		if (BPF_CORE_READ(sk, __sk_common.skc_family) == 2)
+			t->raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		t->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+		if (bpf_ringbuf_output(&rttlab_txns, t, sizeof(*t), 0))
+			count(C_LOST);
+		else
+			count(C_SENT);
+	}
+	__u64 cookie = t->cookie;
+	__builtin_memset(t, 0, sizeof(*t));
+	t->cookie = cookie;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
+{
+	struct txn *t = state(sk, 1);
+	if (!t)
+		return 0;
+	unsigned char *data = BPF_CORE_READ(skb, data);
+	unsigned int len = BPF_CORE_READ(skb, len);
+	__u8 doff = 0;
+	__be32 ack_seq = 0;
+	// skb->data is at the TCP header here (tcp_v4_rcv and tcp_v6_rcv pulled the
+	// IP header): the data offset's high nibble at byte 12, ack_seq at 8.
+	if (bpf_probe_read_kernel(&doff, 1, data + 12) ||
+	    bpf_probe_read_kernel(&ack_seq, 4, data + 8))
+		return 0;
+	unsigned int hlen = (doff >> 4) * 4;
+	unsigned int payload = len > hlen ? len - hlen : 0;
+	__u64 now = bpf_ktime_get_ns();
+	// The ACK first: a request segment carries the ACK of the response before it.
+	if (t->phase == PHASE_RESPONSE && (__s32)(bpf_ntohl(ack_seq) - t->resp_end_seq) >= 0) {
+		t->acked_ns = now;
+		finish(sk, t);
+	}
+	if (!payload)
+		return 0;
+	if (t->phase == PHASE_RESPONSE) {
+		t->flags |= TXN_UNACKED;
+		finish(sk, t);
+	}
+	if (t->phase != PHASE_REQUEST) {
+		t->phase = PHASE_REQUEST;
+		t->req_first_ns = now;
+		t->retrans_base = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
+	}
+	t->req_last_ns = now;
+	t->req_bytes += payload;
+	t->req_segments += 1;
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(rttlab_read, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0 || (flags & MSG_PEEK))
+		return 0;
+	struct txn *t = state(sk, 0);
+	if (!t || t->phase != PHASE_REQUEST)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (!t->read_first_ns)
+		t->read_first_ns = now;
+	t->read_last_ns = now;
+	return 0;
+}
+
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *skb,
+	     int size_goal)
+{
+	struct txn *t = state(sk, 0);
+	if (!t || t->phase != PHASE_REQUEST || t->write_first_ns)
+		return 0;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	t->write_first_ns = bpf_ktime_get_ns();
+	if (BPF_CORE_READ(tp, rcv_nxt) != BPF_CORE_READ(tp, copied_seq))
+		t->flags |= TXN_PIPELINED;
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(rttlab_written, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0)
+		return 0;
+	struct txn *t = state(sk, 0);
+	if (!t || !t->write_first_ns)
+		return 0;
+	t->phase = PHASE_RESPONSE;
+	t->write_last_ns = bpf_ktime_get_ns();
+	t->resp_bytes += ret;
+	t->resp_end_seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	return 0;
+}
+
+// The socket is gone: its entry goes too (a transaction it left unfinished is not
+// sent: its response was never ACKed).
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(rttlab_gone, struct sock *sk)
+{
+	if (!watched(sk))
+		return 0;
+	__u64 key = (__u64)sk;
+	bpf_map_delete_elem(&rttlab_txn, &key);
+	return 0;
+}

@@ -1,0 +1,298 @@
+//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, five BTF tracepoints (tp_btf)
+//! on the paths every TCP segment and every read and write of a socket take
+//! (`tcp_probe`, `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
+//! `tcp_destroy_sock`), loaded with aya and read through a ring buffer of finished
+//! transactions. What a record means is `service`'s business; this module moves
+//! bytes. Tracepoints, not fentry: some kernels (this project's CI among them) refuse
+//! to load fentry programs at all, and these tracepoints sit where the functions'
+//! entries and exits would.
+//!
+//! Nothing is pinned and nothing outside the process is changed: the attachments are
+//! BPF links the kernel removes when their last descriptor closes, so a killed run
+//! leaves nothing behind. The table of watched sockets is bounded (`max_connections`)
+//! and each socket leaves it when the kernel destroys it.
+//!
+//! # Privileges
+//! CAP_BPF and CAP_PERFMON (root has them): tracing programs read kernel memory.
+//!
+//! # Minimum kernel
+//! 6.3 (the `sock_send_length` and `sock_recv_length` tracepoints; `tcp_sendmsg_locked`
+//! is 6.1), with BTF (`/sys/kernel/btf/vmlinux`, CONFIG_DEBUG_INFO_BTF) for tp_btf and
+//! CO-RE.
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+use std::os::fd::{AsRawFd, RawFd};
+
+/// The compiled programs, committed beside their source.
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/explain.bpf.o");
+
+/// (program, tracepoint) in the order they are attached: the socket's end first, so
+/// no entry outlives its socket.
+const PROGRAMS: [(&str, &str); 5] = [
+    ("rttlab_gone", "tcp_destroy_sock"),
+    ("rttlab_rx", "tcp_probe"),
+    ("rttlab_read", "sock_recv_length"),
+    ("rttlab_write", "tcp_sendmsg_locked"),
+    ("rttlab_written", "sock_send_length"),
+];
+
+/// Why explain's programs cannot run here, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainBpfError {
+    /// No privilege to load tracing programs.
+    #[error("explain needs CAP_BPF and CAP_PERFMON (run as root)")]
+    NotPermitted,
+    /// This kernel lacks what the programs need.
+    #[error("kernel {release} cannot run explain ({what}; it needs Linux 6.3 or later with BTF, /sys/kernel/btf/vmlinux)")]
+    Unsupported {
+        /// `uname -r`.
+        release: String,
+        /// What failed: the missing feature, or the verifier's last line.
+        what: String,
+    },
+    /// A map could not be read.
+    #[error("explain's map {map}: {msg}")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// aya's error chain.
+        msg: String,
+    },
+}
+
+/// The raw record of one transaction, as `struct txn` in bpf/explain.bpf.c lays it
+/// out (CLOCK_MONOTONIC ns; 0 where the kernel did not see that moment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawTxn {
+    /// The socket's cookie: one connection.
+    pub cookie: u64,
+    /// The request's first data segment reached TCP.
+    pub req_first_ns: u64,
+    /// Its last data segment reached TCP.
+    pub req_last_ns: u64,
+    /// The application's first read of it returned.
+    pub read_first_ns: u64,
+    /// Its last read returned.
+    pub read_last_ns: u64,
+    /// The response's first write began.
+    pub write_first_ns: u64,
+    /// Its last write returned.
+    pub write_last_ns: u64,
+    /// The ACK of its last byte reached TCP.
+    pub acked_ns: u64,
+    /// Request bytes.
+    pub req_bytes: u32,
+    /// Response bytes written.
+    pub resp_bytes: u32,
+    /// Data segments of the request.
+    pub req_segments: u32,
+    /// The connection's smoothed RTT when the transaction ended, µs.
+    pub srtt_us: u32,
+    /// Segments the server retransmitted while it ran.
+    pub retrans: u32,
+    /// `TXN_*` flags.
+    pub flags: u32,
+    /// The client's IPv4 address, network order (0 for IPv6).
+    pub client_v4: [u8; 4],
+    /// The client's port.
+    pub client_port: u16,
+}
+
+/// The response began with request bytes still unread: pipelined requests.
+pub const TXN_PIPELINED: u32 = 1;
+/// The next request came before the response's last byte was ACKed.
+pub const TXN_UNACKED: u32 = 2;
+
+/// `sizeof(struct txn)`.
+pub const RAW_TXN_BYTES: usize = 104;
+
+impl RawTxn {
+    /// The record in `b`, or `None` when it is not one (a short record).
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        if b.len() < RAW_TXN_BYTES {
+            return None;
+        }
+        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        Some(Self {
+            cookie: u64_at(0),
+            req_first_ns: u64_at(8),
+            req_last_ns: u64_at(16),
+            read_first_ns: u64_at(24),
+            read_last_ns: u64_at(32),
+            write_first_ns: u64_at(40),
+            write_last_ns: u64_at(48),
+            acked_ns: u64_at(56),
+            req_bytes: u32_at(64),
+            resp_bytes: u32_at(68),
+            req_segments: u32_at(72),
+            // 76: resp_end_seq, the program's own.
+            srtt_us: u32_at(80),
+            retrans: u32_at(84),
+            // 88: retrans_base, the program's own.
+            flags: u32_at(92),
+            client_v4: b[96..100].try_into().expect("4 bytes"),
+            client_port: u16::from_ne_bytes([b[100], b[101]]),
+        })
+    }
+}
+
+/// The kernel's counts: records sent, records the ring had no room for, segments of
+/// sockets the full table had no room for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Records sent to the ring.
+    pub sent: u64,
+    /// Transactions lost: the ring was full.
+    pub lost: u64,
+    /// Segments of sockets the full table had no room for: not timed.
+    pub table_full: u64,
+}
+
+/// The programs, loaded and attached; detached when dropped.
+pub struct ExplainBpf {
+    // Holds the programs and their links.
+    _ebpf: Ebpf,
+    txns: RingBuf<MapData>,
+    counters: PerCpuArray<MapData, u64>,
+}
+
+fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn unsupported(what: impl Into<String>) -> ExplainBpfError {
+    ExplainBpfError::Unsupported {
+        release: release(),
+        what: what.into(),
+    }
+}
+
+/// The last line of an error chain (the verifier's verdict ends its log).
+fn last_line(e: &dyn std::error::Error) -> String {
+    let chain = crate::error_chain(e);
+    let line = chain.lines().rev().find(|l| !l.trim().is_empty());
+    crate::excerpt(line.unwrap_or(&chain), 300)
+}
+
+impl ExplainBpf {
+    /// Load the programs for connections to local port `port`, at most
+    /// `max_connections` watched at once, and attach them.
+    ///
+    /// # Errors
+    /// No privilege, no BTF, or a kernel that refuses the programs.
+    pub fn attach(port: u16, max_connections: u32) -> Result<Self, ExplainBpfError> {
+        use super::privilege::Capability;
+        let privileged =
+            (Capability::Bpf.held() && Capability::Perfmon.held()) || Capability::SysAdmin.held();
+        if !privileged {
+            return Err(ExplainBpfError::NotPermitted);
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| unsupported(format!("no kernel BTF: {e}")))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .set_global("cfg_port", &port, true)
+            .set_max_entries("rttlab_txn", max_connections.max(1))
+            .load(OBJECT)
+            .map_err(|e| unsupported(last_line(&e)))?;
+        for (name, tracepoint) in PROGRAMS {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| unsupported(format!("{name} is not in the object")))?
+                .try_into()
+                .map_err(|e| unsupported(last_line(&e)))?;
+            prog.load(tracepoint, &btf)
+                .and_then(|()| prog.attach().map(drop))
+                .map_err(|e| unsupported(format!("tracepoint {tracepoint}: {}", last_line(&e))))?;
+        }
+        let map = |ebpf: &mut Ebpf, name: &'static str| {
+            ebpf.take_map(name).ok_or(ExplainBpfError::Map {
+                map: name,
+                msg: "not in the object (rebuild it with bpf/build.sh)".into(),
+            })
+        };
+        let txns = RingBuf::try_from(map(&mut ebpf, "rttlab_txns")?).map_err(|e| {
+            ExplainBpfError::Map {
+                map: "rttlab_txns",
+                msg: crate::error_chain(&e),
+            }
+        })?;
+        let counters =
+            PerCpuArray::try_from(map(&mut ebpf, "rttlab_txn_counters")?).map_err(|e| {
+                ExplainBpfError::Map {
+                    map: "rttlab_txn_counters",
+                    msg: crate::error_chain(&e),
+                }
+            })?;
+        Ok(Self {
+            _ebpf: ebpf,
+            txns,
+            counters,
+        })
+    }
+
+    /// The ring's descriptor, readable when records wait.
+    pub fn fd(&self) -> RawFd {
+        self.txns.as_raw_fd()
+    }
+
+    /// Every record waiting, each given to `f`; returns how many were not records.
+    pub fn drain(&mut self, mut f: impl FnMut(RawTxn)) -> u64 {
+        let mut malformed = 0;
+        while let Some(item) = self.txns.next() {
+            match RawTxn::parse(&item) {
+                Some(t) => f(t),
+                None => malformed += 1,
+            }
+        }
+        malformed
+    }
+
+    /// The kernel's counts so far, summed over the CPUs.
+    ///
+    /// # Errors
+    /// The counters could not be read.
+    pub fn counts(&self) -> Result<Counts, ExplainBpfError> {
+        let at = |i: u32| -> Result<u64, ExplainBpfError> {
+            let v = self.counters.get(&i, 0).map_err(|e| ExplainBpfError::Map {
+                map: "rttlab_txn_counters",
+                msg: crate::error_chain(&e),
+            })?;
+            Ok(v.iter().sum())
+        };
+        Ok(Counts {
+            sent: at(0)?,
+            lost: at(1)?,
+            table_full: at(2)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Witness: the layout of `struct txn` in bpf/explain.bpf.c, field by field.
+    #[test]
+    fn a_record_reads_back_field_by_field() {
+        let mut b = vec![0u8; RAW_TXN_BYTES];
+        for (i, v) in (1..=8u64).enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&(v * 1000).to_ne_bytes());
+        }
+        for (i, v) in (1..=9u32).enumerate() {
+            b[64 + i * 4..68 + i * 4].copy_from_slice(&(v * 10).to_ne_bytes());
+        }
+        b[96..100].copy_from_slice(&[10, 0, 0, 2]);
+        b[100..102].copy_from_slice(&5555u16.to_ne_bytes());
+        let t = RawTxn::parse(&b).unwrap();
+        assert_eq!((t.cookie, t.acked_ns), (1000, 8000));
+        assert_eq!((t.req_bytes, t.resp_bytes, t.req_segments), (10, 20, 30));
+        assert_eq!((t.srtt_us, t.retrans, t.flags), (50, 60, 80));
+        assert_eq!((t.client_v4, t.client_port), ([10, 0, 0, 2], 5555));
+        assert_eq!(RawTxn::parse(&b[..RAW_TXN_BYTES - 1]), None);
+    }
+}

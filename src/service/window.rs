@@ -1,0 +1,303 @@
+//! Transactions folded into what a window of them says: how many, the response time's
+//! percentiles, each part's percentiles and its share of the response at the median
+//! and in the tail, and the sentences that follow from them.
+
+use super::transaction::{Part, Transaction, PARTS};
+
+/// The most transactions a window holds whole; past it, a uniform sample of this many
+/// (reservoir sampling, Vitter's algorithm R) stands for them, and the summary says so.
+pub const HELD: usize = 200_000;
+
+/// One transaction as a window keeps it: its response time and parts (ns; `u64::MAX`
+/// for a part not seen).
+type Kept = [u64; 6];
+
+const UNSEEN: u64 = u64::MAX;
+
+/// A window of transactions, folded as they come.
+#[derive(Debug)]
+pub struct Window {
+    kept: Vec<Kept>,
+    /// Every transaction seen, kept or not.
+    seen: u64,
+    pipelined: u64,
+    unacked: u64,
+    retransmitted: u64,
+    retransmissions: u64,
+    /// The reservoir's own generator (xorshift64*), seeded fixed: a window's summary
+    /// is a function of its transactions.
+    rng: u64,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Self {
+            kept: Vec::new(),
+            seen: 0,
+            pipelined: 0,
+            unacked: 0,
+            retransmitted: 0,
+            retransmissions: 0,
+            rng: 0x9E37_79B9_7F4A_7C15,
+        }
+    }
+}
+
+/// One part's row: its percentiles (µs) and its share of the response time among the
+/// transactions around the median and among the slowest 1 %.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartRow {
+    /// The part.
+    pub part: Part,
+    /// Transactions where the kernel saw it.
+    pub seen: u64,
+    /// Its median, µs.
+    pub p50_us: Option<f64>,
+    /// Its 99th percentile, µs.
+    pub p99_us: Option<f64>,
+    /// Its share of the response time of the transactions ranked 45–55 % by
+    /// response time (the mean of each one's share).
+    pub share_median: Option<f64>,
+    /// Its share among the slowest 1 %.
+    pub share_tail: Option<f64>,
+}
+
+/// What a window of transactions says.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Transactions in the window.
+    pub transactions: u64,
+    /// How many the percentiles were computed from (all, or [`HELD`]).
+    pub sampled: usize,
+    /// Pipelined (the response began with request bytes unread).
+    pub pipelined: u64,
+    /// Answered by a next request before their ACK.
+    pub unacked: u64,
+    /// Transactions during which the server retransmitted, and the segments.
+    pub retransmitted: u64,
+    /// Segments retransmitted during them.
+    pub retransmissions: u64,
+    /// The response time's median, 99th percentile and maximum, µs.
+    pub response_us: [Option<f64>; 3],
+    /// Each part, in [`PARTS`]' order.
+    pub parts: Vec<PartRow>,
+}
+
+impl Window {
+    /// Fold in one transaction.
+    pub fn add(&mut self, t: &Transaction) {
+        self.seen += 1;
+        self.pipelined += u64::from(t.pipelined);
+        self.unacked += u64::from(t.unacked);
+        self.retransmitted += u64::from(t.retransmissions > 0);
+        self.retransmissions += u64::from(t.retransmissions);
+        let mut k = [UNSEEN; 6];
+        k[0] = t.response_ns;
+        for (i, p) in t.parts.iter().enumerate() {
+            k[i + 1] = p.unwrap_or(UNSEEN);
+        }
+        if self.kept.len() < HELD {
+            self.kept.push(k);
+        } else {
+            // Algorithm R: the n-th replaces a random one with probability HELD/n.
+            self.rng ^= self.rng >> 12;
+            self.rng ^= self.rng << 25;
+            self.rng ^= self.rng >> 27;
+            let r = self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.seen;
+            if let Ok(i) = usize::try_from(r) {
+                if i < HELD {
+                    self.kept[i] = k;
+                }
+            }
+        }
+    }
+
+    /// Transactions folded in.
+    pub fn len(&self) -> u64 {
+        self.seen
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.seen == 0
+    }
+
+    /// What the window says.
+    pub fn summary(&self) -> Summary {
+        let mut by_response: Vec<&Kept> = self.kept.iter().collect();
+        by_response.sort_unstable_by_key(|k| k[0]);
+        let n = by_response.len();
+        let us = |ns: u64| ns as f64 / 1e3;
+        let rank = |q: f64| ((q * (n as f64 - 1.0)).round() as usize).min(n.saturating_sub(1));
+        let response_us = if n == 0 {
+            [None; 3]
+        } else {
+            [
+                Some(us(by_response[rank(0.5)][0])),
+                Some(us(by_response[rank(0.99)][0])),
+                Some(us(by_response[n - 1][0])),
+            ]
+        };
+        // The median band (ranks 45–55 %) and the tail (the slowest 1 %), each at least
+        // one transaction.
+        let band = |lo: f64, hi: f64| -> &[&Kept] {
+            if n == 0 {
+                return &[];
+            }
+            let a = ((lo * n as f64) as usize).min(n - 1);
+            let b = ((hi * n as f64).ceil() as usize).clamp(a + 1, n);
+            &by_response[a..b]
+        };
+        let (median, tail) = (band(0.45, 0.55), band(0.99, 1.0));
+        // The mean of each transaction's own share: a few very slow ones do not stand
+        // for the rest of the band.
+        let share = |set: &[&Kept], i: usize| -> Option<f64> {
+            let shares: Vec<f64> = set
+                .iter()
+                .filter(|k| k[i] != UNSEEN && k[0] > 0)
+                .map(|k| k[i] as f64 / k[0] as f64)
+                .collect();
+            (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
+        };
+        let parts = PARTS
+            .iter()
+            .enumerate()
+            .map(|(j, &part)| {
+                let i = j + 1;
+                let mut v: Vec<u64> = self
+                    .kept
+                    .iter()
+                    .map(|k| k[i])
+                    .filter(|&x| x != UNSEEN)
+                    .collect();
+                v.sort_unstable();
+                let q = |q: f64| -> Option<f64> {
+                    (!v.is_empty()).then(|| {
+                        us(v[((q * (v.len() as f64 - 1.0)).round() as usize).min(v.len() - 1)])
+                    })
+                };
+                PartRow {
+                    part,
+                    seen: v.len() as u64,
+                    p50_us: q(0.5),
+                    p99_us: q(0.99),
+                    // The network part is not in the response time: no share of it.
+                    share_median: (part != Part::Network).then(|| share(median, i)).flatten(),
+                    share_tail: (part != Part::Network).then(|| share(tail, i)).flatten(),
+                }
+            })
+            .collect();
+        Summary {
+            transactions: self.seen,
+            sampled: n,
+            pipelined: self.pipelined,
+            unacked: self.unacked,
+            retransmitted: self.retransmitted,
+            retransmissions: self.retransmissions,
+            response_us,
+            parts,
+        }
+    }
+}
+
+impl Summary {
+    /// The row of part `p`.
+    pub fn part(&self, p: Part) -> &PartRow {
+        &self.parts[p as usize]
+    }
+
+    /// What the window says in words: which part the tail is made of, a stall by
+    /// retransmission, pipelining.
+    pub fn findings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let [Some(p50), Some(p99), _] = self.response_us {
+            let grows = self
+                .parts
+                .iter()
+                .filter_map(|r| Some((r, r.share_tail?, r.share_median?)))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            if let Some((row, tail, median)) = grows {
+                if p99 >= 2.0 * p50 && tail >= 0.5 {
+                    out.push(format!(
+                        "The tail is {}: the slowest 1 % (P99 {p99:.0} µs, {:.1}× the median) spend {:.0} % of their response in it, against {:.0} % at the median.",
+                        row.part.what(),
+                        p99 / p50.max(f64::MIN_POSITIVE),
+                        100.0 * tail,
+                        100.0 * median
+                    ));
+                }
+            }
+            if self.part(Part::Wait).share_tail.is_some_and(|s| s >= 0.5) {
+                out.push("The application was slow to read: requests waited in the socket after they arrived (it was busy with others, or not running: CPU contention, a blocking call).".into());
+            }
+        }
+        if self.retransmitted > 0 {
+            out.push(format!(
+                "{} transaction(s) were stalled by {} retransmitted segment(s): loss between the server and its clients (the kernel's TcpRetransSegs counts them too).",
+                self.retransmitted, self.retransmissions
+            ));
+        }
+        if self.pipelined > 0 {
+            out.push(format!(
+                "{} transaction(s) were pipelined: the client sent the next request before the response, so their wait includes the requests ahead of them.",
+                self.pipelined
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::explain_bpf::RawTxn;
+
+    fn txn(think_ns: u64) -> Transaction {
+        Transaction::of(&RawTxn {
+            req_first_ns: 1_000,
+            req_last_ns: 1_000,
+            read_first_ns: 2_000,
+            read_last_ns: 2_000,
+            write_first_ns: 2_000 + think_ns,
+            write_last_ns: 3_000 + think_ns,
+            acked_ns: 13_000 + think_ns,
+            ..RawTxn::default()
+        })
+    }
+
+    /// 95 quick transactions (1 µs think) and five of 50 ms: the median is quick, the
+    /// tail is think time, said in words. Witness: arithmetic on the transactions made.
+    #[test]
+    fn a_slow_transaction_makes_the_tail_and_its_part_is_named() {
+        let mut w = Window::default();
+        for i in 0..100 {
+            w.add(&txn(if i % 20 == 7 { 50_000_000 } else { 1_000 }));
+        }
+        let s = w.summary();
+        assert_eq!(s.transactions, 100);
+        assert_eq!(s.response_us[0], Some(3.0));
+        assert_eq!(s.response_us[2], Some(50_002.0));
+        let think = s.part(Part::Think);
+        assert_eq!(think.p50_us, Some(1.0));
+        assert!(think.share_tail.unwrap() > 0.99);
+        assert!((think.share_median.unwrap() - 1.0 / 3.0).abs() < 1e-9);
+        let f = s.findings();
+        assert!(
+            f[0].starts_with("The tail is the application's work"),
+            "{f:?}"
+        );
+    }
+
+    /// Past HELD transactions the window keeps a sample of HELD and counts them all.
+    #[test]
+    fn a_window_past_its_hold_samples_and_counts_every_one() {
+        let mut w = Window::default();
+        for i in 0..(HELD as u64 + 1000) {
+            w.add(&txn(if i % 10 < 6 { 5_000 } else { 1_000_000 }));
+        }
+        let s = w.summary();
+        assert_eq!((s.transactions, s.sampled), (HELD as u64 + 1000, HELD));
+        // 60 % think 5 µs: the sample's median is theirs whatever it drew.
+        assert_eq!(s.part(Part::Think).p50_us, Some(5.0));
+    }
+}
