@@ -6,7 +6,7 @@
 // at Round Trip Time" reads a request/response exchange), then what the server sends
 // until the client sends again.
 //
-// Five BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
+// Six BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
 // to load), on the paths every segment and every read or write of a socket take:
 //   tcp_probe           a segment reaches tcp_rcv_established: request data, or the
 //                       ACK of the response's last byte (its ack_seq, read from the
@@ -15,7 +15,10 @@
 //                       application read request bytes
 //   tcp_sendmsg_locked  a write of the socket began: the response's first
 //   sock_send_length    a write returned (sock_sendmsg): the response so far
-//   tcp_destroy_sock    the socket is gone
+//   inet_sock_set_state the connection is closing: an ACK then is read from snd_una
+//   tcp_destroy_sock    the socket is gone: its last transaction is sent
+// A transaction is sent at the turn (the client's next request) or the connection's
+// end, never at an ACK alone: a server may write more after all it wrote was ACKed.
 // A socket is watched from its first segment on the port; its state lives in a hash
 // table keyed by the socket, bounded (a socket past it is counted, not timed) and
 // emptied of each socket as the kernel destroys it. Reads and writes are looked up
@@ -57,6 +60,7 @@ struct tcp_sock {
 	__u32 rcv_nxt;
 	__u32 copied_seq;
 	__u32 write_seq;
+	__u32 snd_una;
 	__u32 srtt_us;
 	__u32 total_retrans;
 } __attribute__((preserve_access_index));
@@ -73,11 +77,11 @@ struct msghdr;
 // Flags of a transaction record.
 #define TXN_PIPELINED 1 // the response began with request bytes still unread
 #define TXN_UNACKED 2   // the next request came before the response's last byte was ACKed
+#define TXN_ACK_ON_DATA 4 // the ACK of the response rode on the client's next request
 
 // The phases of a connection between turns.
 #define PHASE_IDLE 0
 #define PHASE_REQUEST 1
-#define PHASE_RESPONSE 2
 
 // One transaction as the server's kernel saw it (CLOCK_MONOTONIC ns; 0: not seen).
 struct txn {
@@ -92,7 +96,8 @@ struct txn {
 	__u32 req_bytes;
 	__u32 resp_bytes;
 	__u32 req_segments;
-	__u32 resp_end_seq;  // write_seq after the last write: the ACK that ends it
+	__u32 resp_start_seq; // write_seq when the response's first write began
+	__u32 resp_end_seq;   // write_seq when its last write returned (0: none yet)
 	__u32 srtt_us;       // the connection's smoothed RTT when it ended (µs)
 	__u32 retrans;       // segments retransmitted while it ran
 	__u32 retrans_base;  // total_retrans when it began
@@ -104,11 +109,12 @@ struct txn {
 };
 
 // Counters: records sent, records the ring had no room for, segments of sockets the
-// full table had no room for.
+// full table had no room for, requests the connection ended before any answer.
 #define C_SENT 0
 #define C_LOST 1
 #define C_FULL 2
-#define C_N 3
+#define C_UNANSWERED 3
+#define C_N 4
 
 const volatile __u16 cfg_port = 0;
 
@@ -163,11 +169,19 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 	return bpf_map_lookup_elem(&rttlab_txn, &key);
 }
 
-// Send the transaction in `t` (if one began) and clear it for the next.
+// Send the transaction in `t` (if one began and was answered) and clear it for the
+// next.
 static __always_inline void finish(struct sock *sk, struct txn *t)
 {
-	if (t->req_first_ns) {
+	if (t->req_first_ns && !t->write_first_ns)
+		count(C_UNANSWERED);
+	if (t->req_first_ns && t->write_first_ns) {
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		// Every byte written since the response began, to its last write's return
+		// (a FIN sent since counts in write_seq too); to now when no write has
+		// returned yet (see rttlab_rx).
+		__u32 end = t->resp_end_seq ? t->resp_end_seq : BPF_CORE_READ(tp, write_seq);
+		t->resp_bytes = end - t->resp_start_seq;
 		t->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
 		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
 		if (!t->cookie)
@@ -185,6 +199,14 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 	t->cookie = cookie;
 }
 
+// Whether `ack` (host order) ACKs every byte the response has written, the first
+// time it does.
+static __always_inline int ack_covers_writes(struct sock *sk, struct txn *t, __u32 ack)
+{
+	__u32 written = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	return t->write_first_ns && !t->acked_ns && (__s32)(ack - written) >= 0;
+}
+
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 {
@@ -194,24 +216,40 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	unsigned char *data = BPF_CORE_READ(skb, data);
 	unsigned int len = BPF_CORE_READ(skb, len);
 	__u8 doff = 0;
-	__be32 ack_seq = 0;
+	__be32 seq = 0, ack_seq = 0;
 	// skb->data is at the TCP header here (tcp_v4_rcv and tcp_v6_rcv pulled the
-	// IP header): the data offset's high nibble at byte 12, ack_seq at 8.
+	// IP header): seq at byte 4, ack_seq at 8, the data offset's high nibble at 12.
 	if (bpf_probe_read_kernel(&doff, 1, data + 12) ||
+	    bpf_probe_read_kernel(&seq, 4, data + 4) ||
 	    bpf_probe_read_kernel(&ack_seq, 4, data + 8))
 		return 0;
 	unsigned int hlen = (doff >> 4) * 4;
 	unsigned int payload = len > hlen ? len - hlen : 0;
+	// Data TCP already has (the client sent it again: its ACK was lost) is no new
+	// request: without this, a lost response would start a transaction twice.
+	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	if (payload && (__s32)(bpf_ntohl(seq) + payload - rcv_nxt) <= 0)
+		payload = 0;
 	__u64 now = bpf_ktime_get_ns();
+	// The turn is the server's first write, not its return: this runs under the
+	// socket's lock, as the write does (tcp_sendmsg_locked), but a write's return
+	// (sock_send_length) comes after the lock is let go, by which time the client
+	// may have read the response and sent its next request (seen here first).
 	// The ACK first: a request segment carries the ACK of the response before it.
-	if (t->phase == PHASE_RESPONSE && (__s32)(bpf_ntohl(ack_seq) - t->resp_end_seq) >= 0) {
+	// The response is ACKed when every byte written so far is; it ends only at the
+	// next request or the connection's end, since the server may write more (a large
+	// response drains the send buffer between its writes, and each time all of it
+	// is ACKed).
+	if (ack_covers_writes(sk, t, bpf_ntohl(ack_seq))) {
 		t->acked_ns = now;
-		finish(sk, t);
+		if (payload)
+			t->flags |= TXN_ACK_ON_DATA;
 	}
 	if (!payload)
 		return 0;
-	if (t->phase == PHASE_RESPONSE) {
-		t->flags |= TXN_UNACKED;
+	if (t->write_first_ns) {
+		if (!t->acked_ns)
+			t->flags |= TXN_UNACKED;
 		finish(sk, t);
 	}
 	if (t->phase != PHASE_REQUEST) {
@@ -231,7 +269,8 @@ int BPF_PROG(rttlab_read, struct sock *sk, int ret, int flags)
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
 	struct txn *t = state(sk, 0);
-	if (!t || t->phase != PHASE_REQUEST)
+	// Reads of this request: before its response began.
+	if (!t || t->phase != PHASE_REQUEST || t->write_first_ns)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (!t->read_first_ns)
@@ -245,10 +284,17 @@ int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *
 	     int size_goal)
 {
 	struct txn *t = state(sk, 0);
-	if (!t || t->phase != PHASE_REQUEST || t->write_first_ns)
+	if (!t || t->phase != PHASE_REQUEST)
 		return 0;
+	if (t->write_first_ns) {
+		// More of the response: an ACK of what came before did not end it.
+		t->acked_ns = 0;
+		t->flags &= ~TXN_ACK_ON_DATA;
+		return 0;
+	}
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	t->write_first_ns = bpf_ktime_get_ns();
+	t->resp_start_seq = BPF_CORE_READ(tp, write_seq);
 	if (BPF_CORE_READ(tp, rcv_nxt) != BPF_CORE_READ(tp, copied_seq))
 		t->flags |= TXN_PIPELINED;
 	return 0;
@@ -262,21 +308,41 @@ int BPF_PROG(rttlab_written, struct sock *sk, int ret, int flags)
 	struct txn *t = state(sk, 0);
 	if (!t || !t->write_first_ns)
 		return 0;
-	t->phase = PHASE_RESPONSE;
 	t->write_last_ns = bpf_ktime_get_ns();
-	t->resp_bytes += ret;
 	t->resp_end_seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
 	return 0;
 }
 
-// The socket is gone: its entry goes too (a transaction it left unfinished is not
-// sent: its response was never ACKed).
+// The connection changes state (it is closing): an ACK in a state other than
+// established is not seen by tcp_probe (tcp_rcv_state_process takes it), so the
+// response's ACK is read from snd_una here.
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(rttlab_state, struct sock *sk, int oldstate, int newstate)
+{
+	__u64 key = (__u64)sk;
+	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
+	if (t && ack_covers_writes(sk, t, BPF_CORE_READ((struct tcp_sock *)sk, snd_una)))
+		t->acked_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+// The socket is gone: its last transaction is sent, and its entry goes. By key
+// alone: by now the socket may have let its port go (inet_num is 0 once unhashed),
+// and a new socket at the same address must start afresh.
 SEC("tp_btf/tcp_destroy_sock")
 int BPF_PROG(rttlab_gone, struct sock *sk)
 {
-	if (!watched(sk))
-		return 0;
 	__u64 key = (__u64)sk;
+	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
+	if (!t)
+		return 0;
+	if (t->write_first_ns) {
+		if (ack_covers_writes(sk, t, BPF_CORE_READ((struct tcp_sock *)sk, snd_una)))
+			t->acked_ns = bpf_ktime_get_ns();
+		if (!t->acked_ns)
+			t->flags |= TXN_UNACKED;
+	}
+	finish(sk, t);
 	bpf_map_delete_elem(&rttlab_txn, &key);
 	return 0;
 }

@@ -1,11 +1,13 @@
-//! `rttlab explain` on a real service nobody here wrote: Debian's redis-server.
+//! `rttlab explain` on real services nobody here wrote: Debian's redis-server and
+//! nginx, loaded by Debian's wrk.
 //!
 //! Witnesses: redis's own count of the commands it ran (`INFO commandstats`), the
 //! bytes the test sent and redis answered (RESP), the delay redis makes on purpose
-//! (`DEBUG SLEEP`), and arithmetic (the parts of every transaction sum to its response
-//! time).
+//! (`DEBUG SLEEP`), wrk's own count of its requests and its latency percentiles, the
+//! kernel's own counters (schedstat, ss, nftables' counter), and arithmetic (the parts
+//! of every transaction sum to its response time).
 
-use crate::common::{bin, free_port, privileged};
+use crate::common::{self, bin, free_port, privileged, two_cpus};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -16,8 +18,29 @@ struct Redis(Child);
 
 impl Redis {
     fn start(port: u16) -> Option<Self> {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        Self::start_on(port, None)
+    }
+
+    /// On CPU `cpu` only, when given; its timer (serverCron) once a second, so that
+    /// nearly every time it wakes is for a request.
+    fn start_on(port: u16, cpu: Option<usize>) -> Option<Self> {
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", &c.to_string(), "redis-server"]);
+                t
+            }
+            None => Command::new("redis-server"),
+        };
+        let child = cmd
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--hz",
+                "1",
+            ])
             .args([
                 "--save",
                 "",
@@ -88,6 +111,81 @@ fn calls(port: u16, command: &str) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
+/// `rttlab explain --port P --json` running, attached, its output read as it comes
+/// (a full pipe would stop it reading the kernel's records).
+struct Watch {
+    child: Child,
+    err: BufReader<std::process::ChildStderr>,
+    out: std::thread::JoinHandle<String>,
+}
+
+impl Watch {
+    fn start(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    fn start_with(port: u16, args: &[&str]) -> Self {
+        let mut child = Command::new(bin())
+            .args([
+                "explain",
+                "--port",
+                &port.to_string(),
+                "--json",
+                "-l",
+                "120",
+            ])
+            // Every transaction printed: these tests count them.
+            .args(["--json-rate", "100000000"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let first = reply(&mut err);
+        assert!(first.contains("watching TCP port"), "{first}");
+        let mut stdout = child.stdout.take().unwrap();
+        let out = std::thread::spawn(move || {
+            let mut out = String::new();
+            stdout.read_to_string(&mut out).unwrap();
+            out
+        });
+        Self { child, err, out }
+    }
+
+    /// Interrupt it: every transaction's JSON object, and its stderr (the summary).
+    fn stop(mut self) -> (Vec<serde_json::Value>, String) {
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGINT) };
+        let out = self.out.join().unwrap();
+        let mut rest = String::new();
+        self.err.read_to_string(&mut rest).unwrap();
+        assert!(self.child.wait().unwrap().success(), "{rest}");
+        let txns = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (txns, rest)
+    }
+}
+
+/// A number of a transaction's JSON object.
+fn num(t: &serde_json::Value, k: &str) -> f64 {
+    t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"))
+}
+
+/// One connection sending `PING` and reading `+PONG` `n` times.
+fn pings(port: u16, n: usize) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..n {
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+    }
+    s
+}
+
 /// 200 commands on one connection, one at a time: 197 PINGs and three `DEBUG SLEEP
 /// 0.1` at commands 51, 121 and 191. explain counts exactly the 200 redis counts, each
 /// PING's request and response bytes as sent (6, 7), and the 100 ms redis sleeps as
@@ -101,15 +199,7 @@ fn redis_sleeping_shows_as_its_own_work_on_exactly_those_transactions() {
     }
     let port = free_port();
     let _redis = Redis::start(port).unwrap();
-    let mut explain = Command::new(bin())
-        .args(["explain", "--port", &port.to_string(), "--json", "-l", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(explain.stderr.take().unwrap());
-    let first = reply(&mut err);
-    assert!(first.contains("watching TCP port"), "{first}");
+    let watch = Watch::start(port);
 
     let sleeps = [50, 120, 190];
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -127,28 +217,12 @@ fn redis_sleeping_shows_as_its_own_work_on_exactly_those_transactions() {
     // The last response's ACK ends its transaction: closing sends it at once.
     drop((w, r));
     std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: a signal to the child this test started.
-    unsafe { libc::kill(i32::try_from(explain.id()).unwrap(), libc::SIGINT) };
-    let mut out = String::new();
-    explain
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut rest = String::new();
-    err.read_to_string(&mut rest).unwrap();
-    assert!(explain.wait().unwrap().success(), "{rest}");
-
-    let txns: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let (txns, rest) = watch.stop();
     let ran = calls(port, "ping") + calls(port, "debug");
     assert_eq!(ran, 200, "redis's own count");
     assert_eq!(txns.len(), 200, "{rest}");
     for (i, t) in txns.iter().enumerate() {
-        let f = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+        let f = |k: &str| num(t, k);
         let think = f("think_us");
         if sleeps.contains(&i) {
             assert!(think >= 100_000.0, "transaction {i}: {t}");
@@ -166,4 +240,486 @@ fn redis_sleeping_shows_as_its_own_work_on_exactly_those_transactions() {
         assert!(f("network_us") >= 0.0, "{t}");
     }
     assert!(rest.contains("200 transaction(s)"), "{rest}");
+}
+
+/// The time the kernel says redis's main thread was runnable but not running
+/// (/proc/PID/task/PID/schedstat's second field), µs.
+fn run_delay_us(pid: u32) -> f64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat")).unwrap();
+    s.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() / 1e3
+}
+
+/// Pin the calling thread to `cpu`.
+fn pin_to(cpu: usize) {
+    // SAFETY: a cpu_set_t we own, zeroed then set, for this thread (0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+}
+
+/// A busy loop at real-time priority on redis's CPU, 20 ms on and 20 ms off for 2 s,
+/// while one client on the other CPU pings redis: a request that arrives while the
+/// loop runs waits until it stops, and explain counts that as waiting to be read.
+/// Witness: the kernel's own account of the time redis's thread was runnable but kept
+/// from running (schedstat's run_delay): the transactions' long waits add up to it.
+#[test]
+fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
+    let test = "a_busy_loop_on_the_servers_cpu";
+    if !privileged(test) || !have_redis(test) || !two_cpus(test) {
+        return;
+    }
+    let _g = common::serial::machine();
+    let port = free_port();
+    let redis = Redis::start_on(port, Some(1)).unwrap();
+    let pid = redis.0.id();
+    let watch = Watch::start(port);
+    pin_to(0);
+    let before = run_delay_us(pid);
+    let mut hog = Command::new("chrt")
+        .args(["-f", "1", "taskset", "-c", "1", "python3", "-c"])
+        .arg(
+            "import time\n\
+             end = time.monotonic() + 2\n\
+             while time.monotonic() < end:\n\
+             \x20   t = time.monotonic() + 0.02\n\
+             \x20   while time.monotonic() < t: pass\n\
+             \x20   time.sleep(0.02)\n",
+        )
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    while started.elapsed() < Duration::from_millis(2200) {
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+    }
+    assert!(hog.wait().unwrap().success());
+    drop((w, r, s));
+    std::thread::sleep(Duration::from_millis(300));
+    let delayed = run_delay_us(pid) - before;
+    let (txns, rest) = watch.stop();
+    let long: Vec<&serde_json::Value> = txns
+        .iter()
+        .filter(|t| num(t, "wait_us") >= 1000.0)
+        .collect();
+    let waited: f64 = long.iter().map(|t| num(t, "wait_us")).sum();
+    let figures = format!(
+        "{} transactions, {} waited ≥ 1 ms, {waited:.0} µs in all; the kernel's run_delay {delayed:.0} µs\n{rest}",
+        txns.len(),
+        long.len()
+    );
+    eprintln!("{figures}");
+    // About one request caught by each of the loop's 50 bursts of 20 ms, and most of
+    // the burst waited out (the client sends at once: redis is idle when a burst
+    // begins, and the next request arrives within µs): at least a quarter of the
+    // loop's second of bursts. No wait can be longer than the kernel kept redis
+    // runnable and not running, whatever else loads the machine.
+    assert!(long.len() >= 20, "{figures}");
+    assert!(waited >= 250_000.0, "{figures}");
+    assert!(waited <= delayed + 1000.0, "{figures}");
+}
+
+/// An nftables table dropping every 40th segment redis sends as it arrives, removed
+/// when dropped.
+struct Drops(String);
+
+impl Drops {
+    fn every_40th_from(port: u16) -> Self {
+        let table = format!("rttlab_test_explain_{port}");
+        common::sh(&["nft", "add", "table", "inet", &table]);
+        let drops = Self(table);
+        let t = drops.0.as_str();
+        // On arrival at the client: a segment dropped on its way out never left (TCP
+        // sends it again at once, no retransmission); one dropped on arrival was sent
+        // and lost, as on a network.
+        let hook = "{ type filter hook input priority 0; }";
+        common::sh(&["nft", "add", "chain", "inet", t, "in", hook]);
+        let rule = format!("tcp sport {port} numgen inc mod 40 == 20 counter drop");
+        common::sh(&["nft", "add", "rule", "inet", t, "in", &rule]);
+        drops
+    }
+
+    /// Packets the rule dropped, by its own counter.
+    fn dropped(&self) -> u64 {
+        let o = Command::new("nft")
+            .args(["list", "table", "inet", &self.0])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let at = text.find("counter packets ").expect("a counter");
+        text[at + 16..]
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Drops {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.0])
+            .status();
+    }
+}
+
+/// The server socket's retransmitted segments, as `ss -ti` reads the kernel's
+/// total_retrans (`retrans:N/TOTAL`).
+fn ss_total_retrans(port: u16) -> u64 {
+    let o = Command::new("ss")
+        .args([
+            "-tin",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("retrans:"))
+        .map_or(0, |r| r.split('/').nth(1).unwrap().parse().unwrap())
+}
+
+/// Every 40th segment redis sends dropped by nftables while one client pings it 200
+/// times: each lost response is sent again after the loss probe or RTO (about 200 ms
+/// on loopback), and explain puts each retransmission on the transaction it stalled,
+/// in its network part. Witnesses: the kernel's per-socket count of retransmitted
+/// segments (ss), nftables' own count of the drops, and the stall itself (a network
+/// part of at least 100 ms on exactly the transactions that retransmitted).
+#[test]
+fn drops_show_as_retransmission_stalls_on_the_transactions_they_hit() {
+    let test = "drops_show_as_retransmission_stalls";
+    if !privileged(test) || !have_redis(test) {
+        return;
+    }
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let watch = Watch::start(port);
+    let drops = Drops::every_40th_from(port);
+    let s = pings(port, 200);
+    std::thread::sleep(Duration::from_millis(100));
+    let (kernel, dropped) = (ss_total_retrans(port), drops.dropped());
+    drop(s);
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    let stalled: Vec<&serde_json::Value> = txns
+        .iter()
+        .filter(|t| num(t, "retransmissions") > 0.0)
+        .collect();
+    let retransmitted: f64 = stalled.iter().map(|t| num(t, "retransmissions")).sum();
+    let figures = format!(
+        "{} transactions, {} stalled, {retransmitted} retransmissions; ss {kernel}, nftables dropped {dropped}\n{rest}",
+        txns.len(),
+        stalled.len()
+    );
+    assert_eq!(txns.len(), 200, "{figures}");
+    assert!(dropped >= 4, "{figures}");
+    assert_eq!(retransmitted as u64, kernel, "{figures}");
+    assert_eq!(kernel, dropped, "{figures}");
+    for t in &txns {
+        let stall = num(t, "network_us") >= 100_000.0;
+        assert_eq!(stall, num(t, "retransmissions") > 0.0, "{t}\n{figures}");
+    }
+    assert!(rest.contains("stalled by"), "{rest}");
+}
+
+/// The server socket's smoothed RTT, as `ss -ti` reads it (`rtt:SRTT/RTTVAR`, ms).
+fn ss_srtt_ms(port: u16) -> f64 {
+    let o = Command::new("ss")
+        .args([
+            "-tin",
+            "state",
+            "established",
+            &format!("( sport = :{port} )"),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("rtt:"))
+        .map(|r| r.split('/').next().unwrap().parse().unwrap())
+        .unwrap_or_else(|| panic!("no rtt in {text}"))
+}
+
+/// A client that thinks 10 ms between requests: it ACKs each response with its next
+/// request, so the response's network part is its pause, and the server's TCP times
+/// that pause as its RTT (Jones, A Brief Look at Round Trip Time), which explain says.
+/// Witnesses: the client's own pause (10 ms, the test's sleep), and the kernel's srtt
+/// of the server socket (ss).
+#[test]
+fn a_client_thinking_10_ms_shows_as_the_network_part_and_the_servers_srtt() {
+    let test = "a_client_thinking_10_ms";
+    if !privileged(test) || !have_redis(test) {
+        return;
+    }
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let watch = Watch::start(port);
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    for _ in 0..50 {
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let srtt_ms = ss_srtt_ms(port);
+    drop((w, r, s));
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    let riding: Vec<f64> = txns
+        .iter()
+        .filter(|t| t["ack_on_next_request"] == true)
+        .map(|t| num(t, "network_us"))
+        .collect();
+    let figures = format!(
+        "{} of {} ACKs on the next request: {riding:?}; ss srtt {srtt_ms} ms\n{rest}",
+        riding.len(),
+        txns.len()
+    );
+    assert_eq!(txns.len(), 50, "{figures}");
+    assert!(riding.len() >= 40, "{figures}");
+    // Each of them waited for the client's 10 ms pause, and none for the delayed-ACK
+    // timer (40 ms): the next request came first.
+    assert!(
+        riding.iter().all(|&n| (10_000.0..40_000.0).contains(&n)),
+        "{figures}"
+    );
+    assert!(srtt_ms >= 5.0, "{figures}");
+    assert!(rest.contains("the client's own pause"), "{rest}");
+}
+
+/// An nginx serving one 100-byte file on `port` of loopback from `dir`, one worker,
+/// killed when dropped.
+struct Nginx(Child);
+
+impl Nginx {
+    fn start(port: u16, dir: &std::path::Path) -> Option<Self> {
+        Command::new("nginx").arg("-v").output().ok()?;
+        std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
+        let conf = dir.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{ access_log off; keepalive_requests 1000000;\n\
+                 client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
+                 uwsgi_temp_path {d}; scgi_temp_path {d};\n\
+                 server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("nginx")
+            .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let nginx = Self(child);
+        // A retry only for "not listening yet".
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(nginx);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("nginx on port {port} did not listen within 5 s");
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// wrk's latency percentile `p` ("50%", "99%") in µs, from its `--latency` report.
+fn wrk_percentile_us(report: &str, p: &str) -> f64 {
+    let line = report
+        .lines()
+        .find(|l| l.trim_start().starts_with(p))
+        .unwrap_or_else(|| panic!("no {p} in {report}"));
+    let v = line.split_whitespace().nth(1).unwrap();
+    let (n, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+    let n: f64 = n.parse().unwrap();
+    match unit {
+        "us" => n,
+        "ms" => n * 1e3,
+        "s" => n * 1e6,
+        _ => panic!("unit {unit} in {line}"),
+    }
+}
+
+/// wrk, one thread and one keep-alive connection for 2 s, against nginx: explain
+/// counts every request wrk counts (HTTP/1.1 keep-alive, no parser: each request is a
+/// turn of direction), each with nginx's 100-byte body and its headers in the response,
+/// and its server-side response time is a part of what wrk measures: below wrk's own
+/// P50 and P99. Witnesses: wrk's report (its request count, its latency percentiles).
+#[test]
+fn nginx_under_wrk_is_counted_request_for_request() {
+    let test = "nginx_under_wrk";
+    if !privileged(test) {
+        return;
+    }
+    let required = std::env::var("RTTLAB_REQUIRE_PRIVILEGED_TESTS").is_ok_and(|v| v == "1");
+    let have = Command::new("wrk").arg("--version").output().is_ok()
+        && Command::new("nginx").arg("-v").output().is_ok();
+    assert!(have || !required, "{test}: nginx and wrk are not installed");
+    if !have {
+        eprintln!("skipping {test}: nginx or wrk is not installed");
+        return;
+    }
+    // wrk and nginx keep both CPUs busy for 2 s.
+    let _g = common::serial::busy();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let _nginx = Nginx::start(port, dir.path()).unwrap();
+    let watch = Watch::start(port);
+    let o = Command::new("wrk")
+        .args(["-t1", "-c1", "-d2s", "--latency"])
+        .arg(format!("http://127.0.0.1:{port}/index.html"))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{report}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    let requests: usize = report
+        .lines()
+        .find_map(|l| l.trim().split_once(" requests in "))
+        .map(|(n, _)| n.trim().parse().unwrap())
+        .unwrap_or_else(|| panic!("no request count in {report}"));
+    let mut response: Vec<f64> = txns.iter().map(|t| num(t, "response_us")).collect();
+    response.sort_by(f64::total_cmp);
+    let at = |q: f64| response[((q * (response.len() - 1) as f64).round()) as usize];
+    let figures = format!(
+        "explain: {} transactions, response P50 {:.1} P99 {:.1} µs; wrk: {requests} requests, P50 {} P99 {} µs\n{rest}",
+        txns.len(),
+        at(0.5),
+        at(0.99),
+        wrk_percentile_us(&report, "50%"),
+        wrk_percentile_us(&report, "99%")
+    );
+    eprintln!("{figures}");
+    // wrk counts the requests answered; the one in flight when it stopped is answered
+    // and counted by the server but not by wrk.
+    assert!(
+        (requests..=requests + 1).contains(&txns.len()) && requests > 1000,
+        "{figures}"
+    );
+    assert!(
+        txns.iter().all(|t| num(t, "response_bytes") > 100.0),
+        "{figures}"
+    );
+    assert!(at(0.5) < wrk_percentile_us(&report, "50%"), "{figures}");
+    assert!(at(0.99) < wrk_percentile_us(&report, "99%"), "{figures}");
+}
+
+/// 100 connections one after another, each one PING, every other one half-closed
+/// after its request (`shutdown(Write)`: the server answers a connection already
+/// closing), with room for 10 connections in explain's table: each is its own
+/// connection (its own id, its own client port), each transaction counted once with
+/// its 6 and 7 bytes, none lost to the table (a socket's entry goes with it: a new
+/// socket at the same kernel address starts afresh). Witnesses: the client ports the
+/// kernel gave the test's sockets, and redis's own count of its commands.
+#[test]
+fn connections_that_come_and_go_are_each_their_own() {
+    let test = "connections_that_come_and_go";
+    if !privileged(test) || !have_redis(test) {
+        return;
+    }
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let watch = Watch::start_with(port, &["--max-connections", "10"]);
+    let mut ports = std::collections::BTreeSet::new();
+    for i in 0..100 {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        ports.insert(s.local_addr().unwrap().port());
+        let mut w = s.try_clone().unwrap();
+        w.write_all(b"PING\r\n").unwrap();
+        if i % 2 == 1 {
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        let mut r = BufReader::new(s);
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    let ran = calls(port, "ping");
+    assert_eq!(ran, 100, "redis's own count");
+    assert_eq!(txns.len(), 100, "{rest}");
+    let ids: std::collections::BTreeSet<u64> = txns
+        .iter()
+        .map(|t| t["connection"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 100, "{rest}");
+    let seen: std::collections::BTreeSet<u16> = txns
+        .iter()
+        .map(|t| {
+            let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
+            c.port()
+        })
+        .collect();
+    assert_eq!(seen, ports);
+    for t in &txns {
+        assert_eq!(
+            (&t["request_bytes"], &t["response_bytes"]),
+            (&6.into(), &7.into()),
+            "{t}"
+        );
+    }
+    assert!(!rest.contains("not timed"), "{rest}");
+}
+
+/// A 20 MiB value written and read back: redis writes the GET's answer in many writes
+/// as its send buffer drains, and all it wrote is ACKed between them more than once;
+/// the transaction still holds every byte of the answer, counted by RESP's own length
+/// (`$20971520\r\n`, the value, `\r\n`), and the SET's request every byte it sent.
+#[test]
+fn a_large_answer_is_one_transaction_to_its_last_byte() {
+    let test = "a_large_answer";
+    if !privileged(test) || !have_redis(test) {
+        return;
+    }
+    const LEN: usize = 20 << 20;
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let watch = Watch::start(port);
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let set = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${LEN}\r\n");
+    w.write_all(set.as_bytes()).unwrap();
+    w.write_all(&vec![b'v'; LEN]).unwrap();
+    w.write_all(b"\r\n").unwrap();
+    assert_eq!(reply(&mut r), "+OK\r\n");
+    w.write_all(b"GET k\r\n").unwrap();
+    let header = reply(&mut r);
+    assert_eq!(header, format!("${LEN}\r\n"));
+    let mut body = vec![0; LEN + 2];
+    r.read_exact(&mut body).unwrap();
+    drop((w, r, s));
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    assert_eq!(txns.len(), 2, "{rest}");
+    assert_eq!(txns[0]["request_bytes"], set.len() + LEN + 2, "{}", txns[0]);
+    assert_eq!(txns[1]["request_bytes"], 7, "{}", txns[1]);
+    assert_eq!(
+        txns[1]["response_bytes"],
+        header.len() + LEN + 2,
+        "{}",
+        txns[1]
+    );
 }

@@ -14,36 +14,49 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Watches every TCP connection to a local port of this host (the server side: redis on
-6379, nginx on 80, PostgreSQL on 5432) and splits each transaction — what the client
-sends until the server answers, then the answer — into the parts its kernel saw, with
-the kernel's own clock and no change to the application and no protocol parser:
+Watches every TCP connection to a local port of this host (the server side: redis
+on 6379, nginx on 80, PostgreSQL on 5432) and splits each transaction (what the
+client sends until the server answers, then the answer) into the parts its kernel
+saw, with the kernel's own clock, no change to the application, no parser:
 
-  arrival   the request's first data segment to its last, at TCP
-  wait      its last segment to the application's last read of it (busy, not running)
-  think     that read to the response's first write (the application's own work)
-  write     the response's first write to its last returning
-  network   the last write to the ACK of the response's last byte (network, client)
+  arrival  the request's first data segment to its last, at TCP
+  wait     its last segment to the application's last read of it (the
+           application busy with others, or not running)
+  think    that read to the response's first write (the application's work)
+  write    the response's first write to its last returning
+  network  the last write to the ACK of the response's last byte (the network
+           and the client; when it ACKs with its next request, its own pause)
 
-The response time is arrival + wait + think + write: the first request byte in to the
-last response byte handed to TCP. Every interval prints the transactions, the response
-time's percentiles, each part's P50 and P99 and its share of the response around the
-median and in the slowest 1 %, then what that says in words (which part the tail is
-made of, retransmission stalls, pipelining). A transaction's turn is the turn of
-direction of its data (Jones, A Brief Look at Round Trip Time): request/response
-protocols (HTTP/1.1 keep-alive, redis, memcached, PostgreSQL's simple queries) split
-as their clients use them; pipelined requests are counted as such.
+The response time is arrival + wait + think + write: the first request byte in to
+the last response byte handed to TCP. Every interval prints the transactions, the
+response time's percentiles, each part's P50 and P99 and its share of the response
+around the median and in the slowest 1 %, then what they say in words (which part
+the tail is made of, retransmission stalls, the client's pause in the network
+part, pipelining), and what was not timed. The turn of a transaction is the turn
+of direction of its data (Jones, A Brief Look at Round Trip Time): HTTP/1.1
+keep-alive, redis, memcached and PostgreSQL's simple queries split as their
+clients use them.
 
-Needs root (CAP_BPF, CAP_PERFMON) and a kernel with BTF (Linux 5.11 or later). Nothing
-is left behind: the kernel removes the programs when the command ends, however it ends.
+A transaction is counted at the client's next request or when the connection
+ends (a server may write more after all it wrote was ACKed): the last one of an
+idle keep-alive connection waits for either. Requests a client pipelines in one
+segment, or sends before it reads the answers, are one transaction (the kernel
+cannot count requests without a parser); one answered while more of them waited
+unread is flagged pipelined.
+
+Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: six of the
+kernel's own tracepoints (tcp_probe, sock_recv_length, tcp_sendmsg_locked,
+sock_send_length, inet_sock_set_state, tcp_destroy_sock), no kprobes. Nothing is
+left behind: the kernel removes the programs when the command ends, however it
+ends.
 
 Examples:
-  rttlab explain --port 6379                  redis, a table every second until Ctrl-C
-  rttlab explain --port 80 -l 30 -i 10        nginx for 30 s, a table every 10 s
-  rttlab explain --port 5432 --json | jq .    one JSON object per transaction")]
+  rttlab explain --port 6379                redis, a table a second until Ctrl-C
+  rttlab explain --port 80 -l 30 -i 10      nginx for 30 s, a table every 10 s
+  rttlab explain --port 5432 --json | jq .  one JSON object per transaction")]
 pub struct ExplainArgs {
     /// The local port the service listens on.
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub port: u16,
     /// Print a table every INTERVAL.
     #[arg(short = 'i', long, default_value = "1", value_parser = values::seconds)]
@@ -54,8 +67,10 @@ pub struct ExplainArgs {
     /// One JSON object per transaction on stdout (µs), and the summary on stderr.
     #[arg(long)]
     pub json: bool,
-    /// The most connections watched at once (a kernel table; past it, counted).
-    #[arg(long, default_value_t = 65_536, value_name = "N")]
+    /// The most connections watched at once (a kernel table, 1 to 4194304; past it,
+    /// counted).
+    #[arg(long, default_value_t = 65_536, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_connections: u32,
     /// The most JSON lines a second; past it, transactions are counted, not printed.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
@@ -73,25 +88,35 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let s = stop.clone();
     on_interrupt(move || s.store(true, Ordering::SeqCst));
     stage.measuring();
-    eprintln!(
-        "rttlab explain: watching TCP port {} (Ctrl-C to stop)",
-        a.port
-    );
+    let until = a
+        .length
+        .map_or("Ctrl-C to stop".into(), |l| format!("for {:?}", l));
+    eprintln!("rttlab explain: watching TCP port {} ({until})", a.port);
+    if !listening(a.port) {
+        eprintln!(
+            "rttlab explain: nothing listens on TCP port {} of this host yet: a service started later is watched from its first connection (is the port right?)",
+            a.port
+        );
+    }
     let started = Instant::now();
     let end = a.length.map(|l| started + l);
     let mut window = Window::default();
     let mut run = Window::default();
     let mut next = started + a.interval;
     let mut window_start = started;
-    let (mut lines_this_second, mut second, mut not_printed) = (0u64, started, 0u64);
-    let mut malformed = 0;
+    let mut printed = Printed::new(a.json_rate, started);
+    let mut counted = Untimed::default();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     loop {
         let now = Instant::now();
         let until = end.map_or(next, |e| e.min(next));
-        wait_readable(kernel.fd(), until.saturating_duration_since(now));
+        // A tenth of a second at most, so that Ctrl-C ends the run at once.
+        let slice = until
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(100));
+        wait_readable(kernel.fd(), slice);
         let mut lines = Vec::new();
-        malformed += kernel.drain(|r| {
+        counted.malformed += kernel.drain(|r| {
             let t = Transaction::of(&r);
             window.add(&t);
             run.add(&t);
@@ -99,19 +124,10 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
                 lines.push(t);
             }
         });
-        if a.json {
+        for t in lines {
             use std::io::Write as _;
-            for t in lines {
-                let now = Instant::now();
-                if now.duration_since(second) >= Duration::from_secs(1) {
-                    (second, lines_this_second) = (now, 0);
-                }
-                if lines_this_second < a.json_rate {
-                    lines_this_second += 1;
-                    writeln!(stdout, "{}", t.json(offset))?;
-                } else {
-                    not_printed += 1;
-                }
+            if printed.may(Instant::now()) {
+                writeln!(stdout, "{}", t.json(offset))?;
             }
         }
         let now = Instant::now();
@@ -119,14 +135,25 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         if now >= next || finished {
             use std::io::Write as _;
             let seconds = now.duration_since(window_start).as_secs_f64();
-            if !a.json {
-                writeln!(
+            let (total, since) = counted.update(kernel.counts()?, printed.skipped);
+            let notes = since.notes(a.max_connections, a.json_rate);
+            if a.json {
+                for n in &notes {
+                    eprintln!("rttlab explain: {n}");
+                }
+            } else {
+                write!(
                     stdout,
                     "{}",
                     render::table(a.port, &window.summary(), seconds)
                 )?;
+                for n in &notes {
+                    writeln!(stdout, "not timed: {n}")?;
+                }
+                writeln!(stdout)?;
             }
             stdout.flush()?;
+            counted = total;
             window = Window::default();
             window_start = now;
             while next <= now {
@@ -138,44 +165,146 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         }
     }
     drop(stdout);
-    let counts = kernel.counts()?;
     let seconds = started.elapsed().as_secs_f64();
-    let summary = run.summary();
-    let text = render::table(a.port, &summary, seconds);
-    let mut notes = Vec::new();
-    if counts.lost > 0 {
-        notes.push(format!(
-            "{} transaction(s) lost: the ring buffer was full (the reader fell behind)",
-            counts.lost
-        ));
-    }
-    if counts.table_full > 0 {
-        notes.push(format!(
-            "{} segment(s) of connections past --max-connections {}: not timed",
-            counts.table_full, a.max_connections
-        ));
-    }
-    if malformed > 0 {
-        notes.push(format!(
-            "{malformed} record(s) from the kernel too short to read"
-        ));
-    }
-    if not_printed > 0 {
-        notes.push(format!(
-            "{not_printed} transaction(s) counted but not printed: past --json-rate {} a second",
-            a.json_rate
-        ));
-    }
-    let mut all = format!("Over the whole run:\n{text}");
-    for n in notes {
-        all += &format!("note: {n}\n");
+    let mut all = format!(
+        "Over the whole run:\n{}",
+        render::table(a.port, &run.summary(), seconds)
+    );
+    for n in counted.notes(a.max_connections, a.json_rate) {
+        all += &format!("not timed: {n}\n");
     }
     if a.json {
         eprint!("{all}");
     } else {
-        out!("\n{all}");
+        out!("{all}");
     }
     Ok(())
+}
+
+/// Whether anything listens on TCP `port` of this host (sock_diag); when that cannot
+/// be asked, as if something did.
+fn listening(port: u16) -> bool {
+    use rttlab::kernel::sock_diag::{DiagFilter, SockDiag};
+    let filter = DiagFilter {
+        states: 1 << 10,
+        sport: Some(port),
+        dport: None,
+        sports: None,
+        src: None,
+        dst: None,
+        ipv4: true,
+        ipv6: true,
+    };
+    let Ok(mut diag) = SockDiag::open(None) else {
+        return true;
+    };
+    let mut any = false;
+    diag.dump_tcp(&filter, |_| any = true)
+        .map_or(true, |()| any)
+}
+
+/// JSON lines printed within `--json-rate` a second, the rest counted.
+struct Printed {
+    rate: u64,
+    second: Instant,
+    this_second: u64,
+    skipped: u64,
+}
+
+impl Printed {
+    fn new(rate: u64, now: Instant) -> Self {
+        Self {
+            rate,
+            second: now,
+            this_second: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Whether one more line may be printed at `now`; counted when not.
+    fn may(&mut self, now: Instant) -> bool {
+        if now.duration_since(self.second) >= Duration::from_secs(1) {
+            (self.second, self.this_second) = (now, 0);
+        }
+        if self.this_second < self.rate {
+            self.this_second += 1;
+            true
+        } else {
+            self.skipped += 1;
+            false
+        }
+    }
+}
+
+/// What was seen and not timed or not printed: the kernel's counts, records too short
+/// to read, JSON lines past the rate.
+#[derive(Clone, Copy, Debug, Default)]
+struct Untimed {
+    kernel: rttlab::kernel::explain_bpf::Counts,
+    malformed: u64,
+    not_printed: u64,
+}
+
+impl Untimed {
+    /// The totals now (`counts` from the kernel, `not_printed` so far), and what they
+    /// add to `self`.
+    fn update(
+        &self,
+        counts: rttlab::kernel::explain_bpf::Counts,
+        not_printed: u64,
+    ) -> (Self, Self) {
+        let total = Self {
+            kernel: counts,
+            malformed: self.malformed,
+            not_printed,
+        };
+        let k = |f: fn(&rttlab::kernel::explain_bpf::Counts) -> u64| f(&counts) - f(&self.kernel);
+        let since = Self {
+            kernel: rttlab::kernel::explain_bpf::Counts {
+                sent: k(|c| c.sent),
+                lost: k(|c| c.lost),
+                table_full: k(|c| c.table_full),
+                unanswered: k(|c| c.unanswered),
+            },
+            malformed: self.malformed,
+            not_printed: not_printed - self.not_printed,
+        };
+        (total, since)
+    }
+
+    /// One line for each kind of transaction not timed or not printed.
+    fn notes(&self, max_connections: u32, json_rate: u64) -> Vec<String> {
+        let k = &self.kernel;
+        let mut notes = Vec::new();
+        if k.lost > 0 {
+            notes.push(format!("{} transaction(s) lost: the kernel's ring buffer was full (the reader fell behind)", k.lost));
+        }
+        if k.table_full > 0 {
+            notes.push(format!(
+                "{} segment(s) of connections past --max-connections {max_connections}",
+                k.table_full
+            ));
+        }
+        if k.unanswered > 0 {
+            notes.push(format!(
+                "{} request(s) whose connection ended before an answer",
+                k.unanswered
+            ));
+        }
+        if self.malformed > 0 {
+            notes.push(format!(
+                "{} record(s) from the kernel too short to read",
+                self.malformed
+            ));
+        }
+        if self.not_printed > 0 {
+            notes.push(format!(
+                "{} transaction(s) counted but not printed: past --json-rate {json_rate} a second",
+                self.not_printed
+            ));
+        }
+        notes
+    }
 }
 
 /// Wait until `fd` is readable or `timeout` passes (a signal ends it early too).

@@ -1,7 +1,7 @@
-//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, five BTF tracepoints (tp_btf)
+//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, six BTF tracepoints (tp_btf)
 //! on the paths every TCP segment and every read and write of a socket take
 //! (`tcp_probe`, `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
-//! `tcp_destroy_sock`), loaded with aya and read through a ring buffer of finished
+//! `inet_sock_set_state`, `tcp_destroy_sock`), loaded with aya and read through a ring buffer of finished
 //! transactions. What a record means is `service`'s business; this module moves
 //! bytes. Tracepoints, not fentry: some kernels (this project's CI among them) refuse
 //! to load fentry programs at all, and these tracepoints sit where the functions'
@@ -30,8 +30,9 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/explain.bpf.o");
 
 /// (program, tracepoint) in the order they are attached: the socket's end first, so
 /// no entry outlives its socket.
-const PROGRAMS: [(&str, &str); 5] = [
+const PROGRAMS: [(&str, &str); 6] = [
     ("rttlab_gone", "tcp_destroy_sock"),
+    ("rttlab_state", "inet_sock_set_state"),
     ("rttlab_rx", "tcp_probe"),
     ("rttlab_read", "sock_recv_length"),
     ("rttlab_write", "tcp_sendmsg_locked"),
@@ -104,9 +105,11 @@ pub struct RawTxn {
 pub const TXN_PIPELINED: u32 = 1;
 /// The next request came before the response's last byte was ACKed.
 pub const TXN_UNACKED: u32 = 2;
+/// The ACK of the response rode on the client's next request.
+pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 104;
+pub const RAW_TXN_BYTES: usize = 112;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -128,19 +131,19 @@ impl RawTxn {
             req_bytes: u32_at(64),
             resp_bytes: u32_at(68),
             req_segments: u32_at(72),
-            // 76: resp_end_seq, the program's own.
-            srtt_us: u32_at(80),
-            retrans: u32_at(84),
-            // 88: retrans_base, the program's own.
-            flags: u32_at(92),
-            client_v4: b[96..100].try_into().expect("4 bytes"),
-            client_port: u16::from_ne_bytes([b[100], b[101]]),
+            // 76, 80: resp_start_seq and resp_end_seq, the program's own.
+            srtt_us: u32_at(84),
+            retrans: u32_at(88),
+            // 92: retrans_base, the program's own.
+            flags: u32_at(96),
+            client_v4: b[100..104].try_into().expect("4 bytes"),
+            client_port: u16::from_ne_bytes([b[104], b[105]]),
         })
     }
 }
 
 /// The kernel's counts: records sent, records the ring had no room for, segments of
-/// sockets the full table had no room for.
+/// sockets the full table had no room for, requests never answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Records sent to the ring.
@@ -149,6 +152,8 @@ pub struct Counts {
     pub lost: u64,
     /// Segments of sockets the full table had no room for: not timed.
     pub table_full: u64,
+    /// Requests whose connection ended before any answer.
+    pub unanswered: u64,
 }
 
 /// The programs, loaded and attached; detached when dropped.
@@ -268,6 +273,7 @@ impl ExplainBpf {
             sent: at(0)?,
             lost: at(1)?,
             table_full: at(2)?,
+            unanswered: at(3)?,
         })
     }
 }
@@ -283,15 +289,15 @@ mod tests {
         for (i, v) in (1..=8u64).enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&(v * 1000).to_ne_bytes());
         }
-        for (i, v) in (1..=9u32).enumerate() {
+        for (i, v) in (1..=10u32).enumerate() {
             b[64 + i * 4..68 + i * 4].copy_from_slice(&(v * 10).to_ne_bytes());
         }
-        b[96..100].copy_from_slice(&[10, 0, 0, 2]);
-        b[100..102].copy_from_slice(&5555u16.to_ne_bytes());
+        b[100..104].copy_from_slice(&[10, 0, 0, 2]);
+        b[104..106].copy_from_slice(&5555u16.to_ne_bytes());
         let t = RawTxn::parse(&b).unwrap();
         assert_eq!((t.cookie, t.acked_ns), (1000, 8000));
         assert_eq!((t.req_bytes, t.resp_bytes, t.req_segments), (10, 20, 30));
-        assert_eq!((t.srtt_us, t.retrans, t.flags), (50, 60, 80));
+        assert_eq!((t.srtt_us, t.retrans, t.flags), (60, 70, 90));
         assert_eq!((t.client_v4, t.client_port), ([10, 0, 0, 2], 5555));
         assert_eq!(RawTxn::parse(&b[..RAW_TXN_BYTES - 1]), None);
     }

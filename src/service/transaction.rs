@@ -2,7 +2,7 @@
 //! waiting to be read, the application thinking, writing its response, and the
 //! network and client until the response's last byte is ACKed.
 
-use crate::kernel::explain_bpf::{RawTxn, TXN_PIPELINED, TXN_UNACKED};
+use crate::kernel::explain_bpf::{RawTxn, TXN_ACK_ON_DATA, TXN_PIPELINED, TXN_UNACKED};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
 /// A part of a transaction, in the order they happen.
@@ -86,6 +86,9 @@ pub struct Transaction {
     pub pipelined: bool,
     /// The next request came before the response was ACKed.
     pub unacked: bool,
+    /// The ACK of the response rode on the client's next request: the network part is
+    /// the client's pause between them (or its delayed-ACK timer's, whichever first).
+    pub ack_on_request: bool,
 }
 
 impl Transaction {
@@ -123,6 +126,7 @@ impl Transaction {
             retransmissions: r.retrans,
             pipelined: r.flags & TXN_PIPELINED != 0,
             unacked: r.flags & TXN_UNACKED != 0,
+            ack_on_request: r.flags & TXN_ACK_ON_DATA != 0,
         }
     }
 
@@ -146,6 +150,7 @@ impl Transaction {
             "retransmissions": self.retransmissions,
             "pipelined": self.pipelined,
             "unacked": self.unacked,
+            "ack_on_next_request": self.ack_on_request,
         });
         for p in PARTS {
             o[format!("{}_us", p.name())] = self.part(p).map(us).into();

@@ -8,9 +8,9 @@ use super::transaction::{Part, Transaction, PARTS};
 /// (reservoir sampling, Vitter's algorithm R) stands for them, and the summary says so.
 pub const HELD: usize = 200_000;
 
-/// One transaction as a window keeps it: its response time and parts (ns; `u64::MAX`
-/// for a part not seen).
-type Kept = [u64; 6];
+/// One transaction as a window keeps it: its response time, its parts (ns; `u64::MAX`
+/// for a part not seen) and the connection's srtt at its end (µs).
+type Kept = [u64; 7];
 
 const UNSEEN: u64 = u64::MAX;
 
@@ -22,6 +22,7 @@ pub struct Window {
     seen: u64,
     pipelined: u64,
     unacked: u64,
+    ack_on_request: u64,
     retransmitted: u64,
     retransmissions: u64,
     /// The reservoir's own generator (xorshift64*), seeded fixed: a window's summary
@@ -36,6 +37,7 @@ impl Default for Window {
             seen: 0,
             pipelined: 0,
             unacked: 0,
+            ack_on_request: 0,
             retransmitted: 0,
             retransmissions: 0,
             rng: 0x9E37_79B9_7F4A_7C15,
@@ -73,6 +75,10 @@ pub struct Summary {
     pub pipelined: u64,
     /// Answered by a next request before their ACK.
     pub unacked: u64,
+    /// Whose ACK rode on the client's next request.
+    pub ack_on_request: u64,
+    /// The connections' smoothed RTT at the transactions' ends, median, µs.
+    pub srtt_p50_us: Option<f64>,
     /// Transactions during which the server retransmitted, and the segments.
     pub retransmitted: u64,
     /// Segments retransmitted during them.
@@ -89,13 +95,15 @@ impl Window {
         self.seen += 1;
         self.pipelined += u64::from(t.pipelined);
         self.unacked += u64::from(t.unacked);
+        self.ack_on_request += u64::from(t.ack_on_request);
         self.retransmitted += u64::from(t.retransmissions > 0);
         self.retransmissions += u64::from(t.retransmissions);
-        let mut k = [UNSEEN; 6];
+        let mut k = [UNSEEN; 7];
         k[0] = t.response_ns;
         for (i, p) in t.parts.iter().enumerate() {
             k[i + 1] = p.unwrap_or(UNSEEN);
         }
+        k[6] = u64::from(t.srtt_us);
         if self.kept.len() < HELD {
             self.kept.push(k);
         } else {
@@ -187,11 +195,15 @@ impl Window {
                 }
             })
             .collect();
+        let mut srtt: Vec<u64> = self.kept.iter().map(|k| k[6]).collect();
+        srtt.sort_unstable();
         Summary {
             transactions: self.seen,
             sampled: n,
             pipelined: self.pipelined,
             unacked: self.unacked,
+            ack_on_request: self.ack_on_request,
+            srtt_p50_us: (!srtt.is_empty()).then(|| srtt[(srtt.len() - 1) / 2] as f64),
             retransmitted: self.retransmitted,
             retransmissions: self.retransmissions,
             response_us,
@@ -229,6 +241,15 @@ impl Summary {
             }
             if self.part(Part::Wait).share_tail.is_some_and(|s| s >= 0.5) {
                 out.push("The application was slow to read: requests waited in the socket after they arrived (it was busy with others, or not running: CPU contention, a blocking call).".into());
+            }
+        }
+        let network = self.part(Part::Network).p50_us;
+        if let (Some(net), Some(srtt)) = (network, self.srtt_p50_us) {
+            if net >= 1000.0 && 2 * self.ack_on_request > self.transactions {
+                out.push(format!(
+                    "The network part (P50 {net:.0} µs) is mostly the client's own pause: it ACKs each response with its next request ({} of {}), or with its delayed-ACK timer (40 ms on Linux) when that comes first, so the server's TCP times the client's think time too: the connections' srtt reads {srtt:.0} µs (Jones, A Brief Look at Round Trip Time).",
+                    self.ack_on_request, self.transactions
+                ));
             }
         }
         if self.retransmitted > 0 {
