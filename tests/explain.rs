@@ -13,8 +13,33 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A redis-server on `port` of loopback, nothing saved, killed when dropped.
-struct Redis(Child);
+/// A service's process, killed when dropped.
+struct Service(Child);
+
+impl Service {
+    /// `child`, once something listens on `port` of loopback (`name` for the failure).
+    fn listening(child: Child, port: u16, name: &str) -> Self {
+        let service = Self(child);
+        // A retry only for "not listening yet".
+        for _ in 0..100 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return service;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{name} on port {port} did not listen within 5 s");
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A redis-server on `port` of loopback, nothing saved.
+struct Redis(Service);
 
 impl Redis {
     fn start(port: u16) -> Option<Self> {
@@ -52,22 +77,7 @@ impl Redis {
             .stdout(Stdio::null())
             .spawn()
             .ok()?;
-        let redis = Self(child);
-        // A retry only for "not listening yet".
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(redis);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("redis-server on port {port} did not listen within 5 s");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        Some(Self(Service::listening(child, port, "redis-server")))
     }
 }
 
@@ -276,7 +286,7 @@ fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
     let _g = common::serial::machine();
     let port = free_port();
     let redis = Redis::start_on(port, Some(1)).unwrap();
-    let pid = redis.0.id();
+    let pid = redis.0 .0.id();
     let watch = Watch::start(port);
     pin_to(0);
     let before = run_delay_us(pid);
@@ -498,51 +508,31 @@ fn a_client_thinking_10_ms_shows_as_the_network_part_and_the_servers_srtt() {
     assert!(rest.contains("the client's own pause"), "{rest}");
 }
 
-/// An nginx serving one 100-byte file on `port` of loopback from `dir`, one worker,
-/// killed when dropped.
-struct Nginx(Child);
-
-impl Nginx {
-    fn start(port: u16, dir: &std::path::Path) -> Option<Self> {
-        Command::new("nginx").arg("-v").output().ok()?;
-        std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
-        let conf = dir.join("nginx.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+/// An nginx serving one 100-byte file on `port` of loopback from `dir`, one worker.
+fn start_nginx(port: u16, dir: &std::path::Path) -> Option<Service> {
+    Command::new("nginx").arg("-v").output().ok()?;
+    std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
                  events {{ worker_connections 64; }}\n\
                  http {{ access_log off; keepalive_requests 1000000;\n\
                  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
                  uwsgi_temp_path {d}; scgi_temp_path {d};\n\
                  server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
-                d = dir.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("nginx")
-            .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let nginx = Self(child);
-        // A retry only for "not listening yet".
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(nginx);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("nginx on port {port} did not listen within 5 s");
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("nginx")
+        .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some(Service::listening(child, port, "nginx"))
 }
 
 /// wrk's latency percentile `p` ("50%", "99%") in µs, from its `--latency` report.
@@ -585,7 +575,7 @@ fn nginx_under_wrk_is_counted_request_for_request() {
     let _g = common::serial::busy();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let _nginx = Nginx::start(port, dir.path()).unwrap();
+    let _nginx = start_nginx(port, dir.path()).unwrap();
     let watch = Watch::start(port);
     let o = Command::new("wrk")
         .args(["-t1", "-c1", "-d2s", "--latency"])

@@ -188,12 +188,7 @@ fn listening(port: u16) -> bool {
     let filter = DiagFilter {
         states: 1 << 10,
         sport: Some(port),
-        dport: None,
-        sports: None,
-        src: None,
-        dst: None,
-        ipv4: true,
-        ipv6: true,
+        ..DiagFilter::default()
     };
     let Ok(mut diag) = SockDiag::open(None) else {
         return true;
