@@ -13,7 +13,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// A service's process, killed when dropped.
+/// A service's process, stopped when dropped.
 struct Service(Child);
 
 impl Service {
@@ -32,7 +32,17 @@ impl Service {
 }
 
 impl Drop for Service {
+    /// SIGTERM first: nginx's master stops its workers on it, where SIGKILL would
+    /// leave them running; SIGKILL if it is still there after 5 s.
     fn drop(&mut self) {
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(i32::try_from(self.0.id()).unwrap(), libc::SIGTERM) };
+        for _ in 0..100 {
+            if self.0.try_wait().is_ok_and(|s| s.is_some()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
