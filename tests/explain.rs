@@ -391,9 +391,9 @@ impl Drop for Drops {
     }
 }
 
-/// The server socket's retransmitted segments, as `ss -ti` reads the kernel's
-/// total_retrans (`retrans:N/TOTAL`).
-fn ss_total_retrans(port: u16) -> u64 {
+/// The value of `key` (`retrans:`, `rtt:`) in `ss -ti`'s line of the server socket
+/// on `port`: the kernel's tcp_info as ss reads it.
+fn ss_field(port: u16, key: &str) -> Option<String> {
     let o = Command::new("ss")
         .args([
             "-tin",
@@ -405,8 +405,13 @@ fn ss_total_retrans(port: u16) -> u64 {
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     text.split_whitespace()
-        .find_map(|w| w.strip_prefix("retrans:"))
-        .map_or(0, |r| r.split('/').nth(1).unwrap().parse().unwrap())
+        .find_map(|w| w.strip_prefix(key))
+        .map(str::to_owned)
+}
+
+/// The server socket's retransmitted segments (`retrans:N/TOTAL`; absent: none).
+fn ss_total_retrans(port: u16) -> u64 {
+    ss_field(port, "retrans:").map_or(0, |r| r.split('/').nth(1).unwrap().parse().unwrap())
 }
 
 /// Every 40th segment redis sends dropped by nftables while one client pings it 200
@@ -452,22 +457,10 @@ fn drops_show_as_retransmission_stalls_on_the_transactions_they_hit() {
     assert!(rest.contains("stalled by"), "{rest}");
 }
 
-/// The server socket's smoothed RTT, as `ss -ti` reads it (`rtt:SRTT/RTTVAR`, ms).
+/// The server socket's smoothed RTT (`rtt:SRTT/RTTVAR`, ms).
 fn ss_srtt_ms(port: u16) -> f64 {
-    let o = Command::new("ss")
-        .args([
-            "-tin",
-            "state",
-            "established",
-            &format!("( sport = :{port} )"),
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix("rtt:"))
-        .map(|r| r.split('/').next().unwrap().parse().unwrap())
-        .unwrap_or_else(|| panic!("no rtt in {text}"))
+    let rtt = ss_field(port, "rtt:").unwrap_or_else(|| panic!("no rtt for port {port} in ss"));
+    rtt.split('/').next().unwrap().parse().unwrap()
 }
 
 /// A client that thinks 10 ms between requests: it ACKs each response with its next
