@@ -1,52 +1,17 @@
-//! `rttlab explain` on real services nobody here wrote: Debian's redis-server and
-//! nginx, loaded by Debian's wrk.
+//! `rttlab explain` on redis-server, Debian's, driven command by command.
 //!
 //! Witnesses: redis's own count of the commands it ran (`INFO commandstats`), the
 //! bytes the test sent and redis answered (RESP), the delay redis makes on purpose
-//! (`DEBUG SLEEP`), wrk's own count of its requests and its latency percentiles, the
-//! kernel's own counters (schedstat, ss, nftables' counter), and arithmetic (the parts
-//! of every transaction sum to its response time).
+//! (`DEBUG SLEEP`), the kernel's own counters (schedstat, ss, nftables' counter), and
+//! arithmetic (the parts of every transaction sum to its response time). nginx,
+//! memcached and PostgreSQL: `explain_apps`.
 
-use crate::common::{self, bin, free_port, privileged, two_cpus};
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::common::service::{installed, num, reply, Service, Watch};
+use crate::common::{self, free_port, privileged, two_cpus};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// A service's process, stopped when dropped.
-struct Service(Child);
-
-impl Service {
-    /// `child`, once something listens on `port` of loopback (`name` for the failure).
-    fn listening(child: Child, port: u16, name: &str) -> Self {
-        let service = Self(child);
-        // A retry only for "not listening yet".
-        for _ in 0..100 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return service;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{name} on port {port} did not listen within 5 s");
-    }
-}
-
-impl Drop for Service {
-    /// SIGTERM first: nginx's master stops its workers on it, where SIGKILL would
-    /// leave them running; SIGKILL if it is still there after 5 s.
-    fn drop(&mut self) {
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(i32::try_from(self.0.id()).unwrap(), libc::SIGTERM) };
-        for _ in 0..100 {
-            if self.0.try_wait().is_ok_and(|s| s.is_some()) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A redis-server on `port` of loopback, nothing saved.
 struct Redis(Service);
@@ -93,27 +58,7 @@ impl Redis {
 
 /// True when redis-server is installed; CI installs it, so there its absence fails.
 fn have_redis(test: &str) -> bool {
-    if Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok()
-    {
-        return true;
-    }
-    let required = std::env::var("RTTLAB_REQUIRE_PRIVILEGED_TESTS").is_ok_and(|v| v == "1");
-    assert!(
-        !required,
-        "{test}: redis-server is not installed (apt-get install redis-server)"
-    );
-    eprintln!("skipping {test}: redis-server is not installed");
-    false
-}
-
-/// One RESP reply line from `r`.
-fn reply(r: &mut impl BufRead) -> String {
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    line
+    installed(test, "redis-server", "redis-server")
 }
 
 /// `INFO commandstats`' calls of `command`, as redis counts them.
@@ -129,69 +74,6 @@ fn calls(port: u16, command: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(&key))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
-/// `rttlab explain --port P --json` running, attached, its output read as it comes
-/// (a full pipe would stop it reading the kernel's records).
-struct Watch {
-    child: Child,
-    err: BufReader<std::process::ChildStderr>,
-    out: std::thread::JoinHandle<String>,
-}
-
-impl Watch {
-    fn start(port: u16) -> Self {
-        Self::start_with(port, &[])
-    }
-
-    fn start_with(port: u16, args: &[&str]) -> Self {
-        let mut child = Command::new(bin())
-            .args([
-                "explain",
-                "--port",
-                &port.to_string(),
-                "--json",
-                "-l",
-                "120",
-            ])
-            // Every transaction printed: these tests count them.
-            .args(["--json-rate", "100000000"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let first = reply(&mut err);
-        assert!(first.contains("watching TCP port"), "{first}");
-        let mut stdout = child.stdout.take().unwrap();
-        let out = std::thread::spawn(move || {
-            let mut out = String::new();
-            stdout.read_to_string(&mut out).unwrap();
-            out
-        });
-        Self { child, err, out }
-    }
-
-    /// Interrupt it: every transaction's JSON object, and its stderr (the summary).
-    fn stop(mut self) -> (Vec<serde_json::Value>, String) {
-        // SAFETY: a signal to the child this test started.
-        unsafe { libc::kill(i32::try_from(self.child.id()).unwrap(), libc::SIGINT) };
-        let out = self.out.join().unwrap();
-        let mut rest = String::new();
-        self.err.read_to_string(&mut rest).unwrap();
-        assert!(self.child.wait().unwrap().success(), "{rest}");
-        let txns = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        (txns, rest)
-    }
-}
-
-/// A number of a transaction's JSON object.
-fn num(t: &serde_json::Value, k: &str) -> f64 {
-    t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"))
 }
 
 /// One connection sending `PING` and reading `+PONG` `n` times.
@@ -509,115 +391,6 @@ fn a_client_thinking_10_ms_shows_as_the_network_part_and_the_servers_srtt() {
     );
     assert!(srtt_ms >= 5.0, "{figures}");
     assert!(rest.contains("the client's own pause"), "{rest}");
-}
-
-/// An nginx serving one 100-byte file on `port` of loopback from `dir`, one worker.
-fn start_nginx(port: u16, dir: &std::path::Path) -> Option<Service> {
-    Command::new("nginx").arg("-v").output().ok()?;
-    std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{ access_log off; keepalive_requests 1000000;\n\
-                 client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
-                 uwsgi_temp_path {d}; scgi_temp_path {d};\n\
-                 server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("nginx")
-        .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    Some(Service::listening(child, port, "nginx"))
-}
-
-/// wrk's latency percentile `p` ("50%", "99%") in µs, from its `--latency` report.
-fn wrk_percentile_us(report: &str, p: &str) -> f64 {
-    let line = report
-        .lines()
-        .find(|l| l.trim_start().starts_with(p))
-        .unwrap_or_else(|| panic!("no {p} in {report}"));
-    let v = line.split_whitespace().nth(1).unwrap();
-    let (n, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap());
-    let n: f64 = n.parse().unwrap();
-    match unit {
-        "us" => n,
-        "ms" => n * 1e3,
-        "s" => n * 1e6,
-        _ => panic!("unit {unit} in {line}"),
-    }
-}
-
-/// wrk, one thread and one keep-alive connection for 2 s, against nginx: explain
-/// counts every request wrk counts (HTTP/1.1 keep-alive, no parser: each request is a
-/// turn of direction), each with nginx's 100-byte body and its headers in the response,
-/// and its server-side response time is a part of what wrk measures: below wrk's own
-/// P50 and P99. Witnesses: wrk's report (its request count, its latency percentiles).
-#[test]
-fn nginx_under_wrk_is_counted_request_for_request() {
-    let test = "nginx_under_wrk";
-    if !privileged(test) {
-        return;
-    }
-    let required = std::env::var("RTTLAB_REQUIRE_PRIVILEGED_TESTS").is_ok_and(|v| v == "1");
-    let have = Command::new("wrk").arg("--version").output().is_ok()
-        && Command::new("nginx").arg("-v").output().is_ok();
-    assert!(have || !required, "{test}: nginx and wrk are not installed");
-    if !have {
-        eprintln!("skipping {test}: nginx or wrk is not installed");
-        return;
-    }
-    // wrk and nginx keep both CPUs busy for 2 s.
-    let _g = common::serial::busy();
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let _nginx = start_nginx(port, dir.path()).unwrap();
-    let watch = Watch::start(port);
-    let o = Command::new("wrk")
-        .args(["-t1", "-c1", "-d2s", "--latency"])
-        .arg(format!("http://127.0.0.1:{port}/index.html"))
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(o.status.success(), "{report}");
-    std::thread::sleep(Duration::from_millis(300));
-    let (txns, rest) = watch.stop();
-    let requests: usize = report
-        .lines()
-        .find_map(|l| l.trim().split_once(" requests in "))
-        .map(|(n, _)| n.trim().parse().unwrap())
-        .unwrap_or_else(|| panic!("no request count in {report}"));
-    let mut response: Vec<f64> = txns.iter().map(|t| num(t, "response_us")).collect();
-    response.sort_by(f64::total_cmp);
-    let at = |q: f64| response[((q * (response.len() - 1) as f64).round()) as usize];
-    let figures = format!(
-        "explain: {} transactions, response P50 {:.1} P99 {:.1} µs; wrk: {requests} requests, P50 {} P99 {} µs\n{rest}",
-        txns.len(),
-        at(0.5),
-        at(0.99),
-        wrk_percentile_us(&report, "50%"),
-        wrk_percentile_us(&report, "99%")
-    );
-    eprintln!("{figures}");
-    // wrk counts the requests answered; the one in flight when it stopped is answered
-    // and counted by the server but not by wrk.
-    assert!(
-        (requests..=requests + 1).contains(&txns.len()) && requests > 1000,
-        "{figures}"
-    );
-    assert!(
-        txns.iter().all(|t| num(t, "response_bytes") > 100.0),
-        "{figures}"
-    );
-    assert!(at(0.5) < wrk_percentile_us(&report, "50%"), "{figures}");
-    assert!(at(0.99) < wrk_percentile_us(&report, "99%"), "{figures}");
 }
 
 /// 100 connections one after another, each one PING, every other one half-closed

@@ -19,6 +19,7 @@ mod exit_codes;
 mod experiment;
 mod experiments;
 mod explain;
+mod explain_apps;
 mod human_tables;
 mod irtt;
 mod json_schema;

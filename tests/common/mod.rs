@@ -4,6 +4,7 @@
 
 pub mod grafana;
 pub mod serial;
+pub mod service;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
