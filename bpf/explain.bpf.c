@@ -36,6 +36,12 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+struct in6_addr {
+	union {
+		__u8 u6_addr8[16];
+	} in6_u;
+} __attribute__((preserve_access_index));
+
 struct sock_common {
 	union {
 		struct {
@@ -50,6 +56,7 @@ struct sock_common {
 		};
 	};
 	unsigned short skc_family;
+	struct in6_addr skc_v6_daddr;
 } __attribute__((preserve_access_index));
 
 struct sock {
@@ -106,6 +113,9 @@ struct txn {
 	__u16 rport;         // the client's port
 	__u8 phase;
 	__u8 pad;
+	__u16 lport;         // the server's port (one of the watched)
+	__u8 raddr6[16];     // the client's IPv6 address (an AF_INET6 socket's; an IPv4
+	                     // client of a dual-stack socket is ::ffff:a.b.c.d)
 };
 
 // Counters: records sent, records the ring had no room for, segments of sockets the
@@ -116,7 +126,9 @@ struct txn {
 #define C_UNANSWERED 3
 #define C_N 4
 
-const volatile __u16 cfg_port = 0;
+// The watched local ports, one bit each (port P: bit P % 8 of byte P / 8): a load
+// and a test per segment, whatever the number of ports.
+const volatile __u8 cfg_ports[8192] = {};
 
 // Sized by the loader (--max-connections).
 struct {
@@ -150,7 +162,9 @@ static __always_inline void count(__u32 which)
 
 static __always_inline int watched(struct sock *sk)
 {
-	return BPF_CORE_READ(sk, __sk_common.skc_num) == cfg_port;
+	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
+
+	return cfg_ports[port >> 3] & (1 << (port & 7));
 }
 
 // The transaction state of a watched socket, made on its first sight.
@@ -162,7 +176,8 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
 	if (t || !create)
 		return t;
-	struct txn zero = {};
+	// The port now: the record may be sent after the socket let it go.
+	struct txn zero = { .lport = BPF_CORE_READ(sk, __sk_common.skc_num) };
 	if (bpf_map_update_elem(&rttlab_txn, &key, &zero, BPF_NOEXIST) &&
 	    !bpf_map_lookup_elem(&rttlab_txn, &key)) {
 		count(C_FULL);
@@ -188,8 +203,11 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
 		if (!t->cookie)
 			t->cookie = bpf_get_socket_cookie(sk);
-		if (BPF_CORE_READ(sk, __sk_common.skc_family) == 2)
+		__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
+		if (family == 2)
 			t->raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		else if (family == 10)
+			BPF_CORE_READ_INTO(&t->raddr6, sk, __sk_common.skc_v6_daddr);
 		t->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		// Waking the reader for every record cost more than everything else
 		// together (µs each, on the service's own path: bench/RESULTS-explain.md);
@@ -203,8 +221,10 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 			count(C_SENT);
 	}
 	__u64 cookie = t->cookie;
+	__u16 lport = t->lport;
 	__builtin_memset(t, 0, sizeof(*t));
 	t->cookie = cookie;
+	t->lport = lport;
 }
 
 // Whether `ack` (host order) ACKs every byte the response has written, the first

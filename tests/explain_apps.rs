@@ -20,31 +20,70 @@ use std::time::Duration;
 /// An nginx on `port` of loopback serving one 100-byte file from `dir`, one worker;
 /// with `upstream`, `/slow` is passed to that port of loopback.
 fn start_nginx(port: u16, dir: &Path, upstream: Option<u16>) -> Service {
-    std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
-    let slow = upstream.map_or(String::new(), |u| {
-        format!("location /slow {{ proxy_pass http://127.0.0.1:{u}; }}")
-    });
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+    Nginx {
+        ports: &[port],
+        upstream,
+        cgroup: None,
+    }
+    .start(dir)
+}
+
+/// How an nginx is started: the ports of loopback it listens on, the upstream of
+/// `/slow`, the cgroup it is started in.
+struct Nginx<'a> {
+    ports: &'a [u16],
+    upstream: Option<u16>,
+    cgroup: Option<&'a Path>,
+}
+
+impl Nginx<'_> {
+    /// Serving one 100-byte file from `dir`, one worker.
+    fn start(&self, dir: &Path) -> Service {
+        std::fs::write(dir.join("index.html"), "x".repeat(100)).unwrap();
+        let slow = self.upstream.map_or(String::new(), |u| {
+            format!("location /slow {{ proxy_pass http://127.0.0.1:{u}; }}")
+        });
+        let listen: String = self
+            .ports
+            .iter()
+            .map(|p| format!("listen 127.0.0.1:{p}; "))
+            .collect();
+        let conf = dir.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off; worker_processes 1; pid {d}/nginx.pid; error_log {d}/error.log;\n\
                  events {{ worker_connections 64; }}\n\
                  http {{ access_log off; keepalive_requests 1000000;\n\
                  client_body_temp_path {d}; proxy_temp_path {d}; fastcgi_temp_path {d};\n\
                  uwsgi_temp_path {d}; scgi_temp_path {d};\n\
-                 server {{ listen 127.0.0.1:{port}; root {d}; {slow} }} }}\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let child = Command::new("nginx")
-        .args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
+                 server {{ {listen}root {d}; {slow} }} }}\n",
+                d = dir.display()
+            ),
+        )
         .unwrap();
-    Service::listening(child, port, "nginx")
+        let mut cmd = Command::new("nginx");
+        cmd.args(["-c", conf.to_str().unwrap(), "-p", dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(cg) = self.cgroup {
+            let procs = std::ffi::CString::new(cg.join("cgroup.procs").to_str().unwrap()).unwrap();
+            // SAFETY: between fork and exec only async-signal-safe calls: open,
+            // write and close of a path made before the fork. Writing 0 moves the
+            // writer, so nginx and its worker are born in the cgroup.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                    Ok(())
+                });
+            }
+        }
+        Service::listening(cmd.spawn().unwrap(), self.ports[0], "nginx")
+    }
 }
 
 /// True when nginx and wrk are installed; CI installs them.
@@ -528,4 +567,178 @@ fn postgres_under_pgbench_is_timed_transaction_for_transaction() {
         answered_us < elapsed_us,
         "explain {answered_us} µs in all, pgbench {elapsed_us} µs\n{report}"
     );
+}
+
+/// A cgroup made for one test under the cgroup2 mount, removed when dropped (after
+/// the processes in it ended).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    fn new(name: &str) -> Self {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = info
+            .lines()
+            .find_map(|l| {
+                let (before, after) = l.split_once(" - ")?;
+                let at = before.split_whitespace().nth(4)?;
+                after.starts_with("cgroup2 ").then(|| PathBuf::from(at))
+            })
+            .expect("a cgroup2 mount");
+        let dir = mount.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The ports `ss -ltnp` says a process named `name` listens on among `ports`: the
+/// kernel's own account of the sockets each process holds.
+fn ss_listening(name: &str, ports: &[u16]) -> Vec<u16> {
+    let o = Command::new("ss").args(["-ltnpH"]).output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut found: Vec<u16> = text
+        .lines()
+        .filter(|l| l.contains(&format!("((\"{name}\"")))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .filter(|p| ports.contains(p))
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// nginx started in a cgroup of its own, listening on two ports, beside a listener
+/// of the test's own on a third: `--cgroup` and `--pid` (nginx's master) each find
+/// nginx's two ports and only them, two explains run at once, and each counts the
+/// requests made on each port, 20 and 30, and none of the 10 made to the third.
+/// Witnesses: `ss -ltnp` (the ports the kernel says nginx holds), the requests the
+/// test made on each port.
+#[test]
+fn a_cgroup_or_a_process_is_watched_on_every_port_it_listens_on() {
+    let test = "a_cgroup_or_a_process";
+    if !privileged(test) || !have_nginx_and_wrk(test) {
+        return;
+    }
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let third = other.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let (s, _) = other.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        for line in BufReader::new(s).lines() {
+            if line.is_err() || w.write_all(b"ok\n").is_err() {
+                break;
+            }
+        }
+    });
+    let mut ports = [free_port(), free_port()];
+    ports.sort_unstable();
+    let cgroup = Cgroup::new("rttlab-explain-test");
+    let dir = tempfile::tempdir().unwrap();
+    let nginx = Nginx {
+        ports: &ports,
+        upstream: None,
+        cgroup: Some(&cgroup.0),
+    }
+    .start(dir.path());
+    assert_eq!(ss_listening("nginx", &[ports[0], ports[1], third]), ports);
+    let (by_cgroup, first) = Watch::selecting(&["--cgroup", cgroup.0.to_str().unwrap()]);
+    let master = nginx.0.id().to_string();
+    let (by_pid, first_pid) = Watch::selecting(&["--pid", &master]);
+    let named = format!("watching TCP port(s) {}, {}, ", ports[0], ports[1]);
+    assert!(first.contains(&named), "{first}");
+    assert!(
+        first_pid.contains(&named) && first_pid.contains(&format!("PID {master}")),
+        "{first_pid}"
+    );
+    for (port, n) in [(ports[0], 20), (ports[1], 30)] {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for _ in 0..n {
+            w.write_all(b"GET /index.html HTTP/1.1\r\nHost: t\r\n\r\n")
+                .unwrap();
+            assert_eq!(http_body(&mut r).len(), 100);
+        }
+    }
+    let s = TcpStream::connect(("127.0.0.1", third)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..10 {
+        w.write_all(b"ping\n").unwrap();
+        assert_eq!(reply(&mut r), "ok\n");
+    }
+    drop((w, r));
+    std::thread::sleep(Duration::from_millis(300));
+    for watch in [by_cgroup, by_pid] {
+        let (txns, rest) = watch.stop();
+        let on = |p: u16| txns.iter().filter(|t| t["port"] == p).count();
+        assert_eq!(
+            (on(ports[0]), on(ports[1]), on(third)),
+            (20, 30, 0),
+            "{rest}"
+        );
+        assert_eq!(txns.len(), 50, "{rest}");
+        assert!(
+            rest.contains(&format!("port {}: 20 transaction(s)", ports[0])),
+            "{rest}"
+        );
+        assert!(
+            rest.contains(&format!("port {}: 30 transaction(s)", ports[1])),
+            "{rest}"
+        );
+    }
+    drop(nginx);
+}
+
+/// A dual-stack server (one socket on `[::]`, as Linux makes it by default) answered
+/// from an IPv4 and an IPv6 client: each transaction names its client as the kernel
+/// gave the client its address, the IPv4 one as IPv4 (not `::ffff:127.0.0.1`), as ss
+/// shows it. Witness: the clients' own sockets' addresses.
+#[test]
+fn ipv4_and_ipv6_clients_are_named_by_their_own_addresses() {
+    let test = "ipv4_and_ipv6_clients";
+    if !privileged(test) {
+        return;
+    }
+    let server = TcpListener::bind("[::]:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in server.incoming().take(2) {
+            let s = s.unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut r = BufReader::new(s);
+            while reply(&mut r) == "ping\n" && w.write_all(b"ok\n").is_ok() {}
+        }
+    });
+    let watch = Watch::start(port);
+    let mut clients = Vec::new();
+    for host in ["127.0.0.1", "::1"] {
+        let s = TcpStream::connect((host, port)).unwrap();
+        clients.push(s.local_addr().unwrap().to_string());
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        w.write_all(b"ping\n").unwrap();
+        assert_eq!(reply(&mut r), "ok\n");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    let named: Vec<&str> = txns.iter().map(|t| t["client"].as_str().unwrap()).collect();
+    assert_eq!(named, clients, "{rest}");
 }

@@ -6,18 +6,23 @@ use super::values;
 use anyhow::Context;
 use clap::Args;
 use rttlab::kernel::explain_bpf::ExplainBpf;
+use rttlab::kernel::listeners;
 use rttlab::report::service as render;
 use rttlab::service::{Transaction, Window};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Watches every TCP connection to a local port of this host (the server side: redis
-on 6379, nginx on 80, PostgreSQL on 5432) and splits each transaction (what the
-client sends until the server answers, then the answer) into the parts its kernel
-saw, with the kernel's own clock, no change to the application, no parser:
+Watches every TCP connection to local ports of this host (the server side: redis
+on 6379, nginx on 80, PostgreSQL on 5432), given as ports, or as the processes
+or the cgroup (a systemd unit's) whose listening ports they are (found at the
+start, as `ss -ltnp` finds them: a port opened later is not watched), and splits
+each transaction (what the client sends until the server answers, then the
+answer) into the parts its kernel saw, with the kernel's own clock, no change to
+the application, no parser:
 
   arrival  the request's first data segment to its last, at TCP
   wait     its last segment to the application's last read of it (the
@@ -53,11 +58,22 @@ ends.
 Examples:
   rttlab explain --port 6379                redis, a table a second until Ctrl-C
   rttlab explain --port 80 -l 30 -i 10      nginx for 30 s, a table every 10 s
-  rttlab explain --port 5432 --json | jq .  one JSON object per transaction")]
+  rttlab explain --port 5432 --json | jq .  one JSON object per transaction
+  rttlab explain --pid $(pidof -s memcached)
+  rttlab explain --cgroup system.slice/nginx.service   every port of the unit")]
+#[command(group(clap::ArgGroup::new("select").args(["port", "pid", "cgroup"]).required(true).multiple(true)))]
 pub struct ExplainArgs {
-    /// The local port the service listens on.
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
-    pub port: u16,
+    /// The local port(s) the service listens on (a list: 80,443).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Vec<u16>,
+    /// Every TCP port these processes listen on now (a list of PIDs).
+    #[arg(long, value_delimiter = ',', value_name = "PID")]
+    pub pid: Vec<u32>,
+    /// Every TCP port the processes of this cgroup and the cgroups below it listen on
+    /// now: its directory, or its path under the cgroup2 mount
+    /// (system.slice/nginx.service).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<std::path::PathBuf>,
     /// Print a table every INTERVAL.
     #[arg(short = 'i', long, default_value = "1", value_parser = values::seconds)]
     pub interval: Duration,
@@ -81,8 +97,14 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if a.interval < Duration::from_millis(100) {
         anyhow::bail!("--interval must be at least 100ms");
     }
-    let mut kernel = ExplainBpf::attach(a.port, a.max_connections)
-        .with_context(|| format!("watching port {}", a.port))?;
+    let (ports, whose) = selected(&a)?;
+    let list = ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut kernel = ExplainBpf::attach(&ports, a.max_connections)
+        .with_context(|| format!("watching TCP port(s) {list}"))?;
     let offset = rttlab::kernel::passive_bpf::realtime_minus_monotonic();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -91,17 +113,18 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let until = a
         .length
         .map_or("Ctrl-C to stop".into(), |l| format!("for {:?}", l));
-    eprintln!("rttlab explain: watching TCP port {} ({until})", a.port);
-    if !listening(a.port) {
+    eprintln!("rttlab explain: watching TCP port(s) {list}{whose} ({until})");
+    for &port in a.port.iter().filter(|&&p| !listening(p)) {
         eprintln!(
-            "rttlab explain: nothing listens on TCP port {} of this host yet: a service started later is watched from its first connection (is the port right?)",
-            a.port
+            "rttlab explain: nothing listens on TCP port {port} of this host yet: a service started later is watched from its first connection (is the port right?)"
         );
     }
     let started = Instant::now();
     let end = a.length.map(|l| started + l);
-    let mut window = Window::default();
-    let mut run = Window::default();
+    let fresh =
+        || -> BTreeMap<u16, Window> { ports.iter().map(|&p| (p, Window::default())).collect() };
+    let mut window = fresh();
+    let mut run = fresh();
     let mut next = started + a.interval;
     let mut window_start = started;
     let mut printed = Printed::new(a.json_rate, started);
@@ -118,8 +141,8 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         let mut lines = Vec::new();
         counted.malformed += kernel.drain(|r| {
             let t = Transaction::of(&r);
-            window.add(&t);
-            run.add(&t);
+            window.entry(t.port).or_default().add(&t);
+            run.entry(t.port).or_default().add(&t);
             if a.json {
                 lines.push(t);
             }
@@ -127,7 +150,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         for t in lines {
             use std::io::Write as _;
             if printed.may(Instant::now()) {
-                writeln!(stdout, "{}", t.json(offset))?;
+                writeln!(stdout, "{}", t.json_line(offset))?;
             }
         }
         let now = Instant::now();
@@ -142,11 +165,9 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
                     eprintln!("rttlab explain: {n}");
                 }
             } else {
-                write!(
-                    stdout,
-                    "{}",
-                    render::table(a.port, &window.summary(), seconds)
-                )?;
+                for (port, w) in &window {
+                    write!(stdout, "{}", render::table(*port, &w.summary(), seconds))?;
+                }
                 for n in &notes {
                     writeln!(stdout, "not timed: {n}")?;
                 }
@@ -154,7 +175,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
             }
             stdout.flush()?;
             counted = total;
-            window = Window::default();
+            window = fresh();
             window_start = now;
             while next <= now {
                 next += a.interval;
@@ -166,10 +187,10 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     drop(stdout);
     let seconds = started.elapsed().as_secs_f64();
-    let mut all = format!(
-        "Over the whole run:\n{}",
-        render::table(a.port, &run.summary(), seconds)
-    );
+    let mut all = "Over the whole run:\n".to_string();
+    for (port, w) in &run {
+        all += &render::table(*port, &w.summary(), seconds);
+    }
     for n in counted.notes(a.max_connections, a.json_rate) {
         all += &format!("not timed: {n}\n");
     }
@@ -179,6 +200,58 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         out!("{all}");
     }
     Ok(())
+}
+
+/// The ports to watch, and whose they are in words (empty for `--port` alone): the
+/// ports given, and every port the processes given (or the cgroup's) listen on now.
+fn selected(a: &ExplainArgs) -> anyhow::Result<(Vec<u16>, String)> {
+    let mut pids = a.pid.clone();
+    if let Some(cg) = &a.cgroup {
+        let of = listeners::cgroup_pids(cg).context("--cgroup")?;
+        if of.is_empty() {
+            anyhow::bail!(
+                "--cgroup {}: the cgroup holds no process (is the service running?)",
+                cg.display()
+            );
+        }
+        pids.extend(of);
+    }
+    let mut ports: std::collections::BTreeSet<u16> = a.port.iter().copied().collect();
+    let mut whose = String::new();
+    if !pids.is_empty() {
+        let found = listeners::ports_of(&pids).context(if a.cgroup.is_some() {
+            "--cgroup"
+        } else {
+            "--pid"
+        })?;
+        let of = match (&a.cgroup, a.pid.as_slice()) {
+            (Some(cg), _) => format!("the cgroup {}", cg.display()),
+            (None, [one]) => format!("PID {one}"),
+            (None, many) => format!(
+                "PIDs {}",
+                many.iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        if found.is_empty() {
+            anyhow::bail!(
+                "{of} listens on no TCP port: nothing to watch (give the service's --port)"
+            );
+        }
+        let holders: std::collections::BTreeSet<u32> = found.values().flatten().copied().collect();
+        whose = format!(
+            ", those {of} listens on (processes {})",
+            holders
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        ports.extend(found.keys());
+    }
+    Ok((ports.into_iter().collect(), whose))
 }
 
 /// Whether anything listens on TCP `port` of this host (sock_diag); when that cannot

@@ -95,10 +95,15 @@ pub struct RawTxn {
     pub retrans: u32,
     /// `TXN_*` flags.
     pub flags: u32,
-    /// The client's IPv4 address, network order (0 for IPv6).
+    /// The client's IPv4 address, network order (zero for an IPv6 socket).
     pub client_v4: [u8; 4],
     /// The client's port.
     pub client_port: u16,
+    /// The server's port: which of the watched ports.
+    pub port: u16,
+    /// The client's IPv6 address, network order (zero for an IPv4 socket; an IPv4
+    /// client of a dual-stack socket is `::ffff:a.b.c.d`).
+    pub client_v6: [u8; 16],
 }
 
 /// The response began with request bytes still unread: pipelined requests.
@@ -109,7 +114,7 @@ pub const TXN_UNACKED: u32 = 2;
 pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 112;
+pub const RAW_TXN_BYTES: usize = 128;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -138,6 +143,9 @@ impl RawTxn {
             flags: u32_at(96),
             client_v4: b[100..104].try_into().expect("4 bytes"),
             client_port: u16::from_ne_bytes([b[104], b[105]]),
+            // 106, 107: phase and padding, the program's own.
+            port: u16::from_ne_bytes([b[108], b[109]]),
+            client_v6: b[110..126].try_into().expect("16 bytes"),
         })
     }
 }
@@ -164,6 +172,15 @@ pub struct ExplainBpf {
     counters: PerCpuArray<MapData, u64>,
 }
 
+/// `cfg_ports`: bit P % 8 of byte P / 8 set for each port P.
+fn port_bits(ports: &[u16]) -> [u8; 8192] {
+    let mut bits = [0; 8192];
+    for &p in ports {
+        bits[usize::from(p >> 3)] |= 1 << (p & 7);
+    }
+    bits
+}
+
 fn release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
@@ -185,12 +202,12 @@ fn last_line(e: &dyn std::error::Error) -> String {
 }
 
 impl ExplainBpf {
-    /// Load the programs for connections to local port `port`, at most
+    /// Load the programs for connections to the local `ports`, at most
     /// `max_connections` watched at once, and attach them.
     ///
     /// # Errors
     /// No privilege, no BTF, or a kernel that refuses the programs.
-    pub fn attach(port: u16, max_connections: u32) -> Result<Self, ExplainBpfError> {
+    pub fn attach(ports: &[u16], max_connections: u32) -> Result<Self, ExplainBpfError> {
         use super::privilege::Capability;
         let privileged =
             (Capability::Bpf.held() && Capability::Perfmon.held()) || Capability::SysAdmin.held();
@@ -200,7 +217,7 @@ impl ExplainBpf {
         let btf = Btf::from_sys_fs().map_err(|e| unsupported(format!("no kernel BTF: {e}")))?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
-            .set_global("cfg_port", &port, true)
+            .set_global("cfg_ports", &port_bits(ports), true)
             .set_max_entries("rttlab_txn", max_connections.max(1))
             .load(OBJECT)
             .map_err(|e| unsupported(last_line(&e)))?;

@@ -10,6 +10,7 @@ pub mod fs;
 pub mod host;
 pub mod hz;
 pub mod interface;
+pub mod listeners;
 pub mod netlink;
 pub mod netns;
 pub mod netstat;

@@ -38,7 +38,6 @@ const BPF_PROG_ATTACH: libc::c_long = 8;
 const BPF_PROG_DETACH: libc::c_long = 9;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_F_ALLOW_MULTI: u32 = 2;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// Default pin directory.
@@ -224,7 +223,7 @@ pub enum SynRtoError {
 /// # Errors
 /// `dir` is missing, not empty, or the mount was refused.
 pub fn ensure_bpffs(dir: &Path) -> Result<(), SynRtoError> {
-    if fs_magic(dir) == Some(BPF_FS_MAGIC) {
+    if super::fs::magic(dir) == Some(BPF_FS_MAGIC) {
         return Ok(());
     }
     let empty = std::fs::read_dir(dir)
@@ -272,14 +271,6 @@ pub fn mount_bpffs(dir: &Path) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
-}
-
-fn fs_magic(path: &Path) -> Option<i64> {
-    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
-    // SAFETY: statfs is plain old data; all zeroes is a valid value.
-    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a NUL-terminated path and `s` a writable statfs that outlives the call.
-    (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type as i64)
 }
 
 fn prog_attach(cmd: libc::c_long, cgroup: &Path, prog: &impl AsRawFd) -> Result<(), SynRtoError> {
@@ -334,7 +325,7 @@ impl SynRto {
     /// # Errors
     /// No cgroup v2 or bpffs, no privilege, or already attached here.
     pub fn attach(&self, cgroup: &Path) -> Result<(), SynRtoError> {
-        if fs_magic(cgroup) != Some(CGROUP2_SUPER_MAGIC) {
+        if super::fs::magic(cgroup) != Some(super::fs::CGROUP2_SUPER_MAGIC) {
             return Err(SynRtoError::Setup(format!(
                 "{} is not a cgroup v2 directory (mount cgroup2 or pass --cgroup)",
                 cgroup.display()

@@ -51,8 +51,11 @@ pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
 /// `rttlab experiment … --json` and `rttlab report --json`: where a run's results are.
 pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
+/// `rttlab explain --json`: one transaction of a watched service per line.
+pub const EXPLAIN_TRANSACTION: &str = "rttlab.explain-transaction/1";
+
 /// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 19] = [
+pub const ALL: [&str; 20] = [
     RR,
     RR_INTERIM,
     RR_SLOW,
@@ -72,6 +75,7 @@ pub const ALL: [&str; 19] = [
     TUNE_THIN,
     TUNE_SYN_RTO,
     EXPERIMENT,
+    EXPLAIN_TRANSACTION,
 ];
 
 /// A value serialised with `"schema"` as its first key (the value must serialise as

@@ -3,7 +3,7 @@
 //! network and client until the response's last byte is ACKed.
 
 use crate::kernel::explain_bpf::{RawTxn, TXN_ACK_ON_DATA, TXN_PIPELINED, TXN_UNACKED};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// A part of a transaction, in the order they happen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,12 +57,38 @@ impl Part {
     }
 }
 
+/// A transaction as `--json` prints it, keys in this order.
+#[derive(serde::Serialize)]
+struct Line {
+    time_ns: u64,
+    port: u16,
+    connection: u64,
+    client: Option<String>,
+    request_bytes: u32,
+    request_segments: u32,
+    response_bytes: u32,
+    response_us: f64,
+    arrival_us: Option<f64>,
+    wait_us: Option<f64>,
+    think_us: Option<f64>,
+    write_us: Option<f64>,
+    network_us: Option<f64>,
+    srtt_us: u32,
+    retransmissions: u32,
+    pipelined: bool,
+    unacked: bool,
+    ack_on_next_request: bool,
+}
+
 /// One transaction: what the server's kernel saw of it (times in ns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transaction {
     /// The connection (its socket's cookie).
     pub connection: u64,
-    /// The client's address (IPv4; `None` for IPv6).
+    /// The server's port (one of those watched).
+    pub port: u16,
+    /// The client's address (`None` when the kernel had none to give: the record of
+    /// a socket already unhashed).
     pub client: Option<SocketAddr>,
     /// When the request's first data segment reached TCP (CLOCK_MONOTONIC).
     pub start_ns: u64,
@@ -107,14 +133,22 @@ impl Transaction {
             Some(wrote_last - wrote_first),
             acked.map(|t| t - wrote_last),
         ];
-        let client = (r.client_v4 != [0; 4]).then(|| {
-            SocketAddr::V4(SocketAddrV4::new(
-                Ipv4Addr::from(r.client_v4),
+        let v6 = Ipv6Addr::from(r.client_v6);
+        let client = if r.client_v4 != [0; 4] {
+            Some(SocketAddr::new(
+                Ipv4Addr::from(r.client_v4).into(),
                 r.client_port,
             ))
-        });
+        } else if !v6.is_unspecified() {
+            // An IPv4 client of a dual-stack socket is shown as IPv4, as ss shows it.
+            let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+            Some(SocketAddr::new(ip, r.client_port))
+        } else {
+            None
+        };
         Self {
             connection: r.cookie,
+            port: r.port,
             client,
             start_ns: r.req_first_ns,
             request_bytes: r.req_bytes,
@@ -135,27 +169,33 @@ impl Transaction {
         self.parts[p as usize]
     }
 
-    /// One JSON object (a line of `--json`): times in µs, `null` where not seen.
-    pub fn json(&self, realtime_offset_ns: u64) -> serde_json::Value {
+    /// One line of `--json` (`rttlab.explain-transaction/1`): times in µs, `null`
+    /// where not seen; `realtime_offset_ns` turns the start into the epoch's time.
+    pub fn json_line(&self, realtime_offset_ns: u64) -> String {
         let us = |ns: u64| ns as f64 / 1e3;
-        let mut o = serde_json::json!({
-            "time_ns": self.start_ns + realtime_offset_ns,
-            "connection": self.connection,
-            "client": self.client.map(|c| c.to_string()),
-            "request_bytes": self.request_bytes,
-            "request_segments": self.request_segments,
-            "response_bytes": self.response_bytes,
-            "response_us": us(self.response_ns),
-            "srtt_us": self.srtt_us,
-            "retransmissions": self.retransmissions,
-            "pipelined": self.pipelined,
-            "unacked": self.unacked,
-            "ack_on_next_request": self.ack_on_request,
-        });
-        for p in PARTS {
-            o[format!("{}_us", p.name())] = self.part(p).map(us).into();
-        }
-        o
+        let part = |p: Part| self.part(p).map(us);
+        let line = Line {
+            time_ns: self.start_ns + realtime_offset_ns,
+            port: self.port,
+            connection: self.connection,
+            client: self.client.map(|c| c.to_string()),
+            request_bytes: self.request_bytes,
+            request_segments: self.request_segments,
+            response_bytes: self.response_bytes,
+            response_us: us(self.response_ns),
+            arrival_us: part(Part::Arrival),
+            wait_us: part(Part::Wait),
+            think_us: part(Part::Think),
+            write_us: part(Part::Write),
+            network_us: part(Part::Network),
+            srtt_us: self.srtt_us,
+            retransmissions: self.retransmissions,
+            pipelined: self.pipelined,
+            unacked: self.unacked,
+            ack_on_next_request: self.ack_on_request,
+        };
+        crate::results::schema::line(crate::results::schema::EXPLAIN_TRANSACTION, &line)
+            .expect("a struct serialises as an object")
     }
 }
 

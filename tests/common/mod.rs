@@ -387,11 +387,30 @@ pub fn assert_schema(doc: &serde_json::Value) {
     let name = doc["schema"]
         .as_str()
         .unwrap_or_else(|| panic!("no \"schema\" key in {doc}"));
+    let errors: Vec<String> = validator(name)
+        .iter_errors(doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{name}: {errors:#?}\nin {doc}");
+}
+
+/// The validator of schema `name` (`rttlab.<kind>/<version>`), built once a kind:
+/// every line of a command's output is checked, thousands of them.
+fn validator(name: &str) -> std::sync::Arc<jsonschema::Validator> {
+    static BUILT: std::sync::Mutex<
+        std::collections::BTreeMap<String, std::sync::Arc<jsonschema::Validator>>,
+    > = std::sync::Mutex::new(std::collections::BTreeMap::new());
     let kind = name
         .strip_prefix("rttlab.")
         .and_then(|r| r.split_once('/'))
         .map(|(k, _)| k)
         .unwrap_or_else(|| panic!("schema name {name:?} is not rttlab.<kind>/<version>"));
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(v) = built.get(kind) {
+        return v.clone();
+    }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/schema");
     let read = |f: &str| -> serde_json::Value {
         let p = dir.join(f);
@@ -413,16 +432,14 @@ pub fn assert_schema(doc: &serde_json::Value) {
     }
     let registry = builder.prepare().unwrap();
     let schema = read(&format!("{kind}.json"));
-    let validator = jsonschema::options()
+    let v = jsonschema::options()
         .with_registry(&registry)
         .should_validate_formats(true)
         .build(&schema)
         .unwrap_or_else(|e| panic!("{kind}.json: {e}"));
-    let errors: Vec<String> = validator
-        .iter_errors(doc)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{name}: {errors:#?}\nin {doc}");
+    let v = std::sync::Arc::new(v);
+    built.insert(kind.to_owned(), v.clone());
+    v
 }
 
 /// Every line of `text` parsed as JSON and validated (`assert_schema`); returns them.

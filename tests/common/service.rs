@@ -78,15 +78,15 @@ impl Watch {
     }
 
     pub fn start_with(port: u16, args: &[&str]) -> Self {
+        let port = port.to_string();
+        Self::selecting(&[&["--port", &port], args].concat()).0
+    }
+
+    /// With `args` choosing what it watches (and more); also its first line, which
+    /// names the ports.
+    pub fn selecting(args: &[&str]) -> (Self, String) {
         let mut child = Command::new(bin())
-            .args([
-                "explain",
-                "--port",
-                &port.to_string(),
-                "--json",
-                "-l",
-                "120",
-            ])
+            .args(["explain", "--json", "-l", "120"])
             // Every transaction printed: these tests count them.
             .args(["--json-rate", "100000000"])
             .args(args)
@@ -103,7 +103,7 @@ impl Watch {
             stdout.read_to_string(&mut out).unwrap();
             out
         });
-        Self { child, err, out }
+        (Self { child, err, out }, first)
     }
 
     /// Interrupt it: every transaction's JSON object, and its stderr (the summary).
@@ -114,10 +114,8 @@ impl Watch {
         let mut rest = String::new();
         self.err.read_to_string(&mut rest).unwrap();
         assert!(self.child.wait().unwrap().success(), "{rest}");
-        let txns = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        // Every line held to its schema (docs/schema/explain-transaction.json).
+        let txns = super::assert_schema_lines(&out);
         (txns, rest)
     }
 }

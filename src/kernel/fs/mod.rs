@@ -699,6 +699,21 @@ pub fn stamp(path: &Path) -> Option<FileStamp> {
     Some((m.modified().ok()?, m.len(), m.ino()))
 }
 
+/// `statfs(2)`'s `f_type` of a cgroup v1 file system.
+pub const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+/// `statfs(2)`'s `f_type` of the cgroup2 file system.
+pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// The magic number of the file system `path` is on (`statfs(2)`'s `f_type`), or
+/// `None` when it cannot be asked.
+pub fn magic(path: &Path) -> Option<i64> {
+    let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs is plain old data; all zeroes is a valid value.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `s` a writable statfs that outlives the call.
+    (unsafe { libc::statfs(c.as_ptr(), &mut s) } == 0).then_some(s.f_type as i64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
