@@ -6,7 +6,7 @@
 // at Round Trip Time" reads a request/response exchange), then what the server sends
 // until the client sends again.
 //
-// Six BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
+// Seven BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
 // to load), on the paths every segment and every read or write of a socket take:
 //   tcp_probe           a segment reaches tcp_rcv_established: request data, or the
 //                       ACK of the response's last byte (its ack_seq, read from the
@@ -17,6 +17,7 @@
 //   sock_send_length    a write returned (sock_sendmsg): the response so far
 //   inet_sock_set_state the connection is closing: an ACK then is read from snd_una
 //   tcp_destroy_sock    the socket is gone: its last transaction is sent
+//   tcp_retransmit_skb  a segment is sent again: counted by its cause
 // A transaction is sent at the turn (the client's next request) or the connection's
 // end, never at an ACK alone: a server may write more after all it wrote was ACKed.
 // A socket is watched from its first segment on the port; its state lives in a hash
@@ -72,6 +73,14 @@ struct tcp_sock {
 	__u32 total_retrans;
 } __attribute__((preserve_access_index));
 
+struct inet_connection_sock {
+	__u8 icsk_ca_state:5;
+} __attribute__((preserve_access_index));
+
+// icsk_ca_state (include/net/tcp.h, enum tcp_ca_state).
+#define TCP_CA_RECOVERY 3
+#define TCP_CA_LOSS 4
+
 struct sk_buff {
 	unsigned int len;
 	unsigned char *data;
@@ -116,6 +125,10 @@ struct txn {
 	__u16 lport;         // the server's port (one of the watched)
 	__u8 raddr6[16];     // the client's IPv6 address (an AF_INET6 socket's; an IPv4
 	                     // client of a dual-stack socket is ::ffff:a.b.c.d)
+	__u16 rto;           // retransmissions while it ran, by cause (rttlab_retransmit):
+	__u16 tlp;           //   after an RTO expiry, tail-loss probes, fast
+	__u16 fast;          //   retransmissions
+	__u16 pad2;
 };
 
 // Counters: records sent, records the ring had no room for, segments of sockets the
@@ -288,6 +301,27 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	t->req_last_ns = now;
 	t->req_bytes += payload;
 	t->req_segments += 1;
+	return 0;
+}
+
+// A retransmission of the response, by the state the sender is in when
+// tcp_retransmit_skb sends it: Loss after an RTO expiry (tcp_retransmit_timer enters
+// it first), Recovery for a fast retransmission (RACK or three duplicate ACKs),
+// otherwise a tail-loss probe (tcp_send_loss_probe sends it in Open or Disorder).
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(rttlab_retransmit, struct sock *sk, struct sk_buff *skb)
+{
+	struct txn *t = state(sk, 0);
+	if (!t || !t->write_first_ns)
+		return 0;
+	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
+	__u8 ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
+	if (ca_state == TCP_CA_LOSS)
+		t->rto += 1;
+	else if (ca_state == TCP_CA_RECOVERY)
+		t->fast += 1;
+	else
+		t->tlp += 1;
 	return 0;
 }
 

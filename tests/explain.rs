@@ -7,7 +7,7 @@
 //! memcached and PostgreSQL: `explain_apps`.
 
 use crate::common::service::{installed, num, reply, Service, Watch};
-use crate::common::{self, free_port, privileged, two_cpus};
+use crate::common::{self, free_port, privileged, two_cpus, NetnsPair};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -74,18 +74,6 @@ fn calls(port: u16, command: &str) -> u64 {
     body.lines()
         .find_map(|l| l.strip_prefix(&key))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
-}
-
-/// One connection sending `PING` and reading `+PONG` `n` times.
-fn pings(port: u16, n: usize) -> TcpStream {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    for _ in 0..n {
-        w.write_all(b"PING\r\n").unwrap();
-        assert_eq!(reply(&mut r), "+PONG\r\n");
-    }
-    s
 }
 
 /// 200 commands on one connection, one at a time: 197 PINGs and three `DEBUG SLEEP
@@ -228,54 +216,17 @@ fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
     assert!(waited <= delayed + 1000.0, "{figures}");
 }
 
-/// An nftables table dropping every 40th segment redis sends as it arrives, removed
-/// when dropped.
-struct Drops(String);
-
-impl Drops {
-    fn every_40th_from(port: u16) -> Self {
-        let table = format!("rttlab_test_explain_{port}");
-        common::sh(&["nft", "add", "table", "inet", &table]);
-        let drops = Self(table);
-        let t = drops.0.as_str();
-        // On arrival at the client: a segment dropped on its way out never left (TCP
-        // sends it again at once, no retransmission); one dropped on arrival was sent
-        // and lost, as on a network.
-        let hook = "{ type filter hook input priority 0; }";
-        common::sh(&["nft", "add", "chain", "inet", t, "in", hook]);
-        let rule = format!("tcp sport {port} numgen inc mod 40 == 20 counter drop");
-        common::sh(&["nft", "add", "rule", "inet", t, "in", &rule]);
-        drops
-    }
-
-    /// Packets the rule dropped, by its own counter.
-    fn dropped(&self) -> u64 {
-        let o = Command::new("nft")
-            .args(["list", "table", "inet", &self.0])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&o.stdout);
-        let at = text.find("counter packets ").expect("a counter");
-        text[at + 16..]
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    }
-}
-
-impl Drop for Drops {
-    fn drop(&mut self) {
-        let _ = Command::new("nft")
-            .args(["delete", "table", "inet", &self.0])
-            .status();
-    }
-}
-
-/// The value of `key` (`retrans:`, `rtt:`) in `ss -ti`'s line of the server socket
+/// The value of `key` (`rtt:`) in `ss -ti`'s line of the server socket
 /// on `port`: the kernel's tcp_info as ss reads it.
 fn ss_field(port: u16, key: &str) -> Option<String> {
+    ss_line(port)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .map(str::to_owned)
+}
+
+/// `ss -ti`'s line of the server socket on `port`.
+fn ss_line(port: u16) -> String {
     let o = Command::new("ss")
         .args([
             "-tin",
@@ -285,58 +236,137 @@ fn ss_field(port: u16, key: &str) -> Option<String> {
         ])
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    text.split_whitespace()
-        .find_map(|w| w.strip_prefix(key))
-        .map(str::to_owned)
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// The server socket's retransmitted segments (`retrans:N/TOTAL`; absent: none).
-fn ss_total_retrans(port: u16) -> u64 {
-    ss_field(port, "retrans:").map_or(0, |r| r.split('/').nth(1).unwrap().parse().unwrap())
+/// Counter `name` of the kernel's TCP statistics in namespace `ns` (`/proc/net/snmp`'s
+/// `Tcp:` rows, `/proc/net/netstat`'s `TcpExt:` rows): each namespace counts its own.
+fn tcp_counter(ns: &str, file: &str, row: &str, name: &str) -> u64 {
+    let o = NetnsPair::exec(ns, &["cat", file]).output().unwrap();
+    let text = String::from_utf8(o.stdout).unwrap();
+    let mut rows = text.lines().filter(|l| l.starts_with(row));
+    let (names, values) = (rows.next().unwrap(), rows.next().unwrap());
+    let i = names.split_whitespace().position(|n| n == name).unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
 }
 
-/// Every 40th segment redis sends dropped by nftables while one client pings it 200
-/// times: each lost response is sent again after the loss probe or RTO (about 200 ms
-/// on loopback), and explain puts each retransmission on the transaction it stalled,
-/// in its network part. Witnesses: the kernel's per-socket count of retransmitted
-/// segments (ss), nftables' own count of the drops, and the stall itself (a network
-/// part of at least 100 ms on exactly the transactions that retransmitted).
+/// Server namespace `b`'s retransmitted segments, tail-loss probes and RTO expiries.
+fn retransmit_counters(b: &str) -> [u64; 3] {
+    [
+        tcp_counter(b, "/proc/net/snmp", "Tcp:", "RetransSegs"),
+        tcp_counter(b, "/proc/net/netstat", "TcpExt:", "TCPLossProbes"),
+        tcp_counter(b, "/proc/net/netstat", "TcpExt:", "TCPTimeouts"),
+    ]
+}
+
+/// redis in namespace `b`, redis-cli pinging it 200 times from `a`, and every 40th
+/// segment redis sends dropped by nftables as it arrives in `a` (a segment dropped on
+/// its way out never left: TCP sends it again at once). Twice: with the tail-loss
+/// probe on (Linux's default), each lost response is sent again by a probe; with it
+/// off (`tcp_early_retrans=0` in `b`), by the RTO, about 200 ms later. explain puts
+/// each retransmission on the transaction it stalled, in its network part (at least
+/// 100 ms on exactly those), and names its cause. Witnesses: `b`'s own counters (its
+/// namespace holds only the server's sockets: TcpRetransSegs, TCPLossProbes,
+/// TCPTimeouts), nftables' count of the drops, redis-cli's 200 answers.
 #[test]
-fn drops_show_as_retransmission_stalls_on_the_transactions_they_hit() {
+fn drops_show_as_retransmission_stalls_by_cause_on_the_transactions_they_hit() {
     let test = "drops_show_as_retransmission_stalls";
     if !privileged(test) || !have_redis(test) {
         return;
     }
+    let pair = NetnsPair::new();
     let port = free_port();
-    let _redis = Redis::start(port).unwrap();
-    let watch = Watch::start(port);
-    let drops = Drops::every_40th_from(port);
-    let s = pings(port, 200);
-    std::thread::sleep(Duration::from_millis(100));
-    let (kernel, dropped) = (ss_total_retrans(port), drops.dropped());
-    drop(s);
-    std::thread::sleep(Duration::from_millis(300));
-    let (txns, rest) = watch.stop();
-    let stalled: Vec<&serde_json::Value> = txns
-        .iter()
-        .filter(|t| num(t, "retransmissions") > 0.0)
-        .collect();
-    let retransmitted: f64 = stalled.iter().map(|t| num(t, "retransmissions")).sum();
-    let figures = format!(
-        "{} transactions, {} stalled, {retransmitted} retransmissions; ss {kernel}, nftables dropped {dropped}\n{rest}",
-        txns.len(),
-        stalled.len()
+    let child = NetnsPair::exec(&pair.b, &["redis-server", "--bind", pair.b4])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        // Bound to b's address, reached from a: not loopback, so not "protected".
+        .args(["--protected-mode", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _redis = Service(child);
+    common::wait_listening(pair.b4, port, Some(&pair.b));
+    NetnsPair::nft(
+        &pair.a,
+        &format!(
+            "table inet rttlab_drops {{\ncounter dropped {{}}\n\
+             chain inp {{ type filter hook input priority 0;\n\
+             tcp sport {port} numgen inc mod 40 == 20 counter name dropped drop; }}\n}}\n"
+        ),
     );
-    assert_eq!(txns.len(), 200, "{figures}");
-    assert!(dropped >= 4, "{figures}");
-    assert_eq!(retransmitted as u64, kernel, "{figures}");
-    assert_eq!(kernel, dropped, "{figures}");
-    for t in &txns {
-        let stall = num(t, "network_us") >= 100_000.0;
-        assert_eq!(stall, num(t, "retransmissions") > 0.0, "{t}\n{figures}");
+    let watch = Watch::start(port);
+    let mut phases = Vec::new();
+    for probes in ["3", "0"] {
+        NetnsPair::exec(
+            &pair.b,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv4.tcp_early_retrans={probes}"),
+            ],
+        )
+        .status()
+        .unwrap();
+        let before = (
+            retransmit_counters(&pair.b),
+            NetnsPair::nft_counter(&pair.a, "rttlab_drops", "dropped"),
+        );
+        let o = NetnsPair::exec(
+            &pair.a,
+            &["redis-cli", "-h", pair.b4, "-p", &port.to_string()],
+        )
+        .args(["-r", "200", "PING"])
+        .output()
+        .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.lines().filter(|l| *l == "PONG").count(), 200, "{out}");
+        // redis-cli has closed: its last answer is ACKed, every transaction ended.
+        std::thread::sleep(Duration::from_millis(300));
+        let after = (
+            retransmit_counters(&pair.b),
+            NetnsPair::nft_counter(&pair.a, "rttlab_drops", "dropped"),
+        );
+        let counted: Vec<u64> = (0..3).map(|i| after.0[i] - before.0[i]).collect();
+        phases.push((counted, after.1 - before.1));
     }
-    assert!(rest.contains("stalled by"), "{rest}");
+    let (txns, rest) = watch.stop();
+    assert_eq!(txns.len(), 400, "{rest}");
+    for (phase, (counted, dropped)) in phases.iter().enumerate() {
+        let ours = &txns[phase * 200..(phase + 1) * 200];
+        let sum = |k: &str| ours.iter().map(|t| t[k].as_u64().unwrap()).sum::<u64>();
+        let figures = format!(
+            "phase {phase}: nftables dropped {dropped}; the kernel: RetransSegs, TCPLossProbes, TCPTimeouts {counted:?}; explain: {} segments, {} probes, {} after an RTO, {} fast\n{rest}",
+            sum("retransmissions"), sum("tail_loss_probes"), sum("rto_retransmits"), sum("fast_retransmits")
+        );
+        assert!(*dropped >= 4, "{figures}");
+        assert_eq!(counted[0], *dropped, "{figures}");
+        assert_eq!(sum("retransmissions"), counted[0], "{figures}");
+        assert_eq!(sum("tail_loss_probes"), counted[1], "{figures}");
+        assert_eq!(sum("rto_retransmits"), counted[2], "{figures}");
+        assert_eq!(sum("fast_retransmits"), 0, "{figures}");
+        // The probe's phase is all probes, the other all RTOs: the cause seen is the
+        // one the sysctl left.
+        assert_eq!(
+            counted[if phase == 0 { 1 } else { 2 }],
+            *dropped,
+            "{figures}"
+        );
+        for t in ours {
+            let stall = num(t, "network_us") >= 100_000.0;
+            assert_eq!(stall, num(t, "retransmissions") > 0.0, "{t}\n{figures}");
+        }
+    }
+    let words = rest.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains("tail-loss probe(s)") && words.contains("sent after an RTO expired"),
+        "{rest}"
+    );
 }
 
 /// The server socket's smoothed RTT (`rtt:SRTT/RTTVAR`, ms).

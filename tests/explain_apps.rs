@@ -67,20 +67,7 @@ impl Nginx<'_> {
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(cg) = self.cgroup {
-            let procs = std::ffi::CString::new(cg.join("cgroup.procs").to_str().unwrap()).unwrap();
-            // SAFETY: between fork and exec only async-signal-safe calls: open,
-            // write and close of a path made before the fork. Writing 0 moves the
-            // writer, so nginx and its worker are born in the cgroup.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::close(fd);
-                    Ok(())
-                });
-            }
+            born_in(&mut cmd, cg);
         }
         Service::listening(cmd.spawn().unwrap(), self.ports[0], "nginx")
     }
@@ -237,7 +224,8 @@ fn a_slow_upstream_behind_nginx_shows_as_nginxs_work_on_those_requests() {
         } else {
             "/index.html"
         };
-        write!(w, "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        w.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+            .unwrap();
         let body = http_body(&mut r);
         assert_eq!(body.len(), if slow.contains(&i) { 4 } else { 100 });
     }
@@ -308,19 +296,24 @@ fn memcached_is_counted_byte_for_byte_by_its_own_stats() {
     let watch = Watch::start(port);
     let (before, first_answer) = memcached_stats(port);
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Each command in one write, sent at once: a command split over writes would wait
+    // for the ACK of its first part (Nagle's algorithm and memcached's delayed ACK).
+    s.set_nodelay(true).unwrap();
     let client_port = s.local_addr().unwrap().port();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s);
-    write!(w, "set big 0 0 {BIG}\r\n").unwrap();
-    w.write_all(&[b'v'; BIG]).unwrap();
-    w.write_all(b"\r\n").unwrap();
+    let mut big = format!("set big 0 0 {BIG}\r\n").into_bytes();
+    big.extend_from_slice(&[b'v'; BIG]);
+    big.extend_from_slice(b"\r\n");
+    w.write_all(&big).unwrap();
     assert_eq!(reply(&mut r), "STORED\r\n");
     for i in 0..50 {
-        write!(w, "set k{i} 0 0 10\r\n0123456789\r\n").unwrap();
+        w.write_all(format!("set k{i} 0 0 10\r\n0123456789\r\n").as_bytes())
+            .unwrap();
         assert_eq!(reply(&mut r), "STORED\r\n");
     }
     for i in 0..50 {
-        write!(w, "get k{i}\r\n").unwrap();
+        w.write_all(format!("get k{i}\r\n").as_bytes()).unwrap();
         assert_eq!(reply(&mut r), format!("VALUE k{i} 0 10\r\n"));
         assert_eq!(reply(&mut r), "0123456789\r\n");
         assert_eq!(reply(&mut r), "END\r\n");
@@ -532,13 +525,16 @@ fn postgres_under_pgbench_is_timed_transaction_for_transaction() {
             .or_default()
             .push(t);
     }
-    let sizes: Vec<usize> = by_connection.values().map(Vec::len).collect();
+    // A connection's id is its socket's cookie, numbered as the kernel first asks
+    // for it, not as connections open: the benchmark's is the one of 301.
+    let mut sizes: Vec<usize> = by_connection.values().map(Vec::len).collect();
+    sizes.sort_unstable();
     assert_eq!(sizes, [1, 301], "{rest}");
     assert!(
         rest.contains("2 request(s) whose connection ended before an answer"),
         "{rest}"
     );
-    let bench = by_connection.values().last().unwrap();
+    let bench = by_connection.values().find(|c| c.len() == 301).unwrap();
     let answering =
         |t: &serde_json::Value| num(t, "arrival_us") + num(t, "wait_us") + num(t, "think_us");
     for (i, (t, &(latency, script))) in bench[1..].iter().zip(&logged).enumerate() {
@@ -569,6 +565,23 @@ fn postgres_under_pgbench_is_timed_transaction_for_transaction() {
     );
 }
 
+/// `cmd`'s process started in cgroup `cg`, and with it every process it starts.
+fn born_in(cmd: &mut Command, cg: &Path) {
+    let procs = std::ffi::CString::new(cg.join("cgroup.procs").to_str().unwrap()).unwrap();
+    // SAFETY: between fork and exec only async-signal-safe calls: open, write and
+    // close of a path made before the fork. Writing 0 moves the writer.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+}
+
 /// A cgroup made for one test under the cgroup2 mount, removed when dropped (after
 /// the processes in it ended).
 struct Cgroup(PathBuf);
@@ -592,6 +605,11 @@ impl Cgroup {
 
 impl Drop for Cgroup {
     fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
         for _ in 0..50 {
             if std::fs::remove_dir(&self.0).is_ok() {
                 return;
@@ -661,10 +679,13 @@ fn a_cgroup_or_a_process_is_watched_on_every_port_it_listens_on() {
     let (by_cgroup, first) = Watch::selecting(&["--cgroup", cgroup.0.to_str().unwrap()]);
     let master = nginx.0.id().to_string();
     let (by_pid, first_pid) = Watch::selecting(&["--pid", &master]);
-    let named = format!("watching TCP port(s) {}, {}, ", ports[0], ports[1]);
-    assert!(first.contains(&named), "{first}");
+    let named = format!(": {}, {} (", ports[0], ports[1]);
     assert!(
-        first_pid.contains(&named) && first_pid.contains(&format!("PID {master}")),
+        first.contains(&named) && first.contains("cgroup \""),
+        "{first}"
+    );
+    assert!(
+        first_pid.contains(&format!("PID {master}{named}")),
         "{first_pid}"
     );
     for (port, n) in [(ports[0], 20), (ports[1], 30)] {
@@ -741,4 +762,122 @@ fn ipv4_and_ipv6_clients_are_named_by_their_own_addresses() {
     let (txns, rest) = watch.stop();
     let named: Vec<&str> = txns.iter().map(|t| t["client"].as_str().unwrap()).collect();
     assert_eq!(named, clients, "{rest}");
+}
+
+/// `rttlab explain ARGS -l 0.2`: its status and stderr.
+fn explain_briefly(args: &[&str]) -> (i32, String) {
+    let o = Command::new(common::bin())
+        .arg("explain")
+        .args(args)
+        .args(["-l", "0.2"])
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// What `--pid` and `--cgroup` find and refuse: a process listening in a network
+/// namespace of its own (a container's) is found there; a PID typed wrong among good
+/// ones, a path with no cgroup, a directory that is not one (even with a planted
+/// `cgroup.procs`), and a process listening on nothing are each refused with status 2
+/// and one line naming the flag; a threaded cgroup's threads are read. Witnesses: the
+/// listener's own port (it printed it), the kernel's refusals.
+#[test]
+fn selections_are_found_in_containers_and_bad_ones_named() {
+    let test = "selections_are_found";
+    if !privileged(test) {
+        return;
+    }
+    // A listener in a network namespace of its own, as in a container.
+    let mut contained = Command::new("unshare")
+        .args(["-n", "python3", "-c"])
+        .arg(
+            "import socket, sys, time\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+             print(s.getsockname()[1], flush=True); time.sleep(30)\n",
+        )
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port = reply(&mut BufReader::new(contained.stdout.take().unwrap()));
+    let pid = contained.id().to_string();
+    let (status, err) = explain_briefly(&["--pid", &pid]);
+    let _ = contained.kill();
+    let _ = contained.wait();
+    assert_eq!(status, 0, "{err}");
+    assert!(
+        err.contains(&format!("PID {pid}: {}", port.trim())),
+        "{err}"
+    );
+
+    // A process listening on nothing (not this one: other tests listen in it).
+    let mut idle = Command::new("sleep").arg("30").spawn().unwrap();
+    let me = idle.id().to_string();
+    let me_and_a_typo = format!("{me},4194305");
+    let refusals = [
+        (
+            vec!["--pid", "4194305"],
+            "rttlab: --pid: no process 4194305 (is the PID right?)",
+        ),
+        (
+            vec!["--pid", &me_and_a_typo],
+            "rttlab: --pid: no process 4194305",
+        ),
+        (
+            vec!["--pid", &me],
+            ": no TCP port listened on, nothing of it to watch",
+        ),
+        (
+            vec!["--cgroup", "rttlab-no-such-cgroup"],
+            "rttlab: --cgroup: no cgroup at \"",
+        ),
+    ]
+    .map(|(args, says)| (explain_briefly(&args), args, says));
+    let _ = idle.kill();
+    let _ = idle.wait();
+    for ((status, err), args, says) in refusals {
+        assert_eq!(status, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    let fake = tempfile::tempdir().unwrap();
+    std::fs::write(fake.path().join("cgroup.procs"), format!("{pid}\n")).unwrap();
+    let (status, err) = explain_briefly(&["--cgroup", fake.path().to_str().unwrap()]);
+    assert_eq!(status, 2, "{err}");
+    assert!(err.contains("is not a cgroup"), "{err}");
+
+    // A threaded cgroup below a domain one: its cgroup.procs is refused (EOPNOTSUPP),
+    // its threads are read. redis is started in the domain one, and its main thread
+    // moved into the threaded one.
+    if !installed(test, "redis-server", "redis-server") {
+        return;
+    }
+    let parent = Cgroup::new("rttlab-explain-threaded");
+    let threaded = parent.0.join("t");
+    std::fs::create_dir(&threaded).unwrap();
+    std::fs::write(threaded.join("cgroup.type"), "threaded").unwrap();
+    let redis_port = free_port();
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &redis_port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ])
+    .stdout(Stdio::null());
+    born_in(&mut cmd, &parent.0);
+    let redis = Service::listening(cmd.spawn().unwrap(), redis_port, "redis-server");
+    let main = redis.0.id();
+    // redis's main thread into the threaded cgroup (its threads may move there).
+    std::fs::write(threaded.join("cgroup.threads"), main.to_string()).unwrap();
+    let (status, err) = explain_briefly(&["--cgroup", threaded.to_str().unwrap()]);
+    assert_eq!(status, 0, "{err}");
+    assert!(err.contains(&format!(": {redis_port} (")), "{err}");
+    drop(redis);
 }

@@ -9,7 +9,7 @@ use rttlab::kernel::explain_bpf::ExplainBpf;
 use rttlab::kernel::listeners;
 use rttlab::report::service as render;
 use rttlab::service::{Transaction, Window};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,11 +49,11 @@ segment, or sends before it reads the answers, are one transaction (the kernel
 cannot count requests without a parser); one answered while more of them waited
 unread is flagged pipelined.
 
-Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: six of the
+Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: seven of the
 kernel's own tracepoints (tcp_probe, sock_recv_length, tcp_sendmsg_locked,
-sock_send_length, inet_sock_set_state, tcp_destroy_sock), no kprobes. Nothing is
-left behind: the kernel removes the programs when the command ends, however it
-ends.
+sock_send_length, inet_sock_set_state, tcp_destroy_sock, tcp_retransmit_skb), no
+kprobes. Nothing is left behind: the kernel removes the programs when the
+command ends, however it ends.
 
 Examples:
   rttlab explain --port 6379                redis, a table a second until Ctrl-C
@@ -98,11 +98,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         anyhow::bail!("--interval must be at least 100ms");
     }
     let (ports, whose) = selected(&a)?;
-    let list = ports
-        .iter()
-        .map(u16::to_string)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let list = listed(&ports);
     let mut kernel = ExplainBpf::attach(&ports, a.max_connections)
         .with_context(|| format!("watching TCP port(s) {list}"))?;
     let offset = rttlab::kernel::passive_bpf::realtime_minus_monotonic();
@@ -113,10 +109,10 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let until = a
         .length
         .map_or("Ctrl-C to stop".into(), |l| format!("for {:?}", l));
-    eprintln!("rttlab explain: watching TCP port(s) {list}{whose} ({until})");
+    eprintln!("rttlab explain: watching TCP port(s) {whose} ({until})");
     for &port in a.port.iter().filter(|&&p| !listening(p)) {
         eprintln!(
-            "rttlab explain: nothing listens on TCP port {port} of this host yet: a service started later is watched from its first connection (is the port right?)"
+            "rttlab explain: nothing listens on TCP port {port} in this network namespace yet: one started later, or in another namespace (a container), is watched from its first connection (is the port right?)"
         );
     }
     let started = Instant::now();
@@ -150,7 +146,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         for t in lines {
             use std::io::Write as _;
             if printed.may(Instant::now()) {
-                writeln!(stdout, "{}", t.json_line(offset))?;
+                writeln!(stdout, "{}", render::json_line(&t, offset))?;
             }
         }
         let now = Instant::now();
@@ -202,56 +198,67 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The ports to watch, and whose they are in words (empty for `--port` alone): the
-/// ports given, and every port the processes given (or the cgroup's) listen on now.
+/// The ports to watch, and whose they are in words: the ports given, and every port
+/// the processes given (each must exist) or the cgroup's listen on now.
 fn selected(a: &ExplainArgs) -> anyhow::Result<(Vec<u16>, String)> {
-    let mut pids = a.pid.clone();
-    if let Some(cg) = &a.cgroup {
-        let of = listeners::cgroup_pids(cg).context("--cgroup")?;
-        if of.is_empty() {
-            anyhow::bail!(
-                "--cgroup {}: the cgroup holds no process (is the service running?)",
-                cg.display()
-            );
-        }
-        pids.extend(of);
+    let mut ports: BTreeSet<u16> = a.port.iter().copied().collect();
+    let mut whose = Vec::new();
+    if !a.port.is_empty() {
+        whose.push(format!("given: {}", listed(&ports)));
     }
-    let mut ports: std::collections::BTreeSet<u16> = a.port.iter().copied().collect();
-    let mut whose = String::new();
-    if !pids.is_empty() {
-        let found = listeners::ports_of(&pids).context(if a.cgroup.is_some() {
-            "--cgroup"
-        } else {
-            "--pid"
-        })?;
-        let of = match (&a.cgroup, a.pid.as_slice()) {
-            (Some(cg), _) => format!("the cgroup {}", cg.display()),
-            (None, [one]) => format!("PID {one}"),
-            (None, many) => format!(
-                "PIDs {}",
-                many.iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+    if !a.pid.is_empty() {
+        let pids: BTreeSet<u32> = a.pid.iter().copied().collect();
+        if let Some(p) = pids
+            .iter()
+            .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
+            anyhow::bail!("--pid: no process {p} (is the PID right?)");
+        }
+        let pids: Vec<u32> = pids.into_iter().collect();
+        let found = listeners::ports_of(&pids).context("--pid")?;
+        let of = match pids.as_slice() {
+            [one] => format!("PID {one}"),
+            many => format!("PIDs {}", listed(many)),
         };
         if found.is_empty() {
+            anyhow::bail!("--pid: {of}: no TCP port listened on, nothing of it to watch");
+        }
+        let these: BTreeSet<u16> = found.keys().copied().collect();
+        whose.push(format!("{of}: {}", listed(&these)));
+        ports.extend(these);
+    }
+    if let Some(cg) = &a.cgroup {
+        let (dir, pids) = listeners::cgroup_pids(cg).context("--cgroup")?;
+        if pids.is_empty() {
+            anyhow::bail!("--cgroup: {dir:?} holds no process (is the service running?)");
+        }
+        let found = listeners::ports_of(&pids).context("--cgroup")?;
+        if found.is_empty() {
             anyhow::bail!(
-                "{of} listens on no TCP port: nothing to watch (give the service's --port)"
+                "--cgroup: the {} process(es) of {dir:?} listen on no TCP port: nothing of it to watch",
+                pids.len()
             );
         }
-        let holders: std::collections::BTreeSet<u32> = found.values().flatten().copied().collect();
-        whose = format!(
-            ", those {of} listens on (processes {})",
-            holders
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        ports.extend(found.keys());
+        let holders: BTreeSet<u32> = found.values().flatten().copied().collect();
+        let these: BTreeSet<u16> = found.keys().copied().collect();
+        whose.push(format!(
+            "cgroup {dir:?}, process(es) {}: {}",
+            listed(&holders),
+            listed(&these)
+        ));
+        ports.extend(these);
     }
-    Ok((ports.into_iter().collect(), whose))
+    Ok((ports.into_iter().collect(), whose.join("; ")))
+}
+
+/// `items` comma-separated, the first 10 and how many more.
+fn listed<T: ToString>(items: impl IntoIterator<Item = T>) -> String {
+    let all: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    let mut s = all.iter().take(10).cloned().collect::<Vec<_>>().join(", ");
+    if all.len() > 10 {
+        s += &format!(" and {} more", all.len() - 10);
+    }
+    s
 }
 
 /// Whether anything listens on TCP `port` of this host (sock_diag); when that cannot

@@ -1,7 +1,8 @@
-//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, six BTF tracepoints (tp_btf)
+//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, seven BTF tracepoints (tp_btf)
 //! on the paths every TCP segment and every read and write of a socket take
 //! (`tcp_probe`, `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
-//! `inet_sock_set_state`, `tcp_destroy_sock`), loaded with aya and read through a ring buffer of finished
+//! `inet_sock_set_state`, `tcp_destroy_sock`) and a retransmission
+//! (`tcp_retransmit_skb`), loaded with aya and read through a ring buffer of finished
 //! transactions. What a record means is `service`'s business; this module moves
 //! bytes. Tracepoints, not fentry: some kernels (this project's CI among them) refuse
 //! to load fentry programs at all, and these tracepoints sit where the functions'
@@ -30,13 +31,14 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/explain.bpf.o");
 
 /// (program, tracepoint) in the order they are attached: the socket's end first, so
 /// no entry outlives its socket.
-const PROGRAMS: [(&str, &str); 6] = [
+const PROGRAMS: [(&str, &str); 7] = [
     ("rttlab_gone", "tcp_destroy_sock"),
     ("rttlab_state", "inet_sock_set_state"),
     ("rttlab_rx", "tcp_probe"),
     ("rttlab_read", "sock_recv_length"),
     ("rttlab_write", "tcp_sendmsg_locked"),
     ("rttlab_written", "sock_send_length"),
+    ("rttlab_retransmit", "tcp_retransmit_skb"),
 ];
 
 /// Why explain's programs cannot run here, or failed.
@@ -104,6 +106,12 @@ pub struct RawTxn {
     /// The client's IPv6 address, network order (zero for an IPv4 socket; an IPv4
     /// client of a dual-stack socket is `::ffff:a.b.c.d`).
     pub client_v6: [u8; 16],
+    /// Retransmissions of the response after an RTO expiry.
+    pub rto: u16,
+    /// Tail-loss probes.
+    pub tlp: u16,
+    /// Fast retransmissions.
+    pub fast: u16,
 }
 
 /// The response began with request bytes still unread: pipelined requests.
@@ -114,7 +122,7 @@ pub const TXN_UNACKED: u32 = 2;
 pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 128;
+pub const RAW_TXN_BYTES: usize = 136;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -124,6 +132,7 @@ impl RawTxn {
         }
         let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
         Some(Self {
             cookie: u64_at(0),
             req_first_ns: u64_at(8),
@@ -142,10 +151,13 @@ impl RawTxn {
             // 92: retrans_base, the program's own.
             flags: u32_at(96),
             client_v4: b[100..104].try_into().expect("4 bytes"),
-            client_port: u16::from_ne_bytes([b[104], b[105]]),
+            client_port: u16_at(104),
             // 106, 107: phase and padding, the program's own.
-            port: u16::from_ne_bytes([b[108], b[109]]),
+            port: u16_at(108),
             client_v6: b[110..126].try_into().expect("16 bytes"),
+            rto: u16_at(126),
+            tlp: u16_at(128),
+            fast: u16_at(130),
         })
     }
 }

@@ -31,63 +31,99 @@ pub enum ListenersError {
         source: std::io::Error,
     },
     /// The path is not a cgroup.
-    #[error("{0} is not a cgroup (a directory of cgroupfs with a cgroup.procs, such as /sys/fs/cgroup/system.slice/nginx.service)")]
-    NotCgroup(PathBuf),
-    /// A cgroup's processes cannot be read.
-    #[error("cannot read {path}: {msg}")]
-    Procs {
-        /// Its `cgroup.procs`.
+    #[error("{path:?} is not a cgroup (a directory of a cgroup file system: {hint})")]
+    NotCgroup {
+        /// The path as resolved.
         path: PathBuf,
+        /// Where cgroups are, from this host's mounts.
+        hint: String,
+    },
+    /// There is nothing at the path.
+    #[error("no cgroup at {path:?} ({hint})")]
+    NoCgroup {
+        /// The path as resolved.
+        path: PathBuf,
+        /// Where cgroups are, from this host's mounts.
+        hint: String,
+    },
+    /// A cgroup's processes cannot be read.
+    #[error("{0}")]
+    Procs(String),
+    /// A process's network namespace cannot be entered.
+    #[error("entering the network namespace of process {pid}: {msg}")]
+    Namespace {
+        /// The process.
+        pid: u32,
         /// Why.
         msg: String,
     },
-    /// No cgroup2 mount to resolve a relative path against.
-    #[error("no cgroup2 file system is mounted to find {0} in (give the cgroup's whole path)")]
-    NoCgroup2(PathBuf),
     /// The kernel's sockets cannot be listed.
     #[error("listing the listening sockets: {0}")]
     Diag(#[from] DiagError),
 }
 
-/// The TCP ports each of `pids` listens on, by port: the processes holding it. A pid
-/// that ended meanwhile is left out when others remain; alone, it is an error.
+/// The TCP ports each of `pids` listens on, by port: the processes holding it. A
+/// process in another network namespace (a container) is looked up in its own: the
+/// kernel's programs watch a port in every namespace. A pid that ended meanwhile is
+/// left out when others remain; alone, it is an error.
 ///
 /// # Errors
 /// A pid with no process, descriptors that cannot be read, no sock_diag.
 pub fn ports_of(pids: &[u32]) -> Result<BTreeMap<u16, BTreeSet<u32>>, ListenersError> {
-    let mut by_inode = BTreeMap::new();
-    let mut diag = SockDiag::open(None)?;
-    let filter = DiagFilter {
-        states: LISTEN,
-        ..DiagFilter::default()
-    };
-    diag.dump_tcp(&filter, |e| {
-        if e.inode != 0 {
-            by_inode.insert(u64::from(e.inode), e.local.port());
-        }
-    })?;
-    let mut ports: BTreeMap<u16, BTreeSet<u32>> = BTreeMap::new();
+    // The processes by network namespace (its inode), each namespace asked once.
+    let here = namespace_of("self");
+    let mut by_namespace: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for &pid in pids {
-        let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if pids.len() == 1 {
-                    return Err(ListenersError::NoProcess(pid));
-                }
-                continue;
-            }
-            Err(source) => return Err(ListenersError::Descriptors { pid, source }),
+        match namespace_of(&pid.to_string()) {
+            Some(ns) => by_namespace.entry(ns).or_default().push(pid),
+            None if pids.len() == 1 => return Err(ListenersError::NoProcess(pid)),
+            None => {} // ended meanwhile
+        }
+    }
+    let mut ports: BTreeMap<u16, BTreeSet<u32>> = BTreeMap::new();
+    for (ns, members) in by_namespace {
+        let entered = (Some(ns) != here).then(|| format!("/proc/{}/ns/net", members[0]));
+        let mut diag =
+            SockDiag::open(entered.as_deref()).map_err(|e| ListenersError::Namespace {
+                pid: members[0],
+                msg: crate::error_chain(&e),
+            })?;
+        let mut by_inode = BTreeMap::new();
+        let filter = DiagFilter {
+            states: LISTEN,
+            ..DiagFilter::default()
         };
-        for fd in fds.flatten() {
-            let Ok(target) = std::fs::read_link(fd.path()) else {
-                continue; // closed meanwhile
+        diag.dump_tcp(&filter, |e| {
+            if e.inode != 0 {
+                by_inode.insert(u64::from(e.inode), e.local.port());
+            }
+        })?;
+        for pid in members {
+            let fds = match std::fs::read_dir(format!("/proc/{pid}/fd")) {
+                Ok(d) => d,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(source) => return Err(ListenersError::Descriptors { pid, source }),
             };
-            if let Some(port) = socket_inode(&target).and_then(|i| by_inode.get(&i)) {
-                ports.entry(*port).or_default().insert(pid);
+            for fd in fds.flatten() {
+                let Ok(target) = std::fs::read_link(fd.path()) else {
+                    continue; // closed meanwhile
+                };
+                if let Some(port) = socket_inode(&target).and_then(|i| by_inode.get(&i)) {
+                    ports.entry(*port).or_default().insert(pid);
+                }
             }
         }
     }
     Ok(ports)
+}
+
+/// The inode of the network namespace of process `pid` ("self" for this one), or
+/// `None` when there is no such process.
+fn namespace_of(pid: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 /// The inode of a descriptor's link `socket:[N]`.
@@ -99,33 +135,56 @@ fn socket_inode(link: &Path) -> Option<u64> {
         .ok()
 }
 
-/// The processes of the cgroup at `path` and of every cgroup below it. A relative
-/// path is taken under the cgroup2 mount (`system.slice/nginx.service`).
+/// The cgroup at `path` (resolved: a relative path, or an absolute one as
+/// /proc/PID/cgroup and systemctl print it, is taken under the cgroup2 mount), and the
+/// processes of it and of every cgroup below it. A cgroup below that goes away while
+/// it is read is left out; in a threaded subtree the threads are read (their
+/// descriptors are their process's).
 ///
 /// # Errors
 /// Not a cgroup, or its processes cannot be read.
-pub fn cgroup_pids(path: &Path) -> Result<Vec<u32>, ListenersError> {
-    let root = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        cgroup2_mount()
-            .ok_or_else(|| ListenersError::NoCgroup2(path.to_path_buf()))?
-            .join(path)
+pub fn cgroup_pids(path: &Path) -> Result<(PathBuf, Vec<u32>), ListenersError> {
+    let mount = cgroup2_mount();
+    let under = |p: &Path| {
+        mount
+            .as_ref()
+            .map(|m| m.join(p.strip_prefix("/").unwrap_or(p)))
     };
+    let hint = match &mount {
+        Some(m) => format!(
+            "cgroup2 is mounted at {m:?}: a unit's is {:?}",
+            m.join("system.slice/nginx.service")
+        ),
+        None => "no cgroup2 file system is mounted: give a cgroup directory's whole path".into(),
+    };
+    let candidates: Vec<PathBuf> = if path.is_absolute() {
+        [Some(path.to_path_buf()), under(path)]
+            .into_iter()
+            .flatten()
+            .collect()
+    } else {
+        under(path).into_iter().collect()
+    };
+    let Some(found) = candidates.iter().find(|p| p.exists()) else {
+        let path = candidates
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| path.to_path_buf());
+        return Err(ListenersError::NoCgroup { path, hint });
+    };
+    let root = std::fs::canonicalize(found).unwrap_or_else(|_| found.clone());
     if !is_cgroup(&root) {
-        return Err(ListenersError::NotCgroup(root));
+        return Err(ListenersError::NotCgroup { path: root, hint });
     }
     let mut pids = BTreeSet::new();
-    let mut dirs = vec![root];
+    let mut dirs = vec![root.clone()];
     while let Some(dir) = dirs.pop() {
-        let procs = dir.join("cgroup.procs");
-        let text =
-            super::fs::read_text(&procs, "a cgroup's processes", PROCS_BYTES).map_err(|e| {
-                ListenersError::Procs {
-                    path: procs.clone(),
-                    msg: crate::error_chain(&e),
-                }
-            })?;
+        let text = match members(&dir) {
+            Ok(t) => t,
+            // A cgroup below, removed meanwhile (a short-lived scope).
+            Err(e) if dir != root && gone(&e) => continue,
+            Err(e) => return Err(ListenersError::Procs(crate::error_chain(&e))),
+        };
         pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
         // Sub-cgroups are directories; a symlink is not followed (cgroupfs has none).
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -134,7 +193,33 @@ pub fn cgroup_pids(path: &Path) -> Result<Vec<u32>, ListenersError> {
             }
         }
     }
-    Ok(pids.into_iter().collect())
+    Ok((root, pids.into_iter().collect()))
+}
+
+/// The processes of cgroup `dir` (`cgroup.procs`), or its threads where the kernel
+/// refuses that (a threaded cgroup: EOPNOTSUPP).
+fn members(dir: &Path) -> Result<String, super::fs::FileError> {
+    let read = |f: &str| super::fs::read_text(&dir.join(f), "a cgroup's processes", PROCS_BYTES);
+    read("cgroup.procs").or_else(|e| {
+        if errno(&e) == Some(libc::EOPNOTSUPP) {
+            read("cgroup.threads")
+        } else {
+            Err(e)
+        }
+    })
+}
+
+/// Whether a read failed because its cgroup went away.
+fn gone(e: &super::fs::FileError) -> bool {
+    matches!(errno(e), Some(libc::ENOENT | libc::ENODEV))
+}
+
+/// The OS error of a failed read, if it was one.
+fn errno(e: &super::fs::FileError) -> Option<i32> {
+    match e {
+        super::fs::FileError::Io { source, .. } => source.raw_os_error(),
+        _ => None,
+    }
 }
 
 /// Whether `dir` is a directory of a cgroup file system (v1 or v2).
@@ -194,7 +279,7 @@ mod tests {
         std::fs::write(d.path().join("cgroup.procs"), "1\n").unwrap();
         assert!(matches!(
             cgroup_pids(d.path()),
-            Err(ListenersError::NotCgroup(_))
+            Err(ListenersError::NotCgroup { .. })
         ));
     }
 }

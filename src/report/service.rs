@@ -1,8 +1,9 @@
 //! `rttlab explain`'s table: a window of a service's transactions, each part's
-//! percentiles and its share of the response time, then what they say.
+//! percentiles and its share of the response time, then what they say; and its JSON
+//! line of one transaction.
 
 use super::table::{one_decimal, wrap, Table, TEXT_WIDTH};
-use crate::service::{Summary, PARTS};
+use crate::service::{Part, Summary, Transaction, PARTS};
 
 /// The table of `s`, a window of `seconds` on local port `port`, with its findings.
 pub fn table(port: u16, s: &Summary, seconds: f64) -> String {
@@ -42,4 +43,62 @@ pub fn table(port: u16, s: &Summary, seconds: f64) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A transaction as `--json` prints it, keys in this order.
+#[derive(serde::Serialize)]
+struct Line {
+    time_ns: u64,
+    port: u16,
+    connection: u64,
+    client: Option<String>,
+    request_bytes: u32,
+    request_segments: u32,
+    response_bytes: u32,
+    response_us: f64,
+    arrival_us: Option<f64>,
+    wait_us: Option<f64>,
+    think_us: Option<f64>,
+    write_us: Option<f64>,
+    network_us: Option<f64>,
+    srtt_us: u32,
+    retransmissions: u32,
+    rto_retransmits: u64,
+    tail_loss_probes: u64,
+    fast_retransmits: u64,
+    pipelined: bool,
+    unacked: bool,
+    ack_on_next_request: bool,
+}
+
+/// One line of `--json` (`rttlab.explain-transaction/1`): times in µs, `null`
+/// where not seen; `realtime_offset_ns` turns the start into the epoch's time.
+pub fn json_line(t: &Transaction, realtime_offset_ns: u64) -> String {
+    let us = |ns: u64| ns as f64 / 1e3;
+    let part = |p: Part| t.part(p).map(us);
+    let line = Line {
+        time_ns: t.start_ns + realtime_offset_ns,
+        port: t.port,
+        connection: t.connection,
+        client: t.client.map(|c| c.to_string()),
+        request_bytes: t.request_bytes,
+        request_segments: t.request_segments,
+        response_bytes: t.response_bytes,
+        response_us: us(t.response_ns),
+        arrival_us: part(Part::Arrival),
+        wait_us: part(Part::Wait),
+        think_us: part(Part::Think),
+        write_us: part(Part::Write),
+        network_us: part(Part::Network),
+        srtt_us: t.srtt_us,
+        retransmissions: t.retransmissions,
+        rto_retransmits: t.retransmitted_by.rto,
+        tail_loss_probes: t.retransmitted_by.tlp,
+        fast_retransmits: t.retransmitted_by.fast,
+        pipelined: t.pipelined,
+        unacked: t.unacked,
+        ack_on_next_request: t.ack_on_request,
+    };
+    crate::results::schema::line(crate::results::schema::EXPLAIN_TRANSACTION, &line)
+        .expect("a struct serialises as an object")
 }

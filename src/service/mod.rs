@@ -6,5 +6,5 @@
 pub mod transaction;
 pub mod window;
 
-pub use transaction::{Part, Transaction, PARTS};
+pub use transaction::{Causes, Part, Transaction, PARTS};
 pub use window::{PartRow, Summary, Window};

@@ -57,29 +57,6 @@ impl Part {
     }
 }
 
-/// A transaction as `--json` prints it, keys in this order.
-#[derive(serde::Serialize)]
-struct Line {
-    time_ns: u64,
-    port: u16,
-    connection: u64,
-    client: Option<String>,
-    request_bytes: u32,
-    request_segments: u32,
-    response_bytes: u32,
-    response_us: f64,
-    arrival_us: Option<f64>,
-    wait_us: Option<f64>,
-    think_us: Option<f64>,
-    write_us: Option<f64>,
-    network_us: Option<f64>,
-    srtt_us: u32,
-    retransmissions: u32,
-    pipelined: bool,
-    unacked: bool,
-    ack_on_next_request: bool,
-}
-
 /// One transaction: what the server's kernel saw of it (times in ns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transaction {
@@ -115,6 +92,28 @@ pub struct Transaction {
     /// The ACK of the response rode on the client's next request: the network part is
     /// the client's pause between them (or its delayed-ACK timer's, whichever first).
     pub ack_on_request: bool,
+    /// Its response's retransmissions by cause.
+    pub retransmitted_by: Causes,
+}
+
+/// Retransmissions by what sent them (the sender's state when `tcp_retransmit_skb`
+/// sent them: Loss, Recovery, or neither).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Causes {
+    /// After an RTO expiry (`tcp_retransmit_timer`).
+    pub rto: u64,
+    /// Tail-loss probes (`tcp_send_loss_probe`).
+    pub tlp: u64,
+    /// Fast retransmissions (RACK, duplicate ACKs).
+    pub fast: u64,
+}
+
+impl std::ops::AddAssign for Causes {
+    fn add_assign(&mut self, o: Self) {
+        self.rto += o.rto;
+        self.tlp += o.tlp;
+        self.fast += o.fast;
+    }
 }
 
 impl Transaction {
@@ -161,41 +160,17 @@ impl Transaction {
             pipelined: r.flags & TXN_PIPELINED != 0,
             unacked: r.flags & TXN_UNACKED != 0,
             ack_on_request: r.flags & TXN_ACK_ON_DATA != 0,
+            retransmitted_by: Causes {
+                rto: r.rto.into(),
+                tlp: r.tlp.into(),
+                fast: r.fast.into(),
+            },
         }
     }
 
     /// The part `p`, ns.
     pub fn part(&self, p: Part) -> Option<u64> {
         self.parts[p as usize]
-    }
-
-    /// One line of `--json` (`rttlab.explain-transaction/1`): times in µs, `null`
-    /// where not seen; `realtime_offset_ns` turns the start into the epoch's time.
-    pub fn json_line(&self, realtime_offset_ns: u64) -> String {
-        let us = |ns: u64| ns as f64 / 1e3;
-        let part = |p: Part| self.part(p).map(us);
-        let line = Line {
-            time_ns: self.start_ns + realtime_offset_ns,
-            port: self.port,
-            connection: self.connection,
-            client: self.client.map(|c| c.to_string()),
-            request_bytes: self.request_bytes,
-            request_segments: self.request_segments,
-            response_bytes: self.response_bytes,
-            response_us: us(self.response_ns),
-            arrival_us: part(Part::Arrival),
-            wait_us: part(Part::Wait),
-            think_us: part(Part::Think),
-            write_us: part(Part::Write),
-            network_us: part(Part::Network),
-            srtt_us: self.srtt_us,
-            retransmissions: self.retransmissions,
-            pipelined: self.pipelined,
-            unacked: self.unacked,
-            ack_on_next_request: self.ack_on_request,
-        };
-        crate::results::schema::line(crate::results::schema::EXPLAIN_TRANSACTION, &line)
-            .expect("a struct serialises as an object")
     }
 }
 

@@ -2,7 +2,7 @@
 //! percentiles, each part's percentiles and its share of the response at the median
 //! and in the tail, and the sentences that follow from them.
 
-use super::transaction::{Part, Transaction, PARTS};
+use super::transaction::{Causes, Part, Transaction, PARTS};
 
 /// The most transactions a window holds whole; past it, a uniform sample of this many
 /// (reservoir sampling, Vitter's algorithm R) stands for them, and the summary says so.
@@ -25,6 +25,7 @@ pub struct Window {
     ack_on_request: u64,
     retransmitted: u64,
     retransmissions: u64,
+    retransmitted_by: Causes,
     /// The reservoir's own generator (xorshift64*), seeded fixed: a window's summary
     /// is a function of its transactions.
     rng: u64,
@@ -40,6 +41,7 @@ impl Default for Window {
             ack_on_request: 0,
             retransmitted: 0,
             retransmissions: 0,
+            retransmitted_by: Causes::default(),
             rng: 0x9E37_79B9_7F4A_7C15,
         }
     }
@@ -83,6 +85,8 @@ pub struct Summary {
     pub retransmitted: u64,
     /// Segments retransmitted during them.
     pub retransmissions: u64,
+    /// Those retransmissions by cause.
+    pub retransmitted_by: Causes,
     /// The response time's median, 99th percentile and maximum, µs.
     pub response_us: [Option<f64>; 3],
     /// Each part, in [`PARTS`]' order.
@@ -98,6 +102,7 @@ impl Window {
         self.ack_on_request += u64::from(t.ack_on_request);
         self.retransmitted += u64::from(t.retransmissions > 0);
         self.retransmissions += u64::from(t.retransmissions);
+        self.retransmitted_by += t.retransmitted_by;
         let mut k = [UNSEEN; 7];
         k[0] = t.response_ns;
         for (i, p) in t.parts.iter().enumerate() {
@@ -206,6 +211,7 @@ impl Window {
             srtt_p50_us: (!srtt.is_empty()).then(|| srtt[(srtt.len() - 1) / 2] as f64),
             retransmitted: self.retransmitted,
             retransmissions: self.retransmissions,
+            retransmitted_by: self.retransmitted_by,
             response_us,
             parts,
         }
@@ -253,9 +259,22 @@ impl Summary {
             }
         }
         if self.retransmitted > 0 {
+            let c = self.retransmitted_by;
+            let mut by = Vec::new();
+            for (n, what) in [
+                (c.tlp, "tail-loss probe(s)"),
+                (c.rto, "sent after an RTO expired"),
+                (c.fast, "fast retransmission(s)"),
+            ] {
+                if n > 0 {
+                    by.push(format!("{n} {what}"));
+                }
+            }
             out.push(format!(
-                "{} transaction(s) were stalled by {} retransmitted segment(s): loss between the server and its clients (the kernel's TcpRetransSegs counts them too).",
-                self.retransmitted, self.retransmissions
+                "{} transaction(s) were stalled by {} retransmitted segment(s) ({}): loss between the server and its clients (the kernel counts them too: TcpRetransSegs, TCPLossProbes, TCPTimeouts, TCPFastRetrans).",
+                self.retransmitted,
+                self.retransmissions,
+                by.join(", ")
             ));
         }
         if self.pipelined > 0 {
