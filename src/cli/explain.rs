@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Watches every TCP connection to local ports of this host (the server side: redis
-on 6379, nginx on 80, PostgreSQL on 5432), given as ports, or as the processes
-or the cgroup (a systemd unit's) whose listening ports they are (found at the
-start, as `ss -ltnp` finds them: a port opened later is not watched), and splits
-each transaction (what the client sends until the server answers, then the
-answer) into the parts its kernel saw, with the kernel's own clock, no change to
-the application, no parser:
+Watches every TCP connection to local ports of this host (the server side:
+redis on 6379, nginx on 80, PostgreSQL on 5432), given as ports, or as the
+processes or the cgroup (a systemd unit's) whose listening ports they are
+(found at the start, as `ss -ltnp` finds them: a port opened later is not
+watched), and splits each transaction (what the client sends until the server
+answers, then the answer) into the parts its kernel saw, with the kernel's own
+clock, no change to the application, no parser:
 
   arrival  the request's first data segment to its last, at TCP
   wait     its last segment to the application's last read of it (the
@@ -30,17 +30,18 @@ the application, no parser:
   think    that read to the response's first write (the application's work)
   write    the response's first write to its last returning
   network  the last write to the ACK of the response's last byte (the network
-           and the client; when it ACKs with its next request, its own pause)
+           and the client; when it ACKs with its next request, its own pause;
+           0 when the ACK came before the write returned, as on loopback)
 
-The response time is arrival + wait + think + write: the first request byte in to
-the last response byte handed to TCP. Every interval prints the transactions, the
-response time's percentiles, each part's P50 and P99 and its share of the response
-around the median and in the slowest 1 %, then what they say in words (which part
-the tail is made of, retransmission stalls, the client's pause in the network
-part, pipelining), and what was not timed. The turn of a transaction is the turn
-of direction of its data (Jones, A Brief Look at Round Trip Time): HTTP/1.1
-keep-alive, redis, memcached and PostgreSQL's simple queries split as their
-clients use them.
+The response time is arrival + wait + think + write: the first request byte in
+to the last response byte handed to TCP. Every interval prints the
+transactions, the response time's percentiles, each part's P50 and P99 and its
+share of the response around the median and in the slowest 1 %, then what they
+say in words (which part the tail is made of, retransmission stalls, the
+client's pause in the network part, pipelining), and what was not timed. The
+turn of a transaction is the turn of direction of its data (Jones, A Brief Look
+at Round Trip Time): HTTP/1.1 keep-alive, redis, memcached and PostgreSQL's
+simple queries split as their clients use them.
 
 A transaction is counted at the client's next request or when the connection
 ends (a server may write more after all it wrote was ACKed): the last one of an
@@ -51,8 +52,8 @@ unread is flagged pipelined.
 
 Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: seven of the
 kernel's own tracepoints (tcp_probe, sock_recv_length, tcp_sendmsg_locked,
-sock_send_length, inet_sock_set_state, tcp_destroy_sock, tcp_retransmit_skb), no
-kprobes. Nothing is left behind: the kernel removes the programs when the
+sock_send_length, inet_sock_set_state, tcp_destroy_sock, tcp_retransmit_skb),
+no kprobes. Nothing is left behind: the kernel removes the programs when the
 command ends, however it ends.
 
 Examples:

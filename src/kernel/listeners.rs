@@ -50,7 +50,9 @@ pub enum ListenersError {
     #[error("{0}")]
     Procs(String),
     /// A process's network namespace cannot be entered.
-    #[error("entering the network namespace of process {pid}: {msg}")]
+    #[error(
+        "the network namespace of process {pid}: {msg} (run as root, in the host's PID namespace)"
+    )]
     Namespace {
         /// The process.
         pid: u32,
@@ -71,13 +73,19 @@ pub enum ListenersError {
 /// A pid with no process, descriptors that cannot be read, no sock_diag.
 pub fn ports_of(pids: &[u32]) -> Result<BTreeMap<u16, BTreeSet<u32>>, ListenersError> {
     // The processes by network namespace (its inode), each namespace asked once.
-    let here = namespace_of("self");
+    let here = namespace_of("self").ok();
     let mut by_namespace: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for &pid in pids {
         match namespace_of(&pid.to_string()) {
-            Some(ns) => by_namespace.entry(ns).or_default().push(pid),
-            None if pids.len() == 1 => return Err(ListenersError::NoProcess(pid)),
-            None => {} // ended meanwhile
+            Ok(ns) => by_namespace.entry(ns).or_default().push(pid),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(ListenersError::Namespace {
+                    pid,
+                    msg: format!("/proc/{pid}/ns/net: {e}"),
+                })
+            }
+            Err(_) if pids.len() == 1 => return Err(ListenersError::NoProcess(pid)),
+            Err(_) => {} // ended meanwhile
         }
     }
     let mut ports: BTreeMap<u16, BTreeSet<u32>> = BTreeMap::new();
@@ -117,13 +125,11 @@ pub fn ports_of(pids: &[u32]) -> Result<BTreeMap<u16, BTreeSet<u32>>, ListenersE
     Ok(ports)
 }
 
-/// The inode of the network namespace of process `pid` ("self" for this one), or
-/// `None` when there is no such process.
-fn namespace_of(pid: &str) -> Option<u64> {
+/// The inode of the network namespace of process `pid` ("self" for this one); not
+/// found when there is no such process.
+fn namespace_of(pid: &str) -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(format!("/proc/{pid}/ns/net"))
-        .ok()
-        .map(|m| m.ino())
+    std::fs::metadata(format!("/proc/{pid}/ns/net")).map(|m| m.ino())
 }
 
 /// The inode of a descriptor's link `socket:[N]`.

@@ -10,8 +10,10 @@ pub fn table(port: u16, s: &Summary, seconds: f64) -> String {
     let rate = s.transactions as f64 / seconds.max(1e-9);
     let [p50, p99, max] = s.response_us;
     let mut out = format!(
-        "port {port}: {} transaction(s) in {seconds:.1} s ({rate:.0}/s); response P50 {} µs, P99 {} µs, max {} µs{}\n",
+        "port {port}: {} transaction(s) in {seconds:.1} s ({}/s); response P50 {} µs, P99 {} µs, max {} µs{}\n",
         s.transactions,
+        // Whole numbers hide a slow rate: 0.4/s is not 0/s.
+        if rate < 10.0 { format!("{rate:.1}") } else { format!("{rate:.0}") },
         one_decimal(p50),
         one_decimal(p99),
         one_decimal(max),

@@ -7,4 +7,4 @@ pub mod transaction;
 pub mod window;
 
 pub use transaction::{Causes, Part, Transaction, PARTS};
-pub use window::{PartRow, Summary, Window};
+pub use window::{PartRow, Summary, Waited, Window};
