@@ -456,26 +456,7 @@ fn connections_that_come_and_go_are_each_their_own() {
     let ran = calls(port, "ping");
     assert_eq!(ran, 100, "redis's own count");
     assert_eq!(txns.len(), 100, "{rest}");
-    let ids: std::collections::BTreeSet<u64> = txns
-        .iter()
-        .map(|t| t["connection"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ids.len(), 100, "{rest}");
-    let seen: std::collections::BTreeSet<u16> = txns
-        .iter()
-        .map(|t| {
-            let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
-            c.port()
-        })
-        .collect();
-    assert_eq!(seen, ports);
-    for t in &txns {
-        assert_eq!(
-            (&t["request_bytes"], &t["response_bytes"]),
-            (&6.into(), &7.into()),
-            "{t}"
-        );
-    }
+    one_ping_a_connection(&txns, &ports, &rest);
     assert!(!rest.contains("not timed"), "{rest}");
 }
 
@@ -518,6 +499,35 @@ fn a_large_answer_is_one_transaction_to_its_last_byte() {
         "{}",
         txns[1]
     );
+}
+
+/// Each transaction its own connection (its own id), from exactly the client `ports`
+/// the kernel gave the test's sockets, one PING's 6 and 7 bytes each.
+fn one_ping_a_connection(
+    txns: &[serde_json::Value],
+    ports: &std::collections::BTreeSet<u16>,
+    rest: &str,
+) {
+    let ids: std::collections::BTreeSet<u64> = txns
+        .iter()
+        .map(|t| t["connection"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), txns.len(), "{rest}");
+    let seen: std::collections::BTreeSet<u16> = txns
+        .iter()
+        .map(|t| {
+            let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
+            c.port()
+        })
+        .collect();
+    assert_eq!(&seen, ports);
+    for t in txns {
+        assert_eq!(
+            (&t["request_bytes"], &t["response_bytes"]),
+            (&6.into(), &7.into()),
+            "{t}"
+        );
+    }
 }
 
 /// Open files allowed to this process raised to at least `n`, within its hard limit
@@ -588,24 +598,7 @@ fn ten_thousand_connections_at_once_are_each_counted() {
     let accepted = info_stat(port, "total_connections_received") - accepted_before - 1;
     assert_eq!((accepted, calls(port, "ping")), (N as u64, N as u64));
     assert_eq!(txns.len(), N, "{rest}");
-    let ids: std::collections::BTreeSet<u64> = txns
-        .iter()
-        .map(|t| t["connection"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ids.len(), N, "{rest}");
-    let seen: std::collections::BTreeSet<u16> = txns
-        .iter()
-        .map(|t| {
-            let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
-            c.port()
-        })
-        .collect();
-    assert_eq!(seen, ports);
-    assert!(
-        txns.iter()
-            .all(|t| t["request_bytes"] == 6 && t["response_bytes"] == 7),
-        "{rest}"
-    );
+    one_ping_a_connection(&txns, &ports, &rest);
     assert!(!rest.contains("not timed"), "{rest}");
 }
 
