@@ -182,12 +182,17 @@ fn agent_exports_what_promtool_accepts_and_follows_its_peers_file() {
     );
     let srtt =
         format!("rttlab_tcp_srtt_seconds{{peer=\"{dead}\",layer=\"srtt_client\",zone=\"z1\"}}");
+    let udp_answers =
+        format!("rttlab_rtt_seconds_count{{peer=\"{dead}\",layer=\"udp_rr\",zone=\"z1\"}}");
     // A failing peer is retried after a back-off doubling from one interval up to 60 s
-    // (`MAX_BACKOFF`): on a busy machine the refusing phase lasts long enough for it to
-    // reach 12.8 s or 25.6 s, so its answer is waited for one whole back-off and more.
+    // (`MAX_BACKOFF`), each layer on its own: on a busy machine the refusing phase lasts
+    // long enough for it to reach 12.8 s or 25.6 s, so both layers' answers are waited
+    // for, one whole back-off and more, before the peer leaves the file below.
     let recovery = Duration::from_secs(60 + 15);
     let t0 = Instant::now();
-    while sample(&scrape(), &srtt).is_none() {
+    while sample(&scrape(), &srtt).is_none()
+        || !sample(&scrape(), &udp_answers).is_some_and(|n| n > 0.0)
+    {
         assert!(
             t0.elapsed() < recovery,
             "the late server's peer never answered: {}",

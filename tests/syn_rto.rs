@@ -146,15 +146,16 @@ fn syn_initial_rto_follows_the_override_on_the_wire() {
         let w = want(ms);
         assert!(g.len() >= 2, "{addr}: {g:?}");
         // The timer is armed when a SYN is queued, but the capture stamps it when it
-        // reaches the wire, so a stalled vCPU moves a gap either way by a few ms: one of
-        // the first two gaps shows the override to the jiffy, and none is anywhere near
-        // the default 1 s.
+        // reaches the wire, so a stalled vCPU moves a gap either way by a few ms (under
+        // the whole suite and a busy loop, all three gaps 4–8 ms late once): one of the
+        // first two gaps shows the override within two jiffies, far from the other
+        // prefix's 100 ms and the default 1 s.
         assert!(
             g[..2]
                 .iter()
-                .any(|&gap| gap >= w - 1.0 && gap <= w + jiffy_ms + 1.0)
+                .any(|&gap| gap >= w - 1.0 && gap <= w + 2.0 * jiffy_ms + 2.0)
                 && g[..2].iter().all(|&gap| gap > w - 15.0 && gap < w + 50.0),
-            "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 1 jiffy"
+            "{addr}: SYN gaps {g:?}, want {w} ms + ≤ 2 jiffies"
         );
     }
 
