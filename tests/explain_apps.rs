@@ -459,6 +459,8 @@ fn postgres_under_pgbench_is_timed_transaction_for_transaction() {
     let Some(bin) = postgres_bin(test) else {
         return;
     };
+    // pgbench and PostgreSQL keep both CPUs busy while it runs.
+    let _g = common::serial::busy();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let _postgres = start_postgres(&bin, dir.path(), port);
