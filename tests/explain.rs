@@ -61,17 +61,23 @@ fn have_redis(test: &str) -> bool {
     installed(test, "redis-server", "redis-server")
 }
 
-/// `INFO commandstats`' calls of `command`, as redis counts them.
-fn calls(port: u16, command: &str) -> u64 {
+/// The text of redis's `INFO section`, as redis reports it.
+fn info(port: u16, section: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"INFO commandstats\r\n").unwrap();
+    s.write_all(format!("INFO {section}\r\n").as_bytes())
+        .unwrap();
     let mut r = BufReader::new(s);
     let len: usize = reply(&mut r)[1..].trim().parse().unwrap();
     let mut body = vec![0; len + 2];
     r.read_exact(&mut body).unwrap();
-    let body = String::from_utf8(body).unwrap();
+    String::from_utf8(body).unwrap()
+}
+
+/// `INFO commandstats`' calls of `command`, as redis counts them.
+fn calls(port: u16, command: &str) -> u64 {
     let key = format!("cmdstat_{command}:calls=");
-    body.lines()
+    info(port, "commandstats")
+        .lines()
         .find_map(|l| l.strip_prefix(&key))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
@@ -606,13 +612,7 @@ fn ten_thousand_connections_at_once_are_each_counted() {
 
 /// `INFO stats`' field `name`, as redis counts it.
 fn info_stat(port: u16, name: &str) -> u64 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.write_all(b"INFO stats\r\n").unwrap();
-    let mut r = BufReader::new(s);
-    let len: usize = reply(&mut r)[1..].trim().parse().unwrap();
-    let mut body = vec![0; len + 2];
-    r.read_exact(&mut body).unwrap();
-    let body = String::from_utf8(body).unwrap();
+    let body = info(port, "stats");
     body.lines()
         .find_map(|l| l.strip_prefix(&format!("{name}:")))
         .map(|v| v.trim().parse().unwrap())
