@@ -11,7 +11,7 @@ use crate::common::{self, free_port, privileged, two_cpus, NetnsPair};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A redis-server on `port` of loopback, nothing saved.
 struct Redis(Service);
@@ -188,7 +188,7 @@ fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
         )
         .spawn()
         .unwrap();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
@@ -434,8 +434,12 @@ fn a_client_thinking_10_ms_shows_as_the_network_part_and_the_servers_srtt() {
 /// closing), with room for 10 connections in explain's table: each is its own
 /// connection (its own id, its own client port), each transaction counted once with
 /// its 6 and 7 bytes, none lost to the table (a socket's entry goes with it: a new
-/// socket at the same kernel address starts afresh). Witnesses: the client ports the
-/// kernel gave the test's sockets, and redis's own count of its commands.
+/// socket at the same kernel address starts afresh). The next connection waits until
+/// the kernel has let the last one's server socket go: on a busy machine its last ACK
+/// may come many milliseconds late (a suite run saw tail-loss probes and ten sockets
+/// alive at once), and a socket still alive rightly holds its entry. Witnesses: the
+/// kernel's list of sockets (`/proc/net/tcp`), the client ports it gave the test's
+/// sockets, and redis's own count of its commands.
 #[test]
 fn connections_that_come_and_go_are_each_their_own() {
     let test = "connections_that_come_and_go";
@@ -456,6 +460,8 @@ fn connections_that_come_and_go_are_each_their_own() {
         }
         let mut r = BufReader::new(s);
         assert_eq!(reply(&mut r), "+PONG\r\n");
+        drop((w, r));
+        server_sockets_gone(port);
     }
     std::thread::sleep(Duration::from_millis(300));
     let (txns, rest) = watch.stop();
@@ -533,6 +539,33 @@ fn one_ping_a_connection(
             (&6.into(), &7.into()),
             "{t}"
         );
+    }
+}
+
+/// Waits (at most 10 s) until no full socket of the kernel has local port `port`
+/// but its listener: TIME_WAIT is a mini-socket, the full one destroyed before it
+/// (`tcp_time_wait`). States from `/proc/net/tcp`: 0A listening, 06 TIME_WAIT.
+fn server_sockets_gone(port: u16) {
+    let local = format!(":{port:04X}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let alive: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(&local) && f[3] != "0A" && f[3] != "06"
+            })
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server sockets still alive: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
