@@ -1,31 +1,35 @@
 // SPDX-License-Identifier: GPL-2.0
 // rttlab explain's kernel side: every transaction of every TCP connection to a watched
-// local port, timed by the kernel's own clock at the places it passes, with no change
-// to the application and no protocol parser. A transaction is what the client sends
+// local port (the server side) or from this host to a watched remote port (the client
+// side), timed by the kernel's own clock at the places it passes, with no change to
+// the application and no protocol parser. A transaction is what the client sends
 // until the server sends (the turn of direction of the data, as Jones's "A Brief Look
 // at Round Trip Time" reads a request/response exchange), then what the server sends
 // until the client sends again.
 //
-// Seven BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
+// Eight BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
 // to load), on the paths every segment and every read or write of a socket take:
-//   tcp_probe           a segment reaches tcp_rcv_established: request data, or the
-//                       ACK of the response's last byte (its ack_seq, read from the
-//                       header)
+//   tcp_probe           a segment reaches tcp_rcv_established: data in (a server's
+//                       request, a client's response), or the ACK of the server's
+//                       response's last byte (its ack_seq, read from the header)
 //   sock_recv_length    a read of the socket returned (sock_recvmsg): the
-//                       application read request bytes
-//   tcp_sendmsg_locked  a write of the socket began: the response's first
-//   sock_send_length    a write returned (sock_sendmsg): the response so far
+//                       application read data in
+//   tcp_sendmsg_locked  a write of the socket began
+//   sock_send_length    a write returned (sock_sendmsg)
+//   net_dev_start_xmit  a segment is handed to the driver: a client's request out
+//                       (attached only when a client side is watched: it runs for
+//                       every packet the host sends)
 //   inet_sock_set_state the connection is closing: an ACK then is read from snd_una
 //   tcp_destroy_sock    the socket is gone: its last transaction is sent
 //   tcp_retransmit_skb  a segment is sent again: counted by its cause
 // A transaction is sent at the turn (the client's next request) or the connection's
 // end, never at an ACK alone: a server may write more after all it wrote was ACKed.
-// A socket is watched from its first segment on the port; its state lives in a hash
-// table keyed by the socket, bounded (a socket past it is counted, not timed) and
-// emptied of each socket as the kernel destroys it. Reads and writes are looked up
-// there only, so a socket of another protocol on the same port number is never one.
-// A finished transaction goes to the ring buffer as one record; a full ring counts it
-// lost.
+// A server's socket is watched from its first segment on the port, a client's from
+// its first write to the remote port; its state lives in a hash table keyed by the
+// socket, bounded (a socket past it is counted, not timed) and emptied of each socket
+// as the kernel destroys it. Reads and writes are looked up there only, so a socket
+// of another protocol on the same port number is never one. A finished transaction
+// goes to the ring buffer as one record; a full ring counts it lost.
 //
 // Kernel structures are read with CO-RE: only the fields named below, relocated by
 // the loader against the running kernel's BTF.
@@ -64,12 +68,22 @@ struct sock {
 	struct sock_common __sk_common;
 } __attribute__((preserve_access_index));
 
+struct minmax_sample {
+	__u32 t;
+	__u32 v;
+} __attribute__((preserve_access_index));
+
+struct minmax {
+	struct minmax_sample s[3];
+} __attribute__((preserve_access_index));
+
 struct tcp_sock {
 	__u32 rcv_nxt;
 	__u32 copied_seq;
 	__u32 write_seq;
 	__u32 snd_una;
 	__u32 srtt_us;
+	struct minmax rtt_min;
 	__u32 total_retrans;
 } __attribute__((preserve_access_index));
 
@@ -84,7 +98,12 @@ struct inet_connection_sock {
 struct sk_buff {
 	unsigned int len;
 	unsigned char *data;
+	unsigned char *head;
+	__u16 transport_header;
+	struct sock *sk;
 } __attribute__((preserve_access_index));
+
+struct net_device;
 
 struct msghdr;
 
@@ -95,40 +114,53 @@ struct msghdr;
 #define TXN_UNACKED 2   // the next request came before the response's last byte was ACKed
 #define TXN_ACK_ON_DATA 4 // the ACK of the response rode on the client's next request
 
-// The phases of a connection between turns.
+// The phases of a connection between turns: a server's socket goes idle → request
+// (data in) and its response is the writes that follow; a client's goes idle →
+// request (its writes) → response (data in).
 #define PHASE_IDLE 0
 #define PHASE_REQUEST 1
+#define PHASE_RESPONSE 2
 
-// One transaction as the server's kernel saw it (CLOCK_MONOTONIC ns; 0: not seen).
+// Which end of its connection a watched socket is.
+#define SIDE_NONE 0
+#define SIDE_SERVER 1
+#define SIDE_CLIENT 2
+
+// One transaction as one end's kernel saw it (CLOCK_MONOTONIC ns; 0: not seen), by
+// the direction of its data: in (a server's request, a client's response) and out
+// (a server's response, a client's request).
 struct txn {
 	__u64 cookie;        // the socket's cookie: one connection
-	__u64 req_first_ns;  // the request's first data segment reached TCP
-	__u64 req_last_ns;   // its last one
+	__u64 in_first_ns;   // the first data segment in reached TCP
+	__u64 in_last_ns;    // the last one
 	__u64 read_first_ns; // the application's first read of it returned
 	__u64 read_last_ns;  // its last read returned
-	__u64 write_first_ns; // the response's first write began
-	__u64 write_last_ns; // its last write returned
-	__u64 acked_ns;      // the ACK of its last byte reached TCP
-	__u32 req_bytes;
-	__u32 resp_bytes;
-	__u32 req_segments;
-	__u32 resp_start_seq; // write_seq when the response's first write began
-	__u32 resp_end_seq;   // write_seq when its last write returned (0: none yet)
+	__u64 write_first_ns; // the first write out began
+	__u64 write_last_ns; // the last write returned
+	__u64 acked_ns;      // the ACK of a server's last byte out reached TCP
+	__u64 sent_ns;       // a client's last byte out went to the driver
+	__u32 in_bytes;
+	__u32 out_bytes;
+	__u32 in_segments;
+	__u32 out_start_seq; // write_seq when the first write began
+	__u32 out_end_seq;   // write_seq when the last write returned (0: none yet)
 	__u32 srtt_us;       // the connection's smoothed RTT when it ended (µs)
+	__u32 min_rtt_us;    // its minimum RTT (tcp_sock.rtt_min, the windowed minimum
+	                     // tcp_update_rtt_min keeps), µs
 	__u32 retrans;       // segments retransmitted while it ran
 	__u32 retrans_base;  // total_retrans when it began
 	__u32 flags;
-	__u32 raddr;         // the client's IPv4 address (0 for IPv6)
-	__u16 rport;         // the client's port
+	__u32 raddr;         // the other end's IPv4 address (0 for IPv6)
+	__u16 rport;         // the other end's port
 	__u8 phase;
-	__u8 pad;
-	__u16 lport;         // the server's port (one of the watched)
-	__u8 raddr6[16];     // the client's IPv6 address (an AF_INET6 socket's; an IPv4
-	                     // client of a dual-stack socket is ::ffff:a.b.c.d)
+	__u8 side;           // SIDE_SERVER or SIDE_CLIENT
+	__u16 lport;         // this end's port
+	__u8 raddr6[16];     // the other end's IPv6 address (an AF_INET6 socket's; an
+	                     // IPv4 peer of a dual-stack socket is ::ffff:a.b.c.d)
 	__u16 rto;           // retransmissions while it ran, by cause (rttlab_retransmit):
 	__u16 tlp;           //   after an RTO expiry, tail-loss probes, fast
 	__u16 fast;          //   retransmissions
-	__u16 pad2;
+	__u16 pad;
 };
 
 // Counters: records sent, records the ring had no room for, segments of sockets the
@@ -139,9 +171,11 @@ struct txn {
 #define C_UNANSWERED 3
 #define C_N 4
 
-// The watched local ports, one bit each (port P: bit P % 8 of byte P / 8): a load
-// and a test per segment, whatever the number of ports.
+// The watched local ports (the server side) and remote ports (the client side), one
+// bit each (port P: bit P % 8 of byte P / 8): a load and a test per segment, whatever
+// the number of ports.
 const volatile __u8 cfg_ports[8192] = {};
+const volatile __u8 cfg_remote_ports[8192] = {};
 
 // Sized by the loader (--max-connections).
 struct {
@@ -173,24 +207,37 @@ static __always_inline void count(__u32 which)
 		*c += 1;
 }
 
-static __always_inline int watched(struct sock *sk)
+// Which end of a watched connection `sk` is: the server on a watched local port, the
+// client of a watched remote port.
+static __always_inline int side_of(struct sock *sk)
 {
 	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
-
-	return cfg_ports[port >> 3] & (1 << (port & 7));
+	if (cfg_ports[port >> 3] & (1 << (port & 7)))
+		return SIDE_SERVER;
+	port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (cfg_remote_ports[port >> 3] & (1 << (port & 7)))
+		return SIDE_CLIENT;
+	return SIDE_NONE;
 }
 
-// The transaction state of a watched socket, made on its first sight.
+// The transaction state of a watched socket; made on its first sight when it is the
+// side `create` names (a server's at its first segment in, a client's at its first
+// write), else only looked up.
 static __always_inline struct txn *state(struct sock *sk, int create)
 {
-	if (!watched(sk))
+	int side = side_of(sk);
+	if (side == SIDE_NONE)
 		return 0;
 	__u64 key = (__u64)sk;
 	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
-	if (t || !create)
+	if (t || side != create)
 		return t;
-	// The port now: the record may be sent after the socket let it go.
-	struct txn zero = { .lport = BPF_CORE_READ(sk, __sk_common.skc_num) };
+	// The ports now: the record may be sent after the socket let them go.
+	struct txn zero = {
+		.lport = BPF_CORE_READ(sk, __sk_common.skc_num),
+		.rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)),
+		.side = side,
+	};
 	if (bpf_map_update_elem(&rttlab_txn, &key, &zero, BPF_NOEXIST) &&
 	    !bpf_map_lookup_elem(&rttlab_txn, &key)) {
 		count(C_FULL);
@@ -203,16 +250,19 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 // next.
 static __always_inline void finish(struct sock *sk, struct txn *t)
 {
-	if (t->req_first_ns && !t->write_first_ns)
+	// The request: data in on a server, a write on a client.
+	int asked = t->side == SIDE_SERVER ? t->in_first_ns != 0 : t->write_first_ns != 0;
+	if (asked && !(t->in_first_ns && t->write_first_ns))
 		count(C_UNANSWERED);
-	if (t->req_first_ns && t->write_first_ns) {
+	if (t->in_first_ns && t->write_first_ns) {
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
 		// Every byte written since the response began, to its last write's return
 		// (a FIN sent since counts in write_seq too); to now when no write has
 		// returned yet (see rttlab_rx).
-		__u32 end = t->resp_end_seq ? t->resp_end_seq : BPF_CORE_READ(tp, write_seq);
-		t->resp_bytes = end - t->resp_start_seq;
+		__u32 end = t->out_end_seq ? t->out_end_seq : BPF_CORE_READ(tp, write_seq);
+		t->out_bytes = end - t->out_start_seq;
 		t->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+		t->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
 		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
 		if (!t->cookie)
 			t->cookie = bpf_get_socket_cookie(sk);
@@ -221,7 +271,6 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 			t->raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
 		else if (family == 10)
 			BPF_CORE_READ_INTO(&t->raddr6, sk, __sk_common.skc_v6_daddr);
-		t->rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 		// Waking the reader for every record cost more than everything else
 		// together (µs each, on the service's own path: bench/RESULTS-explain.md);
 		// it is woken once an eighth of the ring waits, and polls every 0.1 s.
@@ -234,10 +283,13 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 			count(C_SENT);
 	}
 	__u64 cookie = t->cookie;
-	__u16 lport = t->lport;
+	__u16 lport = t->lport, rport = t->rport;
+	__u8 side = t->side;
 	__builtin_memset(t, 0, sizeof(*t));
 	t->cookie = cookie;
 	t->lport = lport;
+	t->rport = rport;
+	t->side = side;
 }
 
 // Whether `ack` (host order) ACKs every byte the response has written, the first
@@ -251,7 +303,7 @@ static __always_inline int ack_covers_writes(struct sock *sk, struct txn *t, __u
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 {
-	struct txn *t = state(sk, 1);
+	struct txn *t = state(sk, SIDE_SERVER);
 	if (!t)
 		return 0;
 	unsigned char *data = BPF_CORE_READ(skb, data);
@@ -272,6 +324,20 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	if (payload && (__s32)(bpf_ntohl(seq) + payload - rcv_nxt) <= 0)
 		payload = 0;
 	__u64 now = bpf_ktime_get_ns();
+	if (t->side == SIDE_CLIENT) {
+		// The response: data in once the request was written. Data before any
+		// write (a server that speaks first) answers no request of this side.
+		if (!payload || t->phase == PHASE_IDLE)
+			return 0;
+		if (t->phase == PHASE_REQUEST) {
+			t->phase = PHASE_RESPONSE;
+			t->in_first_ns = now;
+		}
+		t->in_last_ns = now;
+		t->in_bytes += payload;
+		t->in_segments += 1;
+		return 0;
+	}
 	// The turn is the server's first write, not its return: this runs under the
 	// socket's lock, as the write does (tcp_sendmsg_locked), but a write's return
 	// (sock_send_length) comes after the lock is let go, by which time the client
@@ -295,12 +361,12 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	}
 	if (t->phase != PHASE_REQUEST) {
 		t->phase = PHASE_REQUEST;
-		t->req_first_ns = now;
+		t->in_first_ns = now;
 		t->retrans_base = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
 	}
-	t->req_last_ns = now;
-	t->req_bytes += payload;
-	t->req_segments += 1;
+	t->in_last_ns = now;
+	t->in_bytes += payload;
+	t->in_segments += 1;
 	return 0;
 }
 
@@ -311,7 +377,7 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(rttlab_retransmit, struct sock *sk, struct sk_buff *skb)
 {
-	struct txn *t = state(sk, 0);
+	struct txn *t = state(sk, SIDE_NONE);
 	if (!t || !t->write_first_ns)
 		return 0;
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
@@ -330,9 +396,13 @@ int BPF_PROG(rttlab_read, struct sock *sk, int ret, int flags)
 {
 	if (ret <= 0 || (flags & MSG_PEEK))
 		return 0;
-	struct txn *t = state(sk, 0);
-	// Reads of this request: before its response began.
-	if (!t || t->phase != PHASE_REQUEST || t->write_first_ns)
+	struct txn *t = state(sk, SIDE_NONE);
+	if (!t)
+		return 0;
+	// Reads of the data in: a server's of the request before its response began, a
+	// client's of the response.
+	if (t->side == SIDE_SERVER ? t->phase != PHASE_REQUEST || t->write_first_ns
+				   : t->phase != PHASE_RESPONSE)
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (!t->read_first_ns)
@@ -345,8 +415,26 @@ SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *skb,
 	     int size_goal)
 {
-	struct txn *t = state(sk, 0);
-	if (!t || t->phase != PHASE_REQUEST)
+	struct txn *t = state(sk, SIDE_CLIENT);
+	if (!t)
+		return 0;
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	if (t->side == SIDE_CLIENT) {
+		// A write after the response began is the next request: the turn.
+		if (t->phase == PHASE_RESPONSE)
+			finish(sk, t);
+		if (t->phase == PHASE_IDLE) {
+			t->phase = PHASE_REQUEST;
+			t->write_first_ns = bpf_ktime_get_ns();
+			t->out_start_seq = BPF_CORE_READ(tp, write_seq);
+			t->retrans_base = BPF_CORE_READ(tp, total_retrans);
+		} else {
+			// More of the request: what went out before is not all of it.
+			t->sent_ns = 0;
+		}
+		return 0;
+	}
+	if (t->phase != PHASE_REQUEST)
 		return 0;
 	if (t->write_first_ns) {
 		// More of the response: an ACK of what came before did not end it.
@@ -354,9 +442,8 @@ int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *
 		t->flags &= ~TXN_ACK_ON_DATA;
 		return 0;
 	}
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	t->write_first_ns = bpf_ktime_get_ns();
-	t->resp_start_seq = BPF_CORE_READ(tp, write_seq);
+	t->out_start_seq = BPF_CORE_READ(tp, write_seq);
 	if (BPF_CORE_READ(tp, rcv_nxt) != BPF_CORE_READ(tp, copied_seq))
 		t->flags |= TXN_PIPELINED;
 	return 0;
@@ -367,11 +454,44 @@ int BPF_PROG(rttlab_written, struct sock *sk, int ret, int flags)
 {
 	if (ret <= 0)
 		return 0;
-	struct txn *t = state(sk, 0);
+	struct txn *t = state(sk, SIDE_NONE);
 	if (!t || !t->write_first_ns)
 		return 0;
 	t->write_last_ns = bpf_ktime_get_ns();
-	t->resp_end_seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	t->out_end_seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	return 0;
+}
+
+// A segment handed to the driver (dev_hard_start_xmit, after the queueing layer):
+// when it carries a client's data up to all the request written so far, the request
+// is out. Any packet the host sends passes here: a socket not in the table costs a
+// lookup.
+SEC("tp_btf/net_dev_start_xmit")
+int BPF_PROG(rttlab_xmit, struct sk_buff *skb, struct net_device *dev)
+{
+	struct sock *sk = BPF_CORE_READ(skb, sk);
+	if (!sk)
+		return 0;
+	__u64 key = (__u64)sk;
+	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
+	if (!t || t->side != SIDE_CLIENT || !t->write_first_ns)
+		return 0;
+	unsigned char *head = BPF_CORE_READ(skb, head);
+	unsigned char *data = BPF_CORE_READ(skb, data);
+	unsigned char *th = head + BPF_CORE_READ(skb, transport_header);
+	__u8 doff = 0;
+	__be32 seq = 0;
+	if (bpf_probe_read_kernel(&doff, 1, th + 12) || bpf_probe_read_kernel(&seq, 4, th + 4))
+		return 0;
+	// skb->len counts from skb->data (the link-layer header here), a TSO segment's
+	// whole payload included.
+	long hlen = (th - data) + (doff >> 4) * 4;
+	long payload = (long)BPF_CORE_READ(skb, len) - hlen;
+	if (payload <= 0)
+		return 0;
+	__u32 end = bpf_ntohl(seq) + (__u32)payload;
+	if ((__s32)(end - BPF_CORE_READ((struct tcp_sock *)sk, write_seq)) >= 0)
+		t->sent_ns = bpf_ktime_get_ns();
 	return 0;
 }
 
@@ -383,7 +503,8 @@ int BPF_PROG(rttlab_state, struct sock *sk, int oldstate, int newstate)
 {
 	__u64 key = (__u64)sk;
 	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
-	if (t && ack_covers_writes(sk, t, BPF_CORE_READ((struct tcp_sock *)sk, snd_una)))
+	if (t && t->side == SIDE_SERVER &&
+	    ack_covers_writes(sk, t, BPF_CORE_READ((struct tcp_sock *)sk, snd_una)))
 		t->acked_ns = bpf_ktime_get_ns();
 	return 0;
 }
@@ -398,7 +519,7 @@ int BPF_PROG(rttlab_gone, struct sock *sk)
 	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
 	if (!t)
 		return 0;
-	if (t->write_first_ns) {
+	if (t->side == SIDE_SERVER && t->write_first_ns) {
 		if (ack_covers_writes(sk, t, BPF_CORE_READ((struct tcp_sock *)sk, snd_una)))
 			t->acked_ns = bpf_ktime_get_ns();
 		if (!t->acked_ns)

@@ -222,6 +222,148 @@ fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
     assert!(waited <= delayed + 1000.0, "{figures}");
 }
 
+/// The client side (`--to`) beside the server side of the same redis on loopback: 30
+/// PINGs of the test's own connection, then 2 000 of redis-benchmark's. Witnesses:
+/// - causality on the kernel's one clock: for every transaction, seen by both ends
+///   (matched by the client's port and their order), the client's first write comes
+///   no later than the request's first segment at the server, and the server's
+///   first write (arrival + wait + think after it) no later than the response's first
+///   segment at the client (write + send + server after the client's start); the
+///   bytes each end counts are the same;
+/// - redis-benchmark's own latency report: each of its latencies holds the kernel's
+///   write-to-read of the same request, so explain's 1 000th and 1 980th smallest are
+///   at most its P50 and P99 (their ranks in HdrHistogram), within the 1.5 µs of its
+///   whole-µs clock and its printing;
+/// - ss: the connection's srtt and minimum RTT as the kernel's tcp_info gives them,
+///   read before the 31st request, are the 30th transaction's (the turn ends it before
+///   any new RTT sample);
+/// - redis's own count of its commands.
+#[test]
+fn a_client_is_timed_from_its_write_to_its_read_around_the_servers_time() {
+    let test = "a_client_is_timed";
+    if !privileged(test) || !have_redis(test) || !installed(test, "redis-benchmark", "redis-tools")
+    {
+        return;
+    }
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let p = port.to_string();
+    let (watch, first) = Watch::selecting(&["--port", &p, "--to", &p]);
+    assert!(
+        first.contains(&format!("clients here of port(s) {port}")),
+        "{first}"
+    );
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mine = s.local_addr().unwrap().port();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    let mut ss = String::new();
+    for i in 0..31 {
+        if i == 30 {
+            ss = ss_line(mine);
+        }
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drop((w, r));
+    let bench = Command::new("redis-benchmark")
+        .args(["-p", &p, "-n", "2000", "-c", "1", "-t", "ping_inline"])
+        .args(["--precision", "3"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&bench.stdout).into_owned();
+    assert!(bench.status.success(), "{report}");
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    assert_eq!(calls(port, "ping"), 2031, "redis's own count");
+    let side = |name: &str| -> Vec<&serde_json::Value> {
+        txns.iter().filter(|t| t["side"] == name).collect()
+    };
+    let (clients, servers) = (side("client"), side("server"));
+    // Both ends saw every transaction (redis-benchmark's CONFIG GETs too).
+    assert_eq!(clients.len(), servers.len(), "{rest}");
+    for c in &clients {
+        let cport = num(c, "client_port") as u16;
+        let k = clients
+            .iter()
+            .filter(|o| num(o, "client_port") as u16 == cport)
+            .position(|o| std::ptr::eq(*o, *c))
+            .unwrap();
+        let s = servers
+            .iter()
+            .filter(|t| {
+                let a: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
+                a.port() == cport
+            })
+            .nth(k)
+            .unwrap_or_else(|| panic!("no server transaction {k} of client port {cport}: {c}"));
+        assert_eq!(
+            (&c["request_bytes"], &c["response_bytes"]),
+            (&s["request_bytes"], &s["response_bytes"]),
+            "{c}\n{s}"
+        );
+        let ns = |t: &serde_json::Value, parts: &[&str]| -> i128 {
+            let at = i128::from(t["time_ns"].as_u64().unwrap());
+            at + parts
+                .iter()
+                .map(|p| (num(t, p) * 1e3).round() as i128)
+                .sum::<i128>()
+        };
+        assert!(ns(c, &[]) <= ns(s, &[]), "{c}\n{s}");
+        assert!(
+            ns(s, &["arrival_us", "wait_us", "think_us"])
+                <= ns(c, &["write_us", "send_us", "server_us"]),
+            "{c}\n{s}"
+        );
+    }
+    // The 30th of the test's own, against ss before the 31st.
+    let own: Vec<_> = clients
+        .iter()
+        .filter(|t| num(t, "client_port") as u16 == mine)
+        .collect();
+    assert_eq!(own.len(), 31, "{rest}");
+    let ss_us = |key: &str| -> f64 {
+        let v = ss
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {ss}"));
+        (v.split('/').next().unwrap().parse::<f64>().unwrap() * 1e3).round()
+    };
+    assert_eq!(num(own[29], "srtt_us"), ss_us("rtt:"), "{ss}\n{}", own[29]);
+    assert_eq!(
+        num(own[29], "min_rtt_us"),
+        ss_us("minrtt:"),
+        "{ss}\n{}",
+        own[29]
+    );
+    // redis-benchmark's PINGs: 6 bytes each way on its one connection.
+    let mut bench_us: Vec<f64> = clients
+        .iter()
+        .filter(|t| num(t, "client_port") as u16 != mine && num(t, "request_bytes") == 6.0)
+        .map(|t| num(t, "response_us"))
+        .collect();
+    assert_eq!(bench_us.len(), 2000, "{rest}");
+    bench_us.sort_by(f64::total_cmp);
+    let summary = report
+        .lines()
+        .skip_while(|l| !l.contains("latency summary"))
+        .nth(2)
+        .unwrap_or_else(|| panic!("no latency summary in {report}"));
+    let ms: Vec<f64> = summary
+        .split_whitespace()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (p50, p99) = (ms[2] * 1e3, ms[4] * 1e3);
+    let figures = format!(
+        "explain {:.1} / {:.1} µs, redis-benchmark {p50} / {p99} µs",
+        bench_us[999], bench_us[1979]
+    );
+    assert!(bench_us[999] <= p50 + 1.5, "{figures}");
+    assert!(bench_us[1979] <= p99 + 1.5, "{figures}");
+    eprintln!("{figures}");
+}
+
 /// The value of `key` (`rtt:`) in `ss -ti`'s line of the server socket
 /// on `port`: the kernel's tcp_info as ss reads it.
 fn ss_field(port: u16, key: &str) -> Option<String> {

@@ -8,7 +8,7 @@ use clap::Args;
 use rttlab::kernel::explain_bpf::ExplainBpf;
 use rttlab::kernel::listeners;
 use rttlab::report::service as render;
-use rttlab::service::{Transaction, Window};
+use rttlab::service::{Side, Transaction, Window};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,35 +34,55 @@ clock, no change to the application, no parser:
            0 when the ACK came before the write returned, as on loopback)
 
 The response time is arrival + wait + think + write: the first request byte in
-to the last response byte handed to TCP. Every interval prints the
-transactions, the response time's percentiles, each part's P50 and P99 and its
-share of the response around the median and in the slowest 1 %, then what they
-say in words (which part the tail is made of, retransmission stalls, the
-client's pause in the network part, pipelining), and what was not timed. The
-turn of a transaction is the turn of direction of its data (Jones, A Brief Look
-at Round Trip Time): HTTP/1.1 keep-alive, redis, memcached and PostgreSQL's
-simple queries split as their clients use them.
+to the last response byte handed to TCP.
+
+With --to, the client side: every connection this host opens to those remote
+ports (an application's calls to its database or cache), from the client's
+kernel:
+
+  write    the request's first write to its last returning
+  send     that return to the request's last byte handed to the driver (after
+           the queueing layer; 0 when TCP sent it inside the write)
+  server   the request out to the response's first segment in: the network
+           both ways and the server (the connections' minimum RTT says how
+           much is the network)
+  arrival  the response's first segment in to its last
+  wait     its last segment to the application's last read of it
+
+The client's response time is their sum: its first write to its last read.
+Both sides at once, on one host, time each transaction at both ends.
+
+Every interval prints the transactions, the response time's percentiles, each
+part's P50 and P99 and its share of the response around the median and in the
+slowest 1 %, then what they say in words (which part the tail is made of,
+retransmission stalls, the client's pause in the network part, pipelining), and
+what was not timed. The turn of a transaction is the turn of direction of its
+data (Jones, A Brief Look at Round Trip Time): HTTP/1.1 keep-alive, redis,
+memcached and PostgreSQL's simple queries split as their clients use them.
 
 A transaction is counted at the client's next request or when the connection
 ends (a server may write more after all it wrote was ACKed): the last one of an
 idle keep-alive connection waits for either. Requests a client pipelines in one
 segment, or sends before it reads the answers, are one transaction (the kernel
 cannot count requests without a parser); one answered while more of them waited
-unread is flagged pipelined.
+unread is flagged pipelined. Data a server sends before the client's first
+write (a greeting) answers no request and is not timed.
 
 Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: seven of the
 kernel's own tracepoints (tcp_probe, sock_recv_length, tcp_sendmsg_locked,
 sock_send_length, inet_sock_set_state, tcp_destroy_sock, tcp_retransmit_skb),
-no kprobes. Nothing is left behind: the kernel removes the programs when the
-command ends, however it ends.
+and with --to an eighth (net_dev_start_xmit, run for every packet the host
+sends); no kprobes. Nothing is left behind: the kernel removes the programs
+when the command ends, however it ends.
 
 Examples:
   rttlab explain --port 6379                redis, a table a second until Ctrl-C
   rttlab explain --port 80 -l 30 -i 10      nginx for 30 s, a table every 10 s
   rttlab explain --port 5432 --json | jq .  one JSON object per transaction
   rttlab explain --pid $(pidof -s memcached)
-  rttlab explain --cgroup system.slice/nginx.service   every port of the unit")]
-#[command(group(clap::ArgGroup::new("select").args(["port", "pid", "cgroup"]).required(true).multiple(true)))]
+  rttlab explain --cgroup system.slice/nginx.service   every port of the unit
+  rttlab explain --to 5432                  this host's calls to PostgreSQL")]
+#[command(group(clap::ArgGroup::new("select").args(["port", "pid", "cgroup", "to"]).required(true).multiple(true)))]
 pub struct ExplainArgs {
     /// The local port(s) the service listens on (a list: 80,443).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u16).range(1..))]
@@ -75,6 +95,10 @@ pub struct ExplainArgs {
     /// (system.slice/nginx.service).
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<std::path::PathBuf>,
+    /// The client side: every connection from this host to these remote ports (a
+    /// list: 6379,5432), from its first write on.
+    #[arg(long, value_delimiter = ',', value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub to: Vec<u16>,
     /// Print a table every INTERVAL.
     #[arg(short = 'i', long, default_value = "1", value_parser = values::seconds)]
     pub interval: Duration,
@@ -98,10 +122,17 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if a.interval < Duration::from_millis(100) {
         anyhow::bail!("--interval must be at least 100ms");
     }
-    let (ports, whose) = selected(&a)?;
-    let list = listed(&ports);
-    let mut kernel = ExplainBpf::attach(&ports, a.max_connections)
-        .with_context(|| format!("watching TCP port(s) {list}"))?;
+    let (ports, mut whose) = selected(&a)?;
+    let remote: BTreeSet<u16> = a.to.iter().copied().collect();
+    let remote: Vec<u16> = remote.into_iter().collect();
+    if !remote.is_empty() {
+        if !whose.is_empty() {
+            whose += "; ";
+        }
+        whose += &format!("clients here of port(s) {}", listed(&remote));
+    }
+    let mut kernel = ExplainBpf::attach(&ports, &remote, a.max_connections)
+        .with_context(|| format!("watching TCP {whose}"))?;
     let offset = rttlab::kernel::passive_bpf::realtime_minus_monotonic();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -110,7 +141,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let until = a
         .length
         .map_or("Ctrl-C to stop".into(), |l| format!("for {:?}", l));
-    eprintln!("rttlab explain: watching TCP port(s) {whose} ({until})");
+    eprintln!("rttlab explain: watching TCP {whose} ({until})");
     for &port in a.port.iter().filter(|&&p| !listening(p)) {
         eprintln!(
             "rttlab explain: nothing listens on TCP port {port} in this network namespace yet: one started later, or in another namespace (a container), is watched from its first connection (is the port right?)"
@@ -118,8 +149,16 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let end = a.length.map(|l| started + l);
-    let fresh =
-        || -> BTreeMap<u16, Window> { ports.iter().map(|&p| (p, Window::default())).collect() };
+    // A window for each side of each port, in the order the tables print.
+    let fresh = || -> BTreeMap<(Side, u16), Window> {
+        let server = ports
+            .iter()
+            .map(|&p| ((Side::Server, p), Window::new(Side::Server)));
+        let client = remote
+            .iter()
+            .map(|&p| ((Side::Client, p), Window::new(Side::Client)));
+        server.chain(client).collect()
+    };
     let mut window = fresh();
     let mut run = fresh();
     let mut next = started + a.interval;
@@ -138,8 +177,10 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         let mut lines = Vec::new();
         counted.malformed += kernel.drain(|r| {
             let t = Transaction::of(&r);
-            window.entry(t.port).or_default().add(&t);
-            run.entry(t.port).or_default().add(&t);
+            let key = (t.side, t.port);
+            let new = || Window::new(t.side);
+            window.entry(key).or_insert_with(new).add(&t);
+            run.entry(key).or_insert_with(new).add(&t);
             if a.json {
                 lines.push(t);
             }
@@ -162,7 +203,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
                     eprintln!("rttlab explain: {n}");
                 }
             } else {
-                for (port, w) in &window {
+                for ((_, port), w) in &window {
                     write!(stdout, "{}", render::table(*port, &w.summary(), seconds))?;
                 }
                 for n in &notes {
@@ -185,7 +226,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     drop(stdout);
     let seconds = started.elapsed().as_secs_f64();
     let mut all = "Over the whole run:\n".to_string();
-    for (port, w) in &run {
+    for ((_, port), w) in &run {
         all += &render::table(*port, &w.summary(), seconds);
     }
     for n in counted.notes(a.max_connections, a.json_rate) {
@@ -249,7 +290,12 @@ fn selected(a: &ExplainArgs) -> anyhow::Result<(Vec<u16>, String)> {
         ));
         ports.extend(these);
     }
-    Ok((ports.into_iter().collect(), whose.join("; ")))
+    let whose = if whose.is_empty() {
+        String::new()
+    } else {
+        format!("port(s) {}", whose.join("; "))
+    };
+    Ok((ports.into_iter().collect(), whose))
 }
 
 /// `items` comma-separated, the first 10 and how many more.

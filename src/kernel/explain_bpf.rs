@@ -1,12 +1,13 @@
-//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, seven BTF tracepoints (tp_btf)
-//! on the paths every TCP segment and every read and write of a socket take
-//! (`tcp_probe`, `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
-//! `inet_sock_set_state`, `tcp_destroy_sock`) and a retransmission
-//! (`tcp_retransmit_skb`), loaded with aya and read through a ring buffer of finished
-//! transactions. What a record means is `service`'s business; this module moves
-//! bytes. Tracepoints, not fentry: some kernels (this project's CI among them) refuse
-//! to load fentry programs at all, and these tracepoints sit where the functions'
-//! entries and exits would.
+//! `rttlab explain`'s kernel side: bpf/explain.bpf.c, BTF tracepoints (tp_btf) on the
+//! paths every TCP segment and every read and write of a socket take (`tcp_probe`,
+//! `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
+//! `inet_sock_set_state`, `tcp_destroy_sock`), a retransmission
+//! (`tcp_retransmit_skb`) and, when a client side is watched, a segment handed to the
+//! driver (`net_dev_start_xmit`), loaded with aya and read through a ring buffer of
+//! finished transactions. What a record means is `service`'s business; this module
+//! moves bytes. Tracepoints, not fentry: some kernels (this project's CI among them)
+//! refuse to load fentry programs at all, and these tracepoints sit where the
+//! functions' entries and exits would.
 //!
 //! Nothing is pinned and nothing outside the process is changed: the attachments are
 //! BPF links the kernel removes when their last descriptor closes, so a killed run
@@ -30,7 +31,8 @@ use std::os::fd::{AsRawFd, RawFd};
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/explain.bpf.o");
 
 /// (program, tracepoint) in the order they are attached: the socket's end first, so
-/// no entry outlives its socket.
+/// no entry outlives its socket. [`CLIENT_PROGRAM`] after them when a client side is
+/// watched.
 const PROGRAMS: [(&str, &str); 7] = [
     ("rttlab_gone", "tcp_destroy_sock"),
     ("rttlab_state", "inet_sock_set_state"),
@@ -40,6 +42,10 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("rttlab_written", "sock_send_length"),
     ("rttlab_retransmit", "tcp_retransmit_skb"),
 ];
+
+/// The client's request out to the driver: it runs for every packet the host sends,
+/// so it is attached only when a client side is watched.
+const CLIENT_PROGRAM: (&str, &str) = ("rttlab_xmit", "net_dev_start_xmit");
 
 /// Why explain's programs cannot run here, or failed.
 #[derive(Debug, thiserror::Error)]
@@ -66,53 +72,66 @@ pub enum ExplainBpfError {
 }
 
 /// The raw record of one transaction, as `struct txn` in bpf/explain.bpf.c lays it
-/// out (CLOCK_MONOTONIC ns; 0 where the kernel did not see that moment).
+/// out (CLOCK_MONOTONIC ns; 0 where the kernel did not see that moment), by the
+/// direction of its data at the end that saw it: in (a server's request, a client's
+/// response) and out (a server's response, a client's request).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RawTxn {
     /// The socket's cookie: one connection.
     pub cookie: u64,
-    /// The request's first data segment reached TCP.
-    pub req_first_ns: u64,
-    /// Its last data segment reached TCP.
-    pub req_last_ns: u64,
-    /// The application's first read of it returned.
+    /// The first data segment in reached TCP.
+    pub in_first_ns: u64,
+    /// The last one.
+    pub in_last_ns: u64,
+    /// The application's first read of the data in returned.
     pub read_first_ns: u64,
     /// Its last read returned.
     pub read_last_ns: u64,
-    /// The response's first write began.
+    /// The first write out began.
     pub write_first_ns: u64,
-    /// Its last write returned.
+    /// The last write returned.
     pub write_last_ns: u64,
-    /// The ACK of its last byte reached TCP.
+    /// A server's last byte out was ACKed (its ACK reached TCP).
     pub acked_ns: u64,
-    /// Request bytes.
-    pub req_bytes: u32,
-    /// Response bytes written.
-    pub resp_bytes: u32,
-    /// Data segments of the request.
-    pub req_segments: u32,
+    /// A client's last byte out went to the driver.
+    pub sent_ns: u64,
+    /// Bytes in.
+    pub in_bytes: u32,
+    /// Bytes written out.
+    pub out_bytes: u32,
+    /// Data segments in.
+    pub in_segments: u32,
     /// The connection's smoothed RTT when the transaction ended, µs.
     pub srtt_us: u32,
-    /// Segments the server retransmitted while it ran.
+    /// Its minimum RTT then, µs.
+    pub min_rtt_us: u32,
+    /// Segments this end retransmitted while it ran.
     pub retrans: u32,
     /// `TXN_*` flags.
     pub flags: u32,
-    /// The client's IPv4 address, network order (zero for an IPv6 socket).
-    pub client_v4: [u8; 4],
-    /// The client's port.
-    pub client_port: u16,
-    /// The server's port: which of the watched ports.
-    pub port: u16,
-    /// The client's IPv6 address, network order (zero for an IPv4 socket; an IPv4
-    /// client of a dual-stack socket is `::ffff:a.b.c.d`).
-    pub client_v6: [u8; 16],
-    /// Retransmissions of the response after an RTO expiry.
+    /// The other end's IPv4 address, network order (zero for an IPv6 socket).
+    pub remote_v4: [u8; 4],
+    /// The other end's port.
+    pub remote_port: u16,
+    /// Which end saw it ([`SIDE_SERVER`] or [`SIDE_CLIENT`]).
+    pub side: u8,
+    /// This end's port.
+    pub local_port: u16,
+    /// The other end's IPv6 address, network order (zero for an IPv4 socket; an IPv4
+    /// peer of a dual-stack socket is `::ffff:a.b.c.d`).
+    pub remote_v6: [u8; 16],
+    /// Retransmissions after an RTO expiry.
     pub rto: u16,
     /// Tail-loss probes.
     pub tlp: u16,
     /// Fast retransmissions.
     pub fast: u16,
 }
+
+/// A server's socket: on a watched local port.
+pub const SIDE_SERVER: u8 = 1;
+/// A client's socket: to a watched remote port.
+pub const SIDE_CLIENT: u8 = 2;
 
 /// The response began with request bytes still unread: pipelined requests.
 pub const TXN_PIPELINED: u32 = 1;
@@ -122,7 +141,7 @@ pub const TXN_UNACKED: u32 = 2;
 pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 136;
+pub const RAW_TXN_BYTES: usize = 152;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -135,29 +154,32 @@ impl RawTxn {
         let u16_at = |o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
         Some(Self {
             cookie: u64_at(0),
-            req_first_ns: u64_at(8),
-            req_last_ns: u64_at(16),
+            in_first_ns: u64_at(8),
+            in_last_ns: u64_at(16),
             read_first_ns: u64_at(24),
             read_last_ns: u64_at(32),
             write_first_ns: u64_at(40),
             write_last_ns: u64_at(48),
             acked_ns: u64_at(56),
-            req_bytes: u32_at(64),
-            resp_bytes: u32_at(68),
-            req_segments: u32_at(72),
-            // 76, 80: resp_start_seq and resp_end_seq, the program's own.
-            srtt_us: u32_at(84),
-            retrans: u32_at(88),
-            // 92: retrans_base, the program's own.
-            flags: u32_at(96),
-            client_v4: b[100..104].try_into().expect("4 bytes"),
-            client_port: u16_at(104),
-            // 106, 107: phase and padding, the program's own.
-            port: u16_at(108),
-            client_v6: b[110..126].try_into().expect("16 bytes"),
-            rto: u16_at(126),
-            tlp: u16_at(128),
-            fast: u16_at(130),
+            sent_ns: u64_at(64),
+            in_bytes: u32_at(72),
+            out_bytes: u32_at(76),
+            in_segments: u32_at(80),
+            // 84, 88: out_start_seq and out_end_seq, the program's own.
+            srtt_us: u32_at(92),
+            min_rtt_us: u32_at(96),
+            retrans: u32_at(100),
+            // 104: retrans_base, the program's own.
+            flags: u32_at(108),
+            remote_v4: b[112..116].try_into().expect("4 bytes"),
+            remote_port: u16_at(116),
+            // 118: phase, the program's own.
+            side: b[119],
+            local_port: u16_at(120),
+            remote_v6: b[122..138].try_into().expect("16 bytes"),
+            rto: u16_at(138),
+            tlp: u16_at(140),
+            fast: u16_at(142),
         })
     }
 }
@@ -214,12 +236,17 @@ fn last_line(e: &dyn std::error::Error) -> String {
 }
 
 impl ExplainBpf {
-    /// Load the programs for connections to the local `ports`, at most
+    /// Load the programs for connections to the local `ports` (this host their
+    /// server) and from this host to the `remote_ports` (their client), at most
     /// `max_connections` watched at once, and attach them.
     ///
     /// # Errors
     /// No privilege, no BTF, or a kernel that refuses the programs.
-    pub fn attach(ports: &[u16], max_connections: u32) -> Result<Self, ExplainBpfError> {
+    pub fn attach(
+        ports: &[u16],
+        remote_ports: &[u16],
+        max_connections: u32,
+    ) -> Result<Self, ExplainBpfError> {
         use super::privilege::Capability;
         let privileged =
             (Capability::Bpf.held() && Capability::Perfmon.held()) || Capability::SysAdmin.held();
@@ -230,10 +257,12 @@ impl ExplainBpf {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .set_global("cfg_ports", &port_bits(ports), true)
+            .set_global("cfg_remote_ports", &port_bits(remote_ports), true)
             .set_max_entries("rttlab_txn", max_connections.max(1))
             .load(OBJECT)
             .map_err(|e| unsupported(last_line(&e)))?;
-        for (name, tracepoint) in PROGRAMS {
+        let client = (!remote_ports.is_empty()).then_some(CLIENT_PROGRAM);
+        for (name, tracepoint) in PROGRAMS.into_iter().chain(client) {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| unsupported(format!("{name} is not in the object")))?
@@ -315,19 +344,26 @@ mod tests {
     #[test]
     fn a_record_reads_back_field_by_field() {
         let mut b = vec![0u8; RAW_TXN_BYTES];
-        for (i, v) in (1..=8u64).enumerate() {
+        for (i, v) in (1..=9u64).enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&(v * 1000).to_ne_bytes());
         }
         for (i, v) in (1..=10u32).enumerate() {
-            b[64 + i * 4..68 + i * 4].copy_from_slice(&(v * 10).to_ne_bytes());
+            b[72 + i * 4..76 + i * 4].copy_from_slice(&(v * 10).to_ne_bytes());
         }
-        b[100..104].copy_from_slice(&[10, 0, 0, 2]);
-        b[104..106].copy_from_slice(&5555u16.to_ne_bytes());
+        b[112..116].copy_from_slice(&[10, 0, 0, 2]);
+        b[116..118].copy_from_slice(&5555u16.to_ne_bytes());
+        b[119] = SIDE_CLIENT;
+        b[120..122].copy_from_slice(&6379u16.to_ne_bytes());
+        b[142..144].copy_from_slice(&3u16.to_ne_bytes());
         let t = RawTxn::parse(&b).unwrap();
-        assert_eq!((t.cookie, t.acked_ns), (1000, 8000));
-        assert_eq!((t.req_bytes, t.resp_bytes, t.req_segments), (10, 20, 30));
-        assert_eq!((t.srtt_us, t.retrans, t.flags), (60, 70, 90));
-        assert_eq!((t.client_v4, t.client_port), ([10, 0, 0, 2], 5555));
+        assert_eq!((t.cookie, t.acked_ns, t.sent_ns), (1000, 8000, 9000));
+        assert_eq!((t.in_bytes, t.out_bytes, t.in_segments), (10, 20, 30));
+        assert_eq!(
+            (t.srtt_us, t.min_rtt_us, t.retrans, t.flags),
+            (60, 70, 80, 100)
+        );
+        assert_eq!((t.remote_v4, t.remote_port), ([10, 0, 0, 2], 5555));
+        assert_eq!((t.side, t.local_port, t.fast), (SIDE_CLIENT, 6379, 3));
         assert_eq!(RawTxn::parse(&b[..RAW_TXN_BYTES - 1]), None);
     }
 }

@@ -51,8 +51,9 @@ pub const TUNE_SYN_RTO: &str = "rttlab.tune-syn-rto/1";
 /// `rttlab experiment … --json` and `rttlab report --json`: where a run's results are.
 pub const EXPERIMENT: &str = "rttlab.experiment/1";
 
-/// `rttlab explain --json`: one transaction of a watched service per line.
-pub const EXPLAIN_TRANSACTION: &str = "rttlab.explain-transaction/1";
+/// `rttlab explain --json`: one transaction of a watched service (or of a client of one)
+/// per line.
+pub const EXPLAIN_TRANSACTION: &str = "rttlab.explain-transaction/2";
 
 /// Every kind printed on stdout, for the schema files' test.
 pub const ALL: [&str; 20] = [

@@ -1,37 +1,81 @@
-//! One transaction of a watched server, as its kernel timed it: the request arriving,
-//! waiting to be read, the application thinking, writing its response, and the
-//! network and client until the response's last byte is ACKed.
+//! One transaction of a watched connection, as the kernel of one end timed it. On the
+//! server: the request arriving, waiting to be read, the application thinking, writing
+//! its response, and the network and client until the response's last byte is ACKed.
+//! On the client: the application writing its request, TCP sending it to the driver,
+//! the server (and the network both ways) until the response's first byte is back,
+//! the response arriving, and waiting to be read.
 
-use crate::kernel::explain_bpf::{RawTxn, TXN_ACK_ON_DATA, TXN_PIPELINED, TXN_UNACKED};
+use crate::kernel::explain_bpf::{
+    RawTxn, SIDE_CLIENT, TXN_ACK_ON_DATA, TXN_PIPELINED, TXN_UNACKED,
+};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// A part of a transaction, in the order they happen.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Part {
-    /// The request's first data segment to its last, at TCP: how the client and the
-    /// network delivered it.
-    Arrival,
-    /// Its last segment to the application's last read of it: the application's wait
-    /// (busy, not scheduled, or reading something else).
-    Wait,
-    /// That read to the response's first write: the application's own work.
-    Think,
-    /// The response's first write to its last returning: the application writing it
-    /// (and TCP taking it, blocked when the send buffer is full).
-    Write,
-    /// The last write to the ACK of the response's last byte: the network and the
-    /// client (its receiving, its delayed ACK).
-    Network,
+/// Which end of its connection saw a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Side {
+    /// The server: a connection to a watched local port.
+    Server,
+    /// The client: a connection from this host to a watched remote port.
+    Client,
 }
 
-/// Every part, in order.
-pub const PARTS: [Part; 5] = [
-    Part::Arrival,
-    Part::Wait,
-    Part::Think,
-    Part::Write,
-    Part::Network,
-];
+impl Side {
+    /// Its parts, in the order they happen.
+    pub fn parts(self) -> [Part; 5] {
+        match self {
+            Self::Server => [
+                Part::Arrival,
+                Part::Wait,
+                Part::Think,
+                Part::Write,
+                Part::Network,
+            ],
+            Self::Client => [
+                Part::Write,
+                Part::Send,
+                Part::Server,
+                Part::Arrival,
+                Part::Wait,
+            ],
+        }
+    }
+
+    /// Its name in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Server => "server",
+            Self::Client => "client",
+        }
+    }
+}
+
+/// A part of a transaction. Arrival, wait and write are the same part on either
+/// side, of the message each side receives or sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The first data segment in to the last, at TCP: how the other end and the
+    /// network delivered the message (a server's request, a client's response).
+    Arrival,
+    /// The last segment in to the application's last read of it: the application's
+    /// wait (busy, not scheduled, or reading something else).
+    Wait,
+    /// A server's read of the request to its response's first write: the
+    /// application's own work.
+    Think,
+    /// The first write out to the last returning: the application writing its message
+    /// (and TCP taking it, blocked when the send buffer is full).
+    Write,
+    /// A client's last write returning to the request's last byte handed to the
+    /// driver: its queueing layer (0 when TCP sent it inside the write, as it does
+    /// with room in the window).
+    Send,
+    /// A client's request out to the response's first segment in: the network both
+    /// ways and the server.
+    Server,
+    /// A server's last write returning to the ACK of the response's last byte: the
+    /// network and the client (its receiving, its delayed ACK).
+    Network,
+}
 
 impl Part {
     /// Its name in tables and JSON.
@@ -41,49 +85,67 @@ impl Part {
             Self::Wait => "wait",
             Self::Think => "think",
             Self::Write => "write",
+            Self::Send => "send",
+            Self::Server => "server",
             Self::Network => "network",
         }
     }
 
-    /// What it is, in a few words.
-    pub fn what(self) -> &'static str {
-        match self {
-            Self::Arrival => "the request arriving",
-            Self::Wait => "waiting to be read",
-            Self::Think => "the application's work",
-            Self::Write => "writing the response",
-            Self::Network => "network and client to the last ACK",
+    /// What it is on `side`, in a few words.
+    pub fn what(self, side: Side) -> &'static str {
+        match (self, side) {
+            (Self::Arrival, Side::Server) => "the request arriving",
+            (Self::Arrival, Side::Client) => "the response arriving",
+            (Self::Wait, _) => "waiting to be read",
+            (Self::Think, _) => "the application's work",
+            (Self::Write, Side::Server) => "writing the response",
+            (Self::Write, Side::Client) => "writing the request",
+            (Self::Send, _) => "the request to the driver",
+            (Self::Server, _) => "network both ways and the server",
+            (Self::Network, _) => "network and client to the last ACK",
         }
     }
 }
 
-/// One transaction: what the server's kernel saw of it (times in ns).
+/// One transaction: what one end's kernel saw of it (times in ns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Transaction {
+    /// The end that saw it.
+    pub side: Side,
     /// The connection (its socket's cookie).
     pub connection: u64,
-    /// The server's port (one of those watched).
+    /// The watched port: the server's (local on the server, remote on the client).
     pub port: u16,
-    /// The client's address (`None` when the kernel had none to give: the record of
+    /// This end's own port (on the client, the one the kernel chose).
+    pub local_port: u16,
+    /// The other end's address (`None` when the kernel had none to give: the record of
     /// a socket already unhashed).
-    pub client: Option<SocketAddr>,
-    /// When the request's first data segment reached TCP (CLOCK_MONOTONIC).
+    pub peer: Option<SocketAddr>,
+    /// When the request began (CLOCK_MONOTONIC): its first data segment reached the
+    /// server's TCP; the client's first write of it began.
     pub start_ns: u64,
-    /// Request bytes and segments; response bytes.
+    /// Request bytes (received by the server, written by the client).
     pub request_bytes: u32,
-    /// Data segments of the request.
-    pub request_segments: u32,
-    /// Response bytes written.
+    /// Response bytes (written by the server, received by the client).
     pub response_bytes: u32,
-    /// The request's first segment to the response's last write returning: the
-    /// server's response time.
+    /// Data segments of the message in: the request on the server, the response on
+    /// the client.
+    pub segments_in: u32,
+    /// The response time this end saw. Server: the request's first segment to the
+    /// response's last write returning. Client: the request's first write to the
+    /// application's last read of the response (its last segment when no read was
+    /// seen).
     pub response_ns: u64,
-    /// Each part in [`PARTS`]' order; `None` where the kernel did not see its end (no
-    /// read seen: wait and think are one, counted as think; no ACK: network).
+    /// Each part in [`Side::parts`]' order; `None` where the kernel did not see its
+    /// end (no read seen: on the server wait and think are one, counted as think, on
+    /// the client the response ends at its last segment; no ACK: network; not seen
+    /// at the driver: send, counted in server).
     pub parts: [Option<u64>; 5],
     /// The connection's smoothed RTT at the end, µs.
     pub srtt_us: u32,
-    /// Segments retransmitted while it ran.
+    /// Its minimum RTT then, µs (0: none measured yet).
+    pub min_rtt_us: u32,
+    /// Segments this end retransmitted while it ran.
     pub retransmissions: u32,
     /// The response began with request bytes unread: the client pipelines.
     pub pipelined: bool,
@@ -92,7 +154,7 @@ pub struct Transaction {
     /// The ACK of the response rode on the client's next request: the network part is
     /// the client's pause between them (or its delayed-ACK timer's, whichever first).
     pub ack_on_request: bool,
-    /// Its response's retransmissions by cause.
+    /// Its retransmissions by cause.
     pub retransmitted_by: Causes,
 }
 
@@ -116,46 +178,85 @@ impl std::ops::AddAssign for Causes {
     }
 }
 
+/// A moment the kernel saw (`Some`), never before `after`: a moment out of order (a
+/// read returning after the next segment came) makes no part negative.
+fn seen(ns: u64, after: u64) -> Option<u64> {
+    (ns != 0).then(|| ns.max(after))
+}
+
 impl Transaction {
     /// The transaction of a kernel record: its moments as a chain, each no earlier
     /// than the one before, so that the parts sum to the response time exactly.
     pub fn of(r: &RawTxn) -> Self {
-        let arrived = r.req_last_ns.max(r.req_first_ns);
-        let read = (r.read_last_ns != 0).then(|| r.read_last_ns.max(arrived));
-        let wrote_first = r.write_first_ns.max(read.unwrap_or(arrived));
-        let wrote_last = r.write_last_ns.max(wrote_first);
-        let acked = (r.acked_ns != 0).then(|| r.acked_ns.max(wrote_last));
-        let parts = [
-            Some(arrived - r.req_first_ns),
-            read.map(|t| t - arrived),
-            Some(wrote_first - read.unwrap_or(arrived)),
-            Some(wrote_last - wrote_first),
-            acked.map(|t| t - wrote_last),
-        ];
-        let v6 = Ipv6Addr::from(r.client_v6);
-        let client = if r.client_v4 != [0; 4] {
+        let side = if r.side == SIDE_CLIENT {
+            Side::Client
+        } else {
+            Side::Server
+        };
+        let (start_ns, response_ns, parts) = match side {
+            Side::Server => {
+                let arrived = r.in_last_ns.max(r.in_first_ns);
+                let read = seen(r.read_last_ns, arrived);
+                let wrote_first = r.write_first_ns.max(read.unwrap_or(arrived));
+                let wrote_last = r.write_last_ns.max(wrote_first);
+                let acked = seen(r.acked_ns, wrote_last);
+                let parts = [
+                    Some(arrived - r.in_first_ns),
+                    read.map(|t| t - arrived),
+                    Some(wrote_first - read.unwrap_or(arrived)),
+                    Some(wrote_last - wrote_first),
+                    acked.map(|t| t - wrote_last),
+                ];
+                (r.in_first_ns, wrote_last - r.in_first_ns, parts)
+            }
+            Side::Client => {
+                let wrote_last = r.write_last_ns.max(r.write_first_ns);
+                let sent = seen(r.sent_ns, wrote_last);
+                let in_first = r.in_first_ns.max(sent.unwrap_or(wrote_last));
+                let in_last = r.in_last_ns.max(in_first);
+                let read = seen(r.read_last_ns, in_last);
+                let parts = [
+                    Some(wrote_last - r.write_first_ns),
+                    sent.map(|t| t - wrote_last),
+                    Some(in_first - sent.unwrap_or(wrote_last)),
+                    Some(in_last - in_first),
+                    read.map(|t| t - in_last),
+                ];
+                let end = read.unwrap_or(in_last);
+                (r.write_first_ns, end - r.write_first_ns, parts)
+            }
+        };
+        let v6 = Ipv6Addr::from(r.remote_v6);
+        let peer = if r.remote_v4 != [0; 4] {
             Some(SocketAddr::new(
-                Ipv4Addr::from(r.client_v4).into(),
-                r.client_port,
+                Ipv4Addr::from(r.remote_v4).into(),
+                r.remote_port,
             ))
         } else if !v6.is_unspecified() {
-            // An IPv4 client of a dual-stack socket is shown as IPv4, as ss shows it.
+            // An IPv4 peer of a dual-stack socket is shown as IPv4, as ss shows it.
             let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
-            Some(SocketAddr::new(ip, r.client_port))
+            Some(SocketAddr::new(ip, r.remote_port))
         } else {
             None
         };
+        let (port, request_bytes, response_bytes) = match side {
+            Side::Server => (r.local_port, r.in_bytes, r.out_bytes),
+            Side::Client => (r.remote_port, r.out_bytes, r.in_bytes),
+        };
         Self {
+            side,
             connection: r.cookie,
-            port: r.port,
-            client,
-            start_ns: r.req_first_ns,
-            request_bytes: r.req_bytes,
-            request_segments: r.req_segments,
-            response_bytes: r.resp_bytes,
-            response_ns: wrote_last - r.req_first_ns,
+            port,
+            local_port: r.local_port,
+            peer,
+            start_ns,
+            request_bytes,
+            response_bytes,
+            segments_in: r.in_segments,
+            response_ns,
             parts,
             srtt_us: r.srtt_us,
+            min_rtt_us: r.min_rtt_us,
             retransmissions: r.retrans,
             pipelined: r.flags & TXN_PIPELINED != 0,
             unacked: r.flags & TXN_UNACKED != 0,
@@ -168,9 +269,10 @@ impl Transaction {
         }
     }
 
-    /// The part `p`, ns.
+    /// The part `p` (`None` also when it is not one of this side's parts).
     pub fn part(&self, p: Part) -> Option<u64> {
-        self.parts[p as usize]
+        let i = self.side.parts().iter().position(|&q| q == p)?;
+        self.parts[i]
     }
 }
 
@@ -181,23 +283,24 @@ mod tests {
     fn raw() -> RawTxn {
         RawTxn {
             cookie: 7,
-            req_first_ns: 1_000,
-            req_last_ns: 1_500,
+            in_first_ns: 1_000,
+            in_last_ns: 1_500,
             read_first_ns: 1_600,
             read_last_ns: 1_700,
             write_first_ns: 51_700,
             write_last_ns: 52_000,
             acked_ns: 60_000,
-            req_bytes: 20,
-            resp_bytes: 7,
-            req_segments: 2,
-            client_v4: [127, 0, 0, 1],
-            client_port: 40_000,
+            in_bytes: 20,
+            out_bytes: 7,
+            in_segments: 2,
+            remote_v4: [127, 0, 0, 1],
+            remote_port: 40_000,
             ..RawTxn::default()
         }
     }
 
-    /// Witness: arithmetic on the record's moments; the parts sum to the response.
+    /// Witness: arithmetic on a server's record's moments; the parts sum to the
+    /// response.
     #[test]
     fn parts_are_the_gaps_between_the_kernels_moments_and_sum_to_the_response() {
         let t = Transaction::of(&raw());
@@ -208,7 +311,7 @@ mod tests {
         assert_eq!(t.response_ns, 51_000);
         let sum: u64 = t.parts[..4].iter().flatten().sum();
         assert_eq!(sum, t.response_ns);
-        assert_eq!(t.client, Some("127.0.0.1:40000".parse().unwrap()));
+        assert_eq!(t.peer, Some("127.0.0.1:40000".parse().unwrap()));
     }
 
     /// A read the kernel did not see (not through tcp_recvmsg) folds wait into think;
@@ -229,5 +332,49 @@ mod tests {
         });
         assert_eq!(t.part(Part::Wait), Some(0));
         assert_eq!(t.parts[..4].iter().flatten().sum::<u64>(), t.response_ns);
+    }
+
+    /// Witness: arithmetic. A client's record: its request written (300 ns) and out
+    /// inside the write (send 0), the server's 40 µs, the response arriving over 500 ns
+    /// and read 200 ns later; the parts sum to the first write to the last read. The
+    /// driver not seen folds send into server; no read seen ends the response at its
+    /// last segment. Bytes and ports by direction: the request is what it wrote.
+    #[test]
+    fn a_clients_parts_run_from_its_write_to_its_read() {
+        let client = RawTxn {
+            side: SIDE_CLIENT,
+            write_first_ns: 1_000,
+            write_last_ns: 1_300,
+            sent_ns: 1_200,
+            in_first_ns: 41_300,
+            in_last_ns: 41_800,
+            read_first_ns: 41_900,
+            read_last_ns: 42_000,
+            in_bytes: 7,
+            out_bytes: 14,
+            local_port: 50_000,
+            remote_port: 6379,
+            remote_v4: [127, 0, 0, 1],
+            ..RawTxn::default()
+        };
+        let t = Transaction::of(&client);
+        assert_eq!(t.side, Side::Client);
+        assert_eq!(
+            t.parts,
+            [Some(300), Some(0), Some(40_000), Some(500), Some(200)]
+        );
+        assert_eq!(t.response_ns, 41_000);
+        assert_eq!(t.parts.iter().flatten().sum::<u64>(), t.response_ns);
+        assert_eq!((t.request_bytes, t.response_bytes), (14, 7));
+        assert_eq!((t.port, t.local_port), (6379, 50_000));
+        assert_eq!(t.part(Part::Server), Some(40_000));
+        assert_eq!(t.part(Part::Think), None);
+        let t = Transaction::of(&RawTxn {
+            sent_ns: 0,
+            read_last_ns: 0,
+            ..client
+        });
+        assert_eq!(t.parts, [Some(300), None, Some(40_000), Some(500), None]);
+        assert_eq!(t.response_ns, 40_800);
     }
 }

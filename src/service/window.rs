@@ -2,21 +2,22 @@
 //! percentiles, each part's percentiles and its share of the response at the median
 //! and in the tail, and the sentences that follow from them.
 
-use super::transaction::{Causes, Part, Transaction, PARTS};
+use super::transaction::{Causes, Part, Side, Transaction};
 
 /// The most transactions a window holds whole; past it, a uniform sample of this many
 /// (reservoir sampling, Vitter's algorithm R) stands for them, and the summary says so.
 pub const HELD: usize = 200_000;
 
 /// One transaction as a window keeps it: its response time, its parts (ns; `u64::MAX`
-/// for a part not seen) and the connection's srtt at its end (µs).
-type Kept = [u64; 7];
+/// for a part not seen), and the connection's srtt and min RTT at its end (µs).
+type Kept = [u64; 8];
 
 const UNSEEN: u64 = u64::MAX;
 
-/// A window of transactions, folded as they come.
+/// A window of one side's transactions, folded as they come.
 #[derive(Debug)]
 pub struct Window {
+    side: Side,
     kept: Vec<Kept>,
     /// Every transaction seen, kept or not.
     seen: u64,
@@ -32,9 +33,11 @@ pub struct Window {
     rng: u64,
 }
 
-impl Default for Window {
-    fn default() -> Self {
+impl Window {
+    /// An empty window of `side`'s transactions.
+    pub fn new(side: Side) -> Self {
         Self {
+            side,
             kept: Vec::new(),
             seen: 0,
             pipelined: 0,
@@ -85,6 +88,8 @@ pub struct PartRow {
 /// What a window of transactions says.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Summary {
+    /// The end that saw them.
+    pub side: Side,
     /// Transactions in the window.
     pub transactions: u64,
     /// How many the percentiles were computed from (all, or [`HELD`]).
@@ -97,6 +102,8 @@ pub struct Summary {
     pub ack_on_request: u64,
     /// The connections' smoothed RTT at the transactions' ends, median, µs.
     pub srtt_p50_us: Option<f64>,
+    /// Their minimum RTT then, median, µs (of those that had one).
+    pub min_rtt_p50_us: Option<f64>,
     /// Transactions during which the server retransmitted, and the segments.
     pub retransmitted: u64,
     /// Segments retransmitted during them.
@@ -107,7 +114,7 @@ pub struct Summary {
     pub waited: Waited,
     /// The response time's median, 99th percentile and maximum, µs.
     pub response_us: [Option<f64>; 3],
-    /// Each part, in [`PARTS`]' order.
+    /// Each part, in [`Side::parts`]' order.
     pub parts: Vec<PartRow>,
 }
 
@@ -125,12 +132,13 @@ impl Window {
             self.waited.long += u64::from(w >= LONG_WAIT_NS);
             self.waited.longest_ns = self.waited.longest_ns.max(w);
         }
-        let mut k = [UNSEEN; 7];
+        let mut k = [UNSEEN; 8];
         k[0] = t.response_ns;
         for (i, p) in t.parts.iter().enumerate() {
             k[i + 1] = p.unwrap_or(UNSEEN);
         }
         k[6] = u64::from(t.srtt_us);
+        k[7] = u64::from(t.min_rtt_us);
         if self.kept.len() < HELD {
             self.kept.push(k);
         } else {
@@ -194,7 +202,9 @@ impl Window {
                 .collect();
             (!shares.is_empty()).then(|| shares.iter().sum::<f64>() / shares.len() as f64)
         };
-        let parts = PARTS
+        let parts = self
+            .side
+            .parts()
             .iter()
             .enumerate()
             .map(|(j, &part)| {
@@ -222,15 +232,20 @@ impl Window {
                 }
             })
             .collect();
-        let mut srtt: Vec<u64> = self.kept.iter().map(|k| k[6]).collect();
-        srtt.sort_unstable();
+        let middle = |i: usize| -> Option<f64> {
+            let mut v: Vec<u64> = self.kept.iter().map(|k| k[i]).filter(|&x| x > 0).collect();
+            v.sort_unstable();
+            (!v.is_empty()).then(|| v[(v.len() - 1) / 2] as f64)
+        };
         Summary {
+            side: self.side,
             transactions: self.seen,
             sampled: n,
             pipelined: self.pipelined,
             unacked: self.unacked,
             ack_on_request: self.ack_on_request,
-            srtt_p50_us: (!srtt.is_empty()).then(|| srtt[(srtt.len() - 1) / 2] as f64),
+            srtt_p50_us: middle(6),
+            min_rtt_p50_us: middle(7),
             retransmitted: self.retransmitted,
             retransmissions: self.retransmissions,
             retransmitted_by: self.retransmitted_by,
@@ -242,9 +257,9 @@ impl Window {
 }
 
 impl Summary {
-    /// The row of part `p`.
-    pub fn part(&self, p: Part) -> &PartRow {
-        &self.parts[p as usize]
+    /// The row of part `p` (`None` when it is not one of this side's parts).
+    pub fn part(&self, p: Part) -> Option<&PartRow> {
+        self.parts.iter().find(|r| r.part == p)
     }
 
     /// What the window says in words: which part the tail is made of, a stall by
@@ -261,7 +276,7 @@ impl Summary {
                 if p99 >= 2.0 * p50 && tail >= 0.5 {
                     out.push(format!(
                         "The tail is {}: the slowest 1 % (P99 {p99:.0} µs, {:.1}× the median) spend {:.0} % of their response in it, against {:.0} % at the median.",
-                        row.part.what(),
+                        row.part.what(self.side),
                         p99 / p50.max(f64::MIN_POSITIVE),
                         100.0 * tail,
                         100.0 * median
@@ -269,14 +284,24 @@ impl Summary {
                 }
             }
             if self.waited.long > 0 {
+                let (what, busy) = match self.side {
+                    Side::Server => ("request(s)", "busy with other clients"),
+                    Side::Client => ("response(s)", "busy"),
+                };
                 out.push(format!(
-                    "{} request(s) waited 1 ms or more in the socket before the application read them (the longest {:.1} ms): it was busy with other clients, or not running (CPU contention, a blocking call).",
+                    "{} {what} waited 1 ms or more in the socket before the application read them (the longest {:.1} ms): it was {busy}, or not running (CPU contention, a blocking call).",
                     self.waited.long,
                     self.waited.longest_ns as f64 / 1e6
                 ));
             }
         }
-        let network = self.part(Part::Network).p50_us;
+        let server = self.part(Part::Server).and_then(|r| r.p50_us);
+        if let (Some(server), Some(min_rtt)) = (server, self.min_rtt_p50_us) {
+            out.push(format!(
+                "The server part (P50 {server:.0} µs) is the network both ways and the server: the connections' minimum RTT (P50 {min_rtt:.0} µs) is the network's round trip, the rest the server's stack and application (`rttlab explain --port` on the server splits it)."
+            ));
+        }
+        let network = self.part(Part::Network).and_then(|r| r.p50_us);
         if let (Some(net), Some(srtt)) = (network, self.srtt_p50_us) {
             if net >= 1000.0 && 2 * self.ack_on_request > self.transactions {
                 out.push(format!(
@@ -298,10 +323,14 @@ impl Summary {
                 }
             }
             out.push(format!(
-                "{} transaction(s) were stalled by {} retransmitted segment(s) ({}): loss between the server and its clients (the kernel counts them too: TcpRetransSegs, TCPLossProbes, TCPTimeouts, TCPFastRetrans).",
+                "{} transaction(s) were stalled by {} retransmitted segment(s) ({}): loss between {} (the kernel counts them too: TcpRetransSegs, TCPLossProbes, TCPTimeouts, TCPFastRetrans).",
                 self.retransmitted,
                 self.retransmissions,
-                by.join(", ")
+                by.join(", "),
+                match self.side {
+                    Side::Server => "the server and its clients",
+                    Side::Client => "this client and its server",
+                }
             ));
         }
         if self.pipelined > 0 {
@@ -321,8 +350,8 @@ mod tests {
 
     fn txn(think_ns: u64) -> Transaction {
         Transaction::of(&RawTxn {
-            req_first_ns: 1_000,
-            req_last_ns: 1_000,
+            in_first_ns: 1_000,
+            in_last_ns: 1_000,
             read_first_ns: 2_000,
             read_last_ns: 2_000,
             write_first_ns: 2_000 + think_ns,
@@ -336,7 +365,7 @@ mod tests {
     /// tail is think time, said in words. Witness: arithmetic on the transactions made.
     #[test]
     fn a_slow_transaction_makes_the_tail_and_its_part_is_named() {
-        let mut w = Window::default();
+        let mut w = Window::new(Side::Server);
         for i in 0..100 {
             w.add(&txn(if i % 20 == 7 { 50_000_000 } else { 1_000 }));
         }
@@ -344,7 +373,7 @@ mod tests {
         assert_eq!(s.transactions, 100);
         assert_eq!(s.response_us[0], Some(3.0));
         assert_eq!(s.response_us[2], Some(50_002.0));
-        let think = s.part(Part::Think);
+        let think = s.part(Part::Think).unwrap();
         assert_eq!(think.p50_us, Some(1.0));
         assert!(think.share_tail.unwrap() > 0.99);
         assert!((think.share_median.unwrap() - 1.0 / 3.0).abs() < 1e-9);
@@ -358,8 +387,8 @@ mod tests {
     /// A transaction whose request waited `wait_ns` to be read.
     fn waiting(wait_ns: u64) -> Transaction {
         Transaction::of(&RawTxn {
-            req_first_ns: 1_000,
-            req_last_ns: 1_000,
+            in_first_ns: 1_000,
+            in_last_ns: 1_000,
             read_first_ns: 1_000 + wait_ns,
             read_last_ns: 1_000 + wait_ns,
             write_first_ns: 2_000 + wait_ns,
@@ -374,7 +403,7 @@ mod tests {
     /// another transaction. Witness: arithmetic on the transactions made.
     #[test]
     fn only_a_long_wait_is_said_and_it_is_said_however_few() {
-        let mut w = Window::default();
+        let mut w = Window::new(Side::Server);
         for _ in 0..10 {
             w.add(&waiting(60_000));
         }
@@ -383,7 +412,7 @@ mod tests {
             "{:?}",
             w.summary().findings()
         );
-        let mut w = Window::default();
+        let mut w = Window::new(Side::Server);
         for _ in 0..21 {
             w.add(&waiting(20_000));
         }
@@ -401,13 +430,13 @@ mod tests {
     /// Past HELD transactions the window keeps a sample of HELD and counts them all.
     #[test]
     fn a_window_past_its_hold_samples_and_counts_every_one() {
-        let mut w = Window::default();
+        let mut w = Window::new(Side::Server);
         for i in 0..(HELD as u64 + 1000) {
             w.add(&txn(if i % 10 < 6 { 5_000 } else { 1_000_000 }));
         }
         let s = w.summary();
         assert_eq!((s.transactions, s.sampled), (HELD as u64 + 1000, HELD));
         // 60 % think 5 µs: the sample's median is theirs whatever it drew.
-        assert_eq!(s.part(Part::Think).p50_us, Some(5.0));
+        assert_eq!(s.part(Part::Think).unwrap().p50_us, Some(5.0));
     }
 }

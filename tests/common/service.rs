@@ -96,7 +96,7 @@ impl Watch {
             .unwrap();
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let first = reply(&mut err);
-        assert!(first.contains("watching TCP port"), "{first}");
+        assert!(first.contains("watching TCP "), "{first}");
         let mut stdout = child.stdout.take().unwrap();
         let out = std::thread::spawn(move || {
             let mut out = String::new();
