@@ -364,6 +364,145 @@ fn a_client_is_timed_from_its_write_to_its_read_around_the_servers_time() {
     eprintln!("{figures}");
 }
 
+/// Both sides through a slow link: redis in `b`, `redis-cli -x SET` from `a` writing
+/// a 200 KiB value, `a`'s veth held to 4 Mbit/s by tbf. On the client, the request's
+/// write returns while TCP still holds much of it (in the send buffer and the qdisc):
+/// that hold is explain's send part, to the moment the last byte went to the driver.
+/// On the server, the request arrives over the 410 ms the link takes: its arrival
+/// part. Witnesses: tcpdump on `a`'s veth, which takes each frame at the driver's door
+/// as explain does (the request's last data segment at explain's moment, within
+/// 1 ms, and the request's bytes on the wire), and on `b`'s (its first and last data
+/// segments in, at the server's start and end of arrival, within 1 ms); arithmetic:
+/// 200 KiB at 4 Mbit/s take 410 ms, and the socket holds at least its initial 16 KiB
+/// send buffer when a write returns (33 ms of the link), so the send part is 30 ms or
+/// more, and the arrival all but the first segments' 300 ms or more.
+#[test]
+fn a_request_over_a_slow_link_is_held_by_the_client_and_arrives_as_the_wire_says() {
+    let test = "a_request_over_a_slow_link";
+    if !privileged(test) || !have_redis(test) {
+        return;
+    }
+    let pair = NetnsPair::new();
+    let port = free_port();
+    let p = port.to_string();
+    let child = NetnsPair::exec(&pair.b, &["redis-server", "--bind", pair.b4])
+        .args(["--port", &p, "--save", "", "--appendonly", "no"])
+        .args(["--protected-mode", "no"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _redis = Service(child);
+    common::wait_listening(pair.b4, port, Some(&pair.b));
+    let tbf = ["tc", "qdisc", "add", "dev", &pair.dev_a, "root", "tbf"];
+    let limit = ["rate", "4mbit", "burst", "16kb", "latency", "2s"];
+    let ok = NetnsPair::exec(&pair.a, &[&tbf[..], &limit[..]].concat())
+        .status()
+        .unwrap();
+    assert!(ok.success(), "tc qdisc add … tbf");
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("a.pcap");
+    let filter = format!("tcp and src {} and dst port {port}", pair.a4);
+    let nano = ["--time-stamp-precision", "nano"];
+    let dump = common::Tcpdump::start(
+        Some(&pair.a),
+        &pair.dev_a,
+        &pcap,
+        &[&nano[..], &[&filter[..]]].concat(),
+    );
+    let pcap_b = dir.path().join("b.pcap");
+    let dev_b = format!("{}b", pair.dev_a.strip_suffix('a').unwrap());
+    let dump_b = common::Tcpdump::start(
+        Some(&pair.b),
+        &dev_b,
+        &pcap_b,
+        &[&nano[..], &[&filter[..]]].concat(),
+    );
+    let watch = Watch::selecting(&["--port", &p, "--to", &p]).0;
+    let mut cli = NetnsPair::exec(&pair.a, &["redis-cli", "-h", pair.b4, "-p", &p])
+        .args(["-x", "SET", "k"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(&vec![b'v'; 200 << 10])
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "OK\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    dump.stop();
+    dump_b.stop();
+    let set = |side: &str| -> &serde_json::Value {
+        let of: Vec<_> = txns
+            .iter()
+            .filter(|t| t["side"] == side && num(t, "request_bytes") > 200_000.0)
+            .collect();
+        assert_eq!(of.len(), 1, "{side}: {rest}");
+        of[0]
+    };
+    let (t, server) = (set("client"), set("server"));
+    let segments = data_segments(&pcap);
+    let first = segments.iter().map(|s| s.1).min().unwrap();
+    let end = segments.iter().map(|s| s.2).max().unwrap();
+    let last_out = segments
+        .iter()
+        .filter(|s| s.2 == end)
+        .map(|s| s.0)
+        .fold(0.0, f64::max);
+    let sent = (t["time_ns"].as_u64().unwrap() as f64
+        + (num(t, "write_us") + num(t, "send_us")) * 1e3)
+        / 1e9;
+    let figures = format!(
+        "explain: write {} µs, send {} µs, server {} µs, out at {sent:.6}; tcpdump: last segment at {last_out:.6}, {} bytes\n{t}",
+        num(t, "write_us"),
+        num(t, "send_us"),
+        num(t, "server_us"),
+        end - first
+    );
+    assert_eq!(num(t, "request_bytes"), (end - first) as f64, "{figures}");
+    assert!((sent - last_out).abs() < 1e-3, "{figures}");
+    assert!(num(t, "send_us") >= 30_000.0, "{figures}");
+    eprintln!("{figures}");
+    // The server's side of the same request, against the wire in `b`.
+    let arriving = data_segments(&pcap_b);
+    let (first_in, last_in) = (
+        arriving.iter().map(|s| s.0).fold(f64::MAX, f64::min),
+        arriving.iter().map(|s| s.0).fold(0.0, f64::max),
+    );
+    let start = server["time_ns"].as_u64().unwrap() as f64 / 1e9;
+    let arrived = start + num(server, "arrival_us") / 1e6;
+    let figures = format!(
+        "explain: arrival from {start:.6} to {arrived:.6}; tcpdump in b: {first_in:.6} to {last_in:.6}\n{server}"
+    );
+    assert_eq!(server["request_bytes"], t["request_bytes"], "{figures}");
+    assert!((start - first_in).abs() < 1e-3, "{figures}");
+    assert!((arrived - last_in).abs() < 1e-3, "{figures}");
+    assert!(num(server, "arrival_us") >= 300_000.0, "{figures}");
+    eprintln!("{figures}");
+}
+
+/// Every data segment in a capture: (its time in s, its first and its end sequence
+/// number, absolute), read by tcpdump itself.
+fn data_segments(pcap: &std::path::Path) -> Vec<(f64, u64, u64)> {
+    let o = Command::new("tcpdump")
+        .args(["-nn", "-tt", "-S", "--time-stamp-precision", "nano", "-r"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let time: f64 = l.split_whitespace().next()?.parse().ok()?;
+            let seq = l.split(", seq ").nth(1)?.split(',').next()?;
+            let (from, to) = seq.split_once(':')?;
+            Some((time, from.parse().ok()?, to.parse().ok()?))
+        })
+        .collect()
+}
+
 /// The value of `key` (`rtt:`) in `ss -ti`'s line of the server socket
 /// on `port`: the kernel's tcp_info as ss reads it.
 fn ss_field(port: u16, key: &str) -> Option<String> {

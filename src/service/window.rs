@@ -295,6 +295,13 @@ impl Summary {
                 ));
             }
         }
+        let send = self.part(Part::Send).and_then(|r| r.p50_us);
+        if let Some(send) = send.filter(|&us| us >= 1000.0) {
+            out.push(format!(
+                "The send part (P50 {:.1} ms) is the request held in this host's kernel after the write returned: the congestion or the server's receive window, Nagle's algorithm holding a small write while data is unacknowledged, or a queueing discipline's rate.",
+                send / 1e3
+            ));
+        }
         let server = self.part(Part::Server).and_then(|r| r.p50_us);
         if let (Some(server), Some(min_rtt)) = (server, self.min_rtt_p50_us) {
             out.push(format!(
@@ -425,6 +432,55 @@ mod tests {
                     && l.contains("(the longest 76.5 ms)")),
             "{f:?}"
         );
+    }
+
+    /// A client's transaction: its request held `send_ns` after the write returned,
+    /// 40 µs of server, the response read 2 ms after it came.
+    fn client(send_ns: u64) -> Transaction {
+        use crate::kernel::explain_bpf::SIDE_CLIENT;
+        Transaction::of(&RawTxn {
+            side: SIDE_CLIENT,
+            write_first_ns: 1_000,
+            write_last_ns: 2_000,
+            sent_ns: 2_000 + send_ns,
+            in_first_ns: 42_000 + send_ns,
+            in_last_ns: 42_000 + send_ns,
+            read_last_ns: 2_042_000 + send_ns,
+            min_rtt_us: 15,
+            ..RawTxn::default()
+        })
+    }
+
+    /// A client's window says its own things: the request held in its kernel (send),
+    /// the server part against the minimum RTT, the responses waiting for the client
+    /// to read them; its table's parts are the client's. Witness: arithmetic on the
+    /// transactions made.
+    #[test]
+    fn a_clients_window_names_its_own_parts() {
+        let mut w = Window::new(Side::Client);
+        for _ in 0..10 {
+            w.add(&client(5_000_000));
+        }
+        let s = w.summary();
+        let parts: Vec<Part> = s.parts.iter().map(|r| r.part).collect();
+        assert_eq!(parts, Side::Client.parts());
+        assert_eq!(s.part(Part::Send).unwrap().p50_us, Some(5_000.0));
+        assert_eq!(s.part(Part::Server).unwrap().p50_us, Some(40.0));
+        assert_eq!(s.min_rtt_p50_us, Some(15.0));
+        assert!(s.part(Part::Think).is_none());
+        let f = s.findings();
+        let says = |start: &str| f.iter().any(|l| l.starts_with(start));
+        assert!(
+            says("The send part (P50 5.0 ms) is the request held"),
+            "{f:?}"
+        );
+        assert!(says("The server part (P50 40 µs)"), "{f:?}");
+        assert!(says("10 response(s) waited 1 ms or more"), "{f:?}");
+        // Sent inside the write: no send finding.
+        let mut w = Window::new(Side::Client);
+        w.add(&client(0));
+        let f = w.summary().findings();
+        assert!(!f.iter().any(|l| l.contains("send part")), "{f:?}");
     }
 
     /// Past HELD transactions the window keeps a sample of HELD and counts them all.

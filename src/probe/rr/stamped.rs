@@ -13,7 +13,7 @@ use crate::probe::anatomy::{
 use crate::probe::io::{read_full, ReadEnd};
 use crate::probe::stamps::{self, TxKind};
 use std::io;
-use std::net::{TcpStream, UdpSocket};
+use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 
 /// The client's side of one request → response, on its own clock.
@@ -145,6 +145,8 @@ impl<K: Kind> Hook for Stamps<K> {
 /// TCP_RR: the stream's one connection stamped; each transaction's server part comes
 /// in the next response, the last one's with the server's report.
 pub(super) struct RrStamps {
+    /// Receive stamping kept on for the whole run (`None` where loopback is down).
+    _held: Option<stamps::StampingHeld>,
     book: Recorder,
     req_len: u64,
     /// The connection probes tail loss (`probe::anatomy::probes_tail_loss`).
@@ -159,9 +161,22 @@ impl RrStamps {
     }
 }
 
+/// Receive stamping held on, and on before the first transaction (a second at most:
+/// past it the run goes on, its first transactions unstamped as the kernel leaves
+/// them); `None` where this namespace has no loopback to hold it with.
+pub(super) fn stamping_held() -> Option<stamps::StampingHeld> {
+    let held = stamps::StampingHeld::new().ok()?;
+    held.wait_on(STAMPING_WAIT);
+    Some(held)
+}
+
+/// The longest a run waits for the kernel to turn receive stamping on.
+const STAMPING_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Kind for RrStamps {
     fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
         Ok(Self {
+            _held: stamping_held(),
             book: cx.recorder(),
             req_len: u64::from(cx.s.request_size),
             tlp: false,
@@ -234,7 +249,7 @@ impl Kind for RrStamps {
 /// wants them, which would leave each new connection's response unstamped.
 pub(super) struct CrrStamps {
     book: Recorder,
-    _hold: UdpSocket,
+    _held: stamps::StampingHeld,
     req_len: u64,
     /// Every connection between the same hosts negotiates the same: asked once.
     tlp: Option<bool>,
@@ -247,12 +262,11 @@ pub(super) struct CrrStamps {
 
 impl Kind for CrrStamps {
     fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
-        let hold = UdpSocket::bind(("127.0.0.1", 0))
-            .and_then(|u| stamps::hold_rx(u.as_raw_fd()).map(|()| u))
-            .map_err(StreamError::NoStamps)?;
+        let held = stamps::StampingHeld::new().map_err(StreamError::NoStamps)?;
+        held.wait_on(STAMPING_WAIT);
         Ok(Self {
             book: cx.recorder(),
-            _hold: hold,
+            _held: held,
             req_len: u64::from(cx.s.request_size),
             tlp: None,
             retrans: None,

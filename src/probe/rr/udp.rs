@@ -49,6 +49,8 @@ pub(super) struct UdpRr {
     gave_up: GaveUp<GivenUp>,
     /// `--anatomy`.
     book: Option<Recorder>,
+    /// With it, receive stamping kept on for the whole run.
+    _held: Option<crate::probe::stamps::StampingHeld>,
 }
 
 impl UdpRr {
@@ -56,11 +58,11 @@ impl UdpRr {
         let u = udp_socket(cx).map_err(StreamError::UdpSocket)?;
         tally.out.local_addr = u.local_addr().ok();
         let fd = u.as_raw_fd();
-        let book = if cx.s.anatomy {
+        let (book, held) = if cx.s.anatomy {
             stamps::enable(fd, false).map_err(StreamError::NoStamps)?;
-            Some(cx.recorder())
+            (Some(cx.recorder()), super::stamped::stamping_held())
         } else {
-            None
+            (None, None)
         };
         Ok(Self {
             u,
@@ -74,6 +76,7 @@ impl UdpRr {
             rto: UdpTimeout::new(UDP_TIMEOUT_FLOOR, cx.s.timeout),
             gave_up: GaveUp::default(),
             book,
+            _held: held,
         })
     }
 
