@@ -15,9 +15,13 @@ medians over the pairs:
   run_time_ns and run_cnt the kernel keeps per program, read from explain's
   descriptors in /proc/PID/fdinfo), over one redis-benchmark run.
 
+With `--side client` explain watches the same traffic from the client's end
+(`--to P`: rr's and redis-benchmark's sockets), which adds a program on every packet
+the host sends (`net_dev_start_xmit`).
+
 Needs root. Usage:
 
-    bench/explain_overhead.py [--bin target/release/rttlab] [--pairs 5]
+    bench/explain_overhead.py [--bin target/release/rttlab] [--pairs 5] [--side client]
 """
 
 import argparse
@@ -38,10 +42,14 @@ def start(cmd, **kw):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
 
 
-def explain(binary, port):
-    """explain attached to `port`, once it says it is watching."""
+SELECT = {"server": "--port", "client": "--to"}
+
+
+def explain(binary, port, side):
+    """explain attached to `port` (its server's side or its clients'), once it says
+    it is watching."""
     p = subprocess.Popen(
-        [binary, "explain", "--port", str(port), "-i", "60", "-l", "600"],
+        [binary, "explain", SELECT[side], str(port), "-i", "60", "-l", "600"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -111,6 +119,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--side", choices=sorted(SELECT), default="server")
     a = ap.parse_args()
     binary = os.path.abspath(a.bin)
     redis = start(["redis-server", "--port", str(REDIS_PORT), "--bind", "127.0.0.1",
@@ -121,7 +130,7 @@ def main():
     rows = []
     try:
         def latency(w):
-            e = explain(binary, DATA_PORT) if w else None
+            e = explain(binary, DATA_PORT, a.side) if w else None
             try:
                 return rr_latency(binary, a.rate, a.seconds)
             finally:
@@ -137,7 +146,7 @@ def main():
 
         for clients, n in [(1, 100_000), (50, 200_000)]:
             def throughput(w):
-                e = explain(binary, REDIS_PORT) if w else None
+                e = explain(binary, REDIS_PORT, a.side) if w else None
                 try:
                     return redis_rps(clients, n)
                 finally:
@@ -152,7 +161,7 @@ def main():
         # The kernel's cost per event, over one run at one client.
         subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
         try:
-            e = explain(binary, REDIS_PORT)
+            e = explain(binary, REDIS_PORT, a.side)
             before = prog_stats(e.pid)
             redis_rps(1, 100_000)
             after = prog_stats(e.pid)

@@ -7,18 +7,19 @@
 // at Round Trip Time" reads a request/response exchange), then what the server sends
 // until the client sends again.
 //
-// Eight BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
+// Nine BTF tracepoints (tp_btf: no kprobes, and no fentry, which some kernels refuse
 // to load), on the paths every segment and every read or write of a socket take:
-//   tcp_probe           a segment reaches tcp_rcv_established: data in (a server's
-//                       request, a client's response), or the ACK of the server's
-//                       response's last byte (its ack_seq, read from the header)
+//   tcp_probe           a segment reaches tcp_rcv_established: a server's request
+//                       data, or the ACK of its response's last byte (its ack_seq,
+//                       read from the header)
 //   sock_recv_length    a read of the socket returned (sock_recvmsg): the
 //                       application read data in
 //   tcp_sendmsg_locked  a write of the socket began
 //   sock_send_length    a write returned (sock_sendmsg)
 //   net_dev_start_xmit  a segment is handed to the driver: a client's request out
-//                       (attached only when a client side is watched: it runs for
-//                       every packet the host sends)
+//   sk_data_ready       a socket has data to read: a client's response in (these
+//                       two attached only when a client side is watched: they run
+//                       for every packet the host sends, and every socket woken)
 //   inet_sock_set_state the connection is closing: an ACK then is read from snd_una
 //   tcp_destroy_sock    the socket is gone: its last transaction is sent
 //   tcp_retransmit_skb  a segment is sent again: counted by its cause
@@ -66,7 +67,11 @@ struct sock_common {
 
 struct sock {
 	struct sock_common __sk_common;
+	__u8 sk_shutdown;
 } __attribute__((preserve_access_index));
+
+// sk_shutdown's bit for a FIN received (include/net/sock.h).
+#define RCV_SHUTDOWN 1
 
 struct minmax_sample {
 	__u32 t;
@@ -161,10 +166,12 @@ struct txn {
 	__u16 tlp;           //   after an RTO expiry, tail-loss probes, fast
 	__u16 fast;          //   retransmissions
 	__u16 pad;
+	__u32 in_seq;        // a client's rcv_nxt counted so far (rttlab_readable)
 };
 
-// Counters: records sent, records the ring had no room for, segments of sockets the
-// full table had no room for, requests the connection ended before any answer.
+// Counters: records sent, records the ring had no room for, segments in (a server's)
+// and writes (a client's) of sockets the full table had no room for, requests the
+// connection ended before any answer.
 #define C_SENT 0
 #define C_LOST 1
 #define C_FULL 2
@@ -176,6 +183,10 @@ struct txn {
 // the number of ports.
 const volatile __u8 cfg_ports[8192] = {};
 const volatile __u8 cfg_remote_ports[8192] = {};
+// Whether any remote port is watched: without one, the verifier drops the client's
+// test (a constant of frozen read-only data), and a socket of neither side costs no
+// more than before the client side existed.
+const volatile __u8 cfg_clients = 0;
 
 // Sized by the loader (--max-connections).
 struct {
@@ -214,6 +225,8 @@ static __always_inline int side_of(struct sock *sk)
 	__u16 port = BPF_CORE_READ(sk, __sk_common.skc_num);
 	if (cfg_ports[port >> 3] & (1 << (port & 7)))
 		return SIDE_SERVER;
+	if (!cfg_clients)
+		return SIDE_NONE;
 	port = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	if (cfg_remote_ports[port >> 3] & (1 << (port & 7)))
 		return SIDE_CLIENT;
@@ -324,20 +337,10 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	if (payload && (__s32)(bpf_ntohl(seq) + payload - rcv_nxt) <= 0)
 		payload = 0;
 	__u64 now = bpf_ktime_get_ns();
-	if (t->side == SIDE_CLIENT) {
-		// The response: data in once the request was written. Data before any
-		// write (a server that speaks first) answers no request of this side.
-		if (!payload || t->phase == PHASE_IDLE)
-			return 0;
-		if (t->phase == PHASE_REQUEST) {
-			t->phase = PHASE_RESPONSE;
-			t->in_first_ns = now;
-		}
-		t->in_last_ns = now;
-		t->in_bytes += payload;
-		t->in_segments += 1;
+	// A client's data in is rttlab_readable's: this sees only an established
+	// connection's segments, and a client may have shut its writing half.
+	if (t->side == SIDE_CLIENT)
 		return 0;
-	}
 	// The turn is the server's first write, not its return: this runs under the
 	// socket's lock, as the write does (tcp_sendmsg_locked), but a write's return
 	// (sock_send_length) comes after the lock is let go, by which time the client
@@ -428,6 +431,8 @@ int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *
 			t->write_first_ns = bpf_ktime_get_ns();
 			t->out_start_seq = BPF_CORE_READ(tp, write_seq);
 			t->retrans_base = BPF_CORE_READ(tp, total_retrans);
+			// Data in before this (a server that speaks first) answers no request.
+			t->in_seq = BPF_CORE_READ(tp, rcv_nxt);
 		} else {
 			// More of the request: what went out before is not all of it.
 			t->sent_ns = 0;
@@ -459,6 +464,37 @@ int BPF_PROG(rttlab_written, struct sock *sk, int ret, int flags)
 		return 0;
 	t->write_last_ns = bpf_ktime_get_ns();
 	t->out_end_seq = BPF_CORE_READ((struct tcp_sock *)sk, write_seq);
+	return 0;
+}
+
+// A socket has data to read (sock_def_readable, from tcp_data_ready as each in-order
+// segment is queued, in any state: also after the client shut its writing half,
+// when tcp_probe no longer sees the connection's segments): a client's response,
+// counted by how far rcv_nxt moved since, less the FIN's one sequence number once
+// the server's FIN is in (RCV_SHUTDOWN). Runs for every socket of the host that
+// wakes a reader, UDP's too: a socket not in the table costs a lookup.
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(rttlab_readable, struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	struct txn *t = bpf_map_lookup_elem(&rttlab_txn, &key);
+	if (!t || t->side != SIDE_CLIENT || t->phase == PHASE_IDLE)
+		return 0;
+	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	if (BPF_CORE_READ_BITFIELD_PROBED(sk, sk_shutdown) & RCV_SHUTDOWN)
+		rcv_nxt -= 1;
+	__u32 more = rcv_nxt - t->in_seq;
+	if ((__s32)more <= 0)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (t->phase == PHASE_REQUEST) {
+		t->phase = PHASE_RESPONSE;
+		t->in_first_ns = now;
+	}
+	t->in_last_ns = now;
+	t->in_bytes += more;
+	t->in_segments += 1;
+	t->in_seq = rcv_nxt;
 	return 0;
 }
 

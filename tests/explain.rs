@@ -712,10 +712,10 @@ fn a_client_thinking_10_ms_shows_as_the_network_part_and_the_servers_srtt() {
 
 /// 100 connections one after another, each one PING, every other one half-closed
 /// after its request (`shutdown(Write)`: the server answers a connection already
-/// closing), with room for 10 connections in explain's table: each is its own
-/// connection (its own id, its own client port), each transaction counted once with
-/// its 6 and 7 bytes, none lost to the table (a socket's entry goes with it: a new
-/// socket at the same kernel address starts afresh). The next connection waits until
+/// closing), watched at both ends with room for 10 sockets in explain's table: each is
+/// its own connection (its own id, its own client port) on each side, each
+/// transaction counted once with its 6 and 7 bytes, none lost to the table (a socket's
+/// entry goes with it: a new socket at the same kernel address starts afresh). The next connection waits until
 /// the kernel has let the last one's server socket go: on a busy machine its last ACK
 /// may come many milliseconds late (a suite run saw tail-loss probes and ten sockets
 /// alive at once), and a socket still alive rightly holds its entry. Witnesses: the
@@ -729,7 +729,8 @@ fn connections_that_come_and_go_are_each_their_own() {
     }
     let port = free_port();
     let _redis = Redis::start(port).unwrap();
-    let watch = Watch::start_with(port, &["--max-connections", "10"]);
+    let p = port.to_string();
+    let watch = Watch::start_with(port, &["--to", &p, "--max-connections", "10"]);
     let mut ports = std::collections::BTreeSet::new();
     for i in 0..100 {
         let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -748,7 +749,7 @@ fn connections_that_come_and_go_are_each_their_own() {
     let (txns, rest) = watch.stop();
     let ran = calls(port, "ping");
     assert_eq!(ran, 100, "redis's own count");
-    assert_eq!(txns.len(), 100, "{rest}");
+    assert_eq!(txns.len(), 200, "{rest}");
     one_ping_a_connection(&txns, &ports, &rest);
     assert!(!rest.contains("not timed"), "{rest}");
 }
@@ -756,7 +757,8 @@ fn connections_that_come_and_go_are_each_their_own() {
 /// A 20 MiB value written and read back: redis writes the GET's answer in many writes
 /// as its send buffer drains, and all it wrote is ACKed between them more than once;
 /// the transaction still holds every byte of the answer, counted by RESP's own length
-/// (`$20971520\r\n`, the value, `\r\n`), and the SET's request every byte it sent.
+/// (`$20971520\r\n`, the value, `\r\n`), and the SET's request every byte it sent, at
+/// both ends (the client's request in three writes, its answer in many reads).
 #[test]
 fn a_large_answer_is_one_transaction_to_its_last_byte() {
     let test = "a_large_answer";
@@ -766,7 +768,7 @@ fn a_large_answer_is_one_transaction_to_its_last_byte() {
     const LEN: usize = 20 << 20;
     let port = free_port();
     let _redis = Redis::start(port).unwrap();
-    let watch = Watch::start(port);
+    let watch = Watch::start_with(port, &["--to", &port.to_string()]);
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut w = s.try_clone().unwrap();
     let mut r = BufReader::new(s.try_clone().unwrap());
@@ -783,37 +785,44 @@ fn a_large_answer_is_one_transaction_to_its_last_byte() {
     drop((w, r, s));
     std::thread::sleep(Duration::from_millis(300));
     let (txns, rest) = watch.stop();
-    assert_eq!(txns.len(), 2, "{rest}");
-    assert_eq!(txns[0]["request_bytes"], set.len() + LEN + 2, "{}", txns[0]);
-    assert_eq!(txns[1]["request_bytes"], 7, "{}", txns[1]);
-    assert_eq!(
-        txns[1]["response_bytes"],
-        header.len() + LEN + 2,
-        "{}",
-        txns[1]
-    );
+    assert_eq!(txns.len(), 4, "{rest}");
+    for side in ["server", "client"] {
+        let of: Vec<_> = txns.iter().filter(|t| t["side"] == side).collect();
+        assert_eq!(of.len(), 2, "{rest}");
+        assert_eq!(of[0]["request_bytes"], set.len() + LEN + 2, "{}", of[0]);
+        assert_eq!(of[1]["request_bytes"], 7, "{}", of[1]);
+        assert_eq!(of[1]["response_bytes"], header.len() + LEN + 2, "{}", of[1]);
+    }
 }
 
-/// Each transaction its own connection (its own id), from exactly the client `ports`
-/// the kernel gave the test's sockets, one PING's 6 and 7 bytes each.
+/// The client's port of a transaction, as either end saw it.
+fn client_port(t: &serde_json::Value) -> u16 {
+    if t["side"] == "client" {
+        num(t, "client_port") as u16
+    } else {
+        let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
+        c.port()
+    }
+}
+
+/// On each side (explain watching both ends), each transaction its own connection
+/// (its own id), from exactly the client `ports` the kernel gave the test's sockets,
+/// one PING's 6 and 7 bytes each.
 fn one_ping_a_connection(
     txns: &[serde_json::Value],
     ports: &std::collections::BTreeSet<u16>,
     rest: &str,
 ) {
-    let ids: std::collections::BTreeSet<u64> = txns
-        .iter()
-        .map(|t| t["connection"].as_u64().unwrap())
-        .collect();
-    assert_eq!(ids.len(), txns.len(), "{rest}");
-    let seen: std::collections::BTreeSet<u16> = txns
-        .iter()
-        .map(|t| {
-            let c: std::net::SocketAddr = t["client"].as_str().unwrap().parse().unwrap();
-            c.port()
-        })
-        .collect();
-    assert_eq!(&seen, ports);
+    for side in ["server", "client"] {
+        let of: Vec<&serde_json::Value> = txns.iter().filter(|t| t["side"] == side).collect();
+        let ids: std::collections::BTreeSet<u64> = of
+            .iter()
+            .map(|t| t["connection"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), ports.len(), "{side}: {rest}");
+        let seen: std::collections::BTreeSet<u16> = of.iter().map(|t| client_port(t)).collect();
+        assert_eq!(&seen, ports, "{side}");
+    }
     for t in txns {
         assert_eq!(
             (&t["request_bytes"], &t["response_bytes"]),
@@ -869,10 +878,10 @@ fn allow_open_files(n: u64) {
     }
 }
 
-/// 10 000 connections open at once, each one PING, then all closed together: explain's
-/// table (65 536 by default) holds them all, and each is its own connection, its one
-/// transaction counted once with its 6 and 7 bytes; nothing is lost to the ring or
-/// the table. Witnesses: redis's own count of the connections it accepted and of its
+/// 10 000 connections open at once, each one PING, then all closed together, watched
+/// at both ends: explain's table (65 536 by default) holds all 20 000 sockets, and on
+/// each side each is its own connection, its one transaction counted once with its 6
+/// and 7 bytes; nothing is lost to the ring or the table. Witnesses: redis's own count of the connections it accepted and of its
 /// PINGs, and the client ports the kernel gave the test's sockets.
 #[test]
 fn ten_thousand_connections_at_once_are_each_counted() {
@@ -901,7 +910,7 @@ fn ten_thousand_connections_at_once_are_each_counted() {
         .unwrap();
     let _redis = Service::listening(child, port, "redis-server");
     let accepted_before = info_stat(port, "total_connections_received");
-    let watch = Watch::start(port);
+    let watch = Watch::start_with(port, &["--to", &port.to_string()]);
     let mut open = Vec::with_capacity(N);
     let mut ports = std::collections::BTreeSet::new();
     for _ in 0..N {
@@ -919,7 +928,7 @@ fn ten_thousand_connections_at_once_are_each_counted() {
     // The INFO connection itself is one more accepted, not watched while counted.
     let accepted = info_stat(port, "total_connections_received") - accepted_before - 1;
     assert_eq!((accepted, calls(port, "ping")), (N as u64, N as u64));
-    assert_eq!(txns.len(), N, "{rest}");
+    assert_eq!(txns.len(), 2 * N, "{rest}");
     one_ping_a_connection(&txns, &ports, &rest);
     assert!(!rest.contains("not timed"), "{rest}");
 }

@@ -71,8 +71,8 @@ write (a greeting) answers no request and is not timed.
 Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: seven of the
 kernel's own tracepoints (tcp_probe, sock_recv_length, tcp_sendmsg_locked,
 sock_send_length, inet_sock_set_state, tcp_destroy_sock, tcp_retransmit_skb),
-and with --to an eighth (net_dev_start_xmit, run for every packet the host
-sends); no kprobes. Nothing is left behind: the kernel removes the programs
+and with --to two more (net_dev_start_xmit and sk_data_ready, run for every
+packet the host sends and every socket woken to read); no kprobes. Nothing is left behind: the kernel removes the programs
 when the command ends, however it ends.
 
 Examples:
@@ -403,7 +403,7 @@ impl Untimed {
         }
         if k.table_full > 0 {
             notes.push(format!(
-                "{} segment(s) of connections past --max-connections {max_connections}",
+                "{} segment(s) or write(s) of connections past --max-connections {max_connections}",
                 k.table_full
             ));
         }

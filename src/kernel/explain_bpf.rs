@@ -3,11 +3,11 @@
 //! `sock_recv_length`, `tcp_sendmsg_locked`, `sock_send_length`,
 //! `inet_sock_set_state`, `tcp_destroy_sock`), a retransmission
 //! (`tcp_retransmit_skb`) and, when a client side is watched, a segment handed to the
-//! driver (`net_dev_start_xmit`), loaded with aya and read through a ring buffer of
-//! finished transactions. What a record means is `service`'s business; this module
-//! moves bytes. Tracepoints, not fentry: some kernels (this project's CI among them)
-//! refuse to load fentry programs at all, and these tracepoints sit where the
-//! functions' entries and exits would.
+//! driver (`net_dev_start_xmit`) and a socket with data to read (`sk_data_ready`),
+//! loaded with aya and read through a ring buffer of finished transactions. What a
+//! record means is `service`'s business; this module moves bytes. Tracepoints, not
+//! fentry: some kernels (this project's CI among them) refuse to load fentry programs
+//! at all, and these tracepoints sit where the functions' entries and exits would.
 //!
 //! Nothing is pinned and nothing outside the process is changed: the attachments are
 //! BPF links the kernel removes when their last descriptor closes, so a killed run
@@ -18,8 +18,8 @@
 //! CAP_BPF and CAP_PERFMON (root has them): tracing programs read kernel memory.
 //!
 //! # Minimum kernel
-//! 6.3 (the `sock_send_length` and `sock_recv_length` tracepoints; `tcp_sendmsg_locked`
-//! is 6.1), with BTF (`/sys/kernel/btf/vmlinux`, CONFIG_DEBUG_INFO_BTF) for tp_btf and
+//! 6.3 (the `sock_send_length`, `sock_recv_length` and `sk_data_ready` tracepoints;
+//! `tcp_sendmsg_locked` is 6.1), with BTF (`/sys/kernel/btf/vmlinux`, CONFIG_DEBUG_INFO_BTF) for tp_btf and
 //! CO-RE.
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, RawFd};
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../bpf/explain.bpf.o");
 
 /// (program, tracepoint) in the order they are attached: the socket's end first, so
-/// no entry outlives its socket. [`CLIENT_PROGRAM`] after them when a client side is
+/// no entry outlives its socket. [`CLIENT_PROGRAMS`] after them when a client side is
 /// watched.
 const PROGRAMS: [(&str, &str); 7] = [
     ("rttlab_gone", "tcp_destroy_sock"),
@@ -43,9 +43,13 @@ const PROGRAMS: [(&str, &str); 7] = [
     ("rttlab_retransmit", "tcp_retransmit_skb"),
 ];
 
-/// The client's request out to the driver: it runs for every packet the host sends,
-/// so it is attached only when a client side is watched.
-const CLIENT_PROGRAM: (&str, &str) = ("rttlab_xmit", "net_dev_start_xmit");
+/// A client's request out to the driver and its response in: they run for every
+/// packet the host sends and every socket woken to read, so they are attached only
+/// when a client side is watched.
+const CLIENT_PROGRAMS: [(&str, &str); 2] = [
+    ("rttlab_xmit", "net_dev_start_xmit"),
+    ("rttlab_readable", "sk_data_ready"),
+];
 
 /// Why explain's programs cannot run here, or failed.
 #[derive(Debug, thiserror::Error)]
@@ -192,7 +196,8 @@ pub struct Counts {
     pub sent: u64,
     /// Transactions lost: the ring was full.
     pub lost: u64,
-    /// Segments of sockets the full table had no room for: not timed.
+    /// Segments in (a server's) and writes (a client's) of sockets the full table had
+    /// no room for: not timed.
     pub table_full: u64,
     /// Requests whose connection ended before any answer.
     pub unanswered: u64,
@@ -258,11 +263,16 @@ impl ExplainBpf {
             .btf(Some(&btf))
             .set_global("cfg_ports", &port_bits(ports), true)
             .set_global("cfg_remote_ports", &port_bits(remote_ports), true)
+            .set_global("cfg_clients", &u8::from(!remote_ports.is_empty()), true)
             .set_max_entries("rttlab_txn", max_connections.max(1))
             .load(OBJECT)
             .map_err(|e| unsupported(last_line(&e)))?;
-        let client = (!remote_ports.is_empty()).then_some(CLIENT_PROGRAM);
-        for (name, tracepoint) in PROGRAMS.into_iter().chain(client) {
+        let client = if remote_ports.is_empty() {
+            &[][..]
+        } else {
+            &CLIENT_PROGRAMS[..]
+        };
+        for &(name, tracepoint) in PROGRAMS.iter().chain(client) {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(name)
                 .ok_or_else(|| unsupported(format!("{name} is not in the object")))?
