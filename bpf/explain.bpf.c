@@ -317,7 +317,9 @@ SEC("tp_btf/tcp_probe")
 int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 {
 	struct txn *t = state(sk, SIDE_SERVER);
-	if (!t)
+	// A client's data in is rttlab_readable's: this sees only an established
+	// connection's segments, and a client may have shut its writing half.
+	if (!t || t->side == SIDE_CLIENT)
 		return 0;
 	unsigned char *data = BPF_CORE_READ(skb, data);
 	unsigned int len = BPF_CORE_READ(skb, len);
@@ -337,10 +339,6 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	if (payload && (__s32)(bpf_ntohl(seq) + payload - rcv_nxt) <= 0)
 		payload = 0;
 	__u64 now = bpf_ktime_get_ns();
-	// A client's data in is rttlab_readable's: this sees only an established
-	// connection's segments, and a client may have shut its writing half.
-	if (t->side == SIDE_CLIENT)
-		return 0;
 	// The turn is the server's first write, not its return: this runs under the
 	// socket's lock, as the write does (tcp_sendmsg_locked), but a write's return
 	// (sock_send_length) comes after the lock is let go, by which time the client
@@ -373,7 +371,8 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	return 0;
 }
 
-// A retransmission of the response, by the state the sender is in when
+// A retransmission of what this end sends (a server's response, a client's
+// request), by the state the sender is in when
 // tcp_retransmit_skb sends it: Loss after an RTO expiry (tcp_retransmit_timer enters
 // it first), Recovery for a fast retransmission (RACK or three duplicate ACKs),
 // otherwise a tail-loss probe (tcp_send_loss_probe sends it in Open or Disorder).

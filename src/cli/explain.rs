@@ -49,8 +49,11 @@ kernel:
   arrival  the response's first segment in to its last
   wait     its last segment to the application's last read of it
 
-The client's response time is their sum: its first write to its last read.
-Both sides at once, on one host, time each transaction at both ends.
+The client's response time is their sum: its first write to its last read
+(to the response's last segment when the application wrote again before
+reading any of it, as a pipelining client does: then wait is not known).
+Both sides at once, on one host, time each transaction at both ends: the
+client's server part holds the server's arrival, wait and think.
 
 Every interval prints the transactions, the response time's percentiles, each
 part's P50 and P99 and its share of the response around the median and in the
@@ -65,7 +68,7 @@ ends (a server may write more after all it wrote was ACKed): the last one of an
 idle keep-alive connection waits for either. Requests a client pipelines in one
 segment, or sends before it reads the answers, are one transaction (the kernel
 cannot count requests without a parser); one answered while more of them waited
-unread is flagged pipelined. Data a server sends before the client's first
+unread is flagged pipelined on the server. Data a server sends before the client's first
 write (a greeting) answers no request and is not timed.
 
 Needs root (CAP_BPF, CAP_PERFMON) and Linux 6.3 or later with BTF: seven of the
@@ -113,8 +116,10 @@ pub struct ExplainArgs {
     #[arg(long, default_value_t = 65_536, value_name = "N",
           value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
     pub max_connections: u32,
-    /// The most JSON lines a second; past it, transactions are counted, not printed.
-    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    /// The most JSON lines a second (at least 1); past it, transactions are counted,
+    /// not printed.
+    #[arg(long, default_value_t = 10_000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub json_rate: u64,
 }
 
@@ -207,7 +212,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
                     write!(stdout, "{}", render::table(*port, &w.summary(), seconds))?;
                 }
                 for n in &notes {
-                    writeln!(stdout, "not timed: {n}")?;
+                    writeln!(stdout, "{n}")?;
                 }
                 writeln!(stdout)?;
             }
@@ -230,7 +235,11 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         all += &render::table(*port, &w.summary(), seconds);
     }
     for n in counted.notes(a.max_connections, a.json_rate) {
-        all += &format!("not timed: {n}\n");
+        all += &format!("{n}\n");
+    }
+    let open = kernel.answered_and_open();
+    if open > 0 {
+        all += &format!("not timed: {open} transaction(s) answered, their connections still open at the end (neither sent again nor closed: an idle keep-alive connection's last)\n");
     }
     if a.json {
         eprint!("{all}");
@@ -394,34 +403,35 @@ impl Untimed {
         (total, since)
     }
 
-    /// One line for each kind of transaction not timed or not printed.
+    /// One line for each kind of transaction not timed or not printed, each saying
+    /// which.
     fn notes(&self, max_connections: u32, json_rate: u64) -> Vec<String> {
         let k = &self.kernel;
         let mut notes = Vec::new();
         if k.lost > 0 {
-            notes.push(format!("{} transaction(s) lost: the kernel's ring buffer was full (the reader fell behind)", k.lost));
+            notes.push(format!("not timed: {} transaction(s) lost: the kernel's ring buffer was full (the reader fell behind)", k.lost));
         }
         if k.table_full > 0 {
             notes.push(format!(
-                "{} segment(s) or write(s) of connections past --max-connections {max_connections}",
+                "not timed: {} segment(s) or write(s) of connections past --max-connections {max_connections}",
                 k.table_full
             ));
         }
         if k.unanswered > 0 {
             notes.push(format!(
-                "{} request(s) whose connection ended before an answer",
+                "not timed: {} request(s) whose connection ended before an answer",
                 k.unanswered
             ));
         }
         if self.malformed > 0 {
             notes.push(format!(
-                "{} record(s) from the kernel too short to read",
+                "not timed: {} record(s) from the kernel too short to read",
                 self.malformed
             ));
         }
         if self.not_printed > 0 {
             notes.push(format!(
-                "{} transaction(s) counted but not printed: past --json-rate {json_rate} a second",
+                "not printed: {} transaction(s) timed and counted, past --json-rate {json_rate} a second",
                 self.not_printed
             ));
         }

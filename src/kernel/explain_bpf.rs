@@ -22,7 +22,7 @@
 //! `tcp_sendmsg_locked` is 6.1), with BTF (`/sys/kernel/btf/vmlinux`, CONFIG_DEBUG_INFO_BTF) for tp_btf and
 //! CO-RE.
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
 use std::os::fd::{AsRawFd, RawFd};
@@ -209,7 +209,18 @@ pub struct ExplainBpf {
     _ebpf: Ebpf,
     txns: RingBuf<MapData>,
     counters: PerCpuArray<MapData, u64>,
+    /// The watched sockets' state, read at the end for what is still open.
+    table: HashMap<MapData, u64, RawState>,
 }
+
+/// A socket's state in the table: `struct txn`'s bytes, as [`RawTxn::parse`] reads
+/// them.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct RawState([u8; RAW_TXN_BYTES]);
+
+// SAFETY: a plain array of bytes, any bit pattern valid, no padding.
+unsafe impl aya::Pod for RawState {}
 
 /// `cfg_ports`: bit P % 8 of byte P / 8 set for each port P.
 fn port_bits(ports: &[u16]) -> [u8; 8192] {
@@ -301,10 +312,16 @@ impl ExplainBpf {
                     msg: crate::error_chain(&e),
                 }
             })?;
+        let table =
+            HashMap::try_from(map(&mut ebpf, "rttlab_txn")?).map_err(|e| ExplainBpfError::Map {
+                map: "rttlab_txn",
+                msg: crate::error_chain(&e),
+            })?;
         Ok(Self {
             _ebpf: ebpf,
             txns,
             counters,
+            table,
         })
     }
 
@@ -323,6 +340,17 @@ impl ExplainBpf {
             }
         }
         malformed
+    }
+
+    /// Transactions answered and not yet sent: their connections have neither sent
+    /// again nor closed (an idle keep-alive connection's last one), counted now.
+    pub fn answered_and_open(&self) -> u64 {
+        self.table
+            .iter()
+            .filter_map(Result::ok)
+            .filter_map(|(_, v)| RawTxn::parse(&v.0))
+            .filter(|t| t.in_first_ns != 0 && t.write_first_ns != 0)
+            .count() as u64
     }
 
     /// The kernel's counts so far, summed over the CPUs.

@@ -63,11 +63,12 @@ pub enum Part {
     /// application's own work.
     Think,
     /// The first write out to the last returning: the application writing its message
-    /// (and TCP taking it, blocked when the send buffer is full).
+    /// (and TCP taking it, blocked when the send buffer is full). A client's ends when
+    /// the request's last byte went out, if that came before the write returned.
     Write,
     /// A client's last write returning to the request's last byte handed to the
-    /// driver: its queueing layer (0 when TCP sent it inside the write, as it does
-    /// with room in the window).
+    /// driver: the request held in its kernel (0 when TCP sent it inside the write,
+    /// as it does with room in the window).
     Send,
     /// A client's request out to the response's first segment in: the network both
     /// ways and the server.
@@ -210,15 +211,21 @@ impl Transaction {
                 (r.in_first_ns, wrote_last - r.in_first_ns, parts)
             }
             Side::Client => {
+                // The request is out when its last byte went to the driver, which on
+                // a short path is inside the write (the server may have it before the
+                // write returns): the write part ends there, and the server's part
+                // starts there. Not seen at the driver: out when the write returned.
                 let wrote_last = r.write_last_ns.max(r.write_first_ns);
-                let sent = seen(r.sent_ns, wrote_last);
-                let in_first = r.in_first_ns.max(sent.unwrap_or(wrote_last));
+                let sent = seen(r.sent_ns, r.write_first_ns);
+                let out = sent.unwrap_or(wrote_last);
+                let written = wrote_last.min(out);
+                let in_first = r.in_first_ns.max(out);
                 let in_last = r.in_last_ns.max(in_first);
                 let read = seen(r.read_last_ns, in_last);
                 let parts = [
-                    Some(wrote_last - r.write_first_ns),
-                    sent.map(|t| t - wrote_last),
-                    Some(in_first - sent.unwrap_or(wrote_last)),
+                    Some(written - r.write_first_ns),
+                    sent.map(|t| t - written),
+                    Some(in_first - out),
                     Some(in_last - in_first),
                     read.map(|t| t - in_last),
                 ];
@@ -334,11 +341,13 @@ mod tests {
         assert_eq!(t.parts[..4].iter().flatten().sum::<u64>(), t.response_ns);
     }
 
-    /// Witness: arithmetic. A client's record: its request written (300 ns) and out
-    /// inside the write (send 0), the server's 40 µs, the response arriving over 500 ns
-    /// and read 200 ns later; the parts sum to the first write to the last read. The
-    /// driver not seen folds send into server; no read seen ends the response at its
-    /// last segment. Bytes and ports by direction: the request is what it wrote.
+    /// Witness: arithmetic. A client's record: its request out to the driver 200 ns
+    /// into its 300 ns write (send 0, the write part ending there: the server may
+    /// have it before the write returns), the server's 40.1 µs from then, the response
+    /// arriving over 500 ns and read 200 ns later; the parts sum to the first write to
+    /// the last read. The driver not seen: out at the write's return, send unknown; no
+    /// read seen ends the response at its last segment. Bytes and ports by direction:
+    /// the request is what it wrote.
     #[test]
     fn a_clients_parts_run_from_its_write_to_its_read() {
         let client = RawTxn {
@@ -361,13 +370,31 @@ mod tests {
         assert_eq!(t.side, Side::Client);
         assert_eq!(
             t.parts,
-            [Some(300), Some(0), Some(40_000), Some(500), Some(200)]
+            [Some(200), Some(0), Some(40_100), Some(500), Some(200)]
         );
         assert_eq!(t.response_ns, 41_000);
         assert_eq!(t.parts.iter().flatten().sum::<u64>(), t.response_ns);
         assert_eq!((t.request_bytes, t.response_bytes), (14, 7));
         assert_eq!((t.port, t.local_port), (6379, 50_000));
-        assert_eq!(t.part(Part::Server), Some(40_000));
+        assert_eq!(t.part(Part::Server), Some(40_100));
+        // Held after the write returned: 1 ms of send.
+        let held = Transaction::of(&RawTxn {
+            sent_ns: 1_001_300,
+            in_first_ns: 1_041_300,
+            in_last_ns: 1_041_800,
+            read_last_ns: 1_042_000,
+            ..client
+        });
+        assert_eq!(
+            held.parts,
+            [
+                Some(300),
+                Some(1_000_000),
+                Some(40_000),
+                Some(500),
+                Some(200)
+            ]
+        );
         assert_eq!(t.part(Part::Think), None);
         let t = Transaction::of(&RawTxn {
             sent_ns: 0,
