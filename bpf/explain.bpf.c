@@ -166,7 +166,9 @@ struct txn {
 	__u16 tlp;           //   after an RTO expiry, tail-loss probes, fast
 	__u16 fast;          //   retransmissions
 	__u16 pad;
-	__u32 in_seq;        // a client's rcv_nxt counted so far (rttlab_readable)
+	__u32 in_seq;        // rcv_nxt where the data in began: a server's request, or
+	                     // a client's response counted so far (rttlab_readable)
+	__u32 in_end_seq;    // a server's rcv_nxt at its response's first write
 };
 
 // Counters: records sent, records the ring had no room for, segments in (a server's)
@@ -250,6 +252,9 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 		.lport = BPF_CORE_READ(sk, __sk_common.skc_num),
 		.rport = bpf_ntohs(BPF_CORE_READ(sk, __sk_common.skc_dport)),
 		.side = side,
+		// A server's first data in begins here (tcp_probe runs before TCP takes
+		// the segment).
+		.in_seq = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt),
 	};
 	if (bpf_map_update_elem(&rttlab_txn, &key, &zero, BPF_NOEXIST) &&
 	    !bpf_map_lookup_elem(&rttlab_txn, &key)) {
@@ -269,6 +274,11 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 		count(C_UNANSWERED);
 	if (t->in_first_ns && t->write_first_ns) {
 		struct tcp_sock *tp = (struct tcp_sock *)sk;
+		// A server's request: every byte TCP took before the response began, by
+		// sequence number, so that a segment whose tcp_probe the kernel skipped (a
+		// program already running on that CPU: its recursion_misses) still counts.
+		if (t->side == SIDE_SERVER)
+			t->in_bytes = t->in_end_seq - t->in_seq;
 		// Every byte written since the response began, to its last write's return
 		// (a FIN sent since counts in write_seq too); to now when no write has
 		// returned yet (see rttlab_rx).
@@ -298,11 +308,14 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 	__u64 cookie = t->cookie;
 	__u16 lport = t->lport, rport = t->rport;
 	__u8 side = t->side;
+	// The next request's data begins where this one's ended.
+	__u32 next_in = t->in_end_seq ? t->in_end_seq : t->in_seq;
 	__builtin_memset(t, 0, sizeof(*t));
 	t->cookie = cookie;
 	t->lport = lport;
 	t->rport = rport;
 	t->side = side;
+	t->in_seq = next_in;
 }
 
 // Whether `ack` (host order) ACKs every byte the response has written, the first
@@ -366,7 +379,6 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 		t->retrans_base = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
 	}
 	t->in_last_ns = now;
-	t->in_bytes += payload;
 	t->in_segments += 1;
 	return 0;
 }
@@ -448,8 +460,11 @@ int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *
 	}
 	t->write_first_ns = bpf_ktime_get_ns();
 	t->out_start_seq = BPF_CORE_READ(tp, write_seq);
-	if (BPF_CORE_READ(tp, rcv_nxt) != BPF_CORE_READ(tp, copied_seq))
+	__u32 rcv_nxt = BPF_CORE_READ(tp, rcv_nxt);
+	if (rcv_nxt != BPF_CORE_READ(tp, copied_seq))
 		t->flags |= TXN_PIPELINED;
+	// Less the FIN's one sequence number once the client's FIN is in.
+	t->in_end_seq = rcv_nxt - (BPF_CORE_READ_BITFIELD_PROBED(sk, sk_shutdown) & RCV_SHUTDOWN);
 	return 0;
 }
 

@@ -40,9 +40,10 @@ With --to, the client side: every connection this host opens to those remote
 ports (an application's calls to its database or cache), from the client's
 kernel:
 
-  write    the request's first write to its last returning
+  write    the request's first write to its last returning, or to its last
+           byte out when TCP sent it inside the write
   send     that return to the request's last byte handed to the driver (after
-           the queueing layer; 0 when TCP sent it inside the write)
+           the queueing layer; 0 when it went inside the write)
   server   the request out to the response's first segment in: the network
            both ways and the server (the connections' minimum RTT says how
            much is the network)
@@ -236,6 +237,10 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     for n in counted.notes(a.max_connections, a.json_rate) {
         all += &format!("{n}\n");
+    }
+    let skipped = kernel.skipped();
+    if skipped > 0 {
+        all += &format!("not timed: {skipped} kernel event(s) skipped, explain's program already running on that CPU (its moments then come from the next event; bytes are counted by sequence number)\n");
     }
     let open = kernel.answered_and_open();
     if open > 0 {

@@ -145,7 +145,7 @@ pub const TXN_UNACKED: u32 = 2;
 pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 152;
+pub const RAW_TXN_BYTES: usize = 160;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -351,6 +351,26 @@ impl ExplainBpf {
             .filter_map(|(_, v)| RawTxn::parse(&v.0))
             .filter(|t| t.in_first_ns != 0 && t.write_first_ns != 0)
             .count() as u64
+    }
+
+    /// Events the kernel skipped because the same program was already running on
+    /// that CPU (a softirq over a process's call: each program's `recursion_misses`,
+    /// /proc/self/fdinfo), summed over the programs.
+    pub fn skipped(&self) -> u64 {
+        use std::os::fd::AsFd;
+        self._ebpf
+            .programs()
+            .filter_map(|(_, p)| p.fd().ok())
+            .filter_map(|fd| {
+                let raw = fd.as_fd().as_raw_fd();
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{raw}")).ok()
+            })
+            .filter_map(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("recursion_misses:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
     }
 
     /// The kernel's counts so far, summed over the CPUs.
