@@ -563,6 +563,9 @@ fn drops_show_as_retransmission_stalls_by_cause_on_the_transactions_they_hit() {
     if !privileged(test) || !have_redis(test) {
         return;
     }
+    // Which timer sends a lost segment again is timing: beside busy tests its causes
+    // came one short of its retransmissions (twice in CI-like runs, never alone).
+    let _g = common::serial::machine();
     let pair = NetnsPair::new();
     let port = free_port();
     let child = NetnsPair::exec(&pair.b, &["redis-server", "--bind", pair.b4])
@@ -928,8 +931,9 @@ fn allow_open_files(n: u64) {
 /// at both ends: explain's table (65 536 by default) holds all 20 000 sockets, and on
 /// each side each is its own connection, its one transaction counted once with its 6
 /// and 7 bytes; nothing is lost to the ring or the table, once the kernel has let
-/// every socket go (`/proc/net/tcp`: a CI run stopped 0.5 s after the closes with 64
-/// client sockets still open). Witnesses: redis's own count of the connections it
+/// every socket go (`/proc/net/tcp`), and a transaction whose socket's end the kernel
+/// skipped is named at the end (two CI runs: 64 and 127 of 20 000, with 384 events
+/// skipped in the second). Witnesses: redis's own count of the connections it
 /// accepted and of its PINGs, and the client ports the kernel gave the test's sockets.
 #[test]
 fn ten_thousand_connections_at_once_are_each_counted() {
@@ -979,9 +983,49 @@ fn ten_thousand_connections_at_once_are_each_counted() {
     // The INFO connection itself is one more accepted, not watched while counted.
     let accepted = info_stat(port, "total_connections_received") - accepted_before - 1;
     assert_eq!((accepted, calls(port, "ping")), (N as u64, N as u64));
-    assert_eq!(txns.len(), 2 * N, "{rest}");
-    one_ping_a_connection(&txns, &ports, &rest);
-    assert!(!rest.contains("not timed"), "{rest}");
+    // The kernel may skip a program's event while the same program runs on that CPU
+    // (its recursion_misses: a softirq over a process's close); a socket whose end
+    // was skipped keeps its entry, and explain names its transaction at the end. So
+    // every transaction is timed or named, exactly, and only with skips declared.
+    let said = |what: &str| -> usize {
+        rest.lines()
+            .find_map(|l| {
+                l.strip_prefix("not timed: ")?
+                    .strip_suffix(what)?
+                    .split(' ')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let open = said(" transaction(s) answered, their connections still open at the end (neither sent again nor closed: an idle keep-alive connection's last)");
+    let skipped = said(" kernel event(s) skipped, explain's program already running on that CPU (its moments then come from the next event; bytes are counted by sequence number)");
+    assert_eq!(txns.len() + open, 2 * N, "{rest}");
+    assert!(open <= skipped, "{rest}");
+    for side in ["server", "client"] {
+        let of: Vec<&serde_json::Value> = txns.iter().filter(|t| t["side"] == side).collect();
+        let ids: std::collections::BTreeSet<u64> = of
+            .iter()
+            .map(|t| t["connection"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ids.len(), of.len(), "{side}: {rest}");
+        let seen: std::collections::BTreeSet<u16> = of.iter().map(|t| client_port(t)).collect();
+        assert_eq!(seen.len(), of.len(), "{side}");
+        assert!(seen.is_subset(&ports), "{side}");
+        for t in &of {
+            assert_eq!(
+                (&t["request_bytes"], &t["response_bytes"]),
+                (&6.into(), &7.into()),
+                "{t}"
+            );
+        }
+    }
+    // Nothing lost to the ring or the table.
+    assert!(
+        !rest.contains("ring buffer was full") && !rest.contains("past --max-connections"),
+        "{rest}"
+    );
 }
 
 /// `INFO stats`' field `name`, as redis counts it.
