@@ -48,47 +48,36 @@ pub fn hold_rx(fd: RawFd) -> io::Result<()> {
 /// socket of its own ([`hold_rx`]): a run's sockets come and go (TCP_CRR's each
 /// transaction), and each last one closed lets the kernel turn stamping off again.
 pub struct StampingHeld {
-    sock: std::net::UdpSocket,
+    _sock: std::net::UdpSocket,
 }
 
 impl StampingHeld {
-    /// Hold receive stamping on.
+    /// Hold receive stamping on, and wait (at most `limit`) until the kernel stamps
+    /// what it receives. The switch is not immediate: the first socket to ask for
+    /// stamps makes `net_enable_timestamp` (net/core/dev.c) defer it to a work item,
+    /// which a busy machine runs late (a run's first 24 of 30 transactions went
+    /// unstamped beside a CPU hog). Asked by datagrams to itself, until one comes back
+    /// stamped; past `limit` the hold stays and the run goes on.
     ///
     /// # Errors
     /// No loopback here to bind (a namespace whose `lo` is down), or the kernel
     /// refused the option.
-    pub fn new() -> io::Result<Self> {
+    pub fn on(limit: std::time::Duration) -> io::Result<Self> {
         use std::os::fd::AsRawFd;
         let sock = std::net::UdpSocket::bind(("127.0.0.1", 0))?;
-        hold_rx(sock.as_raw_fd())?;
+        let fd = sock.as_raw_fd();
+        hold_rx(fd)?;
         sock.set_read_timeout(Some(std::time::Duration::from_millis(50)))?;
-        Ok(Self { sock })
-    }
-
-    /// Wait, at most `limit`, until the kernel stamps what it receives; whether it
-    /// does. The switch is not immediate: the first socket to ask for stamps makes
-    /// `net_enable_timestamp` (net/core/dev.c) defer it to a work item, which a busy
-    /// machine runs late (a run's first 24 of 30 transactions went unstamped beside
-    /// a CPU hog). Asked by a datagram to itself, until one comes back stamped.
-    pub fn wait_on(&self, limit: std::time::Duration) -> bool {
-        use std::os::fd::AsRawFd;
-        let Ok(me) = self.sock.local_addr() else {
-            return false;
-        };
+        let me = sock.local_addr()?;
         let started = std::time::Instant::now();
         let mut buf = [0u8; 1];
-        loop {
-            if self.sock.send_to(&[0], me).is_err() {
-                return false;
-            }
-            if let Ok((_, Some(_))) = recv(self.sock.as_raw_fd(), &mut buf, 0) {
-                return true;
-            }
-            if started.elapsed() >= limit {
-                return false;
+        while started.elapsed() < limit && sock.send_to(&[0], me).is_ok() {
+            if let Ok((_, Some(_))) = recv(fd, &mut buf, 0) {
+                break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        Ok(Self { _sock: sock })
     }
 }
 

@@ -165,9 +165,7 @@ impl RrStamps {
 /// past it the run goes on, its first transactions unstamped as the kernel leaves
 /// them); `None` where this namespace has no loopback to hold it with.
 pub(super) fn stamping_held() -> Option<stamps::StampingHeld> {
-    let held = stamps::StampingHeld::new().ok()?;
-    held.wait_on(STAMPING_WAIT);
-    Some(held)
+    stamps::StampingHeld::on(STAMPING_WAIT).ok()
 }
 
 /// The longest a run waits for the kernel to turn receive stamping on.
@@ -262,8 +260,7 @@ pub(super) struct CrrStamps {
 
 impl Kind for CrrStamps {
     fn open(cx: &Ctx<'_>) -> Result<Self, StreamError> {
-        let held = stamps::StampingHeld::new().map_err(StreamError::NoStamps)?;
-        held.wait_on(STAMPING_WAIT);
+        let held = stamps::StampingHeld::on(STAMPING_WAIT).map_err(StreamError::NoStamps)?;
         Ok(Self {
             book: cx.recorder(),
             _held: held,
