@@ -95,7 +95,9 @@ fn redis_sleeping_shows_as_its_own_work_on_exactly_those_transactions() {
     }
     let port = free_port();
     let _redis = Redis::start(port).unwrap();
-    let watch = Watch::start(port);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("run");
+    let watch = Watch::start_with(port, &["--out", dir.to_str().unwrap()]);
 
     let sleeps = [50, 120, 190];
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -136,6 +138,48 @@ fn redis_sleeping_shows_as_its_own_work_on_exactly_those_transactions() {
         assert!(f("network_us") >= 0.0, "{t}");
     }
     assert!(rest.contains("200 transaction(s)"), "{rest}");
+    the_results_directory_holds_the_same(&dir, &txns, &rest);
+}
+
+/// `--out`'s directory says what the command said: the same transactions in
+/// transactions.jsonl, windows whose counts add up to redis's 200 and a whole run
+/// whose think time's P99 is a `DEBUG SLEEP` (3 of 200), and a report `rttlab
+/// report` draws again byte for byte. Witnesses: redis's count, the sleeps, the
+/// command's own JSON lines and summary, and the schema file.
+fn the_results_directory_holds_the_same(
+    dir: &std::path::Path,
+    txns: &[serde_json::Value],
+    rest: &str,
+) {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let kept: Vec<serde_json::Value> = common::assert_schema_lines(&read("transactions.jsonl"));
+    assert_eq!(kept, txns);
+    let windows = common::assert_schema_lines(&read("windows.jsonl"));
+    let (whole, each): (Vec<_>, Vec<_>) = windows.iter().partition(|w| w["whole_run"] == true);
+    let count = |w: &serde_json::Value| w["transactions"].as_u64().unwrap();
+    assert_eq!(each.iter().map(|w| count(w)).sum::<u64>(), 200);
+    assert_eq!(whole.len(), 1, "{windows:?}");
+    assert_eq!(count(whole[0]), 200);
+    let think = &whole[0]["parts"][2];
+    assert_eq!(think["part"], "think");
+    assert!(num(think, "p99_us") >= 100_000.0, "{think}");
+    assert!(num(think, "p50_us") < 50_000.0, "{think}");
+    // The summary the command printed at the end, as report.txt has it.
+    let text = read("report.txt");
+    let table = text.lines().nth(1).unwrap();
+    assert!(rest.contains(table), "{table}\nnot in\n{rest}");
+    assert!(rest.contains(&format!("report: {}", dir.join("report.html").display())));
+    let html = read("report.html");
+    let o = Command::new(common::bin())
+        .args(["report", dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8(o.stdout).unwrap().trim_end(),
+        text.trim_end()
+    );
+    assert_eq!(read("report.html"), html, "drawn again the same");
 }
 
 /// The time the kernel says redis's main thread was runnable but not running

@@ -8,6 +8,7 @@ use clap::Args;
 use rttlab::kernel::explain_bpf::ExplainBpf;
 use rttlab::kernel::listeners;
 use rttlab::report::service as render;
+use rttlab::results::explain::{End, WindowRecord, Writer};
 use rttlab::service::{Side, Transaction, Window};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,7 +86,9 @@ Examples:
   rttlab explain --port 5432 --json | jq .  one JSON object per transaction
   rttlab explain --pid $(pidof -s memcached)
   rttlab explain --cgroup system.slice/nginx.service   every port of the unit
-  rttlab explain --to 5432                  this host's calls to PostgreSQL")]
+  rttlab explain --to 5432                  this host's calls to PostgreSQL
+  rttlab explain --port 6379 -l 600 --out redis-run
+                                            a results directory, report.html")]
 #[command(group(clap::ArgGroup::new("select").args(["port", "pid", "cgroup", "to"]).required(true).multiple(true)))]
 pub struct ExplainArgs {
     /// The local port(s) the service listens on (a list: 80,443).
@@ -122,6 +125,12 @@ pub struct ExplainArgs {
     #[arg(long, default_value_t = 10_000, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub json_rate: u64,
+    /// A results directory, made new: run.json, windows.jsonl (every table, the
+    /// report's data), transactions.jsonl (the JSON lines, within --json-rate),
+    /// end.json, and at the end report.txt, report.html and a chart per port;
+    /// `rttlab report DIR` draws it again.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
@@ -139,6 +148,13 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     }
     let mut kernel = ExplainBpf::attach(&ports, &remote, a.max_connections)
         .with_context(|| format!("watching TCP {whose}"))?;
+    let mut kept = match &a.out {
+        Some(dir) => Some(
+            Writer::create(dir, &settings(&a, &ports, &remote, &whose), &host_facts())
+                .with_context(|| format!("--out {}", dir.display()))?,
+        ),
+        None => None,
+    };
     let offset = rttlab::kernel::passive_bpf::realtime_minus_monotonic();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -187,14 +203,20 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
             let new = || Window::new(t.side);
             window.entry(key).or_insert_with(new).add(&t);
             run.entry(key).or_insert_with(new).add(&t);
-            if a.json {
+            if a.json || kept.is_some() {
                 lines.push(t);
             }
         });
         for t in lines {
             use std::io::Write as _;
             if printed.may(Instant::now()) {
-                writeln!(stdout, "{}", render::json_line(&t, offset))?;
+                let line = render::json_line(&t, offset);
+                if a.json {
+                    writeln!(stdout, "{line}")?;
+                }
+                if let Some(k) = &mut kept {
+                    k.transaction(&line)?;
+                }
             }
         }
         let now = Instant::now();
@@ -202,6 +224,18 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         if now >= next || finished {
             use std::io::Write as _;
             let seconds = now.duration_since(window_start).as_secs_f64();
+            if let Some(k) = &mut kept {
+                let start_s = window_start.duration_since(started).as_secs_f64();
+                for ((_, port), w) in &window {
+                    k.window(&WindowRecord {
+                        start_s,
+                        seconds,
+                        port: *port,
+                        whole_run: false,
+                        summary: w.summary(),
+                    })?;
+                }
+            }
             let (total, since) = counted.update(kernel.counts()?, printed.skipped);
             let notes = since.notes(a.max_connections, a.json_rate);
             if a.json {
@@ -233,18 +267,34 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let seconds = started.elapsed().as_secs_f64();
     let mut all = "Over the whole run:\n".to_string();
     for ((_, port), w) in &run {
-        all += &render::table(*port, &w.summary(), seconds);
+        let summary = w.summary();
+        all += &render::table(*port, &summary, seconds);
+        if let Some(k) = &mut kept {
+            k.window(&WindowRecord {
+                start_s: 0.0,
+                seconds,
+                port: *port,
+                whole_run: true,
+                summary,
+            })?;
+        }
     }
-    for n in counted.notes(a.max_connections, a.json_rate) {
-        all += &format!("{n}\n");
-    }
+    let mut notes = counted.notes(a.max_connections, a.json_rate);
     let skipped = kernel.skipped();
     if skipped > 0 {
-        all += &format!("not timed: {skipped} kernel event(s) skipped, explain's program already running on that CPU (its moments then come from the next event; bytes are counted by sequence number)\n");
+        notes.push(format!("not timed: {skipped} kernel event(s) skipped, explain's program already running on that CPU (its moments then come from the next event; bytes are counted by sequence number)"));
     }
     let open = kernel.answered_and_open();
     if open > 0 {
-        all += &format!("not timed: {open} transaction(s) answered, their connections still open at the end (neither sent again nor closed: an idle keep-alive connection's last)\n");
+        notes.push(format!("not timed: {open} transaction(s) answered, their connections still open at the end (neither sent again nor closed: an idle keep-alive connection's last)"));
+    }
+    for n in &notes {
+        all += &format!("{n}\n");
+    }
+    if let Some(k) = kept {
+        let dir = k.end(&End { seconds, notes })?;
+        rttlab::report::service_dir::write(&dir, &mut rttlab::results::BadRecords::default())?;
+        all += &format!("report: {}\n", dir.join("report.html").display());
     }
     if a.json {
         eprint!("{all}");
@@ -252,6 +302,23 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         out!("{all}");
     }
     Ok(())
+}
+
+/// run.json's settings: what was watched and how.
+fn settings(a: &ExplainArgs, ports: &[u16], remote: &[u16], whose: &str) -> serde_json::Value {
+    serde_json::json!({
+        "watched": whose,
+        "ports": ports,
+        "to": remote,
+        "interval_s": a.interval.as_secs_f64(),
+        "duration_s": a.length.map(|l| l.as_secs_f64()),
+        "max_connections": a.max_connections,
+        "json_rate": a.json_rate,
+    })
+}
+
+fn host_facts() -> serde_json::Value {
+    serde_json::json!({ "host": rttlab::kernel::host::HostFacts::collect() })
 }
 
 /// The ports to watch, and whose they are in words: the ports given, and every port
@@ -436,7 +503,7 @@ impl Untimed {
         }
         if self.not_printed > 0 {
             notes.push(format!(
-                "not printed: {} transaction(s) timed and counted, past --json-rate {json_rate} a second",
+                "not written: {} transaction(s) timed and counted, past --json-rate {json_rate} a second (left out of --json's lines and transactions.jsonl)",
                 self.not_printed
             ));
         }

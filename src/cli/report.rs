@@ -14,8 +14,8 @@ without following a link inside it. With --out, DIR's raw files and the tables, 
 charts and report.html are written as a new directory, put in place only when all of it
 is written: OUT must not exist or be empty, and is neither DIR, inside it, nor a
 symbolic link. Every file takes the narrowest mode of DIR's raw files (a report of
-private trials is private). A line of trials.jsonl that is not a record of the experiment
-is named on stderr (its line and field) and left out, as is a second record of a trial
+private trials is private). A line of trials.jsonl (explain's windows.jsonl) that is not a
+record of the experiment is named on stderr (its line and field) and left out, as is a second record of a trial
 already read (the runner records each trial once) and a histogram file that
 cannot be read (missing, not a regular file, not a histogram): the rest is reported
 and the status is 1. A last line cut short (no newline: the run was killed while
@@ -94,7 +94,7 @@ pub fn run(a: ReportArgs) -> anyhow::Result<()> {
         return Err(anyhow::Error::new(super::Exit(1)).context(format!(
             "{} record(s) of {} could not be read or repeat a trial: the report leaves them out (fix or remove those lines)",
             rendered.bad_records.len(),
-            a.dir.join("trials.jsonl").display()
+            a.dir.join(bad.named[0].file).display()
         )));
     }
     Ok(())

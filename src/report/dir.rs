@@ -4,7 +4,7 @@
 use crate::kernel::fs::held::{HeldDir, NewDir};
 use crate::kernel::fs::ScratchDir;
 use crate::results::names::{
-    BLACKOUT, COMPARE, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
+    BLACKOUT, COMPARE, EXPLAIN, INTERVAL_SWEEP, PASSIVE_VS_ACTIVE, RESREQ_INTERVAL, SYN_RTO,
 };
 use crate::results::{self, BadRecord, BadRecords, ResultsError, Trial};
 use std::collections::hash_map::Entry;
@@ -43,6 +43,8 @@ pub fn render(dir: &Path) -> Result<(String, BadRecords), ResultsError> {
         INTERVAL_SWEEP => super::sweep::write(dir, &rows(dir, &mut bad)?),
         SYN_RTO => super::syn_rto::write(dir, &rows(dir, &mut bad)?),
         PASSIVE_VS_ACTIVE => super::passive_active::write(dir, &rows(dir, &mut bad)?),
+        // Its windows, not trials: windows.jsonl's lines that are not records.
+        EXPLAIN => super::service_dir::write(dir, &mut bad),
         _ => Err(results::invalid(
             &dir.join("run.json"),
             format!("written by experiment {name:?}, which this rttlab does not know"),
@@ -69,6 +71,7 @@ fn each<T: serde::de::DeserializeOwned + Trial>(
                 fold(r);
             }
             Entry::Occupied(o) => bad.push(BadRecord {
+                file: "trials.jsonl",
                 line,
                 why: format!(
                     "a second record of {} (the first on line {}): each trial is recorded once",
@@ -77,7 +80,11 @@ fn each<T: serde::de::DeserializeOwned + Trial>(
                 ),
             }),
         },
-        Err(why) => bad.push(BadRecord { line, why }),
+        Err(why) => bad.push(BadRecord {
+            file: "trials.jsonl",
+            line,
+            why,
+        }),
     })
 }
 

@@ -16,6 +16,7 @@ mod rr;
 pub mod rto;
 pub mod selectors;
 pub mod service;
+pub mod service_dir;
 pub mod svg;
 pub mod sweep;
 pub mod syn_rto;

@@ -15,6 +15,7 @@
 
 pub mod blackout;
 pub mod compare;
+pub mod explain;
 pub mod names;
 pub mod passive_active;
 pub mod resreq;
@@ -391,9 +392,12 @@ pub trait Trial {
     fn trial(&self) -> String;
 }
 
-/// A line of `trials.jsonl` that is not a record of its experiment.
+/// A line of `trials.jsonl` (or of explain's windows.jsonl) that is not a record of
+/// its experiment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadRecord {
+    /// The file it is in (trials.jsonl; explain's windows.jsonl).
+    pub file: &'static str,
     /// Its line number, from 1.
     pub line: usize,
     /// Why, naming the field where one is at fault (`layers[2].p50_ms: invalid
@@ -437,7 +441,7 @@ impl BadRecords {
 
 impl std::fmt::Display for BadRecord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "trials.jsonl line {}: {}", self.line, self.why)
+        write!(f, "{} line {}: {}", self.file, self.line, self.why)
     }
 }
 
@@ -466,7 +470,11 @@ pub fn read_numbered<T: DeserializeOwned>(path: &Path) -> Result<Numbered<T>, Re
     let mut bad = Vec::new();
     each_record(path, |line, read| match read {
         Ok(r) => records.push((line, r)),
-        Err(why) => bad.push(BadRecord { line, why }),
+        Err(why) => bad.push(BadRecord {
+            file: "trials.jsonl",
+            line,
+            why,
+        }),
     })?;
     Ok((records, bad))
 }
@@ -484,11 +492,24 @@ const RECORD_MAX_BYTES: u64 = 1 << 20;
 /// The file cannot be opened or read.
 pub fn each_record<T: DeserializeOwned>(
     path: &Path,
+    f: impl FnMut(usize, Result<T, String>),
+) -> Result<(), ResultsError> {
+    each_record_of(path, "trials.jsonl", f)
+}
+
+/// As [`each_record`], for the JSON-lines file `file` of the results directory
+/// `path` (`explain`'s windows.jsonl).
+///
+/// # Errors
+/// The file cannot be opened or read.
+pub fn each_record_of<T: DeserializeOwned>(
+    path: &Path,
+    file: &str,
     mut f: impl FnMut(usize, Result<T, String>),
 ) -> Result<(), ResultsError> {
     use std::io::{BufRead, Read};
-    let name = path.join("trials.jsonl");
-    let file = fs::open_in(path, "trials.jsonl", "results file")?;
+    let name = path.join(file);
+    let file = fs::open_in(path, file, "results file")?;
     let mut reader = std::io::BufReader::new(file.file());
     let mut line = Vec::new();
     for number in 1.. {
@@ -578,13 +599,20 @@ pub fn read_trials<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, ResultsEr
 
 /// Whether `name` is one of the raw files an experiment writes into its results
 /// directory, the ones a report is drawn from: run.json, trials.jsonl, failed.jsonl,
-/// compare.json (rttlab 0.1's compare wrote it alone), and the histograms
+/// compare.json (rttlab 0.1's compare wrote it alone), explain's windows.jsonl and
+/// end.json (its transactions.jsonl is the run's detail, not the report's), and the
+/// histograms
 /// (`*.hist.csv`) and sample series (`*.samples.csv`) its trials name. The tables,
 /// charts and report.html are rendered anew; any other file is not the report's.
 pub fn is_raw(name: &str) -> bool {
     matches!(
         name,
-        "run.json" | "trials.jsonl" | "failed.jsonl" | "compare.json"
+        "run.json"
+            | "trials.jsonl"
+            | "failed.jsonl"
+            | "compare.json"
+            | explain::WINDOWS
+            | explain::END
     ) || is_histogram(name)
         || name.ends_with(".samples.csv")
 }

@@ -14,3 +14,5 @@ pub const INTERVAL_SWEEP: &str = "interval-sweep";
 pub const SYN_RTO: &str = "syn-rto";
 /// Seeds 002/003: passive against active.
 pub const PASSIVE_VS_ACTIVE: &str = "passive-vs-active";
+/// `rttlab explain --out`: a live service's transactions, window by window.
+pub const EXPLAIN: &str = "explain";

@@ -55,8 +55,13 @@ pub const EXPERIMENT: &str = "rttlab.experiment/1";
 /// per line.
 pub const EXPLAIN_TRANSACTION: &str = "rttlab.explain-transaction/2";
 
-/// Every kind printed on stdout, for the schema files' test.
-pub const ALL: [&str; 20] = [
+/// `rttlab explain --out DIR`'s windows.jsonl: what one window of one side of one port
+/// said (and the whole run's, at its end): a file's lines, not printed on stdout.
+pub const EXPLAIN_WINDOW: &str = "rttlab.explain-window/1";
+
+/// Every kind rttlab writes (on stdout, and explain's windows.jsonl), for the schema
+/// files' test.
+pub const ALL: [&str; 21] = [
     RR,
     RR_INTERIM,
     RR_SLOW,
@@ -77,6 +82,7 @@ pub const ALL: [&str; 20] = [
     TUNE_SYN_RTO,
     EXPERIMENT,
     EXPLAIN_TRANSACTION,
+    EXPLAIN_WINDOW,
 ];
 
 /// A value serialised with `"schema"` as its first key (the value must serialise as

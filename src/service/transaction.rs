@@ -11,7 +11,10 @@ use crate::kernel::explain_bpf::{
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// Which end of its connection saw a transaction.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Side {
     /// The server: a connection to a watched local port.
     Server,
@@ -51,7 +54,8 @@ impl Side {
 
 /// A part of a transaction. Arrival, wait and write are the same part on either
 /// side, of the message each side receives or sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Part {
     /// The first data segment in to the last, at TCP: how the other end and the
     /// network delivered the message (a server's request, a client's response).
@@ -161,7 +165,7 @@ pub struct Transaction {
 
 /// Retransmissions by what sent them (the sender's state when `tcp_retransmit_skb`
 /// sent them: Loss, Recovery, or neither).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Causes {
     /// After an RTO expiry (`tcp_retransmit_timer`).
     pub rto: u64,

@@ -54,7 +54,7 @@ impl Window {
 
 /// The wait a window's applications made their requests feel: how many waited
 /// [`LONG_WAIT_NS`] or more to be read, and the longest.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Waited {
     /// Transactions that waited that long.
     pub long: u64,
@@ -68,7 +68,7 @@ pub const LONG_WAIT_NS: u64 = 1_000_000;
 
 /// One part's row: its percentiles (µs) and its share of the response time among the
 /// transactions around the median and among the slowest 1 %.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PartRow {
     /// The part.
     pub part: Part,
@@ -86,7 +86,7 @@ pub struct PartRow {
 }
 
 /// What a window of transactions says.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     /// The end that saw them.
     pub side: Side,
@@ -113,9 +113,34 @@ pub struct Summary {
     /// Requests that waited long to be read.
     pub waited: Waited,
     /// The response time's median, 99th percentile and maximum, µs.
+    #[serde(with = "percentiles")]
     pub response_us: [Option<f64>; 3],
     /// Each part, in [`Side::parts`]' order.
     pub parts: Vec<PartRow>,
+}
+
+/// The response time's `[P50, P99, max]` in JSON as every rttlab document writes
+/// percentiles: an object (`{"p50": …, "p99": …, "max": …}`).
+mod percentiles {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Named {
+        p50: Option<f64>,
+        p99: Option<f64>,
+        max: Option<f64>,
+    }
+
+    pub fn serialize<S: Serializer>(v: &[Option<f64>; 3], s: S) -> Result<S::Ok, S::Error> {
+        let [p50, p99, max] = *v;
+        Named { p50, p99, max }.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[Option<f64>; 3], D::Error> {
+        let n = Named::deserialize(d)?;
+        Ok([n.p50, n.p99, n.max])
+    }
 }
 
 impl Window {
