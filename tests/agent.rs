@@ -15,7 +15,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// An HTTP/1.0 GET (so no chunked body), from inside namespace `ns` when given.
-fn http_get(addr: &str, path: &str, accept: Option<&str>, ns: Option<&str>) -> (String, String) {
+pub(crate) fn http_get(
+    addr: &str,
+    path: &str,
+    accept: Option<&str>,
+    ns: Option<&str>,
+) -> (String, String) {
     let mut s = rttlab::kernel::netns::run_in(ns, || std::net::TcpStream::connect(addr))
         .unwrap()
         .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
@@ -38,7 +43,7 @@ impl Drop for Killed {
     }
 }
 
-fn promtool_check(exposition: &str) {
+pub(crate) fn promtool_check(exposition: &str) {
     let mut p = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -61,7 +66,7 @@ fn promtool_check(exposition: &str) {
 }
 
 /// The value of the sample `name{labels…}` in a text exposition.
-fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
+pub(crate) fn sample(text: &str, name_and_labels: &str) -> Option<f64> {
     text.lines()
         .find(|l| l.starts_with(name_and_labels) && l[name_and_labels.len()..].starts_with(' '))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())

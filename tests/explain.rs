@@ -1080,3 +1080,106 @@ fn info_stat(port: u16, name: &str) -> u64 {
         .map(|v| v.trim().parse().unwrap())
         .unwrap_or_else(|| panic!("no {name} in {body}"))
 }
+
+/// The agent's service layers (`--explain-port`, `--explain-to`): redis's
+/// transactions at both ends of one host as Prometheus histograms. Witnesses: redis's
+/// own count of the PINGs it ran, arithmetic (each side's parts' sums make its
+/// response time's sum), and promtool on the exposition.
+#[test]
+fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
+    if !privileged("the_agents_service_layers") || !have_redis("the_agents_service_layers") {
+        return;
+    }
+    const N: u64 = 300;
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let metrics_port = free_port();
+    let p = port.to_string();
+    let mut agent = Command::new(common::bin())
+        .args(["agent", "--probes", "tcp_rr", "-L"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--metrics-listen")
+        .arg(format!("127.0.0.1:{metrics_port}"))
+        .args(["--explain-port", &p, "--explain-to", &p])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::wait_listening("127.0.0.1", metrics_port, None);
+    let addr = format!("127.0.0.1:{metrics_port}");
+    let scrape = || crate::agent::http_get(&addr, "/metrics", None, None).1;
+    let value = |text: &str, series: &str| crate::agent::sample(text, series).unwrap_or(-1.0);
+    let count = |text: &str, side: &str| {
+        value(
+            text,
+            &format!("rttlab_service_response_count{{side=\"{side}\",port=\"{p}\"}}"),
+        )
+    };
+    // The series appear, at 0, once the programs are attached (after the endpoint
+    // listens).
+    let t0 = Instant::now();
+    while count(&scrape(), "client") < 0.0 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "no service series");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..N {
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+    }
+    // Closing ends the last transaction at both ends.
+    drop((w, r));
+    let t0 = Instant::now();
+    let mut text = scrape();
+    while count(&text, "server") < N as f64 || count(&text, "client") < N as f64 {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+        text = scrape();
+    }
+    assert_eq!(calls(port, "ping"), N, "redis's own count");
+    assert_eq!(
+        (count(&text, "server"), count(&text, "client")),
+        (N as f64, N as f64)
+    );
+    for (side, parts) in [
+        ("server", ["arrival", "wait", "think", "write"].as_slice()),
+        (
+            "client",
+            ["write", "send", "server", "arrival", "wait"].as_slice(),
+        ),
+    ] {
+        let response = value(
+            &text,
+            &format!("rttlab_service_response_sum{{side=\"{side}\",port=\"{p}\"}}"),
+        );
+        let parts: f64 = parts
+            .iter()
+            .map(|part| {
+                value(
+                    &text,
+                    &format!(
+                        "rttlab_service_part_sum{{side=\"{side}\",port=\"{p}\",part=\"{part}\"}}"
+                    ),
+                )
+            })
+            .sum();
+        assert!(response > 0.0, "{side}: {text}");
+        assert!(
+            (parts - response).abs() < 1e-6,
+            "{side}: parts {parts} s, response {response} s"
+        );
+    }
+    crate::agent::promtool_check(&text);
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(i32::try_from(agent.id()).unwrap(), libc::SIGTERM) };
+    let mut err = String::new();
+    agent
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(agent.wait().unwrap().success(), "{err}");
+}

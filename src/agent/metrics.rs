@@ -198,6 +198,19 @@ pub struct Metrics {
     /// `rttlab_passive_engine_info`: 1, labelled with the engine (`bpf`, `ring`) and
     /// how it attached; absent without `--passive-iface`.
     pub passive_engine: Family<Labels, Gauge>,
+    /// `rttlab_service_response_seconds`: each transaction of a watched service's
+    /// response time, by side (`server`, `client`) and port (`--explain-port`,
+    /// `--explain-to`), in the bounds of `--buckets`.
+    pub service_response: Family<Labels, Histogram, Buckets>,
+    /// `rttlab_service_part_seconds`: each part of those transactions, by side, port
+    /// and part.
+    pub service_part: Family<Labels, Histogram, Buckets>,
+    /// `rttlab_service_retransmissions_total`: segments retransmitted during them, by
+    /// side, port and cause (`rto`, `tlp`, `fast`).
+    pub service_retransmissions: Family<Labels, Counter>,
+    /// `rttlab_service_untimed_total`: what the service layers did not time, by reason
+    /// ([`super::service::UNTIMED`]).
+    pub service_untimed: Family<Labels, Counter>,
     /// `rttlab_probes_sent_total`: probe transactions started, by peer and layer.
     pub sent: Family<Labels, Counter>,
     /// `rttlab_probes_lost_total`: ICMP and UDP_RR probes unanswered within the timeout;
@@ -256,6 +269,10 @@ impl Metrics {
             passive_dropped: Family::default(),
             passive_rate_limited: Counter::default(),
             passive_engine: Family::default(),
+            service_response: Family::new_with_constructor(buckets.clone()),
+            service_part: Family::new_with_constructor(buckets.clone()),
+            service_retransmissions: Family::default(),
+            service_untimed: Family::default(),
             sent: Family::default(),
             lost: Family::default(),
             timed_out: Family::default(),
@@ -303,6 +320,26 @@ impl Metrics {
             "rttlab_passive_engine_info",
             "1, labelled with the passive engine (bpf: in the kernel; ring: frames copied to the agent) and how it attached (tcx, clsact, ring)",
             m.passive_engine.clone(),
+        );
+        r.register(
+            "rttlab_service_response",
+            "Response time of each transaction of a watched TCP service (--explain-port: this host the server, from the request's first segment in to the response's last write; --explain-to: this host the client, from the request's first write to the response's last read), from the kernel, by side and port",
+            m.service_response.clone(),
+        );
+        r.register(
+            "rttlab_service_part",
+            "Each part of those transactions (server: arrival, wait, think, write, network; client: write, send, server, arrival, wait; as rttlab explain names them), by side, port and part",
+            m.service_part.clone(),
+        );
+        r.register(
+            "rttlab_service_retransmissions",
+            "Segments retransmitted during a watched service's transactions, by side, port and cause (rto: after an RTO expiry; tlp: tail-loss probes; fast: fast retransmissions)",
+            m.service_retransmissions.clone(),
+        );
+        r.register(
+            "rttlab_service_untimed",
+            "What the service layers did not time: ring_buffer_full (transactions lost on the way to the agent), table_full (segments of connections past --explain-max-connections), unanswered (requests whose connection ended first), kernel_events_skipped (a program already running on that CPU), malformed (records too short to read)",
+            m.service_untimed.clone(),
         );
         r.register(
             "rttlab_probes_sent",
@@ -593,7 +630,7 @@ fn comment_004(line: &str, out: &mut String) {
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).
-const COUNTERS: [&str; 13] = [
+const COUNTERS: [&str; 15] = [
     "process_cpu_seconds",
     "rttlab_probes_sent",
     "rttlab_probes_lost",
@@ -607,6 +644,8 @@ const COUNTERS: [&str; 13] = [
     "rttlab_passive_samples",
     "rttlab_passive_dropped",
     "rttlab_passive_rate_limited",
+    "rttlab_service_retransmissions",
+    "rttlab_service_untimed",
 ];
 
 /// The labels of one series.
@@ -744,6 +783,8 @@ mod tests {
             &m.reloads,
             &m.passive_samples,
             &m.passive_dropped,
+            &m.service_retransmissions,
+            &m.service_untimed,
         ] {
             f.get_or_create(&l).inc();
         }

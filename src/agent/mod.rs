@@ -17,6 +17,7 @@ pub mod passive;
 pub mod peers;
 pub mod prober;
 pub mod process;
+pub mod service;
 pub mod supervisor;
 pub mod wheel;
 
@@ -63,6 +64,8 @@ pub struct Agent {
     /// The passive engine's thread, joined on drop: the in-kernel engine detaches its
     /// programs there.
     passive: Option<passive::Worker>,
+    /// The service layers' thread, joined on drop: their programs are detached there.
+    service: Option<service::Worker>,
 }
 
 impl Agent {
@@ -102,6 +105,7 @@ impl Agent {
             by_ip,
             stop,
             passive: None,
+            service: None,
         })
     }
 
@@ -226,6 +230,19 @@ impl Agent {
         Ok(started)
     }
 
+    /// Time the transactions of `settings`' services.
+    ///
+    /// # Errors
+    /// The kernel's programs cannot be loaded, or no thread starts.
+    pub fn explain(
+        &mut self,
+        settings: &service::ServiceSettings,
+    ) -> Result<(), service::ServiceError> {
+        let worker = service::start(settings, Arc::clone(&self.metrics), Arc::clone(&self.stop))?;
+        self.service = Some(worker);
+        Ok(())
+    }
+
     /// The peers probed now.
     pub fn peers(&self) -> impl Iterator<Item = &Peer> {
         self.running.values()
@@ -239,6 +256,9 @@ impl Drop for Agent {
             c.stop();
         }
         if let Some(w) = self.passive.take() {
+            let _ = w.join();
+        }
+        if let Some(w) = self.service.take() {
             let _ = w.join();
         }
     }

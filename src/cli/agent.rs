@@ -9,6 +9,7 @@ use rttlab::agent::metrics::{Buckets, Metrics};
 use rttlab::agent::passive::PassiveSettings;
 use rttlab::agent::peers::Mesh;
 use rttlab::agent::prober::Probe;
+use rttlab::agent::service::{ServiceSettings, MAX_PORTS};
 use rttlab::agent::supervisor::{self, Flags, Supervisor};
 use rttlab::agent::Agent;
 use rttlab::kernel::rlimit;
@@ -34,6 +35,16 @@ as the scraper asks:
   rttlab_probes_{sent,lost,timed_out}_total, rttlab_probe_errors_total,
   rttlab_tcp_retransmissions_total{peer,layer}, rttlab_tcp_{srtt,min_rtt}_seconds,
   rttlab_agent_*                   the agent's own health (peers, probe lag, reloads)
+With --explain-port (this host's services) or --explain-to (its calls to others'),
+each transaction of those TCP services, timed from the kernel as `rttlab explain`
+times it (no parser, no change to the application):
+  rttlab_service_response_seconds{side,port}        histogram
+  rttlab_service_part_seconds{side,port,part}       histogram; server parts arrival,
+                                   wait, think, write, network; client parts write,
+                                   send, server, arrival, wait
+  rttlab_service_retransmissions_total{side,port,cause}, rttlab_service_untimed_total
+Their labels are the ports given (at most 32 a side) and the parts: six histograms a
+port, never an address.
 Labels of a file_sd group pass through to its peers' series. The peers file is read
 again when it changes; SIGHUP reads the config file and the peers file again. A peer
 that is this host (one of its addresses, on the agent's own port) is skipped.
@@ -46,7 +57,8 @@ Examples:
   rttlab agent --peers-file /etc/prometheus/rttlab_peers.json --secret-file /etc/rttlab/secret
   rttlab agent --config /etc/rttlab/agent.toml --mesh group:rack,random:3
   rttlab agent --peer 10.0.0.2 --textfile /var/lib/node_exporter/textfile/rttlab.prom
-  rttlab agent --peers-file peers.json --passive-iface eth0 --passive-port 5432,443")]
+  rttlab agent --peers-file peers.json --passive-iface eth0 --passive-port 5432,443
+  rttlab agent --peers-file peers.json --explain-port 6379 --explain-to 5432")]
 pub struct AgentArgs {
     /// A peer to probe, HOST[:PORT] (repeatable; the port defaults to 12866).
     #[arg(long = "peer", value_name = "HOST[:PORT]")]
@@ -138,6 +150,22 @@ pub struct AgentArgs {
     /// most 16777216); past it they are counted (reason="pending_map_full"), not timed.
     #[arg(long, default_value_t = 16_384, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=16_777_216))]
     pub passive_max_pending: u32,
+    /// Time each transaction of this host's TCP services on these local ports
+    /// (redis 6379, nginx 80), from the kernel: the rttlab_service_* series (needs
+    /// CAP_BPF and CAP_PERFMON).
+    #[arg(long = "explain-port", value_name = "PORT", value_delimiter = ',',
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub explain_ports: Vec<u16>,
+    /// Time each transaction of this host's connections to these remote ports (its
+    /// calls to a database or cache), from the kernel, as the client sees it.
+    #[arg(long = "explain-to", value_name = "PORT", value_delimiter = ',',
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub explain_to: Vec<u16>,
+    /// Most connections the service layers watch at once (past it, counted:
+    /// rttlab_service_untimed_total{reason="table_full"}).
+    #[arg(long, default_value_t = 65_536, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=4_194_304))]
+    pub explain_max_connections: u32,
     #[command(flatten)]
     pub secret: SecretArgs,
     /// Ports the probe server's data connections may use, LOW-HIGH.
@@ -296,6 +324,25 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
         if let Some(why) = started.fallback {
             eprintln!("rttlab agent: {why}; the passive layers use the ring engine");
         }
+    }
+    if !a.explain_ports.is_empty() || !a.explain_to.is_empty() {
+        let distinct = |v: &[u16]| -> Vec<u16> {
+            let set: std::collections::BTreeSet<u16> = v.iter().copied().collect();
+            set.into_iter().collect()
+        };
+        let settings = ServiceSettings {
+            ports: distinct(&a.explain_ports),
+            to: distinct(&a.explain_to),
+            max_connections: a.explain_max_connections,
+        };
+        if settings.ports.len().max(settings.to.len()) > MAX_PORTS {
+            anyhow::bail!(
+                "--explain-port and --explain-to take at most {MAX_PORTS} ports each (six series a port): watch the busiest, or run `rttlab explain` for a look at more"
+            );
+        }
+        agent
+            .explain(&settings)
+            .context("--explain-port/--explain-to")?;
     }
     metrics.reload_ok.set(1);
     stage.measuring();

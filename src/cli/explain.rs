@@ -195,7 +195,7 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         let slice = until
             .saturating_duration_since(now)
             .min(Duration::from_millis(100));
-        wait_readable(kernel.fd(), slice);
+        kernel.wait(slice);
         let mut lines = Vec::new();
         counted.malformed += kernel.drain(|r| {
             let t = Transaction::of(&r);
@@ -509,16 +509,4 @@ impl Untimed {
         }
         notes
     }
-}
-
-/// Wait until `fd` is readable or `timeout` passes (a signal ends it early too).
-fn wait_readable(fd: std::os::fd::RawFd, timeout: Duration) {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
-    // SAFETY: one pollfd we own, for the duration of the call.
-    unsafe { libc::poll(&mut p, 1, ms) };
 }

@@ -326,8 +326,21 @@ impl ExplainBpf {
     }
 
     /// The ring's descriptor, readable when records wait.
-    pub fn fd(&self) -> RawFd {
+    fn fd(&self) -> RawFd {
         self.txns.as_raw_fd()
+    }
+
+    /// Wait until a transaction is ready or `timeout` passes (a signal ends it early
+    /// too).
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
+        // SAFETY: one pollfd we own, for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) };
     }
 
     /// Every record waiting, each given to `f`; returns how many were not records.
