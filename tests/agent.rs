@@ -34,7 +34,7 @@ pub(crate) fn http_get(
 }
 
 /// A child process killed on drop.
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -976,4 +976,85 @@ fn a_peer_that_is_this_host_is_said_to_be_left_out() {
         .unwrap_or_else(|| panic!("never said: {said}"));
     assert!(line.contains("not probed"), "{line}");
     let _ = agent.0.kill();
+}
+
+/// `--mesh levels:rack/zone/region,per-group:2` on a fleet of 2 regions × 2 zones ×
+/// 2 racks × 3 hosts: the peers this host probes, read from its exposition, are its
+/// 2 rack mates and 2 of each sibling group (the other rack of its zone, the other
+/// zone of its region, the other region): 8, as docs/AGENT.md's formula says. The
+/// targets are loopback addresses on the discard port, where nothing listens.
+/// Witness: arithmetic on the fleet's groups, against the exposition's `peer` labels
+/// and `rttlab_agent_peers`.
+#[test]
+fn a_levelled_mesh_probes_its_rack_and_two_of_each_sibling_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers.json");
+    let mut groups = Vec::new();
+    let mut place = BTreeMap::new();
+    for n in 0..24 {
+        let (region, zone, rack) = (n / 12, n / 6 % 2, n / 3 % 2);
+        let target = format!("127.77.0.{n}:9");
+        groups.push(format!(
+            "{{\"targets\": [\"{target}\"], \"labels\": {{\"rack\": \"r{rack}\", \"zone\": \"z{zone}\", \"region\": \"g{region}\"}}}}"
+        ));
+        place.insert(target, (region, zone, rack));
+    }
+    std::fs::write(&peers, format!("[{}]", groups.join(","))).unwrap();
+    let metrics_port = free_port();
+    let _agent = Killed(
+        Command::new(bin())
+            .args(["agent", "--peers-file"])
+            .arg(&peers)
+            .args([
+                "--mesh",
+                "levels:rack/zone/region,per-group:2",
+                "--self",
+                "127.77.0.0:9",
+                "--probes",
+                "tcp_rr",
+                "--interval",
+                "100ms",
+                "-L",
+                &format!("127.0.0.1:{}", free_port()),
+                "--metrics-listen",
+                &format!("127.0.0.1:{metrics_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_listening("127.0.0.1", metrics_port, None);
+    let addr = format!("127.0.0.1:{metrics_port}");
+    let text = http_get(&addr, "/metrics", None, None).1;
+    assert_eq!(sample(&text, "rttlab_agent_peers"), Some(8.0), "{text}");
+    // Every peer label in the exposition (each peer's series exist from the start).
+    let t0 = Instant::now();
+    let probed = loop {
+        let text = http_get(&addr, "/metrics", None, None).1;
+        let seen: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter_map(|l| {
+                let rest = l.split_once("peer=\"")?.1;
+                Some(rest.split_once('"')?.0.to_string())
+            })
+            .collect();
+        if seen.len() >= 8 || t0.elapsed() > Duration::from_secs(10) {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(probed.len(), 8, "{probed:?}");
+    let of = |f: &dyn Fn(&(u32, u32, u32)) -> bool| {
+        probed.iter().filter(|p| f(&place[p.as_str()])).count()
+    };
+    assert!(!probed.contains("127.77.0.0:9"), "not itself");
+    assert_eq!(of(&|&(g, z, r)| (g, z, r) == (0, 0, 0)), 2, "rack mates");
+    assert_eq!(
+        of(&|&(g, z, r)| (g, z) == (0, 0) && r == 1),
+        2,
+        "the other rack"
+    );
+    assert_eq!(of(&|&(g, z, _)| g == 0 && z == 1), 2, "the other zone");
+    assert_eq!(of(&|&(g, _, _)| g == 1), 2, "the other region");
 }

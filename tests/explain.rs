@@ -1095,16 +1095,19 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
     let _redis = Redis::start(port).unwrap();
     let metrics_port = free_port();
     let p = port.to_string();
-    let mut agent = Command::new(common::bin())
-        .args(["agent", "--probes", "tcp_rr", "-L"])
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--metrics-listen")
-        .arg(format!("127.0.0.1:{metrics_port}"))
-        .args(["--explain-port", &p, "--explain-to", &p])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Killed when the test ends however it ends: its programs go with it.
+    let mut agent = crate::agent::Killed(
+        Command::new(common::bin())
+            .args(["agent", "--probes", "tcp_rr", "-L"])
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .args(["--explain-port", &p, "--explain-to", &p])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     common::wait_listening("127.0.0.1", metrics_port, None);
     let addr = format!("127.0.0.1:{metrics_port}");
     let scrape = || crate::agent::http_get(&addr, "/metrics", None, None).1;
@@ -1173,13 +1176,14 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
     }
     crate::agent::promtool_check(&text);
     // SAFETY: a signal to the child this test started.
-    unsafe { libc::kill(i32::try_from(agent.id()).unwrap(), libc::SIGTERM) };
+    unsafe { libc::kill(i32::try_from(agent.0.id()).unwrap(), libc::SIGTERM) };
     let mut err = String::new();
     agent
+        .0
         .stderr
         .take()
         .unwrap()
         .read_to_string(&mut err)
         .unwrap();
-    assert!(agent.wait().unwrap().success(), "{err}");
+    assert!(agent.0.wait().unwrap().success(), "{err}");
 }

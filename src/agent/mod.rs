@@ -12,6 +12,7 @@ pub mod crr;
 pub mod exposition;
 pub mod histogram;
 pub mod http;
+pub mod levels;
 pub mod metrics;
 pub mod passive;
 pub mod peers;

@@ -119,17 +119,20 @@ pub enum PeerError {
     /// `random:K` with K not a number.
     #[error("random:{0}: not a number of peers")]
     RandomCount(String),
+    /// `per-group:K` with K not a number of at least 1.
+    #[error("per-group:{0}: not a number of peers of at least 1")]
+    PerGroupCount(String),
     /// A `--mesh` that is none of the forms.
-    #[error("{0:?}: give full, group:LABEL, random:K or group:LABEL,random:K")]
+    #[error("{0:?}: give full, group:LABEL, random:K, group:LABEL,random:K or levels:LABEL/LABEL/…[,per-group:K][,rotate:DURATION of 1s or more]")]
     MeshSyntax(String),
     /// `random:0` alone.
     #[error("{0:?} selects no peer")]
     EmptyMesh(String),
-    /// `group:LABEL` without knowing which target is this host.
-    #[error("--mesh group:{0}: this host is not among the targets (give --self TARGET)")]
+    /// `group:LABEL` or `levels:…` without knowing which target is this host.
+    #[error("--mesh by label {0}: this host is not among the targets (give --self TARGET)")]
     SelfUnknown(String),
-    /// `group:LABEL` for a host without that label.
-    #[error("--mesh group:{label}: this host ({target}) has no label {label:?}")]
+    /// `group:LABEL` or `levels:…` for a host without that label.
+    #[error("--mesh by label {label}: this host ({target}) has no label {label:?}")]
     SelfUnlabelled {
         /// The group's label.
         label: String,
@@ -381,16 +384,29 @@ pub struct Mesh {
     /// Plus this many peers outside the group, chosen at random (deterministically
     /// for a host and a peer list).
     pub random: usize,
+    /// `levels:A/B/C`: a hierarchy of labels, innermost first (see
+    /// [`super::levels`]); empty: none.
+    pub levels: Vec<String>,
+    /// `per-group:K`: with levels, the peers probed in each sibling group.
+    pub per_group: usize,
+    /// `rotate:DURATION`: with levels, how long an epoch lasts (the choice moves on
+    /// at each); `None`: never (epoch 0).
+    pub rotate: Option<std::time::Duration>,
 }
 
 impl std::str::FromStr for Mesh {
     type Err = PeerError;
-    /// `full`, `group:LABEL`, `random:K`, or `group:LABEL,random:K`.
+    /// `full`, `group:LABEL`, `random:K`, `group:LABEL,random:K`, or
+    /// `levels:A/B/…[,per-group:K][,rotate:DURATION]`.
     fn from_str(s: &str) -> Result<Self, PeerError> {
-        let mut m = Self::default();
+        let mut m = Self {
+            per_group: 1,
+            ..Self::default()
+        };
         if s == "full" {
-            return Ok(m);
+            return Ok(Self::default());
         }
+        let mut per_group = false;
         for part in s.split(',') {
             match part.split_once(':') {
                 Some(("group", l)) => {
@@ -400,10 +416,40 @@ impl std::str::FromStr for Mesh {
                 Some(("random", k)) => {
                     m.random = k.parse().map_err(|_| PeerError::RandomCount(k.into()))?;
                 }
+                Some(("levels", ls)) => {
+                    for l in ls.split('/') {
+                        check_label_name(l)?;
+                        if m.levels.iter().any(|x| x == l) {
+                            return Err(PeerError::MeshSyntax(s.into()));
+                        }
+                        m.levels.push(l.to_string());
+                    }
+                }
+                Some(("per-group", k)) => {
+                    m.per_group = k
+                        .parse()
+                        .ok()
+                        .filter(|&k| k > 0)
+                        .ok_or_else(|| PeerError::PerGroupCount(k.into()))?;
+                    per_group = true;
+                }
+                Some(("rotate", d)) => {
+                    let d = humantime::parse_duration(d)
+                        .ok()
+                        .filter(|d| d.as_secs() >= 1)
+                        .ok_or_else(|| PeerError::MeshSyntax(s.into()))?;
+                    m.rotate = Some(d);
+                }
                 _ => return Err(PeerError::MeshSyntax(s.into())),
             }
         }
-        if m.group.is_none() && m.random == 0 {
+        let levelled = !m.levels.is_empty();
+        if levelled && (m.group.is_some() || m.random > 0)
+            || !levelled && (per_group || m.rotate.is_some())
+        {
+            return Err(PeerError::MeshSyntax(s.into()));
+        }
+        if !levelled && m.group.is_none() && m.random == 0 {
             return Err(PeerError::EmptyMesh(s.into()));
         }
         Ok(m)
@@ -411,14 +457,25 @@ impl std::str::FromStr for Mesh {
 }
 
 impl Mesh {
-    /// The peers `me` probes out of `all` (which may include `me`): with no group
-    /// every other peer, else the other members of `me`'s group; then `random` of
-    /// the rest, drawn with a seed made from `me`'s target so that every reload of
-    /// the same list keeps the same peers. Sorted and without duplicates.
+    /// The epoch at `unix_s` seconds since the epoch: 0 unless it rotates.
+    pub fn epoch(&self, unix_s: u64) -> u64 {
+        self.rotate.map_or(0, |r| unix_s / r.as_secs().max(1))
+    }
+
+    /// The peers `me` probes out of `all` (which may include `me`) at `epoch`: with
+    /// levels, by [`super::levels::choose`]; with no group every other peer, else
+    /// the other members of `me`'s group; then `random` of the rest, drawn with a
+    /// seed made from `me`'s target so that every reload of the same list keeps the
+    /// same peers. Sorted and without duplicates.
     ///
     /// # Errors
-    /// A group is asked for but `me` is unknown or has no value for its label.
-    pub fn select(&self, all: &[Peer], me: Option<&Peer>) -> Result<Vec<Peer>, PeerError> {
+    /// A group or levels are asked for but `me` is unknown or lacks a label.
+    pub fn select(
+        &self,
+        all: &[Peer],
+        me: Option<&Peer>,
+        epoch: u64,
+    ) -> Result<Vec<Peer>, PeerError> {
         let mut others: Vec<Peer> = all
             .iter()
             .filter(|p| me.is_none_or(|m| p.target != m.target))
@@ -426,6 +483,11 @@ impl Mesh {
             .collect();
         others.sort();
         others.dedup_by(|a, b| a.target == b.target);
+        if !self.levels.is_empty() {
+            let first = self.levels[0].clone();
+            let me = me.ok_or(PeerError::SelfUnknown(first))?;
+            return super::levels::choose(&self.levels, self.per_group, epoch, &others, me);
+        }
         let (mut chosen, rest): (Vec<Peer>, Vec<Peer>) = match &self.group {
             None if self.random == 0 => return Ok(others),
             None => (Vec::new(), others),
@@ -668,7 +730,7 @@ mod tests {
         let all = fleet(100);
         let me = &all[7];
         let m: Mesh = "group:rack,random:5".parse().unwrap();
-        let sel = m.select(&all, Some(me)).unwrap();
+        let sel = m.select(&all, Some(me), 0).unwrap();
         assert_eq!(sel.len(), 14);
         let mates: Vec<_> = sel
             .iter()
@@ -679,9 +741,9 @@ mod tests {
         // Deterministic for the host, whatever order the list comes in.
         let mut shuffled = all.clone();
         shuffled.reverse();
-        assert_eq!(m.select(&shuffled, Some(me)).unwrap(), sel);
+        assert_eq!(m.select(&shuffled, Some(me), 0).unwrap(), sel);
         // Another host draws other outsiders.
-        let other = m.select(&all, Some(&all[17])).unwrap();
+        let other = m.select(&all, Some(&all[17]), 0).unwrap();
         assert_ne!(
             other
                 .iter()
@@ -691,8 +753,8 @@ mod tests {
                 .filter(|p| p.label("rack") != Some("r7"))
                 .collect::<Vec<_>>()
         );
-        assert_eq!(Mesh::default().select(&all, Some(me)).unwrap().len(), 99);
-        assert!(m.select(&all, None).is_err());
+        assert_eq!(Mesh::default().select(&all, Some(me), 0).unwrap().len(), 99);
+        assert!(m.select(&all, None, 0).is_err());
         assert!("random:0".parse::<Mesh>().is_err());
     }
 }

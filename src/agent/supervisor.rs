@@ -71,6 +71,9 @@ pub struct Plan {
     pub settings: ProbeSettings,
     /// The histograms' buckets (taking effect at the next start).
     pub buckets: Buckets,
+    /// A rotating mesh and the epoch this plan chose for: the plan is made again
+    /// when the epoch moves on.
+    pub rotation: Option<(Mesh, u64)>,
     /// A peer left out because it is this host (one of its addresses, on the agent's
     /// own port), found so rather than named by `--self`: said at start and at a
     /// reload that changes it, so that a `--peer 127.0.0.1` never vanishes unsaid.
@@ -78,6 +81,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The rotating mesh's epoch now (`None`: it does not rotate).
+    pub fn epoch_now(&self) -> Option<u64> {
+        self.rotation.as_ref().map(|(mesh, _)| {
+            let unix_s = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            mesh.epoch(unix_s)
+        })
+    }
+
     /// What the agent says of a peer it leaves out as this host.
     pub fn this_host_line(&self, own_port: u16) -> Option<String> {
         self.this_host.as_ref().map(|t| {
@@ -191,8 +204,12 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
         }
         None => all.iter().find(|p| is_me(p, flags.own_port)).cloned(),
     };
+    let unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let epoch = mesh.epoch(unix_s);
     let peers: Vec<Peer> = mesh
-        .select(&all, me.as_ref())?
+        .select(&all, me.as_ref(), epoch)?
         .into_iter()
         .map(|p| p.named_as_instance(flags.own_port, flags.metrics_port))
         .collect();
@@ -202,6 +219,7 @@ pub fn plan(flags: &Flags) -> Result<Plan, PlanError> {
         .filter(|_| !named_self)
         .map(|m| m.target.clone());
     Ok(Plan {
+        rotation: mesh.rotate.is_some().then(|| (mesh.clone(), epoch)),
         this_host,
         by_ip: peers::by_address(&peers),
         peers,
@@ -459,12 +477,18 @@ impl Supervisor {
                 }
             });
             let mut seen = self.current.peers_stamp;
+            let mut epoch_seen = self.current.rotation.as_ref().map(|r| r.1);
             let mut next_textfile = Instant::now();
             let mut textfile_failing: Option<String> = None;
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(200));
                 let changed = stamp(self.current.peers_file.as_deref()) != seen;
-                if hup.swap(false, Ordering::Relaxed) || changed {
+                // A new epoch asks for one reload (a failing one is not asked again
+                // every tick).
+                let epoch = self.current.epoch_now();
+                let rotated = epoch != epoch_seen;
+                epoch_seen = epoch;
+                if hup.swap(false, Ordering::Relaxed) || changed || rotated {
                     seen = stamp(self.current.peers_file.as_deref());
                     reloader.request();
                 }

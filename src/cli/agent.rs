@@ -83,7 +83,10 @@ pub struct AgentArgs {
     #[arg(long, value_parser = values::seconds)]
     pub timeout: Option<Duration>,
     /// Which peers to probe: full, group:LABEL (the peers with this host's value of a
-    /// file_sd label), random:K, or group:LABEL,random:K [default: full].
+    /// file_sd label), random:K, group:LABEL,random:K, or
+    /// levels:RACK/ZONE/…[,per-group:K][,rotate:DURATION] (every peer of this host's
+    /// innermost group, and K of each sibling group at each outer level; see
+    /// docs/AGENT.md) [default: full].
     #[arg(long)]
     pub mesh: Option<Mesh>,
     /// This host's target in the peers list (for --mesh group:…); default: the
