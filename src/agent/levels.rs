@@ -20,43 +20,52 @@
 //! min(K, |G|). Ten racks of 40 in each of 4 zones, K = 2: 39 + 9·2 + 3·2 = 63 peers
 //! instead of 1 599.
 
-use super::peers::{Peer, PeerError};
 use std::collections::BTreeMap;
 
-/// A peer's values of `levels`, innermost first; `None` when it lacks one.
-fn path<'a>(p: &'a Peer, levels: &[String]) -> Option<Vec<&'a str>> {
+/// A host of the fleet as the planner sees it: its target and its labels.
+pub trait Placed {
+    /// `HOST:PORT`: what orders a group's hosts.
+    fn target(&self) -> &str;
+    /// Its value of label `name`.
+    fn label(&self, name: &str) -> Option<&str>;
+}
+
+/// This host lacks a label of the levels: the first one it lacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unlabelled(pub String);
+
+/// A host's values of `levels`, innermost first; `None` when it lacks one.
+fn path<'a, P: Placed>(p: &'a P, levels: &[String]) -> Option<Vec<&'a str>> {
     levels.iter().map(|l| p.label(l)).collect()
 }
 
-/// The peers `me` probes out of `others` (every peer but `me`, sorted by target,
-/// without duplicates), at `epoch`; peers without every label of `levels` are
-/// not placed, so not probed.
+/// The hosts `me` probes out of `others` (every host but `me`, without duplicates,
+/// in any order), at `epoch`, sorted by target; hosts without every label of `levels` are not
+/// placed, so not probed.
 ///
 /// # Errors
 /// `me` lacks a label of `levels`.
-pub fn choose(
+pub fn choose<'a, P: Placed>(
     levels: &[String],
     per_group: usize,
     epoch: u64,
-    others: &[Peer],
-    me: &Peer,
-) -> Result<Vec<Peer>, PeerError> {
-    let mine = path(me, levels).ok_or_else(|| PeerError::SelfUnlabelled {
-        label: levels
-            .iter()
-            .find(|l| me.label(l).is_none())
-            .cloned()
-            .unwrap_or_default(),
-        target: me.target.clone(),
+    others: &'a [P],
+    me: &P,
+) -> Result<Vec<&'a P>, Unlabelled> {
+    let mine = path(me, levels).ok_or_else(|| {
+        let lacked = levels.iter().find(|l| me.label(l).is_none());
+        Unlabelled(lacked.cloned().unwrap_or_default())
     })?;
-    let placed: Vec<(&Peer, Vec<&str>)> = others
+    // By target: a group's order is its hosts' ranks, whatever order the list has.
+    let mut placed: Vec<(&P, Vec<&str>)> = others
         .iter()
         .filter_map(|p| Some((p, path(p, levels)?)))
         .collect();
-    let mut chosen: Vec<Peer> = placed
+    placed.sort_by(|a, b| a.0.target().cmp(b.0.target()));
+    let mut chosen: Vec<&P> = placed
         .iter()
         .filter(|(_, v)| *v == mine)
-        .map(|(p, _)| (*p).clone())
+        .map(|(p, _)| *p)
         .collect();
     for i in 1..=levels.len() {
         // This host's group at level i, and in it its own group at level i − 1,
@@ -64,9 +73,9 @@ pub fn choose(
         let inside = |v: &[&str]| v[i..] == mine[i..];
         let own_rank = placed
             .iter()
-            .filter(|(p, v)| inside(v) && v[i - 1] == mine[i - 1] && p.target < me.target)
+            .filter(|(p, v)| inside(v) && v[i - 1] == mine[i - 1] && p.target() < me.target())
             .count();
-        let mut siblings: BTreeMap<&str, Vec<&Peer>> = BTreeMap::new();
+        let mut siblings: BTreeMap<&str, Vec<&P>> = BTreeMap::new();
         for (p, v) in placed
             .iter()
             .filter(|(_, v)| inside(v) && v[i - 1] != mine[i - 1])
@@ -74,20 +83,16 @@ pub fn choose(
             siblings.entry(v[i - 1]).or_default().push(p);
         }
         for members in siblings.values() {
-            chosen.extend(
-                pick(members, own_rank, per_group, epoch)
-                    .into_iter()
-                    .cloned(),
-            );
+            chosen.extend(pick(members, own_rank, per_group, epoch));
         }
     }
-    chosen.sort();
+    chosen.sort_by(|a, b| a.target().cmp(b.target()));
     Ok(chosen)
 }
 
 /// Members `(rank + epoch)·k + t mod m` of `members` (sorted by target), t < k: all
 /// of them when k ≥ m.
-fn pick<'a>(members: &[&'a Peer], rank: usize, k: usize, epoch: u64) -> Vec<&'a Peer> {
+fn pick<'a, P>(members: &[&'a P], rank: usize, k: usize, epoch: u64) -> Vec<&'a P> {
     let m = members.len();
     if k >= m {
         return members.to_vec();
@@ -101,27 +106,61 @@ fn pick<'a>(members: &[&'a Peer], rank: usize, k: usize, epoch: u64) -> Vec<&'a 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::peers::Mesh;
     use std::collections::BTreeSet;
+
+    /// A host of the test's fleet.
+    #[derive(Clone, Debug)]
+    struct Host {
+        target: String,
+        labels: Vec<(&'static str, String)>,
+    }
+
+    impl Placed for Host {
+        fn target(&self) -> &str {
+            &self.target
+        }
+        fn label(&self, name: &str) -> Option<&str> {
+            self.labels
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    const LEVELS: [&str; 3] = ["rack", "zone", "region"];
+
+    /// The targets `me` probes with K per group at `epoch`, as the agent asks: every
+    /// other host, in any order.
+    fn select(k: usize, all: &[Host], me: &Host, epoch: u64) -> Result<Vec<String>, Unlabelled> {
+        let others: Vec<Host> = all
+            .iter()
+            .filter(|h| h.target != me.target)
+            .cloned()
+            .collect();
+        let levels: Vec<String> = LEVELS.iter().map(|l| (*l).to_string()).collect();
+        Ok(choose(&levels, k, epoch, &others, me)?
+            .into_iter()
+            .map(|h| h.target.clone())
+            .collect())
+    }
 
     /// 2 regions × 3 zones × 4 racks × 5 hosts; rack and zone names repeat across
     /// their parents, so a group is known by its whole path.
-    fn fleet() -> Vec<Peer> {
+    fn fleet() -> Vec<Host> {
         let mut all = Vec::new();
         for region in 0..2 {
             for zone in 0..3 {
                 for rack in 0..4 {
                     for host in 0..5 {
                         let n = ((region * 3 + zone) * 4 + rack) * 5 + host;
-                        let labels = vec![
-                            ("rack".into(), format!("r{rack}")),
-                            ("region".into(), format!("g{region}")),
-                            ("zone".into(), format!("z{zone}")),
-                        ];
-                        all.push(
-                            Peer::parse(&format!("10.9.{}.{}:12866", n / 200, n % 200), labels)
-                                .unwrap(),
-                        );
+                        all.push(Host {
+                            target: format!("10.9.0.{n:03}:12866"),
+                            labels: vec![
+                                ("rack", format!("r{rack}")),
+                                ("region", format!("g{region}")),
+                                ("zone", format!("z{zone}")),
+                            ],
+                        });
                     }
                 }
             }
@@ -129,17 +168,15 @@ mod tests {
         all
     }
 
-    fn key(p: &Peer, depth: usize) -> Vec<&str> {
-        ["rack", "zone", "region"][depth..]
+    fn key(h: &Host, depth: usize) -> Vec<&str> {
+        LEVELS[depth..]
             .iter()
-            .map(|l| p.label(l).unwrap())
+            .map(|l| h.label(l).unwrap())
             .collect()
     }
 
-    fn mesh(k: usize) -> Mesh {
-        format!("levels:rack/zone/region,per-group:{k}")
-            .parse()
-            .unwrap()
+    fn by_target<'a>(all: &'a [Host], t: &str) -> &'a Host {
+        all.iter().find(|h| h.target == t).unwrap()
     }
 
     /// Witness: arithmetic on the fleet's group sizes, per host: 4 rack mates, then
@@ -149,13 +186,15 @@ mod tests {
     fn each_host_probes_its_group_and_k_of_each_sibling_group() {
         let all = fleet();
         for k in [1, 2, 7] {
-            let m = mesh(k);
             let expected = 4 + 3 * k.min(5) + 2 * k.min(20) + k.min(60);
             for me in &all {
-                let sel = m.select(&all, Some(me), 0).unwrap();
+                let sel = select(k, &all, me, 0).unwrap();
                 assert_eq!(sel.len(), expected, "K {k}, {}", me.target);
-                assert!(sel.iter().all(|p| p.target != me.target));
-                let mates = sel.iter().filter(|p| key(p, 0) == key(me, 0)).count();
+                assert!(sel.iter().all(|t| *t != me.target));
+                let mates = sel
+                    .iter()
+                    .filter(|t| key(by_target(&all, t), 0) == key(me, 0))
+                    .count();
                 assert_eq!(mates, 4);
             }
         }
@@ -163,8 +202,8 @@ mod tests {
         let mut reversed = all.clone();
         reversed.reverse();
         assert_eq!(
-            mesh(2).select(&reversed, Some(&all[33]), 5).unwrap(),
-            mesh(2).select(&all, Some(&all[33]), 5).unwrap()
+            select(2, &reversed, &all[33], 5).unwrap(),
+            select(2, &all, &all[33], 5).unwrap()
         );
     }
 
@@ -176,22 +215,20 @@ mod tests {
         let all = fleet();
         for k in [1, 2] {
             for epoch in [0, 1, 17, u64::MAX] {
-                let m = mesh(k);
                 let probed: BTreeSet<(String, String)> = all
                     .iter()
                     .flat_map(|me| {
-                        m.select(&all, Some(me), epoch)
+                        select(k, &all, me, epoch)
                             .unwrap()
                             .into_iter()
-                            .map(|p| (me.target.clone(), p.target))
-                            .collect::<Vec<_>>()
+                            .map(|t| (me.target.clone(), t))
                     })
                     .collect();
                 for depth in 0..3 {
                     // Groups at this depth, by their whole path.
-                    let mut groups: BTreeMap<Vec<&str>, Vec<&Peer>> = BTreeMap::new();
-                    for p in &all {
-                        groups.entry(key(p, depth)).or_default().push(p);
+                    let mut groups: BTreeMap<Vec<&str>, Vec<&Host>> = BTreeMap::new();
+                    for h in &all {
+                        groups.entry(key(h, depth)).or_default().push(h);
                     }
                     for (a, hosts_a) in &groups {
                         for (b, hosts_b) in &groups {
@@ -226,22 +263,19 @@ mod tests {
         let all = fleet();
         let me = &all[0];
         for k in [1, 2, 3] {
-            let m = mesh(k);
-            // A sibling region: 60 hosts.
+            // The sibling region: 60 hosts.
             let other: BTreeSet<&str> = all
                 .iter()
-                .filter(|p| p.label("region") != me.label("region"))
-                .map(|p| p.target.as_str())
+                .filter(|h| h.label("region") != me.label("region"))
+                .map(|h| h.target.as_str())
                 .collect();
             let epochs = 60_u64.div_ceil(k as u64);
             let mut seen = BTreeSet::new();
             let mut last = Vec::new();
             for e in 1_000..1_000 + epochs {
-                let now: Vec<String> = m
-                    .select(&all, Some(me), e)
+                let now: Vec<String> = select(k, &all, me, e)
                     .unwrap()
                     .into_iter()
-                    .map(|p| p.target)
                     .filter(|t| other.contains(t.as_str()))
                     .collect();
                 assert_eq!(now.len(), k);
@@ -253,32 +287,17 @@ mod tests {
         }
     }
 
-    /// Unlabelled peers are not placed; this host unlabelled is an error naming the
-    /// label; the forms that mix levels with group or random, or repeat a label, are
-    /// refused.
+    /// Hosts missing a label are not placed; this host missing one is told which.
     #[test]
-    fn unlabelled_hosts_and_mixed_forms() {
+    fn unlabelled_hosts_are_not_placed() {
         let mut all = fleet();
-        all.push(Peer::parse("10.9.9.9:12866", vec![("rack".into(), "r0".into())]).unwrap());
-        let sel = mesh(1).select(&all, Some(&all[0]), 0).unwrap();
-        assert!(sel.iter().all(|p| p.target != "10.9.9.9:12866"));
-        let e = mesh(1).select(&all, all.last(), 0).unwrap_err().to_string();
-        assert!(e.contains("no label \"zone\""), "{e}");
-        assert!(mesh(1).select(&all, None, 0).is_err());
-        for bad in [
-            "levels:rack,group:zone",
-            "levels:rack,random:2",
-            "per-group:2",
-            "rotate:1h",
-            "levels:rack/rack",
-            "levels:rack,per-group:0",
-            "levels:rack,rotate:0s",
-            "levels:",
-        ] {
-            assert!(bad.parse::<Mesh>().is_err(), "{bad}");
-        }
-        let m: Mesh = "levels:rack/zone,per-group:3,rotate:1h".parse().unwrap();
-        assert_eq!((m.levels.len(), m.per_group), (2, 3));
-        assert_eq!((m.epoch(7_199), m.epoch(7_200)), (1, 2));
+        let lone = Host {
+            target: "10.9.9.9:12866".into(),
+            labels: vec![("rack", "r0".into())],
+        };
+        all.push(lone.clone());
+        let sel = select(1, &all, &all[0], 0).unwrap();
+        assert!(sel.iter().all(|t| *t != lone.target));
+        assert_eq!(select(1, &all, &lone, 0), Err(Unlabelled("zone".into())));
     }
 }

@@ -7,6 +7,7 @@
 //! Errors in a file name the file, the line and the key: `serde_json` places every
 //! error raised while deserializing, including the ones our own checks raise.
 
+use super::levels;
 use super::metrics::OWN_LABELS;
 use crate::kernel::fs;
 use rand::seq::SliceRandom;
@@ -180,6 +181,15 @@ pub struct Peer {
     pub port: u16,
     /// Extra labels from file_sd, sorted by name.
     pub labels: Vec<(String, String)>,
+}
+
+impl levels::Placed for Peer {
+    fn target(&self) -> &str {
+        &self.target
+    }
+    fn label(&self, name: &str) -> Option<&str> {
+        Peer::label(self, name)
+    }
 }
 
 impl Peer {
@@ -486,7 +496,13 @@ impl Mesh {
         if !self.levels.is_empty() {
             let first = self.levels[0].clone();
             let me = me.ok_or(PeerError::SelfUnknown(first))?;
-            return super::levels::choose(&self.levels, self.per_group, epoch, &others, me);
+            let chosen = levels::choose(&self.levels, self.per_group, epoch, &others, me).map_err(
+                |levels::Unlabelled(label)| PeerError::SelfUnlabelled {
+                    label,
+                    target: me.target.clone(),
+                },
+            )?;
+            return Ok(chosen.into_iter().cloned().collect());
         }
         let (mut chosen, rest): (Vec<Peer>, Vec<Peer>) = match &self.group {
             None if self.random == 0 => return Ok(others),
@@ -756,5 +772,32 @@ mod tests {
         assert_eq!(Mesh::default().select(&all, Some(me), 0).unwrap().len(), 99);
         assert!(m.select(&all, None, 0).is_err());
         assert!("random:0".parse::<Mesh>().is_err());
+    }
+
+    /// The levelled forms, and those that mix levels with group or random, repeat a
+    /// label or give an empty count or epoch, refused by name; this host without a
+    /// label of the levels is told which. Witness: the forms' own arithmetic (epochs of
+    /// an hour).
+    #[test]
+    fn levelled_meshes_parse_and_mixed_forms_are_refused() {
+        for bad in [
+            "levels:rack,group:zone",
+            "levels:rack,random:2",
+            "per-group:2",
+            "rotate:1h",
+            "levels:rack/rack",
+            "levels:rack,per-group:0",
+            "levels:rack,rotate:0s",
+            "levels:",
+        ] {
+            assert!(bad.parse::<Mesh>().is_err(), "{bad}");
+        }
+        let m: Mesh = "levels:rack/zone,per-group:3,rotate:1h".parse().unwrap();
+        assert_eq!((m.levels.len(), m.per_group), (2, 3));
+        assert_eq!((m.epoch(7_199), m.epoch(7_200)), (1, 2));
+        let all = fleet(10);
+        let e = m.select(&all, Some(&all[0]), 0).unwrap_err().to_string();
+        assert!(e.contains("has no label \"zone\""), "{e}");
+        assert!(m.select(&all, None, 0).is_err());
     }
 }
