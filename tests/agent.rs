@@ -1058,3 +1058,97 @@ fn a_levelled_mesh_probes_its_rack_and_two_of_each_sibling_group() {
     assert_eq!(of(&|&(g, z, _)| g == 0 && z == 1), 2, "the other zone");
     assert_eq!(of(&|&(g, _, _)| g == 1), 2, "the other region");
 }
+
+/// `--probes tcp_connect` to ports of a host that need no rttlab: the lab's host b at
+/// 5 ms each way, its port 12866 (something listens) and its port 9 (nothing does).
+/// Witnesses: the emulator's delay (no handshake completes in under its 10 ms round
+/// trip, and nearly all within the next bucket, 21.5 ms) and the kernel's reset
+/// (every probe of port 9 refused, none timed).
+#[test]
+fn tcp_connect_times_the_handshake_to_any_port_and_counts_refusals() {
+    if !privileged("tcp_connect_times_the_handshake") {
+        return;
+    }
+    let lab = common::Lab::up("tcpc", &["--delay", "5ms"]);
+    let b = bin();
+    let b = b.to_str().unwrap();
+    let in_a = |args: &[&str]| {
+        let mut c = Command::new(b);
+        c.args(["lab", "exec", "--name", &lab.name, "a", "--"])
+            .args(args);
+        c
+    };
+    let _agent = Killed(
+        in_a(&[
+            b,
+            "agent",
+            "--probes",
+            "tcp_connect",
+            "--interval",
+            "100ms",
+            "--peer",
+            "b:12866",
+            "--peer",
+            "b:9",
+            "--metrics-listen",
+            "127.0.0.1:9812",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let scrape = || {
+        let o = in_a(&["curl", "-s", "127.0.0.1:9812/metrics"])
+            .output()
+            .unwrap();
+        String::from_utf8(o.stdout).unwrap()
+    };
+    // A target on the fleet's port is named as its agent's instance (HOST:9812).
+    let open = "{peer=\"b:9812\",layer=\"tcp_connect\"}";
+    let closed = "{peer=\"b:9\",layer=\"tcp_connect\"";
+    let t0 = Instant::now();
+    let text = loop {
+        let text = scrape();
+        if sample(&text, &format!("rttlab_rtt_seconds_count{open}")).unwrap_or(0.0) >= 20.0 {
+            break text;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "{text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let count = sample(&text, &format!("rttlab_rtt_seconds_count{open}")).unwrap();
+    let bucket = |le: &str| {
+        sample(
+            &text,
+            &format!(
+                "rttlab_rtt_seconds_bucket{{le=\"{le}\",peer=\"b:9812\",layer=\"tcp_connect\"}}"
+            ),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        bucket("0.01"),
+        0.0,
+        "faster than the emulator's round trip: {text}"
+    );
+    assert!(
+        bucket("0.0215443") >= 0.9 * count,
+        "{count} connects: {text}"
+    );
+    let sent_closed = sample(&text, &format!("rttlab_probes_sent_total{closed}}}")).unwrap();
+    let refused = sample(
+        &text,
+        &format!("rttlab_probe_errors_total{closed},reason=\"refused\"}}"),
+    )
+    .unwrap();
+    assert!(sent_closed >= 1.0 && refused == sent_closed, "{text}");
+    assert_eq!(
+        sample(&text, &format!("rttlab_rtt_seconds_count{closed}}}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, &format!("rttlab_probes_timed_out_total{closed}}}")),
+        Some(0.0)
+    );
+    promtool_check(&text);
+}

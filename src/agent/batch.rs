@@ -545,7 +545,7 @@ impl Loop {
     fn unanswered(&mut self, p: &mut Probing) {
         p.in_flight = None;
         match p.probe {
-            Probe::TcpRr | Probe::TcpCrr => {
+            Probe::TcpRr | Probe::TcpCrr | Probe::TcpConnect => {
                 count(&p.series.timed_out);
                 if let Some(info) = p.session.as_ref().and_then(|s| s.tcp_info()) {
                     tcp_layers(&p.series, &info, &mut p.retrans);

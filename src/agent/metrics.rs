@@ -358,7 +358,7 @@ impl Metrics {
         );
         r.register(
             "rttlab_probe_errors",
-            "Probes that failed, by reason: resolve (the peer's name did not resolve), session (refused, unreachable, rejected by the peer's server), send, receive",
+            "Probes that failed, by reason: resolve (the peer's name did not resolve), session (refused, unreachable, rejected by the peer's server), send, receive; tcp_connect's: resolve, refused (a reset: nothing listens), unreachable (an ICMP unreachable, no route), send",
             m.errors.clone(),
         );
         r.register(

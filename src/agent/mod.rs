@@ -8,7 +8,7 @@
 //! its counters, so they only ever grow.
 
 pub mod batch;
-pub mod crr;
+pub mod connect;
 pub mod exposition;
 pub mod histogram;
 pub mod http;
@@ -20,6 +20,7 @@ pub mod prober;
 pub mod process;
 pub mod service;
 pub mod supervisor;
+pub mod threaded;
 pub mod wheel;
 
 use crate::kernel::sock_diag::{DiagFilter, SockDiag};
@@ -27,7 +28,6 @@ use crate::probe::control::PortRange;
 use crate::probe::echo::Echoer;
 use crate::probe::server::served::ServedStreams;
 use batch::Batch;
-use crr::CrrProbe;
 use metrics::{labels, Metrics, LAYERS};
 use peers::{Peer, PeersByIp};
 use prober::{Probe, ProbeSettings};
@@ -36,6 +36,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use threaded::ThreadedProbe;
 
 /// Errors starting the agent.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +58,7 @@ pub struct Agent {
     /// Every peer's ICMP, TCP_RR and UDP_RR probes.
     batch: Batch,
     /// TCP_CRR probes, by target.
-    crr: BTreeMap<String, CrrProbe>,
+    threaded: BTreeMap<String, ThreadedProbe>,
     running: BTreeMap<String, Peer>,
     /// Peers by address, for naming the clients of our own server.
     by_ip: Arc<PeersByIp>,
@@ -101,7 +102,7 @@ impl Agent {
             settings,
             probes,
             batch,
-            crr: BTreeMap::new(),
+            threaded: BTreeMap::new(),
             running: BTreeMap::new(),
             by_ip,
             stop,
@@ -132,7 +133,7 @@ impl Agent {
             self.forget(p, &dropped);
         }
         let peers: Vec<Peer> = std::mem::take(&mut self.running).into_values().collect();
-        for (_, c) in std::mem::take(&mut self.crr) {
+        for (_, c) in std::mem::take(&mut self.threaded) {
             c.stop();
         }
         // The old loop stops here, its sessions closed.
@@ -160,7 +161,7 @@ impl Agent {
         for t in gone {
             if let Some(p) = self.running.remove(&t) {
                 self.batch.remove(&t);
-                if let Some(c) = self.crr.remove(&t) {
+                if let Some(c) = self.threaded.remove(&t) {
                     c.stop();
                 }
                 forgotten.push(p);
@@ -170,16 +171,19 @@ impl Agent {
             .probes
             .iter()
             .copied()
-            .filter(|&p| p != Probe::TcpCrr)
+            .filter(|p| !p.threaded())
             .collect();
+        // At most one: the plan refuses TCP_CRR with tcp_connect (both time the
+        // connect, into one series).
+        let threaded = self.probes.iter().copied().find(|p| p.threaded());
         for (t, p) in wanted {
             if self.running.contains_key(&t) {
                 continue;
             }
             self.batch.add(&p, &batched, &self.metrics);
-            if self.probes.contains(&Probe::TcpCrr) {
-                if let Some(c) = CrrProbe::start(&p, &self.metrics, &self.settings) {
-                    self.crr.insert(t.clone(), c);
+            if let Some(kind) = threaded {
+                if let Some(c) = ThreadedProbe::start(&p, kind, &self.metrics, &self.settings) {
+                    self.threaded.insert(t.clone(), c);
                 }
             }
             self.running.insert(t, p);
@@ -253,7 +257,7 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for (_, c) in std::mem::take(&mut self.crr) {
+        for (_, c) in std::mem::take(&mut self.threaded) {
             c.stop();
         }
         if let Some(w) = self.passive.take() {

@@ -29,22 +29,32 @@ pub enum Probe {
     UdpRr,
     /// Connect, one transaction, close (TCP_CRR): `tcp_crr` and `tcp_connect`.
     TcpCrr,
+    /// Connect to the target's port and close, no payload: `tcp_connect`, to any
+    /// host (one that runs no rttlab: a web server's 443, a database's 5432).
+    TcpConnect,
 }
 
 impl Probe {
     /// Every kind of probe, as `--probes` may name them.
-    pub const ALL: [Self; 4] = [Self::Icmp, Self::TcpRr, Self::UdpRr, Self::TcpCrr];
+    pub const ALL: [Self; 5] = [
+        Self::Icmp,
+        Self::TcpRr,
+        Self::UdpRr,
+        Self::TcpCrr,
+        Self::TcpConnect,
+    ];
     /// The default set: one probe per layer that needs no new connection a second.
     pub const DEFAULT: [Self; 3] = [Self::Icmp, Self::TcpRr, Self::UdpRr];
 
     /// The probe's name in `--probes` and the `layer` label of its main series (`icmp`,
-    /// `tcp_rr`, `udp_rr`, `tcp_crr`).
+    /// `tcp_rr`, `udp_rr`, `tcp_crr`, `tcp_connect`).
     pub fn name(self) -> &'static str {
         match self {
             Self::Icmp => "icmp",
             Self::TcpRr => "tcp_rr",
             Self::UdpRr => "udp_rr",
             Self::TcpCrr => "tcp_crr",
+            Self::TcpConnect => "tcp_connect",
         }
     }
 
@@ -56,13 +66,39 @@ impl Probe {
             Self::TcpRr => &["tcp_rr", "srtt_client"],
             Self::UdpRr => &["udp_rr"],
             Self::TcpCrr => &["tcp_crr", "tcp_connect"],
+            Self::TcpConnect => &["tcp_connect"],
+        }
+    }
+
+    /// Whether it runs on a thread of its own per peer (what it times is a blocking
+    /// `connect()`), not in the batch loop.
+    pub fn threaded(self) -> bool {
+        matches!(self, Self::TcpCrr | Self::TcpConnect)
+    }
+
+    /// The reasons its errors are counted by: a connect alone fails by how the host
+    /// refused it; a probe of rttlab's server by the step of its session.
+    pub fn error_reasons(self) -> &'static [ErrorReason] {
+        match self {
+            Self::TcpConnect => &[
+                ErrorReason::Resolve,
+                ErrorReason::Refused,
+                ErrorReason::Unreachable,
+                ErrorReason::Send,
+            ],
+            _ => &[
+                ErrorReason::Resolve,
+                ErrorReason::Session,
+                ErrorReason::Send,
+                ErrorReason::Receive,
+            ],
         }
     }
 }
 
 /// A probe name that is none of [`Probe::ALL`].
 #[derive(Debug, thiserror::Error)]
-#[error("{0:?} is not a probe (icmp, tcp_rr, udp_rr, tcp_crr)")]
+#[error("{0:?} is not a probe (icmp, tcp_rr, udp_rr, tcp_crr, tcp_connect)")]
 pub struct NotAProbe(pub String);
 
 impl std::str::FromStr for Probe {
@@ -125,11 +161,23 @@ pub enum ErrorReason {
     Send,
     /// The answer could not be read (the connection broke).
     Receive,
+    /// tcp_connect: the host answered the SYN with a reset (nothing listens there).
+    Refused,
+    /// tcp_connect: the host or its network is unreachable (an ICMP unreachable, no
+    /// route).
+    Unreachable,
 }
 
 impl ErrorReason {
     /// Every reason, in the order of their counters.
-    pub const ALL: [ErrorReason; 4] = [Self::Resolve, Self::Session, Self::Send, Self::Receive];
+    pub const ALL: [ErrorReason; 6] = [
+        Self::Resolve,
+        Self::Session,
+        Self::Send,
+        Self::Receive,
+        Self::Refused,
+        Self::Unreachable,
+    ];
 
     /// The `reason` label's value.
     pub fn name(self) -> &'static str {
@@ -138,6 +186,8 @@ impl ErrorReason {
             Self::Session => "session",
             Self::Send => "send",
             Self::Receive => "receive",
+            Self::Refused => "refused",
+            Self::Unreachable => "unreachable",
         }
     }
 }
@@ -151,7 +201,8 @@ const FAILING_SAID_EVERY: Duration = Duration::from_secs(60);
 /// reason and the error, and the first answer after them said once, with how many
 /// there were.
 pub struct ProbeErrors {
-    counters: [Counter; 4],
+    /// By [`ErrorReason`]: the probe's reasons ([`Probe::error_reasons`]).
+    counters: [Option<Counter>; 6],
     /// `peer NAME LAYER`.
     who: String,
     /// Whether the probe is failing: the one check an answer pays.
@@ -170,9 +221,14 @@ struct FailureLog {
 }
 
 impl ProbeErrors {
-    fn new(m: &Metrics, l: &Labels, who: String) -> Self {
+    fn new(m: &Metrics, l: &Labels, probe: Probe, who: String) -> Self {
+        let reasons = probe.error_reasons();
         Self {
-            counters: ErrorReason::ALL.map(|r| m.errors.get_or_create_owned(&with_reason(l, r))),
+            counters: ErrorReason::ALL.map(|r| {
+                reasons
+                    .contains(&r)
+                    .then(|| m.errors.get_or_create_owned(&with_reason(l, r)))
+            }),
             who,
             failing: AtomicBool::new(false),
             log: Mutex::new(FailureLog::default()),
@@ -181,7 +237,9 @@ impl ProbeErrors {
 
     /// One probe failed for `reason`; `detail` (the error) is made only when said.
     pub fn fail(&self, reason: ErrorReason, detail: impl FnOnce() -> String) {
-        self.counters[reason as usize].inc();
+        if let Some(c) = &self.counters[reason as usize] {
+            c.inc();
+        }
         let mut l = self
             .log
             .lock()
@@ -327,11 +385,13 @@ impl Series {
         Self {
             rtt: m.rtt.get_or_create_owned(&l),
             sent: m.sent.get_or_create_owned(&l),
-            errors: ProbeErrors::new(m, &l, format!("peer {} {}", peer.name, probe.name())),
+            errors: ProbeErrors::new(m, &l, probe, format!("peer {} {}", peer.name, probe.name())),
             late: m.late.get_or_create_owned(&l),
             lost: (!tcp).then(|| m.lost.get_or_create_owned(&l)),
             timed_out: tcp.then(|| m.timed_out.get_or_create_owned(&l)),
-            retransmissions: tcp.then(|| m.retransmissions.get_or_create_owned(&l)),
+            // A connect alone reads no tcp_info.
+            retransmissions: (tcp && probe != Probe::TcpConnect)
+                .then(|| m.retransmissions.get_or_create_owned(&l)),
             connect: (probe == Probe::TcpCrr).then(|| {
                 m.rtt
                     .get_or_create_owned(&labels(&peer.name, "tcp_connect", &peer.labels))
@@ -411,7 +471,8 @@ pub fn session_spec(probe: Probe, server: SocketAddr, s: &ProbeSettings) -> Sess
         test: match probe {
             Probe::UdpRr => TestKind::UdpRr,
             Probe::TcpCrr => TestKind::TcpCrr,
-            Probe::TcpRr | Probe::Icmp => TestKind::TcpRr,
+            // ICMP and tcp_connect open no session.
+            Probe::TcpRr | Probe::Icmp | Probe::TcpConnect => TestKind::TcpRr,
         },
         interval: s.interval,
         // UDP's adaptive timeout never waits past the next probe.

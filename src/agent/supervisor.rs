@@ -274,6 +274,13 @@ fn probing(
             Ok,
         )
     };
+    if probes.contains(&Probe::TcpCrr) && probes.contains(&Probe::TcpConnect) {
+        return Err(bad_value(
+            flags,
+            "probes",
+            "tcp_crr already times the connect (layer tcp_connect) of rttlab's server: give tcp_crr or tcp_connect, not both".into(),
+        ));
+    }
     let interval = duration(flags.interval, "interval", &file.interval, "1s")?;
     let timeout = duration(flags.timeout, "timeout", &file.timeout, "10s")?;
     if interval < Duration::from_millis(10) || interval > Duration::from_secs(60) {

@@ -70,8 +70,9 @@ pub struct AgentArgs {
     /// buckets, self (flags given here win); re-read on SIGHUP.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Probes to run, comma-separated: icmp, tcp_rr, udp_rr, tcp_crr [default:
-    /// icmp,tcp_rr,udp_rr].
+    /// Probes to run, comma-separated: icmp, tcp_rr, udp_rr, tcp_crr, tcp_connect (a
+    /// handshake to the target's own port and a close: any host, one without rttlab
+    /// too; not with tcp_crr) [default: icmp,tcp_rr,udp_rr].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub probes: Vec<Probe>,
     /// Between two probes of one kind to one peer [default: 1s].

@@ -1,8 +1,9 @@
-//! TCP_CRR probes: a thread per peer, since what they time is `connect()` itself (the
-//! handshake's round trip, layer `tcp_connect`) and a whole short connection (layer
-//! `tcp_crr`), which a blocking call measures as an application sees it. Not in the
-//! default set: a connection a second per peer is what a fleet's conntrack tables
-//! and TIME_WAIT lists feel.
+//! The probes with a thread per peer, since what they time is `connect()` itself,
+//! which a blocking call measures as an application sees it: TCP_CRR (the
+//! handshake's round trip, layer `tcp_connect`, and a whole short connection with
+//! rttlab's server, layer `tcp_crr`) and tcp_connect alone, to any host's port
+//! ([`super::connect`]). Not in the default set: a connection a second per peer is
+//! what a fleet's conntrack tables and TIME_WAIT lists feel.
 
 use super::metrics::Metrics;
 use super::peers::Peer;
@@ -15,8 +16,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// The running TCP_CRR probe of one peer.
-pub struct CrrProbe {
+/// The running TCP_CRR or tcp_connect probe of one peer.
+pub struct ThreadedProbe {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
@@ -24,17 +25,23 @@ pub struct CrrProbe {
 /// Each probe thread's stack: its frames are small, and a fleet may be thousands.
 const STACK: usize = 256 * 1024;
 
-impl CrrProbe {
-    /// Start probing `peer`; `None` when no thread could start.
-    pub fn start(peer: &Peer, metrics: &Metrics, settings: &ProbeSettings) -> Option<Self> {
-        let series = Series::new(metrics, peer, Probe::TcpCrr);
+impl ThreadedProbe {
+    /// Start probing `peer` with `kind` (a [`Probe::threaded`] one); `None` when no
+    /// thread could start.
+    pub fn start(
+        peer: &Peer,
+        kind: Probe,
+        metrics: &Metrics,
+        settings: &ProbeSettings,
+    ) -> Option<Self> {
+        let series = Series::new(metrics, peer, kind);
         let stop = Arc::new(AtomicBool::new(false));
         let (peer, settings, stop2) = (peer.clone(), settings.clone(), Arc::clone(&stop));
         let lag = metrics.lag.clone();
         let thread = std::thread::Builder::new()
-            .name("probe-tcp_crr".into())
+            .name(format!("probe-{}", kind.name()))
             .stack_size(STACK)
-            .spawn(move || run(&peer, &series, &settings, &lag, &stop2))
+            .spawn(move || run(&peer, kind, &series, &settings, &lag, &stop2))
             .ok()?;
         Some(Self { stop, thread })
     }
@@ -62,12 +69,13 @@ fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
 
 fn run(
     peer: &Peer,
+    kind: Probe,
     series: &Series,
     s: &ProbeSettings,
     lag: &prometheus_client::metrics::histogram::Histogram,
     stop: &AtomicBool,
 ) {
-    let mut rng = jitter_rng(peer, Probe::TcpCrr);
+    let mut rng = jitter_rng(peer, kind);
     let mut addr = Resolved::default();
     let mut session: Option<Session> = None;
     // Peers start spread over the first interval, not all at once.
@@ -79,7 +87,10 @@ fn run(
         if late > s.interval / 10 {
             series.late.inc();
         }
-        let ok = probe(peer, s, series, &mut addr, &mut session);
+        let ok = match kind {
+            Probe::TcpConnect => super::connect::probe(peer, s, series, &mut addr),
+            _ => probe(peer, s, series, &mut addr, &mut session),
+        };
         backoff = if ok {
             Duration::ZERO
         } else {
@@ -91,7 +102,7 @@ fn run(
     }
 }
 
-/// One connection; false when the peer could not be reached (back off).
+/// One TCP_CRR connection; false when the peer could not be reached (back off).
 fn probe(
     peer: &Peer,
     s: &ProbeSettings,
