@@ -1115,7 +1115,7 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
     let count = |text: &str, side: &str| {
         value(
             text,
-            &format!("rttlab_service_response_count{{side=\"{side}\",port=\"{p}\"}}"),
+            &format!("rttlab_service_response_seconds_count{{side=\"{side}\",port=\"{p}\"}}"),
         )
     };
     // The series appear, at 0, once the programs are attached (after the endpoint
@@ -1155,7 +1155,7 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
     ] {
         let response = value(
             &text,
-            &format!("rttlab_service_response_sum{{side=\"{side}\",port=\"{p}\"}}"),
+            &format!("rttlab_service_response_seconds_sum{{side=\"{side}\",port=\"{p}\"}}"),
         );
         let parts: f64 = parts
             .iter()
@@ -1163,7 +1163,7 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
                 value(
                     &text,
                     &format!(
-                        "rttlab_service_part_sum{{side=\"{side}\",port=\"{p}\",part=\"{part}\"}}"
+                        "rttlab_service_part_seconds_sum{{side=\"{side}\",port=\"{p}\",part=\"{part}\"}}"
                     ),
                 )
             })
@@ -1186,4 +1186,62 @@ fn the_agents_service_layers_count_what_redis_ran_at_both_ends() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(agent.0.wait().unwrap().success(), "{err}");
+}
+
+/// A tmpfs mounted for a test, unmounted on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// `--out` on a disk that fills: the directory stops being written, said once, and
+/// the run goes on to its end, every transaction printed and summed. Witnesses: the
+/// kernel's ENOSPC on a 64 KiB tmpfs, and redis's own count of the PINGs.
+#[test]
+fn a_full_disk_under_out_stops_the_directory_not_the_run() {
+    if !privileged("a_full_disk_under_out") || !have_redis("a_full_disk_under_out") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let small = tmp.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _mount = Tmpfs(small.clone());
+    let port = free_port();
+    let _redis = Redis::start(port).unwrap();
+    let dir = small.join("run");
+    let watch = Watch::start_with(port, &["--out", dir.to_str().unwrap()]);
+    // 2 000 transactions: about 1 MB of JSON lines, far past 64 KiB.
+    const N: usize = 2_000;
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = BufReader::new(s);
+    for _ in 0..N {
+        w.write_all(b"PING\r\n").unwrap();
+        assert_eq!(reply(&mut r), "+PONG\r\n");
+    }
+    drop((w, r));
+    std::thread::sleep(Duration::from_millis(300));
+    let (txns, rest) = watch.stop();
+    assert_eq!(calls(port, "ping"), N as u64, "redis's own count");
+    assert_eq!(txns.len(), N, "{rest}");
+    assert!(rest.contains(&format!("{N} transaction(s)")), "{rest}");
+    let said: Vec<&str> = rest
+        .lines()
+        .filter(|l| l.contains("No space left on device"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {rest}");
+    assert!(
+        said[0].contains("the run's tables are printed all the same"),
+        "{rest}"
+    );
+    assert!(!rest.contains("report: "), "{rest}");
 }

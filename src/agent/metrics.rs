@@ -322,12 +322,12 @@ impl Metrics {
             m.passive_engine.clone(),
         );
         r.register(
-            "rttlab_service_response",
+            "rttlab_service_response_seconds",
             "Response time of each transaction of a watched TCP service (--explain-port: this host the server, from the request's first segment in to the response's last write; --explain-to: this host the client, from the request's first write to the response's last read), from the kernel, by side and port",
             m.service_response.clone(),
         );
         r.register(
-            "rttlab_service_part",
+            "rttlab_service_part_seconds",
             "Each part of those transactions (server: arrival, wait, think, write, network; client: write, send, server, arrival, wait; as rttlab explain names them), by side, port and part",
             m.service_part.clone(),
         );

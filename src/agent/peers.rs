@@ -120,11 +120,14 @@ pub enum PeerError {
     /// `random:K` with K not a number.
     #[error("random:{0}: not a number of peers")]
     RandomCount(String),
+    /// `levels:…` with a `--self` target the peers list does not hold.
+    #[error("--mesh levels: this host ({0}) is not in the peers list, so it has no labels to place it by (is --self the target as the list writes it, with its port?)")]
+    SelfNotListed(String),
     /// `per-group:K` with K not a number of at least 1.
     #[error("per-group:{0}: not a number of peers of at least 1")]
     PerGroupCount(String),
     /// A `--mesh` that is none of the forms.
-    #[error("{0:?}: give full, group:LABEL, random:K, group:LABEL,random:K or levels:LABEL/LABEL/…[,per-group:K][,rotate:DURATION of 1s or more]")]
+    #[error("{0:?}: give full, group:LABEL, random:K, group:LABEL,random:K or levels:LABEL/LABEL/…[,per-group:K (default 1)][,rotate:DURATION of 1m or more]")]
     MeshSyntax(String),
     /// `random:0` alone.
     #[error("{0:?} selects no peer")]
@@ -444,9 +447,11 @@ impl std::str::FromStr for Mesh {
                     per_group = true;
                 }
                 Some(("rotate", d)) => {
+                    // Each epoch re-plans through a reload (the peers file read
+                    // again): a minute at least.
                     let d = humantime::parse_duration(d)
                         .ok()
-                        .filter(|d| d.as_secs() >= 1)
+                        .filter(|d| d.as_secs() >= 60)
                         .ok_or_else(|| PeerError::MeshSyntax(s.into()))?;
                     m.rotate = Some(d);
                 }
@@ -496,6 +501,10 @@ impl Mesh {
         if !self.levels.is_empty() {
             let first = self.levels[0].clone();
             let me = me.ok_or(PeerError::SelfUnknown(first))?;
+            // Its labels are the list's: a --self the list lacks has none.
+            if !all.iter().any(|p| p.target == me.target) {
+                return Err(PeerError::SelfNotListed(me.target.clone()));
+            }
             let chosen = levels::choose(&self.levels, self.per_group, epoch, &others, me).map_err(
                 |levels::Unlabelled(label)| PeerError::SelfUnlabelled {
                     label,
@@ -788,6 +797,7 @@ mod tests {
             "levels:rack/rack",
             "levels:rack,per-group:0",
             "levels:rack,rotate:0s",
+            "levels:rack,rotate:59s",
             "levels:",
         ] {
             assert!(bad.parse::<Mesh>().is_err(), "{bad}");

@@ -363,6 +363,14 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if let Some(line) = current.this_host_line(flags.own_port) {
         eprintln!("{line}");
     }
+    if !a.explain_ports.is_empty() || !a.explain_to.is_empty() {
+        let list = |v: &[u16]| v.iter().map(u16::to_string).collect::<Vec<_>>().join(",");
+        eprintln!(
+            "rttlab agent: timing the transactions of TCP port(s) [{}] served here and [{}] called from here (rttlab_service_*)",
+            list(&a.explain_ports),
+            list(&a.explain_to)
+        );
+    }
     Supervisor {
         agent,
         current,

@@ -215,7 +215,9 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
                     writeln!(stdout, "{line}")?;
                 }
                 if let Some(k) = &mut kept {
-                    k.transaction(&line)?;
+                    if let Err(e) = k.transaction(&line) {
+                        kept = given_up(&a, &e);
+                    }
                 }
             }
         }
@@ -226,14 +228,17 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
             let seconds = now.duration_since(window_start).as_secs_f64();
             if let Some(k) = &mut kept {
                 let start_s = window_start.duration_since(started).as_secs_f64();
-                for ((_, port), w) in &window {
+                let written = window.iter().try_for_each(|((_, port), w)| {
                     k.window(&WindowRecord {
                         start_s,
                         seconds,
                         port: *port,
                         whole_run: false,
                         summary: w.summary(),
-                    })?;
+                    })
+                });
+                if let Err(e) = written {
+                    kept = given_up(&a, &e);
                 }
             }
             let (total, since) = counted.update(kernel.counts()?, printed.skipped);
@@ -270,13 +275,16 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         let summary = w.summary();
         all += &render::table(*port, &summary, seconds);
         if let Some(k) = &mut kept {
-            k.window(&WindowRecord {
+            let whole = WindowRecord {
                 start_s: 0.0,
                 seconds,
                 port: *port,
                 whole_run: true,
                 summary,
-            })?;
+            };
+            if let Err(e) = k.window(&whole) {
+                kept = given_up(&a, &e);
+            }
         }
     }
     let mut notes = counted.notes(a.max_connections, a.json_rate);
@@ -288,13 +296,23 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     if open > 0 {
         notes.push(format!("not timed: {open} transaction(s) answered, their connections still open at the end (neither sent again nor closed: an idle keep-alive connection's last)"));
     }
+    if let Some(k) = &kept {
+        notes.extend(k.notes());
+    }
     for n in &notes {
         all += &format!("{n}\n");
     }
     if let Some(k) = kept {
-        let dir = k.end(&End { seconds, notes })?;
-        rttlab::report::service_dir::write(&dir, &mut rttlab::results::BadRecords::default())?;
-        all += &format!("report: {}\n", dir.join("report.html").display());
+        let written = k.end(&End { seconds, notes }).and_then(|dir| {
+            let mut bad = rttlab::results::BadRecords::default();
+            rttlab::report::service_dir::write(&dir, &mut bad).map(|_| dir)
+        });
+        match written {
+            Ok(dir) => all += &format!("report: {}\n", dir.join("report.html").display()),
+            Err(e) => {
+                given_up(&a, &e);
+            }
+        }
     }
     if a.json {
         eprint!("{all}");
@@ -302,6 +320,19 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         out!("{all}");
     }
     Ok(())
+}
+
+/// `--out`'s directory could not be written (the disk full, a file removed): said
+/// once, and the run goes on without it; its directory is left as it is, with no
+/// report.
+fn given_up(a: &ExplainArgs, e: &rttlab::results::ResultsError) -> Option<Writer> {
+    let dir = a.out.as_deref().unwrap_or(std::path::Path::new(""));
+    eprintln!(
+        "rttlab explain: --out {}: {}: nothing more is written there and it gets no report.html; the run's tables are printed all the same",
+        dir.display(),
+        rttlab::error_chain(e)
+    );
+    None
 }
 
 /// run.json's settings: what was watched and how.

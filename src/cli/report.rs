@@ -9,7 +9,8 @@ use std::path::PathBuf;
 Reads run.json to learn which experiment wrote DIR (and its results schema: directories
 of any earlier rttlab are read; a newer one is refused by name), recomputes the tables
 and every derived field from the raw files (trials.jsonl, <layer>.hist.csv, …) and
-prints the tables. DIR itself is never changed, and is read through one descriptor
+prints the tables (explain's are drawn from its windows.jsonl as the run summarised
+each window: its transactions.jsonl is the run's detail, not copied). DIR itself is never changed, and is read through one descriptor
 without following a link inside it. With --out, DIR's raw files and the tables, SVG
 charts and report.html are written as a new directory, put in place only when all of it
 is written: OUT must not exist or be empty, and is neither DIR, inside it, nor a
@@ -28,7 +29,8 @@ Examples:
   rttlab report docs/results/blackout-route --out /tmp/blackout-route
   rttlab report docs/results/blackout-route --json | jq '.records | length'")]
 pub struct ReportArgs {
-    /// A results directory written by `rttlab compare` or `rttlab experiment`.
+    /// A results directory written by `rttlab compare`, `rttlab experiment` or
+    /// `rttlab explain --out`.
     pub dir: PathBuf,
     /// Write the re-rendered results directory here.
     #[arg(long, value_name = "DIR")]

@@ -170,16 +170,21 @@ pub fn render_to(
         Err(e) => return Err(named(e)),
     };
     let records = match records {
-        Records::Keep if copy.join("trials.jsonl").exists() => {
+        Records::Keep if copy.join(records_file(&experiment)).exists() => {
             // The lines the report read as records, and only those (in order: the
             // left-out ones are sorted).
             let left_out = &bad_records.lines;
             let mut kept = Vec::new();
-            results::each_record(copy, |line, read: Result<serde_json::Value, String>| {
-                if let (Ok(r), Err(_)) = (read, left_out.binary_search(&line)) {
-                    kept.push(r);
-                }
-            })
+            let file = records_file(&experiment);
+            results::each_record_of(
+                copy,
+                file,
+                |line, read: Result<serde_json::Value, String>| {
+                    if let (Ok(r), Err(_)) = (read, left_out.binary_search(&line)) {
+                        kept.push(r);
+                    }
+                },
+            )
             .map_err(named)?;
             kept
         }
@@ -196,6 +201,15 @@ pub fn render_to(
         bad_records,
         records,
     })
+}
+
+/// The file of `experiment`'s records: trials.jsonl, or explain's windows.jsonl.
+fn records_file(experiment: &str) -> &'static str {
+    if experiment == EXPLAIN {
+        results::explain::WINDOWS
+    } else {
+        "trials.jsonl"
+    }
 }
 
 /// `--out` refused by name before anything is read: written through, a symlink would

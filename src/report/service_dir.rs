@@ -10,7 +10,8 @@ use crate::results::explain::{End, WindowRecord, END, WINDOWS};
 use crate::results::schema::EXPLAIN_WINDOW;
 use crate::results::{self, read_run, write_file, BadRecord, BadRecords, ResultsError};
 use crate::service::Side;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A line of windows.jsonl as written: its schema, then the record.
@@ -35,17 +36,37 @@ struct Run {
 /// `bad`.
 fn read(dir: &Path, bad: &mut BadRecords) -> Result<Run, ResultsError> {
     let mut run = Run::default();
+    // Each record's first line, by side, port and start (a whole run's: by side and
+    // port): a copy would count its window twice, or replace the run's summary.
+    let mut first: HashMap<(Side, u16, bool, u64), usize> = HashMap::new();
     results::each_record_of(dir, WINDOWS, |n, read: Result<Line, String>| {
         let why = match read {
             Ok(l) if l.schema == EXPLAIN_WINDOW => {
                 let r = l.record;
                 let key = (r.summary.side, r.port);
-                if r.whole_run {
-                    run.whole.insert(key, r);
-                } else {
-                    run.windows.entry(key).or_default().push(r);
+                let start = if r.whole_run { 0 } else { r.start_s.to_bits() };
+                match first.entry((key.0, key.1, r.whole_run, start)) {
+                    Entry::Occupied(o) => format!(
+                        "a second record of {} port {}'s {} (the first on line {}): each is written once",
+                        key.0.name(),
+                        key.1,
+                        if r.whole_run {
+                            "whole run".to_string()
+                        } else {
+                            format!("window at {:.3} s", r.start_s)
+                        },
+                        o.get()
+                    ),
+                    Entry::Vacant(v) => {
+                        v.insert(n);
+                        if r.whole_run {
+                            run.whole.insert(key, r);
+                        } else {
+                            run.windows.entry(key).or_default().push(r);
+                        }
+                        return;
+                    }
                 }
-                return;
             }
             Ok(l) => format!(
                 "a record of {:?}, where this rttlab reads {EXPLAIN_WINDOW}",
@@ -89,9 +110,9 @@ pub fn write(dir: &Path, bad: &mut BadRecords) -> Result<String, ResultsError> {
         page.heading(&heading(side, port));
         match run.whole.get(key) {
             Some(w) => page.pre(&table(port, &w.summary, w.seconds)),
-            None => {
-                page.para("The run did not end: no summary of the whole run, only its windows.")
-            }
+            None => page.para(&unfinished(
+                run.windows.get(key).map_or(&[][..], Vec::as_slice),
+            )),
         };
         let windows = run.windows.get(key).map_or(&[][..], Vec::as_slice);
         if windows.iter().any(|w| w.summary.transactions > 0) {
@@ -145,15 +166,40 @@ fn watched(run_json: &str) -> String {
         .unwrap_or_else(|| "as run.json records".into())
 }
 
-/// The report's text: each side and port's whole run, and what was not timed.
+/// What is said of a run with no whole-run record (killed, or its last lines lost):
+/// its windows, which hold what it timed until then.
+fn unfinished(windows: &[WindowRecord]) -> String {
+    let n: u64 = windows.iter().map(|w| w.summary.transactions).sum();
+    let seconds: f64 = windows.iter().map(|w| w.seconds).sum();
+    format!(
+        "The run did not end (no summary of the whole run in windows.jsonl): {} window(s), {n} transaction(s) in {seconds:.1} s, drawn below.",
+        windows.len()
+    )
+}
+
+/// The report's text: each side and port's whole run (or what its windows hold
+/// when the run did not end), and what was not timed.
 fn text(run: &Run) -> String {
     let mut out = String::new();
-    match &run.end {
-        Some(end) => out += &format!("Over the whole run ({:.1} s):\n", end.seconds),
-        None => out += "The run did not end (no end.json): no summary of the whole run.\n",
+    if !run.whole.is_empty() {
+        let seconds = run.end.as_ref().map_or_else(
+            || run.whole.values().map(|w| w.seconds).fold(0.0, f64::max),
+            |e| e.seconds,
+        );
+        out += &format!("Over the whole run ({seconds:.1} s):\n");
     }
-    for w in run.whole.values() {
-        out += &table(w.port, &w.summary, w.seconds);
+    let keys: BTreeSet<&(Side, u16)> = run.windows.keys().chain(run.whole.keys()).collect();
+    for key in keys {
+        match run.whole.get(key) {
+            Some(w) => out += &table(w.port, &w.summary, w.seconds),
+            None => {
+                let windows = run.windows.get(key).map_or(&[][..], Vec::as_slice);
+                out += &format!("{}: {}\n", heading(key.0, key.1), unfinished(windows));
+            }
+        }
+    }
+    if run.windows.is_empty() && run.whole.is_empty() {
+        out += "No window: the run ended before its first interval, or windows.jsonl lost its lines.\n";
     }
     for n in run.end.iter().flat_map(|e| &e.notes) {
         out += n;
@@ -178,6 +224,11 @@ fn chart(side: Side, port: u16, windows: &[WindowRecord]) -> String {
     for (i, part) in side.parts().iter().enumerate() {
         let p = points(&|w| w.summary.part(*part).and_then(|r| r.p50_us));
         series.push(Series::line(&format!("{} P50", part.name()), p, i + 2));
+    }
+    // A dot at each window (the chart draws them up to 40 a line): a run of one
+    // window with transactions has one point, which a line alone would not show.
+    for s in &mut series {
+        s.markers = true;
     }
     LineChart {
         title: format!("{}: response time and its parts", heading(side, port)),
@@ -296,23 +347,89 @@ mod tests {
     /// `--out` on a directory holding a run, or whose windows.jsonl is a planted
     /// symlink, is refused, and nothing is written through the link.
     #[test]
-    fn a_directory_holding_a_run_or_a_planted_link_is_refused() {
+    fn a_directory_holding_anything_or_a_link_is_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let none = serde_json::json!({});
-        let used = tmp.path().join("used");
-        Writer::create(&used, &none, &none).unwrap();
-        let e = Writer::create(&used, &none, &none)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("holds a run already"), "{e}");
+        let refused = |dir: &std::path::Path| -> String {
+            Writer::create(dir, &none, &none)
+                .err()
+                .expect("refused")
+                .to_string()
+        };
+        // New, or empty: taken.
+        let empty = tmp.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        Writer::create(&empty, &none, &none).unwrap();
+        Writer::create(&tmp.path().join("new"), &none, &none).unwrap();
+        // A run's directory, or one holding anything, is never merged into.
+        assert!(refused(&empty).contains("already exists and is not empty"));
+        let other = tmp.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("important.txt"), "precious\n").unwrap();
+        assert!(refused(&other).contains("already exists and is not empty"));
+        assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
+        // A file, a link to a directory (with or without a trailing slash).
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert!(refused(&file).contains("is not a directory"));
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(refused(&link).contains("is a symbolic link"));
+        let slash = std::path::PathBuf::from(format!("{}/", link.display()));
+        assert!(refused(&slash).contains("is a symbolic link"));
+        assert_eq!(
+            std::fs::read_dir(&real).unwrap().count(),
+            0,
+            "nothing written through"
+        );
+    }
 
-        let planted = tmp.path().join("planted");
-        std::fs::create_dir(&planted).unwrap();
-        let target = tmp.path().join("elsewhere");
-        std::fs::write(&target, "kept\n").unwrap();
-        std::os::unix::fs::symlink(&target, planted.join(WINDOWS)).unwrap();
-        assert!(Writer::create(&planted, &none, &none).is_err());
-        assert_eq!(std::fs::read_to_string(&target).unwrap(), "kept\n");
+    /// A second record of a window or of the whole run is left out by name (the
+    /// first stands); a run without a whole-run record says so and what its windows
+    /// hold, in the text and the page alike. Witness: the records the test wrote.
+    #[test]
+    fn copies_are_left_out_and_an_unfinished_run_says_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let none = serde_json::json!({});
+        let mut w = Writer::create(&dir, &none, &none).unwrap();
+        w.window(&record(0.0, false, &[1_000, 2_000])).unwrap();
+        w.window(&record(0.0, false, &[1_000])).unwrap();
+        let mut bad = BadRecords::default();
+        let text = write(&dir, &mut bad).unwrap();
+        assert_eq!(bad.lines, [2]);
+        assert!(
+            bad.named[0].why.contains(
+                "a second record of server port 6379's window at 0.000 s (the first on line 1)"
+            ),
+            "{:?}",
+            bad.named
+        );
+        assert!(
+            text.starts_with("Port 6379: the server on this host: The run did not end (no summary of the whole run in windows.jsonl): 1 window(s), 2 transaction(s) in 1.0 s"),
+            "{text}"
+        );
+        let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(html.contains("The run did not end"), "the page says it too");
+
+        let mut w = Writer::create(&tmp.path().join("twice"), &none, &none).unwrap();
+        w.window(&record(0.0, true, &[1_000])).unwrap();
+        w.window(&record(0.0, true, &[1_000, 2_000, 3_000]))
+            .unwrap();
+        let dir = w
+            .end(&End {
+                seconds: 1.0,
+                notes: Vec::new(),
+            })
+            .unwrap();
+        let mut bad = BadRecords::default();
+        let text = write(&dir, &mut bad).unwrap();
+        assert_eq!(bad.lines, [2]);
+        assert!(
+            text.contains("port 6379: 1 transaction(s)"),
+            "the first stands: {text}"
+        );
     }
 }

@@ -40,29 +40,57 @@ pub struct End {
     pub notes: Vec<String>,
 }
 
+/// The most bytes of transactions.jsonl: past it transactions are counted, not
+/// written (at `--json-rate`'s default, 10 000 a second of ~500 bytes, half an hour).
+pub const TRANSACTIONS_MAX_BYTES: u64 = 1 << 30;
+
+/// The most bytes of windows.jsonl's interval lines, so that `rttlab report` can
+/// read the file whole ([`crate::kernel::fs::RESULTS_MAX_BYTES`]): past it intervals
+/// are counted, not written; the whole run's lines are written all the same.
+pub const WINDOWS_MAX_BYTES: u64 = 128 << 20;
+
 /// An explain run's results directory being written: windows.jsonl a line per
 /// window, transactions.jsonl a line per transaction kept, end.json at the end.
 pub struct Writer {
     dir: std::path::PathBuf,
     windows: std::fs::File,
     transactions: std::io::BufWriter<std::fs::File>,
+    /// Bytes written to each file.
+    windows_bytes: u64,
+    transactions_bytes: u64,
+    /// Lines not written for their file's bound: intervals and transactions.
+    windows_over: u64,
+    transactions_over: u64,
 }
 
 impl Writer {
-    /// Make `dir` (or use it empty of runs) and write its run.json.
+    /// Make `dir`, new or empty, and write its run.json. A symbolic link, a file or
+    /// a directory holding anything is refused: a run is never merged into another,
+    /// nor written through a link.
     ///
     /// # Errors
-    /// `dir` holds a run already (its run.json), or cannot be written.
+    /// `dir` is not new or empty, or cannot be written.
     pub fn create(
         dir: &std::path::Path,
         settings: &serde_json::Value,
         facts: &serde_json::Value,
     ) -> Result<Self, super::ResultsError> {
-        if dir.join("run.json").symlink_metadata().is_ok() {
-            return Err(super::invalid(
-                &dir.join("run.json"),
-                "holds a run already: give --out a new directory",
-            ));
+        let refuse = |why: &str| super::invalid(dir, format!("{why}: give --out a new directory"));
+        // `link/` would follow the link: the path as components, a trailing `/` gone.
+        let named: std::path::PathBuf = dir.components().collect();
+        match named.symlink_metadata() {
+            Ok(m) if m.file_type().is_symlink() => return Err(refuse("is a symbolic link")),
+            Ok(m) if !m.is_dir() => return Err(refuse("is not a directory")),
+            Ok(_) => {
+                if std::fs::read_dir(dir)
+                    .map_err(super::io(dir))?
+                    .next()
+                    .is_some()
+                {
+                    return Err(refuse("already exists and is not empty"));
+                }
+            }
+            Err(_) => {}
         }
         super::write_run(dir, super::names::EXPLAIN, settings, facts)?;
         let open = |name: &str| crate::kernel::fs::open_append(&dir.join(name));
@@ -70,10 +98,15 @@ impl Writer {
             dir: dir.to_owned(),
             windows: open(WINDOWS)?,
             transactions: std::io::BufWriter::new(open(TRANSACTIONS)?),
+            windows_bytes: 0,
+            transactions_bytes: 0,
+            windows_over: 0,
+            transactions_over: 0,
         })
     }
 
-    /// Append one window's record (and what the transactions file holds so far).
+    /// Append one window's record (and what the transactions file holds so far); an
+    /// interval's past [`WINDOWS_MAX_BYTES`] is counted instead.
     ///
     /// # Errors
     /// A write failed.
@@ -83,21 +116,53 @@ impl Writer {
         let mut line =
             super::schema::line(super::schema::EXPLAIN_WINDOW, w).map_err(super::json(&path))?;
         line.push('\n');
-        self.windows
-            .write_all(line.as_bytes())
-            .map_err(super::io(&path))?;
+        if !w.whole_run && self.windows_bytes + line.len() as u64 > WINDOWS_MAX_BYTES {
+            self.windows_over += 1;
+        } else {
+            self.windows
+                .write_all(line.as_bytes())
+                .map_err(super::io(&path))?;
+            self.windows_bytes += line.len() as u64;
+        }
         self.transactions
             .flush()
             .map_err(super::io(&self.dir.join(TRANSACTIONS)))
     }
 
-    /// Append one transaction's JSON line.
+    /// Append one transaction's JSON line; past [`TRANSACTIONS_MAX_BYTES`], count it.
     ///
     /// # Errors
     /// A write failed.
     pub fn transaction(&mut self, line: &str) -> Result<(), super::ResultsError> {
         use std::io::Write as _;
+        let len = line.len() as u64 + 1;
+        if self.transactions_bytes + len > TRANSACTIONS_MAX_BYTES {
+            self.transactions_over += 1;
+            return Ok(());
+        }
+        self.transactions_bytes += len;
         writeln!(self.transactions, "{line}").map_err(super::io(&self.dir.join(TRANSACTIONS)))
+    }
+
+    /// One line for each file that reached its bound: what was counted and not
+    /// written.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.transactions_over > 0 {
+            notes.push(format!(
+                "not written: {} transaction(s) timed and counted, transactions.jsonl at its {} MiB",
+                self.transactions_over,
+                TRANSACTIONS_MAX_BYTES >> 20
+            ));
+        }
+        if self.windows_over > 0 {
+            notes.push(format!(
+                "not written: {} interval(s), counted in the whole run's summary, windows.jsonl at its {} MiB (a longer --interval keeps them all)",
+                self.windows_over,
+                WINDOWS_MAX_BYTES >> 20
+            ));
+        }
+        notes
     }
 
     /// Write end.json; returns the directory, for its report
