@@ -1245,3 +1245,33 @@ fn a_full_disk_under_out_stops_the_directory_not_the_run() {
     );
     assert!(!rest.contains("report: "), "{rest}");
 }
+
+/// A process selected by `--pid` that exits mid-run is said to, once, and the run
+/// goes on. Witness: the kernel (the process killed, its /proc entry gone).
+#[test]
+fn a_selected_process_that_exits_is_said_to() {
+    if !privileged("a_selected_process_that_exits") {
+        return;
+    }
+    let port = free_port();
+    let mut listener = Command::new("python3")
+        .args([
+            "-c",
+            &format!("import socket,time\ns=socket.socket()\ns.bind(('127.0.0.1',{port}))\ns.listen()\ntime.sleep(60)"),
+        ])
+        .spawn()
+        .unwrap();
+    common::wait_listening("127.0.0.1", port, None);
+    let pid = listener.id().to_string();
+    let (watch, first) = Watch::selecting(&["--pid", &pid, "-i", "0.2"]);
+    assert!(first.contains(&format!("PID {pid}: {port}")), "{first}");
+    listener.kill().unwrap();
+    listener.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let (_, rest) = watch.stop();
+    let said = rest
+        .lines()
+        .filter(|l| l.contains(&format!("PID {pid} exited")))
+        .count();
+    assert_eq!(said, 1, "{rest}");
+}

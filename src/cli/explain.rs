@@ -21,7 +21,7 @@ Watches every TCP connection to local ports of this host (the server side:
 redis on 6379, nginx on 80, PostgreSQL on 5432), given as ports, or as the
 processes or the cgroup (a systemd unit's) whose listening ports they are
 (found at the start, as `ss -ltnp` finds them: a port opened later is not
-watched), and splits each transaction (what the client sends until the server
+watched; a process that exits is said to, and its ports stay watched), and splits each transaction (what the client sends until the server
 answers, then the answer) into the parts its kernel saw, with the kernel's own
 clock, no change to the application, no parser:
 
@@ -187,6 +187,9 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
     let mut window_start = started;
     let mut printed = Printed::new(a.json_rate, started);
     let mut counted = Untimed::default();
+    // The processes given by --pid, until each exits (said once: their ports stay
+    // watched).
+    let mut alive: BTreeSet<u32> = a.pid.iter().copied().collect();
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     loop {
         let now = Instant::now();
@@ -225,6 +228,13 @@ pub fn run(a: ExplainArgs, stage: &super::Stage) -> anyhow::Result<()> {
         let finished = stop.load(Ordering::SeqCst) || end.is_some_and(|e| now >= e);
         if now >= next || finished {
             use std::io::Write as _;
+            alive.retain(|&pid| {
+                let here = std::path::Path::new(&format!("/proc/{pid}")).exists();
+                if !here {
+                    eprintln!("rttlab explain: PID {pid} exited: its port(s) stay watched (a process listening there again is timed from its first connection)");
+                }
+                here
+            });
             let seconds = now.duration_since(window_start).as_secs_f64();
             if let Some(k) = &mut kept {
                 let start_s = window_start.duration_since(started).as_secs_f64();

@@ -335,7 +335,10 @@ impl Summary {
         }
         let network = self.part(Part::Network).and_then(|r| r.p50_us);
         if let (Some(net), Some(srtt)) = (network, self.srtt_p50_us) {
-            if net >= 1000.0 && 2 * self.ack_on_request > self.transactions {
+            // Worth saying past a millisecond, or when it dwarfs the response (on
+            // loopback: a 16 µs response, a 600 µs network part).
+            let dwarfs = self.response_us[0].is_some_and(|r| net > 2.0 * r);
+            if (net >= 1000.0 || dwarfs) && 2 * self.ack_on_request > self.transactions {
                 out.push(format!(
                     "The network part (P50 {net:.0} µs) is mostly the client's own pause: it ACKs each response with its next request ({} of {}), or with its delayed-ACK timer (40 ms on Linux) when that comes first, so the server's TCP times the client's think time too: the connections' srtt reads {srtt:.0} µs (Jones, A Brief Look at Round Trip Time).",
                     self.ack_on_request, self.transactions
@@ -381,7 +384,13 @@ mod tests {
     use crate::kernel::explain_bpf::RawTxn;
 
     fn txn(think_ns: u64) -> Transaction {
-        Transaction::of(&RawTxn {
+        Transaction::of(&raw(think_ns))
+    }
+
+    /// A server's transaction's record: 2 µs plus `think_ns` of response, then
+    /// 10 µs to the ACK.
+    fn raw(think_ns: u64) -> RawTxn {
+        RawTxn {
             in_first_ns: 1_000,
             in_last_ns: 1_000,
             read_first_ns: 2_000,
@@ -390,7 +399,7 @@ mod tests {
             write_last_ns: 3_000 + think_ns,
             acked_ns: 13_000 + think_ns,
             ..RawTxn::default()
-        })
+        }
     }
 
     /// 95 quick transactions (1 µs think) and five of 50 ms: the median is quick, the
@@ -519,5 +528,28 @@ mod tests {
         assert_eq!((s.transactions, s.sampled), (HELD as u64 + 1000, HELD));
         // 60 % think 5 µs: the sample's median is theirs whatever it drew.
         assert_eq!(s.part(Part::Think).unwrap().p50_us, Some(5.0));
+    }
+
+    /// The network part explained as the client's pause when the client ACKs with
+    /// its next request and the part dwarfs the response, even under a millisecond
+    /// (loopback); not when the ACKs came on their own. Witness: arithmetic on the
+    /// transactions made (response 3 µs, network 10 µs).
+    #[test]
+    fn a_network_part_that_dwarfs_the_response_is_explained() {
+        let findings = |flags: u32| {
+            let mut w = Window::new(Side::Server);
+            for _ in 0..10 {
+                w.add(&Transaction::of(&RawTxn {
+                    flags,
+                    srtt_us: 12,
+                    ..raw(1_000)
+                }));
+            }
+            w.summary().findings()
+        };
+        let pause = |f: &[String]| f.iter().any(|l| l.contains("the client's own pause"));
+        let with_ack = findings(crate::kernel::explain_bpf::TXN_ACK_ON_DATA);
+        assert!(pause(&with_ack), "{with_ack:?}");
+        assert!(!pause(&findings(0)));
     }
 }
