@@ -7,8 +7,7 @@
 //! or no answer within the timeout.
 
 use super::peers::Peer;
-use super::prober::ProbeSettings;
-use super::prober::{resolve, ErrorReason, Resolved, Series};
+use super::prober::{ErrorReason, ProbeSettings, Resolved, Series};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -39,13 +38,7 @@ pub fn failed(e: &std::io::Error) -> Failed {
 
 /// One connect and close; false when the host could not be reached (back off).
 pub fn probe(peer: &Peer, s: &ProbeSettings, series: &Series, addr: &mut Resolved) -> bool {
-    if addr.fresh().is_none() {
-        addr.set(resolve(peer));
-    }
-    let Some(target) = addr.fresh() else {
-        series.errors.fail(ErrorReason::Resolve, || {
-            format!("{} does not resolve", peer.host)
-        });
+    let Some(target) = addr.lookup(peer, series) else {
         return false;
     };
     series.sent.inc();

@@ -461,6 +461,21 @@ impl Resolved {
     pub fn set(&mut self, a: Option<SocketAddr>) {
         self.0 = a.map(|a| (a, Instant::now()));
     }
+
+    /// `peer`'s address, looked up (blocking: for the probes with a thread of their
+    /// own) when none is fresh; a name that does not resolve is counted in `series`.
+    pub fn lookup(&mut self, peer: &Peer, series: &Series) -> Option<SocketAddr> {
+        if self.fresh().is_none() {
+            self.set(resolve(peer));
+        }
+        let found = self.fresh();
+        if found.is_none() {
+            series.errors.fail(ErrorReason::Resolve, || {
+                format!("{} does not resolve", peer.host)
+            });
+        }
+        found
+    }
 }
 
 /// The test a TCP or UDP probe keeps open on `server`.

@@ -7,7 +7,7 @@
 
 use super::metrics::Metrics;
 use super::peers::Peer;
-use super::prober::{jitter_rng, next_backoff, resolve, session_spec, tcp_layers};
+use super::prober::{jitter_rng, next_backoff, session_spec, tcp_layers};
 use super::prober::{ErrorReason, Probe, ProbeSettings, Resolved, Series};
 use crate::probe::rr::{Outcome, Session};
 use rand::Rng;
@@ -118,13 +118,7 @@ fn probe(
         *session = None;
     }
     if session.is_none() {
-        if addr.fresh().is_none() {
-            addr.set(resolve(peer));
-        }
-        let Some(server) = addr.fresh() else {
-            series.errors.fail(ErrorReason::Resolve, || {
-                format!("{} does not resolve", peer.host)
-            });
+        let Some(server) = addr.lookup(peer, series) else {
             return false;
         };
         match Session::open(&session_spec(Probe::TcpCrr, server, s)) {

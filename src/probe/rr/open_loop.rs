@@ -36,6 +36,13 @@ pub(super) struct Pending {
 /// Open loop: a sender thread sends on the schedule; this thread receives and matches
 /// replies (TCP: in order; UDP: by the echoed sequence number).
 pub(super) fn open_loop(cx: &Ctx<'_>, ol: OpenLoop, ep: Endpoint, tally: &mut Tally) {
+    // One-way delays need the kernel's receive stamps from the first request on, at
+    // both ends: the first socket to ask turns them on lazily (net_enable_timestamp
+    // defers it to a work item a busy machine runs late), so they are held on, and
+    // seen on, before anything is sent (a loaded run lost its first stamps).
+    let _held = (matches!(ep, Endpoint::Udp) && cx.s.one_way())
+        .then(super::stamped::stamping_held)
+        .flatten();
     let (tx, rx) = match open(cx, ep) {
         Ok(ends) => ends,
         Err(e) => {
