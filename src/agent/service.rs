@@ -9,6 +9,9 @@
 use super::metrics::{Labels, Metrics};
 use crate::kernel::explain_bpf::{Counts, ExplainBpf, ExplainBpfError};
 use crate::service::{Side, Transaction};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,99 +78,113 @@ pub fn start(
     stop: Arc<AtomicBool>,
 ) -> Result<Worker, ServiceError> {
     let kernel = ExplainBpf::attach(&settings.ports, &settings.to, settings.max_connections)?;
-    // Every series exists from the start, at zero: a service not yet called reads as
-    // idle, not as unknown.
+    // Every series made now, at zero (a service not yet called reads as idle, not as
+    // unknown), and its handle kept: a family's lookup allocates its labels and takes
+    // its lock, which a scrape holds for tens of ms, and a busy service has 100 000
+    // transactions a second.
     let sides = settings
         .ports
         .iter()
         .map(|&p| (Side::Server, p))
         .chain(settings.to.iter().map(|&p| (Side::Client, p)));
-    for (side, port) in sides {
-        let l = side_port(side, port);
-        let _ = metrics.service_response.get_or_create(&l);
-        for part in side.parts() {
-            let _ = metrics
-                .service_part
-                .get_or_create(&with(l.clone(), "part", part.name()));
-        }
-        for cause in ["rto", "tlp", "fast"] {
-            let _ = metrics
-                .service_retransmissions
-                .get_or_create(&with(l.clone(), "cause", cause));
-        }
-    }
-    for reason in UNTIMED {
-        let _ = metrics
+    let series: HashMap<(Side, u16), PortSeries> = sides
+        .map(|(side, port)| ((side, port), PortSeries::new(&metrics, side, port)))
+        .collect();
+    let untimed = UNTIMED.map(|reason| {
+        metrics
             .service_untimed
-            .get_or_create(&vec![("reason".into(), reason.into())]);
-    }
+            .get_or_create_owned(&vec![("reason".into(), reason.into())])
+    });
     std::thread::Builder::new()
         .name("service".into())
-        .spawn(move || drain(kernel, &metrics, &stop))
+        .spawn(move || drain(kernel, &series, &untimed, &stop))
         .map_err(ServiceError::Thread)
+}
+
+/// The series of one side of one port.
+struct PortSeries {
+    response: Histogram,
+    /// In [`Side::parts`]' order.
+    parts: [Histogram; 5],
+    /// rto, tlp, fast.
+    retransmissions: [Counter; 3],
+}
+
+impl PortSeries {
+    fn new(metrics: &Metrics, side: Side, port: u16) -> Self {
+        let l = side_port(side, port);
+        Self {
+            response: metrics.service_response.get_or_create_owned(&l),
+            parts: side.parts().map(|p| {
+                metrics
+                    .service_part
+                    .get_or_create_owned(&with(l.clone(), "part", p.name()))
+            }),
+            retransmissions: ["rto", "tlp", "fast"].map(|c| {
+                metrics
+                    .service_retransmissions
+                    .get_or_create_owned(&with(l.clone(), "cause", c))
+            }),
+        }
+    }
+
+    fn observe(&self, t: &Transaction) {
+        let s = |ns: u64| ns as f64 / 1e9;
+        self.response.observe(s(t.response_ns));
+        for (h, ns) in self.parts.iter().zip(t.parts) {
+            if let Some(ns) = ns {
+                h.observe(s(ns));
+            }
+        }
+        let by = t.retransmitted_by;
+        for (c, n) in self.retransmissions.iter().zip([by.rto, by.tlp, by.fast]) {
+            if n > 0 {
+                c.inc_by(n);
+            }
+        }
+    }
 }
 
 /// Each transaction into its histograms as it comes; the kernel's counts every
 /// second.
-fn drain(mut kernel: ExplainBpf, metrics: &Metrics, stop: &AtomicBool) {
+fn drain(
+    mut kernel: ExplainBpf,
+    series: &HashMap<(Side, u16), PortSeries>,
+    untimed: &[Counter; 5],
+    stop: &AtomicBool,
+) {
     let mut last = (Counts::default(), 0u64);
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         kernel.wait(Duration::from_millis(100));
-        let malformed = kernel.drain(|r| observe(metrics, &Transaction::of(&r)));
-        metrics
-            .service_untimed
-            .get_or_create(&vec![("reason".into(), "malformed".into())])
-            .inc_by(malformed);
+        let malformed = kernel.drain(|r| {
+            let t = Transaction::of(&r);
+            // Only the ports given reach the ring; any other is not this run's.
+            if let Some(s) = series.get(&(t.side, t.port)) {
+                s.observe(&t);
+            }
+        });
+        untimed[4].inc_by(malformed);
         if Instant::now() >= next {
             next += Duration::from_secs(1);
             if let Ok(c) = kernel.counts() {
                 let now = (c, kernel.skipped());
-                export(metrics, &last, &now);
+                export(untimed, &last, &now);
                 last = now;
             }
         }
     }
 }
 
-fn observe(metrics: &Metrics, t: &Transaction) {
-    let l = side_port(t.side, t.port);
-    let s = |ns: u64| ns as f64 / 1e9;
-    metrics
-        .service_response
-        .get_or_create(&l)
-        .observe(s(t.response_ns));
-    for part in t.side.parts() {
-        if let Some(ns) = t.part(part) {
-            metrics
-                .service_part
-                .get_or_create(&with(l.clone(), "part", part.name()))
-                .observe(s(ns));
-        }
-    }
-    let by = t.retransmitted_by;
-    for (cause, n) in [("rto", by.rto), ("tlp", by.tlp), ("fast", by.fast)] {
-        if n > 0 {
-            metrics
-                .service_retransmissions
-                .get_or_create(&with(l.clone(), "cause", cause))
-                .inc_by(n);
-        }
-    }
-}
-
 /// The growth of the kernel's counts since `last`.
-fn export(metrics: &Metrics, last: &(Counts, u64), now: &(Counts, u64)) {
+fn export(untimed: &[Counter; 5], last: &(Counts, u64), now: &(Counts, u64)) {
     let grew = [
         now.0.lost.saturating_sub(last.0.lost),
         now.0.table_full.saturating_sub(last.0.table_full),
         now.0.unanswered.saturating_sub(last.0.unanswered),
         now.1.saturating_sub(last.1),
     ];
-    for (reason, n) in UNTIMED.iter().zip(grew) {
-        metrics
-            .service_untimed
-            .get_or_create(&vec![("reason".into(), (*reason).into())])
-            .inc_by(n);
+    for (c, n) in untimed.iter().zip(grew) {
+        c.inc_by(n);
     }
 }
