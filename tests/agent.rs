@@ -11,6 +11,7 @@ use rttlab::lab::socket::Start;
 use rttlab::lab::{Lab, LabSpec};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -412,6 +413,14 @@ fn agent_config_errors_name_file_line_and_key() {
 /// One-way delay of each star host's link (ms): RTT(i, j) = 2·(dᵢ + dⱼ).
 const DELAYS_MS: [u64; 4] = [2, 5, 10, 20];
 const HOSTS: [&str; 4] = ["a", "b", "c", "d"];
+/// Each host's (rack, zone, region) in the Prometheus lab: a and b share a rack, c is
+/// another rack of their zone, d another region.
+const PLACES: [(&str, &str, &str); 4] = [
+    ("r1", "z1", "g1"),
+    ("r1", "z1", "g1"),
+    ("r2", "z1", "g1"),
+    ("r3", "z2", "g2"),
+];
 /// The layers whose median is one round trip (tcp_crr is two: connect, then the
 /// transaction).
 const ONE_RTT: [&str; 6] = [
@@ -557,15 +566,16 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let peers = dir.path().join("peers.json");
-    let targets: Vec<String> = HOSTS.iter().map(|h| format!("\"{h}:12866\"")).collect();
-    std::fs::write(
-        &peers,
-        format!(
-            "[{{\"targets\": [{}], \"labels\": {{\"zone\": \"lab\"}}}}]",
-            targets.join(",")
-        ),
-    )
-    .unwrap();
+    // Each host's place in a fleet by levels (PLACES): the agents repeat the peer's on
+    // its series, Prometheus gives them their own as src_* (deploy/prometheus.yml).
+    let groups: Vec<String> = HOSTS
+        .iter()
+        .zip(PLACES)
+        .map(|(h, (rack, zone, region))| {
+            format!("{{\"targets\": [\"{h}:12866\"], \"labels\": {{\"rack\": \"{rack}\", \"zone\": \"{zone}\", \"region\": \"{region}\"}}}}")
+        })
+        .collect();
+    std::fs::write(&peers, format!("[{}]", groups.join(","))).unwrap();
     // The agents serve their metrics over TLS with basic auth, from one
     // exporter-toolkit web config; Prometheus scrapes them so.
     let (web, password) = tls_files(dir.path());
@@ -629,13 +639,25 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             .unwrap(),
     ));
     let config = dir.path().join("prometheus.yml");
-    let list: Vec<String> = HOSTS.iter().map(|h| format!("'{h}:9812'")).collect();
+    let statics: Vec<String> = HOSTS
+        .iter()
+        .zip(PLACES)
+        .map(|(h, (rack, zone, region))| {
+            format!("      - targets: ['{h}:9812']\n        labels: {{rack: {rack}, zone: {zone}, region: {region}}}\n")
+        })
+        .collect();
+    // The fleet rules and the relabelling that feeds them, as deploy/ ships them.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let shipped = std::fs::read_to_string(deploy.join("prometheus.yml")).unwrap();
+    let relabel = &shipped[shipped.find("      # The agent's own place").unwrap()
+        ..shipped.find("rule_files:").unwrap()];
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: rttlab\n    scheme: https\n    tls_config:\n      ca_file: {}\n      server_name: rttlab-agent\n    basic_auth:\n      username: prometheus\n      password: '{password}'\n    static_configs:\n      - targets: [{}]\n",
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files: ['{}']\nscrape_configs:\n  - job_name: rttlab\n    scheme: https\n    tls_config:\n      ca_file: {}\n      server_name: rttlab-agent\n    basic_auth:\n      username: prometheus\n      password: '{password}'\n    static_configs:\n{}    relabel_configs:\n{relabel}",
+            deploy.join("rules.yml").display(),
             dir.path().join("ca.crt").display(),
-            list.join(", ")
+            statics.concat()
         ),
     )
     .unwrap();
@@ -700,7 +722,17 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     for (l, median) in &medians {
         let (from, to) = pair(l);
         let layer = l["layer"].as_str();
-        assert_eq!(l["zone"], "lab", "file_sd labels pass through: {l:?}");
+        let at = |h: &str| PLACES[HOSTS.iter().position(|x| *x == h).unwrap()];
+        assert_eq!(
+            (l["rack"].as_str(), l["zone"].as_str(), l["region"].as_str()),
+            at(&to),
+            "the peer's file_sd labels pass through: {l:?}"
+        );
+        assert_eq!(
+            (l["src_rack"].as_str(), l["src_zone"].as_str(), l["src_region"].as_str()),
+            at(&from),
+            "the prober's own, relabelled: {l:?}"
+        );
         let rtt = 2.0 * (delay(&from) + delay(&to));
         if layer.starts_with("passive_") && median.is_nan() {
             // Every peer has its passive series from the start, at 0: only the hosts
@@ -828,14 +860,58 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     let reloads = query(&watcher, "rttlab_agent_config_reloads_total");
     assert_eq!(reloads.len(), 2 * HOSTS.len(), "{reloads:?}");
 
-    // The Grafana dashboard: every panel's every query, as Grafana would send it with
-    // every variable at All, answers with series carrying the labels its legend names.
-    let dashboard = common::grafana::dashboard();
+    // The fleet rules merge each pair of groups' histograms: ICMP's medians are those of
+    // the lab's configured RTTs 2·(dᵢ + dⱼ) pooled over the host pairs between the
+    // groups (each pair probed as often). Rack r1 → r1 is a ↔ b alone: 14 ms. Region
+    // g1 → g2 is a, b, c → d (44, 50, 60 ms) and g2 → g1 the reverse: the middle one,
+    // 50 ms. Zone z1 → z1 is a, b, c among themselves: 14, 14, 24, 24, 30, 30 ms, whose
+    // middle ranks are both 24 ms.
+    let merged = [
+        ("rack_pair", "src_rack=\"r1\", rack=\"r1\"", 0.014),
+        ("region_pair", "src_region=\"g1\", region=\"g2\"", 0.050),
+        ("region_pair", "src_region=\"g2\", region=\"g1\"", 0.050),
+        ("zone_pair", "src_zone=\"z1\", zone=\"z1\"", 0.024),
+    ];
+    for (level, pair, expected) in merged {
+        let q = format!("{level}:rttlab_rtt_seconds:p50_5m{{{pair}, layer=\"icmp\"}}");
+        let got = query(&watcher, &q);
+        assert_eq!(got.len(), 1, "{q}: {got:?}");
+        let (lo, hi) = native_bucket(got[0].1);
+        let width = MEDIAN_TOLERANCE * expected;
+        eprintln!("{q}: {:.2} ms, configured {:.2} ms", got[0].1 * 1e3, expected * 1e3);
+        assert!(
+            lo <= expected + width && hi >= expected - width,
+            "{q}: {} ms (bucket {lo}–{hi}), the pooled configured RTT {} ms",
+            got[0].1 * 1e3,
+            expected * 1e3
+        );
+    }
+
+    // The Grafana dashboards: every panel's every query, as Grafana would send it with
+    // every variable at All (the fleet's baseline ten seconds back), answers with
+    // series carrying the labels its legend names.
+    let t0 = Instant::now();
+    let baseline = format!(
+        "region_pair:rttlab_rtt_seconds:p50_5m offset {}",
+        common::grafana::LAB_RANGE
+    );
+    while query(&watcher, &baseline).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the records never reached {} of age",
+            common::grafana::LAB_RANGE
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("records {} old after {:?} more", common::grafana::LAB_RANGE, t0.elapsed());
     let mut empty = Vec::new();
-    for pq in common::grafana::panel_queries(&dashboard) {
-        let results = query(&watcher, &pq.expr);
-        if let Err(e) = common::grafana::check_results(&pq, results.iter().map(|(l, _)| l)) {
-            empty.push(e);
+    for file in common::grafana::DASHBOARDS {
+        let dashboard = common::grafana::dashboard(file);
+        for pq in common::grafana::panel_queries(&dashboard) {
+            let results = query(&watcher, &pq.expr);
+            if let Err(e) = common::grafana::check_results(&pq, results.iter().map(|(l, _)| l)) {
+                empty.push(format!("{file}: {e}"));
+            }
         }
     }
     assert!(empty.is_empty(), "dashboard queries:\n{}", empty.join("\n"));
@@ -908,6 +984,33 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             "not every pair with d counted its loss: before {before:?}, after {after:?}"
         );
         std::thread::sleep(Duration::from_secs(1));
+    }
+    // The fleet rules place the loss: the ICMP echoes lost to d's blackout show in the
+    // region pairs with d's region, and not in any group pair without d (witness: the
+    // raw counters above, which counted no echo lost between the others).
+    let lost = |level: &str, pair: &str| {
+        let q = format!("{level}:rttlab_probes_lost:ratio_5m{{{pair}, layer=\"icmp\"}}");
+        let got = query(&watcher, &q);
+        assert_eq!(got.len(), 1, "{q}: {got:?}");
+        got[0].1
+    };
+    let t0 = Instant::now();
+    while lost("region_pair", "src_region=\"g1\", region=\"g2\"") == 0.0
+        || lost("region_pair", "src_region=\"g2\", region=\"g1\"") == 0.0
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "the region pairs with d never recorded its loss"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for (level, pair) in [
+        ("region_pair", "src_region=\"g1\", region=\"g1\""),
+        ("zone_pair", "src_zone=\"z1\", zone=\"z1\""),
+        ("rack_pair", "src_rack=\"r1\", rack=\"r1\""),
+        ("rack_pair", "src_rack=\"r1\", rack=\"r2\""),
+    ] {
+        assert_eq!(lost(level, pair), 0.0, "{level} {pair}: lost none");
     }
     drop(flows);
     // Stopped as systemd stops it (SIGTERM), each agent takes its programs off eth0

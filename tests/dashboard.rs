@@ -1,4 +1,5 @@
-//! The Grafana dashboard `deploy/grafana/rttlab.json`, checked field by field. No
+//! The Grafana dashboards `deploy/grafana/rttlab.json` (every layer of a pair) and
+//! `rttlab-fleet.json` (the fleet by levels), checked field by field. No
 //! package registry publishes a JSON Schema of Grafana's dashboard model (on npm,
 //! `@grafana/schema` 13.2.3 and `@grafana/grafana-foundation-sdk` 0.0.21 ship
 //! TypeScript types only; on PyPI, `grafana-foundation-sdk` ships Python classes only),
@@ -6,13 +7,15 @@
 //!
 //! Witnesses: the agent's own exposition (`Metrics::new(..).text()`
 //! with a series in every family: its `# TYPE` and sample lines name every metric and
-//! label the agent exports, so a misspelt metric or label in a query fails), Grafana's
+//! label the agent exports, so a misspelt metric or label in a query fails;
+//! `deploy/rules.yml`'s records and `deploy/prometheus.yml`'s relabelling for the
+//! fleet's), Grafana's
 //! 24-column grid, and promtool (every query, its variables substituted as the 4-host
 //! lab test substitutes them, must parse as PromQL). That every query finds the
 //! agents' series in a real Prometheus is the lab test's part (`tests/agent.rs`).
 
 use crate::common::grafana::{
-    all_panels, dashboard, legend_labels, panel_queries, sample_value, substitute,
+    all_panels, dashboard, legend_labels, panel_queries, sample_value, substitute, DASHBOARDS,
     INTERVAL_VARIABLES, MULTI_VALUE_VARIABLES,
 };
 use regex::Regex;
@@ -40,6 +43,12 @@ const DATASOURCES: [&str; 3] = ["${DS_PROMETHEUS}", "${datasource}", "$datasourc
 /// Labels Prometheus gives every series it scrapes (and `__name__`, which a matcher
 /// may name).
 const TARGET_LABELS: [&str; 3] = ["instance", "job", "__name__"];
+
+/// Each dashboard's filters: variables taking many values (and All).
+const FILTERS: [&[&str]; 2] = [
+    &["job", "instance", "zone", "peer", "layer"],
+    &["src_region", "region", "src_zone", "zone", "src_rack", "rack"],
+];
 
 /// The names the agent exports.
 struct Exported {
@@ -174,8 +183,13 @@ fn variable_queries(d: &Value) -> Vec<(String, String)> {
 }
 
 #[test]
-fn the_dashboard_imports_with_a_prometheus_input() {
-    let d = dashboard();
+fn the_dashboards_import_with_a_prometheus_input() {
+    for file in DASHBOARDS {
+        imports_with_a_prometheus_input(&dashboard(file));
+    }
+}
+
+fn imports_with_a_prometheus_input(d: &Value) {
     let inputs = d["__inputs"].as_array().expect("__inputs");
     assert!(
         inputs.iter().any(|i| i["name"] == "DS_PROMETHEUS"
@@ -187,7 +201,7 @@ fn the_dashboard_imports_with_a_prometheus_input() {
     let required = |ty: &str, id: &str| requires.iter().any(|r| r["type"] == ty && r["id"] == id);
     assert!(required("grafana", "grafana"), "{requires:?}");
     assert!(required("datasource", "prometheus"), "{requires:?}");
-    for p in all_panels(&d) {
+    for p in all_panels(d) {
         let ty = p["type"].as_str().unwrap_or("");
         assert!(
             ty == "row" || required("panel", ty),
@@ -218,8 +232,13 @@ fn the_dashboard_imports_with_a_prometheus_input() {
 
 #[test]
 fn every_panel_has_an_id_a_known_type_a_title_and_its_own_place_on_the_grid() {
-    let d = dashboard();
-    let panels = all_panels(&d);
+    for file in DASHBOARDS {
+        panels_have_ids_types_titles_and_places(&dashboard(file));
+    }
+}
+
+fn panels_have_ids_types_titles_and_places(d: &Value) {
+    let panels = all_panels(d);
     let mut ids = BTreeSet::new();
     let mut placed: Vec<(String, [u64; 4])> = Vec::new();
     for p in &panels {
@@ -252,13 +271,18 @@ fn every_panel_has_an_id_a_known_type_a_title_and_its_own_place_on_the_grid() {
         }
         placed.push((title.to_string(), [x, y, w, h]));
     }
-    assert!(panels.len() >= 20, "{} panels", panels.len());
+    assert!(panels.len() >= 15, "{} panels", panels.len());
 }
 
 #[test]
 fn every_query_panel_reads_prometheus_and_each_target_has_a_ref_and_an_expr() {
-    let d = dashboard();
-    for p in all_panels(&d) {
+    for file in DASHBOARDS {
+        query_panels_read_prometheus(&dashboard(file));
+    }
+}
+
+fn query_panels_read_prometheus(d: &Value) {
+    for p in all_panels(d) {
         let title = p["title"].as_str().unwrap_or("");
         let ty = p["type"].as_str().unwrap_or("");
         if ty == "row" || ty == "text" {
@@ -297,13 +321,18 @@ fn every_query_panel_reads_prometheus_and_each_target_has_a_ref_and_an_expr() {
 
 #[test]
 fn every_variable_a_query_uses_is_defined_and_each_filter_takes_many_values() {
-    let d = dashboard();
+    for (file, filters) in DASHBOARDS.iter().zip(FILTERS) {
+        variables_are_defined_and_filters_take_many_values(&dashboard(file), filters);
+    }
+}
+
+fn variables_are_defined_and_filters_take_many_values(d: &Value, filters: &[&str]) {
     let vars = d["templating"]["list"].as_array().expect("templating.list");
     let var = |name: &str| vars.iter().find(|v| v["name"] == name);
     let ds = var("datasource").expect("a datasource variable");
     assert_eq!(ds["type"], "datasource");
     assert_eq!(ds["query"], "prometheus");
-    for name in MULTI_VALUE_VARIABLES {
+    for &name in filters {
         let v = var(name).unwrap_or_else(|| panic!("no variable {name}"));
         assert_eq!(v["type"], "query", "{name}");
         assert_eq!(v["multi"], true, "{name}");
@@ -318,9 +347,9 @@ fn every_variable_a_query_uses_is_defined_and_each_filter_takes_many_values() {
     }
     let defined: BTreeSet<&str> = vars.iter().filter_map(|v| v["name"].as_str()).collect();
     let reference = Regex::new(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)").unwrap();
-    let mut texts = exprs(&d);
-    texts.extend(variable_queries(&d));
-    for p in all_panels(&d) {
+    let mut texts = exprs(d);
+    texts.extend(variable_queries(d));
+    for p in all_panels(d) {
         let title = p["title"].as_str().unwrap_or("").to_string();
         texts.push((format!("title {title}"), title));
         if let Some(r) = p["repeat"].as_str() {
@@ -377,16 +406,92 @@ fn every_metric_and_label_a_query_names_is_one_the_agent_exports() {
         ex.labels.contains("peer") && ex.labels.contains("layer") && ex.labels.contains("zone")
     );
 
-    let d = dashboard();
+    let used = names_are_known(&dashboard(DASHBOARDS[0]), &ex, &BTreeSet::new(), &[]);
+    // Every family the agent exports is on the per-pair dashboard.
+    for f in &ex.families {
+        assert!(
+            used.contains(f) || used.contains(&format!("{f}_bucket")),
+            "no panel shows {f}"
+        );
+    }
+}
+
+/// The fleet dashboard reads deploy/rules.yml's records (`region_pair:…`), which carry
+/// the prober's own place as deploy/prometheus.yml relabels it (`src_rack`, …), and
+/// names the paths its matrices join (`from`, `to`). Witnesses: those two files as
+/// shipped, and the agent's exposition.
+#[test]
+fn every_record_and_label_the_fleet_dashboard_names_is_one_the_rules_and_relabelling_make() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rules = std::fs::read_to_string(root.join("deploy/rules.yml")).unwrap();
+    let records: BTreeSet<String> = Regex::new(r"(?m)^\s*- record: (\S+)$")
+        .unwrap()
+        .captures_iter(&rules)
+        .map(|c| c[1].to_string())
+        .collect();
+    assert!(records.contains("region_pair:rttlab_rtt_seconds:p50_5m"), "{records:?}");
+    let scrape = std::fs::read_to_string(root.join("deploy/prometheus.yml")).unwrap();
+    let relabelled = Regex::new(r"action: labelmap\s+regex: \(([a-z|]+)\)\s+replacement: src_\$\{1\}")
+        .unwrap()
+        .captures(&scrape)
+        .expect("deploy/prometheus.yml maps the agent's own labels to src_…")[1]
+        .split('|')
+        .map(|l| format!("src_{l}"))
+        .collect::<Vec<_>>();
+    assert_eq!(relabelled, ["src_rack", "src_zone", "src_region"]);
+    let fleet = dashboard(DASHBOARDS[1]);
+    // The matrices' paths are made by label_join in the queries that use them.
+    for (what, text) in exprs(&fleet) {
+        if text.contains("label_join") {
+            assert!(
+                text.contains("\"from\", \"/\"") && text.contains("\"to\", \"/\""),
+                "{what}: {text}"
+            );
+        }
+    }
+    let mut extra: Vec<&str> = relabelled.iter().map(String::as_str).collect();
+    // The peers' own rack and region pass through as their zone does (the exposition
+    // above carries zone alone).
+    extra.extend(["from", "to", "rack", "region"]);
+    let used = names_are_known(&fleet, &exported(), &records, &extra);
+    for level in ["region", "zone", "rack"] {
+        for what in ["rtt_seconds:p50_5m", "rtt_seconds:p99_5m", "probes_lost:ratio_5m"] {
+            let r = format!("{level}_pair:rttlab_{what}");
+            assert!(used.contains(&r), "the fleet dashboard never shows {r}");
+        }
+    }
+}
+
+/// Every metric, record and label `d`'s queries and variables name is the agent's (its
+/// exposition `ex`), one of `records`, or one of `extra` labels; the names used.
+fn names_are_known(
+    d: &Value,
+    ex: &Exported,
+    records: &BTreeSet<String>,
+    extra: &[&str],
+) -> BTreeSet<String> {
+    let record = Regex::new(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b").unwrap();
     let metric = Regex::new(r"\b(?:rttlab|process)_[a-z0-9_]+\b").unwrap();
     let matcher = Regex::new(r#"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)\s*""#).unwrap();
     let grouping = Regex::new(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)").unwrap();
-    let known_label = |l: &str| ex.labels.contains(l) || TARGET_LABELS.contains(&l) || l == "le";
-    let mut texts = exprs(&d);
-    texts.extend(variable_queries(&d));
+    let known_label = |l: &str| {
+        ex.labels.contains(l) || TARGET_LABELS.contains(&l) || l == "le" || extra.contains(&l)
+    };
+    let mut texts = exprs(d);
+    texts.extend(variable_queries(d));
     let mut used = BTreeSet::new();
     for (what, text) in &texts {
-        for m in metric.find_iter(text) {
+        for r in record.find_iter(text) {
+            assert!(
+                records.contains(r.as_str()),
+                "{what}: {} is no record of deploy/rules.yml ({records:?})",
+                r.as_str()
+            );
+            used.insert(r.as_str().to_string());
+        }
+        // A record's middle names the metric it was made from, not one it reads.
+        let plain = record.replace_all(text, "");
+        for m in metric.find_iter(&plain) {
             assert!(
                 ex.metrics.contains(m.as_str()),
                 "{what}: {} is not a metric the agent exports ({:?})",
@@ -398,7 +503,7 @@ fn every_metric_and_label_a_query_names_is_one_the_agent_exports() {
         for c in matcher.captures_iter(text) {
             assert!(
                 known_label(&c[1]),
-                "{what}: label {} is not one the agent's series carry",
+                "{what}: label {} is not one the series carry",
                 &c[1]
             );
         }
@@ -413,25 +518,18 @@ fn every_metric_and_label_a_query_names_is_one_the_agent_exports() {
     }
     // Legends name labels the results carry (label_replace's copies of instance
     // as peer included).
-    for q in panel_queries(&d) {
+    for q in panel_queries(d) {
         for l in &q.labels {
             assert!(known_label(l), "{}: legend names {l}", q.panel);
         }
     }
-    // Every family the agent exports is on the dashboard.
-    for f in &ex.families {
-        assert!(
-            used.contains(f) || used.contains(&format!("{f}_bucket")),
-            "no panel shows {f}"
-        );
-    }
+    used
 }
 
 #[test]
 fn every_histogram_query_reads_the_native_histogram_or_else_the_classic_buckets() {
     let ex = exported();
-    let d = dashboard();
-    for (what, text) in exprs(&d) {
+    for (what, text) in DASHBOARDS.iter().flat_map(|f| exprs(&dashboard(f))) {
         for h in &ex.histograms {
             let native = text.matches(&format!("{h}{{")).count();
             let classic = text.matches(&format!("{h}_bucket{{")).count();
@@ -450,9 +548,14 @@ fn every_histogram_query_reads_the_native_histogram_or_else_the_classic_buckets(
 /// recording rule of a rules file).
 #[test]
 fn every_query_parses_as_promql_once_its_variables_are_substituted() {
-    let d = dashboard();
-    let queries = panel_queries(&d);
-    assert_eq!(queries.len(), exprs(&d).len());
+    for file in DASHBOARDS {
+        queries_parse_as_promql(&dashboard(file));
+    }
+}
+
+fn queries_parse_as_promql(d: &Value) {
+    let queries = panel_queries(d);
+    assert_eq!(queries.len(), exprs(d).len());
     let leftover = Regex::new(r"\$[A-Za-z_{]").unwrap();
     let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
     for (i, q) in queries.iter().enumerate() {
@@ -521,4 +624,40 @@ fn the_lab_helpers_substitute_variables_and_read_both_kinds_of_sample() {
     });
     assert_eq!(sample_value(&histogram), Some(42.0));
     assert_eq!(sample_value(&json!({"metric": {}})), None);
+}
+
+/// The fleet rules' alerts and records on a day of steady probes and 41 minutes in which
+/// two paths degrade (`deploy/rules.test.yml`): each latency and loss alert fires at the
+/// level whose groups the degradation dominates and stays quiet where healthy pairs
+/// outnumber it, none before its 10 minutes, and the merged medians are what
+/// histogram_quantile's arithmetic gives on those buckets. Witness: promtool's rule
+/// evaluator against the values worked out in the test file.
+#[test]
+fn the_fleet_alerts_fire_where_a_path_degraded_and_nowhere_else() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let o = Command::new("promtool")
+        .args(["test", "rules", "rules.test.yml"])
+        .current_dir(&root)
+        .output()
+        .expect("promtool (apt-get install prometheus)");
+    assert!(
+        o.status.success(),
+        "promtool test rules: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Every alert of the rules file has its case.
+    let rules = std::fs::read_to_string(root.join("rules.yml")).unwrap();
+    let cases = std::fs::read_to_string(root.join("rules.test.yml")).unwrap();
+    for alert in Regex::new(r"(?m)^\s*- alert: (\S+)$")
+        .unwrap()
+        .captures_iter(&rules)
+        .map(|c| c[1].to_string())
+        .filter(|a| !a.starts_with("RttlabPeer") && a != "RttlabRetransmissions")
+    {
+        assert!(
+            cases.contains(&format!("alertname: {alert}\n        exp_alerts:\n          - ")),
+            "{alert}: no firing case in rules.test.yml"
+        );
+    }
 }

@@ -6,17 +6,24 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The dashboard's file in the repository.
-pub const DASHBOARD: &str = "deploy/grafana/rttlab.json";
+/// The dashboards' files in the repository: every layer of a pair, and the fleet by
+/// levels (which reads deploy/rules.yml's records).
+pub const DASHBOARDS: [&str; 2] = [
+    "deploy/grafana/rttlab.json",
+    "deploy/grafana/rttlab-fleet.json",
+];
 
 /// The range every range-taking Grafana variable stands for in the lab: ten scrapes
 /// at 1 s, twenty probes at 500 ms.
 pub const LAB_RANGE: &str = "10s";
 
 /// Grafana's interval variables, longest name first (`$__range` is a prefix of
-/// `$__range_s`).
-pub const INTERVAL_VARIABLES: [&str; 6] = [
+/// `$__range_s`), and the fleet dashboard's `baseline` (how long before now its
+/// baselines are taken: a day or a week, in the lab ten seconds, which its short life
+/// has).
+pub const INTERVAL_VARIABLES: [&str; 7] = [
     "__rate_interval",
+    "baseline",
     "__interval_ms",
     "__interval",
     "__range_ms",
@@ -24,13 +31,17 @@ pub const INTERVAL_VARIABLES: [&str; 6] = [
     "__range",
 ];
 
-/// The dashboard's multi-value variables: each stands for a regular expression in an
-/// `=~` matcher, `.+` in the lab (every value, and the label present).
-pub const MULTI_VALUE_VARIABLES: [&str; 5] = ["job", "instance", "zone", "peer", "layer"];
+/// The dashboards' multi-value variables (and the fleet's single `layer`): each stands
+/// for a regular expression in an `=~` matcher, `.+` in the lab (every value, and the
+/// label present).
+pub const MULTI_VALUE_VARIABLES: [&str; 10] = [
+    "job", "instance", "zone", "peer", "layer", "src_region", "region", "src_zone", "src_rack",
+    "rack",
+];
 
-/// The dashboard, parsed.
-pub fn dashboard() -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DASHBOARD);
+/// The dashboard at `file` (one of [`DASHBOARDS`]), parsed.
+pub fn dashboard(file: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
