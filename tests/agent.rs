@@ -729,7 +729,11 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
             "the peer's file_sd labels pass through: {l:?}"
         );
         assert_eq!(
-            (l["src_rack"].as_str(), l["src_zone"].as_str(), l["src_region"].as_str()),
+            (
+                l["src_rack"].as_str(),
+                l["src_zone"].as_str(),
+                l["src_region"].as_str()
+            ),
             at(&from),
             "the prober's own, relabelled: {l:?}"
         );
@@ -878,7 +882,11 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
         assert_eq!(got.len(), 1, "{q}: {got:?}");
         let (lo, hi) = native_bucket(got[0].1);
         let width = MEDIAN_TOLERANCE * expected;
-        eprintln!("{q}: {:.2} ms, configured {:.2} ms", got[0].1 * 1e3, expected * 1e3);
+        eprintln!(
+            "{q}: {:.2} ms, configured {:.2} ms",
+            got[0].1 * 1e3,
+            expected * 1e3
+        );
         assert!(
             lo <= expected + width && hi >= expected - width,
             "{q}: {} ms (bucket {lo}–{hi}), the pooled configured RTT {} ms",
@@ -903,7 +911,11 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    eprintln!("records {} old after {:?} more", common::grafana::LAB_RANGE, t0.elapsed());
+    eprintln!(
+        "records {} old after {:?} more",
+        common::grafana::LAB_RANGE,
+        t0.elapsed()
+    );
     let mut empty = Vec::new();
     for file in common::grafana::DASHBOARDS {
         let dashboard = common::grafana::dashboard(file);
@@ -1254,4 +1266,257 @@ fn tcp_connect_times_the_handshake_to_any_port_and_counts_refusals() {
         Some(0.0)
     );
     promtool_check(&text);
+}
+
+/// The smokeping_prober under test: `RTTLAB_SMOKEPING_PROBER` (one built from its
+/// current source), else Debian's package.
+fn smokeping_prober() -> String {
+    std::env::var("RTTLAB_SMOKEPING_PROBER")
+        .unwrap_or_else(|_| "/usr/bin/prometheus-smokeping-prober".into())
+}
+
+/// `--smokeping-names`: the agent's ICMP layer under smokeping_prober's names, labels
+/// and buckets. Witness: smokeping_prober itself, pinging the same host from the same
+/// lab host at the same interval, scraped beside the agent: the same series names
+/// (its other families, which rttlab does not export, listed), the same labels (0.10
+/// and later label ip, host, source and tos; 0.6 to 0.9 ip and host alone), the same
+/// bucket bounds, as many requests in the same window, every one answered, and the
+/// median in the same bucket, the one of the lab's 8 ms round trip.
+#[test]
+fn smokeping_names_carry_what_smokeping_prober_counts_on_the_same_targets() {
+    if !privileged("smokeping_names_carry_what_smokeping_prober_counts") {
+        return;
+    }
+    let peer = smokeping_prober();
+    let version = Command::new(&peer)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{peer} (apt-get install prometheus-smokeping-prober): {e}"));
+    let said = String::from_utf8_lossy(&version.stdout).to_string()
+        + &String::from_utf8_lossy(&version.stderr);
+    let minor: u32 = said
+        .split("version ")
+        .nth(1)
+        .and_then(|v| v.split('.').nth(1))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(u32::MAX); // built from source without a version: the current one
+    eprintln!("{peer}: {}", said.lines().next().unwrap_or(""));
+    let lab = common::Lab::up("smkp", &["--delay", "4ms"]);
+    let b = bin();
+    let b = b.to_str().unwrap();
+    let in_a = |args: &[&str]| {
+        let mut c = Command::new(b);
+        c.args(["lab", "exec", "--name", &lab.name, "a", "--"])
+            .args(args);
+        c
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("smokeping_prober.yml");
+    std::fs::write(
+        &config,
+        "targets:\n  - hosts: [b]\n    interval: 200ms\n    protocol: icmp\n",
+    )
+    .unwrap();
+    let _agent = Killed(
+        in_a(&[
+            b,
+            "agent",
+            "--probes",
+            "icmp",
+            "--interval",
+            "200ms",
+            "--peer",
+            "b:12866",
+            "--smokeping-names",
+            "--metrics-listen",
+            "127.0.0.1:9812",
+            "-L",
+            "127.0.0.1:12866",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let _theirs = Killed(
+        in_a(&[
+            &peer,
+            "--privileged",
+            &format!("--config.file={}", config.display()),
+            "--web.listen-address=127.0.0.1:9374",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let scrape = |port: u16| {
+        let o = in_a(&["curl", "-s", &format!("127.0.0.1:{port}/metrics")])
+            .output()
+            .unwrap();
+        Exposed::parse(&String::from_utf8(o.stdout).unwrap())
+    };
+    let requests = "smokeping_requests_total";
+    let t0 = Instant::now();
+    while scrape(9812).total(requests) < 3.0 || scrape(9374).total(requests) < 3.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no requests counted"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ours0, theirs0) = (scrape(9812), scrape(9374));
+    std::thread::sleep(Duration::from_secs(4));
+    let (ours, theirs) = (scrape(9812), scrape(9374));
+
+    // Names and labels.
+    let not_exported = [
+        "smokeping_response_ttl",
+        "smokeping_response_duplicates_total",
+        "smokeping_receive_errors_total",
+        "smokeping_prober_errors_total",
+    ];
+    let theirs_shapes: BTreeMap<String, Vec<String>> = theirs
+        .shapes()
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("smokeping_") && !n.starts_with("smokeping_prober_"))
+        .filter(|(n, _)| !not_exported.contains(&n.as_str()))
+        .collect();
+    let ours_shapes: BTreeMap<String, Vec<String>> = ours
+        .shapes()
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("smokeping_"))
+        .collect();
+    let names = |m: &BTreeMap<String, Vec<String>>| m.keys().cloned().collect::<Vec<_>>();
+    // 0.10 added the send errors, with the labels source and tos.
+    let mut older = ours_shapes.clone();
+    if minor < 10 {
+        older.remove("smokeping_send_errors_total");
+    }
+    assert_eq!(names(&older), names(&theirs_shapes));
+    assert_eq!(
+        names(&ours_shapes),
+        [
+            "smokeping_requests_total",
+            "smokeping_response_duration_seconds_bucket",
+            "smokeping_response_duration_seconds_count",
+            "smokeping_response_duration_seconds_sum",
+            "smokeping_send_errors_total",
+        ]
+    );
+    for (name, labels) in &older {
+        let mut want = theirs_shapes[name].clone();
+        if minor < 10 {
+            want.extend(["source".to_string(), "tos".to_string()]);
+            want.sort();
+        }
+        assert_eq!(labels, &want, "{name}");
+    }
+    // The same bounds.
+    assert_eq!(ours.bounds(), theirs.bounds());
+    assert_eq!(ours.bounds().len(), 21, "20 and +Inf");
+
+    // The counts: as many requests in the same 4 s (20 at 200 ms; the agent jitters
+    // its interval ±10 %), each answered (loopback of a lab: none lost), and the median
+    // in the bucket of the lab's round trip (2 × 4 ms: (6.4 ms, 12.8 ms]).
+    let delta = |a: &Exposed, b: &Exposed, n: &str| a.total(n) - b.total(n);
+    let (ours_sent, theirs_sent) = (
+        delta(&ours, &ours0, requests),
+        delta(&theirs, &theirs0, requests),
+    );
+    eprintln!("requests in 4 s: rttlab {ours_sent}, smokeping_prober {theirs_sent}");
+    assert!(
+        (15.0..=25.0).contains(&ours_sent) && (ours_sent - theirs_sent).abs() <= 3.0,
+        "rttlab {ours_sent}, smokeping_prober {theirs_sent}"
+    );
+    for (who, e, e0) in [
+        ("rttlab", &ours, &ours0),
+        ("smokeping_prober", &theirs, &theirs0),
+    ] {
+        // Within the window: the first echoes before it may meet the lab's neighbour
+        // discovery, and one may be in flight at either scrape.
+        let count = delta(e, e0, "smokeping_response_duration_seconds_count");
+        let sent = delta(e, e0, requests);
+        assert!(
+            (count - sent).abs() <= 1.0,
+            "{who}: {count} answers to {sent} requests"
+        );
+        assert_eq!(e.median_bound(), Some(0.0128), "{who}: {:?}", e.buckets());
+    }
+}
+
+/// A scraped exposition: each sample's name, labels and value.
+struct Exposed(Vec<(String, BTreeMap<String, String>, f64)>);
+
+impl Exposed {
+    fn parse(text: &str) -> Self {
+        let mut out = Vec::new();
+        for line in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split("\",")
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once("=\"").unwrap();
+                    (k.to_string(), v.trim_end_matches('"').to_string())
+                })
+                .collect();
+            out.push((name.to_string(), labels, value.parse().unwrap()));
+        }
+        Self(out)
+    }
+
+    /// Each name's label names (but `le`), sorted.
+    fn shapes(&self) -> Vec<(String, Vec<String>)> {
+        let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (n, l, _) in &self.0 {
+            m.insert(
+                n.clone(),
+                l.keys().filter(|k| *k != "le").cloned().collect(),
+            );
+        }
+        m.into_iter().collect()
+    }
+
+    fn total(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|(n, _, _)| n == name)
+            .map(|(_, _, v)| v)
+            .sum()
+    }
+
+    /// The histogram's (bound, cumulative count), by bound, summed over series.
+    fn buckets(&self) -> Vec<(f64, f64)> {
+        let mut m: BTreeMap<u64, f64> = BTreeMap::new();
+        for (n, l, v) in &self.0 {
+            if n == "smokeping_response_duration_seconds_bucket" {
+                let le: f64 = l["le"].parse().unwrap();
+                *m.entry(le.to_bits()).or_default() += v;
+            }
+        }
+        m.into_iter().map(|(b, v)| (f64::from_bits(b), v)).collect()
+    }
+
+    /// The bounds, numerically (the text formats spell 50 µs `5e-05` in Go and
+    /// `0.00005` here).
+    fn bounds(&self) -> Vec<f64> {
+        self.buckets().into_iter().map(|(b, _)| b).collect()
+    }
+
+    /// The upper bound of the bucket holding the median.
+    fn median_bound(&self) -> Option<f64> {
+        let b = self.buckets();
+        let total = b.last()?.1;
+        b.into_iter()
+            .find(|(_, c)| *c >= total / 2.0)
+            .map(|(le, _)| le)
+    }
 }

@@ -47,7 +47,14 @@ const TARGET_LABELS: [&str; 3] = ["instance", "job", "__name__"];
 /// Each dashboard's filters: variables taking many values (and All).
 const FILTERS: [&[&str]; 2] = [
     &["job", "instance", "zone", "peer", "layer"],
-    &["src_region", "region", "src_zone", "zone", "src_rack", "rack"],
+    &[
+        "src_region",
+        "region",
+        "src_zone",
+        "zone",
+        "src_rack",
+        "rack",
+    ],
 ];
 
 /// The names the agent exports.
@@ -429,15 +436,19 @@ fn every_record_and_label_the_fleet_dashboard_names_is_one_the_rules_and_relabel
         .captures_iter(&rules)
         .map(|c| c[1].to_string())
         .collect();
-    assert!(records.contains("region_pair:rttlab_rtt_seconds:p50_5m"), "{records:?}");
+    assert!(
+        records.contains("region_pair:rttlab_rtt_seconds:p50_5m"),
+        "{records:?}"
+    );
     let scrape = std::fs::read_to_string(root.join("deploy/prometheus.yml")).unwrap();
-    let relabelled = Regex::new(r"action: labelmap\s+regex: \(([a-z|]+)\)\s+replacement: src_\$\{1\}")
-        .unwrap()
-        .captures(&scrape)
-        .expect("deploy/prometheus.yml maps the agent's own labels to src_…")[1]
-        .split('|')
-        .map(|l| format!("src_{l}"))
-        .collect::<Vec<_>>();
+    let relabelled =
+        Regex::new(r"action: labelmap\s+regex: \(([a-z|]+)\)\s+replacement: src_\$\{1\}")
+            .unwrap()
+            .captures(&scrape)
+            .expect("deploy/prometheus.yml maps the agent's own labels to src_…")[1]
+            .split('|')
+            .map(|l| format!("src_{l}"))
+            .collect::<Vec<_>>();
     assert_eq!(relabelled, ["src_rack", "src_zone", "src_region"]);
     let fleet = dashboard(DASHBOARDS[1]);
     // The matrices' paths are made by label_join in the queries that use them.
@@ -455,7 +466,11 @@ fn every_record_and_label_the_fleet_dashboard_names_is_one_the_rules_and_relabel
     extra.extend(["from", "to", "rack", "region"]);
     let used = names_are_known(&fleet, &exported(), &records, &extra);
     for level in ["region", "zone", "rack"] {
-        for what in ["rtt_seconds:p50_5m", "rtt_seconds:p99_5m", "probes_lost:ratio_5m"] {
+        for what in [
+            "rtt_seconds:p50_5m",
+            "rtt_seconds:p99_5m",
+            "probes_lost:ratio_5m",
+        ] {
             let r = format!("{level}_pair:rttlab_{what}");
             assert!(used.contains(&r), "the fleet dashboard never shows {r}");
         }
@@ -656,7 +671,9 @@ fn the_fleet_alerts_fire_where_a_path_degraded_and_nowhere_else() {
         .filter(|a| !a.starts_with("RttlabPeer") && a != "RttlabRetransmissions")
     {
         assert!(
-            cases.contains(&format!("alertname: {alert}\n        exp_alerts:\n          - ")),
+            cases.contains(&format!(
+                "alertname: {alert}\n        exp_alerts:\n          - "
+            )),
             "{alert}: no firing case in rules.test.yml"
         );
     }

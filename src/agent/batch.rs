@@ -19,6 +19,7 @@ use super::metrics::Metrics;
 use super::peers::Peer;
 use super::prober::{jitter_rng, next_backoff, resolve, session_spec, tcp_layers};
 use super::prober::{ErrorReason, Probe, ProbeSettings, Resolved, Series};
+use super::smokeping;
 use super::wheel::Wheel;
 use crate::probe::echo::{Echoer, Reply};
 use crate::probe::rr::{Session, SessionSpec};
@@ -208,6 +209,8 @@ struct Probing {
     in_flight: Option<InFlight>,
     /// `total_retrans` of the kept TCP connection at its last probe.
     retrans: u32,
+    /// ICMP with `--smokeping-names`: smokeping_prober's series at the address pinged.
+    smokeping: Option<smokeping::Series>,
     /// Heap entries of an older version are stale.
     version: u32,
 }
@@ -359,6 +362,7 @@ impl Loop {
                             next: None,
                             in_flight: None,
                             retrans: 0,
+                            smokeping: None,
                             version: 0,
                         });
                         ids.push(id);
@@ -497,6 +501,9 @@ impl Loop {
             let rtt = Duration::from_nanos(r.received_ns.saturating_sub(sent.sent_ns));
             if rtt <= f.limit {
                 p.series.rtt.observe(rtt.as_secs_f64());
+                if let Some(s) = &p.smokeping {
+                    s.duration.observe(rtt.as_secs_f64());
+                }
                 p.series.errors.answered();
             } else {
                 count(&p.series.lost);
@@ -644,8 +651,16 @@ impl Loop {
         let target = p.addr.any()?.ip();
         let echoer = self.echoer.as_mut()?;
         p.series.sent.inc();
+        if let Some(f) = &self.metrics.smokeping {
+            if p.smokeping.as_ref().map(|s| s.ip) != Some(target) {
+                p.smokeping = Some(f.series(&p.peer, target));
+            }
+        }
         match echoer.send(target) {
             Ok(sent) => {
+                if let Some(s) = &p.smokeping {
+                    s.requests.inc();
+                }
                 let limit = self.settings.timeout.min(self.settings.interval);
                 self.echoes.insert((sent.v6, sent.seq), id);
                 p.in_flight = Some(InFlight {
@@ -656,6 +671,9 @@ impl Loop {
                 Some(true)
             }
             Err(e) => {
+                if let Some(s) = &p.smokeping {
+                    s.send_errors.inc();
+                }
                 p.series
                     .errors
                     .fail(ErrorReason::Send, || format!("echo request: {e}"));

@@ -251,6 +251,8 @@ pub struct Metrics {
     pub reload_ok: Gauge,
     /// Connections and requests the metrics endpoint refused, by reason.
     pub http_refused: Family<Labels, Counter>,
+    /// smokeping_prober's names for the ICMP layer (`--smokeping-names`).
+    pub smokeping: Option<super::smokeping::Families>,
     /// Bytes of the last exposition.
     last_len: AtomicUsize,
 }
@@ -287,6 +289,7 @@ impl Metrics {
             reloads: Family::default(),
             reload_ok: Gauge::default(),
             http_refused: Family::default(),
+            smokeping: None,
             last_len: AtomicUsize::new(0),
             registry: Registry::default(),
         };
@@ -439,6 +442,15 @@ impl Metrics {
         );
         r.register_collector(Box::new(super::process::ProcessCollector::default()));
         Self { registry, ..m }
+    }
+
+    /// These metrics with smokeping_prober's names for the ICMP layer too.
+    #[must_use]
+    pub fn with_smokeping_names(mut self) -> Self {
+        let f = super::smokeping::Families::default();
+        f.register(&mut self.registry);
+        self.smokeping = Some(f);
+        self
     }
 
     /// The exposition in `format`; the time it took is the next scrape's

@@ -19,6 +19,7 @@ pub mod peers;
 pub mod prober;
 pub mod process;
 pub mod service;
+pub mod smokeping;
 pub mod supervisor;
 pub mod threaded;
 pub mod wheel;
@@ -214,6 +215,11 @@ impl Agent {
             m.srtt.remove(&l);
             m.min_rtt.remove(&l);
             m.late.remove(&l);
+        }
+        if let Some(f) = &m.smokeping {
+            if layers.contains(&"icmp") {
+                f.forget(p);
+            }
         }
     }
 

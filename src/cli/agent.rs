@@ -121,6 +121,11 @@ pub struct AgentArgs {
     /// stops reading is cut then.
     #[arg(long, default_value = "10s", value_parser = values::duration, value_name = "DURATION")]
     pub metrics_write_timeout: Duration,
+    /// Also export the ICMP layer under smokeping_prober's names, labels and buckets
+    /// (smokeping_requests_total, smokeping_response_duration_seconds{ip,host,source,tos},
+    /// smokeping_send_errors_total), so that its dashboards and alerts keep working.
+    #[arg(long)]
+    pub smokeping_names: bool,
     /// Also write the metrics to this file every interval (atomically), for
     /// node_exporter's textfile collector.
     #[arg(long, value_name = "PATH")]
@@ -286,7 +291,12 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
         .collect();
     let server = server.spawn().context("starting the probe server")?;
 
-    let metrics = Arc::new(Metrics::new(&current.buckets));
+    let metrics = Metrics::new(&current.buckets);
+    let metrics = Arc::new(if a.smokeping_names {
+        metrics.with_smokeping_names()
+    } else {
+        metrics
+    });
     if a.metrics_max_connections == 0 {
         bail!("--metrics-max-connections must be at least 1");
     }

@@ -35,7 +35,15 @@ pub const INTERVAL_VARIABLES: [&str; 7] = [
 /// for a regular expression in an `=~` matcher, `.+` in the lab (every value, and the
 /// label present).
 pub const MULTI_VALUE_VARIABLES: [&str; 10] = [
-    "job", "instance", "zone", "peer", "layer", "src_region", "region", "src_zone", "src_rack",
+    "job",
+    "instance",
+    "zone",
+    "peer",
+    "layer",
+    "src_region",
+    "region",
+    "src_zone",
+    "src_rack",
     "rack",
 ];
 
