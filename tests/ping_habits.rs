@@ -423,3 +423,106 @@ fn several_targets_print_what_fping_prints() {
     assert_eq!((fc, oc), (Some(1), Some(1)));
     assert_eq!(oout, fout);
 }
+
+/// `--tcp PORT`: a handshake per probe, tcpping's lines and iputils' statistics, in a
+/// lab whose path has 4 ms each way. Witnesses: the emulator's delay (every answer,
+/// a SYN/ACK or a reset, is at least its 8 ms round trip away), the SYNs counted on
+/// the wire by an nftables counter in the probed host (as many as "packets
+/// transmitted"), and a port whose SYNs that host drops (nothing answers: timeouts,
+/// 100 % loss, no rtt line).
+#[test]
+fn a_tcp_ping_times_the_handshake_and_tells_open_closed_and_silent_ports() {
+    if !common::privileged("a_tcp_ping_times_the_handshake") {
+        return;
+    }
+    let lab = common::Lab::up("tcpg", &["--delay", "4ms"]);
+    let b = common::bin();
+    let b = b.to_str().unwrap();
+    let in_host = |host: &str, args: &[&str]| {
+        let o = Command::new(b)
+            .args(["lab", "exec", "--name", &lab.name, host, "--"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("tcpg.nft");
+    std::fs::write(
+        &rules,
+        "table inet rttlab_tcpg {\n chain input {\n  type filter hook input priority 0;\n  \
+         tcp dport 12866 tcp flags & (syn|ack) == syn counter\n  tcp dport 7 drop\n }\n}\n",
+    )
+    .unwrap();
+    let (code, _, err) = in_host("b", &["nft", "-f", rules.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let times = |out: &str, state: &str| -> Vec<f64> {
+        out.lines()
+            .filter(|l| l.contains(&format!("[{state}]")))
+            .map(|l| {
+                l.rsplit("  ")
+                    .next()
+                    .unwrap()
+                    .trim_end_matches(" ms")
+                    .parse()
+                    .unwrap()
+            })
+            .collect()
+    };
+
+    let (code, out, err) = in_host(
+        "a",
+        &[b, "ping", "--tcp", "12866", "-c", "5", "-i", "0.1", "b"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let open = times(&out, "open");
+    assert_eq!(open.len(), 5, "{out}");
+    assert!(open.iter().all(|t| *t >= 8.0), "{out}");
+    assert!(
+        out.contains("5 packets transmitted, 5 received, 0% packet loss"),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .last()
+            .unwrap()
+            .starts_with("rtt min/avg/max/mdev = "),
+        "{out}"
+    );
+    let (_, table, _) = in_host("b", &["nft", "list", "table", "inet", "rttlab_tcpg"]);
+    assert!(
+        table.contains("counter packets 5 "),
+        "SYNs on the wire: {table}"
+    );
+
+    let (code, out, err) = in_host("a", &[b, "ping", "--tcp", "9", "-c", "2", "-i", "0.1", "b"]);
+    assert_eq!(code, Some(1), "a closed port is no open one: {out}{err}");
+    let closed = times(&out, "closed");
+    assert_eq!(closed.len(), 2, "{out}");
+    assert!(
+        closed.iter().all(|t| *t >= 8.0),
+        "the reset crosses the path too: {out}"
+    );
+    assert!(
+        out.contains("2 packets transmitted, 2 received (0 open, 2 closed), 0% packet loss"),
+        "{out}"
+    );
+
+    let (code, out, err) = in_host(
+        "a",
+        &[
+            b, "ping", "--tcp", "7", "-c", "2", "-i", "0.1", "-W", "0.3", "-n", "b",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert_eq!(out.matches("no response (timeout)").count(), 2, "{out}");
+    assert!(
+        out.contains("2 packets transmitted, 0 received, 100% packet loss"),
+        "{out}"
+    );
+    assert!(!out.contains("rtt min/avg/max/mdev"), "{out}");
+}

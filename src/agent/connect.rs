@@ -8,6 +8,7 @@
 
 use super::peers::Peer;
 use super::prober::{ErrorReason, ProbeSettings, Resolved, Series};
+use crate::probe::tcping::Refusal;
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -20,19 +21,13 @@ pub enum Failed {
     TimedOut,
 }
 
-/// What a failed `connect()`'s error says (connect(2)): ECONNREFUSED is the host's
-/// reset; EHOSTUNREACH, ENETUNREACH and EHOSTDOWN an ICMP unreachable or no route;
-/// ETIMEDOUT (the kernel gave up its SYN retransmissions) and std's own timeout no
-/// answer; anything else the SYN not sent (no local address, no buffer).
+/// How a failed `connect()` is counted: by [`Refusal::of`] its error.
 pub fn failed(e: &std::io::Error) -> Failed {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => Failed::Error(ErrorReason::Refused),
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
-            Failed::Error(ErrorReason::Unreachable)
-        }
-        Some(libc::ETIMEDOUT) => Failed::TimedOut,
-        _ if e.kind() == std::io::ErrorKind::TimedOut => Failed::TimedOut,
-        _ => Failed::Error(ErrorReason::Send),
+    match Refusal::of(e) {
+        Refusal::Reset => Failed::Error(ErrorReason::Refused),
+        Refusal::Unreachable => Failed::Error(ErrorReason::Unreachable),
+        Refusal::TimedOut => Failed::TimedOut,
+        Refusal::NotSent => Failed::Error(ErrorReason::Send),
     }
 }
 

@@ -27,6 +27,7 @@ pub mod netperf;
 pub mod output;
 pub mod passive;
 pub mod ping;
+pub mod ping_tcp;
 pub mod progress;
 pub mod report;
 pub mod rr;

@@ -58,8 +58,16 @@ Examples:
       the next echo once the last reply is in, for 2 s
   rttlab ping -C 3 -q 127.0.0.1 ::1
       fping's per-target round trips
-  rttlab ping 127.0.0.1 -i 100us --spin -c 10000 -o P50_LATENCY,P99_LATENCY")]
+  rttlab ping 127.0.0.1 -i 100us --spin -c 10000 -o P50_LATENCY,P99_LATENCY
+  rttlab ping --tcp 443 -c 5 example.internal
+      a TCP handshake a second to port 443, tcpping's lines (`[open]`, a
+      reset `[closed]`); exit 0 once the port answered open")]
 pub struct PingArgs {
+    /// Ping a TCP port instead: a handshake per probe (SYN → SYN/ACK, or the host's
+    /// reset), then a close, no payload; to any host, through firewalls that drop
+    /// ICMP (tcpping's and hping3 -S's measurement). Default -W 2.
+    #[arg(long = "tcp", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub tcp: Option<u16>,
     /// Host(s) to ping (IPv4 or IPv6); several are probed in one loop, as fping.
     #[arg(value_name = "HOST", required = true, num_args = 1..)]
     pub hosts: Vec<String>,
@@ -278,7 +286,7 @@ fn pad_pattern(s: &str) -> Result<Pad, String> {
 #[derive(Clone, Debug)]
 pub struct Pad(Vec<u8>);
 
-fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -287,7 +295,9 @@ pub fn run(a: PingArgs, stage: &super::Stage) -> anyhow::Result<()> {
     // iputils: 2 for an error (before anything was measured, as every subcommand), 1
     // when nothing (or, with -w and -c, too little) came back; fping: 1 when some
     // target never answered.
-    let all_answered = if a.hosts.len() > 1 || a.report_all.is_some() {
+    let all_answered = if let Some(port) = a.tcp {
+        super::ping_tcp::run(&a, port)
+    } else if a.hosts.len() > 1 || a.report_all.is_some() {
         run_fping(a, stage)
     } else {
         run_ping(a, stage)
@@ -493,7 +503,7 @@ fn wait_for_reply(w: Duration) -> Duration {
 
 /// A target written as an address (inet_aton's forms too: `127.1`, `0x7f000001`), which
 /// iputils never looks up by name.
-fn is_numeric(host: &str) -> bool {
+pub(super) fn is_numeric(host: &str) -> bool {
     if host.parse::<std::net::IpAddr>().is_ok() {
         return true;
     }

@@ -12,4 +12,5 @@ pub mod ping;
 pub mod rr;
 pub mod server;
 pub mod stamps;
+pub mod tcping;
 pub mod udp_timeout;
