@@ -38,8 +38,11 @@ use std::time::{Duration, Instant};
 /// The loop wakes at most this often: 3 000 probes/s are sent and read in batches of
 /// about six, and a probe leaves at most this late (its jitter is ±10 % of a second).
 pub const SLOT: Duration = Duration::from_millis(2);
-/// Longest sleep with nothing due, so that new peers and opened sessions are noticed.
-const IDLE: Duration = Duration::from_millis(50);
+/// Longest sleep with nothing due. New peers and the openers' results wake the loop
+/// at once (they unpark it), so an agent with few peers, or none, wakes for its probes
+/// alone: each wake-up costs tens of µs of CPU on a VM, and at 20 a second they were
+/// most of an idle agent's 0.3 % of a core (bench/RESULTS-agent-vs-smokeping.md).
+const IDLE: Duration = Duration::from_secs(1);
 /// Threads opening sessions and resolving names for the loop.
 pub const OPENERS: usize = 4;
 /// Tokens of the two ICMP sockets (probe ids count up from 0).
@@ -81,12 +84,6 @@ impl Batch {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let (done_tx, done_rx) = mpsc::channel::<Done>();
         let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-        for _ in 0..OPENERS {
-            let (rx, tx) = (Arc::clone(&jobs_rx), done_tx.clone());
-            std::thread::Builder::new()
-                .name("probe-opener".into())
-                .spawn(move || open_sessions(&rx, &tx))?;
-        }
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut state = Loop {
@@ -108,6 +105,13 @@ impl Batch {
         let thread = std::thread::Builder::new()
             .name("probe-batch".into())
             .spawn(move || state.run(&stop2))?;
+        for _ in 0..OPENERS {
+            let (rx, tx) = (Arc::clone(&jobs_rx), done_tx.clone());
+            let waker = thread.thread().clone();
+            std::thread::Builder::new()
+                .name("probe-opener".into())
+                .spawn(move || open_sessions(&rx, &tx, &waker))?;
+        }
         Ok(Self {
             tx,
             stop,
@@ -122,11 +126,20 @@ impl Batch {
             .map(|&p| (p, Series::new(metrics, peer, p)))
             .collect();
         let _ = self.tx.send(Command::Add(peer.clone(), series));
+        self.wake();
     }
 
     /// Stop probing the peer named `target`.
     pub fn remove(&self, target: &str) {
         let _ = self.tx.send(Command::Remove(target.to_string()));
+        self.wake();
+    }
+
+    /// Have the loop read its commands now, not at its next probe.
+    fn wake(&self) {
+        if let Some(t) = &self.thread {
+            t.thread().unpark();
+        }
     }
 }
 
@@ -158,7 +171,7 @@ enum Done {
     ),
 }
 
-fn open_sessions(jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>) {
+fn open_sessions(jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>, waker: &std::thread::Thread) {
     loop {
         let job = {
             let rx = jobs
@@ -189,6 +202,7 @@ fn open_sessions(jobs: &Mutex<Receiver<Job>>, done: &Sender<Done>) {
         if sent.is_err() {
             return;
         }
+        waker.unpark();
     }
 }
 

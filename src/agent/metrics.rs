@@ -642,7 +642,7 @@ fn comment_004(line: &str, out: &mut String) {
 }
 
 /// The counter families [`Metrics::new`] registers (checked by a test).
-const COUNTERS: [&str; 15] = [
+const COUNTERS: [&str; 17] = [
     "process_cpu_seconds",
     "rttlab_probes_sent",
     "rttlab_probes_lost",
@@ -658,6 +658,8 @@ const COUNTERS: [&str; 15] = [
     "rttlab_passive_rate_limited",
     "rttlab_service_retransmissions",
     "rttlab_service_untimed",
+    "smokeping_requests",
+    "smokeping_send_errors",
 ];
 
 /// The labels of one series.
@@ -783,7 +785,19 @@ mod tests {
     /// Witness: the OpenMetrics exposition's own TYPE lines name every counter family.
     #[test]
     fn every_counter_family_is_renamed_in_the_text_format() {
-        let m = small();
+        let m = small().with_smokeping_names();
+        if let Some(f) = &m.smokeping {
+            let peer = crate::agent::peers::Peer {
+                target: "p:12866".into(),
+                name: "p:9812".into(),
+                host: "p".into(),
+                port: 12866,
+                labels: Vec::new(),
+            };
+            let s = f.series(&peer, "127.0.0.2".parse().unwrap());
+            s.requests.inc();
+            s.send_errors.inc();
+        }
         let l = labels("p", "icmp", &[]);
         for f in [
             &m.sent,

@@ -22,6 +22,7 @@ pub mod service;
 pub mod smokeping;
 pub mod supervisor;
 pub mod threaded;
+pub mod wake;
 pub mod wheel;
 
 use crate::kernel::sock_diag::{DiagFilter, SockDiag};

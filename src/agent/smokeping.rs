@@ -51,8 +51,9 @@ pub struct Families {
     requests: Family<Labels, Counter>,
     duration: Family<Labels, Histogram, Buckets>,
     send_errors: Family<Labels, Counter>,
-    /// The label sets made for each peer (by target), to drop when it goes.
-    made: Mutex<HashMap<String, Vec<Labels>>>,
+    /// The targets writing each label set: two targets on one host (two ports) share
+    /// its series, as smokeping_prober has one per host; the last to go drops them.
+    made: Mutex<HashMap<Labels, Vec<String>>>,
 }
 
 impl Default for Families {
@@ -76,12 +77,12 @@ impl Families {
         );
         r.register(
             "smokeping_response_duration_seconds",
-            "A histogram of latencies for ping responses.",
+            "A histogram of latencies for ping responses",
             self.duration.clone(),
         );
         r.register(
             "smokeping_send_errors",
-            "The number of errors when Pinger attempts to send packets.",
+            "The number of errors when Pinger attempts to send packets",
             self.send_errors.clone(),
         );
     }
@@ -97,21 +98,25 @@ impl Families {
             send_errors: self.send_errors.get_or_create_owned(&l),
         };
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        let sets = made.entry(peer.target.clone()).or_default();
-        if !sets.contains(&l) {
-            sets.push(l);
+        let targets = made.entry(l).or_default();
+        if !targets.contains(&peer.target) {
+            targets.push(peer.target.clone());
         }
         s
     }
 
-    /// Drop every series of `peer` (no longer probed).
+    /// `peer` is no longer probed: the series only it wrote are dropped.
     pub fn forget(&self, peer: &Peer) {
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        for l in made.remove(&peer.target).unwrap_or_default() {
-            self.requests.remove(&l);
-            self.duration.remove(&l);
-            self.send_errors.remove(&l);
-        }
+        made.retain(|l, targets| {
+            targets.retain(|t| *t != peer.target);
+            if targets.is_empty() {
+                self.requests.remove(l);
+                self.duration.remove(l);
+                self.send_errors.remove(l);
+            }
+            !targets.is_empty()
+        });
     }
 }
 
@@ -158,6 +163,45 @@ mod tests {
             assert!((b - want).abs() < want * 1e-12, "{i}: {b} against {want}");
         }
         assert_eq!(BUCKETS[19], 26.2144);
+    }
+
+    /// Two targets on one host (two ports) share its series; the series stay while
+    /// either is probed. Witness: the families' own exposition.
+    #[test]
+    fn a_hosts_series_stay_until_its_last_target_goes() {
+        let f = Families::default();
+        let peer = |port: u16| Peer {
+            target: format!("db1:{port}"),
+            name: format!("db1:{port}"),
+            host: "db1".into(),
+            port,
+            labels: Vec::new(),
+        };
+        let ip = "10.1.2.3".parse().unwrap();
+        f.series(&peer(7), ip).requests.inc();
+        f.series(&peer(9), ip).requests.inc();
+        let mut r = Registry::default();
+        f.register(&mut r);
+        let text = || {
+            let mut s = String::new();
+            prometheus_client::encoding::text::encode(&mut s, &r).unwrap();
+            s
+        };
+        assert!(
+            text().contains(
+                "smokeping_requests_total{ip=\"10.1.2.3\",host=\"db1\",source=\"\",tos=\"0\"} 2"
+            ),
+            "{}",
+            text()
+        );
+        f.forget(&peer(9));
+        assert!(
+            text().contains("smokeping_requests_total{ip=\"10.1.2.3\""),
+            "{}",
+            text()
+        );
+        f.forget(&peer(7));
+        assert!(!text().contains("smokeping_requests_total{"), "{}", text());
     }
 
     /// A peer's own `ip` or `host` label cannot overwrite the address or the host,

@@ -432,9 +432,9 @@ impl Reloader {
 
 /// Set `stop` on SIGTERM or SIGINT; a second one ends the process at once, by the
 /// signal's default action. The stop is honoured within a second whatever the agent
-/// is doing: the main loop notices it within its 200 ms tick (a reload's names are
-/// resolved on the reload thread, which is not waited for), the metrics endpoint
-/// within its 100 ms tick and at most 100 ms more for scrapes in progress
+/// is doing: the main loop and the metrics endpoint are woken by it at once
+/// ([`super::wake`]; a reload's names are resolved on the reload thread, which is not
+/// waited for), the endpoint gives scrapes in progress at most 100 ms more
 /// (`MetricsServer::serve`), and the in-kernel passive engine detaches its programs
 /// within 200 ms (`agent::passive`). Witness: tests/agent_hostile.rs, SIGTERM to exit
 /// under a reload of 200 000 peers and of /dev/zero.
@@ -475,6 +475,12 @@ impl Supervisor {
     pub fn run(mut self, http: MetricsServer, stop: &Arc<AtomicBool>) -> std::io::Result<()> {
         let hup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+        // After the flags' handlers: a signal sets its flag, then ends the sleep.
+        let wake = super::wake::SignalWake::new(&[
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ])?;
         let mut reloader = Reloader::start(Arc::clone(&self.flags))?;
         let metrics = Arc::clone(&self.metrics);
         std::thread::scope(|s| {
@@ -488,7 +494,8 @@ impl Supervisor {
             let mut next_textfile = Instant::now();
             let mut textfile_failing: Option<String> = None;
             while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(200));
+                // A signal is seen at once, a changed peers file within half a second.
+                wake.wait(Duration::from_millis(500));
                 let changed = stamp(self.current.peers_file.as_deref()) != seen;
                 // A new epoch asks for one reload (a failing one is not asked again
                 // every tick).

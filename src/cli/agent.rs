@@ -255,6 +255,9 @@ pub fn run(a: AgentArgs, stage: &super::Stage) -> anyhow::Result<()> {
     // Raised before the first plan, which checks the peers' descriptors against it.
     let open_files = rlimit::raise_open_files();
     let current = supervisor::plan(&flags)?;
+    if a.smokeping_names && !current.probes.contains(&Probe::Icmp) {
+        bail!("--smokeping-names exports the icmp probe's echoes: add icmp to --probes");
+    }
 
     let server = Server::bind(ServerConfig {
         listen,

@@ -239,7 +239,7 @@ pub struct RefusedArgs {
 
 impl RefusedArgs {
     /// The first refused flag given, as one line: what it is and what to use instead.
-    fn check(&self) -> anyhow::Result<()> {
+    pub(super) fn check(&self) -> anyhow::Result<()> {
         if self.broadcast {
             bail!("-b: rttlab does not ping broadcast addresses (one request, many repliers, no round trip per host): list the hosts, `rttlab ping A B C`");
         }

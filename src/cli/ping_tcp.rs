@@ -18,7 +18,11 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The flags of ICMP's ping that a handshake has no use for, refused by name.
 fn refuse_icmp_only(a: &PingArgs) -> anyhow::Result<()> {
+    a.refused.check()?;
     let given = [
+        (a.duration.is_some(), "--duration (use -w)"),
+        (a.verbose, "-v"),
+        (a.socket != super::ping::SocketArg::Auto, "--socket"),
         (a.flood, "-f (a SYN flood is not a measurement)"),
         (a.adaptive, "-A"),
         (a.preload.is_some(), "-l"),
@@ -36,20 +40,18 @@ fn refuse_icmp_only(a: &PingArgs) -> anyhow::Result<()> {
             a.one_in_flight,
             "--one-in-flight (one handshake is always alone)",
         ),
-        (a.spin || a.pace.is_some(), "--spin and --pace"),
-        (
-            a.dont_route || a.no_multicast_loop || a.pin_source,
-            "-r, -L and -B",
-        ),
+        (a.spin, "--spin"),
+        (a.pace.is_some(), "--pace"),
+        (a.dont_route, "-r"),
+        (a.no_multicast_loop, "-L"),
+        (a.pin_source, "-B"),
         (a.summary, "--summary"),
-        (
-            a.out.json || a.out.csv || a.out.output.is_some(),
-            "--json, --csv and -o",
-        ),
-        (
-            a.out.histogram || a.out.percentiles.is_some() || a.out.hdr_log.is_some(),
-            "--histogram, --percentiles and --hdr-log",
-        ),
+        (a.out.json, "--json"),
+        (a.out.csv, "--csv"),
+        (a.out.output.is_some(), "-o"),
+        (a.out.histogram, "--histogram"),
+        (a.out.percentiles.is_some(), "--percentiles"),
+        (a.out.hdr_log.is_some(), "--hdr-log"),
     ];
     if let Some((_, flag)) = given.iter().find(|(g, _)| *g) {
         bail!("--tcp: {flag} is ICMP ping's only; a TCP ping takes -c, -i, -W, -w, -t, -Q, --dscp, -m, -I, --bind, -4, -6, -n, -q, -D and -a");
@@ -75,8 +77,14 @@ pub fn run(a: &PingArgs, port: u16) -> anyhow::Result<bool> {
         bail!("-W must be longer than 0");
     }
     let host = &a.hosts[0];
-    let target = super::rr::resolve(host, port, a.ipv4, a.ipv6)?;
-    let target = SocketAddr::new(target.ip().to_canonical(), port);
+    // An IPv4-mapped address is the IPv4 host; an IPv6 one keeps its scope (fe80::…%eth0).
+    let target = match super::rr::resolve(host, port, a.ipv4, a.ipv6)? {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), port),
+            None => SocketAddr::V6(v6),
+        },
+        v4 => v4,
+    };
     let (device, bind) = match &a.interface {
         Some(i) => match i.parse() {
             Ok(ip) => (None, Some(ip)),
@@ -109,14 +117,22 @@ pub fn run(a: &PingArgs, port: u16) -> anyhow::Result<bool> {
         out,
         "TCP PING {name} port {port}: a handshake per probe, then a close"
     )?;
+    // -w 0 is no deadline, as iputils. With -w, -c counts ports answered open (the
+    // run goes on until then or the deadline); without it, probes sent.
+    let deadline = a.deadline.filter(|d| !d.is_zero());
+    let done = |tally: &Tally, seq: u64| match (a.count, deadline) {
+        (Some(c), Some(_)) => tally.open >= c,
+        (Some(c), None) => seq >= c,
+        (None, _) => false,
+    };
     let start = Instant::now();
     let mut tally = Tally::default();
     let mut seq: u64 = 0;
     let mut next = start;
     loop {
         if stop.load(Ordering::SeqCst)
-            || a.count.is_some_and(|c| seq >= c)
-            || a.deadline.is_some_and(|d| start.elapsed() >= d)
+            || done(&tally, seq)
+            || deadline.is_some_and(|d| start.elapsed() >= d)
         {
             break;
         }
@@ -127,15 +143,20 @@ pub fn run(a: &PingArgs, port: u16) -> anyhow::Result<bool> {
             continue;
         }
         seq += 1;
-        next += interval;
-        let wait = a
-            .deadline
-            .map_or(timeout, |d| timeout.min(d.saturating_sub(start.elapsed())));
+        let wait = deadline.map_or(timeout, |d| timeout.min(d.saturating_sub(start.elapsed())));
         let o = match tcping::socket(target, &options) {
-            Ok(sock) => tcping::handshake(sock, target, wait.max(Duration::from_millis(1))),
+            Ok(sock) => tcping::handshake(sock, target, wait.max(Duration::from_millis(1)), &stop),
             Err(e) => Outcome::NotSent(e.to_string()),
         };
         tally.record(&o);
+        // On the clock while probes are answered in time; after one that overran it,
+        // the next goes at once and the clock starts from there: never a burst of the
+        // probes the slow one held back.
+        let now = Instant::now();
+        next = next.checked_add(interval).unwrap_or(now).max(now);
+        if matches!(o, Outcome::Interrupted) {
+            break;
+        }
         if !a.quiet {
             let stamp = if a.timestamps {
                 let t = std::time::SystemTime::now()
@@ -153,14 +174,14 @@ pub fn run(a: &PingArgs, port: u16) -> anyhow::Result<bool> {
             writeln!(out, "{stamp}{}{bell}", line(seq, &name, &o))?;
         }
         // A run of -c ends once its last probe is answered, not an interval later.
-        if a.count.is_some_and(|c| seq >= c) {
+        if done(&tally, seq) {
             break;
         }
     }
     let elapsed = start.elapsed();
     write!(out, "{}", statistics(&name, port, &tally, elapsed))?;
     out.flush()?;
-    Ok(match (a.count, a.deadline) {
+    Ok(match (a.count, deadline) {
         (Some(c), Some(_)) => tally.open >= c,
         _ => tally.open > 0,
     })
@@ -185,6 +206,7 @@ fn line(seq: u64, name: &str, o: &Outcome) -> String {
         }
         Outcome::TimedOut => format!("seq {seq}: no response (timeout)"),
         Outcome::NotSent(why) => format!("seq {seq}: not sent: {why}"),
+        Outcome::Interrupted => format!("seq {seq}: interrupted"),
     }
 }
 

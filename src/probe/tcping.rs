@@ -11,6 +11,7 @@
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How a handshake that did not complete ended, from `connect()`'s error (connect(2)).
@@ -53,6 +54,8 @@ pub enum Outcome {
     TimedOut,
     /// The SYN could not be sent; why.
     NotSent(String),
+    /// Stopped (Ctrl-C) while waiting: sent, not answered, and not a timeout.
+    Interrupted,
 }
 
 /// Options of the probing socket, as ping's flags set them.
@@ -108,10 +111,11 @@ pub fn socket(target: SocketAddr, o: &SocketOptions) -> std::io::Result<Socket> 
     Ok(s)
 }
 
-/// One handshake on `s` (from [`socket`]) to `target`, waiting at most `timeout`, then
-/// a close: a FIN after a SYN/ACK, nothing after a reset or a timeout (a socket still
-/// sending its SYN is dropped without a word, tcp_close in SYN_SENT).
-pub fn handshake(s: Socket, target: SocketAddr, timeout: Duration) -> Outcome {
+/// One handshake on `s` (from [`socket`]) to `target`, waiting at most `timeout` (or
+/// until `stop` is set), then a close: a FIN after a SYN/ACK, nothing after a reset or
+/// a timeout (a socket still sending its SYN is dropped without a word, tcp_close in
+/// SYN_SENT).
+pub fn handshake(s: Socket, target: SocketAddr, timeout: Duration, stop: &AtomicBool) -> Outcome {
     let start = Instant::now();
     match s.connect(&SockAddr::from(target)) {
         Ok(()) => return Outcome::Open(start.elapsed()),
@@ -123,14 +127,17 @@ pub fn handshake(s: Socket, target: SocketAddr, timeout: Duration) -> Outcome {
         events: libc::POLLOUT,
         revents: 0,
     };
-    let deadline = start + timeout;
+    let deadline = start.checked_add(timeout);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        if stop.load(Ordering::SeqCst) {
+            return Outcome::Interrupted;
+        }
+        let left = deadline.map_or(STOP_CHECK, |d| d.saturating_duration_since(Instant::now()));
         if left.is_zero() {
             return Outcome::TimedOut;
         }
         // Rounded up: a poll of 0 ms would spin the last millisecond.
-        let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+        let ms = i32::try_from(left.min(STOP_CHECK).as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
         // SAFETY: one pollfd, valid for the call.
         let n = unsafe { libc::poll(&mut pfd, 1, ms) };
         let took = start.elapsed();
@@ -151,6 +158,9 @@ pub fn handshake(s: Socket, target: SocketAddr, timeout: Duration) -> Outcome {
         };
     }
 }
+
+/// How often a wait looks at its stop flag: Ctrl-C ends a run within this.
+const STOP_CHECK: Duration = Duration::from_millis(100);
 
 fn refused(e: &std::io::Error, took: Duration) -> Outcome {
     match Refusal::of(e) {
@@ -195,6 +205,8 @@ impl Tally {
             Outcome::Unreachable(..) => self.unreachable += 1,
             Outcome::TimedOut => self.timed_out += 1,
             Outcome::NotSent(_) => self.not_sent += 1,
+            // Sent and not answered, as iputils counts a request Ctrl-C cut short.
+            Outcome::Interrupted => {}
         }
         if !matches!(o, Outcome::NotSent(_)) {
             self.transmitted += 1;
@@ -243,6 +255,7 @@ mod tests {
             socket(open, &SocketOptions::default()).unwrap(),
             open,
             Duration::from_secs(5),
+            &AtomicBool::new(false),
         );
         assert!(matches!(o, Outcome::Open(_)), "{o:?}");
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -252,8 +265,41 @@ mod tests {
             socket(closed, &SocketOptions::default()).unwrap(),
             closed,
             Duration::from_secs(5),
+            &AtomicBool::new(false),
         );
         assert!(matches!(o, Outcome::Closed(_)), "{o:?}");
+    }
+
+    /// Witness: the kernel drops a SYN to a listener whose accept queue is full
+    /// (tcp_conn_request), so nothing answers: Ctrl-C's flag ends the 10 s wait.
+    #[test]
+    fn a_wait_nothing_answers_ends_when_stopped() {
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&SockAddr::from(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .unwrap();
+        l.listen(0).unwrap();
+        let full = l.local_addr().unwrap().as_socket().unwrap();
+        let _queued: Vec<_> = (0..2)
+            .filter_map(|_| {
+                std::net::TcpStream::connect_timeout(&full, Duration::from_millis(300)).ok()
+            })
+            .collect();
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let s2 = std::sync::Arc::clone(&stop);
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            s2.store(true, Ordering::SeqCst);
+        });
+        let t0 = Instant::now();
+        let o = handshake(
+            socket(full, &SocketOptions::default()).unwrap(),
+            full,
+            Duration::from_secs(10),
+            &stop,
+        );
+        setter.join().unwrap();
+        assert!(matches!(o, Outcome::Interrupted), "{o:?}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     }
 
     /// Witness: connect(2)'s errors, made by the kernel and written out.

@@ -86,7 +86,7 @@ pub fn parse_duration_with(s: &str, bare_unit: Duration) -> Result<Duration, Str
         if !x.is_finite() {
             return Err(format!("{s:?} is not a duration"));
         }
-        return Ok(bare_unit.mul_f64(x));
+        return longest(bare_unit.as_secs_f64() * x, s);
     }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -102,12 +102,27 @@ pub fn parse_duration_with(s: &str, bare_unit: Duration) -> Result<Duration, Str
         _ => {
             return humantime::parse_duration(t)
                 .map_err(|e| format!("{s:?} is not a duration ({e}); use e.g. 250us, 10ms, 1.5s"))
+                .and_then(|d| longest(d.as_secs_f64(), s))
         }
     };
     let x: f64 = num
         .parse()
         .map_err(|_| format!("{s:?} is not a duration; use e.g. 250us, 10ms, 1.5s"))?;
-    Ok(Duration::from_nanos((x * factor_ns).round() as u64))
+    longest(x * factor_ns / 1e9, s)
+}
+
+/// The longest duration taken: a billion seconds (31 years). Longer ones would
+/// overflow a deadline computed from now (`Instant + Duration` panics).
+const LONGEST_S: f64 = 1e9;
+
+/// `secs` as a duration, or why not (`s` as given).
+fn longest(secs: f64, s: &str) -> Result<Duration, String> {
+    if secs > LONGEST_S {
+        return Err(format!(
+            "{s:?} is too long: at most {LONGEST_S:e} s (31 years)"
+        ));
+    }
+    Ok(Duration::from_nanos((secs * 1e9).round() as u64))
 }
 
 /// A duration where a bare number means seconds (netperf's `-l`).
@@ -150,6 +165,15 @@ pub fn ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_duration_too_long_for_a_deadline_is_refused() {
+        // Witness: Instant + Duration panics past the clock's range; 1e19 s is there.
+        for s in ["1e19", "1e25", "10000000000s", "100000years"] {
+            assert!(parse_seconds(s).is_err(), "{s}");
+        }
+        assert_eq!(parse_seconds("1e9"), Ok(Duration::from_secs(1_000_000_000)));
+    }
 
     #[test]
     fn durations() {
