@@ -4,7 +4,8 @@
 //! Why one loop: a thread per peer and probe kind sleeps and wakes twice a probe
 //! (its timer, then its reply), and on a VM those context switches were most of the
 //! agent's CPU — 67 µs a probe, 21 % of a core at 1 000 peers (bench/RESULTS-agent.md).
-//! This loop wakes at most once a [`SLOT`], sends every probe that is due, and reads
+//! This loop wakes at most once a [`SLOT`] (less often at fewer probes a second:
+//! `Loop::gap`), sends every probe that is due, and reads
 //! every reply that has come with one readiness poll; replies are timed by the
 //! kernel's receive stamps (`SO_TIMESTAMPNS`), so the batching is not measured: a
 //! round trip runs from just before the request's `send()` to the stamp of its
@@ -38,6 +39,14 @@ use std::time::{Duration, Instant};
 /// The loop wakes at most this often: 3 000 probes/s are sent and read in batches of
 /// about six, and a probe leaves at most this late (its jitter is ±10 % of a second).
 pub const SLOT: Duration = Duration::from_millis(2);
+/// Probes a wake-up should find due, where the rate allows: fewer peers wake the loop
+/// less often, not once a probe. A wake-up costs 40–80 µs of CPU on a VM (the timer,
+/// the switch, the hypervisor's exits): at 100 peers, one a probe was 1.65 a probe and
+/// most of the agent's CPU (bench/RESULTS-agent-vs-smokeping.md).
+const PER_WAKE: f64 = 4.0;
+/// The longest a probe waits for its wake-up, as a share of the interval: a
+/// twentieth, half the ±10 % jitter every probe has anyway.
+const MOST_LATE: f64 = 0.05;
 /// Longest sleep with nothing due. New peers and the openers' results wake the loop
 /// at once (they unpark it), so an agent with few peers, or none, wakes for its probes
 /// alone: each wake-up costs tens of µs of CPU on a VM, and at 20 a second they were
@@ -270,6 +279,11 @@ struct Slab {
 }
 
 impl Slab {
+    /// Probes held.
+    fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
     fn insert(&mut self, p: Probing) -> u64 {
         let index = match self.free.pop() {
             Some(i) => i,
@@ -335,12 +349,22 @@ impl Loop {
                 .next_due(horizon)
                 .unwrap_or(now + IDLE)
                 .min(now + IDLE)
-                .max(last + SLOT);
+                .max(last + self.gap());
             if next > now {
                 std::thread::park_timeout(next - now);
             }
             last = Instant::now();
         }
+    }
+
+    /// The least time between two wake-ups: long enough that one finds [`PER_WAKE`]
+    /// probes due at this many probes per interval, at most [`MOST_LATE`] of the
+    /// interval, at least a [`SLOT`].
+    fn gap(&self) -> Duration {
+        let interval = self.settings.interval.as_secs_f64();
+        let probes = self.probes.len().max(1) as f64;
+        let gap = (PER_WAKE * interval / probes).min(MOST_LATE * interval);
+        Duration::from_secs_f64(gap).max(SLOT)
     }
 
     fn schedule(&mut self, id: u64) {
