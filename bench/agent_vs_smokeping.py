@@ -68,8 +68,9 @@ def wait_up(endpoint, proc, limit=60):
     raise SystemExit(f"{endpoint} never answered")
 
 
-def measure(proc, endpoint, counter, match, warmup, window):
-    wait_up(endpoint, proc)
+def measure(proc, endpoint, counter, match, warmup, window, n):
+    # smokeping_prober sets up its pingers before it serves: minutes at 5 000.
+    wait_up(endpoint, proc, limit=60 + 0.2 * n)
     time.sleep(warmup)
     c0, n0, t0 = cpu_s(proc.pid), metric_sum(endpoint, counter, match), time.time()
     time.sleep(window)
@@ -97,7 +98,7 @@ def run_agent(n, warmup, window, tmp):
         env={**os.environ, "RTTLAB_STATE_DIR": tmp})
     try:
         return measure(proc, AGENT_METRICS, "rttlab_probes_sent_total", 'layer="icmp"',
-                       warmup, window)
+                       warmup, window, n)
     finally:
         stop(proc)
 
@@ -107,7 +108,7 @@ def run_prober(prober, n, warmup, window):
         [prober, f"--web.listen-address={PROBER_METRICS}"] + [addr(i) for i in range(n)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return measure(proc, PROBER_METRICS, "smokeping_requests_total", "", warmup, window)
+        return measure(proc, PROBER_METRICS, "smokeping_requests_total", "", warmup, window, n)
     finally:
         stop(proc)
 
