@@ -691,7 +691,12 @@ impl Loop {
         p.series.sent.inc();
         if let Some(f) = &self.metrics.smokeping {
             if p.smokeping.as_ref().map(|s| s.ip) != Some(target) {
-                p.smokeping = Some(f.series(&p.peer, target));
+                let pinged = smokeping::Pinged {
+                    target: &p.peer.target,
+                    host: &p.peer.host,
+                    labels: &p.peer.labels,
+                };
+                p.smokeping = Some(f.series(&pinged, target));
             }
         }
         match echoer.send(target) {

@@ -787,12 +787,10 @@ mod tests {
     fn every_counter_family_is_renamed_in_the_text_format() {
         let m = small().with_smokeping_names();
         if let Some(f) = &m.smokeping {
-            let peer = crate::agent::peers::Peer {
-                target: "p:12866".into(),
-                name: "p:9812".into(),
-                host: "p".into(),
-                port: 12866,
-                labels: Vec::new(),
+            let peer = super::super::smokeping::Pinged {
+                target: "p:12866",
+                host: "p",
+                labels: &[],
             };
             let s = f.series(&peer, "127.0.0.2".parse().unwrap());
             s.requests.inc();

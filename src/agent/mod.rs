@@ -219,7 +219,7 @@ impl Agent {
         }
         if let Some(f) = &m.smokeping {
             if layers.contains(&"icmp") {
-                f.forget(p);
+                f.forget(&p.target);
             }
         }
     }

@@ -12,8 +12,7 @@
 //! later than the agent's timeout (the interval, at most `--timeout`) is lost to rttlab
 //! and not observed, where pro-bing, which has no per-echo timeout, observes it late.
 
-use super::metrics::{Labels, NATIVE_MAX_BUCKETS, NATIVE_SCHEMA};
-use super::peers::Peer;
+use super::histogram::{NATIVE_MAX_BUCKETS, NATIVE_SCHEMA};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::histogram::{Histogram, NativeHistogramConfig};
@@ -28,6 +27,20 @@ pub const BUCKETS: [f64; 20] = [
     5e-05, 0.0001, 0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.0128, 0.0256, 0.0512, 0.1024,
     0.2048, 0.4096, 0.8192, 1.6384, 3.2768, 6.5536, 13.1072, 26.2144,
 ];
+
+/// A series' labels, in order.
+type Labels = Vec<(String, String)>;
+
+/// A peer as its smokeping series name it: its target (`HOST:PORT`, what it is
+/// known by), its host as given, and its file_sd labels.
+pub struct Pinged<'a> {
+    /// `HOST:PORT`.
+    pub target: &'a str,
+    /// The host as given: smokeping_prober's `host`.
+    pub host: &'a str,
+    /// Its own labels.
+    pub labels: &'a [(String, String)],
+}
 
 /// The labels smokeping_prober sets itself; a peer's file_sd label of the same name is
 /// left out, as it leaves out a target's.
@@ -89,7 +102,7 @@ impl Families {
 
     /// The series of `peer` pinged at `ip`, looked up (made at 0 if new) once per
     /// address: a lookup takes the family's lock, which a scrape holds.
-    pub fn series(&self, peer: &Peer, ip: IpAddr) -> Series {
+    pub fn series(&self, peer: &Pinged<'_>, ip: IpAddr) -> Series {
         let l = labels(peer, ip);
         let s = Series {
             ip,
@@ -99,17 +112,17 @@ impl Families {
         };
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
         let targets = made.entry(l).or_default();
-        if !targets.contains(&peer.target) {
-            targets.push(peer.target.clone());
+        if !targets.iter().any(|t| t == peer.target) {
+            targets.push(peer.target.to_string());
         }
         s
     }
 
-    /// `peer` is no longer probed: the series only it wrote are dropped.
-    pub fn forget(&self, peer: &Peer) {
+    /// The peer of `target` is no longer probed: the series only it wrote are dropped.
+    pub fn forget(&self, target: &str) {
         let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
         made.retain(|l, targets| {
-            targets.retain(|t| *t != peer.target);
+            targets.retain(|t| t != target);
             if targets.is_empty() {
                 self.requests.remove(l);
                 self.duration.remove(l);
@@ -134,10 +147,10 @@ pub struct Series {
 
 /// `ip`, `host`, `source` (no `--source` address: empty), `tos` (0), then the peer's
 /// own labels but those four.
-fn labels(peer: &Peer, ip: IpAddr) -> Labels {
+fn labels(peer: &Pinged<'_>, ip: IpAddr) -> Labels {
     let mut l: Labels = vec![
         ("ip".into(), ip.to_string()),
-        ("host".into(), peer.host.clone()),
+        ("host".into(), peer.host.to_string()),
         ("source".into(), String::new()),
         ("tos".into(), "0".into()),
     ];
@@ -170,16 +183,14 @@ mod tests {
     #[test]
     fn a_hosts_series_stay_until_its_last_target_goes() {
         let f = Families::default();
-        let peer = |port: u16| Peer {
-            target: format!("db1:{port}"),
-            name: format!("db1:{port}"),
-            host: "db1".into(),
-            port,
-            labels: Vec::new(),
+        let peer = |target| Pinged {
+            target,
+            host: "db1",
+            labels: &[],
         };
         let ip = "10.1.2.3".parse().unwrap();
-        f.series(&peer(7), ip).requests.inc();
-        f.series(&peer(9), ip).requests.inc();
+        f.series(&peer("db1:7"), ip).requests.inc();
+        f.series(&peer("db1:9"), ip).requests.inc();
         let mut r = Registry::default();
         f.register(&mut r);
         let text = || {
@@ -194,13 +205,13 @@ mod tests {
             "{}",
             text()
         );
-        f.forget(&peer(9));
+        f.forget("db1:9");
         assert!(
             text().contains("smokeping_requests_total{ip=\"10.1.2.3\""),
             "{}",
             text()
         );
-        f.forget(&peer(7));
+        f.forget("db1:7");
         assert!(!text().contains("smokeping_requests_total{"), "{}", text());
     }
 
@@ -208,15 +219,14 @@ mod tests {
     /// and its other labels follow smokeping's four. Witness: the labels written out.
     #[test]
     fn a_peers_labels_follow_and_never_replace_smokepings_own() {
-        let peer = Peer {
-            target: "db1:12866".into(),
-            name: "db1:9812".into(),
-            host: "db1".into(),
-            port: 12866,
-            labels: vec![
-                ("host".into(), "spoof".into()),
-                ("rack".into(), "r1".into()),
-            ],
+        let own = [
+            ("host".to_string(), "spoof".to_string()),
+            ("rack".to_string(), "r1".to_string()),
+        ];
+        let peer = Pinged {
+            target: "db1:12866",
+            host: "db1",
+            labels: &own,
         };
         let l = labels(&peer, "10.1.2.3".parse().unwrap());
         let names: Vec<(&str, &str)> = l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
