@@ -230,7 +230,7 @@ fn statistics(name: &str, port: u16, t: &Tally, elapsed: Duration) -> String {
     }
     s += &format!(
         ", {}% packet loss, time {}ms\n",
-        format_loss(t.loss_percent()),
+        rttlab::report::ping::trim_float(t.loss_percent()),
         elapsed.as_millis()
     );
     if let Some([min, avg, max, mdev]) = t.stats() {
@@ -243,16 +243,6 @@ fn statistics(name: &str, port: u16, t: &Tally, elapsed: Duration) -> String {
         );
     }
     s
-}
-
-/// iputils prints the loss as `%g`: 0, 20, 33.3333.
-fn format_loss(p: f64) -> String {
-    if p.fract() == 0.0 {
-        format!("{p:.0}")
-    } else {
-        let s = format!("{p:.4}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    }
 }
 
 #[cfg(test)]
@@ -281,8 +271,5 @@ mod tests {
              6 packets transmitted, 4 received (3 open, 1 closed), +1 errors, 33.3333% packet loss, time 5004ms\n\
              rtt min/avg/max/mdev = 1.000/2.000/3.000/0.707 ms\n"
         );
-        assert_eq!(format_loss(0.0), "0");
-        assert_eq!(format_loss(100.0), "100");
-        assert_eq!(format_loss(12.5), "12.5");
     }
 }

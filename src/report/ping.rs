@@ -421,8 +421,8 @@ fn truncated_ms(ns: f64) -> String {
     format!("{}.{:03}", us / 1000, us % 1000)
 }
 
-/// `%g`-like: 0, 20, 33.3333.
-fn trim_float(x: f64) -> String {
+/// `%g`-like: 0, 20, 33.3333 (iputils' loss).
+pub fn trim_float(x: f64) -> String {
     if x.fract() == 0.0 {
         format!("{x:.0}")
     } else {
