@@ -464,7 +464,7 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// A PromQL instant query: each result's labels and value.
-fn query(ns: &str, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+pub(crate) fn query(ns: &str, q: &str) -> Vec<(BTreeMap<String, String>, f64)> {
     let (_, body) = http_get(
         "127.0.0.1:9090",
         &format!("/api/v1/query?query={}", percent_encode(q)),

@@ -193,7 +193,7 @@ fn every_place_the_architecture_and_the_guides_name_exists() {
 #[test]
 fn the_resolver_fails_on_names_that_are_gone() {
     for gone in [
-        "Lab::set_link",
+        "Lab::set_rack",
         "lab::control",
         "kernel::link",
         "experiment::bench",

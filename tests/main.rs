@@ -20,6 +20,7 @@ mod experiment;
 mod experiments;
 mod explain;
 mod explain_apps;
+mod fleet;
 mod human_tables;
 mod irtt;
 mod json_schema;

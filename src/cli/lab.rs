@@ -31,6 +31,8 @@ Examples:
   rttlab lab up --name demo --delay 50ms --jitter 1ms --loss 1% --rate 10mbit --queue 100kB
   rttlab lab up --name demo --delay 10ms --dir a2b         one direction only
   rttlab lab up --name fleet --hosts 4 --delay 2ms,5ms,10ms,20ms   a star: RTT(i,j) = 2(di+dj)
+  rttlab lab up --name dc --fleet 2x5x10 --delay 1ms,5ms   100 hosts in 10 racks in 2 zones:
+                                          RTT 4 ms between racks, 24 ms between zones
   rttlab lab up --name fast --emulator poll --seed 7      busy-polling, reproducible draws
   rttlab lab up --name demo --delay 5ms --json            the lab as `lab list --json` shows it")]
     Up(UpArgs),
@@ -40,7 +42,8 @@ Examples:
   rttlab lab set --name demo --delay 75ms                  both directions
   rttlab lab set --name demo --loss 5% --dir a2b
   rttlab lab set --name demo --blackout 200ms --port 5001 --at +1s
-  rttlab lab set --name fleet --host d --blackout 3s       one link of a star")]
+  rttlab lab set --name fleet --link d --blackout 3s       one link of a star
+  rttlab lab set --name dc --link rack3 --delay 3ms --loss 5%   one rack's uplink")]
     Set(SetArgs),
     /// Run a command on host a, b or the router r, with `a` and `b` resolving to the hosts.
     #[command(after_help = "\
@@ -100,7 +103,8 @@ pub enum Dist {
 #[derive(Args, Debug, Default)]
 pub struct ImpairArgs {
     /// One-way delay (so 50ms gives a 100 ms RTT when set both ways); with `lab up
-    /// --hosts N`, one per host's link, comma-separated (or one for all).
+    /// --hosts N`, one per host's link, comma-separated (or one for all); with `lab up
+    /// --fleet`, the racks' uplinks' and the zones' (RACK,ZONE).
     #[arg(long, value_parser = values::duration, value_delimiter = ',')]
     pub delay: Vec<Duration>,
     /// Jitter around the delay.
@@ -174,8 +178,16 @@ pub struct UpArgs {
     /// each on its own link: `--delay` and the other impairments apply to every
     /// link both ways, `--delay D1,D2,…` gives each host's link its own, so the RTT
     /// between hosts i and j is 2·(Di + Dj).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "fleet")]
     pub hosts: Option<usize>,
+    /// A fleet of ZONES×RACKS×HOSTS (racks in each zone, hosts in each rack; at most
+    /// 250 hosts, named h001, h002, … rack by rack): each rack's hosts on one bridge,
+    /// each rack's uplink into its zone and each zone's into the core through the
+    /// emulator. `--delay RACK,ZONE` sets every rack's and every zone's uplink (both
+    /// ways); the other impairments apply to every rack's; `lab set --link rackN`
+    /// changes one. `lab list --json` gives each host's rack and zone.
+    #[arg(long, value_name = "ZxRxH", value_parser = fleet_shape)]
+    pub fleet: Option<topology::FleetShape>,
     /// How the lab's emulator waits between frames.
     #[arg(long, value_enum, default_value_t = values::Emulator::Auto)]
     pub emulator: values::Emulator,
@@ -195,10 +207,11 @@ pub struct SetArgs {
     /// The lab to change.
     #[arg(long, default_value = "default")]
     pub name: String,
-    /// In a star, change only this host's link (a2b: from the host into the hub,
-    /// b2a: back to it); without it, every link.
-    #[arg(long, value_name = "HOST")]
-    pub host: Option<String>,
+    /// Change only this link: a star's host (a2b: from the host into the hub, b2a:
+    /// back to it), a fleet's rackN or zoneN (a2b: towards the core); without it,
+    /// every link.
+    #[arg(long, alias = "host", value_name = "LINK")]
+    pub link: Option<String>,
     #[command(flatten)]
     pub impair: ImpairArgs,
     /// Direction to change.
@@ -213,6 +226,21 @@ pub struct SetArgs {
     /// Start the blackout later: +1s, +250ms.
     #[arg(long, requires = "blackout", value_parser = at)]
     pub at: Option<Duration>,
+}
+
+/// `ZxRxH`: zones, racks in each, hosts in each rack, each at least 1.
+fn fleet_shape(s: &str) -> Result<topology::FleetShape, String> {
+    let n: Vec<usize> = s
+        .split(['x', '×'])
+        .map(|p| p.trim().parse().ok().filter(|&n| n > 0))
+        .collect::<Option<_>>()
+        .filter(|n: &Vec<usize>| n.len() == 3)
+        .ok_or_else(|| format!("{s:?}: give ZONESxRACKSxHOSTS, e.g. 2x5x10, each at least 1"))?;
+    Ok(topology::FleetShape {
+        zones: n[0],
+        racks: n[1],
+        hosts: n[2],
+    })
 }
 
 fn at(s: &str) -> Result<Duration, String> {
@@ -269,11 +297,14 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         DirArg::B2a => [Impairments::default(), imp],
     };
     let star = star_links(&u, imp)?;
+    let fleet = fleet_links(&u, imp)?;
+    let links = fleet.map_or(star.len().max(1), |f| f.shape.total_racks() + f.shape.zones);
     let spec = LabSpec {
         star: star.clone(),
+        fleet,
         name: u.name.clone(),
         impairments,
-        poll: u.emulator.polls(star.len().max(1)),
+        poll: u.emulator.polls(links),
         seed: u.seed,
         events: u.events.map(|p| std::path::absolute(&p).unwrap_or(p)),
         daemon: true,
@@ -307,7 +338,15 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
         }
     )?;
     write!(o, "{}", rttlab::report::lab::hosts(&info))?;
-    if star.is_empty() {
+    if let Some(f) = &fleet {
+        for (level, i) in [("rack", &f.rack), ("zone", &f.zone)] {
+            writeln!(
+                o,
+                "each {level}'s uplink (both ways): {}",
+                rttlab::report::lab::impairments(i)
+            )?;
+        }
+    } else if star.is_empty() {
         for (d, i) in [("a2b", &impairments[0]), ("b2a", &impairments[1])] {
             writeln!(o, "{d}: {}", rttlab::report::lab::impairments(i))?;
         }
@@ -323,17 +362,52 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
     }
     writeln!(
         o,
-        "try: rttlab lab exec --name {} a -- ping -c 3 b",
-        info.name
+        "try: rttlab lab exec --name {} {} -- ping -c 3 {}",
+        info.name, info.a.name, info.b.name
     )?;
     Ok(())
+}
+
+/// `--fleet`: every rack's uplink `imp`, every zone's uplink without impairments but
+/// its delay; `--delay RACK,ZONE` sets both.
+fn fleet_links(u: &UpArgs, imp: Impairments) -> anyhow::Result<Option<rttlab::lab::Fleet>> {
+    let Some(shape) = u.fleet else {
+        return Ok(None);
+    };
+    if u.dir != DirArg::Both {
+        bail!("--dir applies to the two-host lab; a fleet's uplinks are impaired both ways")
+    }
+    let hosts = shape.total_hosts();
+    if !(2..=topology::MAX_FLEET_HOSTS).contains(&hosts) {
+        let said = if hosts == usize::MAX {
+            "more".to_string()
+        } else {
+            hosts.to_string()
+        };
+        bail!(
+            "--fleet: {said} hosts; a fleet has 2 to {} (zones × racks × hosts)",
+            topology::MAX_FLEET_HOSTS
+        )
+    }
+    let delays = &u.impair.delay;
+    if delays.len() > 2 {
+        bail!("--fleet takes --delay RACK or --delay RACK,ZONE: the uplinks' one-way delays")
+    }
+    let ns = |d: Option<&Duration>| d.map_or(0, |d| rttlab::stats::units::ns(*d));
+    let mut rack = imp;
+    rack.delay_ns = ns(delays.first());
+    let zone = Impairments {
+        delay_ns: ns(delays.get(1)),
+        ..Impairments::default()
+    };
+    Ok(Some(rttlab::lab::Fleet { shape, rack, zone }))
 }
 
 /// `--hosts N`: each host's link to the router, `imp` with the host's own `--delay`
 /// where one per host is given; empty for the two-host lab.
 fn star_links(u: &UpArgs, imp: Impairments) -> anyhow::Result<Vec<Impairments>> {
     Ok(match u.hosts {
-        None if u.impair.delay.len() > 1 => {
+        None if u.impair.delay.len() > 1 && u.fleet.is_none() => {
             bail!("--delay takes one value per host only with --hosts N")
         }
         None => Vec::new(),
@@ -452,7 +526,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
     let dirs = s.dir.dirs();
     let patch = s.impair.patch();
     if s.impair.delay.len() > 1 {
-        bail!("lab set takes one --delay (use --host to change one link of a star)");
+        bail!("lab set takes one --delay (use --link to change one link of a star or a fleet)");
     }
     if patch.is_empty() && s.blackout.is_none() {
         bail!("nothing to change: give an impairment (--delay, --loss, ...) or --blackout");
@@ -461,7 +535,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         socket::request(
             &info.socket,
             &Request::Set {
-                link: s.host.clone(),
+                link: s.link.clone(),
                 dirs: dirs.clone(),
                 patch,
             },
@@ -484,7 +558,7 @@ fn set(s: SetArgs) -> anyhow::Result<()> {
         let r = socket::request(
             &info.socket,
             &Request::Blackout {
-                link: s.host.clone(),
+                link: s.link.clone(),
                 dirs,
                 duration_ns: rttlab::stats::units::ns(d),
                 port: s.port,
@@ -511,15 +585,18 @@ fn exec(e: ExecArgs) -> anyhow::Result<()> {
         "r" => info.router_netns.clone(),
         n => match info.host(n) {
             Some(h) => h.netns.clone(),
-            None => bail!(
-                "no node {n:?} in lab {}: use {} or r",
-                info.name,
-                info.all_hosts()
-                    .iter()
-                    .map(|h| h.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            None => {
+                let hosts = info.all_hosts();
+                let names = match (info.fleet, hosts.last()) {
+                    (Some(_), Some(last)) => format!("{}–{}", hosts[0].name, last.name),
+                    _ => hosts
+                        .iter()
+                        .map(|h| h.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                };
+                bail!("no node {n:?} in lab {}: use {names} or r", info.name)
+            }
         },
     };
     let mut cmd = rttlab::lab::exec::command(&ns, &e.command[0]);

@@ -74,6 +74,16 @@ pub enum LabError {
         /// [`topology::MAX_HOSTS`].
         max: usize,
     },
+    /// A fleet without a host, or of more than the lab can address.
+    #[error(
+        "building the lab failed: a fleet has 2 to {max} hosts (zones × racks × hosts), not {hosts}"
+    )]
+    FleetSize {
+        /// Hosts asked for.
+        hosts: usize,
+        /// [`topology::MAX_FLEET_HOSTS`].
+        max: usize,
+    },
     /// Every lab index is taken.
     #[error("building the lab failed: {0} labs exist already")]
     TooManyLabs(usize),
@@ -106,12 +116,14 @@ pub enum LabError {
     /// The lab's process refused a request; its reason crossed the lab's socket as text.
     #[error("{0}")]
     Refused(String),
-    /// A link of a host the lab does not have.
-    #[error("lab {lab:?} has no link of a host {host:?} (links are a star's: lab up --hosts N)")]
+    /// A link the lab does not have.
+    #[error(
+        "lab {lab:?} has no link {host:?} (links are a star's hosts, lab up --hosts N, or a fleet's racks and zones, lab up --fleet)"
+    )]
     NoSuchLink {
         /// The lab.
         lab: String,
-        /// The host named.
+        /// The link named.
         host: String,
     },
     /// `lab down` of a lab an experiment or a test holds.
@@ -166,6 +178,21 @@ pub struct LabSpec {
     /// ways), `a`'s first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub star: Vec<Impairments>,
+    /// A fleet of racks and zones instead of two hosts or a star.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<Fleet>,
+}
+
+/// A fleet's shape and its uplinks' impairments (both ways), every rack's alike and
+/// every zone's alike until `lab set --link` changes one.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub struct Fleet {
+    /// Zones, racks in each, hosts in each rack.
+    pub shape: topology::FleetShape,
+    /// Each rack's uplink into its zone.
+    pub rack: Impairments,
+    /// Each zone's uplink into the core.
+    pub zone: Impairments,
 }
 
 /// Whether a lab whose emulator runs `links` threads busy-polls when the user did not
@@ -191,6 +218,7 @@ impl LabSpec {
             events: None,
             daemon: false,
             star: Vec::new(),
+            fleet: None,
         }
     }
 }
@@ -218,22 +246,22 @@ impl Inner {
             Some(why) => why,
         };
         let (a2b, b2a) = dirs(&self.links[0]);
-        let links = if self.info.is_star() {
+        let links = if self.info.hosts.is_empty() {
+            Vec::new()
+        } else {
             self.info
-                .all_hosts()
-                .iter()
+                .links()
+                .into_iter()
                 .zip(&self.links)
-                .map(|(h, l)| {
+                .map(|(link, l)| {
                     let (up, down) = dirs(l);
                     socket::LinkStatus {
-                        host: h.name.clone(),
+                        host: link.name,
                         up,
                         down,
                     }
                 })
                 .collect()
-        } else {
-            Vec::new()
         };
         Status {
             info: self.info.clone(),
@@ -272,9 +300,9 @@ impl Inner {
             Some(name) => {
                 let i = self
                     .info
-                    .all_hosts()
+                    .links()
                     .iter()
-                    .position(|h| h.name == name && self.info.is_star())
+                    .position(|l| l.name == name && !l.name.is_empty())
                     .ok_or_else(|| LabError::NoSuchLink {
                         lab: self.info.name.clone(),
                         host: name.into(),
@@ -414,6 +442,17 @@ impl Lab {
                 max: topology::MAX_HOSTS,
             });
         }
+        if let Some(f) = &spec.fleet {
+            f.rack.validate()?;
+            f.zone.validate()?;
+            let hosts = f.shape.total_hosts();
+            if !(2..=topology::MAX_FLEET_HOSTS).contains(&hosts) || !spec.star.is_empty() {
+                return Err(LabError::FleetSize {
+                    hosts,
+                    max: topology::MAX_FLEET_HOSTS,
+                });
+            }
+        }
         if !is_root() {
             return Err(LabError::NotRoot);
         }
@@ -428,7 +467,10 @@ impl Lab {
         }
         std::fs::create_dir_all(&dir).map_err(setup(format!("creating {}", dir.display())))?;
         let index = topology::free_index()?;
-        let (a, b, hosts) = if spec.star.is_empty() {
+        let (a, b, hosts) = if let Some(f) = &spec.fleet {
+            let h = topology::fleet_hosts(&spec.name, index, f.shape);
+            (h[0].clone(), h[1].clone(), h)
+        } else if spec.star.is_empty() {
             let (a, b) = topology::hosts(&spec.name, index);
             (a, b, Vec::new())
         } else {
@@ -454,6 +496,7 @@ impl Lab {
             a,
             b,
             hosts,
+            fleet: spec.fleet.map(|f| f.shape),
             router_netns: topology::netns_name(&spec.name, 'r'),
             socket: dir.join("lab.sock"),
             events: Some(
@@ -475,7 +518,12 @@ impl Lab {
         drop(registry);
         let started = written.and_then(|()| {
             topology::build(&info)?;
-            let links = if spec.star.is_empty() {
+            let links = if let Some(f) = &spec.fleet {
+                let racks = std::iter::repeat_n([f.rack, f.rack], f.shape.total_racks());
+                racks
+                    .chain(std::iter::repeat_n([f.zone, f.zone], f.shape.zones))
+                    .collect()
+            } else if spec.star.is_empty() {
                 vec![spec.impairments]
             } else {
                 spec.star.iter().map(|&i| [i, i]).collect()
@@ -494,27 +542,23 @@ impl Lab {
     fn start(info: LabInfo, links: &[[Impairments; 2]]) -> Result<Lab, LabError> {
         let mut shared = Vec::new();
         let mut emulators = Vec::new();
-        for (i, impairments) in links.iter().enumerate() {
+        // The two-host lab's one emulator joins to-a and to-b; a star's joins each
+        // host's to-X with its up-X into the hub; a fleet's each uplink's two ends.
+        for (impairments, link) in links.iter().zip(info.links()) {
             let sh =
                 Arc::new(Shared::new(*impairments).map_err(setup("the emulator's impairments"))?);
-            let host = info.all_hosts()[i].name.clone();
-            // The two-host lab's one emulator joins to-a and to-b; a star's joins
-            // each host's to-X with its up-X into the hub.
-            let (near, far) = if info.is_star() {
-                (topology::router_if(&info, i), topology::hub_ifs(&host).0)
-            } else {
-                (topology::ROUTER_IF[0].into(), topology::ROUTER_IF[1].into())
-            };
+            let (near, far) = (link.near, link.far);
+            let named = !link.name.is_empty();
             let events = info.events.as_ref().map(|p| {
-                if info.is_star() {
-                    events_of_link(p, &host)
+                if named {
+                    events_of_link(p, &link.name)
                 } else {
                     p.clone()
                 }
             });
             // The two-host lab keeps the seed as given (runs recorded with a seed
-            // stay reproducible); each link of a star draws from its own.
-            let seed = if info.is_star() {
+            // stay reproducible); each link of a star or a fleet draws from its own.
+            let seed = if named {
                 info.seed ^ fnv(near.as_bytes())
             } else {
                 info.seed
@@ -575,6 +619,20 @@ impl Lab {
     /// Impossible values, or the emulator has stopped.
     pub fn set(&self, dirs: &[Dir], patch: &ImpairmentPatch) -> Result<(), LabError> {
         self.inner.set(None, dirs, patch)
+    }
+
+    /// Change impairments of `dirs` of one link: a star's host's, a fleet's `rackN` or
+    /// `zoneN` (as [`Lab::set`]).
+    ///
+    /// # Errors
+    /// No such link, impossible values, or the emulator has stopped.
+    pub fn set_link(
+        &self,
+        link: &str,
+        dirs: &[Dir],
+        patch: &ImpairmentPatch,
+    ) -> Result<(), LabError> {
+        self.inner.set(Some(link), dirs, patch)
     }
 
     /// A blackout of star host `host`'s link (as [`Lab::blackout`]).
@@ -678,7 +736,8 @@ impl Lab {
     }
 }
 
-/// A star's event log per link: `events.jsonl` → `events-c.jsonl`.
+/// A star's or a fleet's event log per link: `events.jsonl` → `events-c.jsonl`,
+/// `events-rack3.jsonl`.
 fn events_of_link(p: &std::path::Path, host: &str) -> PathBuf {
     let stem = p.file_stem().map_or_else(
         || "events".to_string(),

@@ -39,7 +39,8 @@ pub enum Request {
     Status,
     /// `link`: a star's host whose link changes; `None`: every link.
     Set {
-        /// A star's host whose link changes (`lab set --host`); `None`: every link.
+        /// The link that changes (`lab set --link`): a star's host, a fleet's rack or
+        /// zone; `None`: every link.
         #[serde(default)]
         link: Option<String>,
         /// Directions to change (`--dir`); in a star, `a2b` is from the host into the hub.
@@ -49,7 +50,7 @@ pub enum Request {
     },
     /// Schedule a blackout (`lab set --blackout`); answered with [`Reply::Blackout`].
     Blackout {
-        /// A star's host whose link is blacked out (`lab set --host`); `None`: every link.
+        /// The link blacked out (`lab set --link`); `None`: every link.
         #[serde(default)]
         link: Option<String>,
         /// Directions blacked out (`--dir`).
@@ -78,15 +79,17 @@ pub struct Status {
     pub a2b: DirStatus,
     /// Host b to host a (in a star, the hub back to `a`).
     pub b2a: DirStatus,
-    /// A star's links, host by host (`a2b`/`b2a` above are `a`'s up and down).
+    /// A star's links, host by host (`a2b`/`b2a` above are `a`'s up and down); a
+    /// fleet's, rack by rack then zone by zone (`a2b`/`b2a` are the first rack's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub links: Vec<LinkStatus>,
 }
 
-/// One link of a star: `up` from the host into the hub, `down` back to it.
+/// One link of a star or a fleet: `up` from the hosts towards the core, `down` back.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkStatus {
-    /// The host's name (`a`, `b`, `c`, …).
+    /// The link's name: a star's host (`a`, `b`, `c`, …), a fleet's `rackN` or
+    /// `zoneN`. (The key stays "host", as the schema rttlab.lab/1 publishes it.)
     pub host: String,
     /// From the host into the hub (the link's `a2b`).
     pub up: DirStatus,

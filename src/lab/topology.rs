@@ -11,6 +11,17 @@
 //! `br-X`, a port of the bridge `hub`. A frame from X to Y crosses X's link and Y's
 //! link, so with one-way delays dₓ and dᵧ each way their RTT is 2·(dₓ + dᵧ), and a
 //! blackout of X's link cuts exactly X's pairs.
+//!
+//! A fleet (`lab up --fleet ZONESxRACKSxHOSTS`) is a tree of racks and zones, as a
+//! data centre's, with the emulator on every uplink: each host's `eth0` ⇄ R's
+//! `p-HOST`, a port of its rack's bridge `rk-N`; the rack's uplink is an emulator
+//! between `ra-N` (peer `rd-N`, a port of `rk-N`) and `rb-N` (peer `rz-N`, a port of
+//! its zone's bridge `zn-M`); the zone's uplink an emulator between `za-M` (peer
+//! `zd-M` on `zn-M`) and `zb-M` (peer `zh-M` on the core bridge `hub`). Hosts of one
+//! rack meet in its bridge and cross no emulator; racks of one zone cross both racks'
+//! uplinks, RTT 2·(dᵣ + dᵣ'); zones cross both racks' and both zones' uplinks. Slowing
+//! or cutting one rack's uplink touches exactly the pairs with one end in that rack,
+//! the fault a mesh by levels is to localise (Guo et al., Pingmesh).
 
 use super::LabError;
 use crate::kernel::{interface, netns, sysctl};
@@ -28,6 +39,8 @@ pub const ROUTER_IF: [&str; 2] = ["to-a", "to-b"];
 pub const HUB: &str = "hub";
 /// Most hosts of a star (one letter each, `r` being the router's).
 pub const MAX_HOSTS: usize = 16;
+/// Most hosts of a fleet: one /24 (198.18.INDEX.1–250), `h001`–`h250`.
+pub const MAX_FLEET_HOSTS: usize = 250;
 /// The link MTU.
 pub const MTU: u32 = 1500;
 
@@ -73,6 +86,50 @@ pub struct HostInfo {
     pub ipv4: Ipv4Addr,
     /// Its IPv6 address, 2001:2:0:INDEX::N.
     pub ipv6: Ipv6Addr,
+    /// A fleet host's rack (`rack1`, …; numbered across zones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
+    /// A fleet host's zone (`zone1`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// The shape of a fleet: `zones` zones of `racks` racks of `hosts` hosts each.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FleetShape {
+    /// Zones, joined by the core bridge.
+    pub zones: usize,
+    /// Racks in each zone.
+    pub racks: usize,
+    /// Hosts in each rack.
+    pub hosts: usize,
+}
+
+impl FleetShape {
+    /// Every host of the fleet.
+    pub fn total_hosts(&self) -> usize {
+        self.zones
+            .saturating_mul(self.racks)
+            .saturating_mul(self.hosts)
+    }
+
+    /// Every rack of the fleet.
+    pub fn total_racks(&self) -> usize {
+        self.zones.saturating_mul(self.racks)
+    }
+}
+
+/// One emulated link of a lab: its name (`lab set --link`), and the two interfaces
+/// of R the emulator forwards between, `near` (the hosts' side: frames from it go
+/// a2b) and `far`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkPorts {
+    /// A star's host, a fleet's `rackN` or `zoneN`; empty for the two-host lab.
+    pub name: String,
+    /// The hosts' side.
+    pub near: String,
+    /// The core's side.
+    pub far: String,
 }
 
 /// Everything that identifies a lab, written to its state directory as lab.json.
@@ -101,9 +158,13 @@ pub struct LabInfo {
     pub a: HostInfo,
     /// Host `b` (a star's second host).
     pub b: HostInfo,
-    /// A star's hosts, `a` and `b` first; empty for the two-host lab.
+    /// A star's or a fleet's hosts, `a` and `b` (`h001`, `h002`) first; empty for the
+    /// two-host lab.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<HostInfo>,
+    /// A fleet's shape (`lab up --fleet`); its hosts are in `hosts`, rack by rack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetShape>,
     /// The router R's namespace, `rttlab-lab-NAME-r`.
     pub router_netns: String,
     /// The Unix socket of the process that runs the emulator ([`super::socket`]). Its
@@ -132,7 +193,36 @@ impl LabInfo {
 
     /// Whether this is a star (`lab up --hosts N`).
     pub fn is_star(&self) -> bool {
-        !self.hosts.is_empty()
+        !self.hosts.is_empty() && self.fleet.is_none()
+    }
+
+    /// The links the emulator runs, in order: the two-host lab's one; a star's, host
+    /// by host; a fleet's racks, then its zones.
+    pub fn links(&self) -> Vec<LinkPorts> {
+        let link = |name: String, near: String, far: String| LinkPorts { name, near, far };
+        if let Some(shape) = self.fleet {
+            (1..=shape.total_racks())
+                .map(|r| link(format!("rack{r}"), format!("ra-{r}"), format!("rb-{r}")))
+                .chain(
+                    (1..=shape.zones)
+                        .map(|z| link(format!("zone{z}"), format!("za-{z}"), format!("zb-{z}"))),
+                )
+                .collect()
+        } else if self.is_star() {
+            self.hosts
+                .iter()
+                .map(|h| {
+                    let (up, _) = hub_ifs(&h.name);
+                    link(h.name.clone(), format!("to-{}", h.name), up)
+                })
+                .collect()
+        } else {
+            vec![link(
+                String::new(),
+                ROUTER_IF[0].into(),
+                ROUTER_IF[1].into(),
+            )]
+        }
     }
 }
 
@@ -194,6 +284,26 @@ pub fn hosts(name: &str, index: u8) -> (HostInfo, HostInfo) {
     (host(name, index, 'a', 1), host(name, index, 'b', 2))
 }
 
+/// The hosts of a fleet, rack by rack: `h001`, `h002`, … with their rack and zone.
+pub fn fleet_hosts(name: &str, index: u8, shape: FleetShape) -> Vec<HostInfo> {
+    (0..shape.total_hosts())
+        .map(|i| {
+            let rack = i / shape.hosts;
+            let mut h = host_named(name, index, &format!("h{:03}", i + 1), i as u8 + 1);
+            h.rack = Some(format!("rack{}", rack + 1));
+            h.zone = Some(format!("zone{}", rack / shape.racks + 1));
+            h
+        })
+        .collect()
+}
+
+/// Whether `x` names a node in a namespace `rttlab-lab-NAME-X`: one lowercase letter
+/// (a, r, b, a star's c, d, …) or a fleet's host, `h` and three digits.
+fn is_node_name(x: &str) -> bool {
+    (x.len() == 1 && x.bytes().all(|c| c.is_ascii_lowercase()))
+        || (x.len() == 4 && x.starts_with('h') && x[1..].bytes().all(|c| c.is_ascii_digit()))
+}
+
 /// The `n` hosts of a star.
 pub fn star_hosts(name: &str, index: u8, n: usize) -> Vec<HostInfo> {
     (0..n)
@@ -202,13 +312,19 @@ pub fn star_hosts(name: &str, index: u8, n: usize) -> Vec<HostInfo> {
 }
 
 fn host(name: &str, index: u8, n: char, last: u8) -> HostInfo {
+    host_named(name, index, &n.to_string(), last)
+}
+
+fn host_named(name: &str, index: u8, n: &str, last: u8) -> HostInfo {
     HostInfo {
         name: n.to_string(),
-        netns: netns_name(name, n),
+        netns: format!("{NETNS_PREFIX}{name}-{n}"),
         ifname: HOST_IF.into(),
         mac: mac_text(mac(index, last, 0)),
         ipv4: Ipv4Addr::new(198, 18, index, last),
         ipv6: Ipv6Addr::new(0x2001, 2, 0, u16::from(index), 0, 0, 0, u16::from(last)),
+        rack: None,
+        zone: None,
     }
 }
 
@@ -274,6 +390,10 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
         })
         .collect::<Result<Vec<_>, _>>()?;
     netns::run_in(Some(&info.router_netns), || -> Result<(), LabError> {
+        if let Some(shape) = info.fleet {
+            wire_fleet(info, shape, &files)?;
+            return interface::set_up("lo").map_err(super::setup("lo up"));
+        }
         if info.is_star() {
             interface::add_bridge(HUB, mac(info.index, 0x20, 0)).map_err(super::setup("bridge"))?;
             interface::disable_offloads(HUB).map_err(super::setup("offloads"))?;
@@ -349,6 +469,106 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
     Ok(())
 }
 
+/// A veth pair inside R, both ends without offloads (each side's MAC given).
+fn router_veth(a: (&str, [u8; 6]), b: (&str, [u8; 6])) -> Result<(), LabError> {
+    interface::add_veth(
+        &interface::VethEnd {
+            name: a.0,
+            mac: a.1,
+            netns: None,
+        },
+        &interface::VethEnd {
+            name: b.0,
+            mac: b.1,
+            netns: None,
+        },
+        MTU,
+    )
+    .map_err(super::setup("veth"))?;
+    for n in [a.0, b.0] {
+        interface::disable_offloads(n).map_err(super::setup("offloads"))?;
+    }
+    Ok(())
+}
+
+/// A bridge of R, up.
+fn router_bridge(name: &str, mac: [u8; 6]) -> Result<(), LabError> {
+    interface::add_bridge(name, mac).map_err(super::setup("bridge"))?;
+    interface::disable_offloads(name).map_err(super::setup("offloads"))?;
+    interface::set_up(name).map_err(super::setup("link up"))
+}
+
+/// Enslave `port` to `bridge` and bring it up.
+fn bridge_port(port: &str, bridge: &str) -> Result<(), LabError> {
+    interface::set_master(port, bridge).map_err(super::setup("bridge port"))?;
+    interface::set_up(port).map_err(super::setup("link up"))
+}
+
+/// A fleet's tree inside R (see the module's doc): the core bridge, each zone's
+/// bridge and uplink, each rack's bridge and uplink, each host's port. MACs are
+/// `02:72:74:INDEX:N:KIND`, N the host, rack or zone number, KIND distinct from the
+/// hosts' own 0, so no port's address shadows a host's in a bridge's table.
+fn wire_fleet(info: &LabInfo, shape: FleetShape, files: &[std::fs::File]) -> Result<(), LabError> {
+    let ix = info.index;
+    router_bridge(HUB, mac(ix, 0, 9))?;
+    for z in 1..=shape.zones {
+        let n = z as u8;
+        let bridge = format!("zn-{z}");
+        router_bridge(&bridge, mac(ix, n, 10))?;
+        let (za, zd, zb, zh) = (
+            format!("za-{z}"),
+            format!("zd-{z}"),
+            format!("zb-{z}"),
+            format!("zh-{z}"),
+        );
+        router_veth((&za, mac(ix, n, 11)), (&zd, mac(ix, n, 12)))?;
+        router_veth((&zb, mac(ix, n, 13)), (&zh, mac(ix, n, 14)))?;
+        bridge_port(&zd, &bridge)?;
+        bridge_port(&zh, HUB)?;
+        for i in [&za, &zb] {
+            interface::set_up(i).map_err(super::setup("link up"))?;
+        }
+    }
+    for r in 1..=shape.total_racks() {
+        let n = r as u8;
+        let bridge = format!("rk-{r}");
+        router_bridge(&bridge, mac(ix, n, 2))?;
+        let (ra, rd, rb, rz) = (
+            format!("ra-{r}"),
+            format!("rd-{r}"),
+            format!("rb-{r}"),
+            format!("rz-{r}"),
+        );
+        router_veth((&ra, mac(ix, n, 3)), (&rd, mac(ix, n, 4)))?;
+        router_veth((&rb, mac(ix, n, 5)), (&rz, mac(ix, n, 6)))?;
+        bridge_port(&rd, &bridge)?;
+        bridge_port(&rz, &format!("zn-{}", (r - 1) / shape.racks + 1))?;
+        for i in [&ra, &rb] {
+            interface::set_up(i).map_err(super::setup("link up"))?;
+        }
+    }
+    for (i, (host, file)) in info.hosts.iter().zip(files).enumerate() {
+        let port = format!("p-{}", host.name);
+        interface::add_veth(
+            &interface::VethEnd {
+                name: &port,
+                mac: mac(ix, i as u8 + 1, 1),
+                netns: None,
+            },
+            &interface::VethEnd {
+                name: &host.ifname,
+                mac: parse_mac(&host.mac),
+                netns: Some(file),
+            },
+            MTU,
+        )
+        .map_err(super::setup("veth"))?;
+        interface::disable_offloads(&port).map_err(super::setup("offloads"))?;
+        bridge_port(&port, &format!("rk-{}", i / shape.hosts + 1))?;
+    }
+    Ok(())
+}
+
 /// /etc/netns/NS/hosts, which `lab exec` (like `ip netns exec`) binds over /etc/hosts
 /// so the hosts' names resolve inside the lab. Best effort: a read-only /etc only
 /// loses the names.
@@ -364,15 +584,12 @@ fn write_hosts_file(info: &LabInfo, ns: &str) {
     let _ = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join("hosts"), text));
 }
 
-/// The namespaces of lab `name` that exist: `rttlab-lab-NAME-X`, X one letter.
+/// The namespaces of lab `name` that exist: `rttlab-lab-NAME-X`, X a node's name.
 pub fn namespaces_of(name: &str) -> Vec<String> {
     let prefix = format!("{NETNS_PREFIX}{name}-");
     netns::list()
         .into_iter()
-        .filter(|ns| {
-            ns.strip_prefix(&prefix)
-                .is_some_and(|x| x.len() == 1 && x.bytes().all(|c| c.is_ascii_lowercase()))
-        })
+        .filter(|ns| ns.strip_prefix(&prefix).is_some_and(is_node_name))
         .collect()
 }
 
@@ -456,9 +673,9 @@ pub fn find_all() -> Vec<Found> {
         .unwrap_or_default();
     for ns in netns::list() {
         if let Some(rest) = ns.strip_prefix(NETNS_PREFIX) {
-            // NAME-X, X one letter (names may contain '-' themselves).
+            // NAME-X, X a node's name (names may contain '-' themselves).
             if let Some((n, x)) = rest.rsplit_once('-') {
-                if x.len() == 1 && x.bytes().all(|c| c.is_ascii_lowercase()) {
+                if is_node_name(x) {
                     names.push(n.to_string());
                 }
             }

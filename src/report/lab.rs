@@ -58,6 +58,20 @@ pub fn impairments(i: &Impairments) -> String {
 
 /// The hosts of a lab, for `lab up`.
 pub fn hosts(info: &LabInfo) -> String {
+    if info.fleet.is_some() {
+        let mut t = Table::new(["HOST", "RACK", "ZONE", "IPV4", "IPV6", "NETNS"]);
+        for h in info.all_hosts() {
+            t.row([
+                h.name.clone(),
+                h.rack.clone().unwrap_or_default(),
+                h.zone.clone().unwrap_or_default(),
+                h.ipv4.to_string(),
+                h.ipv6.to_string(),
+                h.netns.clone(),
+            ]);
+        }
+        return t.render();
+    }
     let mut t = Table::new(["HOST", "IPV4", "IPV6", "MAC", "NETNS"]);
     for h in info.all_hosts() {
         t.row([
