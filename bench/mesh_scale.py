@@ -7,10 +7,10 @@ bench/fleet_lab.sh) and on the wire (below). Prints a markdown table.
                         [--scrape-s 15] [--interval-s 1]
 
 Per host: peers = (its rack's size − 1) + Σ over outer levels of (sibling groups) · K
-(docs/AGENT.md); probes/s = peers · probes / interval; bytes/s = the probes' frames;
-CPU = a fixed part + a part a probe, the line through two measurements: the lab fleet's
-(its agents' CPU over their probes, at their rate) and one agent at 1 000 ICMP probes a
-second (bench/RESULTS-agent-vs-smokeping.md). Series per host = peers · series a
+(docs/AGENT.md); probes/s = peers · probes / interval; bytes/s = the frames of its
+own probes and of those it answers (in a mesh a host is chosen about as often as it
+chooses); CPU = the agent's measured cost at that rate, interpolated between
+measurements (below, and the lab fleet's from --costs), linear past the last. Series per host = peers · series a
 peer; Prometheus ingests every series once a scrape interval (a native histogram is one
 sample). Where one server is not enough: Julius Volz's rule of thumb (PromLabs,
 "Introduction to Prometheus: efficient implementation"): a large server ingests up to
@@ -42,9 +42,14 @@ GOLDPINGER_INTERVAL_S = 30
 # One Prometheus server's active series and ingestion (see the docstring).
 SERVER_SERIES = 5_000_000
 SERVER_SAMPLES_PER_S = 1_000_000
-# One agent probing 1 000 loopback targets by ICMP once a second: 24.00 µs of CPU an
-# echo (bench/RESULTS-agent-vs-smokeping.md, 2026-11-30, median of 3).
-BUSY_RATE, BUSY_CPU_PER_PROBE = 1000.0, 24.0e-6
+# The agent's CPU (fraction of a core) at a probe rate, measured on this 2-vCPU VM:
+# ICMP alone — no peers 0.067 % and 1 000 a second 2.40 % (bench/RESULTS-agent-vs-
+# smokeping.md, 2026-11-30), 5 000 a second 6.55–7.34 % (the same file, 7.0 % taken),
+# and the lab fleet's own point from --costs; the default three probes — 3 000 a
+# second (1 000 peers) 10.9 % (bench/RESULTS-agent.md).
+IDLE = 0.00067
+ICMP_POINTS = [(1000.0, 0.0240), (5000.0, 0.070)]
+DEFAULT_POINTS = [(3000.0, 0.109)]
 
 # (hosts, regions, zones a region, racks a zone, hosts a rack)
 FLEETS = [
@@ -69,6 +74,39 @@ def servers(series: float, scrape_s: float) -> int:
     )
 
 
+def interpolate(points: list, rate: float) -> float:
+    """The piecewise-linear curve through `points` (rate, CPU), from (0, IDLE), at
+    `rate`; past the last point, the last segment's slope."""
+    pts = [(0.0, IDLE)] + sorted(points)
+    for (r0, c0), (r1, c1) in zip(pts, pts[1:]):
+        if rate <= r1:
+            return c0 + (c1 - c0) * (rate - r0) / (r1 - r0)
+    (r0, c0), (r1, c1) = pts[-2], pts[-1]
+    return c1 + (c1 - c0) * (rate - r1) / (r1 - r0)
+
+
+def load_costs(path: str) -> dict:
+    """bench/fleet-costs.json, checked: one line naming what is wrong, exit 2."""
+    try:
+        costs = json.loads(pathlib.Path(path).read_text())
+        for key in ("agents", "run_s", "agents_cpu_s", "probes_sent"):
+            if not isinstance(costs.get(key), (int, float)) or not costs[key] > 0:
+                raise ValueError(f"{key} must be a positive number, not {costs.get(key)!r}")
+        return costs
+    except (OSError, ValueError, AttributeError) as e:
+        raise SystemExit(f"mesh_scale.py: {path}: {e} (write it with bench/fleet_lab.sh)")
+
+
+def positive(cast):
+    def parse(text: str):
+        v = cast(text)
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        return v
+
+    return parse
+
+
 def fmt(x: float) -> str:
     for unit, d in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= d:
@@ -79,26 +117,24 @@ def fmt(x: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--costs", default=str(pathlib.Path(__file__).with_name("fleet-costs.json")))
-    ap.add_argument("--per-group", type=int, default=2)
-    ap.add_argument("--scrape-s", type=float, default=15.0)
-    ap.add_argument("--interval-s", type=float, default=1.0)
+    ap.add_argument("--per-group", type=positive(int), default=2)
+    ap.add_argument("--scrape-s", type=positive(float), default=15.0)
+    ap.add_argument("--interval-s", type=positive(float), default=1.0)
     a = ap.parse_args()
-    costs = json.loads(pathlib.Path(a.costs).read_text())
+    costs = load_costs(a.costs)
     lab_rate = costs["probes_sent"] / costs["run_s"] / costs["agents"]
     lab_cpu = costs["agents_cpu_s"] / costs["run_s"] / costs["agents"]
-    per_probe = (BUSY_RATE * BUSY_CPU_PER_PROBE - lab_cpu) / (BUSY_RATE - lab_rate)
-    fixed = lab_cpu - per_probe * lab_rate
+    curves = {"icmp": ICMP_POINTS + [(lab_rate, lab_cpu)], "default": DEFAULT_POINTS}
 
-    def cpu(rate: float) -> str:
-        return f"{(fixed + per_probe * rate) * 100:.3g} %"
+    def cpu(probes: str, rate: float) -> str:
+        return f"{interpolate(curves[probes], rate) * 100:.3g} %"
 
     print(
-        f"Measured in the lab ({costs['shape']}, {costs['agents']} agents, "
-        f"{costs['run_s']:.0f} s): {costs['cpu_s_per_probe'] * 1e6:.0f} µs of CPU a probe at "
-        f"{lab_rate:.0f} probes/s an agent ({lab_cpu * 100:.2f} % of a core); with 24 µs a "
-        f"probe at 1 000/s, an agent costs {fixed * 100:.2f} % of a core + "
-        f"{per_probe * 1e6:.1f} µs a probe. Prometheus: {costs['prometheus_head_series']:.0f} "
-        f"head series in {costs['prometheus_rss_bytes'] / 2**20:.0f} MiB.\n"
+        f"Measured in the lab ({costs.get('shape', '?')}, {costs['agents']} agents, "
+        f"{costs['run_s']:.0f} s): {costs['agents_cpu_s'] / costs['probes_sent'] * 1e6:.0f} µs "
+        f"of CPU a probe at {lab_rate:.0f} ICMP probes/s an agent ({lab_cpu * 100:.2f} % of a "
+        f"core). Prometheus: {costs.get('prometheus_head_series', float('nan')):.0f} head series "
+        f"in {costs.get('prometheus_rss_bytes', float('nan')) / 2**20:.0f} MiB.\n"
     )
     print(
         "| hosts | mesh | probes | peers/host | probes/s/host | bytes/s/host | CPU/host "
@@ -117,12 +153,12 @@ def main() -> None:
             for probes in ("icmp", "default"):
                 layers = ["icmp"] if probes == "icmp" else ["icmp", "tcp_rr", "udp_rr"]
                 rate = peers * len(layers) / a.interval_s
-                wire = peers * sum(FRAME_BYTES[x] for x in layers) / a.interval_s
+                wire = 2 * peers * sum(FRAME_BYTES[x] for x in layers) / a.interval_s
                 series = peers * SERIES[probes]
                 total = series * hosts
                 print(
                     f"| {hosts:,} | {name} | {probes} | {peers:,} | {fmt(rate)} | {fmt(wire)}B "
-                    f"| {cpu(rate)} | {fmt(series)} | {fmt(total)} "
+                    f"| {cpu(probes, rate)} | {fmt(series)} | {fmt(total)} "
                     f"| {fmt(total / a.scrape_s)} | {servers(total, a.scrape_s):,} |"
                 )
         peers = hosts - 1

@@ -8,86 +8,113 @@
 
 use super::peers::Peer;
 use super::prober::{ErrorReason, ProbeSettings, Resolved, Series};
-use crate::probe::tcping::Refusal;
-use std::net::TcpStream;
-use std::time::Instant;
+use crate::probe::tcping::{self, Outcome};
+use std::sync::atomic::AtomicBool;
 
-/// How a connect that failed is counted.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How a handshake that did not open is counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failed {
-    /// `rttlab_probe_errors_total` of this reason.
-    Error(ErrorReason),
+    /// `rttlab_probe_errors_total` of this reason, and the kernel's words.
+    Error(ErrorReason, String),
     /// `rttlab_probes_timed_out_total`: no answer at all within the timeout.
     TimedOut,
 }
 
-/// How a failed `connect()` is counted: by [`Refusal::of`] its error.
-pub fn failed(e: &std::io::Error) -> Failed {
-    match Refusal::of(e) {
-        Refusal::Reset => Failed::Error(ErrorReason::Refused),
-        Refusal::Unreachable => Failed::Error(ErrorReason::Unreachable),
-        Refusal::TimedOut => Failed::TimedOut,
-        Refusal::NotSent => Failed::Error(ErrorReason::Send),
+/// How `o` is counted: `None` for an open port (timed) and a stop (not counted).
+pub fn failed(o: &Outcome) -> Option<Failed> {
+    match o {
+        Outcome::Open(_) | Outcome::Interrupted => None,
+        Outcome::Closed(_) => Some(Failed::Error(
+            ErrorReason::Refused,
+            "refused (a reset: nothing listens)".into(),
+        )),
+        Outcome::Unreachable(_, why) => Some(Failed::Error(ErrorReason::Unreachable, why.clone())),
+        Outcome::TimedOut => Some(Failed::TimedOut),
+        Outcome::NotSent(why) => Some(Failed::Error(ErrorReason::Send, why.clone())),
     }
 }
 
-/// One connect and close; false when the host could not be reached (back off).
-pub fn probe(peer: &Peer, s: &ProbeSettings, series: &Series, addr: &mut Resolved) -> bool {
+/// One handshake and close ([`tcping::handshake`], as `rttlab ping --tcp` makes it);
+/// false when the host could not be reached (back off). `stop` ends a wait early.
+pub fn probe(
+    peer: &Peer,
+    s: &ProbeSettings,
+    series: &Series,
+    addr: &mut Resolved,
+    stop: &AtomicBool,
+) -> bool {
     let Some(target) = addr.lookup(peer, series) else {
         return false;
     };
-    series.sent.inc();
-    let start = Instant::now();
-    match TcpStream::connect_timeout(&target, s.timeout) {
-        Ok(stream) => {
-            let took = start.elapsed();
-            // Closed at once: a FIN, no payload.
-            drop(stream);
-            series.rtt.observe(took.as_secs_f64());
-            series.errors.answered();
-            true
-        }
+    let socket = match tcping::socket(target, &tcping::SocketOptions::default()) {
+        Ok(socket) => socket,
         Err(e) => {
-            match failed(&e) {
-                Failed::TimedOut => series.timed_out.iter().for_each(|c| {
-                    c.inc();
-                }),
-                Failed::Error(reason) => series
-                    .errors
-                    .fail(reason, || format!("connect to {target}: {e}")),
-            }
-            // The name may point elsewhere now.
-            addr.set(None);
-            false
+            series
+                .errors
+                .fail(ErrorReason::Send, || format!("a socket for {target}: {e}"));
+            return false;
         }
+    };
+    series.sent.inc();
+    let outcome = tcping::handshake(socket, target, s.timeout, stop);
+    if let Outcome::Open(took) = outcome {
+        series.rtt.observe(took.as_secs_f64());
+        series.errors.answered();
+        return true;
     }
+    match failed(&outcome) {
+        Some(Failed::TimedOut) => series.timed_out.iter().for_each(|c| {
+            c.inc();
+        }),
+        Some(Failed::Error(reason, why)) => series
+            .errors
+            .fail(reason, || format!("connect to {target}: {why}")),
+        None => return false,
+    }
+    // The name may point elsewhere now.
+    addr.set(None);
+    false
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
-    /// Witness: connect(2)'s errors, made by the kernel: a port of loopback where
-    /// nothing listens answers with a reset.
+    /// Witness: the kernel's answers to real handshakes on loopback — a reset from a
+    /// port where nothing listens, a SYN/ACK from one where something does — and
+    /// connect(2)'s errors for the rest.
     #[test]
     fn each_refusal_is_counted_by_its_reason() {
+        let stop = AtomicBool::new(false);
+        let shake = |target: std::net::SocketAddr| {
+            let s = tcping::socket(target, &tcping::SocketOptions::default()).unwrap();
+            tcping::handshake(s, target, Duration::from_secs(5), &stop)
+        };
         let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let closed = free.local_addr().unwrap();
         drop(free);
-        let e = TcpStream::connect(closed).unwrap_err();
-        assert_eq!(failed(&e), Failed::Error(ErrorReason::Refused));
-        let of = |errno| failed(&std::io::Error::from_raw_os_error(errno));
+        assert!(matches!(
+            failed(&shake(closed)),
+            Some(Failed::Error(ErrorReason::Refused, _))
+        ));
+        let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let o = shake(open.local_addr().unwrap());
+        assert!(matches!(o, Outcome::Open(_)), "{o:?}");
+        assert_eq!(failed(&o), None);
+        let unreachable = Outcome::Unreachable(Duration::ZERO, "no route to host".into());
         assert_eq!(
-            of(libc::EHOSTUNREACH),
-            Failed::Error(ErrorReason::Unreachable)
+            failed(&unreachable),
+            Some(Failed::Error(
+                ErrorReason::Unreachable,
+                "no route to host".into()
+            ))
         );
-        assert_eq!(
-            of(libc::ENETUNREACH),
-            Failed::Error(ErrorReason::Unreachable)
-        );
-        assert_eq!(of(libc::ETIMEDOUT), Failed::TimedOut);
-        assert_eq!(of(libc::EADDRNOTAVAIL), Failed::Error(ErrorReason::Send));
-        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out");
-        assert_eq!(failed(&timeout), Failed::TimedOut);
+        assert_eq!(failed(&Outcome::TimedOut), Some(Failed::TimedOut));
+        assert_eq!(failed(&Outcome::Interrupted), None);
+        assert!(matches!(
+            failed(&Outcome::NotSent("x".into())),
+            Some(Failed::Error(ErrorReason::Send, _))
+        ));
     }
 }

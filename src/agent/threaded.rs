@@ -88,7 +88,7 @@ fn run(
             series.late.inc();
         }
         let ok = match kind {
-            Probe::TcpConnect => super::connect::probe(peer, s, series, &mut addr),
+            Probe::TcpConnect => super::connect::probe(peer, s, series, &mut addr, stop),
             _ => probe(peer, s, series, &mut addr, &mut session),
         };
         backoff = if ok {

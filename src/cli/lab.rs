@@ -104,7 +104,7 @@ pub enum Dist {
 pub struct ImpairArgs {
     /// One-way delay (so 50ms gives a 100 ms RTT when set both ways); with `lab up
     /// --hosts N`, one per host's link, comma-separated (or one for all); with `lab up
-    /// --fleet`, the racks' uplinks' and the zones' (RACK,ZONE).
+    /// --fleet`, the racks' uplinks' and the zones' (RACK,ZONE); `lab set` takes one.
     #[arg(long, value_parser = values::duration, value_delimiter = ',')]
     pub delay: Vec<Duration>,
     /// Jitter around the delay.
@@ -166,7 +166,7 @@ impl ImpairArgs {
 
 #[derive(Args, Debug)]
 pub struct UpArgs {
-    /// Lab name (namespaces rttlab-lab-NAME-a, -r, -b).
+    /// Lab name (namespaces rttlab-lab-NAME-a, -r, -b; a fleet's -h001, …).
     #[arg(long, default_value = "default")]
     pub name: String,
     #[command(flatten)]
@@ -181,11 +181,13 @@ pub struct UpArgs {
     #[arg(long, value_name = "N", conflicts_with = "fleet")]
     pub hosts: Option<usize>,
     /// A fleet of ZONES×RACKS×HOSTS (racks in each zone, hosts in each rack; at most
-    /// 250 hosts, named h001, h002, … rack by rack): each rack's hosts on one bridge,
-    /// each rack's uplink into its zone and each zone's into the core through the
-    /// emulator. `--delay RACK,ZONE` sets every rack's and every zone's uplink (both
-    /// ways); the other impairments apply to every rack's; `lab set --link rackN`
-    /// changes one. `lab list --json` gives each host's rack and zone.
+    /// 250 hosts, named h001, h002, … rack by rack, and 40 racks and zones): each
+    /// rack's hosts on one bridge, each rack's uplink into its zone and each zone's
+    /// into the core through the emulator (16 MiB each). `--delay RACK,ZONE` sets every
+    /// rack's and every zone's uplink (both ways); the other impairments apply to every
+    /// rack's uplink each way, so a round trip between racks crosses four (5 % loss
+    /// loses about 19 %); `lab set` changes every rack's, `lab set --link rackN` or
+    /// `zoneN` one. `lab list --json` gives each host's rack and zone.
     #[arg(long, value_name = "ZxRxH", value_parser = fleet_shape)]
     pub fleet: Option<topology::FleetShape>,
     /// How the lab's emulator waits between frames.
@@ -209,7 +211,7 @@ pub struct SetArgs {
     pub name: String,
     /// Change only this link: a star's host (a2b: from the host into the hub, b2a:
     /// back to it), a fleet's rackN or zoneN (a2b: towards the core); without it,
-    /// every link.
+    /// every link (a fleet's every rack uplink).
     #[arg(long, alias = "host", value_name = "LINK")]
     pub link: Option<String>,
     #[command(flatten)]
@@ -231,7 +233,7 @@ pub struct SetArgs {
 /// `ZxRxH`: zones, racks in each, hosts in each rack, each at least 1.
 fn fleet_shape(s: &str) -> Result<topology::FleetShape, String> {
     let n: Vec<usize> = s
-        .split(['x', '×'])
+        .split(['x', 'X', '×'])
         .map(|p| p.trim().parse().ok().filter(|&n| n > 0))
         .collect::<Option<_>>()
         .filter(|n: &Vec<usize>| n.len() == 3)
@@ -255,7 +257,7 @@ pub struct ExecArgs {
     /// The lab to run in.
     #[arg(long, default_value = "default")]
     pub name: String,
-    /// A host (a, b, or a star's c, d, …) or the router r.
+    /// A host (a, b, a star's c, d, …, a fleet's h001, h002, …) or the router r.
     pub node: String,
     /// The command and its arguments (after --).
     #[arg(last = true, required = true)]
@@ -360,10 +362,12 @@ fn up(u: UpArgs) -> anyhow::Result<()> {
             )?;
         }
     }
+    // A fleet's hint crosses every uplink: its first host to its last.
+    let to = info.all_hosts().last().map_or(&info.b.name, |h| &h.name);
     writeln!(
         o,
-        "try: rttlab lab exec --name {} {} -- ping -c 3 {}",
-        info.name, info.a.name, info.b.name
+        "try: rttlab lab exec --name {} {} -- ping -c 3 {to}",
+        info.name, info.a.name
     )?;
     Ok(())
 }
@@ -378,6 +382,15 @@ fn fleet_links(u: &UpArgs, imp: Impairments) -> anyhow::Result<Option<rttlab::la
         bail!("--dir applies to the two-host lab; a fleet's uplinks are impaired both ways")
     }
     let hosts = shape.total_hosts();
+    let links = shape.total_racks().saturating_add(shape.zones);
+    if links > topology::MAX_FLEET_LINKS {
+        bail!(
+            "--fleet: {} racks and {} zones; a fleet has at most {} together (each uplink's emulator holds 16 MiB of rings)",
+            shape.total_racks(),
+            shape.zones,
+            topology::MAX_FLEET_LINKS
+        )
+    }
     if !(2..=topology::MAX_FLEET_HOSTS).contains(&hosts) {
         let said = if hosts == usize::MAX {
             "more".to_string()

@@ -74,9 +74,9 @@ pub enum LabError {
         /// [`topology::MAX_HOSTS`].
         max: usize,
     },
-    /// A fleet without a host, or of more than the lab can address.
+    /// A fleet without a host, or of more than the lab can address or hold.
     #[error(
-        "building the lab failed: a fleet has 2 to {max} hosts (zones × racks × hosts), not {hosts}"
+        "building the lab failed: a fleet has 2 to {max} hosts (zones × racks × hosts), not {hosts}, and at most 40 racks and zones together"
     )]
     FleetSize {
         /// Hosts asked for.
@@ -293,10 +293,17 @@ impl Inner {
         }
     }
 
-    /// The links a request names: host `link`'s, or every link when `None`.
+    /// The links a request names: host `link`'s, or every link when `None` (a
+    /// fleet's every rack uplink, as `lab up` impairs them; its zones by name only).
     fn select(&self, link: Option<&str>) -> Result<Vec<&Arc<Shared>>, LabError> {
         match link {
-            None => Ok(self.links.iter().collect()),
+            None => {
+                let racks = self
+                    .info
+                    .fleet
+                    .map_or(self.links.len(), |f| f.total_racks());
+                Ok(self.links.iter().take(racks).collect())
+            }
             Some(name) => {
                 let i = self
                     .info
@@ -446,7 +453,11 @@ impl Lab {
             f.rack.validate()?;
             f.zone.validate()?;
             let hosts = f.shape.total_hosts();
-            if !(2..=topology::MAX_FLEET_HOSTS).contains(&hosts) || !spec.star.is_empty() {
+            let links = f.shape.total_racks().saturating_add(f.shape.zones);
+            if !(2..=topology::MAX_FLEET_HOSTS).contains(&hosts)
+                || links > topology::MAX_FLEET_LINKS
+                || !spec.star.is_empty()
+            {
                 return Err(LabError::FleetSize {
                     hosts,
                     max: topology::MAX_FLEET_HOSTS,

@@ -41,6 +41,9 @@ pub const HUB: &str = "hub";
 pub const MAX_HOSTS: usize = 16;
 /// Most hosts of a fleet: one /24 (198.18.INDEX.1–250), `h001`–`h250`.
 pub const MAX_FLEET_HOSTS: usize = 250;
+/// Most uplinks (racks and zones) of a fleet: each runs an emulator whose two receive
+/// rings take 8 MiB each ([`super::ring`]), 640 MiB at this bound.
+pub const MAX_FLEET_LINKS: usize = 40;
 /// The link MTU.
 pub const MTU: u32 = 1500;
 

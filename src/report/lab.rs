@@ -162,10 +162,11 @@ pub fn list(labs: &[(String, Result<Status, crate::lab::LabError>)]) -> String {
                 }
                 out.push_str(&t.render());
                 if let Some(e) = &i.events {
-                    if i.is_star() {
-                        // Each link of a star logs to its own file.
+                    if i.is_star() || i.fleet.is_some() {
+                        // Each link of a star or a fleet logs to its own file.
                         let stem = e.with_extension("");
-                        out.push_str(&format!("events: {}-<host>.jsonl\n", stem.display()));
+                        let link = if i.is_star() { "host" } else { "rackN|zoneN" };
+                        out.push_str(&format!("events: {}-<{link}>.jsonl\n", stem.display()));
                     } else {
                         out.push_str(&format!("events: {}\n", e.display()));
                     }
