@@ -24,6 +24,10 @@ const SCRAPE_S: u64 = 1;
 /// of a loaded 2-vCPU machine comes near 500 ms.
 const INTERVAL: &str = "500ms";
 const PER_GROUP: usize = 2;
+/// The bound on localisation: a median moves once half its window's round trips are
+/// slow (5 s here), then a scrape and an evaluation (1 s each); measured 7–17 s, the
+/// slowest beside another test. 45 scrape intervals leave a loaded machine room.
+const LOCALISED_WITHIN_S: u64 = 45;
 
 /// Series per peer of an agent probing ICMP alone, as Prometheus stores them with
 /// native histograms (docs/AGENT.md, "What a fleet costs"): the RTT histogram (one
@@ -100,7 +104,8 @@ fn firing(ns: &str, name: &str, level: &str) -> BTreeSet<(String, String)> {
 /// only for such pairs and for every pair of rack1 with its zone's racks (dozens of
 /// losses a window each), no latency alert at the zone or region level (rack1's
 /// share of any zone pair's round trips is below half, so no median moves), and
-/// every loss alert at any level names a group that holds rack1.
+/// every loss alert at any level names a group that holds rack1; checked at every
+/// poll, and the whole within 45 s.
 #[test]
 fn a_degraded_rack_uplink_is_localised_to_that_rack_by_the_level_rules() {
     let _machine = common::serial::machine();
@@ -328,9 +333,8 @@ fn a_degraded_rack_uplink_is_localised_to_that_rack_by_the_level_rules() {
             break degraded.elapsed();
         }
         assert!(
-            degraded.elapsed() < Duration::from_secs(3 * WINDOW_S),
-            "not localised within {} s: latency alerts {latency:?}, loss alerts {loss:?}, expected {expected:?}",
-            3 * WINDOW_S
+            degraded.elapsed() < Duration::from_secs(LOCALISED_WITHIN_S),
+            "not localised within {LOCALISED_WITHIN_S} s: latency alerts {latency:?}, loss alerts {loss:?}, expected {expected:?}"
         );
         std::thread::sleep(Duration::from_millis(500));
     };

@@ -255,6 +255,64 @@ mod tests {
         }
     }
 
+    /// The plan is symmetric across hosts: every host of a group probes as many of a
+    /// sibling group as the others (min(K, m)), and every host of the sibling group is
+    /// probed by the group as often as the others, to within one (⌊n·K / m⌋ or
+    /// ⌈n·K / m⌉): no host is probed much more than its neighbours, at any epoch.
+    /// Witness: the probes counted per host from every host's choice.
+    #[test]
+    fn every_host_of_a_sibling_group_is_probed_as_often_as_the_others() {
+        let all = fleet();
+        for k in [1, 2, 7] {
+            for epoch in [0, 3, u64::MAX] {
+                let choice: BTreeMap<&str, BTreeSet<String>> = all
+                    .iter()
+                    .map(|me| {
+                        let sel = select(k, &all, me, epoch).unwrap();
+                        (me.target.as_str(), sel.into_iter().collect())
+                    })
+                    .collect();
+                for depth in 0..3 {
+                    let mut groups: BTreeMap<Vec<&str>, Vec<&Host>> = BTreeMap::new();
+                    for h in &all {
+                        groups.entry(key(h, depth)).or_default().push(h);
+                    }
+                    for (a, hosts_a) in &groups {
+                        for (b, hosts_b) in &groups {
+                            if a == b || a[1..] != b[1..] {
+                                continue;
+                            }
+                            let m = hosts_b.len();
+                            for x in hosts_a {
+                                let n = hosts_b
+                                    .iter()
+                                    .filter(|y| choice[x.target.as_str()].contains(&y.target))
+                                    .count();
+                                assert_eq!(n, k.min(m), "{} → {b:?}", x.target);
+                            }
+                            let times: Vec<usize> = hosts_b
+                                .iter()
+                                .map(|y| {
+                                    hosts_a
+                                        .iter()
+                                        .filter(|x| choice[x.target.as_str()].contains(&y.target))
+                                        .count()
+                                })
+                                .collect();
+                            let total = hosts_a.len() * k.min(m);
+                            assert_eq!(times.iter().sum::<usize>(), total);
+                            let (lo, hi) = (total / m, total.div_ceil(m));
+                            assert!(
+                                times.iter().all(|&t| t == lo || t == hi),
+                                "{a:?} → {b:?}, K {k}, epoch {epoch}: {times:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// One host has probed every member of a sibling group of m after ⌈m / K⌉
     /// epochs, and each epoch's choice differs from the last. Witness: the union of
     /// its choices, against the group.
