@@ -26,6 +26,10 @@ notes) and give its folder in --epping; it runs from there, with -I tc (the same
 as rttlab's), -l (time every packet, as rttlab does; without it ePPing asks the FIB
 whether each packet is local) and -c 0 (its map-cleanup iterators are tracing
 programs; the benchmark's flows need no cleanup). Its code is never committed.
+Without CAP_SYS_RESOURCE (containers) ePPing's first step, raising RLIMIT_MEMLOCK to
+infinity, fails and it exits; since Linux 5.11 BPF memory is charged to the memory cgroup,
+not that limit, so in the scratch build drop the `return EXIT_FAILURE;` after its "Could not
+set rlimit to infinity" message and it runs unchanged otherwise.
 Needs root, cc, bpftool, and rttlab built (cargo build --release).
 """
 import argparse

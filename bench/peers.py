@@ -22,7 +22,10 @@ its binary. Rows:
 - `rr --anatomy` against plain `rr` (TCP_RR -T 0,0, transactions a second), goal within
   5 % of the kernel's own cost of stamping (0.920 without TX stamps, 0.933 with BPF TX
   stamps, the anatomy issue's measurement);
-- ePPing against rttlab's in-kernel passive engine, when EPPING is set.
+- rttlab's in-kernel passive engine against ePPing (xdp-project/bpf-examples, pping/,
+  built as bench/passive_bpf.py says; EPPING names its folder, /tmp/peers/bpf-examples/pping
+  by default) on passive_bpf.py's forwarding path, both timing every sample and printing
+  pping's lines: the engine's user-space CPU per line written, rttlab/ePPing, goal ≤ 1.00.
 """
 import argparse
 import json
@@ -118,6 +121,33 @@ def anatomy(secs):
     return run
 
 
+def epping_per_line(pairs, epping):
+    """User-space CPU per printed line, rttlab's in-kernel engine and ePPing, every sample,
+    on bench/passive_bpf.py's path (its set-up, sender and runs; 500 000 frames a run)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import passive_bpf as pb
+    cfgs = {c[0]: c for c in pb.configs(epping)}
+    names = {"rttlab": "rttlab bpf, every sample", "ePPing": "ePPing, every sample"}
+    opts = argparse.Namespace(packets=500_000, flows=1024, rate=250_000)
+    work = os.path.join(SCRATCH, "blast")
+    os.makedirs(work, exist_ok=True)
+    blast = os.path.join(work, "tcp_blast")
+    pb.sh("cc", "-O2", "-Wall", "-o", blast, os.path.join(ROOT, "bench", "tcp_blast.c"))
+    pb.setup()
+    try:
+        def run(tool):
+            r = pb.run(cfgs[names[tool]], opts, blast, epping, False)
+            if r["lines"] == 0 or r["forwarded"] < r["frames"]:
+                raise SystemExit(f"peers.py: {tool} wrote {r['lines']} lines, forwarded "
+                                 f"{r['forwarded']} of {r['frames']} frames")
+            return r["user_ns"] * r["frames"] / r["lines"]
+        return alternate(pairs, run, ["rttlab", "ePPing"])
+    finally:
+        pb.teardown()
+        if os.path.exists(pb.OUT):
+            os.unlink(pb.OUT)
+
+
 def row(job, peer, unit, got, a, b, goal, better_low=True):
     ma, mb = statistics.median(got[a]), statistics.median(got[b])
     ratios = [x / y for x, y in zip(got[a], got[b])]
@@ -170,10 +200,14 @@ def main():
         for p in servers:
             p.kill()
             p.wait()
-    epping = os.environ.get("EPPING")
-    if not epping:
-        rows.append("| in-kernel passive, CPU a printed line | ePPing | not measured: EPPING not set "
-                    "(build pping/ of xdp-project/bpf-examples) | | |")
+    epping = os.environ.get("EPPING", os.path.join(SCRATCH, "bpf-examples", "pping"))
+    if os.path.exists(os.path.join(epping, "pping_kern.o")):
+        got = epping_per_line(a.pairs, epping)
+        rows.append(row("in-kernel passive, every sample, pping's lines: user space a line",
+                        "ePPing (source)", "ns", got, "rttlab", "ePPing", 1.0))
+    else:
+        rows.append(f"| in-kernel passive, user space a line | ePPing | not measured: no ePPing in {epping} "
+                    "(build pping/ of xdp-project/bpf-examples, see bench/passive_bpf.py) | | |")
     text = "\n".join([
         f"`bench/peers.py --pairs {a.pairs} --seconds {a.seconds}` on {time.strftime('%Y-%m-%d %H:%M')}, "
         f"kernel {os.uname().release}, {os.cpu_count()} vCPUs, load average {load[0]:.2f} before; "
