@@ -318,6 +318,36 @@ fn ping_reports_the_errors_iputils_reports() {
     }
 }
 
+/// A raw socket hears only what concerns its requests: on a namespace's own loopback,
+/// where nothing else talks, not one datagram ignored (without the kernel's ICMP filter
+/// it hears each of its own echo requests too: "ignored 20 datagrams … 20 other ICMP
+/// messages"). Witness: the kernel's delivery to the socket, counted by rttlab's
+/// summary; errors still come through (`ping_reports_the_errors_iputils_reports`).
+#[test]
+fn a_raw_socket_hears_no_echo_requests() {
+    let _busy = common::serial::busy();
+    if !common::privileged("a_raw_socket_hears_no_echo_requests") {
+        return;
+    }
+    let n = NetnsPair::new();
+    for host in ["127.0.0.1", "::1"] {
+        let args = [
+            "--socket",
+            "raw",
+            "--summary",
+            "-c",
+            "20",
+            "-i",
+            "0.002",
+            host,
+        ];
+        let (code, ours, err) = run(Some(&n.a), "rttlab", &args);
+        assert_eq!(code, Some(0), "{ours}{err}");
+        assert!(ours.contains("20 sent, 20 answered"), "{ours}");
+        assert!(!ours.contains("ignored"), "{host}: {ours}");
+    }
+}
+
 /// Scripts: `tail -1 | awk -F/ '{print $5}'` is the average, as iputils'; one line
 /// says "received".
 #[test]

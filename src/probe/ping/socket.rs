@@ -26,11 +26,56 @@ pub(in crate::probe) fn open(
         };
         Socket::new(domain, ty, Some(proto)).map(|s| (s, kind))
     };
-    let r = match kind {
+    let (sock, kind) = match kind {
         SocketKind::Auto => try_kind(SocketKind::Dgram).or_else(|_| try_kind(SocketKind::Raw)),
         k => try_kind(k),
+    }
+    .map_err(PingError::Socket)?;
+    if kind == SocketKind::Raw {
+        hear_only_replies_and_errors(&sock, target.is_ipv6())?;
+    }
+    Ok((sock, kind))
+}
+
+/// ICMP types a raw socket still hears: echo replies and the errors a request can draw
+/// (destination unreachable, source quench, redirect, time exceeded, parameter
+/// problem; IPv6's unreachable, packet too big, time exceeded, parameter problem).
+const HEARD_V4: [u8; 6] = [0, 3, 4, 5, 11, 12];
+const HEARD_V6: [u8; 5] = [129, 1, 2, 3, 4];
+
+/// Have the kernel drop every other ICMP message before it reaches a raw socket, as
+/// iputils' ping does (ping.c's `ICMP_FILTER`, ping6_common.c's `ICMP6_FILTER`): a raw
+/// socket otherwise hears the host's own echo requests too, on loopback one per
+/// request, and each costs a wake-up and a read (a flood's rate halves). A set bit
+/// blocks its type (net/ipv4/raw.c `icmp_filter`, net/ipv6/raw.c `icmpv6_filter`);
+/// the options' numbers are `ICMP_FILTER` of include/uapi/linux/icmp.h and
+/// `ICMPV6_FILTER` of include/uapi/linux/icmpv6.h, at `SOL_RAW` and `SOL_ICMPV6`.
+fn hear_only_replies_and_errors(sock: &Socket, v6: bool) -> Result<(), PingError> {
+    const ICMP_FILTER: libc::c_int = 1;
+    const ICMPV6_FILTER: libc::c_int = 1;
+    let fd = sock.as_raw_fd();
+    let failed = |source: crate::kernel::SyscallError| PingError::Option {
+        what: "the raw socket's ICMP filter (ICMP_FILTER)".into(),
+        source: source.source,
     };
-    r.map_err(PingError::Socket)
+    if v6 {
+        let mut blocked = [u32::MAX; 8];
+        for t in HEARD_V6 {
+            blocked[usize::from(t >> 5)] &= !(1u32 << (t & 31));
+        }
+        crate::kernel::sockopt::set(
+            fd,
+            libc::IPPROTO_ICMPV6,
+            ICMPV6_FILTER,
+            &blocked,
+            "setsockopt",
+        )
+        .map_err(failed)
+    } else {
+        let blocked = HEARD_V4.iter().fold(u32::MAX, |b, &t| b & !(1u32 << t));
+        crate::kernel::sockopt::set(fd, libc::SOL_RAW, ICMP_FILTER, &blocked, "setsockopt")
+            .map_err(failed)
+    }
 }
 
 /// Have the kernel stamp every received datagram (`SO_TIMESTAMPNS`, CLOCK_REALTIME).
