@@ -770,7 +770,8 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
 /// truncates its oldest file): never a signal, and when the cut came before the end
 /// of the read, exit 1 with the cut and its offset named and the samples read so far
 /// on stdout. The file is the corpus capture's records repeated to 150 MB and the
-/// cut 20 ms into the read; a read that finished first is tried again, up to 5 times.
+/// cut made as soon as the reader has it mapped; a read that finished first is tried
+/// again, up to 5 times.
 /// Witness: the exit status and what was printed.
 #[test]
 fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
@@ -798,7 +799,16 @@ fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // Cut once the reader has the file mapped (/proc/PID/maps names it), not at a
+        // fixed time: on a busy machine the child may not have opened it yet, and a
+        // file cut before it is opened is only a shorter file.
+        let maps = format!("/proc/{}/maps", child.id());
+        let t0 = std::time::Instant::now();
+        while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains(path.to_str().unwrap()))
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         std::fs::OpenOptions::new()
             .write(true)
             .open(&path)

@@ -182,14 +182,14 @@ pub fn touch(bytes: &[u8]) {
     }
 }
 
+/// One guarded mapping per process: unit tests that map a file take turns.
+#[cfg(test)]
+pub(super) static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
     use crate::capture::{CaptureError, CaptureReader};
     use std::io::Write;
-    use std::sync::Mutex;
-
-    /// One guarded mapping per process: these tests take turns.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
     /// A pcap file of `n` Ethernet records of 64 bytes each (80 with the header).
     fn pcap(n: usize) -> tempfile::NamedTempFile {
@@ -235,7 +235,9 @@ mod tests {
     /// end at or before S, and the reader says where it was cut.
     #[test]
     fn a_file_cut_while_mapped_ends_at_the_cut_without_sigbus() {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = super::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for cut in [400_001u64, 393_216, 24, 0, 800_023] {
             let f = pcap(10_000);
             let file = std::fs::File::open(f.path()).unwrap();
@@ -264,7 +266,9 @@ mod tests {
 
     #[test]
     fn an_uncut_file_reads_to_its_end_and_only_one_is_mapped_at_a_time() {
-        let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = super::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let f = pcap(3000);
         let m = super::MappedFile::map(std::fs::File::open(f.path()).unwrap()).unwrap();
         assert!(super::MappedFile::map(std::fs::File::open(f.path()).unwrap()).is_err());

@@ -9,6 +9,7 @@ pub mod live;
 pub mod mapped;
 pub mod pcap;
 pub mod pcapng;
+mod pipelined;
 pub mod source;
 
 pub use source::{open, Batch, Capture, Options, Source, SourceError};

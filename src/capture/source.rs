@@ -6,6 +6,7 @@ use super::expression::{Expression, ExpressionError, Program};
 use super::filter::Selection;
 use super::live::{LiveCapture, LiveError, LiveStats};
 use super::mapped::MappedFile;
+use super::pipelined::Pipelined;
 use super::{CaptureError, CaptureReader};
 use crate::wire::LinkType;
 use std::io::Read;
@@ -113,7 +114,7 @@ impl<R: Read> Read for BeforeRead<R> {
     }
 }
 
-enum Kind {
+pub(super) enum Kind {
     File {
         path: PathBuf,
         reader: CaptureReader<Box<dyn Read>>,
@@ -124,11 +125,13 @@ enum Kind {
         name: String,
         cap: LiveCapture,
     },
+    /// A regular file, read ahead on a thread of its own.
+    Pipelined(Pipelined<Result<Batch, SourceError>>),
 }
 
 /// A file's filter: the expression, compiled for each link type when its first packet
 /// comes (a pcap file has one; a pcapng file one per interface).
-struct FileFilter {
+pub(super) struct FileFilter {
     expression: Expression,
     programs: Vec<(LinkType, Program)>,
 }
@@ -156,7 +159,7 @@ impl FileFilter {
 
 /// An open source.
 pub struct Capture {
-    kind: Kind,
+    pub(super) kind: Kind,
 }
 
 /// Open `source`.
@@ -175,16 +178,43 @@ pub fn open(source: &Source, opts: Options) -> Result<Capture, SourceError> {
                 opts.snaplen,
             )?,
         },
-        Source::File(path) => Kind::File {
-            path: path.clone(),
-            reader: open_file(path, opts.before_wait)?,
-            filter: opts.expression.map(|expression| FileFilter {
-                expression,
-                programs: Vec::new(),
-            }),
-        },
+        // A regular file never waits for input: it is read ahead on a second core.
+        Source::File(path)
+            if path.as_os_str() != "-" && std::fs::metadata(path).is_ok_and(|m| m.is_file()) =>
+        {
+            read_ahead(path.clone(), opts.expression)?
+        }
+        Source::File(path) => file_kind(path.clone(), opts.before_wait, opts.expression)?,
     };
     Ok(Capture { kind })
+}
+
+/// A regular file opened and read on a thread of its own ([`Pipelined`]), in the
+/// batches a direct read makes.
+fn read_ahead(path: PathBuf, expression: Option<Expression>) -> Result<Kind, SourceError> {
+    let at = path.clone();
+    Pipelined::open(
+        move || file_kind(at, None, expression).map(|kind| Capture { kind }),
+        Box::new(|file: &mut Capture, max, f| file.read(Duration::ZERO, max, f)),
+        |got| matches!(got, Ok(Batch::More(_))),
+    )
+    .map_err(|source| SourceError::Open { path, source })?
+    .map(Kind::Pipelined)
+}
+
+pub(super) fn file_kind(
+    path: PathBuf,
+    before_wait: Option<Box<dyn FnMut()>>,
+    expression: Option<Expression>,
+) -> Result<Kind, SourceError> {
+    Ok(Kind::File {
+        reader: open_file(&path, before_wait)?,
+        path,
+        filter: expression.map(|expression| FileFilter {
+            expression,
+            programs: Vec::new(),
+        }),
+    })
 }
 
 /// A capture file or stdin: a regular file is mapped and read in place (guarded
@@ -263,7 +293,7 @@ impl Capture {
     pub fn addresses(&self) -> &[IpAddr] {
         match &self.kind {
             Kind::Live { cap, .. } => &cap.addresses,
-            Kind::File { .. } => &[],
+            Kind::File { .. } | Kind::Pipelined(_) => &[],
         }
     }
 
@@ -271,7 +301,7 @@ impl Capture {
     pub fn live_stats(&mut self) -> Option<LiveStats> {
         match &mut self.kind {
             Kind::Live { cap, .. } => Some(cap.stats()),
-            Kind::File { .. } => None,
+            Kind::File { .. } | Kind::Pipelined(_) => None,
         }
     }
 
@@ -288,6 +318,7 @@ impl Capture {
         f: &mut dyn FnMut(u64, LinkType, &[u8]),
     ) -> Result<Batch, SourceError> {
         match &mut self.kind {
+            Kind::Pipelined(p) => p.read(max, f).unwrap_or(Ok(Batch::End)),
             Kind::Live { name, cap } => {
                 let link = cap.link();
                 let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
@@ -335,5 +366,122 @@ impl Capture {
                 Ok(Batch::More(handed))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::expression::Expression;
+    use super::{file_kind, Batch, Capture, Kind, Source};
+    use std::io::Write;
+
+    /// A pcap file of `n` Ethernet frames of 60 bytes, every third one UDP and the rest
+    /// TCP, each frame's bytes telling it apart; `tail` bytes of a cut record after them.
+    fn pcap(n: usize, tail: usize) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let mut b = Vec::new();
+        for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for i in 0..n {
+            for v in [i as u32, 0, 60, 60] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            let mut frame = [0u8; 60];
+            frame[12..14].copy_from_slice(&[0x08, 0x00]);
+            frame[14] = 0x45;
+            frame[16..18].copy_from_slice(&46u16.to_be_bytes());
+            frame[23] = if i % 3 == 0 { 17 } else { 6 };
+            frame[40..48].copy_from_slice(&(i as u64).to_le_bytes());
+            b.extend_from_slice(&frame);
+        }
+        b.extend(std::iter::repeat_n(7u8, tail));
+        f.write_all(&b).unwrap();
+        f.flush().unwrap();
+        f
+    }
+
+    /// One read: the frames handed (timestamp, bytes), and how it ended (as text).
+    type OneRead = (Vec<(u64, Vec<u8>)>, String);
+
+    /// Every read of `cap` until the end or an error.
+    fn reads(mut cap: Capture, max: usize) -> Vec<OneRead> {
+        let mut out = Vec::new();
+        loop {
+            let mut frames = Vec::new();
+            let got = cap.read(std::time::Duration::ZERO, max, &mut |ts, _, f| {
+                frames.push((ts, f.to_vec()))
+            });
+            let more = matches!(got, Ok(Batch::More(_)));
+            out.push((frames, format!("{got:?}")));
+            if !more {
+                return out;
+            }
+        }
+    }
+
+    /// The file read ahead on a second thread hands out what one thread reading it
+    /// hands out, read for read: the same frames in the same batches, the end or the
+    /// error after the same frames. Witness: the direct reader on the same file.
+    #[test]
+    fn read_ahead_gives_what_reading_directly_gives() {
+        let _turn = super::super::mapped::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let tcp = || Some(Expression::new("tcp").unwrap());
+        for (n, tail, filter, max) in [
+            (10_000, 0, None, 4096),
+            (10_000, 9, None, 4096),
+            (10_000, 30, tcp(), 1000),
+            (4096, 0, None, 4096),
+            (0, 0, None, 4096),
+            (1, 0, tcp(), 1),
+        ] {
+            let f = pcap(n, tail);
+            let ahead = super::open(
+                &Source::File(f.path().into()),
+                super::Options {
+                    expression: filter.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            assert!(matches!(ahead.kind, Kind::Pipelined(_)));
+            let direct = Capture {
+                kind: file_kind(f.path().into(), None, filter.clone()).unwrap(),
+            };
+            let (a, d) = (reads(ahead, max), reads(direct, max));
+            let handed: usize = d.iter().map(|(f, _)| f.len()).sum();
+            let kept = if filter.is_some() {
+                n - n.div_ceil(3)
+            } else {
+                n
+            };
+            assert_eq!(handed, kept, "{n} {tail}");
+            assert_eq!(a, d, "{n} frames, {tail} bytes cut, {max} a read");
+        }
+    }
+
+    /// A file that is not a capture is refused at the open, as a direct open refuses
+    /// it, and the engine that stops early leaves no reader behind (drop joins it).
+    #[test]
+    fn refusals_come_back_at_the_open_and_an_early_stop_ends_the_reader() {
+        let _turn = super::super::mapped::ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(b"not a capture at all").unwrap();
+        let o = super::open(&Source::File(f.path().into()), Default::default());
+        let d = file_kind(f.path().into(), None, None);
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(o.err().unwrap())),
+            format!("{:#}", anyhow::Error::from(d.err().unwrap()))
+        );
+        let f = pcap(50_000, 0);
+        let mut cap = super::open(&Source::File(f.path().into()), Default::default()).unwrap();
+        let mut n = 0;
+        let got = cap.read(std::time::Duration::ZERO, 100, &mut |_, _, _| n += 1);
+        assert_eq!((n, format!("{got:?}")), (100, "Ok(More(100))".into()));
+        drop(cap);
     }
 }
