@@ -769,22 +769,37 @@ fn live_capture_without_cap_net_raw_says_so_in_one_line() {
 /// A capture file cut while `rttlab passive` reads it (tcpdump `-C`/`-W` rotation
 /// truncates its oldest file): never a signal, and when the cut came before the end
 /// of the read, exit 1 with the cut and its offset named and the samples read so far
-/// on stdout. The file is the corpus capture's records repeated to 150 MB and the
-/// cut made as soon as the reader has it mapped; a read that finished first is tried
-/// again, up to 5 times.
-/// Witness: the exit status and what was printed.
+/// on stdout — for pcap and for pcapng, whose reader once called the zeros past a cut
+/// a corrupt block ("block length 0"). The file is a corpus capture's records repeated
+/// to 150 MB and the cut made as soon as the reader has it mapped; a read that
+/// finished first is tried again, up to 5 times. Witness: the exit status and what was
+/// printed.
 #[test]
 fn a_capture_cut_while_it_is_read_is_reported_not_fatal() {
     let _busy = common::serial::busy();
-    let raw = capture_bytes("rr-v4-gw.pcap.gz");
+    let pcap = capture_bytes("rr-v4-gw.pcap.gz");
     assert_eq!(
-        &raw[..4],
+        &pcap[..4],
         &0xa1b2_c3d4u32.to_le_bytes(),
         "a little-endian pcap"
     );
-    let (header, records) = raw.split_at(24);
+    cut_while_read(&pcap, 24);
+    // pcapng: the section and interface blocks, then packet blocks (type 6) only.
+    let ng = capture_bytes("crr-gw.pcapng.gz");
+    let mut first_packet = 0;
+    while u32::from_le_bytes(ng[first_packet..first_packet + 4].try_into().unwrap()) != 6 {
+        first_packet +=
+            u32::from_le_bytes(ng[first_packet + 4..first_packet + 8].try_into().unwrap()) as usize;
+    }
+    cut_while_read(&ng, first_packet);
+}
+
+/// The records after `header_len` of `raw` repeated to 150 MB, read, and cut to a
+/// quarter while read: see the test above.
+fn cut_while_read(raw: &[u8], header_len: usize) {
+    let (header, records) = raw.split_at(header_len);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("big.pcap");
+    let path = dir.path().join("big.cap");
     let mut body = header.to_vec();
     while body.len() < 150 << 20 {
         body.extend_from_slice(records);

@@ -146,6 +146,23 @@ impl<R: Read> Buffer<R> {
         }
     }
 
+    /// `e`, unless the mapped file was cut under the reader: then the cut. Bytes past a
+    /// cut read as zeros until the fault is looked at, and zeros look like a corrupt
+    /// record (a pcapng block of length 0): a reader about to call a record corrupt
+    /// asks here first.
+    pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
+        if let (Some(m), None) = (&self.map, self.cut) {
+            if let Some(fault) = m.fault_offset() {
+                let now = m.current_len().min(fault);
+                self.end = now.max(self.start).min(self.end);
+                self.cut = Some(now);
+            } else {
+                self.recheck_len();
+            }
+        }
+        self.cut_error().unwrap_or(e)
+    }
+
     fn cut_error(&self) -> Option<CaptureError> {
         self.cut.map(|len| CaptureError::Cut {
             len: len as u64,

@@ -98,10 +98,10 @@ impl<R: Read> PcapReader<R> {
         };
         let (sec, frac, incl, orig) = (rd(0), rd(4), rd(8), rd(12));
         if incl > MAX_INCL.max(self.snaplen) || (self.nanos && frac >= 1_000_000_000) {
-            return Err(CaptureError::Corrupt {
+            return Err(self.b.cut_or(CaptureError::Corrupt {
                 offset,
                 why: format!("record header says {incl} bytes captured, {frac} sub-second units"),
-            });
+            }));
         }
         let total = 16 + incl as usize;
         self.b

@@ -80,7 +80,11 @@ impl<R: Read> PcapngReader<R> {
                 self.swapped = match bom {
                     BYTE_ORDER_MAGIC => false,
                     x if x == BYTE_ORDER_MAGIC.swap_bytes() => true,
-                    x => return Err(corrupt(format!("byte-order magic {x:#010x}"))),
+                    x => {
+                        return Err(self
+                            .b
+                            .cut_or(corrupt(format!("byte-order magic {x:#010x}"))))
+                    }
                 };
                 self.interfaces.clear();
             }
@@ -88,14 +92,16 @@ impl<R: Read> PcapngReader<R> {
             let ty = u32_at(sw, h, 0);
             let len = u32_at(sw, h, 4) as usize;
             if len < 12 || len % 4 != 0 {
-                return Err(corrupt(format!("block length {len}")));
+                return Err(self.b.cut_or(corrupt(format!("block length {len}"))));
             }
             let block = self.b.exact(len, "block")?.ok_or(CaptureError::Truncated {
                 offset,
                 why: "block",
             })?;
             if u32_at(sw, block, len - 4) as usize != len {
-                return Err(corrupt("trailing block length differs".into()));
+                return Err(self
+                    .b
+                    .cut_or(corrupt("trailing block length differs".into())));
             }
             self.pending = len;
             let body = &block[8..len - 4];
