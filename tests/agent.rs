@@ -34,6 +34,38 @@ pub(crate) fn http_get(
     (head.to_string(), body.to_string())
 }
 
+/// Debian's Prometheus in namespace `netns` with `config`, its TSDB in `data`,
+/// native histograms on, listening on 127.0.0.1:9090 there; returned once ready.
+pub(crate) fn prometheus_in(netns: &str, config: &Path, data: &Path) -> Killed {
+    let p = Killed(
+        rttlab::lab::exec::command(netns, "prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .args([
+                "--web.listen-address=127.0.0.1:9090",
+                "--log.level=warn",
+                "--enable-feature=native-histograms",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (apt-get install prometheus)"),
+    );
+    wait_listening("127.0.0.1", 9090, Some(netns));
+    let t0 = Instant::now();
+    while !http_get("127.0.0.1:9090", "/-/ready", None, Some(netns))
+        .0
+        .contains(" 200 ")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "Prometheus never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    p
+}
+
 /// A child process killed on drop.
 pub(crate) struct Killed(pub(crate) Child);
 
@@ -662,35 +694,7 @@ fn prometheus_sees_every_pairs_rtt_and_only_the_dark_hosts_trouble() {
     )
     .unwrap();
     let watcher = lab.host_netns("e").unwrap().to_string();
-    let _prometheus = Killed(
-        rttlab::lab::exec::command(&watcher, "prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .args([
-                "--web.listen-address=127.0.0.1:9090",
-                "--log.level=warn",
-                "--enable-feature=native-histograms",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (apt-get install prometheus)"),
-    );
-    wait_listening("127.0.0.1", 9090, Some(&watcher));
-    let t0 = Instant::now();
-    while !http_get("127.0.0.1:9090", "/-/ready", None, Some(&watcher))
-        .0
-        .contains(" 200 ")
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "Prometheus never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let _prometheus = prometheus_in(&watcher, &config, &dir.path().join("data"));
 
     // Every prober, probed host and layer with at least 10 round trips, and the two
     // passive layers of both ends of the two flows.

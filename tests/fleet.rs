@@ -2,8 +2,8 @@
 //! real Prometheus running the shipped rules: the series it stores against the
 //! documented formula, and one rack's degraded uplink localised to that rack.
 
-use crate::agent::{http_get, query, Killed};
-use crate::common::{self, bin, privileged, wait_listening};
+use crate::agent::{http_get, prometheus_in, query, Killed};
+use crate::common::{self, bin, privileged};
 use rttlab::lab::emulator::Dir;
 use rttlab::lab::impair::{ImpairmentPatch, Impairments, Loss};
 use rttlab::lab::topology::FleetShape;
@@ -197,35 +197,7 @@ fn a_degraded_rack_uplink_is_localised_to_that_rack_by_the_level_rules() {
     )
     .unwrap();
     let watcher = hosts.last().unwrap().netns.clone();
-    let _prometheus = Killed(
-        rttlab::lab::exec::command(&watcher, "prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .args([
-                "--web.listen-address=127.0.0.1:9090",
-                "--log.level=warn",
-                "--enable-feature=native-histograms",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus (apt-get install prometheus)"),
-    );
-    wait_listening("127.0.0.1", 9090, Some(&watcher));
-    let t0 = Instant::now();
-    while !http_get("127.0.0.1:9090", "/-/ready", None, Some(&watcher))
-        .0
-        .contains(" 200 ")
-    {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "Prometheus never got ready"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let _prometheus = prometheus_in(&watcher, &config, &dir.path().join("data"));
 
     // Healthy until every measured rack pair has its baseline: the rules' median of
     // BASELINE_S ago exists for as many pairs as now.

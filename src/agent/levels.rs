@@ -207,6 +207,29 @@ mod tests {
         );
     }
 
+    /// Every ordered pair of sibling groups (the same parent, different groups) at
+    /// every depth, each group by its whole path with its hosts.
+    fn sibling_pairs(all: &[Host]) -> Vec<SiblingPair<'_>> {
+        let mut out = Vec::new();
+        for depth in 0..3 {
+            let mut groups: BTreeMap<Vec<&str>, Vec<&Host>> = BTreeMap::new();
+            for h in all {
+                groups.entry(key(h, depth)).or_default().push(h);
+            }
+            for (a, hosts_a) in &groups {
+                for (b, hosts_b) in &groups {
+                    if a != b && a[1..] == b[1..] {
+                        out.push((a.clone(), hosts_a.clone(), b.clone(), hosts_b.clone()));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Two sibling groups: each one's path and hosts.
+    type SiblingPair<'a> = (Vec<&'a str>, Vec<&'a Host>, Vec<&'a str>, Vec<&'a Host>);
+
     /// Every ordered pair of sibling groups is probed at every epoch, and a group of
     /// n hosts probing a sibling of m ≤ n·K covers all of it. Witness: the pairs
     /// enumerated from the fleet, against every host's choice.
@@ -224,31 +247,18 @@ mod tests {
                             .map(|t| (me.target.clone(), t))
                     })
                     .collect();
-                for depth in 0..3 {
-                    // Groups at this depth, by their whole path.
-                    let mut groups: BTreeMap<Vec<&str>, Vec<&Host>> = BTreeMap::new();
-                    for h in &all {
-                        groups.entry(key(h, depth)).or_default().push(h);
-                    }
-                    for (a, hosts_a) in &groups {
-                        for (b, hosts_b) in &groups {
-                            // Siblings: the same parent, different groups.
-                            if a == b || a[1..] != b[1..] {
-                                continue;
-                            }
-                            let covered = hosts_b
+                for (a, hosts_a, b, hosts_b) in sibling_pairs(&all) {
+                    let covered = hosts_b
+                        .iter()
+                        .filter(|y| {
+                            hosts_a
                                 .iter()
-                                .filter(|y| {
-                                    hosts_a.iter().any(|x| {
-                                        probed.contains(&(x.target.clone(), y.target.clone()))
-                                    })
-                                })
-                                .count();
-                            assert!(covered > 0, "{a:?} → {b:?}, K {k}, epoch {epoch}");
-                            if hosts_a.len() * k >= hosts_b.len() {
-                                assert_eq!(covered, hosts_b.len(), "{a:?} → {b:?}");
-                            }
-                        }
+                                .any(|x| probed.contains(&(x.target.clone(), y.target.clone())))
+                        })
+                        .count();
+                    assert!(covered > 0, "{a:?} → {b:?}, K {k}, epoch {epoch}");
+                    if hosts_a.len() * k >= hosts_b.len() {
+                        assert_eq!(covered, hosts_b.len(), "{a:?} → {b:?}");
                     }
                 }
             }
@@ -272,42 +282,31 @@ mod tests {
                         (me.target.as_str(), sel.into_iter().collect())
                     })
                     .collect();
-                for depth in 0..3 {
-                    let mut groups: BTreeMap<Vec<&str>, Vec<&Host>> = BTreeMap::new();
-                    for h in &all {
-                        groups.entry(key(h, depth)).or_default().push(h);
+                for (a, hosts_a, b, hosts_b) in sibling_pairs(&all) {
+                    let m = hosts_b.len();
+                    for x in &hosts_a {
+                        let n = hosts_b
+                            .iter()
+                            .filter(|y| choice[x.target.as_str()].contains(&y.target))
+                            .count();
+                        assert_eq!(n, k.min(m), "{} → {b:?}", x.target);
                     }
-                    for (a, hosts_a) in &groups {
-                        for (b, hosts_b) in &groups {
-                            if a == b || a[1..] != b[1..] {
-                                continue;
-                            }
-                            let m = hosts_b.len();
-                            for x in hosts_a {
-                                let n = hosts_b
-                                    .iter()
-                                    .filter(|y| choice[x.target.as_str()].contains(&y.target))
-                                    .count();
-                                assert_eq!(n, k.min(m), "{} → {b:?}", x.target);
-                            }
-                            let times: Vec<usize> = hosts_b
+                    let times: Vec<usize> = hosts_b
+                        .iter()
+                        .map(|y| {
+                            hosts_a
                                 .iter()
-                                .map(|y| {
-                                    hosts_a
-                                        .iter()
-                                        .filter(|x| choice[x.target.as_str()].contains(&y.target))
-                                        .count()
-                                })
-                                .collect();
-                            let total = hosts_a.len() * k.min(m);
-                            assert_eq!(times.iter().sum::<usize>(), total);
-                            let (lo, hi) = (total / m, total.div_ceil(m));
-                            assert!(
-                                times.iter().all(|&t| t == lo || t == hi),
-                                "{a:?} → {b:?}, K {k}, epoch {epoch}: {times:?}"
-                            );
-                        }
-                    }
+                                .filter(|x| choice[x.target.as_str()].contains(&y.target))
+                                .count()
+                        })
+                        .collect();
+                    let total = hosts_a.len() * k.min(m);
+                    assert_eq!(times.iter().sum::<usize>(), total);
+                    let (lo, hi) = (total / m, total.div_ceil(m));
+                    assert!(
+                        times.iter().all(|&t| t == lo || t == hi),
+                        "{a:?} → {b:?}, K {k}, epoch {epoch}: {times:?}"
+                    );
                 }
             }
         }

@@ -137,28 +137,31 @@ impl<R: Read> Buffer<R> {
             mapped::touch(&m.map_ref()[self.touched.max(self.start)..ahead]);
             self.touched = ahead;
         }
-        if let Some(fault) = m.fault_offset() {
-            let now = m.current_len().min(fault);
-            self.end = now.max(self.start).min(self.end);
-            self.cut = Some(now);
-        } else if need == len {
+        if !self.learn_fault() && need == len {
             self.recheck_len();
         }
     }
 
+    /// If a page of the mapping faulted (the file was cut under it), end the input at
+    /// the file's size now, and say so.
+    fn learn_fault(&mut self) -> bool {
+        let Some(m) = &self.map else { return false };
+        let Some(fault) = m.fault_offset() else {
+            return false;
+        };
+        let now = m.current_len().min(fault);
+        self.end = now.max(self.start).min(self.end);
+        self.cut = Some(now);
+        true
+    }
+
     /// `e`, unless the mapped file was cut under the reader: then the cut. Bytes past a
     /// cut read as zeros until the fault is looked at, and zeros look like a corrupt
-    /// record (a pcapng block of length 0): a reader about to call a record corrupt
-    /// asks here first.
+    /// record (a pcapng block of length 0), so every error a reader gives is held to
+    /// this first ([`super::CaptureReader::next_packet`]'s caller).
     pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
-        if let (Some(m), None) = (&self.map, self.cut) {
-            if let Some(fault) = m.fault_offset() {
-                let now = m.current_len().min(fault);
-                self.end = now.max(self.start).min(self.end);
-                self.cut = Some(now);
-            } else {
-                self.recheck_len();
-            }
+        if self.map.is_some() && self.cut.is_none() && !self.learn_fault() {
+            self.recheck_len();
         }
         self.cut_error().unwrap_or(e)
     }

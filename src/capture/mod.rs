@@ -106,10 +106,20 @@ impl<R: Read> CaptureReader<R> {
         }
     }
 
+    /// `e` (an error [`Self::next_packet`] gave), or the cut of the mapped file that
+    /// explains it: a record read past a cut is zeros, which look corrupt.
+    pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
+        match self {
+            Self::Pcap(p) => p.cut_or(e),
+            Self::Pcapng(p) => p.cut_or(e),
+        }
+    }
+
     /// The next packet, or `None` at the end.
     ///
     /// # Errors
-    /// A read error, a truncated or corrupt record (with its byte offset).
+    /// A read error, a truncated or corrupt record (with its byte offset); one read
+    /// past a cut of a mapped file is told by [`Self::cut_or`].
     pub fn next_packet(&mut self) -> Result<Option<Packet<'_>>, CaptureError> {
         match self {
             Self::Pcap(p) => p.next_packet(),

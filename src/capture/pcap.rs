@@ -72,6 +72,11 @@ impl<R: Read> PcapReader<R> {
         self.snaplen
     }
 
+    /// `e`, or the cut that explains it ([`Buffer::cut_or`]).
+    pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
+        self.b.cut_or(e)
+    }
+
     /// The next packet, or `None` at the end of the file.
     ///
     /// # Errors
@@ -98,10 +103,10 @@ impl<R: Read> PcapReader<R> {
         };
         let (sec, frac, incl, orig) = (rd(0), rd(4), rd(8), rd(12));
         if incl > MAX_INCL.max(self.snaplen) || (self.nanos && frac >= 1_000_000_000) {
-            return Err(self.b.cut_or(CaptureError::Corrupt {
+            return Err(CaptureError::Corrupt {
                 offset,
                 why: format!("record header says {incl} bytes captured, {frac} sub-second units"),
-            }));
+            });
         }
         let total = 16 + incl as usize;
         self.b

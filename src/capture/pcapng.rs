@@ -61,6 +61,11 @@ impl<R: Read> PcapngReader<R> {
         })
     }
 
+    /// `e`, or the cut that explains it ([`Buffer::cut_or`]).
+    pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
+        self.b.cut_or(e)
+    }
+
     /// The next packet, or `None` at the end.
     ///
     /// # Errors
@@ -80,11 +85,7 @@ impl<R: Read> PcapngReader<R> {
                 self.swapped = match bom {
                     BYTE_ORDER_MAGIC => false,
                     x if x == BYTE_ORDER_MAGIC.swap_bytes() => true,
-                    x => {
-                        return Err(self
-                            .b
-                            .cut_or(corrupt(format!("byte-order magic {x:#010x}"))))
-                    }
+                    x => return Err(corrupt(format!("byte-order magic {x:#010x}"))),
                 };
                 self.interfaces.clear();
             }
@@ -92,16 +93,14 @@ impl<R: Read> PcapngReader<R> {
             let ty = u32_at(sw, h, 0);
             let len = u32_at(sw, h, 4) as usize;
             if len < 12 || len % 4 != 0 {
-                return Err(self.b.cut_or(corrupt(format!("block length {len}"))));
+                return Err(corrupt(format!("block length {len}")));
             }
             let block = self.b.exact(len, "block")?.ok_or(CaptureError::Truncated {
                 offset,
                 why: "block",
             })?;
             if u32_at(sw, block, len - 4) as usize != len {
-                return Err(self
-                    .b
-                    .cut_or(corrupt("trailing block length differs".into())));
+                return Err(corrupt("trailing block length differs".into()));
             }
             self.pending = len;
             let body = &block[8..len - 4];

@@ -337,10 +337,15 @@ impl Capture {
             } => {
                 let mut handed = 0;
                 for _ in 0..max {
-                    let p = reader.next_packet().map_err(|source| SourceError::Read {
-                        path: path.clone(),
-                        source,
-                    })?;
+                    let p = match reader.next_packet() {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return Err(SourceError::Read {
+                                path: path.clone(),
+                                source: reader.cut_or(e),
+                            })
+                        }
+                    };
                     let Some(p) = p else {
                         return Ok(if handed == 0 {
                             Batch::End

@@ -507,6 +507,23 @@ fn bridge_port(port: &str, bridge: &str) -> Result<(), LabError> {
     interface::set_up(port).map_err(super::setup("link up"))
 }
 
+/// Group `n`'s bridge `{names[0]}-n` and its uplink to `parent`: two veth pairs through
+/// the emulator (`{names[1]}-n` ↔ `{names[2]}-n` on the group's bridge, `{names[3]}-n` ↔
+/// `{names[4]}-n` on the parent's), MAC kinds `kind` (the bridge) to `kind + 4`.
+fn uplink(ix: u8, names: [&str; 5], n: usize, kind: u8, parent: &str) -> Result<(), LabError> {
+    let [bridge, a, d, b, p] = names.map(|x| format!("{x}-{n}"));
+    let m = n as u8;
+    router_bridge(&bridge, mac(ix, m, kind))?;
+    router_veth((&a, mac(ix, m, kind + 1)), (&d, mac(ix, m, kind + 2)))?;
+    router_veth((&b, mac(ix, m, kind + 3)), (&p, mac(ix, m, kind + 4)))?;
+    bridge_port(&d, &bridge)?;
+    bridge_port(&p, parent)?;
+    for i in [&a, &b] {
+        interface::set_up(i).map_err(super::setup("link up"))?;
+    }
+    Ok(())
+}
+
 /// A fleet's tree inside R (see the module's doc): the core bridge, each zone's
 /// bridge and uplink, each rack's bridge and uplink, each host's port. MACs are
 /// `02:72:74:INDEX:N:KIND`, N the host, rack or zone number, KIND distinct from the
@@ -515,40 +532,11 @@ fn wire_fleet(info: &LabInfo, shape: FleetShape, files: &[std::fs::File]) -> Res
     let ix = info.index;
     router_bridge(HUB, mac(ix, 0, 9))?;
     for z in 1..=shape.zones {
-        let n = z as u8;
-        let bridge = format!("zn-{z}");
-        router_bridge(&bridge, mac(ix, n, 10))?;
-        let (za, zd, zb, zh) = (
-            format!("za-{z}"),
-            format!("zd-{z}"),
-            format!("zb-{z}"),
-            format!("zh-{z}"),
-        );
-        router_veth((&za, mac(ix, n, 11)), (&zd, mac(ix, n, 12)))?;
-        router_veth((&zb, mac(ix, n, 13)), (&zh, mac(ix, n, 14)))?;
-        bridge_port(&zd, &bridge)?;
-        bridge_port(&zh, HUB)?;
-        for i in [&za, &zb] {
-            interface::set_up(i).map_err(super::setup("link up"))?;
-        }
+        uplink(ix, ["zn", "za", "zd", "zb", "zh"], z, 10, HUB)?;
     }
     for r in 1..=shape.total_racks() {
-        let n = r as u8;
-        let bridge = format!("rk-{r}");
-        router_bridge(&bridge, mac(ix, n, 2))?;
-        let (ra, rd, rb, rz) = (
-            format!("ra-{r}"),
-            format!("rd-{r}"),
-            format!("rb-{r}"),
-            format!("rz-{r}"),
-        );
-        router_veth((&ra, mac(ix, n, 3)), (&rd, mac(ix, n, 4)))?;
-        router_veth((&rb, mac(ix, n, 5)), (&rz, mac(ix, n, 6)))?;
-        bridge_port(&rd, &bridge)?;
-        bridge_port(&rz, &format!("zn-{}", (r - 1) / shape.racks + 1))?;
-        for i in [&ra, &rb] {
-            interface::set_up(i).map_err(super::setup("link up"))?;
-        }
+        let zone = format!("zn-{}", (r - 1) / shape.racks + 1);
+        uplink(ix, ["rk", "ra", "rd", "rb", "rz"], r, 2, &zone)?;
     }
     for (i, (host, file)) in info.hosts.iter().zip(files).enumerate() {
         let port = format!("p-{}", host.name);
