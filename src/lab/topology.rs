@@ -404,21 +404,7 @@ pub fn build(info: &LabInfo) -> Result<(), LabError> {
         }
         for (i, (host, file)) in hosts.iter().zip(&files).enumerate() {
             let to = router_if(info, i);
-            interface::add_veth(
-                &interface::VethEnd {
-                    name: &to,
-                    mac: mac(info.index, 0x10 + i as u8, 1),
-                    netns: None,
-                },
-                &interface::VethEnd {
-                    name: &host.ifname,
-                    mac: parse_mac(&host.mac),
-                    netns: Some(file),
-                },
-                MTU,
-            )
-            .map_err(super::setup("veth"))?;
-            interface::disable_offloads(&to).map_err(super::setup("offloads"))?;
+            host_port(&to, mac(info.index, 0x10 + i as u8, 1), host, file)?;
             interface::set_up(&to).map_err(super::setup("link up"))?;
             if info.is_star() {
                 let (up, br) = hub_ifs(&host.name);
@@ -507,6 +493,31 @@ fn bridge_port(port: &str, bridge: &str) -> Result<(), LabError> {
     interface::set_up(port).map_err(super::setup("link up"))
 }
 
+/// The veth from R's port `name` (address `mac`) to `host`'s interface in its
+/// namespace (`file`), offloads off on R's side so the emulator sees real segments.
+fn host_port(
+    name: &str,
+    mac: [u8; 6],
+    host: &HostInfo,
+    file: &std::fs::File,
+) -> Result<(), LabError> {
+    interface::add_veth(
+        &interface::VethEnd {
+            name,
+            mac,
+            netns: None,
+        },
+        &interface::VethEnd {
+            name: &host.ifname,
+            mac: parse_mac(&host.mac),
+            netns: Some(file),
+        },
+        MTU,
+    )
+    .map_err(super::setup("veth"))?;
+    interface::disable_offloads(name).map_err(super::setup("offloads"))
+}
+
 /// Group `n`'s bridge `{names[0]}-n` and its uplink to `parent`: two veth pairs through
 /// the emulator (`{names[1]}-n` ↔ `{names[2]}-n` on the group's bridge, `{names[3]}-n` ↔
 /// `{names[4]}-n` on the parent's), MAC kinds `kind` (the bridge) to `kind + 4`.
@@ -540,21 +551,7 @@ fn wire_fleet(info: &LabInfo, shape: FleetShape, files: &[std::fs::File]) -> Res
     }
     for (i, (host, file)) in info.hosts.iter().zip(files).enumerate() {
         let port = format!("p-{}", host.name);
-        interface::add_veth(
-            &interface::VethEnd {
-                name: &port,
-                mac: mac(ix, i as u8 + 1, 1),
-                netns: None,
-            },
-            &interface::VethEnd {
-                name: &host.ifname,
-                mac: parse_mac(&host.mac),
-                netns: Some(file),
-            },
-            MTU,
-        )
-        .map_err(super::setup("veth"))?;
-        interface::disable_offloads(&port).map_err(super::setup("offloads"))?;
+        host_port(&port, mac(ix, i as u8 + 1, 1), host, file)?;
         bridge_port(&port, &format!("rk-{}", i / shape.hosts + 1))?;
     }
     Ok(())
