@@ -37,9 +37,13 @@ const LOCALISED_WITHIN_S: u64 = 45;
 /// session, receive).
 const SERIES_PER_ICMP_PEER: usize = 1 + 3 + 4;
 
-/// The fleet's shape: 2 zones × 5 racks × 10 hosts, or `RTTLAB_FLEET=ZxRxH`.
+/// The fleet's shape: 2 zones × 3 racks × 5 hosts, or `RTTLAB_FLEET=ZxRxH`. The issue's
+/// 100 agents (2x5x10) are bench/fleet_lab.sh's default, recorded in
+/// bench/RESULTS-fleet.md: on this 2-vCPU machine they load it past what a suite can
+/// share (load average 8–11; Prometheus once took over 20 s to answer a query), and
+/// every rule and property checked here holds at 30 as at 100.
 fn shape() -> FleetShape {
-    let text = std::env::var("RTTLAB_FLEET").unwrap_or_else(|_| "2x5x10".into());
+    let text = std::env::var("RTTLAB_FLEET").unwrap_or_else(|_| "2x3x5".into());
     let n: Vec<usize> = text.split('x').map(|p| p.parse().unwrap()).collect();
     FleetShape {
         zones: n[0],
@@ -94,10 +98,10 @@ fn firing(ns: &str, name: &str, level: &str) -> BTreeSet<(String, String)> {
 /// the fleet's shape (docs/AGENT.md's formula for peers and series), and the lab's
 /// emulator (which delays and drops only on the degraded rack's uplink).
 ///
-/// A lab fleet of 100 hosts (2 zones × 5 racks × 10 hosts; racks 4 ms apart, zones
-/// 8 ms), an agent on every host probing ICMP by levels
-/// (`levels:rack/zone/region,per-group:2`, 19 peers each), and Prometheus on the last
-/// host. About 35 s. First, the series Prometheus holds: each agent's
+/// A lab fleet of 30 hosts ([`shape`]: 2 zones × 3 racks × 5 hosts; racks 4 ms apart,
+/// zones 8 ms), an agent on every host probing ICMP by levels
+/// (`levels:rack/zone/region,per-group:2`, 10 peers each), and Prometheus on the last
+/// host. First, the series Prometheus holds: each agent's
 /// distinct peers and all series together equal the formula. Then rack1's uplink
 /// takes 5 ms more each way and loses 5 % each way: within a bounded number of scrape
 /// intervals, `RttlabLatencyAboveBaseline` at level rack fires for exactly the
@@ -105,7 +109,8 @@ fn firing(ns: &str, name: &str, level: &str) -> BTreeSet<(String, String)> {
 /// slower: at least 1.6 times a 4 or 8 ms pair), `RttlabGroupLoss` at level rack
 /// only for such pairs and for every pair of rack1 with its zone's racks (dozens of
 /// losses a window each), no latency alert at the zone or region level (rack1's
-/// share of any zone pair's round trips is below half, so no median moves), and
+/// share of any zone pair's round trips is below half: a third at 2x3x5, a fifth at
+/// 2x5x10, so no median moves), and
 /// every loss alert at any level names a group that holds rack1; checked at every
 /// poll, and the whole within 45 s.
 #[test]
@@ -222,17 +227,35 @@ fn a_degraded_rack_uplink_is_localised_to_that_rack_by_the_level_rules() {
     let steady = (Instant::now(), spent(&watcher, &agents));
     std::thread::sleep(Duration::from_secs(soak));
 
-    // The series Prometheus holds, against the formula.
+    // The series Prometheus holds, against the formula: every series with a sample in
+    // the last three scrapes. An instant selector alone drops all of an agent's series
+    // the moment one scrape of it fails (Prometheus marks them stale), and on a
+    // 2-vCPU machine busy with 100 agents a scrape now and then times out.
     let per_host = peers_per_host(shape);
+    let held = format!(
+        "last_over_time({{job=\"rttlab\", peer!=\"\"}}[{}s])",
+        3 * SCRAPE_S
+    );
     let peers_of = query(
         &watcher,
-        "count by (instance) (count by (instance, peer) ({job=\"rttlab\", peer!=\"\"}))",
+        &format!("count by (instance) (count by (instance, peer) ({held}))"),
     );
-    assert_eq!(peers_of.len(), hosts.len(), "every agent scraped");
+    if peers_of.len() != hosts.len() {
+        let down = query(&watcher, "up{job=\"rttlab\"} == 0");
+        let failed = query(
+            &watcher,
+            &format!("count_over_time(up{{job=\"rttlab\"}}[{}s]) - sum_over_time(up{{job=\"rttlab\"}}[{0}s]) > 0", 3 * SCRAPE_S),
+        );
+        panic!(
+            "every agent scraped: {} of {}; down now: {down:?}; scrapes failed in the window: {failed:?}",
+            peers_of.len(),
+            hosts.len()
+        );
+    }
     for (l, n) in &peers_of {
         assert_eq!(*n as usize, per_host, "peers of {}", l["instance"]);
     }
-    let per_peer = query(&watcher, "count({job=\"rttlab\", peer!=\"\"})");
+    let per_peer = query(&watcher, &format!("count({held})"));
     assert_eq!(
         per_peer[0].1 as usize,
         hosts.len() * per_host * SERIES_PER_ICMP_PEER,

@@ -111,7 +111,9 @@ impl<R: Read> Buffer<R> {
     /// asked directly. Pages are touched [`TOUCH_STEP`] at a time as records reach
     /// them; a cut after that shows as a fault when the engine reads the record, and
     /// the fault flag is looked at before every record, so at most that one record
-    /// can have read zeros. The common case is two comparisons and one load.
+    /// can have read zeros (past a cut inside a page touched before it, the zeros
+    /// that follow are asked about by the reader: [`Self::past_cut`]). The common
+    /// case is two comparisons and one load.
     #[inline]
     fn check_mapped(&mut self, n: usize) {
         if self.map.is_some()
@@ -160,10 +162,25 @@ impl<R: Read> Buffer<R> {
     /// record (a pcapng block of length 0), so every error a reader gives is held to
     /// this first ([`super::CaptureReader::next_packet`]'s caller).
     pub fn cut_or(&mut self, e: CaptureError) -> CaptureError {
+        self.ask_for_cut();
+        self.cut_error().unwrap_or(e)
+    }
+
+    /// Whether the `n` bytes at the current position lie past a cut of the mapped file,
+    /// asked of the file now. A cut inside a page the reader has already touched
+    /// makes no fault: the kernel keeps that page, its tail zeroed, so records of
+    /// zeros follow the cut until the next page faults (a pcap record header of zeros
+    /// is what its reader asks this of).
+    pub fn past_cut(&mut self, n: usize) -> bool {
+        self.ask_for_cut();
+        self.cut.is_some() && self.end < self.start + n
+    }
+
+    /// Learn of a cut of the mapped file from a fault, or else from its size now.
+    fn ask_for_cut(&mut self) {
         if self.map.is_some() && self.cut.is_none() && !self.learn_fault() {
             self.recheck_len();
         }
-        self.cut_error().unwrap_or(e)
     }
 
     fn cut_error(&self) -> Option<CaptureError> {

@@ -102,6 +102,14 @@ impl<R: Read> PcapReader<R> {
             }
         };
         let (sec, frac, incl, orig) = (rd(0), rd(4), rd(8), rd(12));
+        // No packet is 0 bytes long on the wire: a header of zeros is most likely the
+        // zeroed tail of a page past a cut (`Buffer::past_cut`).
+        if orig == 0 && self.b.past_cut(16) {
+            return Err(self.b.cut_or(CaptureError::Truncated {
+                offset,
+                why: "record header",
+            }));
+        }
         if incl > MAX_INCL.max(self.snaplen) || (self.nanos && frac >= 1_000_000_000) {
             return Err(CaptureError::Corrupt {
                 offset,

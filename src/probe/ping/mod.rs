@@ -426,6 +426,9 @@ pub fn run_each(
     let ident = settings
         .ident
         .unwrap_or((std::process::id() as u16) ^ 0x5254);
+    if kind == SocketKind::Raw {
+        socket::hear_only_our_replies(&sock, settings.target.is_ipv6(), ident)?;
+    }
     let dest = SockAddr::from(SocketAddr::new(settings.target, 0));
     pacing::tighten_timer_slack();
     let spin = settings.pace != PaceMode::Sleep;

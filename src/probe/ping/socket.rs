@@ -78,6 +78,82 @@ fn hear_only_replies_and_errors(sock: &Socket, v6: bool) -> Result<(), PingError
     }
 }
 
+/// Have the kernel drop, before they are queued, echo replies carrying another
+/// program's identifier, as iputils' ping does (ping4_install_filter and
+/// ping6_install_filter in ping.c / ping6_common.c): a raw socket hears every reply on
+/// the host, and beside another flood the other program's replies fill its receive
+/// queue until the kernel drops some of its own. Errors pass whatever they quote (the
+/// pinger matches them), as do all other types the ICMP filter lets through.
+///
+/// The datagrams queued between `socket()` and the attachment were not filtered: they
+/// are read and dropped here, before the first request goes out, so none is ours (at
+/// most a receive buffer's worth: a flood of errors cannot keep it reading).
+///
+/// # Errors
+/// The kernel refused the program.
+pub(super) fn hear_only_our_replies(sock: &Socket, v6: bool, ident: u16) -> Result<(), PingError> {
+    use crate::kernel::packet::{attach_filter, SockFilter};
+    let op = |code: u32, jt: u8, jf: u8, k: u32| SockFilter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let echo_reply = if v6 { 129 } else { 0 };
+    let mut prog = Vec::with_capacity(8);
+    // IPv4's raw socket gets the IP header first: X = its length (4 × IHL); IPv6's
+    // starts at the ICMP header, X stays 0.
+    if !v6 {
+        prog.push(op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0));
+    }
+    prog.extend([
+        // The echo identifier (ICMP bytes 4–5, network order as loaded).
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 4),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            0,
+            1,
+            u32::from(ident),
+        ),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+        // Not ours: dropped only when it is an echo reply.
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_IND, 0, 0, 0),
+        op(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            1,
+            0,
+            echo_reply,
+        ),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+        op(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+    ]);
+    attach_filter(sock.as_raw_fd(), &prog).map_err(|e| PingError::Option {
+        what: "the raw socket's echo identifier filter (SO_ATTACH_FILTER)".into(),
+        source: e.source,
+    })?;
+    let mut drop = [0u8; 1];
+    for _ in 0..QUEUED_AT_MOST {
+        // SAFETY: reading into a live one-byte buffer (a longer datagram is truncated
+        // and dropped whole, which is the point).
+        let n = unsafe {
+            libc::recv(
+                sock.as_raw_fd(),
+                drop.as_mut_ptr().cast(),
+                drop.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// More datagrams than a raw socket's default receive buffer (`net.core.rmem_default`,
+/// 208 KiB) can hold: each small one is charged about 1 KiB of it.
+const QUEUED_AT_MOST: usize = 1024;
+
 /// Have the kernel stamp every received datagram (`SO_TIMESTAMPNS`, CLOCK_REALTIME).
 pub(in crate::probe) fn enable_timestamps(sock: &impl AsRawFd) -> Result<(), PingError> {
     let one: libc::c_int = 1;
