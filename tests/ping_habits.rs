@@ -363,11 +363,10 @@ fn a_raw_socket_beside_another_flood_hears_only_its_own_replies() {
     }
     let n = NetnsPair::new();
     for host in ["127.0.0.1", "::1"] {
-        let flood =
-            NetnsPair::exec(&n.a, &["ping", "-q", "-f", "-c", "100000", "-w", "2", host])
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
+        let flood = NetnsPair::exec(&n.a, &["ping", "-q", "-f", "-c", "100000", "-w", "2", host])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300));
         let args = [
             "--socket",
