@@ -296,6 +296,8 @@ fn run_measured(program: &Path, args: &[&std::ffi::OsStr]) -> (std::process::Out
 /// grid's own summary rendered by the same command, and arithmetic.
 #[test]
 fn a_trials_file_of_many_trials_and_copies_is_reported_in_the_memory_of_its_report() {
+    // Reports of hundreds of trials: a CPU kept busy for seconds.
+    let _busy = crate::common::serial::busy();
     const RENUMBERED: u32 = 360;
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/results/blackout-route");
     let original = tempfile::tempdir().unwrap();
