@@ -275,10 +275,17 @@ fn a_busy_loop_on_the_servers_cpu_shows_as_the_applications_wait() {
 ///   no later than the response's first segment at the client (write + send +
 ///   server after the client's start): the client's server part holds the server's
 ///   time; the bytes each end counts are the same;
-/// - redis-benchmark's own latency report: each of its latencies holds the kernel's
-///   write-to-read of the same request, so explain's 1 000th and 1 980th smallest are
-///   at most its P50 and P99 (their ranks in HdrHistogram), within the 1.5 µs of its
-///   whole-µs clock and its printing;
+/// - redis-benchmark's own latency report: its clock starts before the request's
+///   write and stops when its event loop wakes for the reply, before it reads
+///   (redis-benchmark.c, `writeHandler` and `readHandler`): each of its latencies
+///   holds the kernel's write to the response's last segment in of the same request
+///   (explain's response less its wait), so explain's 1 000th and 1 980th smallest of
+///   those are at most its P50 and P99 (their ranks in HdrHistogram), within the
+///   1.5 µs of its whole-µs clock and its printing. The read itself comes after its
+///   clock stopped: a CPU held by another task between the two (a loop beside the
+///   suite) lengthens explain's whole response and not redis-benchmark's, and did at
+///   P99 (171.2 µs whole against its 167), so the whole is held to its median only,
+///   which a few such preemptions cannot move;
 /// - ss: the connection's srtt and minimum RTT as the kernel's tcp_info gives them,
 ///   read before the 31st request, are the 30th transaction's (the turn ends it before
 ///   any new RTT sample);
@@ -384,13 +391,22 @@ fn a_client_is_timed_from_its_write_to_its_read_around_the_servers_time() {
         own[29]
     );
     // redis-benchmark's PINGs: 6 bytes each way on its one connection.
-    let mut bench_us: Vec<f64> = clients
+    let benchmarks: Vec<_> = clients
         .iter()
         .filter(|t| num(t, "client_port") as u16 != mine && num(t, "request_bytes") == 6.0)
-        .map(|t| num(t, "response_us"))
         .collect();
-    assert_eq!(bench_us.len(), 2000, "{rest}");
-    bench_us.sort_by(f64::total_cmp);
+    assert_eq!(benchmarks.len(), 2000, "{rest}");
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let bench_us = sorted(benchmarks.iter().map(|t| num(t, "response_us")).collect());
+    let arrived_us = sorted(
+        benchmarks
+            .iter()
+            .map(|t| num(t, "response_us") - num(t, "wait_us"))
+            .collect(),
+    );
     let summary = report
         .lines()
         .skip_while(|l| !l.contains("latency summary"))
@@ -402,11 +418,13 @@ fn a_client_is_timed_from_its_write_to_its_read_around_the_servers_time() {
         .collect();
     let (p50, p99) = (ms[2] * 1e3, ms[4] * 1e3);
     let figures = format!(
-        "explain {:.1} / {:.1} µs, redis-benchmark {p50} / {p99} µs",
-        bench_us[999], bench_us[1979]
+        "explain to the response's arrival {:.1} / {:.1} µs (to its read {:.1} / {:.1}), \
+         redis-benchmark {p50} / {p99} µs",
+        arrived_us[999], arrived_us[1979], bench_us[999], bench_us[1979]
     );
+    assert!(arrived_us[999] <= p50 + 1.5, "{figures}");
+    assert!(arrived_us[1979] <= p99 + 1.5, "{figures}");
     assert!(bench_us[999] <= p50 + 1.5, "{figures}");
-    assert!(bench_us[1979] <= p99 + 1.5, "{figures}");
     eprintln!("{figures}");
 }
 

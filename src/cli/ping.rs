@@ -100,7 +100,8 @@ pub struct PingArgs {
     #[arg(short = 'i', long = "interval", value_parser = values::seconds, allow_negative_numbers = true)]
     pub interval: Option<Duration>,
     /// Keep one request in flight: send the next once the last is answered and the
-    /// interval since it has passed (netperf TCP_RR's -w pacing).
+    /// interval since it has passed (netperf TCP_RR's -w pacing); the last request
+    /// too waits for its reply up to -W.
     #[arg(long)]
     pub one_in_flight: bool,
     /// iputils' adaptive ping: the next request once the last is answered (or timed
