@@ -162,13 +162,24 @@ struct txn {
 	__u16 lport;         // this end's port
 	__u8 raddr6[16];     // the other end's IPv6 address (an AF_INET6 socket's; an
 	                     // IPv4 peer of a dual-stack socket is ::ffff:a.b.c.d)
-	__u16 rto;           // retransmissions while it ran, by cause (rttlab_retransmit):
-	__u16 tlp;           //   after an RTO expiry, tail-loss probes, fast
-	__u16 fast;          //   retransmissions
+	__u16 rto;           // segments retransmitted while it ran, by cause
+	__u16 tlp;           //   (rttlab_retransmit): after an RTO expiry, tail-loss
+	__u16 fast;          //   probes, fast retransmissions
 	__u16 pad;
 	__u32 in_seq;        // rcv_nxt where the data in began: a server's request, or
 	                     // a client's response counted so far (rttlab_readable)
 	__u32 in_end_seq;    // a server's rcv_nxt at its response's first write
+	// The program's own, kept across the socket's transactions: its retransmitted
+	// segments by cause since it was watched (wrapping), and their counts where
+	// this transaction began, so that its causes are counted over the interval its
+	// `retrans` is.
+	__u32 retrans_seen;  // total_retrans at the last tcp_retransmit_skb event
+	__u16 rto_total;
+	__u16 tlp_total;
+	__u16 fast_total;
+	__u16 rto_base;
+	__u16 tlp_base;
+	__u16 fast_base;
 };
 
 // Counters: records sent, records the ring had no room for, segments in (a server's)
@@ -255,6 +266,8 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 		// A server's first data in begins here (tcp_probe runs before TCP takes
 		// the segment).
 		.in_seq = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt),
+		// Retransmissions before the socket was watched are no transaction's.
+		.retrans_seen = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans),
 	};
 	if (bpf_map_update_elem(&rttlab_txn, &key, &zero, BPF_NOEXIST) &&
 	    !bpf_map_lookup_elem(&rttlab_txn, &key)) {
@@ -262,6 +275,15 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 		return 0;
 	}
 	return bpf_map_lookup_elem(&rttlab_txn, &key);
+}
+
+// A transaction begins: its retransmissions, in all and by cause, count from here.
+static __always_inline void count_from_here(struct txn *t, struct tcp_sock *tp)
+{
+	t->retrans_base = BPF_CORE_READ(tp, total_retrans);
+	t->rto_base = t->rto_total;
+	t->tlp_base = t->tlp_total;
+	t->fast_base = t->fast_total;
 }
 
 // Send the transaction in `t` (if one began and was answered) and clear it for the
@@ -287,6 +309,9 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 		t->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
 		t->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
 		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
+		t->rto = t->rto_total - t->rto_base;
+		t->tlp = t->tlp_total - t->tlp_base;
+		t->fast = t->fast_total - t->fast_base;
 		if (!t->cookie)
 			t->cookie = bpf_get_socket_cookie(sk);
 		__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -310,12 +335,18 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 	__u8 side = t->side;
 	// The next request's data begins where this one's ended.
 	__u32 next_in = t->in_end_seq ? t->in_end_seq : t->in_seq;
+	__u32 retrans_seen = t->retrans_seen;
+	__u16 rto = t->rto_total, tlp = t->tlp_total, fast = t->fast_total;
 	__builtin_memset(t, 0, sizeof(*t));
 	t->cookie = cookie;
 	t->lport = lport;
 	t->rport = rport;
 	t->side = side;
 	t->in_seq = next_in;
+	t->retrans_seen = retrans_seen;
+	t->rto_total = rto;
+	t->tlp_total = tlp;
+	t->fast_total = fast;
 }
 
 // Whether `ack` (host order) ACKs every byte the response has written, the first
@@ -376,7 +407,7 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 	if (t->phase != PHASE_REQUEST) {
 		t->phase = PHASE_REQUEST;
 		t->in_first_ns = now;
-		t->retrans_base = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
+		count_from_here(t, (struct tcp_sock *)sk);
 	}
 	t->in_last_ns = now;
 	t->in_segments += 1;
@@ -388,20 +419,32 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 // tcp_retransmit_skb sends it: Loss after an RTO expiry (tcp_retransmit_timer enters
 // it first), Recovery for a fast retransmission (RACK or three duplicate ACKs),
 // otherwise a tail-loss probe (tcp_send_loss_probe sends it in Open or Disorder).
+// Counted in segments, by how far the socket's total_retrans moved since the last
+// event: since Linux 6.17 the tracepoint fires for every attempt, those that sent
+// nothing too (the original still in the host's queue, -EBUSY; no memory), which
+// move nothing, and one retransmission of several segments moves it by as many
+// (__tcp_retransmit_skb). Counted for the socket, not the transaction, so that a
+// transaction's causes are counted over exactly the interval, and from the same
+// counter, as its `retrans` (count_from_here, finish): they add up to it.
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(rttlab_retransmit, struct sock *sk, struct sk_buff *skb)
 {
 	struct txn *t = state(sk, SIDE_NONE);
-	if (!t || !t->write_first_ns)
+	if (!t)
+		return 0;
+	__u32 total = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
+	__u16 segs = total - t->retrans_seen;
+	t->retrans_seen = total;
+	if (!segs)
 		return 0;
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
 	__u8 ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
 	if (ca_state == TCP_CA_LOSS)
-		t->rto += 1;
+		t->rto_total += segs;
 	else if (ca_state == TCP_CA_RECOVERY)
-		t->fast += 1;
+		t->fast_total += segs;
 	else
-		t->tlp += 1;
+		t->tlp_total += segs;
 	return 0;
 }
 
@@ -441,7 +484,7 @@ int BPF_PROG(rttlab_write, struct sock *sk, struct msghdr *msg, struct sk_buff *
 			t->phase = PHASE_REQUEST;
 			t->write_first_ns = bpf_ktime_get_ns();
 			t->out_start_seq = BPF_CORE_READ(tp, write_seq);
-			t->retrans_base = BPF_CORE_READ(tp, total_retrans);
+			count_from_here(t, tp);
 			// Data in before this (a server that speaks first) answers no request.
 			t->in_seq = BPF_CORE_READ(tp, rcv_nxt);
 		} else {

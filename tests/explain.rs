@@ -625,9 +625,7 @@ fn drops_show_as_retransmission_stalls_by_cause_on_the_transactions_they_hit() {
     if !privileged(test) || !have_redis(test) {
         return;
     }
-    // Which timer sends a lost segment again is timing: beside busy tests its causes
-    // came one short of its retransmissions (twice in CI-like runs, never alone; see
-    // the known defect below).
+    // Which timer sends a lost segment again is timing: kept from busy tests.
     let _g = common::serial::machine();
     let pair = NetnsPair::new();
     let port = free_port();
@@ -722,17 +720,20 @@ fn drops_show_as_retransmission_stalls_by_cause_on_the_transactions_they_hit() {
         );
         assert_eq!(sum(other), 0, "{figures}");
         assert_eq!(sum("fast_retransmits"), 0, "{figures}");
-        // Known defect (issue 43): with a CPU busy beside the test (a loop pinned on
-        // CPU 1), about one run in three leaves one retransmission of a phase without
-        // its cause: the transaction's count (from the kernel's total_retrans) has it,
-        // the tcp_retransmit_skb program's record does not, and the kernel reported no
-        // recursion miss. Until that is found, at most one per phase may go unnamed;
-        // every cause named is the right one.
-        let named = sum(cause);
-        assert!(named <= *dropped && *dropped - named <= 1, "{figures}");
+        // Every retransmitted segment named, on its transaction: the causes are
+        // counted from the kernel's total_retrans over the interval the
+        // transaction's count is (with a loop pinned beside it, a run in three once
+        // left one unnamed, when they were counted per event and only once the
+        // response had begun).
+        assert_eq!(sum(cause), *dropped, "{figures}");
         for t in ours {
             let stall = num(t, "network_us") >= 100_000.0;
             assert_eq!(stall, num(t, "retransmissions") > 0.0, "{t}\n{figures}");
+            let causes = ["rto_retransmits", "tail_loss_probes", "fast_retransmits"]
+                .iter()
+                .map(|k| num(t, k))
+                .sum::<f64>();
+            assert_eq!(causes, num(t, "retransmissions"), "{t}\n{figures}");
         }
     }
     let words = rest.split_whitespace().collect::<Vec<_>>().join(" ");
