@@ -165,21 +165,11 @@ struct txn {
 	__u16 rto;           // segments retransmitted while it ran, by cause
 	__u16 tlp;           //   (rttlab_retransmit): after an RTO expiry, tail-loss
 	__u16 fast;          //   probes, fast retransmissions
-	__u16 pad;
+	__u16 retrans_seen;  // total_retrans (wrapping) at the socket's last
+	                     // tcp_retransmit_skb event, kept across its transactions
 	__u32 in_seq;        // rcv_nxt where the data in began: a server's request, or
 	                     // a client's response counted so far (rttlab_readable)
 	__u32 in_end_seq;    // a server's rcv_nxt at its response's first write
-	// The program's own, kept across the socket's transactions: its retransmitted
-	// segments by cause since it was watched (wrapping), and their counts where
-	// this transaction began, so that its causes are counted over the interval its
-	// `retrans` is.
-	__u32 retrans_seen;  // total_retrans at the last tcp_retransmit_skb event
-	__u16 rto_total;
-	__u16 tlp_total;
-	__u16 fast_total;
-	__u16 rto_base;
-	__u16 tlp_base;
-	__u16 fast_base;
 };
 
 // Counters: records sent, records the ring had no room for, segments in (a server's)
@@ -277,13 +267,14 @@ static __always_inline struct txn *state(struct sock *sk, int create)
 	return bpf_map_lookup_elem(&rttlab_txn, &key);
 }
 
-// A transaction begins: its retransmissions, in all and by cause, count from here.
+// A transaction begins: its retransmissions, in all and by cause, count from here
+// (what came since the socket was watched or the last one finished is no one's).
 static __always_inline void count_from_here(struct txn *t, struct tcp_sock *tp)
 {
 	t->retrans_base = BPF_CORE_READ(tp, total_retrans);
-	t->rto_base = t->rto_total;
-	t->tlp_base = t->tlp_total;
-	t->fast_base = t->fast_total;
+	t->rto = 0;
+	t->tlp = 0;
+	t->fast = 0;
 }
 
 // Send the transaction in `t` (if one began and was answered) and clear it for the
@@ -309,9 +300,6 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 		t->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
 		t->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
 		t->retrans = BPF_CORE_READ(tp, total_retrans) - t->retrans_base;
-		t->rto = t->rto_total - t->rto_base;
-		t->tlp = t->tlp_total - t->tlp_base;
-		t->fast = t->fast_total - t->fast_base;
 		if (!t->cookie)
 			t->cookie = bpf_get_socket_cookie(sk);
 		__u16 family = BPF_CORE_READ(sk, __sk_common.skc_family);
@@ -335,8 +323,7 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 	__u8 side = t->side;
 	// The next request's data begins where this one's ended.
 	__u32 next_in = t->in_end_seq ? t->in_end_seq : t->in_seq;
-	__u32 retrans_seen = t->retrans_seen;
-	__u16 rto = t->rto_total, tlp = t->tlp_total, fast = t->fast_total;
+	__u16 retrans_seen = t->retrans_seen;
 	__builtin_memset(t, 0, sizeof(*t));
 	t->cookie = cookie;
 	t->lport = lport;
@@ -344,9 +331,6 @@ static __always_inline void finish(struct sock *sk, struct txn *t)
 	t->side = side;
 	t->in_seq = next_in;
 	t->retrans_seen = retrans_seen;
-	t->rto_total = rto;
-	t->tlp_total = tlp;
-	t->fast_total = fast;
 }
 
 // Whether `ack` (host order) ACKs every byte the response has written, the first
@@ -423,16 +407,16 @@ int BPF_PROG(rttlab_rx, struct sock *sk, struct sk_buff *skb)
 // event: since Linux 6.17 the tracepoint fires for every attempt, those that sent
 // nothing too (the original still in the host's queue, -EBUSY; no memory), which
 // move nothing, and one retransmission of several segments moves it by as many
-// (__tcp_retransmit_skb). Counted for the socket, not the transaction, so that a
-// transaction's causes are counted over exactly the interval, and from the same
-// counter, as its `retrans` (count_from_here, finish): they add up to it.
+// (__tcp_retransmit_skb). Counted whatever phase the transaction is in: its causes
+// then run from count_from_here to finish, the interval its `retrans` does, from
+// the same counter, and add up to it.
 SEC("tp_btf/tcp_retransmit_skb")
 int BPF_PROG(rttlab_retransmit, struct sock *sk, struct sk_buff *skb)
 {
 	struct txn *t = state(sk, SIDE_NONE);
 	if (!t)
 		return 0;
-	__u32 total = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
+	__u16 total = BPF_CORE_READ((struct tcp_sock *)sk, total_retrans);
 	__u16 segs = total - t->retrans_seen;
 	t->retrans_seen = total;
 	if (!segs)
@@ -440,11 +424,11 @@ int BPF_PROG(rttlab_retransmit, struct sock *sk, struct sk_buff *skb)
 	struct inet_connection_sock *icsk = (struct inet_connection_sock *)sk;
 	__u8 ca_state = BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state);
 	if (ca_state == TCP_CA_LOSS)
-		t->rto_total += segs;
+		t->rto += segs;
 	else if (ca_state == TCP_CA_RECOVERY)
-		t->fast_total += segs;
+		t->fast += segs;
 	else
-		t->tlp_total += segs;
+		t->tlp += segs;
 	return 0;
 }
 

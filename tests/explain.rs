@@ -1068,12 +1068,12 @@ fn ten_thousand_connections_at_once_are_each_counted() {
     }
     drop(open);
     // Every socket of the test's gone (on a busy machine the last closes come late:
-    // redis reads each EOF before it closes its end), then every record printed or
-    // 3 s (once in CI, 64 clients' last transactions were still open 300 ms after
-    // sock_diag listed none of their sockets, with no event skipped; a run with
-    // skipped events waits it out, their entries stay).
+    // redis reads each EOF before it closes its end), then a reader's poll for the
+    // last records. (Twice in CI, 64 clients' last transactions were still open with
+    // no event skipped, and stayed open through a 3 s wait: an explain defect of
+    // issue 43, not a late record.)
     sockets_gone(port);
-    watch.wait_for(2 * N, Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(300));
     let (txns, rest) = watch.stop();
     // The INFO connection itself is one more accepted, not watched while counted.
     let accepted = info_stat(port, "total_connections_received") - accepted_before - 1;

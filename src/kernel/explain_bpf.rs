@@ -145,7 +145,7 @@ pub const TXN_UNACKED: u32 = 2;
 pub const TXN_ACK_ON_DATA: u32 = 4;
 
 /// `sizeof(struct txn)`.
-pub const RAW_TXN_BYTES: usize = 176;
+pub const RAW_TXN_BYTES: usize = 160;
 
 impl RawTxn {
     /// The record in `b`, or `None` when it is not one (a short record).
@@ -184,8 +184,7 @@ impl RawTxn {
             rto: u16_at(138),
             tlp: u16_at(140),
             fast: u16_at(142),
-            // 148, 152: in_seq and in_end_seq; 156–172: retrans_seen and the
-            // causes' running counts, the program's own.
+            // 144: retrans_seen; 148, 152: in_seq and in_end_seq, the program's own.
         })
     }
 }

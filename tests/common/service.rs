@@ -70,8 +70,6 @@ pub struct Watch {
     child: Child,
     err: BufReader<std::process::ChildStderr>,
     out: std::thread::JoinHandle<String>,
-    /// Lines read from its stdout so far: a transaction each.
-    lines: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Watch {
@@ -99,38 +97,13 @@ impl Watch {
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let first = reply(&mut err);
         assert!(first.contains("watching TCP "), "{first}");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let lines = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = std::sync::Arc::clone(&lines);
+        let mut stdout = child.stdout.take().unwrap();
         let out = std::thread::spawn(move || {
             let mut out = String::new();
-            while stdout.read_line(&mut out).unwrap() > 0 {
-                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+            stdout.read_to_string(&mut out).unwrap();
             out
         });
-        (
-            Self {
-                child,
-                err,
-                out,
-                lines,
-            },
-            first,
-        )
-    }
-
-    /// Waits until it has printed `n` transactions or `within` has passed: a
-    /// connection's last transaction is printed when the kernel destroys its socket,
-    /// which on a busy machine can come after the socket left every table
-    /// `sock_diag` lists.
-    pub fn wait_for(&self, n: usize, within: Duration) {
-        let deadline = std::time::Instant::now() + within;
-        while self.lines.load(std::sync::atomic::Ordering::Relaxed) < n
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        (Self { child, err, out }, first)
     }
 
     /// Interrupt it: every transaction's JSON object, and its stderr (the summary).

@@ -300,9 +300,13 @@ impl Pinger {
             None
         } else {
             let (max_rtt_ns, interval, timeout) = (self.max_rtt_ns, self.interval, self.timeout);
-            let last_wait = self.settles_last.then_some(self.reply_wait);
+            let (settles_last, reply_wait) = (self.settles_last, self.reply_wait);
             Some(*self.linger.get_or_insert_with(|| {
-                last_wait.unwrap_or_else(|| exit_wait(unique, max_rtt_ns, interval, timeout))
+                if settles_last {
+                    reply_wait
+                } else {
+                    exit_wait(unique, max_rtt_ns, interval, timeout)
+                }
             }))
         };
         if linger.is_some_and(|l| outstanding == 0 || now - self.last_send >= l || self.stopped) {
